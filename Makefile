@@ -1,0 +1,31 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Each creates .venv if missing and installs what it needs; torch is pinned
+# before the package so that pip does not pull a CUDA build on a CPU box.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_PIN ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-fast bench clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH_PIN)
+	$(BIN)/python -m pip install -q -e ".[test,mpi]"
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/python -m torchtree demo
+
+test: venv
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

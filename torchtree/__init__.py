@@ -1,0 +1,3 @@
+"""torchtree: Bayesian decision trees as batched PyTorch tensors."""
+
+__version__ = "0.1.0"
