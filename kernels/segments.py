@@ -1,0 +1,110 @@
+"""Ragged-segment primitives: the building blocks of per-node data work.
+
+A batch of variable-length segments is described by ``starts [G]`` and
+``counts [G]`` into a flat buffer. Everything here is vectorised over segments
+(no Python loop over segments or elements).
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["ragged_arange", "segmented_searchsorted", "segment_minmax", "exclusive_cumsum", "rank_within"]
+
+
+def exclusive_cumsum(x: torch.Tensor) -> torch.Tensor:
+    """``[0, x0, x0+x1, ...]`` without the total: ``[G] -> [G]``."""
+    out = torch.zeros_like(x)
+    if x.numel() > 1:
+        torch.cumsum(x[:-1], 0, out=out[1:])
+    return out
+
+
+def ragged_arange(counts: torch.Tensor):
+    """Expand segments into elements.
+
+    Parameters
+    ----------
+    counts : LongTensor [G]
+
+    Returns
+    -------
+    seg : LongTensor [T]  segment id of each element (T = counts.sum())
+    pos : LongTensor [T]  position of each element within its segment
+    """
+    counts = counts.long()
+    G = counts.numel()
+    seg = torch.repeat_interleave(torch.arange(G, device=counts.device), counts)
+    start = exclusive_cumsum(counts)
+    pos = torch.arange(seg.numel(), device=counts.device) - start[seg]
+    return seg, pos
+
+
+def rank_within(group: torch.Tensor) -> torch.Tensor:
+    """Index of each element among the elements with the same (sorted) group id.
+
+    Parameters
+    ----------
+    group : LongTensor [T], non-decreasing
+
+    Returns
+    -------
+    LongTensor [T]
+    """
+    T = group.numel()
+    if T == 0:
+        return group
+    ar = torch.arange(T, device=group.device)
+    first = torch.searchsorted(group, group, right=False)
+    return ar - first
+
+
+def segmented_searchsorted(values: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, queries: torch.Tensor, right: bool = True) -> torch.Tensor:
+    """Binary search of ``queries[i]`` in the sorted slice ``values[starts[i]:ends[i]]``.
+
+    Parameters
+    ----------
+    values : Tensor [T], sorted within each slice
+    starts, ends : LongTensor [Q]
+    queries : Tensor [Q]
+    right : bool
+        Like ``torch.searchsorted``: count elements ``<= q`` (True) or ``< q``.
+
+    Returns
+    -------
+    LongTensor [Q]: number of elements of the slice that are ``<= q`` (or ``< q``).
+    """
+    lo, hi = starts.clone(), ends.clone()
+    n_iter = int((ends - starts).max().item()).bit_length() if starts.numel() else 0
+    q = queries.to(values.dtype)
+    for _ in range(n_iter + 1):
+        active = lo < hi
+        if not bool(active.any()):
+            break
+        mid = (lo + hi) // 2
+        v = values[mid.clamp(max=values.numel() - 1)]
+        go_right = (v <= q) if right else (v < q)
+        go_right = go_right & active
+        lo = torch.where(go_right, mid + 1, lo)
+        hi = torch.where(active & ~go_right, mid, hi)
+    return lo - starts
+
+
+def segment_minmax(x: torch.Tensor, seg: torch.Tensor, n_seg: int):
+    """Per-segment column-wise min and max.
+
+    Parameters
+    ----------
+    x : Tensor [T, D]
+    seg : LongTensor [T] segment ids in ``[0, n_seg)``
+    n_seg : int
+
+    Returns
+    -------
+    lo, hi : Tensor [n_seg, D] (``+inf``/``-inf`` for empty segments)
+    """
+    D = x.shape[1]
+    lo = torch.full((n_seg, D), float("inf"), dtype=x.dtype, device=x.device)
+    hi = torch.full((n_seg, D), float("-inf"), dtype=x.dtype, device=x.device)
+    lo.index_reduce_(0, seg, x, "amin")
+    hi.index_reduce_(0, seg, x, "amax")
+    return lo, hi

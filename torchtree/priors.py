@@ -1,0 +1,198 @@
+"""Priors over decision trees.
+
+``ChipmanPrior`` is the model of Chipman et al. (1998) as written in paper 001
+(eq. 4-5): a node of depth ``q`` splits with probability ``alpha_s (1 + q)^-beta_s``
+unless no dimension varies among its data, the cut dimension is uniform over the
+varying dimensions ``D_p`` and the cut location uniform over the node's data
+range ``I_p`` in that dimension.
+
+``PoissonPrior`` is paper 002's eq. 14: a zero-truncated Poisson on the number of
+leaves ``m``, ``p(T) = lam^m / ((e^lam - 1) m!)``; the split rules (eq. 13) use the
+same data-dependent dimension and location densities as ``ChipmanPrior`` so that
+the two priors differ only in the shape term. Like the paper's, it is not
+normalised over tree shapes with the same number of leaves.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Tuple
+
+import torch
+
+from .trees import INTERNAL, LEAF, OPEN, HardTrees
+
+__all__ = ["ChipmanPrior", "PoissonPrior", "node_ranges", "prior_from_config"]
+
+
+def node_ranges(trees: HardTrees, X: torch.Tensor, chunk_pairs: int = 1 << 22) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Data extent of every node: min and max of ``X`` over the points in it.
+
+    Parameters
+    ----------
+    trees : HardTrees (P trees, capacity C)
+    X : Tensor [N, D] training features
+
+    Returns
+    -------
+    lo, hi : Tensor [P, C, D] (``+inf`` / ``-inf`` for empty nodes)
+    count : LongTensor [P, C] points per node
+    """
+    P, C = trees.n_trees, trees.capacity
+    N, D = X.shape
+    dev = trees.device
+    lo = torch.full((P, C, D), math.inf, dtype=X.dtype, device=dev)
+    hi = torch.full((P, C, D), -math.inf, dtype=X.dtype, device=dev)
+    count = torch.zeros(P, C, dtype=torch.long, device=dev)
+    step = max(1, chunk_pairs // max(N, 1))
+    feat, thr = trees.feature.long(), trees.threshold
+    lch, rch = trees.left.long(), trees.right.long()
+    for s in range(0, P, step):
+        e = min(P, s + step)
+        p = torch.arange(s, e, device=dev)[:, None].expand(-1, N).reshape(-1)
+        pt = torch.arange(N, device=dev).repeat(e - s)
+        node = torch.zeros_like(p)
+        while p.numel():
+            flat = p * C + node
+            count.view(-1).index_add_(0, flat, torch.ones_like(flat))
+            xs = X[pt]
+            lo.view(P * C, D).index_reduce_(0, flat, xs, "amin")
+            hi.view(P * C, D).index_reduce_(0, flat, xs, "amax")
+            f = feat[p, node]
+            inner = f >= 0
+            p, pt, node, f = p[inner], pt[inner], node[inner], f[inner]
+            go_left = X[pt, f] <= thr[p, node]
+            node = torch.where(go_left, lch[p, node], rch[p, node])
+    return lo, hi, count
+
+
+class ChipmanPrior:
+    """Chipman et al. (1998) tree prior with data-dependent split support (paper 001 eq. 4-5).
+
+    Parameters
+    ----------
+    alpha_split : float in (0, 1)
+        ``alpha_s``: base split probability.
+    beta_split : float >= 0
+        ``beta_s``: depth penalty exponent.
+    """
+
+    name = "chipman"
+
+    def __init__(self, alpha_split: float = 0.95, beta_split: float = 0.5) -> None:
+        if not 0.0 < float(alpha_split) < 1.0:
+            raise ValueError(f"alpha_split must lie in (0, 1), got {alpha_split}")
+        if not float(beta_split) >= 0.0 or not math.isfinite(float(beta_split)):
+            raise ValueError(f"beta_split must be >= 0 and finite, got {beta_split}")
+        self.alpha_split, self.beta_split = float(alpha_split), float(beta_split)
+
+    def split_prob(self, depth: torch.Tensor) -> torch.Tensor:
+        """``alpha_s (1 + depth)^-beta_s`` elementwise, float64."""
+        return self.alpha_split * (1.0 + depth.double()).pow(-self.beta_split)
+
+    def log_split_probs(self, depth: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(log p_split, log (1 - p_split))`` elementwise, float64."""
+        p = self.split_prob(depth)
+        return p.log(), torch.log1p(-p)
+
+    def log_prob(self, trees: HardTrees, data) -> torch.Tensor:
+        """Log prior density of complete trees (eq. 5).
+
+        Open leaves are scored as stopped leaves. A split outside the support
+        (no varying dimension, a cut outside ``[min, max)`` of the node's data in
+        that dimension, an empty child) gets ``-inf``.
+
+        Parameters
+        ----------
+        trees : HardTrees [P]
+        data : Data (training data the prior is conditioned on)
+
+        Returns
+        -------
+        Tensor [P] float64
+        """
+        rule, nvary = self._rule_terms(trees, data)
+        return self._shape_terms(trees, nvary) + rule
+
+    def _rule_terms(self, trees: HardTrees, data):
+        lo, hi, count = node_ranges(trees, data.X)
+        varying = hi > lo
+        nvary = varying.sum(-1)
+        internal = trees.status == INTERNAL
+        f = trees.feature.long().clamp(min=0)
+        lo_f = torch.gather(lo, 2, f[..., None]).squeeze(-1).double()
+        hi_f = torch.gather(hi, 2, f[..., None]).squeeze(-1).double()
+        rng = (hi_f - lo_f)
+        thr = trees.threshold.double()
+        ok = (nvary > 0) & (rng > 0) & (thr >= lo_f) & (thr < hi_f)
+        term = torch.where(ok, -torch.log(nvary.clamp(min=1).double()) - torch.log(rng.clamp(min=1e-300)), torch.full_like(rng, -math.inf))
+        rule = torch.where(internal, term, torch.zeros_like(term)).sum(1)
+        used = trees.status != 0
+        empty = (used & (count == 0)).any(1)
+        rule = torch.where(empty, torch.full_like(rule, -math.inf), rule)
+        return rule, nvary
+
+    def _shape_terms(self, trees: HardTrees, nvary: torch.Tensor) -> torch.Tensor:
+        lps, lpn = self.log_split_probs(trees.depth)
+        leaf = (trees.status == LEAF) | (trees.status == OPEN)
+        internal = trees.status == INTERNAL
+        leaf_term = torch.where(leaf & (nvary > 0), lpn, torch.zeros_like(lpn))
+        int_term = torch.where(internal, lps, torch.zeros_like(lps))
+        return (leaf_term + int_term).sum(1)
+
+    def config(self) -> Dict:
+        """Plain description for saving."""
+        return {"name": "chipman", "alpha_split": self.alpha_split, "beta_split": self.beta_split}
+
+    def __repr__(self) -> str:
+        return f"ChipmanPrior(alpha_split={self.alpha_split}, beta_split={self.beta_split})"
+
+
+class PoissonPrior:
+    """Paper 002's prior: zero-truncated Poisson(``lam``) on the number of leaves (eq. 14).
+
+    Parameters
+    ----------
+    lam : float > 0
+        Poisson rate ``lambda``.
+    """
+
+    name = "poisson"
+
+    def __init__(self, lam: float = 5.0) -> None:
+        if not float(lam) > 0 or not math.isfinite(float(lam)):
+            raise ValueError(f"poisson lambda must be positive and finite, got {lam}")
+        self.lam = float(lam)
+        self._rules = ChipmanPrior()
+
+    def log_prob_leaves(self, n_leaves: torch.Tensor) -> torch.Tensor:
+        """``log p(m) = m log lam - log(e^lam - 1) - log m!``, elementwise float64."""
+        m = n_leaves.double()
+        return m * math.log(self.lam) - math.log(math.expm1(self.lam)) - torch.lgamma(m + 1)
+
+    def log_prob(self, trees: HardTrees, data) -> torch.Tensor:
+        """Log prior of complete trees: leaf-count term plus split-rule densities.
+
+        Returns
+        -------
+        Tensor [P] float64
+        """
+        rule, _ = self._rules._rule_terms(trees, data)
+        return self.log_prob_leaves(trees.n_leaves()) + rule
+
+    def config(self) -> Dict:
+        """Plain description for saving."""
+        return {"name": "poisson", "lam": self.lam}
+
+    def __repr__(self) -> str:
+        return f"PoissonPrior(lam={self.lam})"
+
+
+def prior_from_config(cfg: Dict):
+    """Inverse of ``prior.config()``."""
+    cfg = dict(cfg)
+    name = cfg.pop("name")
+    if name == "chipman":
+        return ChipmanPrior(**cfg)
+    if name == "poisson":
+        return PoissonPrior(**cfg)
+    raise ValueError(f"unknown prior {name!r}")
