@@ -1,0 +1,91 @@
+"""torchtree.distributed: collectives, backends and redistribution across ranks.
+
+Knows tensors and backends, not samplers. A sampler asks for a :class:`Backend` (``backend=``)
+and calls:
+
+* :func:`ncopies_from_log_weights` -- how many copies of each local particle (distributed
+  prefix sum in exact integer arithmetic; identical on 1 rank or P);
+* :func:`harmonize_capacity` -- agree on the largest tree capacity and pad (Alg. 6 Max + Pad);
+* :func:`redistribute` -- the new population, ``N/P`` particles per rank
+  (``method="gather" | "sequential" | "rotational" | "alltoall" | "auto"``).
+
+Particles are *blocks*: ``dict[str, Tensor]`` whose tensors share the leading dimension
+(``HardTrees.as_dict()``). mpi4py is only imported when an :class:`MPIBackend` is built.
+"""
+
+from .alltoall import alltoall_redistribute
+from .backend import (
+    DEFAULT_TIMEOUT,
+    Backend,
+    CollectiveError,
+    CollectiveTimeout,
+    LocalBackend,
+    get_backend,
+)
+from .blocks import (
+    BlockLayout,
+    agree_capacity,
+    block_capacity,
+    block_rows,
+    harmonize_capacity,
+    pad_block,
+    take_rows,
+)
+from .ncopies import (
+    fixed_point_weights,
+    global_ess,
+    global_log_sum_exp,
+    ncopies_from_log_weights,
+    prefix_sum,
+)
+from .redistribution import (
+    METHODS,
+    ancestors_from_ncopies,
+    gather_redistribute,
+    redistribute,
+    sequential_redistribute,
+)
+from .rotational import rotational_redistribute
+from .torch_backend import TorchDistBackend
+
+
+def __getattr__(name):
+    # MPIBackend lives behind a lazy attribute so that importing the package never needs mpi4py
+    # (the module itself imports mpi4py only when a backend is constructed, but keeping it lazy
+    # also spares the import cost).
+    if name == "MPIBackend":
+        from .mpi_backend import MPIBackend
+
+        return MPIBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "Backend",
+    "LocalBackend",
+    "TorchDistBackend",
+    "MPIBackend",
+    "CollectiveError",
+    "CollectiveTimeout",
+    "DEFAULT_TIMEOUT",
+    "get_backend",
+    "block_rows",
+    "take_rows",
+    "block_capacity",
+    "pad_block",
+    "agree_capacity",
+    "harmonize_capacity",
+    "BlockLayout",
+    "prefix_sum",
+    "global_log_sum_exp",
+    "global_ess",
+    "fixed_point_weights",
+    "ncopies_from_log_weights",
+    "METHODS",
+    "ancestors_from_ncopies",
+    "sequential_redistribute",
+    "gather_redistribute",
+    "rotational_redistribute",
+    "alltoall_redistribute",
+    "redistribute",
+]

@@ -1,0 +1,265 @@
+"""Redistribution: turn ``ncopies`` into a new particle population (paper 002, Algs. 3, 5, 6).
+
+Contract shared by every variant
+--------------------------------
+Global particle ``i`` is copied ``ncopies[i]`` times; output particle ``j`` is a copy of the
+ancestor ``repeat_interleave(arange(N), ncopies)[j]`` and rank ``r`` ends up holding output rows
+``[r N/P, (r + 1) N/P)``. All variants return exactly that, bit for bit (they only move rows).
+
+Variants
+--------
+``"sequential"``  Alg. 3 (S-R): a Python loop over particles; the reference, one rank.
+``"gather"``      Alg. 5 in tensor form: prefix sum of ``ncopies``, ``searchsorted`` of the
+                  output slots (the binary search of the pivots, done for every slot at once),
+                  one ``index_select`` per field. ``O(log N)`` depth, no Python loop; the
+                  shared-memory / single-device path.
+``"rotational"``  Alg. 6: rotational nearly-sort + rotational split over ``ceil(log2 P)``
+                  rounds of ``sendrecv`` each, then a local S-R (see :mod:`.rotational`).
+``"alltoall"``    destinations from the global prefix sum of ``ncopies``, one ``all_to_all`` of
+                  exactly the rows each rank needs (see :mod:`.alltoall`).
+``"auto"``        ``"gather"`` on one rank, ``"alltoall"`` on several (faster in
+                  ``examples/bench_redistribution.py``: it moves each needed row once, the
+                  rotational scheme moves full ``N/P``-row messages ``2 ceil(log2 P) + 2`` times).
+
+Tree capacities must agree across ranks before a distributed call: use
+:func:`~torchtree.distributed.blocks.harmonize_capacity` (Alg. 6 steps 1-2, Max and Pad); the
+caller trims afterwards if it wants (Restore).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+
+from .backend import Backend, LocalBackend
+from .blocks import Block, BlockLayout, block_rows, take_rows
+
+__all__ = [
+    "ancestors_from_ncopies",
+    "sequential_redistribute",
+    "gather_redistribute",
+    "redistribute",
+    "METHODS",
+]
+
+METHODS = ("auto", "sequential", "gather", "rotational", "alltoall")
+LOCAL_METHODS = ("gather", "sequential")
+
+
+def _check_ncopies(ncopies: torch.Tensor, rows: int) -> str:
+    """Describe what is wrong with a local ``ncopies`` (empty string when nothing is)."""
+    if not isinstance(ncopies, torch.Tensor):
+        return f"ncopies must be a tensor, got {type(ncopies).__name__}"
+    if ncopies.dim() != 1 or ncopies.shape[0] != rows:
+        return f"ncopies must have shape [{rows}] (one per local particle), got {list(ncopies.shape)}"
+    if ncopies.dtype == torch.bool or ncopies.is_floating_point() or ncopies.is_complex():
+        return f"ncopies must be an integer tensor, got {ncopies.dtype}"
+    if rows and bool((ncopies < 0).any()):
+        return "ncopies must be non-negative"
+    return ""
+
+
+def ancestors_from_ncopies(ncopies: torch.Tensor, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """Ancestor of each output slot: ``repeat_interleave(arange(len(ncopies)), ncopies)[start:stop]``.
+
+    Parameters
+    ----------
+    ncopies : integer Tensor ``[M]``, non-negative
+    start, stop : int
+        Output slots wanted (default: all ``sum(ncopies)``).
+
+    Returns
+    -------
+    int64 Tensor ``[stop - start]`` on the device of ``ncopies``.
+
+    Notes
+    -----
+    ``csum = cumsum(ncopies)``; slot ``j``'s ancestor is the first ``i`` with ``csum[i] > j``,
+    found by ``searchsorted`` for every slot at once -- the pivot search of Alg. 5 applied per
+    slot, ``O(log M)`` depth and no loop.
+    """
+    csum = torch.cumsum(ncopies.to(torch.int64), 0)
+    if stop is None:
+        stop = int(csum[-1]) if csum.numel() else 0
+    slots = torch.arange(start, stop, dtype=torch.int64, device=csum.device)
+    return torch.searchsorted(csum, slots, right=True)
+
+
+def sequential_redistribute(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor) -> Block:
+    """Alg. 3 (sequential redistribution, S-R): the reference, a loop over particles.
+
+    Parameters
+    ----------
+    block : mapping str -> Tensor ``[M, ...]``
+    ncopies : integer Tensor ``[M]``, non-negative
+
+    Returns
+    -------
+    dict str -> Tensor ``[sum(ncopies), ...]``: particle ``i`` repeated ``ncopies[i]`` times, in
+    order (``sum(ncopies) == M`` for a resampling step).
+    """
+    rows = block_rows(block)
+    problem = _check_ncopies(ncopies, rows)
+    if problem:
+        raise ValueError(problem)
+    counts = ncopies.tolist()
+    out = {k: v.new_empty((sum(counts),) + tuple(v.shape[1:])) for k, v in block.items()}
+    i = 0
+    for j, c in enumerate(counts):  # the reference may loop; the fast paths do not
+        if c:
+            for k, v in block.items():
+                out[k][i : i + c] = v[j]
+            i += c
+    return out
+
+
+def gather_redistribute(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor) -> Block:
+    """Shared-memory / single-device redistribution (Alg. 5 as tensor ops).
+
+    Parameters
+    ----------
+    block : mapping str -> Tensor ``[M, ...]`` (any device)
+    ncopies : integer Tensor ``[M]``, non-negative
+
+    Returns
+    -------
+    dict str -> Tensor ``[sum(ncopies), ...]``, equal to :func:`sequential_redistribute`.
+
+    Notes
+    -----
+    Prefix sum + binary search (:func:`ancestors_from_ncopies`) + one ``index_select`` per
+    field. Padded, variable-size trees cost the same per particle, so the work is balanced by
+    construction (the point of Alg. 5's Pad step).
+    """
+    rows = block_rows(block)
+    problem = _check_ncopies(ncopies, rows)
+    if problem:
+        raise ValueError(problem)
+    device = next(iter(block.values())).device
+    return take_rows(block, ancestors_from_ncopies(ncopies.to(device)))
+
+
+def _local(block: Mapping[str, torch.Tensor], counts: torch.Tensor, local: str) -> Block:
+    if local == "gather":
+        return gather_redistribute(block, counts)
+    if local == "sequential":
+        return sequential_redistribute(block, counts)
+    raise ValueError(f"local must be one of {LOCAL_METHODS}, got {local!r}")
+
+
+@dataclass
+class _Plan:
+    """What every distributed variant learns in its two set-up collectives."""
+
+    layout: BlockLayout
+    n: int  # particles per rank
+    big_n: int  # particles in total
+    offset: int  # global output slot of this rank's first copy (exclusive prefix of ncopies)
+    zeros_before: int  # particles with ncopies == 0 on lower ranks
+    counts: torch.Tensor  # int64 [n] ncopies on the block's device
+
+
+def _plan(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor, backend: Backend) -> _Plan:
+    """Validate inputs on every rank at once, then exchange the per-rank totals.
+
+    Every local problem is folded into the first ``all_reduce`` so that all ranks raise the
+    same ``ValueError`` together rather than one raising and the rest timing out.
+    """
+    problem, layout, n, sig = "", None, 0, 0
+    try:
+        n = block_rows(block)
+        layout = BlockLayout(block)
+        sig = layout.signature_hash()
+    except ValueError as exc:
+        problem = f"bad particle block: {exc}"
+    if not problem:
+        problem = _check_ncopies(ncopies, n)
+    head = torch.tensor([1 if problem else 0, n, -n, sig, -sig], dtype=torch.int64)
+    head = backend.all_reduce(head, "max")
+    if head[0] > 0:
+        raise ValueError(problem or "invalid redistribution input on another rank (see its error)")
+    if head[1] != -head[2]:
+        raise ValueError(
+            f"every rank must hold N/P particles (N divisible by the world size); ranks hold "
+            f"{-int(head[2])}..{int(head[1])}"
+        )
+    if head[3] != -head[4]:
+        raise ValueError(
+            "particle blocks differ between ranks in keys, dtypes or trailing shapes (pad tree "
+            f"capacities with harmonize_capacity first); this rank has {layout.signature()}"
+        )
+    device = next(iter(block.values())).device
+    counts = ncopies.to(device=device, dtype=torch.int64)
+    local = torch.stack([counts.sum(), (counts == 0).sum()]).reshape(1, 2).cpu()
+    table = backend.all_gather(local)  # [P, 2]: copies and zero-copy particles per rank
+    big_n = n * backend.world_size
+    total = int(table[:, 0].sum())
+    if total != big_n:
+        raise ValueError(f"sum(ncopies) over all ranks is {total}; it must equal N = {big_n}")
+    before = table[: backend.rank].sum(0)
+    return _Plan(layout, n, big_n, int(before[0]), int(before[1]), counts)
+
+
+def redistribute(
+    block: Mapping[str, torch.Tensor],
+    ncopies: torch.Tensor,
+    backend: Backend | None = None,
+    *,
+    method: str = "auto",
+    local: str = "gather",
+) -> Block:
+    """Resampling's redistribution step on one rank or many.
+
+    Parameters
+    ----------
+    block : mapping str -> Tensor ``[n, ...]``
+        This rank's particles, global rows ``[rank n, (rank + 1) n)``; same keys, dtypes and
+        trailing shapes on every rank (see :func:`~torchtree.distributed.harmonize_capacity`).
+    ncopies : integer Tensor ``[n]``
+        Copies of each local particle; non-negative, summing to ``N = n P`` over all ranks
+        (e.g. from :func:`~torchtree.distributed.ncopies_from_log_weights`).
+    backend : Backend, optional (default: one rank)
+    method : {"auto", "sequential", "gather", "rotational", "alltoall"}
+        See the module notes; "sequential" and "gather" need a world of one rank.
+    local : {"gather", "sequential"}
+        How the distributed variants expand their rows once balanced (Alg. 6 step 5).
+
+    Returns
+    -------
+    dict str -> Tensor ``[n, ...]``: this rank's rows ``[rank n, (rank + 1) n)`` of the new
+    population.
+
+    Raises
+    ------
+    ValueError
+        On every rank alike: malformed block or ncopies, unequal particle counts or block
+        layouts across ranks, ``sum(ncopies) != N``, or an unknown method.
+    CollectiveError, CollectiveTimeout
+        A peer died, raised, or did not answer within the backend's timeout.
+    """
+    backend = LocalBackend() if backend is None else backend
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if local not in LOCAL_METHODS:
+        raise ValueError(f"local must be one of {LOCAL_METHODS}, got {local!r}")
+    if method == "auto":
+        method = "gather" if backend.world_size == 1 else "alltoall"
+    if method in LOCAL_METHODS:
+        if backend.world_size != 1:
+            raise ValueError(f"method {method!r} runs on one rank; use 'rotational' or 'alltoall'")
+        rows = block_rows(block)
+        problem = _check_ncopies(ncopies, rows)
+        if problem:
+            raise ValueError(problem)
+        if int(ncopies.sum()) != rows:
+            raise ValueError(f"sum(ncopies) is {int(ncopies.sum())}; it must equal N = {rows}")
+        return _local(block, ncopies, method)
+    if method == "rotational":
+        from .rotational import rotational_redistribute
+
+        return rotational_redistribute(block, ncopies, backend, local=local)
+    from .alltoall import alltoall_redistribute
+
+    return alltoall_redistribute(block, ncopies, backend, local=local)
