@@ -33,9 +33,10 @@ def ragged_arange(counts: torch.Tensor):
     """
     counts = counts.long()
     G = counts.numel()
-    seg = torch.repeat_interleave(torch.arange(G, device=counts.device), counts)
     start = exclusive_cumsum(counts)
-    pos = torch.arange(seg.numel(), device=counts.device) - start[seg]
+    total = int(start[-1] + counts[-1]) if G else 0
+    seg = torch.repeat_interleave(torch.arange(G, device=counts.device), counts, output_size=total)
+    pos = torch.arange(total, device=counts.device) - start[seg]
     return seg, pos
 
 

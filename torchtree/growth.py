@@ -5,7 +5,8 @@ sampler (paper 001). It never loops over particles or points.
 
 Data partition. Every node has a ``uid``; copies of a particle made by
 resampling share uids, so the data of a node is stored once per uid, not once
-per particle, in a :class:`NodePool` (flat buffer of training-point indices).
+per particle, in a :class:`NodeTable` (flat buffer of training-point indices),
+and a particle is just a row of node uids (:class:`GrowthState`).
 A node's list is materialised lazily, when the node is expanded, by filtering
 its parent's list with the node's rule; children of particles that die before
 their expansion are never materialised. One stage therefore costs work
@@ -31,7 +32,7 @@ from .kernels.segments import exclusive_cumsum, ragged_arange, rank_within, segm
 from .random import keyed_uniform
 from .trees import INTERNAL, LEAF, OPEN, HardTrees
 
-__all__ = ["NodePool", "Grower", "PROPOSALS", "ExpansionResult"]
+__all__ = ["NodeTable", "GrowthState", "Grower", "PROPOSALS", "ExpansionResult"]
 
 PROPOSALS = ("prior", "empirical", "optimal")
 
@@ -39,54 +40,68 @@ PROPOSALS = ("prior", "empirical", "optimal")
 _U_STOP, _U_DIM, _U_CUT, _U_INTERVAL = 0, 1, 2, 3
 
 
-class NodePool:
-    """Training-point index lists of tree nodes, stored once per node uid.
+class NodeTable:
+    """Node records and training-point lists, keyed by node uid, shared by all particles.
+
+    A particle is a row of uids (see :class:`GrowthState`); copies made by
+    resampling share uids, so resampling copies 4 bytes per node and a node's
+    data is stored once however many particles hold it. An open node's uid
+    carries its data rule (parent uid, feature, threshold, side); expanding it
+    gives the expanding particle a new *decided* uid (split or stopped) while
+    copies that have not expanded it yet keep the open one.
 
     Parameters
     ----------
     n_points : int
         N, the number of training points.
-    device : torch.device
+    root_stats : Tensor [S]
+        Sufficient statistics of all the data.
+    threshold_dtype : torch.dtype
+        Dtype of cut locations (the data's).
     """
 
-    def __init__(self, n_points: int, device) -> None:
-        self.device = torch.device(device)
+    _RECORDS = {
+        "depth": (torch.int32, 0), "status": (torch.int8, OPEN), "feature": (torch.int32, -1),
+        "left": (torch.int32, -1), "right": (torch.int32, -1), "pslot": (torch.int32, -1),
+        "rparent": (torch.long, -1), "rfeat": (torch.long, 0), "rside": (torch.bool, False),
+        "off": (torch.long, -1), "cnt": (torch.long, 0),
+    }
+
+    def __init__(self, n_points: int, root_stats: torch.Tensor, threshold_dtype: torch.dtype) -> None:
+        dev = root_stats.device
+        self.device = dev
         self.n_points = n_points
-        self.buf = torch.arange(n_points, dtype=torch.int32, device=self.device)
+        self.buf = torch.arange(n_points, dtype=torch.int32, device=dev)
         self.size = n_points
-        cap = 1024
-        self.off = torch.full((cap,), -1, dtype=torch.long, device=self.device)
-        self.cnt = torch.zeros(cap, dtype=torch.long, device=self.device)
-        self.parent = torch.full((cap,), -1, dtype=torch.long, device=self.device)
-        self.feat = torch.zeros(cap, dtype=torch.long, device=self.device)
-        self.thr = torch.zeros(cap, dtype=torch.float64, device=self.device)
-        self.side = torch.zeros(cap, dtype=torch.bool, device=self.device)  # True = right child
-        self.off[0], self.cnt[0] = 0, n_points  # uid 0 = the root
+        cap = 4096
+        for name, (dt, fill) in self._RECORDS.items():
+            setattr(self, name, torch.full((cap,), fill, dtype=dt, device=dev))
+        self.threshold = torch.zeros(cap, dtype=threshold_dtype, device=dev)
+        self.rthr = torch.zeros(cap, dtype=torch.float64, device=dev)
+        self.stats = torch.zeros(cap, root_stats.shape[-1], dtype=root_stats.dtype, device=dev)
+        self.off[0], self.cnt[0], self.stats[0] = 0, n_points, root_stats  # uid 0 = the root
         self.n_uids = 1
         self.live_after_gc = n_points
         self.limit_bytes: Optional[int] = None
 
-    def _grow_meta(self, need: int) -> None:
-        cap = self.off.numel()
+    def _reserve(self, need: int) -> None:
+        cap = self.depth.numel()
         if need <= cap:
             return
         new = cap
         while new < need:
             new *= 2
+        for name, (dt, fill) in self._RECORDS.items():
+            old = getattr(self, name)
+            setattr(self, name, torch.cat([old, torch.full((new - cap,), fill, dtype=dt, device=self.device)]))
+        self.threshold = torch.cat([self.threshold, torch.zeros(new - cap, dtype=self.threshold.dtype, device=self.device)])
+        self.rthr = torch.cat([self.rthr, torch.zeros(new - cap, dtype=torch.float64, device=self.device)])
+        self.stats = torch.cat([self.stats, torch.zeros(new - cap, self.stats.shape[1], dtype=self.stats.dtype, device=self.device)])
 
-        def ext(t, fill):
-            return torch.cat([t, torch.full((new - cap,), fill, dtype=t.dtype, device=t.device)])
-
-        self.off, self.cnt, self.parent = ext(self.off, -1), ext(self.cnt, 0), ext(self.parent, -1)
-        self.feat, self.thr, self.side = ext(self.feat, 0), ext(self.thr, 0.0), ext(self.side, False)
-
-    def define(self, parent_uid: torch.Tensor, feat: torch.Tensor, thr: torch.Tensor, side: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        """Register new nodes by their rule; returns their uids ``[k]``."""
-        k = parent_uid.numel()
-        self._grow_meta(self.n_uids + k)
+    def new(self, k: int) -> torch.Tensor:
+        """Allocate ``k`` fresh uids (records at their defaults); returns LongTensor [k]."""
+        self._reserve(self.n_uids + k)
         uids = torch.arange(self.n_uids, self.n_uids + k, device=self.device)
-        self.parent[uids], self.feat[uids], self.thr[uids] = parent_uid, feat.long(), thr.double()
-        self.side[uids], self.cnt[uids] = side, count.long()
         self.n_uids += k
         return uids
 
@@ -111,18 +126,18 @@ class NodePool:
         return start
 
     def materialise(self, uids: torch.Tensor, X: torch.Tensor) -> None:
-        """Make sure the lists of distinct ``uids`` exist (their parents' must)."""
+        """Make sure the point lists of distinct open ``uids`` exist (their parents' must)."""
         todo = uids[self.off[uids] < 0]
         if todo.numel() == 0:
             return
-        par = self.parent[todo]
+        par = self.rparent[todo]
         if bool((self.off[par] < 0).any()):
             raise RuntimeError("internal error: a node's parent data was freed before the node was expanded")
         seg, pos = ragged_arange(self.cnt[par])
         idx = self.buf[self.off[par][seg] + pos].long()
-        xv = X[idx, self.feat[todo][seg]]
-        go_right = xv > self.thr[todo][seg].to(X.dtype)
-        keep = go_right == self.side[todo][seg]
+        xv = X[idx, self.rfeat[todo][seg]]
+        go_right = xv > self.rthr[todo][seg].to(X.dtype)
+        keep = go_right == self.rside[todo][seg]
         kept = idx[keep]
         counts = torch.bincount(seg[keep], minlength=todo.numel())
         if not bool((counts == self.cnt[todo]).all()):
@@ -130,35 +145,73 @@ class NodePool:
         start = self._append(kept.to(self.buf.dtype))
         self.off[todo] = start + exclusive_cumsum(counts)
 
-    def segments(self, uids: torch.Tensor):
-        """``(offsets, counts)`` of materialised ``uids``, each ``[k]``."""
-        return self.off[uids], self.cnt[uids]
-
     def gather(self, uids: torch.Tensor):
-        """Flatten the lists of ``uids``: returns ``(seg [T], idx [T])``."""
-        off, cnt = self.segments(uids)
+        """Flatten the point lists of materialised ``uids``: ``(seg [T], idx [T])``."""
+        off, cnt = self.off[uids], self.cnt[uids]
         seg, pos = ragged_arange(cnt)
         return seg, self.buf[off[seg] + pos].long()
 
-    def maybe_compact(self, open_uids: torch.Tensor, factor: float = 3.0) -> None:
-        """Drop lists no open node needs once the buffer is ``factor`` x the live size.
+    def needs_compaction(self, factor: float = 3.0) -> bool:
+        """True once the buffer holds ``factor`` x the live size at the last compaction."""
+        return self.size >= factor * max(self.live_after_gc, self.n_points)
+
+    def compact(self, open_uids: torch.Tensor) -> None:
+        """Drop the point lists that no open node needs.
 
         Parameters
         ----------
         open_uids : LongTensor [k] uids of all open nodes of all particles
         """
-        if self.size < factor * max(self.live_after_gc, self.n_points):
-            return
         open_u = torch.unique(open_uids)
         unmat = open_u[self.off[open_u] < 0]
-        keep = torch.unique(torch.cat([open_u[self.off[open_u] >= 0], self.parent[unmat]]))
-        seg, idx = self.gather(keep)
+        keep = torch.unique(torch.cat([open_u[self.off[open_u] >= 0], self.rparent[unmat]]))
+        _, idx = self.gather(keep)
         counts = self.cnt[keep]
         self.off.fill_(-1)
         self.buf = idx.to(torch.int32)
         self.size = idx.numel()
         self.off[keep] = exclusive_cumsum(counts)
         self.live_after_gc = max(self.size, 1)
+
+
+@dataclass
+class GrowthState:
+    """Particles as rows of node uids into a shared :class:`NodeTable`.
+
+    Attributes
+    ----------
+    node_uid : IntTensor [P, C]
+        uid of the node at each slot (slots ``>= n_nodes`` are unused).
+    n_nodes : LongTensor [P]
+    """
+
+    node_uid: torch.Tensor
+    n_nodes: torch.Tensor
+
+    @property
+    def n_particles(self) -> int:
+        """P."""
+        return self.node_uid.shape[0]
+
+    def reserve(self, needed: int) -> None:
+        """Grow the slot capacity by doubling so ``needed`` nodes fit."""
+        C = self.node_uid.shape[1]
+        if needed <= C:
+            return
+        new = C
+        while new < needed:
+            new *= 2
+        pad = torch.zeros(self.n_particles, new - C, dtype=self.node_uid.dtype, device=self.node_uid.device)
+        self.node_uid = torch.cat([self.node_uid, pad], 1)
+
+    def take_(self, index: torch.Tensor) -> None:
+        """In-place resampling ``self[i] = self[index[i]]``, copying only moved rows."""
+        moved = (index != torch.arange(index.numel(), device=index.device)).nonzero().squeeze(1)
+        if moved.numel():
+            src = index[moved]
+            width = int(self.n_nodes.max())
+            self.node_uid[moved, :width] = self.node_uid[src, :width]
+            self.n_nodes[moved] = self.n_nodes[src]
 
 
 @dataclass
@@ -173,7 +226,7 @@ class ExpansionResult:
 class _Sorted:
     """Values of distinct (node, dim) groups sorted with cumulative statistics."""
 
-    def __init__(self, pool: NodePool, g_uid: torch.Tensor, g_dim: torch.Tensor, data, pstats: torch.Tensor):
+    def __init__(self, pool: NodeTable, g_uid: torch.Tensor, g_dim: torch.Tensor, data, pstats: torch.Tensor):
         seg, idx = pool.gather(g_uid)
         ranks = data.X_rank[idx, g_dim[seg]]
         R = int(data.n_unique.max()) + 1
@@ -204,7 +257,7 @@ class _Sorted:
 
 
 class Grower:
-    """Expands nodes of a batch of trees under the Chipman prior.
+    """Expands open nodes of a batch of trees under the Chipman prior.
 
     Parameters
     ----------
@@ -225,15 +278,44 @@ class Grower:
         self.proposal, self.seed = proposal, seed
         self.use_likelihood = use_likelihood
         self.pstats = likelihood.point_stats(data.y, data.n_classes).to(likelihood.stats_dtype)
-        self.pool = NodePool(data.n, data.device)
+        self.table = NodeTable(data.n, self.pstats.sum(0), data.X.dtype)
 
-    # ------------------------------------------------------------------ trees
-    def init_trees(self, n_trees: int, capacity: int = 32) -> HardTrees:
-        """P single-root trees with the root open and uid 0."""
-        root = self.pstats.sum(0)
-        trees = HardTrees.roots(n_trees, root, capacity=capacity, threshold_dtype=self.data.X.dtype)
-        trees.extra["uid"] = torch.zeros(n_trees, trees.capacity, dtype=torch.long, device=trees.device)
-        return trees
+    # ------------------------------------------------------------------ state
+    def init_state(self, n_particles: int, capacity: int = 32) -> GrowthState:
+        """P single-root trees (uid 0, open)."""
+        dev = self.data.device
+        return GrowthState(
+            torch.zeros(n_particles, capacity, dtype=torch.int32, device=dev),
+            torch.ones(n_particles, dtype=torch.long, device=dev),
+        )
+
+    def slot_status(self, state: GrowthState) -> torch.Tensor:
+        """Status of every slot ``[P, C]`` (UNUSED beyond ``n_nodes``)."""
+        used = torch.arange(state.node_uid.shape[1], device=state.node_uid.device)[None] < state.n_nodes[:, None]
+        st = self.table.status[state.node_uid.long()]
+        return torch.where(used, st, torch.zeros_like(st))
+
+    def open_uids(self, state: GrowthState) -> torch.Tensor:
+        """uids of all open nodes of all particles (with repeats) ``[k]``."""
+        return state.node_uid.long()[self.slot_status(state) == OPEN]
+
+    def to_trees(self, state: GrowthState) -> HardTrees:
+        """Materialise the particles as :class:`HardTrees` (trimmed to the largest tree)."""
+        width = max(int(state.n_nodes.max()), 1)
+        uid = state.node_uid[:, :width].long()
+        used = torch.arange(width, device=uid.device)[None] < state.n_nodes[:, None]
+        t = self.table
+
+        def g(field, fill):
+            v = getattr(t, field)[uid]
+            return torch.where(used, v, torch.full_like(v, fill))
+
+        stats = t.stats[uid] * used[..., None].to(t.stats.dtype)
+        return HardTrees(
+            feature=g("feature", -1), threshold=g("threshold", 0), left=g("left", -1), right=g("right", -1),
+            parent=g("pslot", -1), depth=g("depth", 0), status=g("status", 0), stats=stats,
+            n_nodes=state.n_nodes.clone(),
+        )
 
     def _loglik(self, stats: torch.Tensor) -> torch.Tensor:
         if not self.use_likelihood:
@@ -241,14 +323,14 @@ class Grower:
         return self.lik.log_marginal(stats)
 
     # ---------------------------------------------------------------- expand
-    def expand(self, trees: HardTrees, pp: torch.Tensor, nn: torch.Tensor, gidx: torch.Tensor, stage: int) -> ExpansionResult:
-        """Consider the open nodes ``(pp[a], nn[a])`` for splitting.
+    def expand(self, state: GrowthState, pp: torch.Tensor, nn: torch.Tensor, gidx: torch.Tensor, stage: int) -> ExpansionResult:
+        """Consider the open nodes at slots ``(pp[a], nn[a])`` for splitting.
 
         Parameters
         ----------
-        trees : HardTrees, modified in place
+        state : GrowthState, modified in place
         pp, nn : LongTensor [A]
-            Particle and node of each pair, sorted by particle.
+            Particle and slot of each pair, sorted by particle.
         gidx : LongTensor [A]
             Global index of each pair's particle (keys the random draws).
         stage : int
@@ -257,162 +339,149 @@ class Grower:
         -------
         ExpansionResult
         """
-        dev = trees.device
-        data, pool = self.data, self.pool
+        dev = state.node_uid.device
+        data, t = self.data, self.table
         A = pp.numel()
-        uid = trees.extra["uid"][pp, nn]
+        uid = state.node_uid[pp, nn].long()
         uu, inv = torch.unique(uid, return_inverse=True)
         U = uu.numel()
-        pool.materialise(uu, data.X)
+        t.materialise(uu, data.X)
         # Per distinct node: data extent in every dimension.
-        seg, idx = pool.gather(uu)
+        seg, idx = t.gather(uu)
         lo, hi = segment_minmax(data.X[idx], seg, U)
         varying = hi > lo
         nvary = varying.sum(1)
-        depth = trees.depth[pp, nn]
-        psplit = self.prior.split_prob(depth)
-        pstat = trees.stats[pp, nn]
-        lp = self._loglik(pstat)
-        can_split = nvary[inv] > 0
-        slot = nn
-        u_stop = keyed_uniform(self.seed, stage * 8 + _U_STOP, gidx, slot)
+        psplit_u = self.prior.split_prob(t.depth[uu])
+        pstat_u = t.stats[uu]
+        lp_u = self._loglik(pstat_u)
+        u_stop = keyed_uniform(self.seed, stage * 8 + _U_STOP, gidx, nn)
         if self.proposal == "optimal":
-            return self._expand_optimal(trees, pp, nn, gidx, stage, uu, inv, lo, hi, varying, nvary, psplit, pstat, lp, u_stop)
-
-        split = can_split & (u_stop < psplit)
-        sp = split.nonzero().squeeze(1)
-        logw = torch.zeros(A, dtype=torch.float64, device=dev)
-        if sp.numel():
-            k = inv[sp]
-            u_dim = keyed_uniform(self.seed, stage * 8 + _U_DIM, gidx[sp], slot[sp])
-            # k-th varying dimension, k uniform in [0, nvary).
-            kth = (u_dim * nvary[k].double()).long().clamp(max=nvary[k] - 1)
-            cumv = torch.cumsum(varying.long(), 1)[k]  # [Sp, D]
-            feat = torch.searchsorted(cumv, (kth + 1)[:, None]).squeeze(1)
-            u_cut = keyed_uniform(self.seed, stage * 8 + _U_CUT, gidx[sp], slot[sp])
-            lo_f, hi_f = lo[k, feat].double(), hi[k, feat].double()
-            # Sort only the distinct (node, dim) groups that some particle asked for.
-            gkey = k * data.d + feat
-            gk, ginv = torch.unique(gkey, return_inverse=True)
-            srt = _Sorted(pool, uu[gk // data.d], gk % data.d, data, self.pstats)
-            if self.proposal == "prior":
-                thr = lo_f + u_cut * (hi_f - lo_f)
-                thr = _below(thr.to(data.X.dtype), hi[k, feat])
-                n_left = segmented_searchsorted(srt.vals, srt.start[ginv], srt.end[ginv], thr, right=True)
-                extra = torch.zeros_like(thr, dtype=torch.float64)
-            else:  # empirical: an interval between adjacent distinct values, then uniform in it
-                u_int = keyed_uniform(self.seed, stage * 8 + _U_INTERVAL, gidx[sp], slot[sp])
-                nc = srt.n_cand[ginv]
-                j = (u_int * nc.double()).long().clamp(max=nc - 1)
-                e = srt.cand[srt.cand_start[ginv] + j]
-                v0, v1 = srt.vals[e].double(), srt.vals[e + 1].double()
-                thr = _below((v0 + u_cut * (v1 - v0)).to(data.X.dtype), srt.vals[e + 1])
-                thr = torch.maximum(thr, srt.vals[e])
-                n_left = e + 1 - srt.start[ginv]
-                # prior density 1/range over proposal density 1/((U-1) gap)
-                extra = torch.log(nc.double()) + torch.log(v1 - v0) - torch.log(hi_f - lo_f)
-            left = srt.left_stats_at(ginv, n_left).to(pstat.dtype)
-            right = pstat[sp] - left
-            lw = self._loglik(left) + self._loglik(right) - lp[sp] + extra
-            logw[sp] = lw
-            self._apply_splits(trees, pp[sp], nn[sp], uid[sp], feat, thr, left, right, n_left)
-        self._apply_stops(trees, pp[~split], nn[~split])
+            split, logw, sp, feat, thr, left, n_left = self._choose_optimal(uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop)
+        else:
+            split, logw, sp, feat, thr, left, n_left = self._choose_local(uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop)
+        self._apply(state, pp, nn, uid, split, sp, feat, thr, left, n_left)
         return ExpansionResult(logw, split, U)
 
-    def _expand_optimal(self, trees, pp, nn, gidx, stage, uu, inv, lo, hi, varying, nvary, psplit, pstat, lp, u_stop) -> ExpansionResult:
-        dev = trees.device
-        data, pool = self.data, self.pool
-        D, U, A = data.d, uu.numel(), pp.numel()
-        # All (distinct node, varying dim) groups.
-        gu, gd = varying.nonzero(as_tuple=True)
-        srt = _Sorted(pool, uu[gu], gd, data, self.pstats)
-        e = srt.cand
-        g = srt.cand_seg
+    def _choose_local(self, uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop):
+        """Prior and empirical proposals: stop/split as the prior, dimension uniform."""
+        data, t = self.data, self.table
+        A = inv.numel()
+        split = (nvary[inv] > 0) & (u_stop < psplit_u[inv])
+        sp = split.nonzero().squeeze(1)
+        logw = torch.zeros(A, dtype=torch.float64, device=inv.device)
+        if sp.numel() == 0:
+            return split, logw, sp, None, None, None, None
+        k = inv[sp]
+        u_dim = keyed_uniform(self.seed, stage * 8 + _U_DIM, gidx[sp], nn[sp])
+        # The kth varying dimension, k uniform in [0, nvary).
+        kth = (u_dim * nvary[k].double()).long().clamp(max=nvary[k] - 1)
+        cumv = torch.cumsum(varying.int(), 1)
+        feat = torch.searchsorted(cumv[k], (kth + 1).int()[:, None]).squeeze(1)
+        u_cut = keyed_uniform(self.seed, stage * 8 + _U_CUT, gidx[sp], nn[sp])
+        lo_f, hi_f = lo[k, feat], hi[k, feat]
+        # Sort only the distinct (node, dim) groups that some particle asked for.
+        gk, ginv = torch.unique(k * data.d + feat, return_inverse=True)
+        srt = _Sorted(t, uu[gk // data.d], gk % data.d, data, self.pstats)
+        if self.proposal == "prior":
+            thr = lo_f.double() + u_cut * (hi_f - lo_f).double()
+            thr = _below(thr.to(data.X.dtype), hi_f)
+            n_left = segmented_searchsorted(srt.vals, srt.start[ginv], srt.end[ginv], thr, right=True)
+            extra = 0.0
+        else:  # empirical: an interval between adjacent distinct values, then uniform in it
+            u_int = keyed_uniform(self.seed, stage * 8 + _U_INTERVAL, gidx[sp], nn[sp])
+            nc = srt.n_cand[ginv]
+            j = (u_int * nc.double()).long().clamp(max=nc - 1)
+            e = srt.cand[srt.cand_start[ginv] + j]
+            v0, v1 = srt.vals[e], srt.vals[e + 1]
+            thr = _below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1)
+            thr = torch.maximum(thr, v0)
+            n_left = e + 1 - srt.start[ginv]
+            # prior density 1/range over proposal density 1/((U-1) gap)
+            extra = torch.log(nc.double()) + torch.log((v1 - v0).double()) - torch.log((hi_f - lo_f).double())
+        left = srt.left_stats_at(ginv, n_left).to(pstat_u.dtype)
+        right = pstat_u[k] - left
+        logw[sp] = self._loglik(left) + self._loglik(right) - lp_u[k] + extra
+        return split, logw, sp, feat, thr, left, n_left
+
+    def _choose_optimal(self, uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop):
+        """One-step optimal proposal (eq. 6-7, sec. 3.1), scored once per distinct node."""
+        data, t = self.data, self.table
+        dev = inv.device
+        U = uu.numel()
+        gu, gd = varying.nonzero(as_tuple=True)  # every (distinct node, varying dim) group
+        srt = _Sorted(t, uu[gu], gd, data, self.pstats)
+        e, g = srt.cand, srt.cand_seg
         s0 = srt.start[g]
-        left = (srt.cum[e + 1] - srt.cum[s0])
+        left_all = srt.cum[e + 1] - srt.cum[s0]
         node_of = gu[g]
-        # Parent stats of a distinct node: take them from any pair that holds it.
-        first_pair = torch.full((U,), A, dtype=torch.long, device=dev).scatter_reduce(0, inv, torch.arange(A, device=dev), "amin")
-        par_stats = pstat[first_pair].double()
-        right = par_stats[node_of] - left
+        right_all = pstat_u[node_of].double() - left_all
         gap = (srt.vals[e + 1] - srt.vals[e]).double()
         rng = (hi - lo).double()[node_of, gd[g]]
-        cand_lw = torch.log(gap) - torch.log(rng) + self._loglik(left) + self._loglik(right)
-        # Per distinct node: log sum over candidates (segmented logsumexp).
+        cand_lw = torch.log(gap) - torch.log(rng) + self._loglik(left_all) + self._loglik(right_all)
+        # Segmented logsumexp over the candidates of each distinct node.
         mx = torch.full((U,), -math.inf, dtype=torch.float64, device=dev).scatter_reduce(0, node_of, cand_lw, "amax")
         ssum = torch.zeros(U, dtype=torch.float64, device=dev).index_add_(0, node_of, torch.exp(cand_lw - mx[node_of]))
-        lse = mx + ssum.log()  # -inf where no candidate
-        lp_u = lp[first_pair]
-        ps_u = psplit[first_pair]
+        lse = mx + ssum.log()
         has = nvary > 0
-        log_split_mass = torch.where(has, ps_u.log() - torch.log(nvary.clamp(min=1).double()) + lse, torch.full_like(lse, -math.inf))
-        log_stop_mass = torch.where(has, torch.log1p(-ps_u) + lp_u, lp_u)
-        logz = torch.logaddexp(log_stop_mass, log_split_mass)
-        p_stop = torch.exp(log_stop_mass - logz)
-        split = u_stop >= p_stop[inv]
-        logw = (logz - lp_u)[inv]
-        if not self.use_likelihood:
-            logw = torch.zeros_like(logw)
+        log_split = torch.where(has, psplit_u.log() - torch.log(nvary.clamp(min=1).double()) + lse, torch.full_like(lse, -math.inf))
+        log_stop = torch.where(has, torch.log1p(-psplit_u) + lp_u, lp_u)
+        logz = torch.logaddexp(log_stop, log_split)
+        split = u_stop >= torch.exp(log_stop - logz)[inv]
+        logw = (logz - lp_u)[inv] if self.use_likelihood else torch.zeros(inv.numel(), dtype=torch.float64, device=dev)
         sp = split.nonzero().squeeze(1)
-        if sp.numel():
-            # Candidates are grouped by node (group order = node order): cumulative
-            # probabilities within each node, then a binary search per particle.
-            prob = torch.exp(cand_lw - lse[node_of])
-            cprob = torch.cumsum(prob, 0)
-            ncand_node = torch.bincount(node_of, minlength=U)
-            cstart = exclusive_cumsum(ncand_node)
-            base = torch.cat([torch.zeros(1, dtype=cprob.dtype, device=dev), cprob])[cstart]
-            k = inv[sp]
-            u_int = keyed_uniform(self.seed, stage * 8 + _U_INTERVAL, gidx[sp], nn[sp])
-            tot = torch.cat([torch.zeros(1, dtype=cprob.dtype, device=dev), cprob])[cstart + ncand_node] - base
-            q = base[k] + u_int * tot[k]
-            j = segmented_searchsorted(cprob, cstart[k], cstart[k] + ncand_node[k], q, right=False)
-            j = torch.minimum(j, ncand_node[k] - 1)
-            c = cstart[k] + j
-            ec = e[c]
-            feat = gd[g[c]]
-            u_cut = keyed_uniform(self.seed, stage * 8 + _U_CUT, gidx[sp], nn[sp])
-            v0, v1 = srt.vals[ec].double(), srt.vals[ec + 1].double()
-            thr = _below((v0 + u_cut * (v1 - v0)).to(data.X.dtype), srt.vals[ec + 1])
-            thr = torch.maximum(thr, srt.vals[ec])
-            lstats = left[c].to(pstat.dtype)
-            rstats = pstat[sp] - lstats
-            n_left = ec + 1 - s0[c]
-            uid = trees.extra["uid"][pp[sp], nn[sp]]
-            self._apply_splits(trees, pp[sp], nn[sp], uid, feat, thr, lstats, rstats, n_left)
-        self._apply_stops(trees, pp[~split], nn[~split])
-        return ExpansionResult(logw, split, U)
+        if sp.numel() == 0:
+            return split, logw, sp, None, None, None, None
+        # Candidates are grouped by node: cumulative probabilities within each
+        # node, then one binary search per particle.
+        cprob = torch.cumsum(torch.exp(cand_lw - lse[node_of]), 0)
+        ncand = torch.bincount(node_of, minlength=U)
+        cstart = exclusive_cumsum(ncand)
+        cpad = torch.cat([torch.zeros(1, dtype=cprob.dtype, device=dev), cprob])
+        base, tot = cpad[cstart], cpad[cstart + ncand] - cpad[cstart]
+        k = inv[sp]
+        u_int = keyed_uniform(self.seed, stage * 8 + _U_INTERVAL, gidx[sp], nn[sp])
+        j = segmented_searchsorted(cprob, cstart[k], cstart[k] + ncand[k], base[k] + u_int * tot[k], right=False)
+        c = cstart[k] + torch.minimum(j, ncand[k] - 1)
+        ec = e[c]
+        feat = gd[g[c]]
+        u_cut = keyed_uniform(self.seed, stage * 8 + _U_CUT, gidx[sp], nn[sp])
+        v0, v1 = srt.vals[ec], srt.vals[ec + 1]
+        thr = torch.maximum(_below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1), v0)
+        return split, logw, sp, feat, thr, left_all[c].to(pstat_u.dtype), ec + 1 - s0[c]
 
     # ----------------------------------------------------------------- apply
-    def _apply_stops(self, trees: HardTrees, pp: torch.Tensor, nn: torch.Tensor) -> None:
-        trees.status[pp, nn] = LEAF
-
-    def _apply_splits(self, trees, pp, nn, uid, feat, thr, left, right, n_left) -> None:
-        k = pp.numel()
-        r = rank_within(pp)  # pairs are sorted by particle
-        base = trees.n_nodes[pp] + 2 * r
-        per_tree = torch.bincount(pp, minlength=trees.n_trees)
-        trees.reserve(int((trees.n_nodes + 2 * per_tree).max()))
-        c0, c1 = base, base + 1
-        trees.feature[pp, nn] = feat.to(trees.feature.dtype)
-        trees.threshold[pp, nn] = thr.to(trees.threshold.dtype)
-        trees.left[pp, nn] = c0.to(trees.left.dtype)
-        trees.right[pp, nn] = c1.to(trees.right.dtype)
-        trees.status[pp, nn] = INTERNAL
-        d1 = trees.depth[pp, nn] + 1
-        n_parent = self.pool.cnt[uid]
-        uids = self.pool.define(
-            torch.cat([uid, uid]), torch.cat([feat, feat]), torch.cat([thr, thr]).double(),
-            torch.cat([torch.zeros(k, dtype=torch.bool, device=pp.device), torch.ones(k, dtype=torch.bool, device=pp.device)]),
-            torch.cat([n_left, n_parent - n_left]),
-        )
-        for c, st, u in ((c0, left, uids[:k]), (c1, right, uids[k:])):
-            trees.status[pp, c] = OPEN
-            trees.depth[pp, c] = d1
-            trees.parent[pp, c] = nn.to(trees.parent.dtype)
-            trees.stats[pp, c] = st
-            trees.extra["uid"][pp, c] = u
-        trees.n_nodes += 2 * per_tree
+    def _apply(self, state, pp, nn, uid, split, sp, feat, thr, left, n_left) -> None:
+        t = self.table
+        A = pp.numel()
+        decided = t.new(A)
+        t.depth[decided] = t.depth[uid]
+        t.stats[decided] = t.stats[uid]
+        t.pslot[decided] = t.pslot[uid]
+        t.status[decided] = torch.where(split, INTERNAL, LEAF).to(torch.int8)
+        state.node_uid[pp, nn] = decided.to(torch.int32)
+        k = sp.numel()
+        if k == 0:
+            return
+        ps, ns, us, ds = pp[sp], nn[sp], uid[sp], decided[sp]
+        per_tree = torch.bincount(ps, minlength=state.n_particles)
+        state.reserve(int((state.n_nodes + 2 * per_tree).max()))
+        c0 = state.n_nodes[ps] + 2 * rank_within(ps)  # pairs are sorted by particle
+        t.feature[ds] = feat.to(torch.int32)
+        t.threshold[ds] = thr.to(t.threshold.dtype)
+        t.left[ds] = c0.to(torch.int32)
+        t.right[ds] = (c0 + 1).to(torch.int32)
+        kids = t.new(2 * k)
+        kl, kr = kids[:k], kids[k:]
+        pstat = t.stats[us]
+        for kid, st, side, cnt, slot in ((kl, left, False, n_left, c0), (kr, pstat - left, True, t.cnt[us] - n_left, c0 + 1)):
+            t.depth[kid] = t.depth[us] + 1
+            t.stats[kid] = st
+            t.pslot[kid] = ns.to(torch.int32)
+            t.rparent[kid], t.rfeat[kid], t.rthr[kid] = us, feat.long(), thr.double()
+            t.rside[kid] = side
+            t.cnt[kid] = cnt.long()
+            state.node_uid[ps, slot] = kid.to(torch.int32)
+        state.n_nodes += 2 * per_tree
 
 
 def _below(thr: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:

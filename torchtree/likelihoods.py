@@ -79,6 +79,10 @@ class DirichletMultinomial:
         idx = y.long().view(*([1] * (table_rows.dim() - 2)), -1, 1).expand(*table_rows.shape[:-1], 1)
         return torch.gather(table_rows, -1, idx).squeeze(-1).double().log()
 
+    def log_prob_rows(self, rows: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``log p(y_t | row_t)`` for predictive rows ``[T, K]`` and codes ``[T]`` -> ``[T]``."""
+        return torch.gather(rows, 1, y.long()[:, None]).squeeze(1).double().log()
+
     def config(self) -> Dict:
         """Plain description for saving."""
         return {"name": "DirichletMultinomial", "alpha": self.alpha}
@@ -180,6 +184,10 @@ class NormalInverseGamma:
             - scale.log()
             - (df + 1) / 2 * torch.log1p(z * z / df)
         )
+
+    def log_prob_rows(self, rows: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Student-t ``log p(y_t | row_t)`` for rows ``[T, 3]`` and targets ``[T]`` -> ``[T]``."""
+        return self.log_predictive_point(rows, y)
 
     def config(self) -> Dict:
         """Plain description for saving."""

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .data import as_feature_matrix
+from .kernels.forest import mixture_over_leaves
 from .likelihoods import likelihood_from_config
 from .trees import INTERNAL, HardTrees
 
@@ -100,6 +101,8 @@ class TreePosterior:
         self.classes_ = None if classes is None else np.asarray(classes)
         self.log_evidence = None if log_evidence is None else float(log_evidence)
         self.info: Dict[str, Any] = dict(info or {})
+        self._table = None
+        self._used = None
 
     # --------------------------------------------------------------- basics
     @property
@@ -129,6 +132,27 @@ class TreePosterior:
             sub = self.trees.take(torch.arange(s, min(s + step, self.trees.n_trees), device=self.trees.device))
             yield slice(s, s + sub.n_trees), sub.predict(X, self.likelihood)
 
+    def _mixture(self, X: torch.Tensor, leaf_fn, out_dim: int, chunk_points: int = 1 << 16) -> torch.Tensor:
+        """``sum_q w_q leaf_fn(predictive row of q's leaf at x_m, m)``: ``[M, out_dim]`` float64.
+
+        Routes each point once per distinct node of the whole forest (see
+        ``torchtree.kernels.forest``), in chunks of points to bound memory.
+        """
+        t = self.trees
+        if self._table is None:
+            self._table = self.likelihood.predictive_table(t.stats)
+            self._used = t.status != 0
+        parts = []
+        for s in range(0, X.shape[0], chunk_points):
+            Xc = X[s : s + chunk_points]
+            parts.append(
+                mixture_over_leaves(
+                    t.feature, t.threshold, t.left, t.right, t.depth, self._used, self.weights,
+                    self._table, Xc, lambda rows, pts, s=s: leaf_fn(rows, pts + s), out_dim,
+                )
+            )
+        return torch.cat(parts)
+
     # ------------------------------------------------------------ prediction
     def predict_proba(self, X) -> np.ndarray:
         """Posterior predictive class probabilities.
@@ -146,12 +170,8 @@ class TreePosterior:
         return self._proba(self._X(X)).cpu().numpy()
 
     def _proba(self, X: torch.Tensor) -> torch.Tensor:
-        w = self.weights.to(X.device)
-        out = None
-        for sl, rows in self._mixture_rows(X):
-            part = torch.einsum("q,qmk->mk", w[sl].to(rows.dtype), rows).double()
-            out = part if out is None else out + part
-        return out
+        K = int(self.trees.stats.shape[-1])
+        return self._mixture(X, lambda rows, pts: rows, K)
 
     def predict(self, X) -> np.ndarray:
         """Predicted labels (classification: most probable class, in the original
@@ -172,11 +192,7 @@ class TreePosterior:
         return self._mean(Xt).cpu().numpy()
 
     def _mean(self, X: torch.Tensor) -> torch.Tensor:
-        w = self.weights.to(X.device)
-        out = torch.zeros(X.shape[0], dtype=torch.float64, device=X.device)
-        for sl, rows in self._mixture_rows(X):
-            out += torch.einsum("q,qm->m", w[sl], rows[..., 1].double())
-        return out
+        return self._mixture(X, lambda rows, pts: rows[:, 1:2], 1)[:, 0]
 
     def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval (regression).
@@ -225,13 +241,9 @@ class TreePosterior:
         """
         Xt = self._X(X)
         yt = self._encode_y(y, Xt.shape[0]).to(Xt.device)
-        lw = self.log_weights.to(Xt.device)
-        acc = None
-        for sl, rows in self._mixture_rows(Xt):
-            lp = self.likelihood.log_predictive_point(rows, yt) + lw[sl, None]  # [q, M]
-            part = torch.logsumexp(lp, 0)
-            acc = part if acc is None else torch.logaddexp(acc, part)
-        return float(acc.mean())
+        lik = self.likelihood
+        dens = self._mixture(Xt, lambda rows, pts: lik.log_prob_rows(rows, yt[pts]).exp()[:, None], 1)
+        return float(dens[:, 0].log().mean())
 
     def accuracy(self, X, y) -> float:
         """Fraction of test points whose predicted class equals ``y``."""

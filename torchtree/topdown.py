@@ -31,7 +31,7 @@ from .posterior import TreePosterior
 from .priors import ChipmanPrior
 from .random import derive_seed, seed_to_int
 from .resampling import RESAMPLERS, get_resampler, stable_ancestors
-from .trees import OPEN
+from .trees import LEAF, OPEN
 
 __all__ = ["TopDownSMC", "resolve_device", "default_likelihood"]
 
@@ -155,12 +155,12 @@ class TopDownSMC:
         P, I = self.n_particles, self.n_islands
         m = P // I
         grower = Grower(self.prior, lik, data, self.proposal, seed_i, self.use_likelihood)
-        grower.pool.limit_bytes = self.max_memory_bytes or _default_memory_limit(dev)
-        trees = grower.init_trees(P)
+        grower.table.limit_bytes = self.max_memory_bytes or _default_memory_limit(dev)
+        state = grower.init_state(P)
         gidx = torch.arange(P, device=dev)
         logw = torch.zeros(P, dtype=torch.float64, device=dev)
         # Stage 0's target is the root-only tree, whose weight is l(Y) of all the data.
-        root_ll = float(lik.log_marginal(trees.stats[0, 0])) if self.use_likelihood else 0.0
+        root_ll = float(lik.log_marginal(grower.table.stats[0])) if self.use_likelihood else 0.0
         logz = torch.full((I,), root_ll, dtype=torch.float64, device=dev)
         resample_fn = get_resampler(self.resampling)
         n_resample = 0
@@ -169,13 +169,13 @@ class TopDownSMC:
         stage = 0
         while stage < self.max_stages:
             if self.expansion == "node":
-                pp = (trees.n_nodes > stage).nonzero().squeeze(1)
+                pp = (state.n_nodes > stage).nonzero().squeeze(1)
                 nn = torch.full_like(pp, stage)
             else:
-                pp, nn = (trees.status == OPEN).nonzero(as_tuple=True)
+                pp, nn = (grower.slot_status(state) == OPEN).nonzero(as_tuple=True)
             if pp.numel() == 0:
                 break
-            res = grower.expand(trees, pp, nn, gidx[pp], stage)
+            res = grower.expand(state, pp, nn, gidx[pp], stage)
             incr = torch.zeros(P, dtype=torch.float64, device=dev).index_add_(0, pp, res.log_weight)
             lw2 = logw.view(I, m)
             lwn = lw2 - torch.logsumexp(lw2, 1, keepdim=True)
@@ -191,12 +191,15 @@ class TopDownSMC:
                     a = resample_fn(g, lw2[isl], m)
                     anc[isl * m:(isl + 1) * m] = stable_ancestors(a, m) + isl * m
                     logw[isl * m:(isl + 1) * m] = 0.0
-                trees.take_(anc)
+                state.take_(anc)
                 n_resample += len(need)
-                grower.pool.maybe_compact(trees.extra["uid"][trees.status == OPEN])
+                if grower.table.needs_compaction():
+                    grower.table.compact(grower.open_uids(state))
             if not isinstance(mon, NullMonitor):
-                leaves = trees.n_leaves().double()
-                depth = trees.max_depth().double()
+                st = grower.slot_status(state)
+                is_leaf = (st == OPEN) | (st == LEAF)
+                leaves = is_leaf.sum(1).double()
+                depth = torch.where(is_leaf, grower.table.depth[state.node_uid.long()], 0).amax(1).double()
                 mon.on_step(stage, {
                     "smc/ess": float(ess.min()),
                     "smc/log_evidence": float(torch.logsumexp(logz, 0) - math.log(I)),
@@ -226,6 +229,7 @@ class TopDownSMC:
             "island_ess": ess_final.cpu().tolist(),
             "seconds": time.perf_counter() - t0,
         }
+        trees = grower.to_trees(state)
         post = TreePosterior(trees, final_lw, lik, data.d, classes=data.classes_, log_evidence=log_evidence, info=info)
         mon.on_end({"log_evidence": log_evidence, "seconds": info["seconds"], "n_stages": stage, "posterior": post})
         return post

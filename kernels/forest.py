@@ -1,0 +1,168 @@
+"""Weighted mixtures over a forest, routing each point once per *distinct* node.
+
+Posterior samples of trees share most of their structure (resampling copies
+particles; MCMC samples differ by local moves). A node is identified by the
+region of input space it covers: the hash of its path (the root, then each
+ancestor's rule and the side taken). Points are routed level by level through
+the distinct (region, rule) pairs of the whole forest, so the work is the sum
+over distinct nodes of the points in them rather than trees x points x depth,
+and each distinct leaf region adds its summed weight times its value once.
+
+Exact up to 64-bit hash collisions of paths (probability about
+``n_distinct_nodes^2 / 2^64``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .segments import exclusive_cumsum, ragged_arange
+
+__all__ = ["node_region_keys", "mixture_over_leaves"]
+
+_GOLD = -7046029254386353131
+_M1 = -4658895280553007687
+_M2 = -7723592293110705685
+
+
+def _srl(x: torch.Tensor, s: int) -> torch.Tensor:
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def _mix(z: torch.Tensor) -> torch.Tensor:
+    z = (z ^ _srl(z, 30)) * _M1
+    z = (z ^ _srl(z, 27)) * _M2
+    return z ^ _srl(z, 31)
+
+
+def _bits(threshold: torch.Tensor) -> torch.Tensor:
+    if threshold.dtype == torch.float64:
+        return threshold.view(torch.int64)
+    return threshold.float().view(torch.int32).long()
+
+
+def _rule_hash(key: torch.Tensor, feature: torch.Tensor, thr_bits: torch.Tensor) -> torch.Tensor:
+    return _mix(_mix(key * _GOLD + feature.long()) + thr_bits * _GOLD)
+
+
+def node_region_keys(feature, threshold, left, right, depth, used) -> torch.Tensor:
+    """64-bit key of the region (path) of every node.
+
+    Parameters
+    ----------
+    feature, threshold, left, right, depth : [P, C]
+    used : BoolTensor [P, C]
+
+    Returns
+    -------
+    LongTensor [P, C] (0 for unused slots; the root's key is a fixed constant).
+    """
+    P, C = feature.shape
+    key = torch.zeros(P, C, dtype=torch.long, device=feature.device)
+    key[:, 0] = 0x5DEECE66D
+    bits = _bits(threshold)
+    internal = used & (feature >= 0)
+    max_d = int(torch.where(used, depth, 0).max()) if used.any() else 0
+    for q in range(max_d):
+        p, c = (internal & (depth == q)).nonzero(as_tuple=True)
+        if p.numel() == 0:
+            continue
+        h = _rule_hash(key[p, c], feature[p, c], bits[p, c])
+        key[p, left[p, c].long()] = _mix(h + 1)
+        key[p, right[p, c].long()] = _mix(h + 2)
+    return key
+
+
+def mixture_over_leaves(
+    feature: torch.Tensor,
+    threshold: torch.Tensor,
+    left: torch.Tensor,
+    right: torch.Tensor,
+    depth: torch.Tensor,
+    used: torch.Tensor,
+    weights: torch.Tensor,
+    leaf_rows: torch.Tensor,
+    X: torch.Tensor,
+    leaf_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    out_dim: int,
+) -> torch.Tensor:
+    """``out[m] = sum_p weights[p] * leaf_fn(leaf_rows[p, leaf_p(x_m)], m)``.
+
+    Parameters
+    ----------
+    feature, threshold, left, right, depth : [P, C] padded pointer arrays
+    used : BoolTensor [P, C] slots in use
+    weights : Tensor [P] mixture weights (float64)
+    leaf_rows : Tensor [P, C, S] per-node rows handed to ``leaf_fn`` (e.g. predictive tables)
+    X : Tensor [M, D]
+    leaf_fn : callable ``(rows [T, S], point_index [T]) -> values [T, out_dim]``
+    out_dim : int
+
+    Returns
+    -------
+    Tensor [M, out_dim] float64
+    """
+    dev = X.device
+    M = X.shape[0]
+    out = torch.zeros(M, out_dim, dtype=torch.float64, device=dev)
+    key = node_region_keys(feature, threshold, left, right, depth, used)
+    bits = _bits(threshold)
+    is_leaf = used & (feature < 0)
+    internal = used & (feature >= 0)
+    # Regions of the current level: sorted keys, and their point lists in a flat buffer.
+    reg_key = key[:1, 0].clone()
+    reg_off = torch.zeros(1, dtype=torch.long, device=dev)
+    reg_cnt = torch.full((1,), M, dtype=torch.long, device=dev)
+    buf = torch.arange(M, device=dev)
+    max_d = int(torch.where(used, depth, 0).max())
+    w64 = weights.double()
+    for q in range(max_d + 1):
+        at_q = depth == q
+        # Leaves: one accumulation per distinct leaf region.
+        lp, lc = (is_leaf & at_q).nonzero(as_tuple=True)
+        if lp.numel():
+            lk, linv = torch.unique(key[lp, lc], return_inverse=True)
+            W = torch.zeros(lk.numel(), dtype=torch.float64, device=dev).index_add_(0, linv, w64[lp])
+            first = torch.full((lk.numel(),), lp.numel(), dtype=torch.long, device=dev).scatter_reduce(
+                0, linv, torch.arange(lp.numel(), device=dev), "amin"
+            )
+            rows = leaf_rows[lp[first], lc[first]]
+            r = torch.searchsorted(reg_key, lk)
+            seg, pos = ragged_arange(reg_cnt[r])
+            pts = buf[reg_off[r][seg] + pos]
+            vals = leaf_fn(rows[seg], pts).double() * W[seg, None]
+            out.index_add_(0, pts, vals)
+        if q == max_d:
+            break
+        # Internal nodes: split each distinct (region, rule) once.
+        ip, ic = (internal & at_q).nonzero(as_tuple=True)
+        if ip.numel() == 0:
+            break
+        h = _rule_hash(key[ip, ic], feature[ip, ic], bits[ip, ic])
+        hu, first_i = _unique_first(h)
+        ip, ic = ip[first_i], ic[first_i]
+        r = torch.searchsorted(reg_key, key[ip, ic])
+        seg, pos = ragged_arange(reg_cnt[r])
+        pts = buf[reg_off[r][seg] + pos]
+        f = feature[ip, ic].long()
+        go = (X[pts, f[seg]] > threshold[ip, ic].to(X.dtype)[seg]).long()
+        child = 2 * seg + go  # child region id among the 2 * n_items new regions
+        order = torch.argsort(child, stable=True)
+        buf = pts[order]
+        n_new = 2 * hu.numel()
+        cnt = torch.bincount(child, minlength=n_new)
+        off = exclusive_cumsum(cnt)
+        ckey = torch.stack([_mix(hu + 1), _mix(hu + 2)], 1).reshape(-1)
+        korder = torch.argsort(ckey)
+        reg_key, reg_off, reg_cnt = ckey[korder], off[korder], cnt[korder]
+    return out
+
+
+def _unique_first(h: torch.Tensor):
+    """Distinct values of ``h`` and the index of one occurrence of each."""
+    hu, inv = torch.unique(h, return_inverse=True)
+    first = torch.full((hu.numel(),), h.numel(), dtype=torch.long, device=h.device).scatter_reduce(
+        0, inv, torch.arange(h.numel(), device=h.device), "amin"
+    )
+    return hu, first
