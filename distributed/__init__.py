@@ -24,6 +24,7 @@ from .backend import (
 )
 from .blocks import (
     BlockLayout,
+    Workspace,
     agree_capacity,
     block_capacity,
     block_rows,
@@ -41,6 +42,7 @@ from .ncopies import (
 from .redistribution import (
     METHODS,
     ancestors_from_ncopies,
+    check_out,
     gather_redistribute,
     redistribute,
     sequential_redistribute,
@@ -76,6 +78,7 @@ __all__ = [
     "agree_capacity",
     "harmonize_capacity",
     "BlockLayout",
+    "Workspace",
     "prefix_sum",
     "global_log_sum_exp",
     "global_ess",
@@ -83,6 +86,7 @@ __all__ = [
     "ncopies_from_log_weights",
     "METHODS",
     "ancestors_from_ncopies",
+    "check_out",
     "sequential_redistribute",
     "gather_redistribute",
     "rotational_redistribute",

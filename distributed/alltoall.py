@@ -22,8 +22,8 @@ import torch
 
 from ._buffers import as_one_buffer
 from .backend import Backend
-from .blocks import Block
-from .redistribution import _local, _plan, ancestors_from_ncopies, sequential_redistribute
+from .blocks import Block, Workspace
+from .redistribution import _expand, _local, _plan
 
 __all__ = ["alltoall_redistribute", "destination_ranges"]
 
@@ -56,6 +56,8 @@ def alltoall_redistribute(
     backend: Backend,
     *,
     local: str = "gather",
+    out: Mapping[str, torch.Tensor] | None = None,
+    workspace: Workspace | None = None,
 ) -> Block:
     """Redistribution with one ``all_to_all`` of exactly the rows each rank needs.
 
@@ -68,16 +70,20 @@ def alltoall_redistribute(
     backend : Backend
     local : {"gather", "sequential"}
         How the received rows are expanded.
+    out : mapping str -> Tensor ``[n, ...]``, optional
+        Preallocated output buffers (see :func:`~torchtree.distributed.redistribute`).
+    workspace : Workspace, optional
+        Reused send buffer (at most ``n + P - 1`` packed rows).
 
     Returns
     -------
     dict str -> Tensor ``[n, ...]``: rows ``[rank n, (rank + 1) n)`` of
     ``sequential_redistribute(global block, global ncopies)``, exactly.
     """
-    plan = _plan(block, ncopies, backend)
+    plan = _plan(block, ncopies, backend, out)
     P, rank, n = backend.world_size, backend.rank, plan.n
     if P == 1 or n == 0:
-        return _local(block, plan.counts, local)
+        return _local(block, plan.counts, local, out)
     counts = plan.counts
     device = counts.device
     words = plan.layout.words
@@ -94,7 +100,9 @@ def alltoall_redistribute(
     pick = torch.repeat_interleave(lo, sizes) + within
     send_rows = nz.index_select(0, pick)
 
-    wire = plan.layout.pack(block, index=send_rows, extra_words=2)
+    ws = Workspace() if workspace is None else workspace
+    send_buf = ws.buffer("alltoall.send", (total, words + 2), torch.int64, device)
+    wire = plan.layout.pack(block, index=send_rows, extra_words=2, out=send_buf)
     wire[:, words] = first.index_select(0, pick)
     wire[:, words + 1] = last.index_select(0, pick)
     received = backend.all_to_all(list(wire.split(sizes.tolist())))
@@ -107,6 +115,4 @@ def alltoall_redistribute(
             f"all-to-all redistribution internal error: rank {rank} received {int(run_counts.sum())} "
             f"copies for {n} slots (please report)"
         )
-    if local == "gather":
-        return plan.layout.unpack(rows, index=ancestors_from_ncopies(run_counts))
-    return sequential_redistribute(plan.layout.unpack(rows), run_counts)
+    return _expand(plan.layout, rows, run_counts, local, out)

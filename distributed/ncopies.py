@@ -118,15 +118,17 @@ def global_ess(log_weights: torch.Tensor, backend: Backend | None = None) -> tor
 
     Returns
     -------
-    float64 scalar Tensor in ``[1, N]`` (0 when every weight is zero).
+    float64 scalar Tensor in ``[1, N]`` (0 when every weight is zero; the number of ``+inf``
+    log-weights when there are any).
     """
     backend = _backend(backend)
     lw = _check_log_weights(log_weights)
     local_max = lw.max() if lw.numel() else lw.new_tensor(-math.inf)
     m = backend.all_reduce(local_max.reshape(1), "max")[0]
-    if not torch.isfinite(m):
+    if m == -math.inf:
         return lw.new_tensor(0.0)
-    w = torch.exp(lw - m)
+    # +inf particles, if any, share the mass equally (as in ncopies_from_log_weights)
+    w = (lw == math.inf).to(torch.float64) if m == math.inf else torch.exp(lw - m)
     s = backend.all_reduce(torch.stack([w.sum(), (w * w).sum()]), "sum")
     return s[0] * s[0] / s[1]
 
@@ -186,8 +188,8 @@ def ncopies_from_log_weights(
     ----------
     log_weights : Tensor ``[n]``
         Unnormalised log-weights of this rank's particles (global rows ``[rank n, (rank+1) n)``;
-        every rank must hold the same ``n``). ``-inf`` means weight zero; NaN and ``+inf``
-        are errors.
+        every rank must hold the same ``n``). ``-inf`` means weight zero; NaN is an error;
+        ``+inf`` particles, if any, share all the mass equally (as in ``torchtree.resampling``).
     backend : Backend, optional (default: one rank)
     method : {"systematic", "multinomial"}
         ``"systematic"``: eq. (9) with one shared uniform ``u``:
@@ -211,8 +213,8 @@ def ncopies_from_log_weights(
     Raises
     ------
     ValueError
-        (on every rank alike) NaN/``+inf`` log-weights, all weights zero, unequal ``n`` across
-        ranks, bad ``method`` or ``u``.
+        (on every rank alike) NaN log-weights, all weights zero, unequal ``n`` across ranks,
+        bad ``method`` or ``u``.
 
     Notes
     -----
@@ -229,8 +231,8 @@ def ncopies_from_log_weights(
 
     # Local problems are folded into the first reduce so that every rank raises together
     # instead of one raising and the others waiting for it until the timeout.
-    problem = "log_weights contain NaN or +inf" if bool((torch.isnan(lw) | (lw == math.inf)).any()) else ""
-    finite_max = lw.masked_fill(~torch.isfinite(lw), -math.inf).max() if n else lw.new_tensor(-math.inf)
+    problem = "log_weights contain NaN" if bool(torch.isnan(lw).any()) else ""
+    local_max = lw.masked_fill(torch.isnan(lw), -math.inf).max() if n else lw.new_tensor(-math.inf)
     shared = -math.inf
     if backend.rank == 0:
         if u is not None:
@@ -245,13 +247,13 @@ def ncopies_from_log_weights(
         else:  # a seed below 2^53 travels exactly in float64
             shared = float(torch.randint(0, 2**53, (), generator=generator))
     head = torch.tensor(
-        [float(finite_max), 1.0 if problem else 0.0, shared, float(n), -float(n)], dtype=torch.float64
+        [float(local_max), 1.0 if problem else 0.0, shared, float(n), -float(n)], dtype=torch.float64
     )
     head = backend.all_reduce(head, "max")
     m, shared = float(head[0]), float(head[2])
     n_max, n_min = int(head[3]), -int(head[4])
     if head[1] > 0:
-        raise ValueError(problem or "invalid resampling input on another rank (NaN/+inf log-weights or bad u)")
+        raise ValueError(problem or "invalid resampling input on another rank (NaN log-weights or bad u)")
     if n_max != n_min:
         raise ValueError(f"every rank must hold the same number of particles, got {n_min}..{n_max}")
     if m == -math.inf:
@@ -259,7 +261,13 @@ def ncopies_from_log_weights(
     big_n = n * backend.world_size
 
     bits = 62 - max(0, math.ceil(math.log2(big_n)))
-    q = fixed_point_weights(lw - m, bits)
+    if m == math.inf:
+        # As torchtree.resampling does: the +inf particles share the mass equally (the limit
+        # of their log-weights growing together), every other particle gets weight zero.
+        x = torch.where(lw == math.inf, 0.0, -math.inf).to(torch.float64)
+    else:
+        x = lw - m
+    q = fixed_point_weights(x, bits)
     sums = backend.all_gather(q.sum().reshape(1).cpu())
     offset = int(sums[: backend.rank].sum())
     total = int(sums.sum())
@@ -269,8 +277,13 @@ def ncopies_from_log_weights(
         total_f = torch.tensor(float(total), dtype=torch.float64, device=lw.device)
 
         def count_below(qi: torch.Tensor) -> torch.Tensor:
-            # number of systematic points (j + u) / N, j = 0..N-1, below Q_i / Q_N
-            return torch.ceil(big_n * (qi.to(torch.float64) / total_f) - shared).clamp(min=0)
+            # Number of systematic points (j + u) / N, j = 0..N-1, below y / N with
+            # y = N Q_i / Q_N, i.e. ceil(y - u). Evaluated as floor(y) + (frac(y) > u): the
+            # fraction and the comparison are exact, whereas y - u rounds (N - u would round
+            # to N - 1 for u near 1 and a copy would be lost).
+            y = big_n * (qi.to(torch.float64) / total_f)
+            fl = torch.floor(y)
+            return fl + (y - fl > shared).to(torch.float64)
 
         c = count_below(cdf)
         c_prev = count_below(torch.tensor([offset], dtype=torch.int64, device=lw.device))

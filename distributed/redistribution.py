@@ -41,6 +41,7 @@ __all__ = [
     "sequential_redistribute",
     "gather_redistribute",
     "redistribute",
+    "check_out",
     "METHODS",
 ]
 
@@ -87,13 +88,48 @@ def ancestors_from_ncopies(ncopies: torch.Tensor, start: int = 0, stop: int | No
     return torch.searchsorted(csum, slots, right=True)
 
 
-def sequential_redistribute(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor) -> Block:
+def check_out(out: Mapping[str, torch.Tensor] | None, block: Mapping[str, torch.Tensor], rows: int) -> None:
+    """Validate a caller-provided output block (see ``out=`` of the redistribution functions).
+
+    Parameters
+    ----------
+    out : mapping str -> Tensor ``[rows, ...]`` or None
+        Same keys, dtypes, devices and trailing shapes as ``block``, contiguous, and not
+        sharing memory with it.
+    block : mapping str -> Tensor
+    rows : int, the number of output particles
+
+    Raises
+    ------
+    ValueError
+    """
+    if out is None:
+        return
+    if set(out) != set(block):
+        raise ValueError(f"out has keys {sorted(out)}, the block has {sorted(block)}")
+    for k, v in block.items():
+        o = out[k]
+        want = (rows,) + tuple(v.shape[1:])
+        if o.dtype != v.dtype or tuple(o.shape) != want or o.device != v.device or not o.is_contiguous():
+            raise ValueError(
+                f"out[{k!r}] must be a contiguous {v.dtype} tensor of shape {list(want)} on {v.device}, "
+                f"got {o.dtype}{list(o.shape)} on {o.device}"
+            )
+        if o.numel() and o.untyped_storage().data_ptr() == v.untyped_storage().data_ptr():
+            raise ValueError(f"out[{k!r}] shares memory with the input block; use a separate buffer")
+
+
+def sequential_redistribute(
+    block: Mapping[str, torch.Tensor], ncopies: torch.Tensor, *, out: Mapping[str, torch.Tensor] | None = None
+) -> Block:
     """Alg. 3 (sequential redistribution, S-R): the reference, a loop over particles.
 
     Parameters
     ----------
     block : mapping str -> Tensor ``[M, ...]``
     ncopies : integer Tensor ``[M]``, non-negative
+    out : mapping str -> Tensor ``[sum(ncopies), ...]``, optional
+        Buffers to write into (see :func:`gather_redistribute`).
 
     Returns
     -------
@@ -105,7 +141,10 @@ def sequential_redistribute(block: Mapping[str, torch.Tensor], ncopies: torch.Te
     if problem:
         raise ValueError(problem)
     counts = ncopies.tolist()
-    out = {k: v.new_empty((sum(counts),) + tuple(v.shape[1:])) for k, v in block.items()}
+    check_out(out, block, sum(counts))
+    if out is None:
+        out = {k: v.new_empty((sum(counts),) + tuple(v.shape[1:])) for k, v in block.items()}
+    out = dict(out)
     i = 0
     for j, c in enumerate(counts):  # the reference may loop; the fast paths do not
         if c:
@@ -115,17 +154,25 @@ def sequential_redistribute(block: Mapping[str, torch.Tensor], ncopies: torch.Te
     return out
 
 
-def gather_redistribute(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor) -> Block:
+def gather_redistribute(
+    block: Mapping[str, torch.Tensor], ncopies: torch.Tensor, *, out: Mapping[str, torch.Tensor] | None = None
+) -> Block:
     """Shared-memory / single-device redistribution (Alg. 5 as tensor ops).
 
     Parameters
     ----------
     block : mapping str -> Tensor ``[M, ...]`` (any device)
     ncopies : integer Tensor ``[M]``, non-negative
+    out : mapping str -> Tensor ``[sum(ncopies), ...]``, optional
+        Preallocated buffers (same keys, dtypes, trailing shapes; not the input's memory) to
+        write into. Reusing one spare population across SMC steps ("double buffering") avoids
+        allocating ``M`` fresh trees per step, which on CPU costs more than the copy itself
+        (the pages must be faulted in and zeroed; see examples/bench_redistribution.py).
 
     Returns
     -------
-    dict str -> Tensor ``[sum(ncopies), ...]``, equal to :func:`sequential_redistribute`.
+    dict str -> Tensor ``[sum(ncopies), ...]``, equal to :func:`sequential_redistribute`
+    (the ``out`` tensors when given).
 
     Notes
     -----
@@ -138,15 +185,28 @@ def gather_redistribute(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor
     if problem:
         raise ValueError(problem)
     device = next(iter(block.values())).device
-    return take_rows(block, ancestors_from_ncopies(ncopies.to(device)))
+    anc = ancestors_from_ncopies(ncopies.to(device))
+    if out is None:
+        return take_rows(block, anc)
+    check_out(out, block, anc.numel())
+    for k, v in block.items():
+        torch.index_select(v, 0, anc, out=out[k])
+    return dict(out)
 
 
-def _local(block: Mapping[str, torch.Tensor], counts: torch.Tensor, local: str) -> Block:
+def _local(block: Mapping[str, torch.Tensor], counts: torch.Tensor, local: str, out=None) -> Block:
     if local == "gather":
-        return gather_redistribute(block, counts)
+        return gather_redistribute(block, counts, out=out)
     if local == "sequential":
-        return sequential_redistribute(block, counts)
+        return sequential_redistribute(block, counts, out=out)
     raise ValueError(f"local must be one of {LOCAL_METHODS}, got {local!r}")
+
+
+def _expand(layout: BlockLayout, rows: torch.Tensor, counts: torch.Tensor, local: str, out) -> Block:
+    """Step 5 of the distributed variants: expand packed runs ``rows`` by ``counts``."""
+    if local == "gather":
+        return layout.unpack(rows, index=ancestors_from_ncopies(counts), out=out)
+    return sequential_redistribute(layout.unpack(rows), counts, out=out)
 
 
 @dataclass
@@ -161,7 +221,7 @@ class _Plan:
     counts: torch.Tensor  # int64 [n] ncopies on the block's device
 
 
-def _plan(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor, backend: Backend) -> _Plan:
+def _plan(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor, backend: Backend, out=None) -> _Plan:
     """Validate inputs on every rank at once, then exchange the per-rank totals.
 
     Every local problem is folded into the first ``all_reduce`` so that all ranks raise the
@@ -176,6 +236,11 @@ def _plan(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor, backend: Bac
         problem = f"bad particle block: {exc}"
     if not problem:
         problem = _check_ncopies(ncopies, n)
+    if not problem:
+        try:
+            check_out(out, block, n)
+        except ValueError as exc:
+            problem = str(exc)
     head = torch.tensor([1 if problem else 0, n, -n, sig, -sig], dtype=torch.int64)
     head = backend.all_reduce(head, "max")
     if head[0] > 0:
@@ -209,6 +274,8 @@ def redistribute(
     *,
     method: str = "auto",
     local: str = "gather",
+    out: Mapping[str, torch.Tensor] | None = None,
+    workspace=None,
 ) -> Block:
     """Resampling's redistribution step on one rank or many.
 
@@ -225,6 +292,12 @@ def redistribute(
         See the module notes; "sequential" and "gather" need a world of one rank.
     local : {"gather", "sequential"}
         How the distributed variants expand their rows once balanced (Alg. 6 step 5).
+    out : mapping str -> Tensor ``[n, ...]``, optional
+        Preallocated output buffers (same keys, dtypes and shapes as ``block``, not sharing its
+        memory), e.g. the previous step's population: saves allocating ``n`` trees per step.
+    workspace : Workspace, optional
+        Scratch buffers reused by the distributed variants across calls (keep one per
+        population); ignored on one rank.
 
     Returns
     -------
@@ -250,16 +323,17 @@ def redistribute(
         if backend.world_size != 1:
             raise ValueError(f"method {method!r} runs on one rank; use 'rotational' or 'alltoall'")
         rows = block_rows(block)
+        check_out(out, block, rows)
         problem = _check_ncopies(ncopies, rows)
         if problem:
             raise ValueError(problem)
         if int(ncopies.sum()) != rows:
             raise ValueError(f"sum(ncopies) is {int(ncopies.sum())}; it must equal N = {rows}")
-        return _local(block, ncopies, method)
+        return _local(block, ncopies, method, out)
     if method == "rotational":
         from .rotational import rotational_redistribute
 
-        return rotational_redistribute(block, ncopies, backend, local=local)
+        return rotational_redistribute(block, ncopies, backend, local=local, out=out, workspace=workspace)
     from .alltoall import alltoall_redistribute
 
-    return alltoall_redistribute(block, ncopies, backend, local=local)
+    return alltoall_redistribute(block, ncopies, backend, local=local, out=out, workspace=workspace)

@@ -46,8 +46,8 @@ from typing import Mapping
 import torch
 
 from .backend import Backend
-from .blocks import Block
-from .redistribution import _local, _plan, ancestors_from_ncopies, sequential_redistribute
+from .blocks import Block, Workspace
+from .redistribution import _expand, _local, _plan, ancestors_from_ncopies
 
 __all__ = ["rotational_redistribute"]
 
@@ -63,12 +63,12 @@ def _internal(msg: str) -> RuntimeError:
 class _Slots:
     """A rank's ``n`` slots: packed rows + metadata, and the exchange primitive."""
 
-    def __init__(self, wire: torch.Tensor, meta: torch.Tensor, words: int, backend: Backend):
+    def __init__(self, wire: torch.Tensor, meta: torch.Tensor, words: int, backend: Backend, recv: torch.Tensor):
         self.wire = wire  # int64 [n, words + _META]; the meta columns are only filled to send
         self.meta = meta  # int64 [n, _META], authoritative
         self.words = words
         self.backend = backend
-        self.recv = torch.empty_like(wire)  # reused receive buffer
+        self.recv = recv  # receive buffer, reused every round
 
     def exchange(self, out_meta: torch.Tensor, dest: int | None, source: int | None, merge: bool = True):
         """Send the slots described by ``out_meta`` (``c > 0``) to ``dest``; take ``source``'s.
@@ -153,6 +153,8 @@ def rotational_redistribute(
     backend: Backend,
     *,
     local: str = "gather",
+    out: Mapping[str, torch.Tensor] | None = None,
+    workspace: Workspace | None = None,
 ) -> Block:
     """Alg. 6: rotational nearly-sort, rotational split, then a local S-R on every rank.
 
@@ -165,6 +167,10 @@ def rotational_redistribute(
     backend : Backend
     local : {"gather", "sequential"}
         Step 5: expand the balanced runs with a gather or with Alg. 3's loop.
+    out : mapping str -> Tensor ``[n, ...]``, optional
+        Preallocated output buffers (see :func:`~torchtree.distributed.redistribute`).
+    workspace : Workspace, optional
+        Reused send/receive buffers (two ``[n, row]`` packed buffers).
 
     Returns
     -------
@@ -176,10 +182,10 @@ def rotational_redistribute(
     With one rank this is the local S-R (the paper's ``if P > 1``). See the module notes for
     the algorithm, why it never collides, and its cost.
     """
-    plan = _plan(block, ncopies, backend)
+    plan = _plan(block, ncopies, backend, out)
     P, rank, n = backend.world_size, backend.rank, plan.n
     if P == 1 or n == 0:
-        return _local(block, plan.counts, local)
+        return _local(block, plan.counts, local, out)
     counts = plan.counts
     device = counts.device
     first = plan.offset + torch.cumsum(counts, 0) - counts
@@ -190,27 +196,40 @@ def rotational_redistribute(
     rem, q = plan.zeros_before % n, plan.zeros_before // n
     order = torch.cat([torch.nonzero(counts > 0).flatten(), torch.nonzero(counts == 0).flatten()])
     src = order[(torch.arange(n, device=device) + rem) % n]
-    wire = plan.layout.pack(block, index=src, extra_words=_META)
+    ws = Workspace() if workspace is None else workspace
+    shape = (n, plan.layout.words + _META)
+    wire = plan.layout.pack(block, index=src, extra_words=_META,
+                            out=ws.buffer("rotational.wire", shape, torch.int64, device))
     meta = torch.stack([first[src], counts[src], torch.full_like(src, q)], 1)
-    slots = _Slots(wire, meta, plan.layout.words, backend)
+    recv_buf = ws.buffer("rotational.recv", shape, torch.int64, device)
+    slots = _Slots(wire, meta, plan.layout.words, backend, recv_buf)
 
     _nearly_sort(slots, rem, rank, rounds)
     recv = _split(slots, rank, rounds)
 
-    # Step 5: the runs received from rank - 1 precede this rank's own.
-    parts, metas = [], []
+    # Step 5: the runs received from rank - 1 cover this rank's first output slots, its own
+    # runs the rest; expand each source straight into its part of the output.
+    words = plan.layout.words
+    sources = []
     if recv is not None:
-        ridx = torch.nonzero(recv[:, plan.layout.words + _C] > 0).flatten()
-        parts.append(recv.index_select(0, ridx))
-        metas.append(recv[:, plan.layout.words :].index_select(0, ridx))
+        ridx = torch.nonzero(recv[:, words + _C] > 0).flatten()
+        sources.append((recv, ridx, recv[:, words:].index_select(0, ridx)))
     sidx = torch.nonzero(slots.meta[:, _C] > 0).flatten()
-    parts.append(slots.wire.index_select(0, sidx))
-    metas.append(slots.meta.index_select(0, sidx))
-    rows, run_meta = torch.cat(parts), torch.cat(metas)
+    sources.append((slots.wire, sidx, slots.meta.index_select(0, sidx)))
+    run_meta = torch.cat([m for _, _, m in sources])
     run_counts = run_meta[:, _C]
     expected_first = rank * n + torch.cumsum(run_counts, 0) - run_counts
     if int(run_counts.sum()) != n or not torch.equal(run_meta[:, _A], expected_first):
         raise _internal("runs do not tile this rank's output slots")
-    if local == "gather":
-        return plan.layout.unpack(rows, index=ancestors_from_ncopies(run_counts))
-    return sequential_redistribute(plan.layout.unpack(rows), run_counts)
+    if local == "sequential":
+        rows = torch.cat([buf.index_select(0, idx) for buf, idx, _ in sources])
+        return _expand(plan.layout, rows, run_counts, local, out)
+    result = plan.layout.empty(n, device) if out is None else dict(out)
+    start = 0
+    for buf, idx, m in sources:
+        k = int(m[:, _C].sum())
+        if k:
+            part = {key: t[start : start + k] for key, t in result.items()}
+            plan.layout.unpack(buf, index=idx.index_select(0, ancestors_from_ncopies(m[:, _C])), out=part)
+        start += k
+    return result

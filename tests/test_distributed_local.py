@@ -187,6 +187,49 @@ def test_gather_equals_sequential_and_repeat_interleave(case):
     assert same_block(td.redistribute(block, nc, method="sequential"), ref)
 
 
+def test_out_buffers_are_filled_and_checked():
+    nc = dc.ncopies_case("random", dc.N_TOTAL, 3, seed=1)
+    block = dc.make_block(dc.N_TOTAL, seed=1)
+    ref = td.sequential_redistribute(block, nc)
+    for method in ("gather", "sequential"):
+        out = {k: torch.empty_like(v) for k, v in block.items()}
+        got = td.redistribute(block, nc, method=method, out=out)
+        assert same_block(got, ref) and all(got[k] is out[k] for k in out)
+    for method in ("rotational", "alltoall"):
+        n = dc.N_TOTAL // 3
+
+        def fn(b):
+            rows = slice(b.rank * n, (b.rank + 1) * n)
+            out = {k: torch.full_like(v[rows], 3) for k, v in block.items()}
+            ws = td.Workspace()
+            for _ in range(2):  # the second call reuses the workspace's buffers
+                res = td.redistribute({k: v[rows] for k, v in block.items()}, nc[rows], b, method=method,
+                                      out=out, workspace=ws)
+            assert all(res[k] is out[k] for k in out) and ws.nbytes > 0
+            return res
+
+        outs = run_threads(3, fn)
+        assert same_block({k: torch.cat([o[k] for o in outs]) for k in ref}, ref)
+    with pytest.raises(ValueError, match="shape"):
+        td.redistribute(block, nc, out={k: v[:3].clone() for k, v in block.items()})
+    with pytest.raises(ValueError, match="shares memory"):
+        td.redistribute(block, nc, out=block)
+    with pytest.raises(ValueError, match="keys"):
+        td.gather_redistribute(block, nc, out={"feature": block["feature"].clone()})
+
+
+def test_workspace_buffers_grow_and_alias_by_name():
+    ws = td.Workspace()
+    a = ws.buffer("x", (4, 3), torch.int64, "cpu")
+    b = ws.buffer("x", (2, 3), torch.int64, "cpu")
+    assert b.data_ptr() == a.data_ptr() and b.shape == (2, 3)
+    c = ws.buffer("x", (10, 3), torch.int64, "cpu")  # grows
+    assert c.shape == (10, 3) and ws.nbytes == 10 * 3 * 8
+    assert ws.buffer("y", (1,), torch.int64, "cpu").data_ptr() != c.data_ptr()
+    ws.clear()
+    assert ws.nbytes == 0
+
+
 def test_local_redistribution_errors():
     block = dc.make_block(4)
     with pytest.raises(ValueError, match="sum"):
@@ -335,6 +378,13 @@ def test_ncopies_errors_and_helpers():
     torch.testing.assert_close(td.global_ess(lw), torch.tensor(16 / 10, dtype=torch.float64))
     x = torch.arange(10)
     assert torch.equal(td.prefix_sum(x), torch.cumsum(x, 0))
+    # +inf particles share the mass; u just below 1 must not lose a copy to rounding
+    inf = torch.tensor([0.0, math.inf, -math.inf, math.inf], dtype=torch.float64)
+    assert td.ncopies_from_log_weights(inf, u=0.25).tolist() == [0, 2, 0, 2]
+    assert float(td.global_ess(inf)) == 2.0
+    for big_n in (1, 3, 1000):
+        nc = td.ncopies_from_log_weights(torch.zeros(big_n, dtype=torch.float64), u=1.0 - 2.0**-53)
+        assert nc.tolist() == [1] * big_n
 
     def fn(b):  # NaN on one rank only: every rank raises
         try:

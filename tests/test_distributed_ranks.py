@@ -210,7 +210,7 @@ def _check_resampling(res: list[dict], s: int) -> None:
 def _check_redistribution(res: list[dict], s: int) -> None:
     block = dc.make_block(dc.N_TOTAL, seed=s)
     keys = [k for k in res[0] if isinstance(k, str) and "/" in k and not k.startswith(("bad/", "padded/"))]
-    assert len(keys) == len(dc.CASES) * len(dc.METHODS) + len(dc.METHODS) + 1
+    assert len(keys) == len(dc.CASES) * len(dc.METHODS) + 2 * len(dc.METHODS) + 1
     for key in keys:
         case = key.split("/")[0]
         ref = td.sequential_redistribute(block, dc.ncopies_case(case, dc.N_TOTAL, s, seed=s))

@@ -15,8 +15,9 @@ others run a redistribution with a short timeout and record the error they get (
 it took) in ``OUT/rank{r}.json``. MODE ``hang``: the same, but rank 1 stays alive and silent
 until after the timeout.
 
-The worker exits with ``os._exit`` after flushing its files: after a failed collective MPI's
-finalisation can hang, and the test only trusts the files.
+In ``check`` mode the ranks meet at a barrier after writing and exit normally (MPI finalises;
+``mpiexec`` would kill ranks still writing if one left unfinalised). In the failure modes they
+leave with ``os._exit``: after a failed collective MPI's finalisation can hang.
 """
 
 from __future__ import annotations
@@ -108,6 +109,14 @@ def redistributions(b, size: int) -> dict:
     for method in dc.METHODS:
         out[f"random/{method}/sequential"] = td.redistribute(block, nc, b, method=method, local="sequential")
     out["random/auto"] = td.redistribute(block, nc, b)
+    # Steady-state use: the same workspace and output buffers, twice.
+    ws = td.Workspace()
+    for method in dc.METHODS:
+        buf = {k: torch.full_like(v, 1) for k, v in block.items()}
+        for _ in range(2):
+            res = td.redistribute(block, nc, b, method=method, out=buf, workspace=ws)
+        assert all(res[k] is buf[k] for k in buf)
+        out[f"random/{method}/workspace"] = {k: v.clone() for k, v in res.items()}
     # Capacities differ per rank: agree on the largest and pad, then redistribute.
     small = {k: v[rows] for k, v in dc.make_block(dc.N_TOTAL, capacity=3 + b.rank, seed=size).items()}
     fill = {"feature": -1, "threshold": float("nan"), "stats": 0.0}
@@ -144,6 +153,9 @@ def check(kind: str, out_dir: str) -> None:
         results[size] = res
     world.barrier()
     torch.save(results, os.path.join(out_dir, f"rank{world.rank}.pt"))
+    # Nobody leaves before every file is written: mpiexec kills the job as soon as one rank
+    # ends without finalising.
+    world.barrier()
 
 
 def kill(kind: str, out_dir: str, mode: str = "kill") -> None:
@@ -176,10 +188,15 @@ if __name__ == "__main__":
             check(kind, out_dir)
         else:
             kill(kind, out_dir, mode)
-        code = 0
     except BaseException:
         traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+        sys.stderr.flush()
+        os._exit(1)
+    if mode != "check":
+        # After a failed collective, MPI finalisation and gloo teardown can hang: leave now.
+        sys.stdout.flush()
+        os._exit(0)
+    if kind == "gloo":
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
