@@ -224,31 +224,54 @@ class ExpansionResult:
 
 
 class _Sorted:
-    """Values of distinct (node, dim) groups sorted with cumulative statistics."""
+    """Points of distinct (node, dim) groups sorted by value, with cumulative statistics.
+
+    Attributes
+    ----------
+    seg, rank, idx : LongTensor [T]  group, value rank and point index, sorted by (group, value)
+    start, end : LongTensor [G]      slice of each group
+    cum : Tensor [T + 1, S]          cum[t] = statistics of the first t sorted points
+    cand, cand_seg : LongTensor [E]  interval candidates: positions e with vals[e] < vals[e + 1]
+                                     in the same group, and their groups
+    """
 
     def __init__(self, pool: NodeTable, g_uid: torch.Tensor, g_dim: torch.Tensor, data, pstats: torch.Tensor):
         seg, idx = pool.gather(g_uid)
-        ranks = data.X_rank[idx, g_dim[seg]]
         R = int(data.n_unique.max()) + 1
-        order = torch.argsort(seg * R + ranks)
+        keys, order = torch.sort(seg * R + data.X_rank[idx, g_dim[seg]])
+        self.seg = keys // R
+        self.rank = keys - self.seg * R
         self.idx = idx[order]
-        self.seg = seg[order]  # still grouped, now value-sorted within groups
-        self.vals = data.X[self.idx, g_dim[self.seg]]
-        self.rank = ranks[order]
+        self.g_dim = g_dim
+        self.data = data
         cnt = pool.cnt[g_uid]
         self.start = exclusive_cumsum(cnt)
         self.end = self.start + cnt
-        cs = torch.cumsum(pstats[self.idx].double(), 0)
-        self.cum = torch.cat([torch.zeros(1, cs.shape[1], dtype=cs.dtype, device=cs.device), cs])  # cum[t] = sum of first t
+        T = self.idx.numel()
+        self.cum = torch.zeros(T + 1, pstats.shape[1], dtype=pstats.dtype, device=pstats.device)
+        if T:
+            torch.cumsum(pstats[self.idx], 0, out=self.cum[1:])
         # Boundary candidates: last element of a run of equal values, not last of its group.
-        nxt_same = torch.zeros_like(self.seg, dtype=torch.bool)
-        if self.seg.numel() > 1:
-            nxt_same[:-1] = (self.seg[1:] == self.seg[:-1]) & (self.rank[1:] != self.rank[:-1])
-        self.cand = nxt_same.nonzero().squeeze(1)  # positions e: interval (vals[e], vals[e+1])
+        nxt = torch.zeros(T, dtype=torch.bool, device=idx.device)
+        if T > 1:
+            nxt[:-1] = (self.seg[1:] == self.seg[:-1]) & (self.rank[1:] != self.rank[:-1])
+        self.cand = nxt.nonzero().squeeze(1)
         self.cand_seg = self.seg[self.cand]
         n_cand = torch.bincount(self.cand_seg, minlength=g_uid.numel())
         self.cand_start = exclusive_cumsum(n_cand)
         self.n_cand = n_cand
+        self._vals = None
+
+    def val_at(self, pos: torch.Tensor) -> torch.Tensor:
+        """Feature values at sorted positions ``pos`` (from the rank table, no point gather)."""
+        return self.data.sorted_values[self.g_dim[self.seg[pos]], self.rank[pos]]
+
+    @property
+    def vals(self) -> torch.Tensor:
+        """All sorted values ``[T]`` (computed on first use)."""
+        if self._vals is None:
+            self._vals = self.val_at(torch.arange(self.seg.numel(), device=self.seg.device))
+        return self._vals
 
     def left_stats_at(self, g: torch.Tensor, n_left: torch.Tensor) -> torch.Tensor:
         """Statistics of the first ``n_left`` sorted points of group ``g``: ``[Q, S]``."""
@@ -278,6 +301,8 @@ class Grower:
         self.proposal, self.seed = proposal, seed
         self.use_likelihood = use_likelihood
         self.pstats = likelihood.point_stats(data.y, data.n_classes).to(likelihood.stats_dtype)
+        # Class counts are integers: cumulate them exactly in int32 (regression stays float64).
+        self.cum_stats = self.pstats.int() if likelihood.task == "classification" else self.pstats.double()
         self.table = NodeTable(data.n, self.pstats.sum(0), data.X.dtype)
 
     # ------------------------------------------------------------------ state
@@ -320,6 +345,8 @@ class Grower:
     def _loglik(self, stats: torch.Tensor) -> torch.Tensor:
         if not self.use_likelihood:
             return torch.zeros(stats.shape[:-1], dtype=torch.float64, device=stats.device)
+        if hasattr(self.lik, "log_marginal_counts"):  # integral counts: table lookup
+            return self.lik.log_marginal_counts(stats, self.data.n)
         return self.lik.log_marginal(stats)
 
     # ---------------------------------------------------------------- expand
@@ -381,7 +408,7 @@ class Grower:
         lo_f, hi_f = lo[k, feat], hi[k, feat]
         # Sort only the distinct (node, dim) groups that some particle asked for.
         gk, ginv = torch.unique(k * data.d + feat, return_inverse=True)
-        srt = _Sorted(t, uu[gk // data.d], gk % data.d, data, self.pstats)
+        srt = _Sorted(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)
         if self.proposal == "prior":
             thr = lo_f.double() + u_cut * (hi_f - lo_f).double()
             thr = _below(thr.to(data.X.dtype), hi_f)
@@ -392,7 +419,7 @@ class Grower:
             nc = srt.n_cand[ginv]
             j = (u_int * nc.double()).long().clamp(max=nc - 1)
             e = srt.cand[srt.cand_start[ginv] + j]
-            v0, v1 = srt.vals[e], srt.vals[e + 1]
+            v0, v1 = srt.val_at(e), srt.val_at(e + 1)
             thr = _below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1)
             thr = torch.maximum(thr, v0)
             n_left = e + 1 - srt.start[ginv]
@@ -409,13 +436,13 @@ class Grower:
         dev = inv.device
         U = uu.numel()
         gu, gd = varying.nonzero(as_tuple=True)  # every (distinct node, varying dim) group
-        srt = _Sorted(t, uu[gu], gd, data, self.pstats)
+        srt = _Sorted(t, uu[gu], gd, data, self.cum_stats)
         e, g = srt.cand, srt.cand_seg
         s0 = srt.start[g]
         left_all = srt.cum[e + 1] - srt.cum[s0]
         node_of = gu[g]
-        right_all = pstat_u[node_of].double() - left_all
-        gap = (srt.vals[e + 1] - srt.vals[e]).double()
+        right_all = pstat_u[node_of].to(left_all.dtype) - left_all
+        gap = (srt.val_at(e + 1) - srt.val_at(e)).double()
         rng = (hi - lo).double()[node_of, gd[g]]
         cand_lw = torch.log(gap) - torch.log(rng) + self._loglik(left_all) + self._loglik(right_all)
         # Segmented logsumexp over the candidates of each distinct node.
@@ -445,7 +472,7 @@ class Grower:
         ec = e[c]
         feat = gd[g[c]]
         u_cut = keyed_uniform(self.seed, stage * 8 + _U_CUT, gidx[sp], nn[sp])
-        v0, v1 = srt.vals[ec], srt.vals[ec + 1]
+        v0, v1 = srt.val_at(ec), srt.val_at(ec + 1)
         thr = torch.maximum(_below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1), v0)
         return split, logw, sp, feat, thr, left_all[c].to(pstat_u.dtype), ec + 1 - s0[c]
 

@@ -35,6 +35,7 @@ class DirichletMultinomial:
         if not alpha > 0 or not math.isfinite(alpha):
             raise ValueError(f"alpha must be a positive finite number, got {alpha}")
         self.alpha = alpha
+        self._tables: Dict = {}
 
     def n_stats(self, data) -> int:
         """S = K (class counts)."""
@@ -67,6 +68,30 @@ class DirichletMultinomial:
             + torch.lgamma(m + a).sum(-1)
             - torch.lgamma(m.sum(-1) + self.alpha)
         )
+
+    def log_marginal_counts(self, counts: torch.Tensor, n_max: int) -> torch.Tensor:
+        """:meth:`log_marginal` for integral counts, by table lookup instead of ``lgamma``.
+
+        Parameters
+        ----------
+        counts : Tensor [..., K] of non-negative integers (any dtype)
+        n_max : int
+            Upper bound on any count and on the row sums (e.g. the number of points).
+
+        Returns
+        -------
+        Tensor [...] float64
+        """
+        K = counts.shape[-1]
+        key = (K, counts.device)
+        tab = self._tables.get(key)
+        if tab is None or tab[0].numel() <= n_max:
+            n = torch.arange(max(n_max, 16) + 1, dtype=torch.float64, device=counts.device)
+            const = math.lgamma(self.alpha) - K * math.lgamma(self.alpha / K)
+            tab = (torch.lgamma(n + self.alpha / K), const - torch.lgamma(n + self.alpha))
+            self._tables[key] = tab
+        m = counts.long()
+        return tab[0][m].sum(-1) + tab[1][m.sum(-1)]
 
     def predictive_table(self, stats: torch.Tensor) -> torch.Tensor:
         """Posterior predictive class probabilities per node: ``[..., K] -> [..., K]``."""

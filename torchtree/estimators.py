@@ -1,0 +1,284 @@
+"""scikit-learn style faces: ``BayesianTreeClassifier`` and ``BayesianTreeRegressor``.
+
+``method=`` picks a sampler from the registry (``METHODS``); the estimator passes
+each sampler exactly the keyword parameters its constructor accepts, so a new
+sampler registered with :func:`register_method` works here (and in the CLI)
+without special cases.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+
+from .data import Data
+from .likelihoods import DirichletMultinomial, NormalInverseGamma
+from .priors import ChipmanPrior, PoissonPrior
+
+__all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "register_method", "get_method"]
+
+# name -> "module:Class" (imported lazily so optional samplers cost nothing) or a class.
+METHODS: Dict[str, Any] = {
+    "smc": "torchtree.topdown:TopDownSMC",
+    "mcmc": "torchtree.mcmc:MCMC",
+    "smc-moves": "torchtree.smc_moves:SMCSampler",
+    "dcc": "torchtree.soft.dcc:DCC",
+}
+
+
+def register_method(name: str, sampler_cls: Any) -> None:
+    """Make ``method=name`` available to the estimators and the CLI.
+
+    Parameters
+    ----------
+    name : str
+    sampler_cls : class or ``"module:Class"`` string
+        Its constructor takes the prior and likelihood (keywords ``prior``,
+        ``likelihood`` where it uses them) and sampler options by their
+        ARCHITECTURE.md names; ``run(data, *, seed, monitor)`` returns a posterior.
+    """
+    METHODS[name] = sampler_cls
+
+
+def get_method(name: str):
+    """The sampler class registered as ``name`` (``ValueError`` listing the valid names)."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; available: {sorted(METHODS)}")
+    entry = METHODS[name]
+    if isinstance(entry, str):
+        mod, cls = entry.split(":")
+        try:
+            entry = getattr(importlib.import_module(mod), cls)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"method {name!r} is not available in this installation: {exc}") from exc
+        METHODS[name] = entry
+    return entry
+
+
+def _accepted(cls) -> set:
+    sig = inspect.signature(cls.__init__)
+    return {p for p in sig.parameters if p != "self"}
+
+
+class _BayesianTreeBase:
+    """Shared estimator logic (see the two public subclasses)."""
+
+    _task = "classification"
+
+    def __init__(
+        self,
+        method: str = "smc",
+        *,
+        prior: str = "chipman",
+        alpha_split: float = 0.95,
+        beta_split: float = 0.5,
+        poisson_lambda: float = 5.0,
+        random_state: Optional[int] = 0,
+        device: Optional[str] = "cpu",
+        monitor: Any = None,
+        **sampler_options: Any,
+    ) -> None:
+        self.method = method
+        self.prior = prior
+        self.alpha_split = alpha_split
+        self.beta_split = beta_split
+        self.poisson_lambda = poisson_lambda
+        self.random_state = random_state
+        self.device = device
+        self.monitor = monitor
+        self.sampler_options = dict(sampler_options)
+
+    # ------------------------------------------------------------ sklearn API
+    def get_params(self, deep: bool = True) -> Dict[str, Any]:
+        """Estimator parameters (the constructor's, sampler options flattened in)."""
+        out = {k: getattr(self, k) for k in ("method", "prior", "alpha_split", "beta_split", "poisson_lambda", "random_state", "device", "monitor")}
+        out.update(self._extra_params())
+        out.update(self.sampler_options)
+        return out
+
+    def _extra_params(self) -> Dict[str, Any]:
+        return {}
+
+    def set_params(self, **params: Any) -> "_BayesianTreeBase":
+        """Set parameters; unknown names become sampler options."""
+        for k, v in params.items():
+            if k in self.get_params() and k not in self.sampler_options:
+                setattr(self, k, v)
+            else:
+                self.sampler_options[k] = v
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if v is not None)
+        return f"{type(self).__name__}({args})"
+
+    # ---------------------------------------------------------------- fitting
+    def _make_prior(self):
+        if self.prior == "chipman":
+            return ChipmanPrior(self.alpha_split, self.beta_split)
+        if self.prior == "poisson":
+            return PoissonPrior(self.poisson_lambda)
+        raise ValueError(f"prior must be 'chipman' or 'poisson', got {self.prior!r}")
+
+    def _make_likelihood(self, data: Data):
+        raise NotImplementedError
+
+    def _build_sampler(self, data: Data):
+        cls = get_method(self.method)
+        accepted = _accepted(cls)
+        kwargs = dict(self.sampler_options)
+        unknown = [k for k in kwargs if k not in accepted]
+        if unknown:
+            raise ValueError(f"method {self.method!r} does not take {unknown}; it takes {sorted(accepted - {'prior', 'likelihood'})}")
+        if "prior" in accepted:
+            kwargs["prior"] = self._make_prior()
+        if "likelihood" in accepted:
+            kwargs["likelihood"] = self._make_likelihood(data)
+        if "device" in accepted and self.device is not None:
+            kwargs["device"] = self.device
+        return cls(**kwargs)
+
+    def _make_data(self, X, y) -> Data:
+        return Data(X, y, task=self._task)
+
+    def fit(self, X, y) -> "_BayesianTreeBase":
+        """Sample the posterior over trees given training data.
+
+        Parameters
+        ----------
+        X : array-like [N, D]
+        y : array-like [N]
+
+        Returns
+        -------
+        self, with ``posterior_`` (TreePosterior), ``log_evidence_``, ``n_features_in_``
+        and, for classifiers, ``classes_``.
+        """
+        data = self._make_data(X, y)
+        sampler = self._build_sampler(data)
+        self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
+        self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
+        self.n_features_in_ = data.d
+        self.data_ = data
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "posterior_"):
+            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted labels (classifier) or posterior predictive means (regressor): ``[M]``."""
+        self._check_fitted()
+        return self.posterior_.predict(X)
+
+    def log_predictive(self, X, y) -> float:
+        """Mean log posterior predictive density of ``(X, y)``."""
+        self._check_fitted()
+        return self.posterior_.log_predictive(X, y)
+
+
+class BayesianTreeClassifier(_BayesianTreeBase):
+    """Bayesian decision-tree classifier.
+
+    Parameters
+    ----------
+    method : str
+        ``"smc"`` (top-down SMC, default), ``"mcmc"``, ``"smc-moves"``, ``"dcc"``, or
+        any name added with :func:`register_method`.
+    alpha : float
+        Dirichlet concentration of the leaves (total; alpha/K per class).
+    prior : {"chipman", "poisson"}
+    alpha_split, beta_split : float
+        Chipman prior parameters.
+    poisson_lambda : float
+        Rate of the Poisson prior.
+    random_state : int, optional
+        Seed of the sampler.
+    device : str
+        ``"cpu"``, ``"cuda"`` or ``"auto"``.
+    monitor : Monitor, optional
+    **sampler_options
+        Passed to the sampler by name (``n_particles``, ``n_islands``, ``proposal``,
+        ``expansion``, ``resampling``, ``ess_threshold``, ``n_chains``, ...).
+
+    Examples
+    --------
+    >>> clf = BayesianTreeClassifier(n_particles=500, n_islands=5).fit(X, y)  # doctest: +SKIP
+    >>> clf.predict_proba(X_test)  # doctest: +SKIP
+    """
+
+    _task = "classification"
+
+    def __init__(self, method: str = "smc", *, alpha: float = 5.0, **kwargs: Any) -> None:
+        super().__init__(method, **kwargs)
+        self.alpha = alpha
+
+    def _extra_params(self) -> Dict[str, Any]:
+        return {"alpha": self.alpha}
+
+    def _make_likelihood(self, data: Data):
+        return DirichletMultinomial(self.alpha)
+
+    def fit(self, X, y) -> "BayesianTreeClassifier":
+        super().fit(X, y)
+        self.classes_ = self.data_.classes_
+        return self
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Posterior predictive class probabilities ``[M, K]`` (columns follow ``classes_``)."""
+        self._check_fitted()
+        return self.posterior_.predict_proba(X)
+
+    def score(self, X, y) -> float:
+        """Accuracy on ``(X, y)``."""
+        self._check_fitted()
+        return self.posterior_.accuracy(X, y)
+
+
+class BayesianTreeRegressor(_BayesianTreeBase):
+    """Bayesian decision-tree regressor with Normal-inverse-gamma leaves.
+
+    Parameters
+    ----------
+    method : str
+        As for :class:`BayesianTreeClassifier`.
+    mu0, kappa0, a0, b0 : float, optional
+        Leaf prior; ``None`` (default) scales it to the targets
+        (``NormalInverseGamma.default_for``).
+    **kwargs
+        As for :class:`BayesianTreeClassifier`.
+    """
+
+    _task = "regression"
+
+    def __init__(self, method: str = "smc", *, mu0: Optional[float] = None, kappa0: float = 0.1, a0: float = 2.0, b0: Optional[float] = None, **kwargs: Any) -> None:
+        super().__init__(method, **kwargs)
+        self.mu0, self.kappa0, self.a0, self.b0 = mu0, kappa0, a0, b0
+
+    def _extra_params(self) -> Dict[str, Any]:
+        return {"mu0": self.mu0, "kappa0": self.kappa0, "a0": self.a0, "b0": self.b0}
+
+    def _make_likelihood(self, data: Data):
+        default = NormalInverseGamma.default_for(data.y, kappa0=self.kappa0, a0=self.a0)
+        return NormalInverseGamma(
+            mu0=default.mu0 if self.mu0 is None else self.mu0,
+            kappa0=self.kappa0,
+            a0=self.a0,
+            b0=default.b0 if self.b0 is None else self.b0,
+        )
+
+    def predict_interval(self, X, level: float = 0.9) -> np.ndarray:
+        """Equal-tailed posterior predictive interval ``[M, 2]``."""
+        self._check_fitted()
+        return self.posterior_.predict_interval(X, level=level)
+
+    def score(self, X, y) -> float:
+        """Coefficient of determination R^2 of the predictive mean."""
+        self._check_fitted()
+        yn = np.asarray(y, dtype=np.float64)
+        pred = self.predict(X)
+        ss_res = float(((yn - pred) ** 2).sum())
+        ss_tot = float(((yn - yn.mean()) ** 2).sum())
+        return 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
