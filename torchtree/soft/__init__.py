@@ -1,0 +1,1 @@
+"""Soft decision trees, batched HMC / NUTS, DCC-Tree and the Pyro bridge."""

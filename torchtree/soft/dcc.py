@@ -1,0 +1,349 @@
+"""DCC-Tree: Divide, Conquer, Combine sampling of Bayesian soft decision trees (paper 004, Alg. 1).
+
+Divide: the posterior over trees splits into one subspace per topology ``m`` (its own
+parameter vector ``theta_m``). Conquer: local inference in a subspace is batched NUTS
+on the soft tree of that topology (``n_chains`` chains), after a one-off warm-up
+when the topology becomes *active*; LAIS turns the local draws into an evidence
+estimate ``Z_m``, updated incrementally at every visit. Combine: the output weights
+each topology by ``Z_m p(m)`` (Chipman prior), and predictions average over them.
+
+Loop (``n_iterations`` = T):
+
+1. topologies proposed at least ``activation_threshold`` (C0) times become active;
+   new ones are warmed up (``n_warmup`` = N_init iterations, sharpness annealed from
+   ``h_init`` to ``h_final``, Table 5) together in one batch, then draw ``n_samples``;
+2. the utility of eq. 10 (exploitation, exploration, optimism boost) ranks the active
+   topologies; the top ``n_parallel`` run ``n_samples`` (N_s) more NUTS iterations in
+   one batch (``n_parallel = 1`` is the paper's algorithm; more amortises the
+   per-step overhead of small batches on a CPU);
+3. LAIS (spatial form, ``n_proposals`` = N_M pseudo-samples per draw) updates ``Z_m``;
+4. a grow / prune / stay move from each refined topology is *proposed*: a new topology
+   is recorded with count 1, a known one has its count increased.
+
+Initial topologies: ``n_initial`` (T0) draws from the Chipman prior, truncated at
+``max_depth``. If none reaches the threshold, the most-proposed one is activated so
+the loop can start.
+"""
+from __future__ import annotations
+
+import math
+import random as _pyrandom
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+from .adaptation import sharpness_schedule
+from .chains import ChainState, draw, make_kernel, notify, warmup
+from .hmc import HMCState, hmc_init
+from .inputs import as_soft_data
+from .lais import EvidenceAccumulator, lais_log_weights
+from .posterior import SoftTreePosterior
+from .topology import Topology, propose_topology, sample_prior_topologies
+from .trees import SoftTreeHyper, SoftTrees
+from .utility import dcc_utility
+
+__all__ = ["DCC"]
+
+
+@dataclass
+class _Record:
+    """Bookkeeping of one discovered topology."""
+
+    topology: Topology
+    log_prior: float
+    proposed: int = 0
+    selected: int = 0
+    active: bool = False
+    slot: int = -1  # row in the evidence accumulator
+    position: Optional[torch.Tensor] = None  # [C, P_m] compact
+    step_size: Optional[torch.Tensor] = None  # [C]
+    inv_mass: Optional[torch.Tensor] = None  # [C, P_m]
+    draws: List[torch.Tensor] = field(default_factory=list)  # each [T, C, P_m]
+
+
+def _resolve_device(device) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class DCC:
+    """Divide-Conquer-Combine sampler over soft-tree topologies (``method="dcc"``).
+
+    Parameters
+    ----------
+    n_iterations : int, T (paper: 500)
+    n_initial : int, T0 topologies drawn from the prior (paper code: 100)
+    n_chains : int, N_c chains per topology (paper code: 16)
+    n_samples : int, N_s NUTS draws per chain and visit (paper: 100)
+    n_warmup : int, N_init warm-up iterations for a new topology (paper: 1000-5000)
+    activation_threshold : int, C0
+    n_proposals : int, N_M LAIS pseudo-samples per draw (paper: 10)
+    n_parallel : int, topologies refined together per iteration (1 = paper)
+    max_depth : int, deepest leaf allowed
+    alpha_split, beta_split : float, Chipman structure prior (paper: 0.95, 1.0)
+    move_probs : (p_grow, p_prune, p_stay) of the global proposal
+    delta, optimism, kappa, look_ahead : utility hyperparameters (eq. 10, App. B)
+    h_init, h_final : float, split sharpness annealed during warm-up (Table 5)
+    max_tree_depth : int, NUTS depth cap
+    target_accept : float
+    lais_form : {"spatial", "basic"}
+    hyper : SoftTreeHyper, optional; ``alpha`` and ``split_concentration`` override it
+    alpha : float, optional, Dirichlet-multinomial total concentration
+    split_concentration : float, optional
+    max_predict_draws : int, draws per topology kept in the posterior
+    max_seconds : float, optional, stop the loop after this wall time
+    device : str, "auto" = CUDA when present
+    dtype : torch.dtype
+    """
+
+    method = "dcc"
+
+    def __init__(
+        self,
+        n_iterations: int = 60,
+        n_initial: int = 100,
+        n_chains: int = 8,
+        n_samples: int = 20,
+        n_warmup: int = 150,
+        activation_threshold: int = 5,
+        n_proposals: int = 5,
+        n_parallel: int = 4,
+        max_depth: int = 5,
+        alpha_split: float = 0.95,
+        beta_split: float = 1.0,
+        move_probs: Sequence[float] = (0.6, 0.3, 0.1),
+        delta: float = 0.5,
+        optimism: float = 1.0,
+        kappa: float = 0.0,
+        look_ahead: float = 1000.0,
+        h_init: float = 0.05,
+        h_final: float = 0.025,
+        max_tree_depth: int = 7,
+        target_accept: float = 0.8,
+        lais_form: str = "spatial",
+        hyper: Optional[SoftTreeHyper] = None,
+        alpha: Optional[float] = None,
+        split_concentration: Optional[float] = None,
+        max_predict_draws: int = 200,
+        max_seconds: Optional[float] = None,
+        device: Any = "auto",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        self.n_iterations = int(n_iterations)
+        self.n_initial = int(n_initial)
+        self.n_chains = int(n_chains)
+        self.n_samples = int(n_samples)
+        self.n_warmup = int(n_warmup)
+        self.activation_threshold = int(activation_threshold)
+        self.n_proposals = int(n_proposals)
+        self.n_parallel = max(1, int(n_parallel))
+        self.max_depth = int(max_depth)
+        self.alpha_split = float(alpha_split)
+        self.beta_split = float(beta_split)
+        self.move_probs = tuple(move_probs)
+        self.delta, self.optimism, self.kappa, self.look_ahead = delta, optimism, kappa, look_ahead
+        self.h_init, self.h_final = float(h_init), float(h_final)
+        self.max_tree_depth = int(max_tree_depth)
+        self.target_accept = float(target_accept)
+        self.lais_form = lais_form
+        hp = hyper or SoftTreeHyper()
+        if alpha is not None:
+            hp = SoftTreeHyper(**{**hp.__dict__, "alpha": float(alpha)})
+        if split_concentration is not None:
+            hp = SoftTreeHyper(**{**hp.__dict__, "split_concentration": float(split_concentration)})
+        self.hyper = hp
+        self.max_predict_draws = int(max_predict_draws)
+        self.max_seconds = max_seconds
+        self.device = device
+        self.dtype = dtype
+
+    # ----------------------------------------------------------------- helpers
+    def _model(self, data, recs: List[_Record], h: float, gen) -> SoftTrees:
+        return SoftTrees(
+            data, [r.topology for r in recs], n_chains=self.n_chains, sharpness=h,
+            hyper=self.hyper, dtype=self.dtype, generator=gen,
+        )
+
+    def _embed(self, model: SoftTrees, recs: List[_Record], name: str, fill: torch.Tensor) -> torch.Tensor:
+        out = fill.clone()
+        C = self.n_chains
+        for m, r in enumerate(recs):
+            out[m * C : (m + 1) * C, model.compact_index(m)] = getattr(r, name).to(out)
+        return out
+
+    def _store(self, model: SoftTrees, recs: List[_Record], chains: ChainState, positions: torch.Tensor) -> None:
+        C = self.n_chains
+        for m, r in enumerate(recs):
+            rows, idx = slice(m * C, (m + 1) * C), model.compact_index(m)
+            r.position = chains.state.position[rows][:, idx].clone()
+            r.step_size = chains.step_size[rows].clone()
+            r.inv_mass = chains.inv_mass[rows][:, idx].clone()
+            r.draws.append(positions[:, rows][:, :, idx].cpu())
+
+    def _evidence(self, model: SoftTrees, recs, positions: torch.Tensor, acc: EvidenceAccumulator, gen) -> None:
+        """LAIS update for the topologies of ``model`` from draws ``[T, B, P]``."""
+        G, C = len(recs), self.n_chains
+        T, B, P = positions.shape
+        draws = positions.reshape(T, G, C, P).permute(1, 2, 0, 3)  # [G, C, T, P]
+        mask = model.coord_mask[::C]  # [G, P]
+        K = C * T * self.n_proposals
+        rows = (torch.arange(G, device=positions.device) * C).repeat_interleave(K)
+
+        def log_target(xi):  # [G, K, P] -> [G, K]
+            return model.log_density_chunked(xi.reshape(G * K, P), rows).reshape(G, K)
+
+        lw = lais_log_weights(draws, mask, log_target, self.n_proposals, gen, self.lais_form)
+        acc.update(lw.reshape(G, -1), torch.tensor([r.slot for r in recs]))
+
+    # ----------------------------------------------------------------- main loop
+    def run(self, data, y=None, *, seed: Optional[int] = 0, monitor=None) -> SoftTreePosterior:
+        """Run DCC-Tree on ``data``.
+
+        Parameters
+        ----------
+        data : torchtree.Data, (X, y), or Tensor X [N, D] (with ``y``)
+        y : Tensor [N], optional
+        seed : int, optional
+        monitor : Monitor or list, optional
+            Receives ``on_start``, ``on_step`` (tags ``dcc/...`` once per iteration and
+            ``hmc/...`` per NUTS iteration) and ``on_end``.
+
+        Returns
+        -------
+        SoftTreePosterior over the active topologies, weighted by ``Z_m p(m)``.
+        """
+        t_start = time.perf_counter()
+        dev = _resolve_device(self.device)
+        sd = as_soft_data(data, y, dtype=self.dtype, device=dev)
+        self.hyper = self.hyper.resolve(sd)
+        seed = 0 if seed is None else int(seed)
+        gen = torch.Generator(device=dev).manual_seed(seed)
+        rng = _pyrandom.Random(seed)
+        kernel = make_kernel("nuts", max_tree_depth=self.max_tree_depth, compact=0.5)
+        schedule = sharpness_schedule(self.n_warmup, self.h_init, self.h_final)
+        records: Dict[Topology, _Record] = {}
+        acc = EvidenceAccumulator(0, device=torch.device("cpu"))
+
+        def propose(t: Topology) -> None:
+            r = records.get(t)
+            if r is None:
+                r = records[t] = _Record(t, t.log_prior(self.alpha_split, self.beta_split))
+            r.proposed += 1
+
+        for t in sample_prior_topologies(self.n_initial, self.alpha_split, self.beta_split, self.max_depth, rng):
+            propose(t)
+        notify(monitor, "on_start", {
+            "method": "dcc", "n_iterations": self.n_iterations, "n_chains": self.n_chains,
+            "n_samples": self.n_samples, "n_warmup": self.n_warmup, "n_discovered": len(records),
+        })
+        hmc_step = [0]
+        stats = {"nuts_iterations": 0, "divergences": 0, "grad_evals": 0, "warmups": 0}
+
+        def track(trace):
+            stats["divergences"] += int(trace.is_divergent.sum())
+            stats["grad_evals"] += int(trace.n_steps.sum())
+
+        def activate(new: List[_Record]) -> None:
+            for i in range(0, len(new), max(self.n_parallel, 4)):
+                batch = new[i : i + max(self.n_parallel, 4)]
+                model = self._model(sd, batch, self.h_init, gen)
+                ch, st = warmup(
+                    kernel, model.potential_and_grad, model.theta.data, self.n_warmup, generator=gen,
+                    coord_mask=model.coord_mask, target_accept=self.target_accept, sharpness=schedule,
+                    set_sharpness=model.set_sharpness, monitor=monitor, step_offset=hmc_step[0],
+                )
+                hmc_step[0] += self.n_warmup
+                model.set_sharpness(self.h_final)
+                ch, tr = draw(kernel, model.potential_and_grad, ch, self.n_samples, generator=gen,
+                              monitor=monitor, step_offset=hmc_step[0], refresh=True)
+                hmc_step[0] += self.n_samples
+                stats["divergences"] += int(st["divergences"].sum())
+                stats["warmups"] += len(batch)
+                track(tr)
+                acc.extend(len(batch))
+                for r in batch:
+                    r.active, r.selected, r.slot = True, 1, acc.count.shape[0] - len(batch) + batch.index(r)
+                self._store(model, batch, ch, tr.positions)
+                self._evidence(model, batch, tr.positions, acc, gen)
+
+        it = 0
+        for it in range(self.n_iterations):
+            if self.max_seconds is not None and time.perf_counter() - t_start > self.max_seconds:
+                break
+            new = [r for r in records.values() if not r.active and r.proposed >= self.activation_threshold]
+            if not any(r.active for r in records.values()) and not new:
+                new = [max(records.values(), key=lambda r: r.proposed)]
+            if new:
+                activate(new)
+            active = [r for r in records.values() if r.active]
+            slots = torch.tensor([r.slot for r in active])
+            util = dcc_utility(
+                acc.log_evidence[slots], acc.log_var_w[slots], acc.logw_mean[slots], acc.logw_std[slots],
+                float(acc.max_logw[slots].max()), torch.tensor([r.selected for r in active]),
+                self.delta, self.optimism, self.kappa, self.look_ahead,
+            )
+            order = torch.argsort(util, descending=True)[: self.n_parallel].tolist()
+            chosen = [active[i] for i in order]
+            model = self._model(sd, chosen, self.h_final, gen)
+            fill = model.theta.data
+            chains = ChainState(
+                hmc_init(self._embed(model, chosen, "position", fill), model.potential_and_grad),
+                torch.cat([r.step_size for r in chosen]).to(fill),
+                self._embed(model, chosen, "inv_mass", torch.zeros_like(fill)),
+            )
+            chains, tr = draw(kernel, model.potential_and_grad, chains, self.n_samples, generator=gen,
+                              monitor=monitor, step_offset=hmc_step[0])
+            hmc_step[0] += self.n_samples
+            track(tr)
+            self._store(model, chosen, chains, tr.positions)
+            self._evidence(model, chosen, tr.positions, acc, gen)
+            for r in chosen:
+                r.selected += 1
+                propose(propose_topology(r.topology, rng, self.move_probs, self.max_depth)[0])
+            if monitor is not None:
+                lz = acc.log_evidence[slots]
+                lp = torch.tensor([r.log_prior for r in active], dtype=torch.float64)
+                notify(monitor, "on_step", it, {
+                    "dcc/n_active": len(active),
+                    "dcc/n_discovered": len(records),
+                    "dcc/selected": ",".join(r.topology.key() for r in chosen),
+                    "dcc/utility_max": float(util.max()),
+                    "dcc/utilities": util.clone(),
+                    "dcc/topology_log_evidence": lz.clone(),
+                    "dcc/log_evidence": float(torch.logsumexp(lz + lp, 0)),
+                    "hmc/step_size": float(chains.step_size.mean()),
+                    "hmc/accept": float(tr.accept_prob.mean()),
+                    "hmc/divergences": int(tr.is_divergent.sum()),
+                    "hmc/tree_depth": float(tr.tree_depth.float().mean()),
+                })
+        stats["nuts_iterations"] = hmc_step[0]
+        stats["iterations"] = it + 1
+        stats["seconds"] = time.perf_counter() - t_start
+        post = self._posterior(sd, records, acc, stats)
+        notify(monitor, "on_end", {
+            "dcc/n_active": len(post.topologies), "dcc/log_evidence": post.log_evidence,
+            "dcc/topology_log_evidence": post.topology_log_evidence, "seconds": stats["seconds"],
+        })
+        return post
+
+    def _posterior(self, sd, records, acc: EvidenceAccumulator, stats) -> SoftTreePosterior:
+        active = [r for r in records.values() if r.active]
+        tops, draws = [], []
+        for r in active:
+            d = torch.cat([x.reshape(-1, x.shape[-1]) for x in r.draws]) if r.draws else torch.zeros(0)
+            if d.shape[0] > self.max_predict_draws:  # evenly thinned
+                idx = torch.linspace(0, d.shape[0] - 1, self.max_predict_draws).round().long()
+                d = d[idx]
+            tops.append(r.topology)
+            draws.append(d)
+        slots = torch.tensor([r.slot for r in active], dtype=torch.long)
+        info = dict(stats)
+        info["n_discovered"] = len(records)
+        info["selected_counts"] = ",".join(f"{r.topology.key()}:{r.selected}" for r in active)
+        return SoftTreePosterior(
+            sd, self.hyper, self.h_final, tops, draws,
+            acc.log_evidence[slots], torch.tensor([r.log_prior for r in active], dtype=torch.float64), info,
+        )

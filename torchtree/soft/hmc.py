@@ -1,0 +1,199 @@
+"""Batched Hamiltonian Monte Carlo: leapfrog, momenta, one HMC step for many chains.
+
+Every chain has its own position, step size and diagonal inverse mass matrix; all
+chains advance in lockstep (one batched potential-and-gradient call per leapfrog),
+never through a Python loop over chains. Functions are pure-ish in the BlackJAX
+style: ``init`` builds an :class:`HMCState`, ``step`` maps ``(state, ...) -> (state,
+info)`` and consumes randomness only from the ``generator`` it is given.
+
+A coordinate whose inverse mass is zero gets zero momentum and never moves; the
+soft-tree samplers use this to keep the padded (inactive) parameters of small
+topologies fixed inside a batch padded to a deeper tree.
+
+Shapes: ``B`` chains, ``P`` parameters. ``potential_and_grad`` maps ``[B, P]`` to
+``(U [B], dU/dtheta [B, P])``.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional, Tuple
+
+import torch
+
+__all__ = [
+    "HMCState",
+    "HMCInfo",
+    "PotentialAndGrad",
+    "hmc_init",
+    "hmc_step",
+    "sample_momentum",
+    "kinetic_energy",
+    "leapfrog",
+]
+
+PotentialAndGrad = Callable[[torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
+
+
+class HMCState(NamedTuple):
+    """Position of every chain with its cached potential and gradient.
+
+    Attributes
+    ----------
+    position : Tensor [B, P]
+    potential : Tensor [B]
+    grad : Tensor [B, P]
+    """
+
+    position: torch.Tensor
+    potential: torch.Tensor
+    grad: torch.Tensor
+
+
+class HMCInfo(NamedTuple):
+    """Diagnostics of one HMC step, per chain.
+
+    Attributes
+    ----------
+    accept_prob : Tensor [B], Metropolis acceptance probability
+    is_accepted : BoolTensor [B]
+    is_divergent : BoolTensor [B], energy error above ``max_energy_error`` on the path
+    energy : Tensor [B], Hamiltonian of the returned state
+    n_steps : LongTensor [B], leapfrog steps taken
+    tree_depth : LongTensor [B], zeros (kept so HMC and NUTS share a driver)
+    """
+
+    accept_prob: torch.Tensor
+    is_accepted: torch.Tensor
+    is_divergent: torch.Tensor
+    energy: torch.Tensor
+    n_steps: torch.Tensor
+    tree_depth: torch.Tensor
+
+
+def _finite_or_inf(U: torch.Tensor) -> torch.Tensor:
+    # NaN potentials (e.g. overflow far in a tail) are treated as +inf: the point is
+    # rejected / counted divergent rather than poisoning the batch.
+    return torch.where(torch.isnan(U), torch.full_like(U, float("inf")), U)
+
+
+def hmc_init(position: torch.Tensor, potential_and_grad: PotentialAndGrad) -> HMCState:
+    """Evaluate potential and gradient at ``position [B, P]``.
+
+    Returns
+    -------
+    HMCState
+    """
+    U, g = potential_and_grad(position)
+    return HMCState(position, _finite_or_inf(U), g)
+
+
+def sample_momentum(inv_mass: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """Momenta ``p ~ N(0, M)`` with ``M = diag(1 / inv_mass)``; zero where ``inv_mass == 0``.
+
+    Parameters
+    ----------
+    inv_mass : Tensor [B, P]
+    generator : torch.Generator, optional
+
+    Returns
+    -------
+    Tensor [B, P]
+    """
+    z = torch.randn(inv_mass.shape, generator=generator, dtype=inv_mass.dtype, device=inv_mass.device)
+    safe = torch.where(inv_mass > 0, inv_mass, torch.ones_like(inv_mass))
+    return torch.where(inv_mass > 0, z * torch.rsqrt(safe), torch.zeros_like(z))
+
+
+def kinetic_energy(momentum: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
+    """``K(p) = p^T M^{-1} p / 2`` per chain, [B]."""
+    return 0.5 * (momentum * momentum * inv_mass).sum(-1)
+
+
+def leapfrog(
+    state: HMCState,
+    momentum: torch.Tensor,
+    step_size: torch.Tensor,
+    inv_mass: torch.Tensor,
+    potential_and_grad: PotentialAndGrad,
+) -> Tuple[HMCState, torch.Tensor]:
+    """One velocity-Verlet step for every chain.
+
+    Parameters
+    ----------
+    state : HMCState
+    momentum : Tensor [B, P]
+    step_size : Tensor [B] (may be negative: integrate backwards in time)
+    inv_mass : Tensor [B, P]
+    potential_and_grad : callable
+
+    Returns
+    -------
+    (HMCState, momentum [B, P])
+    """
+    eps = step_size.unsqueeze(-1)
+    p_half = momentum - 0.5 * eps * state.grad
+    q = state.position + eps * inv_mass * p_half
+    U, g = potential_and_grad(q)
+    U = _finite_or_inf(U)
+    g = torch.where(torch.isfinite(g), g, torch.zeros_like(g))
+    p = p_half - 0.5 * eps * g
+    return HMCState(q, U, g), p
+
+
+def hmc_step(
+    state: HMCState,
+    potential_and_grad: PotentialAndGrad,
+    step_size: torch.Tensor,
+    inv_mass: torch.Tensor,
+    n_leapfrog: int = 10,
+    generator: Optional[torch.Generator] = None,
+    max_energy_error: float = 1000.0,
+    jitter: bool = False,
+) -> Tuple[HMCState, HMCInfo]:
+    """One Metropolis-adjusted HMC transition for all chains at once.
+
+    Parameters
+    ----------
+    state : HMCState
+    potential_and_grad : callable [B, P] -> ([B], [B, P])
+    step_size : Tensor [B]
+    inv_mass : Tensor [B, P]
+    n_leapfrog : int
+        Leapfrog steps (the same for every chain, so the batch stays in lockstep).
+    generator : torch.Generator, optional
+    max_energy_error : float
+        A chain whose energy error exceeds this anywhere on the path is divergent.
+    jitter : bool
+        Multiply each chain's step size by U(0.8, 1.2) (breaks periodicities).
+
+    Returns
+    -------
+    (HMCState, HMCInfo)
+    """
+    B = state.position.shape[0]
+    dev, dt = state.position.device, state.position.dtype
+    eps = step_size
+    if jitter:
+        eps = eps * (0.8 + 0.4 * torch.rand(B, generator=generator, dtype=dt, device=dev))
+    p0 = sample_momentum(inv_mass, generator)
+    H0 = state.potential + kinetic_energy(p0, inv_mass)
+    cur, p = state, p0
+    diverged = torch.zeros(B, dtype=torch.bool, device=dev)
+    for _ in range(int(n_leapfrog)):
+        cur, p = leapfrog(cur, p, eps, inv_mass, potential_and_grad)
+        H = cur.potential + kinetic_energy(p, inv_mass)
+        diverged |= ~torch.isfinite(H) | (H - H0 > max_energy_error)
+    H1 = cur.potential + kinetic_energy(p, inv_mass)
+    log_accept = torch.where(diverged | ~torch.isfinite(H1), torch.full_like(H0, -float("inf")), H0 - H1)
+    accept_prob = torch.exp(log_accept.clamp(max=0.0))
+    u = torch.rand(B, generator=generator, dtype=dt, device=dev)
+    accepted = u < accept_prob
+    a2 = accepted.unsqueeze(-1)
+    new = HMCState(
+        torch.where(a2, cur.position, state.position),
+        torch.where(accepted, cur.potential, state.potential),
+        torch.where(a2, cur.grad, state.grad),
+    )
+    energy = torch.where(accepted, H1, H0)
+    n = torch.full((B,), int(n_leapfrog), dtype=torch.long, device=dev)
+    info = HMCInfo(accept_prob, accepted, diverged, energy, n, torch.zeros_like(n))
+    return new, info

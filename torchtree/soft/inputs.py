@@ -1,0 +1,170 @@
+"""Input handling for the soft-tree samplers: plain tensors or ``torchtree.Data``.
+
+Soft splits act on inputs min-max scaled to [0, 1] with the *training* ranges
+(paper 004, Sec. 2.3; thresholds have a Beta(1, 1) prior on (0, 1)). This module
+turns whatever the user passed into a :class:`SoftData` record: scaled float inputs,
+labels, task, class count and the ranges needed to scale test inputs the same way.
+It does not validate beyond what the soft samplers need; full validation lives in
+``torchtree.Data``, which is accepted as is.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+import torch
+
+__all__ = ["SoftData", "as_soft_data", "scale_inputs"]
+
+
+@dataclass
+class SoftData:
+    """Training data prepared for soft trees.
+
+    Attributes
+    ----------
+    X : Tensor [N, D] float, scaled to [0, 1] with ``feature_min`` / ``feature_max``
+    y : Tensor [N]: long class codes (classification) or float (regression)
+    task : str, "classification" or "regression"
+    n_classes : int or None
+    feature_min, feature_max : Tensor [D]
+    classes : numpy array [K] or None, original labels of codes 0..K-1 (from ``Data``)
+    """
+
+    X: torch.Tensor
+    y: torch.Tensor
+    task: str
+    n_classes: Optional[int]
+    feature_min: torch.Tensor
+    feature_max: torch.Tensor
+    classes: Optional[Any] = None
+
+    @property
+    def n_features(self) -> int:
+        """D."""
+        return int(self.X.shape[1])
+
+    def scale(self, X: torch.Tensor) -> torch.Tensor:
+        """Scale new raw inputs [M, D] with the training ranges."""
+        return scale_inputs(X, self.feature_min, self.feature_max, self.X.dtype)
+
+
+def scale_inputs(
+    X: torch.Tensor, feature_min: torch.Tensor, feature_max: torch.Tensor, dtype=torch.float32
+) -> torch.Tensor:
+    """Min-max scale ``X [M, D]`` to the training range; constant features map to 0.5.
+
+    Test points outside the training range fall outside [0, 1]; soft splits handle
+    that without clipping.
+    """
+    X = torch.as_tensor(X)
+    lo = feature_min.to(device=X.device, dtype=torch.float64)
+    span = feature_max.to(device=X.device, dtype=torch.float64) - lo
+    Xs = (X.to(torch.float64) - lo) / torch.where(span > 0, span, torch.ones_like(span))
+    Xs = torch.where(span > 0, Xs, torch.full_like(Xs, 0.5))
+    return Xs.to(dtype)
+
+
+def _infer_task(y: torch.Tensor) -> str:
+    if y.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool):
+        return "classification"
+    return "regression"
+
+
+def as_soft_data(
+    data: Any,
+    y: Any = None,
+    *,
+    task: Optional[str] = None,
+    n_classes: Optional[int] = None,
+    dtype: torch.dtype = torch.float32,
+    device: Optional[torch.device] = None,
+) -> SoftData:
+    """Coerce ``data`` (and ``y``) into :class:`SoftData`.
+
+    Parameters
+    ----------
+    data : torchtree.Data, SoftData, tuple (X, y), or Tensor/array X [N, D]
+        Anything with ``.X`` and ``.y`` attributes is read as a ``torchtree.Data``
+        (its ``task``, ``n_classes``, ``feature_min`` and ``feature_max`` are used
+        when present).
+    y : Tensor/array [N], optional
+        Labels when ``data`` is a bare feature matrix. Integer labels mean
+        classification (codes 0..K-1), floating labels regression, unless ``task``
+        says otherwise.
+    task : {"classification", "regression"}, optional
+    n_classes : int, optional
+    dtype : torch.dtype, float dtype of the scaled inputs
+    device : torch.device, optional
+
+    Returns
+    -------
+    SoftData
+    """
+    if isinstance(data, SoftData):
+        return data
+    fmin = fmax = classes = None
+    if hasattr(data, "X") and hasattr(data, "y"):
+        classes = getattr(data, "classes_", None)
+        X, yy = data.X, data.y
+        task = task or getattr(data, "task", None)
+        n_classes = n_classes or getattr(data, "n_classes", None)
+        fmin = getattr(data, "feature_min", None)
+        fmax = getattr(data, "feature_max", None)
+    elif isinstance(data, (tuple, list)) and len(data) == 2 and y is None:
+        X, yy = data
+    else:
+        X, yy = data, y
+    if yy is None:
+        raise ValueError("labels y are required (pass torchtree.Data, (X, y) or X and y)")
+    X = torch.as_tensor(X)
+    yy = torch.as_tensor(yy)
+    if device is not None:
+        X, yy = X.to(device), yy.to(device)
+    if X.dim() != 2:
+        raise ValueError(f"X must be 2-D [N, D], got shape {tuple(X.shape)}")
+    if yy.dim() != 1 or yy.shape[0] != X.shape[0]:
+        raise ValueError(f"y must be 1-D with {X.shape[0]} entries, got shape {tuple(yy.shape)}")
+    if not torch.isfinite(X.to(torch.float64)).all():
+        raise ValueError("X contains NaN or infinite values")
+    task = task or _infer_task(yy)
+    if task not in ("classification", "regression"):
+        raise ValueError(f"task must be 'classification' or 'regression', got {task!r}")
+    if task == "classification":
+        yy = yy.long()
+        if yy.min() < 0:
+            raise ValueError("class labels must be codes 0..K-1")
+        n_classes = int(n_classes) if n_classes else int(yy.max().item()) + 1
+    else:
+        yy = yy.to(torch.float64 if yy.dtype == torch.float64 else dtype)
+        if not torch.isfinite(yy).all():
+            raise ValueError("y contains NaN or infinite values")
+        n_classes = None
+    Xd = X.to(torch.float64)
+    fmin = torch.as_tensor(fmin, device=X.device).to(torch.float64) if fmin is not None else Xd.min(0).values
+    fmax = torch.as_tensor(fmax, device=X.device).to(torch.float64) if fmax is not None else Xd.max(0).values
+    return SoftData(
+        X=scale_inputs(X, fmin, fmax, dtype),
+        y=yy,
+        task=task,
+        n_classes=n_classes,
+        feature_min=fmin,
+        feature_max=fmax,
+        classes=classes,
+    )
+
+
+def train_test_split(
+    X: torch.Tensor, y: torch.Tensor, test_fraction: float = 0.3, seed: int = 0
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Shuffle with a fixed seed and split ``(X, y)`` into train and test parts.
+
+    Returns
+    -------
+    X_train [N - M, D], y_train, X_test [M, D], y_test with ``M = round(test_fraction N)``.
+    """
+    g = torch.Generator().manual_seed(int(seed))
+    perm = torch.randperm(X.shape[0], generator=g)
+    n_test = int(round(test_fraction * X.shape[0]))
+    te, tr = perm[:n_test], perm[n_test:]
+    return X[tr], y[tr], X[te], y[te]

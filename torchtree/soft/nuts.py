@@ -1,0 +1,282 @@
+"""Batched, iterative multinomial NUTS (Hoffman & Gelman 2014; Betancourt 2017).
+
+All chains double their trajectories in lockstep. At doubling ``j`` every chain picks
+a direction and extends its trajectory by a new subtree of ``2**j`` leapfrog steps;
+the steps of that subtree are taken *iteratively* (no recursion), one batched
+potential-and-gradient call per step for the whole batch. A chain whose subtree has
+terminated (U-turn inside it, divergence) or whose trajectory has stopped is frozen
+by a mask; the loop ends when every chain is frozen or ``max_tree_depth`` is reached.
+
+Within a subtree the proposal is drawn by progressive multinomial sampling (each
+new point replaces the subtree's candidate with probability ``w_new / W_subtree``,
+i.e. the candidate is drawn with probability proportional to ``exp(-H)``); the
+subtree's candidate replaces the trajectory's with the *biased* probability
+``min(1, W_subtree / W_trajectory)`` (Betancourt 2017, App. A.3.2).
+
+Termination uses the generalised no-U-turn criterion (Betancourt 2017): a span of
+points with momentum sum ``rho`` and end points ``a``, ``b`` turns when
+``rho . M^{-1} p_a <= 0`` or ``rho . M^{-1} p_b <= 0``. It is checked on every
+sub-subtree of the binary tree (blocks of ``2**k`` consecutive steps, tracked with
+O(depth) running sums rather than stored trajectories), on the merged trajectory,
+and, as Stan does since 2.26, on the two "straddling" spans made of one half plus
+the first point of the other half.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+
+from .hmc import HMCState, PotentialAndGrad, kinetic_energy, leapfrog, sample_momentum
+
+__all__ = ["NUTSInfo", "nuts_init", "nuts_step"]
+
+
+class NUTSInfo(NamedTuple):
+    """Diagnostics of one NUTS transition, per chain.
+
+    Attributes
+    ----------
+    accept_prob : Tensor [B]
+        Mean Metropolis probability ``min(1, exp(H0 - H))`` over all leapfrog points
+        built (the statistic dual averaging adapts to).
+    is_divergent : BoolTensor [B]
+    tree_depth : LongTensor [B], number of doublings performed
+    n_steps : LongTensor [B], leapfrog steps taken
+    energy : Tensor [B], Hamiltonian at the start of the transition
+    is_turning : BoolTensor [B], stopped by a U-turn (vs depth limit / divergence)
+    """
+
+    accept_prob: torch.Tensor
+    is_divergent: torch.Tensor
+    tree_depth: torch.Tensor
+    n_steps: torch.Tensor
+    energy: torch.Tensor
+    is_turning: torch.Tensor
+
+
+def nuts_init(position: torch.Tensor, potential_and_grad: PotentialAndGrad) -> HMCState:
+    """Same state as HMC: position [B, P] with potential and gradient."""
+    from .hmc import hmc_init
+
+    return hmc_init(position, potential_and_grad)
+
+
+def _turning(rho: torch.Tensor, psharp_a: torch.Tensor, psharp_b: torch.Tensor) -> torch.Tensor:
+    """Generalised no-U-turn criterion, [B] bool (True = the span turns)."""
+    return ((rho * psharp_a).sum(-1) <= 0) | ((rho * psharp_b).sum(-1) <= 0)
+
+
+def _w(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Row-wise select: ``a`` where ``mask [B]`` else ``b`` (any trailing shape)."""
+    m = mask.reshape(mask.shape + (1,) * (a.dim() - 1))
+    return torch.where(m, a, b)
+
+
+def _sel_state(mask, a: HMCState, b: HMCState) -> HMCState:
+    return HMCState(_w(mask, a.position, b.position), _w(mask, a.potential, b.potential), _w(mask, a.grad, b.grad))
+
+
+class _Subtree(NamedTuple):
+    valid: torch.Tensor  # [B] no inner U-turn, no divergence
+    diverged: torch.Tensor  # [B]
+    last: HMCState  # time-last point
+    p_last: torch.Tensor
+    p_first: torch.Tensor  # time-first point's momentum
+    rho: torch.Tensor  # momentum sum
+    log_w: torch.Tensor  # log sum of weights
+    proposal: HMCState
+    sum_accept: torch.Tensor
+    n_steps: torch.Tensor
+
+
+def _build_subtree(
+    start: HMCState,
+    p_start: torch.Tensor,
+    depth: int,
+    eps: torch.Tensor,
+    inv_mass: torch.Tensor,
+    H0: torch.Tensor,
+    frozen: torch.Tensor,
+    potential_and_grad: PotentialAndGrad,
+    generator: Optional[torch.Generator],
+    max_energy_error: float,
+    compact: float = 0.0,
+) -> _Subtree:
+    """Take ``2**depth`` leapfrog steps from ``start`` for every non-frozen chain.
+
+    With ``compact > 0`` and fewer than ``compact * B`` chains still live, only the
+    live chains are integrated (``potential_and_grad(theta, rows)`` must accept the
+    batch rows of a subset), so late doublings of a few long trajectories do not
+    pay for the whole batch.
+    """
+    B, P = start.position.shape
+    dev, dt = start.position.device, start.position.dtype
+    n_total = 1 << depth
+    # A chain whose subtree stopped (or that was frozen on entry) keeps integrating
+    # with the batch, but nothing it computes is used: its subtree is invalid (or
+    # ignored) and only masked accumulators (steps, acceptance) are per-chain stats.
+    # That saves a masked select per state tensor and step.
+    # Per-level block bookkeeping (level k = blocks of 2**k steps, k = 1..depth):
+    # cumulative momentum before the block starts, the first point's p and p_sharp,
+    # and the previous block's last point (for the straddling checks).
+    K = depth + 1
+    cum_before: list = [None] * K
+    p_first_k: list = [None] * K
+    ps_first_k: list = [None] * K
+    p_end_k: list = [None] * K
+    ps_end_k: list = [None] * K
+    cum = torch.zeros(B, P, dtype=dt, device=dev)
+    stopped = frozen.clone()
+    valid = torch.ones(B, dtype=torch.bool, device=dev)
+    diverged = torch.zeros(B, dtype=torch.bool, device=dev)
+    log_w = torch.full((B,), -float("inf"), dtype=dt, device=dev)
+    sum_accept = torch.zeros(B, dtype=dt, device=dev)
+    n_steps = torch.zeros(B, dtype=torch.long, device=dev)
+    cur, p = start, p_start
+    proposal = start
+    p_first = p_start
+    for n in range(n_total):
+        if n > 0 and bool(stopped.all()):
+            break
+        live = ~stopped
+        n_live = int(live.sum()) if compact > 0 else B
+        if n_live < compact * B:
+            idx = live.nonzero().squeeze(1)
+            sub, p_sub = leapfrog(
+                HMCState(cur.position[idx], cur.potential[idx], cur.grad[idx]), p[idx], eps[idx],
+                inv_mass[idx], lambda th: potential_and_grad(th, idx),
+            )
+            cur = HMCState(
+                cur.position.index_copy(0, idx, sub.position),
+                cur.potential.index_copy(0, idx, sub.potential),
+                cur.grad.index_copy(0, idx, sub.grad),
+            )
+            p = p.index_copy(0, idx, p_sub)
+        else:
+            cur, p = leapfrog(cur, p, eps, inv_mass, potential_and_grad)
+        dH = H0 - (cur.potential + kinetic_energy(p, inv_mass))
+        dH = torch.nan_to_num(dH, nan=-float("inf"))
+        n_steps += live
+        sum_accept += torch.where(live, torch.exp(dH.clamp(max=0.0)), torch.zeros_like(dH))
+        div = live & (dH < -max_energy_error)
+        # Progressive multinomial sampling of the subtree's candidate.
+        new_log_w = torch.logaddexp(log_w, dH)
+        take = torch.rand(B, generator=generator, dtype=dt, device=dev) < torch.exp(dH - new_log_w)
+        proposal = _sel_state(take, cur, proposal)
+        log_w = new_log_w
+        if n == 0:
+            p_first = p
+        ps = inv_mass * p
+        # Blocks starting at this step.
+        for k in range(1, K):
+            if n % (1 << k) == 0:
+                cum_before[k], p_first_k[k], ps_first_k[k] = cum, p, ps
+        cum = cum + p
+        # Blocks ending at this step: check every completed sub-subtree.
+        turn = torch.zeros(B, dtype=torch.bool, device=dev)
+        for k in range(1, K):
+            if (n + 1) % (1 << k) == 0:
+                turn |= _turning(cum - cum_before[k], ps_first_k[k], ps)
+                if k >= 2:
+                    # halves: left = first 2**(k-1) steps, right = the current level-(k-1) block
+                    rho_left = cum_before[k - 1] - cum_before[k]
+                    rho_right = cum - cum_before[k - 1]
+                    turn |= _turning(rho_left + p_first_k[k - 1], ps_first_k[k], ps_first_k[k - 1])
+                    turn |= _turning(p_end_k[k - 1] + rho_right, ps_end_k[k - 1], ps)
+        for k in range(1, K):
+            if (n + 1) % (1 << k) == 0:
+                p_end_k[k], ps_end_k[k] = p, ps
+        bad = live & (div | turn)
+        diverged |= div
+        valid &= ~bad
+        stopped |= bad
+    return _Subtree(valid, diverged, cur, p, p_first, cum, log_w, proposal, sum_accept, n_steps)
+
+
+def nuts_step(
+    state: HMCState,
+    potential_and_grad: PotentialAndGrad,
+    step_size: torch.Tensor,
+    inv_mass: torch.Tensor,
+    generator: Optional[torch.Generator] = None,
+    max_tree_depth: int = 10,
+    max_energy_error: float = 1000.0,
+    compact: float = 0.0,
+) -> Tuple[HMCState, NUTSInfo]:
+    """One multinomial NUTS transition for all chains at once.
+
+    Parameters
+    ----------
+    state : HMCState
+    potential_and_grad : callable [B, P] -> ([B], [B, P])
+    step_size : Tensor [B]
+    inv_mass : Tensor [B, P] (diagonal inverse mass matrix; 0 freezes a coordinate)
+    generator : torch.Generator, optional
+    max_tree_depth : int, at most ``2**max_tree_depth - 1`` leapfrog steps
+    max_energy_error : float, divergence threshold on ``H - H0``
+    compact : float in [0, 1]
+        Integrate only the live chains once fewer than ``compact * B`` are live;
+        requires ``potential_and_grad(theta, rows)`` (e.g. ``SoftTrees``). 0 = off.
+
+    Returns
+    -------
+    (HMCState, NUTSInfo)
+    """
+    B, P = state.position.shape
+    dev, dt = state.position.device, state.position.dtype
+    p0 = sample_momentum(inv_mass, generator)
+    H0 = state.potential + kinetic_energy(p0, inv_mass)
+    minus, plus = state, state
+    p_minus, p_plus = p0, p0
+    sample = state
+    log_w = torch.zeros(B, dtype=dt, device=dev)  # the initial point has weight exp(0)
+    rho = p0.clone()
+    done = ~torch.isfinite(H0)
+    depth = torch.zeros(B, dtype=torch.long, device=dev)
+    n_steps = torch.zeros(B, dtype=torch.long, device=dev)
+    sum_accept = torch.zeros(B, dtype=dt, device=dev)
+    diverged = torch.zeros(B, dtype=torch.bool, device=dev)
+    turning = torch.zeros(B, dtype=torch.bool, device=dev)
+    for j in range(int(max_tree_depth)):
+        if bool(done.all()):
+            break
+        active = ~done
+        fwd = torch.rand(B, generator=generator, dtype=dt, device=dev) < 0.5
+        start = _sel_state(fwd, plus, minus)
+        p_start = _w(fwd, p_plus, p_minus)
+        eps = torch.where(fwd, step_size, -step_size)
+        sub = _build_subtree(
+            start, p_start, j, eps, inv_mass, H0, done, potential_and_grad, generator, max_energy_error, compact
+        )
+        depth += active.long()
+        n_steps += sub.n_steps
+        sum_accept += sub.sum_accept
+        diverged |= active & sub.diverged
+        ok = active & sub.valid
+        # Biased progressive sampling between the old trajectory and the new subtree.
+        take = ok & (torch.rand(B, generator=generator, dtype=dt, device=dev) < torch.exp(sub.log_w - log_w))
+        sample = _sel_state(take, sub.proposal, sample)
+        # Extend the trajectory in the chosen direction.
+        ext_plus, ext_minus = ok & fwd, ok & ~fwd
+        # U-turn checks of the merged trajectory (computed before ends move).
+        far = _w(fwd, p_minus, p_plus)  # old end away from the new subtree
+        adj = _w(fwd, p_plus, p_minus)  # old end touching the new subtree
+        ps_far, ps_adj = inv_mass * far, inv_mass * adj
+        ps_sub_first, ps_sub_last = inv_mass * sub.p_first, inv_mass * sub.p_last
+        rho_new = rho + sub.rho
+        turn = _turning(rho_new, ps_far, ps_sub_last)
+        turn |= _turning(rho + sub.p_first, ps_far, ps_sub_first)
+        turn |= _turning(adj + sub.rho, ps_adj, ps_sub_last)
+        plus = _sel_state(ext_plus, sub.last, plus)
+        p_plus = _w(ext_plus, sub.p_last, p_plus)
+        minus = _sel_state(ext_minus, sub.last, minus)
+        p_minus = _w(ext_minus, sub.p_last, p_minus)
+        rho = _w(ok, rho_new, rho)
+        log_w = torch.where(ok, torch.logaddexp(log_w, sub.log_w), log_w)
+        turning |= ok & turn
+        turning |= active & ~sub.valid & ~sub.diverged
+        done |= active & (~sub.valid | turn)
+    accept_prob = sum_accept / n_steps.clamp(min=1).to(dt)
+    info = NUTSInfo(accept_prob, diverged, depth, n_steps, H0, turning)
+    return sample, info

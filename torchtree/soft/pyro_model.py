@@ -1,0 +1,198 @@
+"""Soft decision trees as Pyro models (``PyroModule`` with ``PyroSample`` priors).
+
+Three modules, all built on the batched routing kernel of
+:mod:`torchtree.kernels.soft_routing` and on the same priors as
+:class:`~torchtree.soft.trees.SoftTrees` (paper 004, eq. 7-9):
+
+* :class:`SoftTreeFunction` -- a random function ``f(x) = sum_k phi_k(x) mu_k`` with
+  Dirichlet split weights, Beta thresholds and Normal leaf values. It draws nothing
+  but its own parameters, so it can sit inside a larger model, e.g. as the mean
+  function of a hierarchical regression;
+* :class:`SoftTreeRegressor` -- ``y ~ Normal(f(x), sigma2)``, ``sigma2 ~ InvGamma``
+  (eq. 9);
+* :class:`SoftTreeClassifier` -- the soft-count Dirichlet-multinomial likelihood of
+  eq. 8 as a ``pyro.factor`` (leaf class probabilities integrated out).
+
+They work with ``pyro.infer.MCMC(pyro.infer.NUTS(model), ...)``, SVI, ``Predictive``
+(leading sample dimensions are supported by flattening them into the batch of
+trees), and ``pyro.poutine`` handlers. Inputs are scaled to [0, 1] with the ranges
+given at construction (``feature_min`` / ``feature_max``), or passed pre-scaled.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import pyro
+import pyro.distributions as dist
+from pyro.nn import PyroModule, PyroSample
+
+from torchtree.kernels.soft_routing import dirichlet_multinomial_loglik, soft_class_counts, soft_routing
+
+from .topology import Topology
+
+__all__ = ["SoftTreeFunction", "SoftTreeRegressor", "SoftTreeClassifier"]
+
+
+class _SoftTreeBase(PyroModule):
+    """Split priors, scaling and routing shared by the three modules."""
+
+    def __init__(
+        self,
+        n_features: int,
+        topology=2,
+        sharpness: float = 0.05,
+        split_concentration: float = 1.0,
+        threshold_a: float = 1.0,
+        threshold_b: float = 1.0,
+        feature_min: Optional[torch.Tensor] = None,
+        feature_max: Optional[torch.Tensor] = None,
+    ) -> None:
+        super().__init__()
+        self.topology = Topology.coerce(topology)
+        if self.topology.n_internal == 0:
+            raise ValueError("the topology needs at least one split")
+        self.n_features = int(n_features)
+        self.sharpness = float(sharpness)
+        self.depth = self.topology.depth
+        I = self.topology.n_internal
+        D = self.n_features
+        self.register_buffer("node_index", torch.tensor(self.topology.internal, dtype=torch.long))
+        self.register_buffer("leaf_slots", torch.tensor(self.topology.leaf_slots(), dtype=torch.long))
+        self.register_buffer("node_mask", self.topology.node_mask())
+        fmin = torch.zeros(D) if feature_min is None else torch.as_tensor(feature_min, dtype=torch.float32)
+        fmax = torch.ones(D) if feature_max is None else torch.as_tensor(feature_max, dtype=torch.float32)
+        self.register_buffer("feature_min", fmin)
+        self.register_buffer("feature_max", fmax)
+        if D > 1:
+            self.split_weights = PyroSample(
+                dist.Dirichlet(torch.full((I, D), float(split_concentration))).to_event(1)
+            )
+        self.thresholds = PyroSample(
+            dist.Beta(torch.full((I,), float(threshold_a)), torch.full((I,), float(threshold_b))).to_event(1)
+        )
+
+    def scale(self, X: torch.Tensor) -> torch.Tensor:
+        """Min-max scale raw inputs [N, D] with the ranges given at construction."""
+        span = self.feature_max - self.feature_min
+        span = torch.where(span > 0, span, torch.ones_like(span))
+        return (X - self.feature_min.to(X)) / span.to(X)
+
+    def leaf_probabilities(self, X: torch.Tensor) -> torch.Tensor:
+        """Leaf probabilities of the real leaves, [..., N, n_leaves] (samples the splits)."""
+        tau = self.thresholds  # [..., I]
+        batch = tau.shape[:-1]
+        I, D = self.topology.n_internal, self.n_features
+        if D > 1:
+            w = self.split_weights  # [..., I, D]
+        else:
+            w = torch.ones(batch + (I, 1), dtype=tau.dtype, device=tau.device)
+        B = int(torch.tensor(batch).prod()) if batch else 1
+        slots = (1 << self.depth) - 1
+        W = torch.zeros(B, slots, D, dtype=tau.dtype, device=tau.device)
+        T = torch.full((B, slots), 0.5, dtype=tau.dtype, device=tau.device)
+        W = W.index_copy(1, self.node_index, w.reshape(B, I, D))
+        T = T.index_copy(1, self.node_index, tau.reshape(B, I))
+        Xs = self.scale(X).to(tau.dtype)
+        mask = self.node_mask.unsqueeze(0).expand(B, slots)
+        phi = soft_routing(Xs, W, T, self.sharpness, mask)  # [B, N, L]
+        phi = phi.index_select(-1, self.leaf_slots)
+        return phi.reshape(batch + phi.shape[1:])
+
+
+class SoftTreeFunction(_SoftTreeBase):
+    """A soft regression tree as a random function ``f(x) = sum_k phi_k(x) mu_k``.
+
+    Parameters
+    ----------
+    n_features : int
+    topology : Topology, int (full tree of that depth) or node ids
+    sharpness : float, split sharpness ``h``
+    split_concentration : float, Dirichlet prior of split weights
+    threshold_a, threshold_b : float, Beta prior of thresholds
+    leaf_loc, leaf_scale : float, Normal prior of leaf values (scale = std)
+    feature_min, feature_max : Tensor [D], optional, input ranges for scaling
+
+    Examples
+    --------
+    Inside a larger model::
+
+        tree = SoftTreeFunction(D, topology=2)
+        def model(X, group, y=None):
+            offset = pyro.sample("offset", dist.Normal(0., 1.).expand([G]).to_event(1))
+            mean = tree(X) + offset[group]
+            with pyro.plate("data", len(X)):
+                pyro.sample("y", dist.Normal(mean, 0.1), obs=y)
+    """
+
+    def __init__(self, n_features: int, topology=2, sharpness: float = 0.05, split_concentration: float = 1.0,
+                 threshold_a: float = 1.0, threshold_b: float = 1.0, leaf_loc: float = 0.0, leaf_scale: float = 1.0,
+                 feature_min=None, feature_max=None) -> None:
+        super().__init__(n_features, topology, sharpness, split_concentration, threshold_a, threshold_b,
+                         feature_min, feature_max)
+        L = self.topology.n_leaves
+        self.leaf_values = PyroSample(dist.Normal(torch.full((L,), float(leaf_loc)), float(leaf_scale)).to_event(1))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """``f(X)``: Tensor [..., N] (leading dims = sample dims of the parameters)."""
+        phi = self.leaf_probabilities(X)
+        mu = self.leaf_values
+        return (phi * mu.unsqueeze(-2)).sum(-1)
+
+
+class SoftTreeRegressor(PyroModule):
+    """``y ~ Normal(f(x), sigma2)`` with a soft tree ``f`` and ``sigma2 ~ InvGamma`` (eq. 9).
+
+    Parameters
+    ----------
+    n_features, topology, sharpness, split_concentration, feature_min, feature_max :
+        as in :class:`SoftTreeFunction`
+    mu_mean, mu_var : float, Normal prior of leaf means (variance)
+    sigma_shape, sigma_scale : float, inverse-gamma prior of the noise variance
+    """
+
+    def __init__(self, n_features: int, topology=2, sharpness: float = 0.05, split_concentration: float = 1.0,
+                 mu_mean: float = 0.0, mu_var: float = 1.0, sigma_shape: float = 1.5, sigma_scale: float = 0.15,
+                 feature_min=None, feature_max=None) -> None:
+        super().__init__()
+        self.tree = SoftTreeFunction(n_features, topology, sharpness, split_concentration, 1.0, 1.0,
+                                     mu_mean, math.sqrt(mu_var), feature_min, feature_max)
+        self.sigma2 = PyroSample(dist.InverseGamma(torch.tensor(float(sigma_shape)), torch.tensor(float(sigma_scale))))
+
+    def forward(self, X: torch.Tensor, y: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Sample ``y`` (observed if given); returns the tree's mean [..., N]."""
+        mean = self.tree(X)
+        sigma2 = self.sigma2
+        with pyro.plate("data", X.shape[0], dim=-1):
+            pyro.sample("y", dist.Normal(mean, torch.sqrt(sigma2).unsqueeze(-1)), obs=y)
+        return mean
+
+
+class SoftTreeClassifier(_SoftTreeBase):
+    """Soft classification tree with the soft-count Dirichlet-multinomial likelihood (eq. 8).
+
+    Parameters
+    ----------
+    n_features : int
+    n_classes : int
+    topology, sharpness, split_concentration, feature_min, feature_max : as above
+    alpha : float, optional, total Dirichlet concentration (default ``n_classes``)
+    """
+
+    def __init__(self, n_features: int, n_classes: int, topology=2, sharpness: float = 0.05,
+                 split_concentration: float = 1.0, alpha: Optional[float] = None,
+                 feature_min=None, feature_max=None) -> None:
+        super().__init__(n_features, topology, sharpness, split_concentration, 1.0, 1.0, feature_min, feature_max)
+        self.n_classes = int(n_classes)
+        self.alpha = float(alpha) if alpha is not None else float(n_classes)
+
+    def forward(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Add ``log l(Y | X, splits)`` as a factor; returns leaf probabilities [..., N, L]."""
+        phi = self.leaf_probabilities(X)
+        onehot = torch.nn.functional.one_hot(y.long(), self.n_classes).to(phi.dtype)
+        batch = phi.shape[:-2]
+        flat = phi.reshape((-1,) + phi.shape[-2:])
+        ll = dirichlet_multinomial_loglik(soft_class_counts(flat, onehot), self.alpha / self.n_classes)
+        pyro.factor("soft_dirichlet_multinomial", ll.reshape(batch))
+        return phi

@@ -1,0 +1,263 @@
+"""``HMC`` and ``NUTS`` samplers: batched chains on soft trees or on any potential.
+
+Two ways in:
+
+* ``NUTS(...).run(data, seed=..., monitor=...)`` samples the soft tree of one
+  topology (``topology=`` or a full tree of ``depth=``) with ``n_chains`` chains and
+  returns a :class:`~torchtree.soft.posterior.SoftTreePosterior` (optionally with a
+  LAIS evidence estimate);
+* ``NUTS(...).sample(potential_and_grad, init, seed=...)`` samples any batched
+  potential ``[B, P] -> ([B], [B, P])`` and returns an :class:`MCMCResult`.
+
+Both run warm-up (Stan windows, per-chain dual averaging and diagonal mass matrix,
+optional sharpness annealing ``h_init -> h_final``) and then sampling, all chains in
+lockstep (see :mod:`torchtree.soft.chains`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple, Optional
+
+import torch
+
+from .adaptation import sharpness_schedule
+from .chains import ChainState, SampleTrace, draw, make_kernel, notify, warmup
+from .inputs import as_soft_data
+from .lais import EvidenceAccumulator, lais_log_weights
+from .posterior import SoftTreePosterior
+from .topology import Topology
+from .trees import SoftTreeHyper, SoftTrees
+
+__all__ = ["MCMCResult", "NUTS", "HMC"]
+
+
+class MCMCResult(NamedTuple):
+    """Output of :meth:`NUTS.sample` / :meth:`HMC.sample`.
+
+    Attributes
+    ----------
+    samples : Tensor [S, B, P], kept draws (``S = n_samples``)
+    trace : SampleTrace, per-draw diagnostics
+    chains : ChainState, final state with adapted step sizes and inverse masses
+    warmup_stats : dict, ``accept_prob [B]`` and ``divergences [B]`` of warm-up
+    seconds : float, wall time
+    """
+
+    samples: torch.Tensor
+    trace: SampleTrace
+    chains: ChainState
+    warmup_stats: dict
+    seconds: float
+
+
+def _device(device) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class NUTS:
+    """Batched multinomial NUTS with per-chain adaptation, on soft trees.
+
+    Parameters
+    ----------
+    n_chains : int
+    n_samples : int, kept draws per chain
+    n_warmup : int
+    thin : int
+    depth : int, full-tree depth when ``topology`` is not given
+    topology : Topology or iterable of internal node ids, optional
+    sharpness : float, final split sharpness ``h`` (``h_final``)
+    h_init : float, optional, start of the warm-up annealing (default: no annealing)
+    max_tree_depth : int
+    target_accept : float
+    max_energy_error : float, divergence threshold
+    hyper : SoftTreeHyper, optional
+    alpha : float, optional, Dirichlet-multinomial total concentration
+    split_concentration : float, optional
+    evidence : bool, estimate ``log Z`` of the topology with LAIS after sampling
+    n_proposals : int, LAIS pseudo-samples per draw
+    device : str ("auto" = CUDA if present), dtype : torch.dtype
+    """
+
+    kind = "nuts"
+
+    def __init__(
+        self,
+        n_chains: int = 4,
+        n_samples: int = 500,
+        n_warmup: int = 500,
+        thin: int = 1,
+        *,
+        depth: int = 2,
+        topology: Any = None,
+        sharpness: float = 0.05,
+        h_init: Optional[float] = None,
+        max_tree_depth: int = 10,
+        target_accept: float = 0.8,
+        max_energy_error: float = 1000.0,
+        hyper: Optional[SoftTreeHyper] = None,
+        alpha: Optional[float] = None,
+        split_concentration: Optional[float] = None,
+        evidence: bool = False,
+        n_proposals: int = 5,
+        device: Any = "auto",
+        dtype: torch.dtype = torch.float32,
+        n_leapfrog: int = 10,
+    ) -> None:
+        self.n_chains = int(n_chains)
+        self.n_samples = int(n_samples)
+        self.n_warmup = int(n_warmup)
+        self.thin = int(thin)
+        self.topology = Topology.coerce(topology if topology is not None else int(depth))
+        self.sharpness = float(sharpness)
+        self.h_init = None if h_init is None else float(h_init)
+        self.max_tree_depth = int(max_tree_depth)
+        self.n_leapfrog = int(n_leapfrog)
+        self.target_accept = float(target_accept)
+        self.max_energy_error = float(max_energy_error)
+        hp = hyper or SoftTreeHyper()
+        if alpha is not None:
+            hp = SoftTreeHyper(**{**hp.__dict__, "alpha": float(alpha)})
+        if split_concentration is not None:
+            hp = SoftTreeHyper(**{**hp.__dict__, "split_concentration": float(split_concentration)})
+        self.hyper = hp
+        self.evidence = bool(evidence)
+        self.n_proposals = int(n_proposals)
+        self.device = device
+        self.dtype = dtype
+
+    def _kernel(self, compact: float = 0.0):
+        return make_kernel(
+            self.kind, max_tree_depth=self.max_tree_depth, n_leapfrog=self.n_leapfrog,
+            max_energy_error=self.max_energy_error, compact=compact,
+        )
+
+    # ----------------------------------------------------------------- generic
+    def sample(
+        self,
+        potential_and_grad: Callable,
+        init: torch.Tensor,
+        *,
+        seed: Optional[int] = 0,
+        monitor=None,
+        coord_mask: Optional[torch.Tensor] = None,
+        sharpness_schedule_: Optional[list] = None,
+        set_sharpness: Optional[Callable[[float], None]] = None,
+        generator: Optional[torch.Generator] = None,
+        compact: float = 0.0,
+    ) -> MCMCResult:
+        """Sample any batched potential with ``B = init.shape[0]`` chains.
+
+        Parameters
+        ----------
+        potential_and_grad : callable [B, P] -> (U [B], grad [B, P])
+        init : Tensor [B, P], initial positions
+        seed : int, optional
+        monitor : Monitor or list, optional (``hmc/...`` tags every iteration)
+        coord_mask : BoolTensor [B, P], optional, frozen coordinates are False
+        sharpness_schedule_, set_sharpness : optional warm-up annealing hooks
+        generator : torch.Generator, optional (overrides ``seed``)
+        compact : float, NUTS live-chain compaction threshold (needs a potential
+            accepting ``rows``; see :func:`torchtree.soft.nuts.nuts_step`)
+
+        Returns
+        -------
+        MCMCResult
+        """
+        t0 = time.perf_counter()
+        gen = generator or torch.Generator(device=init.device).manual_seed(0 if seed is None else int(seed))
+        kernel = self._kernel(compact)
+        notify(monitor, "on_start", {
+            "method": self.kind, "n_chains": int(init.shape[0]), "n_samples": self.n_samples,
+            "n_warmup": self.n_warmup,
+        })
+        chains, wstats = warmup(
+            kernel, potential_and_grad, init, self.n_warmup, generator=gen, coord_mask=coord_mask,
+            target_accept=self.target_accept, sharpness=sharpness_schedule_, set_sharpness=set_sharpness,
+            monitor=monitor,
+        )
+        chains, trace = draw(
+            kernel, potential_and_grad, chains, self.n_samples, generator=gen, thin=self.thin,
+            monitor=monitor, step_offset=self.n_warmup, refresh=sharpness_schedule_ is not None,
+        )
+        seconds = time.perf_counter() - t0
+        notify(monitor, "on_end", {
+            "hmc/accept": float(trace.accept_prob.mean()) if trace.accept_prob.numel() else float("nan"),
+            "hmc/divergences": int(trace.is_divergent.sum()),
+            "hmc/step_size": float(chains.step_size.mean()),
+            "seconds": seconds,
+        })
+        return MCMCResult(trace.positions, trace, chains, wstats, seconds)
+
+    # ----------------------------------------------------------------- soft trees
+    def model(self, data, y=None, generator: Optional[torch.Generator] = None) -> SoftTrees:
+        """The :class:`SoftTrees` batch this sampler runs on ``data`` (one topology)."""
+        sd = as_soft_data(data, y, dtype=self.dtype, device=_device(self.device))
+        h0 = self.h_init if self.h_init is not None else self.sharpness
+        return SoftTrees(
+            sd, [self.topology], n_chains=self.n_chains, sharpness=h0, hyper=self.hyper,
+            dtype=self.dtype, generator=generator,
+        )
+
+    def run(self, data, y=None, *, seed: Optional[int] = 0, monitor=None) -> SoftTreePosterior:
+        """Sample the soft tree of one topology on ``data``.
+
+        Parameters
+        ----------
+        data : torchtree.Data, (X, y), or Tensor X [N, D] (with ``y``)
+        y : Tensor [N], optional
+        seed : int, optional
+        monitor : Monitor or list, optional
+
+        Returns
+        -------
+        SoftTreePosterior with one topology (``n_chains * n_samples`` draws) and, with
+        ``evidence=True``, its LAIS log evidence.
+        """
+        dev = _device(self.device)
+        gen = torch.Generator(device=dev).manual_seed(0 if seed is None else int(seed))
+        model = self.model(data, y, generator=gen)
+        sched = None
+        if self.h_init is not None and self.h_init != self.sharpness:
+            sched = sharpness_schedule(self.n_warmup, self.h_init, self.sharpness)
+        res = self.sample(
+            model.potential_and_grad, model.theta.data, monitor=monitor, coord_mask=model.coord_mask,
+            sharpness_schedule_=sched, set_sharpness=model.set_sharpness, generator=gen, compact=0.5,
+        )
+        model.set_sharpness(self.sharpness)
+        idx = model.compact_index(0)
+        draws = res.samples[:, :, idx].reshape(-1, idx.numel()).cpu()
+        log_z = None
+        if self.evidence and res.samples.shape[0] > 1:
+            acc = EvidenceAccumulator(1)
+            mask = model.coord_mask[:1]
+            G, C, T, P = 1, self.n_chains, res.samples.shape[0], model.n_params
+            K = C * T * self.n_proposals
+            rows = torch.zeros(K, dtype=torch.long, device=dev)
+            lw = lais_log_weights(
+                res.samples.permute(1, 0, 2).unsqueeze(0), mask,
+                lambda xi: model.log_density_chunked(xi.reshape(K, P), rows).reshape(1, K),
+                self.n_proposals, gen,
+            )
+            acc.update(lw.reshape(1, -1))
+            log_z = acc.log_evidence
+        info = {
+            "method": self.kind,
+            "seconds": res.seconds,
+            "accept": float(res.trace.accept_prob.mean()),
+            "divergences": int(res.trace.is_divergent.sum()),
+            "step_size": float(res.chains.step_size.mean()),
+            "mean_tree_depth": float(res.trace.tree_depth.float().mean()),
+            "grad_evals": int(res.trace.n_steps.sum()),
+        }
+        return SoftTreePosterior(model.data, model.hyper, self.sharpness, [self.topology], [draws], log_z, None, info)
+
+
+class HMC(NUTS):
+    """Batched static HMC (``n_leapfrog`` steps, jittered step size) on soft trees.
+
+    Same parameters as :class:`NUTS` plus ``n_leapfrog`` (``max_tree_depth`` unused).
+    """
+
+    kind = "hmc"
