@@ -106,6 +106,7 @@ def segment_minmax(x: torch.Tensor, seg: torch.Tensor, n_seg: int):
     D = x.shape[1]
     lo = torch.full((n_seg, D), float("inf"), dtype=x.dtype, device=x.device)
     hi = torch.full((n_seg, D), float("-inf"), dtype=x.dtype, device=x.device)
-    lo.index_reduce_(0, seg, x, "amin")
-    hi.index_reduce_(0, seg, x, "amax")
+    index = seg[:, None].expand(-1, D)
+    lo.scatter_reduce_(0, index, x, "amin")
+    hi.scatter_reduce_(0, index, x, "amax")
     return lo, hi

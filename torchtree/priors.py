@@ -55,8 +55,9 @@ def node_ranges(trees: HardTrees, X: torch.Tensor, chunk_pairs: int = 1 << 22) -
             flat = p * C + node
             count.view(-1).index_add_(0, flat, torch.ones_like(flat))
             xs = X[pt]
-            lo.view(P * C, D).index_reduce_(0, flat, xs, "amin")
-            hi.view(P * C, D).index_reduce_(0, flat, xs, "amax")
+            fidx = flat[:, None].expand(-1, D)
+            lo.view(P * C, D).scatter_reduce_(0, fidx, xs, "amin")
+            hi.view(P * C, D).scatter_reduce_(0, fidx, xs, "amax")
             f = feat[p, node]
             inner = f >= 0
             p, pt, node, f = p[inner], pt[inner], node[inner], f[inner]
