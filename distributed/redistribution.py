@@ -211,7 +211,7 @@ def _expand(layout: BlockLayout, rows: torch.Tensor, counts: torch.Tensor, local
 
 @dataclass
 class _Plan:
-    """What every distributed variant learns in its two set-up collectives."""
+    """What every distributed variant learns in its set-up collective."""
 
     layout: BlockLayout
     n: int  # particles per rank
@@ -222,10 +222,11 @@ class _Plan:
 
 
 def _plan(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor, backend: Backend, out=None) -> _Plan:
-    """Validate inputs on every rank at once, then exchange the per-rank totals.
+    """Validate inputs on every rank at once and learn the per-rank totals: one ``all_gather``.
 
-    Every local problem is folded into the first ``all_reduce`` so that all ranks raise the
-    same ``ValueError`` together rather than one raising and the rest timing out.
+    Each rank contributes ``[problem flag, n, layout hash, sum(ncopies), #zero ncopies]``; every
+    rank then runs the same checks on the same table, so a bad input anywhere makes all ranks
+    raise the same ``ValueError`` together instead of one raising and the rest timing out.
     """
     problem, layout, n, sig = "", None, 0, 0
     try:
@@ -241,29 +242,32 @@ def _plan(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor, backend: Bac
             check_out(out, block, n)
         except ValueError as exc:
             problem = str(exc)
-    head = torch.tensor([1 if problem else 0, n, -n, sig, -sig], dtype=torch.int64)
-    head = backend.all_reduce(head, "max")
-    if head[0] > 0:
+    if problem:
+        copies = zeros = 0
+        counts = None
+    else:
+        device = next(iter(block.values())).device
+        counts = ncopies.to(device=device, dtype=torch.int64)
+        copies, zeros = (int(v) for v in torch.stack([counts.sum(), (counts == 0).sum()]).tolist())
+    mine = torch.tensor([[1 if problem else 0, n, sig, copies, zeros]], dtype=torch.int64)
+    table = backend.all_gather(mine)  # [P, 5]
+    if bool((table[:, 0] > 0).any()):
         raise ValueError(problem or "invalid redistribution input on another rank (see its error)")
-    if head[1] != -head[2]:
+    if bool((table[:, 1] != n).any()):
         raise ValueError(
             f"every rank must hold N/P particles (N divisible by the world size); ranks hold "
-            f"{-int(head[2])}..{int(head[1])}"
+            f"{table[:, 1].tolist()}"
         )
-    if head[3] != -head[4]:
+    if bool((table[:, 2] != sig).any()):
         raise ValueError(
             "particle blocks differ between ranks in keys, dtypes or trailing shapes (pad tree "
             f"capacities with harmonize_capacity first); this rank has {layout.signature()}"
         )
-    device = next(iter(block.values())).device
-    counts = ncopies.to(device=device, dtype=torch.int64)
-    local = torch.stack([counts.sum(), (counts == 0).sum()]).reshape(1, 2).cpu()
-    table = backend.all_gather(local)  # [P, 2]: copies and zero-copy particles per rank
     big_n = n * backend.world_size
-    total = int(table[:, 0].sum())
+    total = int(table[:, 3].sum())
     if total != big_n:
         raise ValueError(f"sum(ncopies) over all ranks is {total}; it must equal N = {big_n}")
-    before = table[: backend.rank].sum(0)
+    before = table[: backend.rank, 3:].sum(0)
     return _Plan(layout, n, big_n, int(before[0]), int(before[1]), counts)
 
 

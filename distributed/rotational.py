@@ -34,8 +34,8 @@ congruent modulo ``2M`` that differ by ``M``.
 Step 5, S-R. Each rank now holds runs that cover exactly its ``n`` output slots, in order, and
 expands them locally (``local="gather"`` or ``"sequential"``).
 
-Cost per rank: ``2 ceil(log2 P) + 2`` paired exchanges of ``n`` packed rows each, plus the two
-set-up collectives of :func:`~torchtree.distributed.redistribution._plan`. Works for any ``P``
+Cost per rank: ``2 ceil(log2 P) + 2`` paired exchanges of ``n`` packed rows each, plus the one
+set-up ``all_gather`` of :func:`~torchtree.distributed.redistribution._plan`. Works for any ``P``
 (not only powers of two): partners outside ``[0, P)`` are skipped, and no run ever needs one.
 """
 

@@ -16,12 +16,15 @@ no copy); ``ncopies`` comes from ``ncopies_from_log_weights`` (systematic).
 
 Methods: ``sequential`` (Alg. 3, a Python loop; only up to ``--seq-max-exp``) and ``gather``
 (prefix sum + searchsorted + index_select) on one rank; ``rotational`` (Alg. 6) and
-``alltoall`` on K > 1 ranks (on one rank both reduce to ``gather``). Each time is the median of
-``--repeats`` runs after one warm-up, each run timed as the slowest rank's wall time between two
-barriers. ``step`` is one whole resampling step (ncopies + all-to-all redistribution).
+``alltoall`` on K > 1 ranks (on one rank both reduce to ``gather``). They run as in an SMC loop:
+into a spare population (``out=``) with a reused ``Workspace``; ``gather-fresh`` and
+``alltoall-fresh`` allocate their outputs and buffers every call, to show what that costs. Each
+time is the median of ``--repeats`` runs after one warm-up, each run timed as the slowest rank's
+wall time between two barriers. ``step`` is one whole resampling step (ncopies + gather on one
+rank, ncopies + all-to-all on several).
 
-Configurations whose estimated memory (about 2x the particle bytes for one rank, 5x summed over
-the ranks of a distributed run: input, packed rows, receive buffers, output) exceeds
+Configurations whose estimated memory (about 3x the particle bytes for one rank, 6x summed over
+the ranks of a distributed run: input, spare output, packed send and receive buffers) exceeds
 ``--mem-gb`` are skipped and listed. Ranks are processes on this machine: with more ranks than
 cores they are oversubscribed, which shows the shape of the algorithms (message counts, bytes
 moved) but not a real cluster's speed-up.
@@ -70,7 +73,8 @@ def make_block(n: int, capacity: int, seed: int) -> dict:
 
 
 def mem_needed(big_n: int, capacity: int, ranks: int) -> int:
-    return (2 if ranks == 1 else 5) * big_n * row_bytes(capacity)
+    # one rank: input, spare output, a fresh output; several: + packed send and receive buffers
+    return (3 if ranks == 1 else 6) * big_n * row_bytes(capacity)
 
 
 # ----------------------------------------------------------------------------- rank side
@@ -82,7 +86,7 @@ def worker(args) -> None:
     else:
         b = td.TorchDistBackend.from_env("gloo", timeout=args.timeout)
     cores = os.cpu_count() or 1
-    torch.set_num_threads(max(1, cores // b.world_size))
+    torch.set_num_threads(args.threads or max(1, cores // b.world_size))
     K = b.world_size
     records = []
 
@@ -110,19 +114,25 @@ def worker(args) -> None:
             block = make_block(n, capacity, seed=b.rank)
             lw = torch.randn(n, generator=torch.Generator().manual_seed(1000 + b.rank), dtype=torch.float64) * 2
             nc = td.ncopies_from_log_weights(lw, b, u=0.5)
+            # Steady-state use: one spare population (out=) and one Workspace per rank.
+            out = {k: torch.empty_like(v) for k, v in block.items()}
+            ws = td.Workspace()
             if K == 1:
-                methods = ["gather"] + (["sequential"] if e <= args.seq_max_exp else [])
+                methods = ["gather", "gather-fresh"] + (["sequential"] if e <= args.seq_max_exp else [])
             else:
-                methods = ["rotational", "alltoall"]
+                methods = ["rotational", "alltoall", "alltoall-fresh"]
             for method in methods:
-                med, best = timed(lambda: td.redistribute(block, nc, b, method=method))
+                name, fresh = method.split("-")[0], method.endswith("-fresh")
+                kw = {} if fresh else dict(out=out, workspace=ws)
+                med, best = timed(lambda: td.redistribute(block, nc, b, method=name, **kw))
                 records.append(dict(ranks=K, N=big_n, capacity=capacity, method=method, seconds=med, best=best))
             med, best = timed(lambda: td.ncopies_from_log_weights(lw, b, u=0.5))
             records.append(dict(ranks=K, N=big_n, capacity=capacity, method="ncopies", seconds=med, best=best))
             step = "gather" if K == 1 else "alltoall"
-            med, best = timed(lambda: td.redistribute(block, td.ncopies_from_log_weights(lw, b, u=0.5), b, method=step))
+            med, best = timed(lambda: td.redistribute(
+                block, td.ncopies_from_log_weights(lw, b, u=0.5), b, method=step, out=out, workspace=ws))
             records.append(dict(ranks=K, N=big_n, capacity=capacity, method="step", seconds=med, best=best))
-            del block
+            del block, out, ws
     if b.rank == 0:
         Path(args.result).write_text(json.dumps(records))
 
@@ -132,7 +142,7 @@ def launch(args, ranks: int, result: Path) -> None:
     here = Path(__file__).resolve()
     common = [str(here), "--worker", "--result", str(result), "--backend", args.backend,
               "--repeats", str(args.repeats), "--mem-gb", str(args.mem_gb), "--timeout", str(args.timeout),
-              "--seq-max-exp", str(args.seq_max_exp), "--exps", *map(str, args.exps),
+              "--seq-max-exp", str(args.seq_max_exp), "--threads", str(args.threads), "--exps", *map(str, args.exps),
               "--capacities", *map(str, args.capacities)]
     if args.backend == "mpi":
         mpiexec = Path(sys.executable).parent / "mpiexec"
@@ -153,11 +163,12 @@ def launch(args, ranks: int, result: Path) -> None:
 
 
 def table(records: list[dict], args) -> str:
-    cols = [(1, "sequential"), (1, "gather")]
+    cols = [(1, "sequential"), (1, "gather-fresh"), (1, "gather")]
     for k in args.ranks:
         if k > 1:
             cols += [(k, "rotational"), (k, "alltoall")]
-    head = ["C", "N"] + [f"{m[:5]}@{k}" for k, m in cols]
+    short = {"sequential": "seq", "gather-fresh": "gathF", "gather": "gather", "rotational": "rot", "alltoall": "a2a"}
+    head = ["C", "N"] + [f"{short[m]}@{k}" for k, m in cols]
     lines = ["  ".join(f"{h:>10}" for h in head)]
     index = {(r["ranks"], r["N"], r["capacity"], r["method"]): r["seconds"] for r in records}
     for c in args.capacities:
@@ -191,6 +202,7 @@ def main() -> None:
     p.add_argument("--mem-gb", type=float, default=6.0, help="skip configurations estimated above this")
     p.add_argument("--seq-max-exp", type=int, default=14, help="largest exp for the Python-loop reference")
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: cores // ranks)")
     p.add_argument("--out", default="bench_redistribution.json")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
