@@ -238,10 +238,13 @@ class _Sorted:
     def __init__(self, pool: NodeTable, g_uid: torch.Tensor, g_dim: torch.Tensor, data, pstats: torch.Tensor):
         seg, idx = pool.gather(g_uid)
         R = int(data.n_unique.max()) + 1
-        keys, order = torch.sort(seg * R + data.X_rank[idx, g_dim[seg]])
+        D = data.X_rank.shape[1]
+        # Flat 1-D gathers: torch's 2-D advanced indexing is several times slower.
+        ranks = data.X_rank.view(-1).index_select(0, idx * D + g_dim.index_select(0, seg))
+        keys, order = torch.sort(seg * R + ranks)
         self.seg = keys // R
         self.rank = keys - self.seg * R
-        self.idx = idx[order]
+        self.idx = idx.index_select(0, order)
         self.g_dim = g_dim
         self.data = data
         cnt = pool.cnt[g_uid]
@@ -250,7 +253,7 @@ class _Sorted:
         T = self.idx.numel()
         self.cum = torch.zeros(T + 1, pstats.shape[1], dtype=pstats.dtype, device=pstats.device)
         if T:
-            torch.cumsum(pstats[self.idx], 0, out=self.cum[1:])
+            torch.cumsum(pstats.index_select(0, self.idx), 0, out=self.cum[1:])
         # Boundary candidates: last element of a run of equal values, not last of its group.
         nxt = torch.zeros(T, dtype=torch.bool, device=idx.device)
         if T > 1:
@@ -264,13 +267,17 @@ class _Sorted:
 
     def val_at(self, pos: torch.Tensor) -> torch.Tensor:
         """Feature values at sorted positions ``pos`` (from the rank table, no point gather)."""
-        return self.data.sorted_values[self.g_dim[self.seg[pos]], self.rank[pos]]
+        if self._vals is not None:
+            return self._vals[pos]
+        sv = self.data.sorted_values
+        return sv.view(-1)[self.g_dim[self.seg[pos]] * sv.shape[1] + self.rank[pos]]
 
     @property
     def vals(self) -> torch.Tensor:
         """All sorted values ``[T]`` (computed on first use)."""
         if self._vals is None:
-            self._vals = self.val_at(torch.arange(self.seg.numel(), device=self.seg.device))
+            sv = self.data.sorted_values
+            self._vals = sv.view(-1).index_select(0, self.g_dim.index_select(0, self.seg) * sv.shape[1] + self.rank)
         return self._vals
 
     def left_stats_at(self, g: torch.Tensor, n_left: torch.Tensor) -> torch.Tensor:
@@ -342,11 +349,11 @@ class Grower:
             n_nodes=state.n_nodes.clone(),
         )
 
-    def _loglik(self, stats: torch.Tensor) -> torch.Tensor:
+    def _loglik(self, stats: torch.Tensor, totals: Optional[torch.Tensor] = None) -> torch.Tensor:
         if not self.use_likelihood:
             return torch.zeros(stats.shape[:-1], dtype=torch.float64, device=stats.device)
         if hasattr(self.lik, "log_marginal_counts"):  # integral counts: table lookup
-            return self.lik.log_marginal_counts(stats, self.data.n)
+            return self.lik.log_marginal_counts(stats if stats.dtype in (torch.int32, torch.int64) else stats.long(), self.data.n, totals)
         return self.lik.log_marginal(stats)
 
     # ---------------------------------------------------------------- expand
@@ -439,12 +446,16 @@ class Grower:
         srt = _Sorted(t, uu[gu], gd, data, self.cum_stats)
         e, g = srt.cand, srt.cand_seg
         s0 = srt.start[g]
-        left_all = srt.cum[e + 1] - srt.cum[s0]
-        node_of = gu[g]
-        right_all = pstat_u[node_of].to(left_all.dtype) - left_all
-        gap = (srt.val_at(e + 1) - srt.val_at(e)).double()
-        rng = (hi - lo).double()[node_of, gd[g]]
-        cand_lw = torch.log(gap) - torch.log(rng) + self._loglik(left_all) + self._loglik(right_all)
+        left_all = srt.cum.index_select(0, e + 1) - srt.cum.index_select(0, s0)
+        node_of = gu.index_select(0, g)
+        right_all = pstat_u.to(left_all.dtype).index_select(0, node_of) - left_all
+        vals = srt.vals
+        gap = (vals.index_select(0, e + 1) - vals.index_select(0, e)).double()
+        # log range per group, added per candidate: log(gap / range_d)
+        log_rng = torch.log((hi - lo).double()[gu, gd]).index_select(0, g)
+        n_l = e + 1 - s0
+        n_r = t.cnt[uu].index_select(0, node_of) - n_l
+        cand_lw = torch.log(gap) - log_rng + self._loglik(left_all, n_l) + self._loglik(right_all, n_r)
         # Segmented logsumexp over the candidates of each distinct node.
         mx = torch.full((U,), -math.inf, dtype=torch.float64, device=dev).scatter_reduce(0, node_of, cand_lw, "amax")
         ssum = torch.zeros(U, dtype=torch.float64, device=dev).index_add_(0, node_of, torch.exp(cand_lw - mx[node_of]))

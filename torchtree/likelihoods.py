@@ -69,7 +69,7 @@ class DirichletMultinomial:
             - torch.lgamma(m.sum(-1) + self.alpha)
         )
 
-    def log_marginal_counts(self, counts: torch.Tensor, n_max: int) -> torch.Tensor:
+    def log_marginal_counts(self, counts: torch.Tensor, n_max: int, totals: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`log_marginal` for integral counts, by table lookup instead of ``lgamma``.
 
         Parameters
@@ -77,6 +77,8 @@ class DirichletMultinomial:
         counts : Tensor [..., K] of non-negative integers (any dtype)
         n_max : int
             Upper bound on any count and on the row sums (e.g. the number of points).
+        totals : Tensor [...], optional
+            Row sums, when the caller knows them already.
 
         Returns
         -------
@@ -90,8 +92,13 @@ class DirichletMultinomial:
             const = math.lgamma(self.alpha) - K * math.lgamma(self.alpha / K)
             tab = (torch.lgamma(n + self.alpha / K), const - torch.lgamma(n + self.alpha))
             self._tables[key] = tab
-        m = counts.long()
-        return tab[0][m].sum(-1) + tab[1][m.sum(-1)]
+        # Row sums as a matmul: torch reductions over a tiny last dim are slow.
+        ones = torch.ones(K, dtype=torch.float64, device=counts.device)
+        if totals is None:
+            totals = (counts.double() @ ones).long()
+        lead = counts.shape[:-1]
+        t0 = tab[0].index_select(0, counts.reshape(-1).long()).view(*lead, K)
+        return t0 @ ones + tab[1].index_select(0, totals.reshape(-1).long()).view(lead)
 
     def predictive_table(self, stats: torch.Tensor) -> torch.Tensor:
         """Posterior predictive class probabilities per node: ``[..., K] -> [..., K]``."""
