@@ -14,6 +14,27 @@ from .posterior import TreePosterior
 from .monitor import Monitor, MonitorList, ProgressMonitor, TensorBoardMonitor, TraceMonitor
 from .resampling import ess, multinomial, residual, stratified, systematic
 from .topdown import TopDownSMC
+from .mcmc import MCMC
+from .smc_moves import SMCSampler
+from .estimators import BayesianTreeClassifier, BayesianTreeRegressor, register_method
+
+# The soft-tree family is imported on first use (it is the heaviest part).
+_LAZY = {
+    "SoftTrees": "torchtree.soft",
+    "HMC": "torchtree.soft",
+    "NUTS": "torchtree.soft",
+    "DCC": "torchtree.soft",
+    "SoftTreePosterior": "torchtree.soft",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'torchtree' has no attribute {name!r}")
+
 
 __all__ = [
     "Data",
@@ -29,6 +50,16 @@ __all__ = [
     "TensorBoardMonitor",
     "TraceMonitor",
     "TopDownSMC",
+    "MCMC",
+    "SMCSampler",
+    "SoftTrees",
+    "HMC",
+    "NUTS",
+    "DCC",
+    "SoftTreePosterior",
+    "BayesianTreeClassifier",
+    "BayesianTreeRegressor",
+    "register_method",
     "multinomial",
     "systematic",
     "stratified",

@@ -101,6 +101,12 @@ class _BayesianTreeBase:
     def _extra_params(self) -> Dict[str, Any]:
         return {}
 
+    def _hyperparameters(self) -> Dict[str, Any]:
+        out = {"alpha_split": self.alpha_split, "beta_split": self.beta_split, "poisson_lambda": self.poisson_lambda}
+        if hasattr(self, "alpha"):
+            out["alpha"] = self.alpha
+        return out
+
     def set_params(self, **params: Any) -> "_BayesianTreeBase":
         """Set parameters; unknown names become sampler options."""
         for k, v in params.items():
@@ -132,6 +138,11 @@ class _BayesianTreeBase:
         unknown = [k for k in kwargs if k not in accepted]
         if unknown:
             raise ValueError(f"method {self.method!r} does not take {unknown}; it takes {sorted(accepted - {'prior', 'likelihood'})}")
+        # Hyperparameters the estimator owns go to samplers that take them by name
+        # (e.g. DCC builds its own soft-tree priors from alpha / alpha_split / beta_split).
+        for name, value in self._hyperparameters().items():
+            if name in accepted and name not in kwargs:
+                kwargs[name] = value
         if "prior" in accepted:
             kwargs["prior"] = self._make_prior()
         if "likelihood" in accepted:
