@@ -133,8 +133,9 @@ def leapfrog(
     p_half = momentum - 0.5 * eps * state.grad
     q = state.position + eps * inv_mass * p_half
     U, g = potential_and_grad(q)
-    U = _finite_or_inf(U)
-    g = torch.where(torch.isfinite(g), g, torch.zeros_like(g))
+    # A non-finite potential becomes +inf (divergent, never accepted); a non-finite
+    # gradient then only affects that rejected point, so it is left as is.
+    U = torch.nan_to_num(U, nan=float("inf"))
     p = p_half - 0.5 * eps * g
     return HMCState(q, U, g), p
 

@@ -68,6 +68,7 @@ def lais_log_weights(
     generator: Optional[torch.Generator] = None,
     form: str = "spatial",
     shrinkage: Optional[float] = None,
+    max_elements: int = 2**24,
 ) -> torch.Tensor:
     """Log importance weights of LAIS pseudo-samples, batched over groups and chains.
 
@@ -86,6 +87,7 @@ def lais_log_weights(
         Denominator ``Phi`` of eq. 12 (mixture over the chain's draws) or eq. 60
         (the draw's own proposal).
     shrinkage : float, optional, see :func:`chain_covariance`
+    max_elements : int, cap on the size of the pairwise-distance blocks (spatial form)
 
     Returns
     -------
@@ -114,9 +116,14 @@ def lais_log_weights(
         wm = mask.to(torch.float64).reshape(G, 1, 1, P)
         w_xi = torch.matmul(xi.reshape(G, C, T * n_proposals, P), Linv.transpose(-1, -2)) * wm  # [G, C, K', P]
         w_nu = torch.matmul(nu, Linv.transpose(-1, -2)) * wm  # [G, C, T, P]
-        d2 = torch.cdist(w_xi, w_nu).pow(2)  # [G, C, K', T]
-        log_q = const.reshape(G, C, 1, 1) - 0.5 * d2
-        log_phi = (torch.logsumexp(log_q, -1) - math.log(T)).reshape(G, C, T, n_proposals)
+        # distances [G, C, K', T] in chunks of pseudo-samples to bound memory
+        Kp = T * n_proposals
+        chunk = max(1, max_elements // max(G * C * T, 1))
+        parts = []
+        for s in range(0, Kp, chunk):
+            d2 = torch.cdist(w_xi[:, :, s : s + chunk], w_nu).pow(2)
+            parts.append(torch.logsumexp(const.reshape(G, C, 1, 1) - 0.5 * d2, -1))
+        log_phi = (torch.cat(parts, 2) - math.log(T)).reshape(G, C, T, n_proposals)
     lp = log_target(xi.reshape(G, C * T * n_proposals, P).to(draws.dtype)).to(torch.float64)
     lp = torch.nan_to_num(lp.reshape(G, C, T, n_proposals), nan=-float("inf"))
     return lp - log_phi

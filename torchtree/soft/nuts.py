@@ -155,7 +155,8 @@ def _build_subtree(
             p = p.index_copy(0, idx, p_sub)
         else:
             cur, p = leapfrog(cur, p, eps, inv_mass, potential_and_grad)
-        dH = H0 - (cur.potential + kinetic_energy(p, inv_mass))
+        ps = inv_mass * p
+        dH = H0 - (cur.potential + 0.5 * (p * ps).sum(-1))
         dH = torch.nan_to_num(dH, nan=-float("inf"))
         n_steps += live
         sum_accept += torch.where(live, torch.exp(dH.clamp(max=0.0)), torch.zeros_like(dH))
@@ -167,7 +168,6 @@ def _build_subtree(
         log_w = new_log_w
         if n == 0:
             p_first = p
-        ps = inv_mass * p
         # Blocks starting at this step.
         for k in range(1, K):
             if n % (1 << k) == 0:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, List, Optional, Sequence, Union
 
 import torch
@@ -119,37 +120,37 @@ class ParamLayout:
     n_features: int
     regression: bool
 
-    @property
+    @cached_property
     def n_internal(self) -> int:
         """I = 2**depth - 1."""
         return (1 << self.depth) - 1
 
-    @property
+    @cached_property
     def n_leaves(self) -> int:
         """L = 2**depth."""
         return 1 << self.depth
 
-    @property
+    @cached_property
     def n_free_weights(self) -> int:
         """D - 1 free simplex coordinates per node."""
         return self.n_features - 1
 
-    @property
+    @cached_property
     def u_offset(self) -> int:
         """Start of the threshold block."""
         return self.n_internal * self.n_free_weights
 
-    @property
+    @cached_property
     def mu_offset(self) -> int:
         """Start of the leaf-mean block (regression)."""
         return self.u_offset + self.n_internal
 
-    @property
+    @cached_property
     def s_offset(self) -> int:
         """Position of the log-variance (regression)."""
         return self.mu_offset + self.n_leaves
 
-    @property
+    @cached_property
     def size(self) -> int:
         """P."""
         return self.s_offset + 1 if self.regression else self.mu_offset
@@ -247,6 +248,9 @@ class SoftTrees(nn.Module):
         for m, idx in enumerate(self._compact):
             cmask[m, idx] = True
         self.register_buffer("coord_mask", cmask.repeat_interleave(C, 0))
+        # float copies, so the hot path does not convert the masks on every call
+        self.register_buffer("node_mask_f", self.node_mask.to(dtype))
+        self.register_buffer("coord_mask_f", self.coord_mask.to(dtype))
         self.register_buffer(
             "topology_index", torch.arange(M, device=dev).repeat_interleave(C)
         )
@@ -336,6 +340,14 @@ class SoftTrees(nn.Module):
         if h.dim() > 0:
             h = h[rows]
         return self.node_mask[rows], self.coord_mask[rows], h
+
+    def _float_masks(self, rows: Optional[torch.Tensor], dtype: torch.dtype):
+        nm, cm = self.node_mask_f, self.coord_mask_f
+        if rows is not None:
+            nm, cm = nm[rows], cm[rows]
+        if nm.dtype != dtype:
+            nm, cm = nm.to(dtype), cm.to(dtype)
+        return nm, cm
 
     def log_prior(self, theta: torch.Tensor, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Prior log density of the unconstrained ``theta`` (Jacobians included).
@@ -483,7 +495,7 @@ class SoftTrees(nn.Module):
         B, I, D, L = theta.shape[0], lay.n_internal, lay.n_features, lay.n_leaves
         Dw = D - 1
         dt = theta.dtype
-        nm = node_mask.to(dt)
+        nm, cmf = self._float_masks(rows, dt)
         z = theta[:, : lay.u_offset].reshape(B, I, Dw)
         log_w = torch.log_softmax(torch.cat((z, torch.zeros(B, I, 1, dtype=dt, device=theta.device)), -1), -1)
         w = log_w.exp()
@@ -501,7 +513,7 @@ class SoftTrees(nn.Module):
             lp = lp + (nm * (const + a * log_w.sum(-1))).sum(-1)
             g_z = nm.unsqueeze(-1) * (a * (1 - D * w[..., :Dw]))
         if lay.regression:
-            lm = coord_mask[:, lay.mu_offset : lay.s_offset].to(dt)
+            lm = cmf[:, lay.mu_offset : lay.s_offset]
             mu = theta[:, lay.mu_offset : lay.s_offset]
             s = theta[:, lay.s_offset]
             inv = torch.exp(-s)
@@ -514,7 +526,7 @@ class SoftTrees(nn.Module):
         # ---- likelihood and its gradient through the routing
         ll = torch.zeros(B, dtype=dt, device=theta.device)
         if self.include_likelihood:
-            hv = sharpness_view(h.to(dt))
+            hv = sharpness_view(h if h.dtype == dt else h.to(dt))
             X = self.X
             # node-major layout: phi [B, L, N] (see routing_forward)
             phi, right, left = routing_forward(X, w, effective_thresholds(tau, node_mask), hv)
@@ -545,7 +557,7 @@ class SoftTrees(nn.Module):
         parts.append(g_u)
         if lay.regression:
             parts += [g_mu, g_s.unsqueeze(-1)]
-        grad = torch.cat(parts, -1) * coord_mask.to(dt)
+        grad = torch.cat(parts, -1) * cmf
         return -(ll + lp), -grad
 
     @torch.no_grad()
