@@ -1,0 +1,221 @@
+"""Tests of torchtree.checkpoint: atomic writes survive crashes; multi-rank manifests."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import torchtree.checkpoint as ck
+from torchtree.checkpoint import (
+    CheckpointError,
+    Checkpointer,
+    atomic_save,
+    load_checkpoint,
+    load_rank_checkpoint,
+    manifest_path,
+    rank_path,
+    read_manifest,
+    save_rank_checkpoint,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _state(step: int):
+    g = torch.Generator().manual_seed(step)
+    return {"step": step, "logw": torch.randn(8, generator=g, dtype=torch.float64), "trees": {"feature": torch.arange(6).view(2, 3)}, "name": "smc"}
+
+
+def _same(a, b):
+    assert a["step"] == b["step"] and a["name"] == b["name"]
+    assert torch.equal(a["logw"], b["logw"]) and torch.equal(a["trees"]["feature"], b["trees"]["feature"])
+
+
+def _stray(tmp_path):
+    return [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_roundtrip(tmp_path):
+    path = tmp_path / "run.ckpt"
+    atomic_save(_state(1), path)
+    _same(load_checkpoint(path), _state(1))
+    atomic_save(_state(2), str(path))  # overwrite
+    _same(load_checkpoint(str(path)), _state(2))
+    assert _stray(tmp_path) == []
+
+
+def test_crash_between_write_and_rename_keeps_previous(tmp_path, monkeypatch):
+    path = tmp_path / "run.ckpt"
+    atomic_save(_state(1), path)
+
+    def crash(src, dst):
+        raise KeyboardInterrupt("simulated crash before the rename")
+
+    monkeypatch.setattr(ck.os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_save(_state(2), path)
+    monkeypatch.undo()
+    _same(load_checkpoint(path), _state(1))
+    assert _stray(tmp_path) == []  # the temporary file was cleaned up
+
+
+def test_crash_during_write_keeps_previous(tmp_path, monkeypatch):
+    path = tmp_path / "run.ckpt"
+    atomic_save(_state(1), path)
+    real_save = torch.save
+
+    def half_write(obj, fh):
+        fh.write(b"PK\x03\x04 half a zip file")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ck.torch, "save", half_write)
+    with pytest.raises(OSError, match="No space left"):
+        atomic_save(_state(2), path)
+    monkeypatch.setattr(ck.torch, "save", real_save)
+    _same(load_checkpoint(path), _state(1))
+    assert _stray(tmp_path) == []
+
+
+def test_real_process_crash_before_rename(tmp_path):
+    """A process killed (os._exit) between the temporary write and the rename."""
+    path = tmp_path / "run.ckpt"
+    atomic_save(_state(1), path)
+    child = textwrap.dedent(
+        f"""
+        import os, sys, torch
+        sys.path.insert(0, {str(ROOT)!r})
+        import torchtree.checkpoint as ck
+        ck.os.replace = lambda src, dst: os._exit(17)   # die right before the rename
+        ck.atomic_save({{"step": 2}}, {str(path)!r})
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 17, r.stderr
+    assert len(_stray(tmp_path)) == 1  # the dead process left its temporary file ...
+    _same(load_checkpoint(path), _state(1))  # ... and the checkpoint is the previous one
+    atomic_save(_state(3), path)  # the next save is unaffected by the stray file
+    _same(load_checkpoint(path), _state(3))
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "none.ckpt")
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(junk)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        atomic_save({}, tmp_path / "no_dir" / "x.ckpt")
+
+
+class _Opaque:
+    pass
+
+
+def test_weights_only_refuses_arbitrary_objects(tmp_path):
+    path = tmp_path / "obj.ckpt"
+    atomic_save({"x": _Opaque()}, path)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(path)
+    assert isinstance(CheckpointError("x"), ValueError)  # the CLI reports it as a user error
+
+
+# ----------------------------------------------------------------------------- multi-rank
+def _save_ranks(path, world, step):
+    # Without a backend there is no barrier: write rank 0 (which writes the manifest) last.
+    for r in list(range(1, world)) + [0]:
+        save_rank_checkpoint(_state(10 * step + r), path, rank=r, world_size=world, step=step, extra={"sampler": "TopDownSMC"})
+
+
+def test_rank_files_and_manifest(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    _save_ranks(path, 3, step=4)
+    m = read_manifest(path)
+    assert m["world_size"] == 3 and m["step"] == 4 and m["sampler"] == "TopDownSMC"
+    assert m["files"] == ["run.ckpt.rank0", "run.ckpt.rank1", "run.ckpt.rank2"]
+    assert json.loads(Path(manifest_path(path)).read_text()) == m
+    for r in range(3):
+        assert os.path.exists(rank_path(path, r))
+        _same(load_rank_checkpoint(path, rank=r, world_size=3), _state(40 + r))
+
+
+def test_resume_on_other_world_size_is_a_clear_error(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    _save_ranks(path, 3, step=1)
+    with pytest.raises(CheckpointError, match=r"written by 3 rank\(s\) but this run has 2"):
+        load_rank_checkpoint(path, rank=0, world_size=2)
+    with pytest.raises(CheckpointError, match="written by 3 rank"):
+        Checkpointer(path).load()  # a single process
+
+
+def test_incomplete_multi_rank_checkpoint_detected(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    _save_ranks(path, 2, step=1)
+    # Rank 1 wrote step 2, then the run died before rank 0 and the manifest.
+    save_rank_checkpoint(_state(21), path, rank=1, world_size=2, step=2)
+    _same(load_rank_checkpoint(path, rank=0, world_size=2), _state(10))
+    with pytest.raises(CheckpointError, match="holds step 2 but the manifest says step 1"):
+        load_rank_checkpoint(path, rank=1, world_size=2)
+
+
+class _ThreadBackend:
+    """Ranks as threads sharing a barrier (enough for the checkpoint protocol)."""
+
+    def __init__(self, rank, world_size, barrier):
+        self.rank, self.world_size, self._barrier = rank, world_size, barrier
+
+    def barrier(self):
+        self._barrier.wait(timeout=60)
+
+
+def test_concurrent_ranks_with_barrier(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    world = 4
+    barrier = threading.Barrier(world)
+    errors = []
+
+    def rank_main(r):
+        try:
+            c = Checkpointer(path, every=2, backend=_ThreadBackend(r, world, barrier))
+            assert c.load() is None
+            for step in range(5):
+                c.maybe_save(step, lambda: {"rank": r, "step": step})
+            assert c.load() == {"rank": r, "step": 3}
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert read_manifest(path)["step"] == 3
+    # A single-process resume of this 4-rank checkpoint is refused.
+    with pytest.raises(CheckpointError, match="this run has 1"):
+        Checkpointer(path).load()
+
+
+def test_checkpointer_single_process(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    c = Checkpointer(path, every=3)
+    assert c.enabled and not c.exists() and c.load() is None
+    saved = [c.maybe_save(s, lambda s=s: {"step": s}) for s in range(7)]
+    assert saved == [False, False, True, False, False, True, False]
+    assert c.load() == {"step": 5}
+    off = Checkpointer(None)
+    assert not off.enabled and off.maybe_save(0, lambda: 1 / 0) is False and off.load() is None
+    with pytest.raises(ValueError):
+        Checkpointer(path, every=0)
+    # A single-file checkpoint resumed by a 2-rank run is refused.
+    two = Checkpointer(path, backend=_ThreadBackend(0, 2, threading.Barrier(1)))
+    with pytest.raises(CheckpointError, match=r"written by 1 rank\(s\) but this run has 2"):
+        two.load()

@@ -1,0 +1,400 @@
+"""Tests of the ``torchtree`` command line and of CSV reading (torchtree.cli, torchtree.csvio).
+
+End to end on tiny generated CSV files in tmp_path, in process (``main(argv)``)
+except for one ``python -m torchtree --help`` subprocess. Seeded; every fit uses a
+few particles so that the file runs in seconds.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from torchtree.cli import build_parser, load_posterior, main, sampler_options
+from torchtree.csvio import infer_task, parse_target, read_csv, read_features
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--n-particles", "10", "--n-islands", "1", "--quiet"]
+
+
+# ----------------------------------------------------------------------------- data
+def _write(path: Path, header, rows) -> Path:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def _xy(n=90, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.round(rng.uniform(size=(n, 3)), 4)
+    return X, rng
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    X, rng = _xy()
+    lab = np.where(X[:, 0] > 0.5, np.where(X[:, 1] > 0.4, "cat", "dog"), "bird")
+    cls = _write(d / "animals.csv", ["a", "b", "c", "animal"], [[*x, l] for x, l in zip(X, lab)])
+    yr = np.round(np.sin(4 * X[:, 0]) + 0.1 * rng.normal(size=len(X)), 4)
+    reg = _write(d / "reg.csv", ["a", "b", "c", "y"], [[*x, v] for x, v in zip(X, yr)])
+    return {"dir": d, "cls": cls, "reg": reg, "X": X, "labels": lab, "yr": yr}
+
+
+@pytest.fixture(scope="module")
+def fitted(files):
+    """Fit once per module: a classification and a regression posterior."""
+    d = files["dir"]
+    out_c, out_r = d / "cls.pt", d / "reg.pt"
+    assert main(["fit", str(files["cls"]), "--out", str(out_c), "--seed", "1", *SMALL]) == 0
+    assert main(["fit", str(files["reg"]), "--out", str(out_r), "--seed", "1", *SMALL]) == 0
+    return {"cls": out_c, "reg": out_r}
+
+
+def _lines(text: str):
+    return [l for l in text.splitlines() if l.strip()]
+
+
+# ----------------------------------------------------------------------------- fit
+def test_fit_classification_string_labels(files, tmp_path, capsys):
+    out = tmp_path / "p.pt"
+    rc = main(["fit", str(files["cls"]), "--out", str(out), *SMALL, "--n-islands", "2"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "classification, 3 classes: bird, cat, dog" in text
+    for key in ("time", "log evidence", "ESS", "test accuracy", "test log p(y|x)", "trees", "saved"):
+        assert any(l.startswith(key) for l in text.splitlines()), (key, text)
+    acc = float(next(l for l in text.splitlines() if l.startswith("test accuracy")).split()[-1])
+    assert 0.0 <= acc <= 1.0
+    post = load_posterior(str(out))
+    assert post.task == "classification"
+    assert [str(c) for c in post.classes_] == ["bird", "cat", "dog"]
+    schema = json.loads(post.info["cli"])
+    assert schema["features"] == ["a", "b", "c"] and schema["target"] == "animal"
+    assert schema["options"] == {"n_particles": 10, "n_islands": 2}
+
+
+def test_fit_regression_inferred(files, fitted, capsys):
+    post = load_posterior(str(fitted["reg"]))
+    assert post.task == "regression"
+    out = files["dir"] / "reg2.pt"
+    assert main(["fit", str(files["reg"]), "--out", str(out), *SMALL, "--test-size", "0.25"]) == 0
+    text = capsys.readouterr().out
+    assert "(regression)" in text
+    assert any(l.startswith("test RMSE") for l in text.splitlines())
+    assert any(l.startswith("90% interval") and "covers" in l for l in text.splitlines())
+
+
+def test_fit_test_file_and_named_target(files, tmp_path, capsys):
+    # Target in the middle column, found by name; a separate test file.
+    X, lab = files["X"], files["labels"]
+    tr = _write(tmp_path / "tr.csv", ["a", "animal", "b", "c"], [[x[0], l, x[1], x[2]] for x, l in zip(X[:60], lab[:60])])
+    te = _write(tmp_path / "te.csv", ["a", "animal", "b", "c"], [[x[0], l, x[1], x[2]] for x, l in zip(X[60:], lab[60:])])
+    out = tmp_path / "p.pt"
+    assert main(["fit", str(tr), "--target", "animal", "--test", str(te), "--out", str(out), *SMALL]) == 0
+    text = capsys.readouterr().out
+    assert "train 60" in text and "test 30" in text
+    assert json.loads(load_posterior(str(out)).info["cli"])["features"] == ["a", "b", "c"]
+
+
+def test_fit_integer_target_with_task_regression(tmp_path, capsys):
+    X, rng = _xy(60)
+    path = _write(tmp_path / "int.csv", ["a", "b", "c", "count"], [[*x, int(5 * x[0])] for x in X])
+    assert main(["fit", str(path), "--task", "regression", "--out", str(tmp_path / "p.pt"), *SMALL]) == 0
+    assert "(regression)" in capsys.readouterr().out
+    assert main(["fit", str(path), "--out", str(tmp_path / "q.pt"), *SMALL]) == 0
+    assert "(classification, " in capsys.readouterr().out
+
+
+def test_fit_logdir_writes_tensorboard_run(files, tmp_path, capsys):
+    logdir = tmp_path / "tb"
+    assert main(["fit", str(files["cls"]), "--logdir", str(logdir), "--out", str(tmp_path / "p.pt"), *SMALL]) == 0
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(logdir))
+    assert "TensorBoard run in" in capsys.readouterr().out
+
+
+def test_generated_options_from_signature(files, tmp_path, monkeypatch, capsys):
+    """A newly registered sampler gets its options with no change to the CLI."""
+    from torchtree.estimators import METHODS
+    from torchtree.topdown import TopDownSMC
+
+    seen = {}
+
+    class Recording(TopDownSMC):
+        """A test sampler.
+
+        Parameters
+        ----------
+        shrink : float
+            How much to shrink.
+        """
+
+        def __init__(self, prior=None, likelihood=None, *, n_particles: int = 10, shrink: float = 1.0,
+                     verbose: bool = False, weights=(0.5, 0.5), mode: str = "a", limit=None, device=None):
+            seen.update(n_particles=n_particles, shrink=shrink, verbose=verbose, weights=weights, mode=mode, limit=limit)
+            super().__init__(prior, likelihood, n_particles=n_particles, device=device)
+
+    monkeypatch.setitem(METHODS, "recording", Recording)
+    names = [n for n, _ in sampler_options(Recording)]
+    assert names == ["n_particles", "shrink", "verbose", "weights", "mode", "limit"]
+    rc = main(["fit", str(files["cls"]), "--method", "recording", "--shrink", "0.5", "--verbose", "--weights", "0.2", "0.8",
+               "--mode", "b", "--limit", "7", "--out", str(tmp_path / "p.pt"), "--quiet"])
+    assert rc == 0
+    assert seen == {"n_particles": 10, "shrink": 0.5, "verbose": True, "weights": (0.2, 0.8), "mode": "b", "limit": 7}
+    help_text = build_parser("recording").format_help()
+    assert "fit" in help_text
+    sub = build_parser("recording")._subparsers._group_actions[0].choices["fit"].format_help()
+    assert "--shrink X" in sub and "How much to shrink." in sub and "--no-verbose" in sub
+
+
+def test_sampler_default_untouched_when_option_not_given(files, tmp_path, monkeypatch):
+    from torchtree.estimators import METHODS
+    from torchtree.topdown import TopDownSMC
+
+    seen = {}
+
+    class Recording(TopDownSMC):
+        def __init__(self, prior=None, likelihood=None, *, n_particles: int = 10, shrink: float = 1.0, device=None):
+            seen.update(shrink=shrink, device=device)
+            super().__init__(prior, likelihood, n_particles=n_particles, device=device)
+
+    monkeypatch.setitem(METHODS, "recording", Recording)
+    assert main(["fit", str(files["cls"]), "--method", "recording", "--out", str(tmp_path / "p.pt"), "--quiet", "--device", "cpu"]) == 0
+    assert seen == {"shrink": 1.0, "device": "cpu"}
+
+
+# ----------------------------------------------------------------------------- predict
+def test_predict_proba_mapped_labels(files, fitted, tmp_path, capsys):
+    # With the target column present (ignored by name) and with --out.
+    out = tmp_path / "preds.csv"
+    assert main(["predict", str(fitted["cls"]), str(files["cls"]), "--proba", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "target column 'animal' ignored" in err and "accuracy" in err
+    rows = list(csv.reader(open(out)))
+    assert rows[0] == ["prediction", "p_bird", "p_cat", "p_dog"]
+    assert len(rows) == 1 + len(files["X"])
+    for r in rows[1:]:
+        assert r[0] in ("bird", "cat", "dog")
+        p = np.array(r[1:], dtype=float)
+        assert abs(p.sum() - 1) < 1e-4 and r[0] == ["bird", "cat", "dog"][int(np.argmax(p))]
+
+
+def test_predict_without_target_column_to_stdout(files, fitted, tmp_path, capsys):
+    X = files["X"][:5]
+    path = _write(tmp_path / "new.csv", ["a", "b", "c"], X.tolist())
+    assert main(["predict", str(fitted["cls"]), str(path)]) == 0
+    lines = _lines(capsys.readouterr().out)
+    assert lines[0] == "prediction,probability" and len(lines) == 6
+    label, prob = lines[1].split(",")
+    assert label in ("bird", "cat", "dog") and 0 < float(prob) <= 1
+
+
+def test_predict_by_column_count_unnamed(files, fitted, tmp_path, capsys):
+    # Different column names: the count decides; 4 columns = features + target (last).
+    X, lab = files["X"][:4], files["labels"][:4]
+    path = _write(tmp_path / "other.csv", ["u", "v", "w", "label"], [[*x, l] for x, l in zip(X, lab)])
+    assert main(["predict", str(fitted["cls"]), str(path)]) == 0
+    assert len(_lines(capsys.readouterr().out)) == 5
+
+
+def test_predict_regression_interval(files, fitted, capsys):
+    assert main(["predict", str(fitted["reg"]), str(files["reg"]), "--level", "0.8"]) == 0
+    lines = _lines(capsys.readouterr().out)
+    assert lines[0] == "mean,lower_80,upper_80"
+    vals = np.array([l.split(",") for l in lines[1:]], dtype=float)
+    assert vals.shape == (len(files["X"]), 3)
+    assert np.all(vals[:, 1] <= vals[:, 0]) and np.all(vals[:, 0] <= vals[:, 2])
+
+
+def test_predict_wrong_columns_is_a_user_error(fitted, tmp_path, capsys):
+    path = _write(tmp_path / "two.csv", ["a", "b"], [[0.1, 0.2]])
+    assert main(["predict", str(fitted["cls"]), str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("torchtree: error:") and "has 2 columns but the model takes 3 features" in err
+
+
+# ----------------------------------------------------------------------------- summary
+def test_summary_text_and_dot(fitted, capsys):
+    assert main(["summary", str(fitted["cls"])]) == 0
+    text = capsys.readouterr().out
+    assert "classification, 3 classes (bird, cat, dog), 3 features, target 'animal'" in text
+    for key in ("sampler", "log evidence", "leaves", "depth", "feature usage", "MAP tree"):
+        assert key in text
+    assert main(["summary", str(fitted["cls"]), "--dot"]) == 0
+    dot = capsys.readouterr().out
+    assert dot.startswith("digraph") and dot.rstrip().endswith("}")
+    assert main(["summary", str(fitted["cls"]), "--dot", "--tree", "0"]) == 0
+    assert capsys.readouterr().out.startswith("digraph")
+
+
+def test_summary_regression(fitted, capsys):
+    assert main(["summary", str(fitted["reg"])]) == 0
+    text = capsys.readouterr().out
+    assert "regression" in text and "leaf n=" in text and "mean" in text
+
+
+# ----------------------------------------------------------------------------- errors
+def test_malformed_csv_reports_line_numbers(files, tmp_path, capsys):
+    src = open(files["cls"]).read().splitlines()
+    bad = src[:4] + ["0.1,0.2,cat", "0.1,abc,0.3,dog", "0.2,,0.3,dog"] + src[4:8]
+    path = tmp_path / "bad.csv"
+    path.write_text("\n".join(bad) + "\n")
+    assert main(["fit", str(path), *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("torchtree: error:")
+    assert "3 malformed rows" in err
+    assert "line 5: expected 4 fields, got 3" in err
+    assert "line 6: column 'b': 'abc' is not a finite number" in err
+    assert "line 7: column 'b': is empty" in err
+    assert "Traceback" not in err
+
+
+def test_unknown_method_clear_error(files, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", str(files["cls"]), "--method", "nope"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_unavailable_method_clear_error(files, monkeypatch, capsys):
+    from torchtree.estimators import METHODS
+
+    monkeypatch.setitem(METHODS, "ghost", "torchtree.no_such_module:Ghost")
+    assert main(["fit", str(files["cls"]), "--method", "ghost", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "torchtree: error: method 'ghost' is not available" in err
+
+
+def test_user_errors_exit_2_and_debug_shows_traceback(files, tmp_path, capsys):
+    assert main(["fit", str(tmp_path / "missing.csv")]) == 2
+    assert "missing.csv: no such file" in capsys.readouterr().err
+    assert main(["fit", str(files["cls"]), "--n-particles", "10", "--n-islands", "3", "--quiet"]) == 2
+    assert "must be >= 1 and divide n_particles" in capsys.readouterr().err
+    assert main(["fit", str(files["reg"]), "--alpha", "2", "--quiet"]) == 2
+    assert "--alpha applies to classification only" in capsys.readouterr().err
+    assert main(["fit", str(files["cls"]), "--target", "zzz"]) == 2
+    assert "no column named 'zzz'" in capsys.readouterr().err
+    assert main(["summary", str(files["cls"])]) == 2
+    assert "not a torchtree posterior file" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="divide n_particles"):
+        main(["fit", str(files["cls"]), "--n-particles", "10", "--n-islands", "3", "--quiet", "--debug"])
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 2
+    assert "usage: torchtree" in capsys.readouterr().err
+
+
+def test_python_m_torchtree_help():
+    r = subprocess.run([sys.executable, "-m", "torchtree", "--help"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    for cmd in ("fit", "predict", "summary", "demo", "bench"):
+        assert cmd in r.stdout
+
+
+# ----------------------------------------------------------------------------- bench
+def test_bench_list_and_run(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "bench_fake.py"
+    script.write_text(
+        '"""A fake benchmark for the tests."""\n'
+        "import argparse, json\n"
+        "p = argparse.ArgumentParser(); p.add_argument('--out', default='fake.json'); p.add_argument('--n', type=int, default=1)\n"
+        "a = p.parse_args(); json.dump({'n': a.n}, open(a.out, 'w'))\n"
+    )
+    monkeypatch.setenv("TORCHTREE_EXAMPLES", str(tmp_path))
+    assert main(["bench", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "fake" in out and "A fake benchmark for the tests." in out
+    res = tmp_path / "res.json"
+    assert main(["bench", "--quiet", "--out", str(res), "fake", "--n", "3"]) == 0
+    assert json.loads(res.read_text()) == {"n": 3}
+    res2 = tmp_path / "res2.json"
+    assert main(["bench", "fake", "--out", str(res2), "--n", "4"]) == 0
+    assert json.loads(res2.read_text()) == {"n": 4}
+    assert main(["bench", "nothing"]) == 2
+    assert "no benchmark named 'nothing'" in capsys.readouterr().err
+
+
+def test_bench_list_finds_repository_benchmarks(monkeypatch, capsys):
+    monkeypatch.delenv("TORCHTREE_EXAMPLES", raising=False)
+    assert main(["bench", "--list"]) == 0
+    found = sorted(p.stem[len("bench_"):] for p in (ROOT / "examples").glob("bench_*.py"))
+    out = capsys.readouterr().out
+    for name in found:
+        assert name in out
+
+
+# ----------------------------------------------------------------------------- csvio
+def test_read_csv_basics(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("\ufeffx, y ,label\n1,2,a\n\n3,4,b\n")
+    t = read_csv(str(path))
+    assert t.feature_names == ["x", "y"] and t.target_name == "label"
+    np.testing.assert_array_equal(t.X, [[1, 2], [3, 4]])
+    assert list(t.y) == ["a", "b"] and list(t.lines) == [2, 4]
+    num = tmp_path / "n.csv"
+    num.write_text("x,Y,z\n1,2,3\n")
+    t2 = read_csv(str(num), target="y")  # case-insensitive when unambiguous
+    assert t2.target_name == "Y" and t2.feature_names == ["x", "z"]
+
+
+def test_read_csv_gzip_semicolon_and_index_target(tmp_path):
+    path = tmp_path / "d.csv.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write("t;a;b\n1;0.5;2\n0;0.25;3\n")
+    t = read_csv(str(path), target=0)
+    assert t.target_name == "t" and t.feature_names == ["a", "b"]
+    np.testing.assert_array_equal(parse_target(t.y, "classification"), [1, 0])
+
+
+def test_read_csv_errors(tmp_path):
+    empty = tmp_path / "e.csv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="empty"):
+        read_csv(str(empty))
+    only_header = tmp_path / "h.csv"
+    only_header.write_text("a,b\n")
+    with pytest.raises(ValueError, match="no data rows"):
+        read_csv(str(only_header))
+    dup = tmp_path / "dup.csv"
+    dup.write_text("a,a,y\n1,2,3\n")
+    with pytest.raises(ValueError, match="duplicate column"):
+        read_csv(str(dup))
+    many = tmp_path / "many.csv"
+    many.write_text("a,y\n" + "".join(f"x{i},1\n" for i in range(15)))
+    with pytest.raises(ValueError, match=r"15 malformed rows:(.|\n)*line 11:(.|\n)*and 5 more"):
+        read_csv(str(many))
+    inf = tmp_path / "inf.csv"
+    inf.write_text("a,y\ninf,1\n")
+    with pytest.raises(ValueError, match="line 2: column 'a': 'inf' is not a finite number"):
+        read_csv(str(inf))
+    with pytest.raises(FileNotFoundError):
+        read_csv(str(tmp_path / "nope.csv"))
+
+
+def test_infer_and_parse_target():
+    assert infer_task(np.array(["1", "2", "3"])) == "classification"
+    assert infer_task(np.array(["1.0", "2.0"])) == "classification"
+    assert infer_task(np.array(["1.5", "2"])) == "regression"
+    assert infer_task(np.array(["a", "2.5"])) == "classification"
+    assert parse_target(np.array(["2.0", "1"]), "classification").dtype.kind == "i"
+    assert parse_target(np.array(["a", "1"]), "classification").tolist() == ["a", "1"]
+    with pytest.raises(ValueError, match="line 9: .*'a' is not a number"):
+        parse_target(np.array(["1", "a"]), "regression", lines=np.array([8, 9]))
+
+
+def test_read_features_by_name_ignores_target(tmp_path):
+    path = _write(tmp_path / "p.csv", ["c", "label", "a", "b"], [[3, "dog", 1, 2]])
+    t = read_features(str(path), 3, ["a", "b", "c"], "label")
+    np.testing.assert_array_equal(t.X, [[1, 2, 3]])
+    assert list(t.y) == ["dog"]

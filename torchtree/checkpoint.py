@@ -1,0 +1,337 @@
+"""Checkpoints that survive a crash at any moment.
+
+* :func:`atomic_save` writes a temporary file in the target's directory, flushes
+  and ``fsync``s it, then ``os.replace``s it over the target (atomic on POSIX and
+  Windows): a reader sees the previous checkpoint or the new one, never half of one.
+  A crash before the rename leaves the previous checkpoint intact (and possibly a
+  stray ``.<name>.*.tmp`` file, which nothing reads and the next save of the same
+  process does not depend on).
+* :func:`load_checkpoint` reads with ``torch.load(weights_only=True)``: plain
+  tensors, numbers, strings, lists and dicts only; no pickled code runs.
+* Multi-rank runs: every rank writes ``path.rank{r}``; after a barrier rank 0
+  writes ``path.manifest.json`` (world size, step, files). Each rank file records
+  its rank, world size and step, so a run that crashed between ranks' writes is
+  detected (steps disagree) instead of resuming from a mixture, and resuming with
+  a different world size raises a clear error.
+* :class:`Checkpointer` bundles this for samplers (``checkpoint=path,
+  checkpoint_every=k``).
+
+Examples
+--------
+>>> atomic_save({"step": 3, "logw": torch.zeros(4)}, "run.ckpt")      # doctest: +SKIP
+>>> load_checkpoint("run.ckpt")["step"]                                # doctest: +SKIP
+3
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import Any, Callable, Dict, Optional
+
+import torch
+
+__all__ = [
+    "atomic_save",
+    "atomic_write_text",
+    "load_checkpoint",
+    "rank_path",
+    "manifest_path",
+    "save_rank_checkpoint",
+    "load_rank_checkpoint",
+    "read_manifest",
+    "Checkpointer",
+    "CheckpointError",
+]
+
+FORMAT = "torchtree.checkpoint/1"
+MANIFEST_FORMAT = "torchtree.checkpoint-manifest/1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: unreadable, incomplete, or from another world size."""
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make the rename itself durable (best effort; not possible on every platform)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: str, write: Callable[[Any], None], mode: str) -> None:
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"{path}: directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, mode) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def atomic_save(obj: Any, path: str) -> None:
+    """``torch.save(obj)`` to ``path`` atomically.
+
+    Parameters
+    ----------
+    obj : object
+        Keep to tensors, numbers, strings, lists, tuples and dicts so that
+        :func:`load_checkpoint` (``weights_only=True``) can read it back.
+    path : str or os.PathLike
+        Its directory must exist.
+    """
+    _atomic_write(path, lambda fh: torch.save(obj, fh), "wb")
+
+
+def atomic_write_text(text: str, path: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file + fsync + rename)."""
+    _atomic_write(path, lambda fh: fh.write(text), "w")
+
+
+def load_checkpoint(path: str, map_location: Any = "cpu") -> Any:
+    """Read a checkpoint written by :func:`atomic_save` (``torch.load(weights_only=True)``).
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    CheckpointError
+        The file is not a readable checkpoint (truncated, not written by torch.save,
+        or holding objects other than tensors and plain containers).
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such checkpoint")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+
+
+# ----------------------------------------------------------------------------- multi-rank
+def rank_path(path: str, rank: int) -> str:
+    """``path.rank{rank}``: the file of one rank."""
+    return f"{os.fspath(path)}.rank{int(rank)}"
+
+
+def manifest_path(path: str) -> str:
+    """``path.manifest.json``."""
+    return f"{os.fspath(path)}.manifest.json"
+
+
+def _barrier(backend) -> None:
+    if backend is None or getattr(backend, "world_size", 1) <= 1:
+        return
+    barrier = getattr(backend, "barrier", None)
+    if callable(barrier):
+        barrier()
+    else:  # any collective synchronises
+        backend.all_reduce(torch.zeros(1))
+
+
+def save_rank_checkpoint(state: Any, path: str, *, rank: int = 0, world_size: int = 1, step: Optional[int] = None,
+                         backend=None, extra: Optional[Dict[str, Any]] = None) -> None:
+    """Write this rank's part of a multi-rank checkpoint; rank 0 then writes the manifest.
+
+    Every rank must call it (it synchronises through ``backend``).
+
+    Parameters
+    ----------
+    state : object
+        This rank's state (tensors and plain containers).
+    path : str
+        Base path: files are ``path.rank{r}`` and ``path.manifest.json``.
+    rank, world_size : int
+        Taken from ``backend`` when it is given.
+    step : int, optional
+        The sampler step the state belongs to (checked on load).
+    backend : torchtree.distributed.Backend, optional
+        Used for the barrier between the rank files and the manifest.
+    extra : dict, optional
+        JSON-serialisable fields added to the manifest (sampler name, seed, ...).
+    """
+    if backend is not None:
+        rank, world_size = int(backend.rank), int(backend.world_size)
+    rank, world_size = int(rank), int(world_size)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, {world_size})")
+    atomic_save({"format": FORMAT, "rank": rank, "world_size": world_size, "step": step, "state": state}, rank_path(path, rank))
+    _barrier(backend)
+    if rank == 0:
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "world_size": world_size,
+            "step": step,
+            "files": [os.path.basename(rank_path(path, r)) for r in range(world_size)],
+            "time": time.time(),
+        }
+        if extra:
+            manifest.update(extra)
+        atomic_write_text(json.dumps(manifest, indent=1) + "\n", manifest_path(path))
+    _barrier(backend)
+
+
+def read_manifest(path: str) -> Dict[str, Any]:
+    """The manifest of a multi-rank checkpoint (``FileNotFoundError`` if there is none)."""
+    mp = manifest_path(path)
+    if not os.path.exists(mp):
+        raise FileNotFoundError(f"{mp}: no such checkpoint manifest")
+    try:
+        with open(mp) as fh:
+            manifest = json.load(fh)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{mp}: unreadable manifest ({exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise CheckpointError(f"{mp}: not a torchtree checkpoint manifest")
+    return manifest
+
+
+def load_rank_checkpoint(path: str, *, rank: int = 0, world_size: int = 1, backend=None, map_location: Any = "cpu") -> Any:
+    """Read this rank's state of a multi-rank checkpoint.
+
+    Returns
+    -------
+    The ``state`` that :func:`save_rank_checkpoint` was given on this rank.
+
+    Raises
+    ------
+    FileNotFoundError
+        No manifest or no file for this rank.
+    CheckpointError
+        The checkpoint was written by a different number of ranks, or this rank's
+        file does not belong to the manifest's step (a crash between the writes).
+    """
+    if backend is not None:
+        rank, world_size = int(backend.rank), int(backend.world_size)
+    manifest = read_manifest(path)
+    saved = int(manifest["world_size"])
+    if saved != int(world_size):
+        raise CheckpointError(
+            f"{path}: checkpoint was written by {saved} rank(s) but this run has {world_size}; "
+            f"resume with the same world size ({saved} processes), or start afresh without the checkpoint"
+        )
+    payload = load_checkpoint(rank_path(path, rank), map_location=map_location)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{rank_path(path, rank)}: not a torchtree rank checkpoint")
+    if int(payload["rank"]) != int(rank) or int(payload["world_size"]) != saved:
+        raise CheckpointError(f"{rank_path(path, rank)}: written by rank {payload['rank']} of {payload['world_size']}, expected rank {rank} of {saved}")
+    if payload.get("step") != manifest.get("step"):
+        raise CheckpointError(
+            f"{rank_path(path, rank)}: holds step {payload.get('step')} but the manifest says step {manifest.get('step')} "
+            "(the run stopped while writing a checkpoint); delete the checkpoint files to start afresh"
+        )
+    return payload["state"]
+
+
+class Checkpointer:
+    """Periodic checkpoints for a sampler loop (``checkpoint=path, checkpoint_every=k``).
+
+    One process writes ``path`` (atomic); a multi-rank run (``backend`` with
+    ``world_size > 1``) writes rank files plus a manifest.
+
+    Parameters
+    ----------
+    path : str or None
+        None disables checkpointing (every method becomes a no-op).
+    every : int
+        Save when ``(step + 1) % every == 0``.
+    backend : torchtree.distributed.Backend, optional
+
+    Examples
+    --------
+    >>> ck = Checkpointer(checkpoint, checkpoint_every, backend)      # doctest: +SKIP
+    >>> state = ck.load()          # None when there is nothing to resume  # doctest: +SKIP
+    >>> for step in range(start, n_steps):                           # doctest: +SKIP
+    ...     ...
+    ...     ck.maybe_save(step, lambda: {"step": step, "logw": logw, "trees": trees.as_dict()})
+    """
+
+    def __init__(self, path: Optional[str], every: int = 1, backend=None) -> None:
+        if path is not None and int(every) < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {every}")
+        self.path = None if path is None else os.fspath(path)
+        self.every = int(every)
+        self.backend = backend
+
+    @property
+    def enabled(self) -> bool:
+        return self.path is not None
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None and int(getattr(self.backend, "world_size", 1)) > 1
+
+    @property
+    def rank(self) -> int:
+        return int(getattr(self.backend, "rank", 0)) if self.backend is not None else 0
+
+    @property
+    def world_size(self) -> int:
+        return int(getattr(self.backend, "world_size", 1)) if self.backend is not None else 1
+
+    def exists(self) -> bool:
+        """Whether there is a checkpoint at ``path`` (single-file or multi-rank)."""
+        if self.path is None:
+            return False
+        return os.path.exists(manifest_path(self.path)) or os.path.exists(self.path)
+
+    def save(self, step: int, state: Any) -> None:
+        """Write ``state`` for ``step`` now."""
+        if self.path is None:
+            return
+        if self.distributed:
+            save_rank_checkpoint(state, self.path, step=int(step), backend=self.backend)
+        else:
+            atomic_save({"format": FORMAT, "rank": 0, "world_size": 1, "step": int(step), "state": state}, self.path)
+
+    def maybe_save(self, step: int, state_fn: Callable[[], Any]) -> bool:
+        """Save ``state_fn()`` when ``step`` is due; returns whether it saved."""
+        if self.path is None or (int(step) + 1) % self.every:
+            return False
+        self.save(step, state_fn())
+        return True
+
+    def load(self, map_location: Any = "cpu") -> Any:
+        """The saved state, or None when there is no checkpoint.
+
+        Raises ``CheckpointError`` when the checkpoint was written by a different
+        number of ranks than this run has, or is incomplete.
+        """
+        if self.path is None:
+            return None
+        if os.path.exists(manifest_path(self.path)):
+            return load_rank_checkpoint(self.path, rank=self.rank, world_size=self.world_size, map_location=map_location)
+        if not os.path.exists(self.path):
+            return None
+        payload = load_checkpoint(self.path, map_location=map_location)
+        if isinstance(payload, dict) and payload.get("format") == FORMAT:
+            saved = int(payload.get("world_size", 1))
+            if saved != self.world_size:
+                raise CheckpointError(
+                    f"{self.path}: checkpoint was written by {saved} rank(s) but this run has {self.world_size}; "
+                    f"resume with the same world size ({saved} processes), or start afresh without the checkpoint"
+                )
+            return payload["state"]
+        return payload
+
+    def __repr__(self) -> str:
+        return f"Checkpointer(path={self.path!r}, every={self.every})"

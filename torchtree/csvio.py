@@ -1,0 +1,377 @@
+"""Reading CSV files for the command line (no pandas: the ``csv`` module and numpy).
+
+A file has one header row and one row per instance. Features are numbers; the
+target column (named, or the last one) may hold numbers or strings (class
+labels such as ``setosa``). Problems are reported with their line numbers, all
+of them up to a limit, in one ``ValueError``::
+
+    data.csv: 2 malformed rows:
+      line 7: expected 5 fields, got 4
+      line 9: column 'x2': 'abc' is not a number
+
+``.gz`` files are read through gzip. Blank lines are skipped; a UTF-8 byte
+order mark and whitespace around fields are ignored; the delimiter is a comma
+unless the header has none and has semicolons or tabs instead.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+__all__ = ["Table", "read_csv", "read_header", "read_features", "parse_target", "infer_task", "write_csv"]
+
+#: How many malformed rows one error message lists.
+MAX_REPORTED = 10
+
+
+@dataclass
+class Table:
+    """A CSV file split into a numeric feature matrix and an optional target column.
+
+    Attributes
+    ----------
+    X : numpy.ndarray [N, D] float64
+    y : numpy.ndarray [N] of str or None
+        The target column as read (strings); see :func:`parse_target`.
+    feature_names : list of str
+    target_name : str or None
+    lines : numpy.ndarray [N] int
+        1-based line number in the file of each row (for error messages).
+    path : str
+    """
+
+    X: np.ndarray
+    y: Optional[np.ndarray]
+    feature_names: List[str]
+    target_name: Optional[str]
+    lines: np.ndarray
+    path: str
+    header: List[str] = field(default_factory=list)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.X.shape[1])
+
+
+def _open_text(path: str):
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory, not a CSV file")
+    raw = gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+
+
+def _rows(path: str) -> Iterator[Tuple[int, List[str]]]:
+    """(line number, stripped fields) of every non-blank row, header included."""
+    with _open_text(path) as fh:
+        try:
+            first = fh.readline()
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not a UTF-8 text file ({exc.reason})") from None
+        if not first.strip():
+            # Skip leading blank lines.
+            line_no = 1
+            while first and not first.strip():
+                first = fh.readline()
+                line_no += 1
+        else:
+            line_no = 1
+        if not first:
+            raise ValueError(f"{path}: the file is empty (expected a header row)")
+        delim = ","
+        if "," not in first:
+            if ";" in first:
+                delim = ";"
+            elif "\t" in first:
+                delim = "\t"
+        yield line_no, [f.strip() for f in next(csv.reader([first], delimiter=delim))]
+        reader = csv.reader(fh, delimiter=delim)
+        try:
+            for fields in reader:
+                # reader.line_num counts physical lines read from fh (quoted newlines included).
+                n = line_no + reader.line_num
+                if not fields or all(not f.strip() for f in fields):
+                    continue
+                yield n, [f.strip() for f in fields]
+        except csv.Error as exc:
+            raise ValueError(f"{path}: line {line_no + reader.line_num}: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not a UTF-8 text file ({exc.reason})") from None
+
+
+def _to_float(s: str) -> float:
+    v = float(s)
+    if not math.isfinite(v):
+        raise ValueError(s)
+    return v
+
+
+def _resolve_column(header: Sequence[str], column: Union[str, int], path: str, what: str) -> int:
+    if isinstance(column, int) or (isinstance(column, str) and column.lstrip("-").isdigit() and column not in header):
+        idx = int(column)
+        if not -len(header) <= idx < len(header):
+            raise ValueError(f"{path}: {what} column index {idx} is out of range (the file has {len(header)} columns)")
+        return idx % len(header)
+    if column in header:
+        return list(header).index(column)
+    lowered = [h.lower() for h in header]
+    if column.lower() in lowered:
+        return lowered.index(column.lower())
+    raise ValueError(f"{path}: no column named {column!r}; the columns are: {', '.join(header)}")
+
+
+def read_csv(
+    path: str,
+    target: Union[str, int, None] = None,
+    *,
+    has_target: bool = True,
+    features: Optional[Sequence[str]] = None,
+    max_reported: int = MAX_REPORTED,
+) -> Table:
+    """Read a CSV file into features and (optionally) a target column.
+
+    Parameters
+    ----------
+    path : str
+        A ``.csv`` file (or ``.csv.gz``) with a header row.
+    target : str or int, optional
+        The target column, by name (case-insensitive when unambiguous) or by index
+        (negative from the end). Default: the last column.
+    has_target : bool
+        False reads every column (or those in ``features``) as a feature.
+    features : sequence of str, optional
+        Read these columns as the features, in this order (prediction on a file
+        whose columns were named at training time); other columns are ignored.
+    max_reported : int
+        At most this many malformed rows are listed in the error.
+
+    Returns
+    -------
+    Table
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        Empty file, no data rows, duplicate or unknown column names, or malformed
+        rows (wrong number of fields, a feature that is not a finite number, an
+        empty target), each listed with its line number.
+    """
+    path = os.fspath(path)
+    it = _rows(path)
+    _, header = next(it)
+    if not any(header):
+        raise ValueError(f"{path}: line 1: the header row is empty")
+    header = [h if h else f"column{i + 1}" for i, h in enumerate(header)]
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:
+        raise ValueError(f"{path}: duplicate column name(s) in the header: {', '.join(dup)}")
+    n_cols = len(header)
+    t_idx: Optional[int] = None
+    if features is not None:
+        missing = [f for f in features if f not in header]
+        if missing:
+            raise ValueError(f"{path}: missing feature column(s) {', '.join(map(repr, missing))}; the columns are: {', '.join(header)}")
+        f_idx = [header.index(f) for f in features]
+        if has_target and target is not None and target in header:
+            t_idx = header.index(target)
+    else:
+        if has_target:
+            if n_cols < 2:
+                raise ValueError(f"{path}: needs at least two columns (features and a target), found {n_cols}")
+            t_idx = n_cols - 1 if target is None else _resolve_column(header, target, path, "target")
+        f_idx = [i for i in range(n_cols) if i != t_idx]
+    errors: List[str] = []
+    n_errors = 0
+    X_rows: List[List[float]] = []
+    y_vals: List[str] = []
+    lines: List[int] = []
+
+    def err(msg: str) -> None:
+        nonlocal n_errors
+        n_errors += 1
+        if len(errors) < max_reported:
+            errors.append(msg)
+
+    for line, fields in it:
+        if len(fields) != n_cols:
+            err(f"line {line}: expected {n_cols} fields, got {len(fields)}")
+            continue
+        row: List[float] = []
+        bad = False
+        for j in f_idx:
+            s = fields[j]
+            try:
+                row.append(_to_float(s))
+            except ValueError:
+                what = "is empty (missing value)" if s == "" else f"{s!r} is not a finite number"
+                err(f"line {line}: column {header[j]!r}: {what}")
+                bad = True
+                break
+        if bad:
+            continue
+        if t_idx is not None:
+            if fields[t_idx] == "":
+                err(f"line {line}: target column {header[t_idx]!r} is empty")
+                continue
+            y_vals.append(fields[t_idx])
+        X_rows.append(row)
+        lines.append(line)
+    if n_errors:
+        more = f"\n  ... and {n_errors - len(errors)} more" if n_errors > len(errors) else ""
+        raise ValueError(f"{path}: {n_errors} malformed row{'s' if n_errors > 1 else ''}:\n  " + "\n  ".join(errors) + more)
+    if not X_rows:
+        raise ValueError(f"{path}: no data rows after the header")
+    if not f_idx:
+        raise ValueError(f"{path}: no feature columns")
+    return Table(
+        X=np.asarray(X_rows, dtype=np.float64).reshape(len(X_rows), len(f_idx)),
+        y=np.asarray(y_vals, dtype=object) if t_idx is not None else None,
+        feature_names=[header[j] for j in f_idx],
+        target_name=header[t_idx] if t_idx is not None else None,
+        lines=np.asarray(lines, dtype=np.int64),
+        path=path,
+        header=header,
+    )
+
+
+def infer_task(y: np.ndarray) -> str:
+    """``"regression"`` for a numeric target with a non-integer value, else ``"classification"``.
+
+    Parameters
+    ----------
+    y : numpy.ndarray [N] of str (as read by :func:`read_csv`)
+    """
+    try:
+        v = np.asarray([float(s) for s in y], dtype=np.float64)
+    except ValueError:
+        return "classification"
+    if not np.isfinite(v).all():
+        return "classification"
+    return "classification" if np.all(v == np.round(v)) else "regression"
+
+
+def parse_target(y: np.ndarray, task: str, lines: Optional[np.ndarray] = None, path: str = "", name: str = "target") -> np.ndarray:
+    """Turn a target column read as strings into labels or numbers.
+
+    Parameters
+    ----------
+    y : numpy.ndarray [N] of str
+    task : {"classification", "regression"}
+    lines, path, name : for error messages
+
+    Returns
+    -------
+    numpy.ndarray [N]: float64 (regression); int64 when every label is an integer
+    (``"3"`` or ``"3.0"``), else str (classification).
+    """
+    if task == "regression":
+        out = np.empty(len(y), dtype=np.float64)
+        for i, s in enumerate(y):
+            try:
+                out[i] = _to_float(s)
+            except ValueError:
+                where = f"line {int(lines[i])}: " if lines is not None else f"row {i + 1}: "
+                where = f"{path}: {where}" if path else where
+                raise ValueError(f"{where}{name} {str(s)!r} is not a number (a regression target must be numeric; use --task classification for class labels)") from None
+        return out
+    if task != "classification":
+        raise ValueError(f"task must be 'classification' or 'regression', got {task!r}")
+    try:
+        v = np.asarray([float(s) for s in y], dtype=np.float64)
+        if np.isfinite(v).all() and np.all(v == np.round(v)):
+            return v.astype(np.int64)
+    except ValueError:
+        pass
+    return np.asarray([str(s) for s in y])
+
+
+def read_header(path: str) -> List[str]:
+    """The column names of a CSV file (its first non-blank row)."""
+    it = _rows(os.fspath(path))
+    try:
+        _, header = next(it)
+    finally:
+        it.close()
+    return [h if h else f"column{i + 1}" for i, h in enumerate(header)]
+
+
+def read_features(path: str, n_features: int, feature_names: Optional[Sequence[str]] = None,
+                  target_name: Optional[str] = None) -> Table:
+    """Read the features a fitted model takes from a CSV file, ignoring its target column.
+
+    By name when the file has every training feature column (other columns, such
+    as the target, are ignored and may hold anything); otherwise by count:
+    ``n_features`` columns are all features, ``n_features + 1`` columns are the
+    features and the target (the column named ``target_name``, else the last).
+    When the target column is present, ``Table.y`` holds it (as strings).
+
+    Raises
+    ------
+    ValueError
+        The columns match neither by name nor by count, or rows are malformed.
+    """
+    path = os.fspath(path)
+    header = read_header(path)
+    names = list(feature_names) if feature_names else None
+    if names and all(n in header for n in names):
+        table = read_csv(path, has_target=False, features=names)
+        if target_name and target_name in header:
+            # Keep the target for evaluation, when it parses.
+            try:
+                with_t = read_csv(path, target=target_name, features=names)
+                table.y = with_t.y
+                table.target_name = target_name
+            except ValueError:
+                pass
+        return table
+    D = len(header)
+    if D == n_features:
+        return read_csv(path, has_target=False)
+    if D == n_features + 1:
+        target = target_name if target_name in header else D - 1
+        return read_csv(path, target=target)
+    expect = f" ({', '.join(names)})" if names else ""
+    raise ValueError(
+        f"{path}: has {D} columns but the model takes {n_features} features{expect}, "
+        f"optionally followed by the target column"
+    )
+
+
+def write_csv(path: Optional[str], header: Sequence[str], columns: Sequence[Sequence], out=None) -> None:
+    """Write columns to ``path`` (or to the stream ``out`` when ``path`` is None).
+
+    Floats are written with up to 6 significant digits.
+    """
+    def fmt(v) -> str:
+        if isinstance(v, (float, np.floating)):
+            return f"{float(v):.6g}"
+        return str(v)
+
+    rows = zip(*columns)
+    if path is None:
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(header)
+        for r in rows:
+            w.writerow([fmt(v) for v in r])
+        return
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(header)
+        for r in rows:
+            w.writerow([fmt(v) for v in r])
+    os.replace(tmp, path)
