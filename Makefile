@@ -21,11 +21,13 @@ venv: $(BIN)/.installed
 demo: venv
 	$(BIN)/python -m torchtree demo
 
+# Tests run torch single-threaded by default: they are dominated by small ops whose
+# thread overhead outweighs any parallel gain on a 2-core box (set OMP_NUM_THREADS to override).
 test: venv
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

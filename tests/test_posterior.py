@@ -273,7 +273,7 @@ def test_predict_interval_coverage(reg_post):
     so coverage comes out a few points high (0.865 with these seeds)."""
     post, *_ = reg_post
     Xt, yt = reg_data(400, 7)
-    with torch.random.fork_rng():  # predict_interval also draws from the global RNG (see the xfail below)
+    with torch.random.fork_rng():
         torch.manual_seed(0)
         iv = post.predict_interval(Xt, level=0.8, n_draws=1000, seed=0)
         wide = post.predict_interval(Xt[:20], level=0.98, n_draws=1000, seed=0)
@@ -285,8 +285,6 @@ def test_predict_interval_coverage(reg_post):
     assert ((wide[:, 0] <= iv[:20, 0]) & (wide[:, 1] >= iv[:20, 1])).all()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: predict_interval draws its chi-square variates from the global RNG "
-                   "(torch.distributions.Chi2.sample ignores the seeded generator), so `seed` does not make it reproducible")
 def test_predict_interval_is_reproducible_with_seed(reg_post):
     post, *_ = reg_post
     Xt, _ = reg_data(5, 8)
@@ -379,7 +377,6 @@ def test_dedupe_ignores_unused_slots():
     assert out.n_trees == 1 and float(lw[0].exp()) == pytest.approx(2.0)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: dedupe_trees keys float64 thresholds by their float32 rounding, merging trees whose cuts differ")
 def test_dedupe_float64_thresholds_are_not_rounded():
     """With float64 data the cut locations are float64; two cuts closer than a float32
     ulp route a point between them differently, so the trees must not be merged."""
@@ -433,8 +430,6 @@ def test_dedupe_keeps_trees_that_differ_in_left_pointers():
     assert out.n_trees == 2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (minor): dedupe_trees' key omits `right`, so trees whose right-child "
-                   "pointers differ are merged; library trees always have right == left + 1, hand-built ones need not")
 def test_dedupe_keeps_trees_that_differ_in_right_pointers():
     trees = HardTrees.cat([_tree_from_pointers(*_A2), _tree_from_pointers(*_B_RIGHT)])
     X = torch.tensor([[1.0, 1.0], [-1.0, 1.0]])

@@ -32,12 +32,16 @@ def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
     (HardTrees [Q], log_weights [Q] float64, inverse [P])
     """
     used = torch.arange(trees.capacity, device=trees.device)[None] < trees.n_nodes[:, None]
-    thr_bits = trees.threshold.float().view(torch.int32).long()
+    if trees.threshold.dtype == torch.float64:
+        thr_bits = trees.threshold.view(torch.int64)
+    else:
+        thr_bits = trees.threshold.float().view(torch.int32).long()
     key = torch.cat(
         [
             torch.where(used, trees.feature.long(), -2),
             torch.where(used, thr_bits, 0),
             torch.where(used, trees.left.long(), -2),
+            torch.where(used, trees.right.long(), -2),
             trees.n_nodes[:, None],
         ],
         1,
@@ -222,7 +226,8 @@ class TreePosterior:
         df, loc, scale = rows[..., 0], rows[..., 1], rows[..., 2]
         # Student-t draw = Normal / sqrt(Chi2/df)
         z = torch.randn(rows.shape[:2], generator=g, dtype=torch.float64).to(Xt.device)
-        chi2 = torch.distributions.Chi2(df.cpu()).sample().to(Xt.device)
+        # Chi2(df) = 2 Gamma(df / 2), drawn from the seeded generator.
+        chi2 = 2 * torch._standard_gamma((df / 2).cpu(), generator=g).to(Xt.device)
         draws = loc + scale * z / torch.sqrt(chi2 / df)
         q = torch.tensor([(1 - level) / 2, 1 - (1 - level) / 2], dtype=torch.float64, device=Xt.device)
         return torch.quantile(draws, q, dim=0).T.cpu().numpy()

@@ -74,8 +74,10 @@ def keyed_bits(seed: int, stream: int, index: torch.Tensor, slot: int | torch.Te
     base = derive_seed(seed, stream)
     z = index.to(torch.int64) * _GOLDEN + base
     z = _mix(z)
-    z = _mix(z + (slot if isinstance(slot, int) else slot.to(torch.int64)) * _GOLDEN + 0x632BE5AB)
-    return z
+    # The slot goes through an int64 tensor so that the product wraps like the rest
+    # of the hash (a Python int product would overflow int64 instead).
+    st = slot.to(torch.int64) if isinstance(slot, torch.Tensor) else torch.tensor(int(slot), dtype=torch.int64, device=index.device)
+    return _mix(z + st * _GOLDEN + 0x632BE5AB)
 
 
 def keyed_uniform(
@@ -100,4 +102,5 @@ def keyed_uniform(
     """
     bits = _srl(keyed_bits(seed, stream, index, slot), 11)  # 53 bits
     u = (bits.to(torch.float64) + 0.5) * (1.0 / 9007199254740992.0)
-    return u.to(dtype)
+    # Rounding to a narrower dtype can reach 1.0; keep the interval open.
+    return u.to(dtype).clamp_(max=1.0 - torch.finfo(dtype).eps / 2)
