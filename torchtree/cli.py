@@ -133,8 +133,17 @@ def _param_docs(obj) -> Dict[str, Tuple[str, str]]:
             continue
         names = [n.strip() for n in m.group(1).split(",")]
         kind = m.group(2).strip()
-        nxt = lines[i + 1] if i + 1 < len(lines) else ""
-        desc = nxt.strip() if nxt.startswith((" ", "\t")) else ""
+        para = []
+        for nxt in lines[i + 1:]:
+            if not nxt.startswith((" ", "\t")) or not nxt.strip():
+                break
+            para.append(nxt.strip())
+        desc = " ".join(para)
+        cut = re.search(r"(?<=\.)\s", desc)  # the first sentence
+        if cut:
+            desc = desc[: cut.start()]
+        if len(desc) > 160:
+            desc = desc[:157].rstrip() + "..."
         for n in names:
             out.setdefault(n, (kind, desc))
     return out
@@ -769,8 +778,10 @@ def _cmd_summary(args) -> int:
     rows: List[Tuple[str, str]] = []
     sizes = _sizes(post)
     if "n_particles" in s:
-        rows.append(("sampler", f"{sampler}{' (' + schema['method'] + ')' if schema.get('method') else ''}, {s['n_particles']} samples, "
-                                f"{s.get('n_distinct_trees', sizes.get('n_distinct'))} distinct trees, ESS {_fmt(s.get('ess'), '.1f')}"))
+        unit = "draws" if "rhat_leaves" in info else "particles"
+        ess_part = "" if unit == "draws" else f", ESS {_fmt(s.get('ess'), '.1f')}"
+        rows.append(("sampler", f"{sampler}{' (' + schema['method'] + ')' if schema.get('method') else ''}, {s['n_particles']} {unit}, "
+                                f"{s.get('n_distinct_trees', sizes.get('n_distinct'))} distinct trees{ess_part}"))
     else:
         rows.append(("sampler", f"{sampler}{' (' + schema['method'] + ')' if schema.get('method') else ''}, {sizes.get('n_distinct', '?')} distinct trees/topologies"))
     rows.append(("log evidence", _fmt(s.get("log_evidence"))))
@@ -918,6 +929,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # The reader went away (torchtree summary x.pt | head): stop quietly, as cat does.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
     except KeyboardInterrupt:
         if debug:
             raise
