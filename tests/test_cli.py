@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from torchtree.cli import build_parser, load_posterior, main, sampler_options
+from torchtree.cli import load_posterior, main, sampler_options
 from torchtree.csvio import infer_task, parse_target, read_csv, read_features
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,9 +151,12 @@ def test_generated_options_from_signature(files, tmp_path, monkeypatch, capsys):
                "--mode", "b", "--limit", "7", "--out", str(tmp_path / "p.pt"), "--quiet"])
     assert rc == 0
     assert seen == {"n_particles": 10, "shrink": 0.5, "verbose": True, "weights": (0.2, 0.8), "mode": "b", "limit": 7}
-    help_text = build_parser("recording").format_help()
-    assert "fit" in help_text
-    sub = build_parser("recording")._subparsers._group_actions[0].choices["fit"].format_help()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--method", "recording", "--help"])
+    assert exc.value.code == 0
+    sub = capsys.readouterr().out
+    assert "sampler options (--method recording: Recording)" in sub
     assert "--shrink X" in sub and "How much to shrink." in sub and "--no-verbose" in sub
 
 
@@ -221,6 +224,21 @@ def test_predict_wrong_columns_is_a_user_error(fitted, tmp_path, capsys):
     assert main(["predict", str(fitted["cls"]), str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("torchtree: error:") and "has 2 columns but the model takes 3 features" in err
+
+
+def test_posterior_saved_from_python_api(files, tmp_path, capsys):
+    """No CLI metadata: features are matched by count and named x0, x1, ..."""
+    from torchtree.estimators import BayesianTreeClassifier
+
+    clf = BayesianTreeClassifier(n_particles=10, random_state=0).fit(files["X"], files["labels"])
+    path = tmp_path / "api.pt"
+    clf.posterior_.save(str(path))
+    data = _write(tmp_path / "rows.csv", ["p", "q", "r"], files["X"][:3].tolist())
+    assert main(["predict", str(path), str(data), "--proba"]) == 0
+    assert _lines(capsys.readouterr().out)[0] == "prediction,p_bird,p_cat,p_dog"
+    assert main(["summary", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "MAP tree" in out and "x0" in out
 
 
 # ----------------------------------------------------------------------------- summary

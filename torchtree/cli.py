@@ -692,6 +692,8 @@ def _cmd_predict(args) -> int:
             header = ["prediction", "probability"]
             cols = [pred.tolist(), proba[np.arange(len(codes)), codes]]
     else:
+        if args.proba:
+            _say(args, "torchtree predict: --proba applies to classification; writing the mean and interval")
         if not 0 < args.level < 1:
             raise ValueError(f"--level must lie in (0, 1), got {args.level}")
         mean = post.predict(X)
