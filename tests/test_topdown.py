@@ -41,6 +41,7 @@ def log_mean_exp(v):
     return float(np.log(np.mean(np.exp(v - v.max()))) + v.max())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("proposal", PROPOSALS)
 @pytest.mark.parametrize("expansion", EXPANSIONS)
 def test_evidence_and_predictive_converge_to_exact(proposal, expansion):
@@ -59,6 +60,7 @@ def test_evidence_and_predictive_converge_to_exact(proposal, expansion):
     assert np.abs(np.mean(preds, 0) - exact_pred).max() < 0.03
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("proposal", ["prior", "optimal"])
 def test_regression_evidence_and_predictive(proposal):
     data, Xq = tiny_regression()
@@ -76,6 +78,7 @@ def test_regression_evidence_and_predictive(proposal):
     assert np.abs(np.mean(means, 0) - exact_mean).max() < 0.08
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("expansion", EXPANSIONS)
 def test_prior_only_reproduces_tree_size_distribution(expansion):
     """With the likelihood switched off, the particles are prior draws."""
@@ -195,6 +198,7 @@ def test_monitor_receives_stage_reports():
     assert mon.trace["smc/log_evidence"][-1] == pytest.approx(post.log_evidence)
 
 
+@pytest.mark.slow
 def test_trees_are_valid_and_leaf_stats_consistent():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 4))
