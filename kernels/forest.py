@@ -17,23 +17,12 @@ from typing import Callable
 
 import torch
 
+from .hashing import GOLDEN, mix as _mix
 from .segments import exclusive_cumsum, ragged_arange
 
 __all__ = ["node_region_keys", "mixture_over_leaves"]
 
-_GOLD = -7046029254386353131
-_M1 = -4658895280553007687
-_M2 = -7723592293110705685
-
-
-def _srl(x: torch.Tensor, s: int) -> torch.Tensor:
-    return (x >> s) & ((1 << (64 - s)) - 1)
-
-
-def _mix(z: torch.Tensor) -> torch.Tensor:
-    z = (z ^ _srl(z, 30)) * _M1
-    z = (z ^ _srl(z, 27)) * _M2
-    return z ^ _srl(z, 31)
+_GOLD = GOLDEN
 
 
 def _bits(threshold: torch.Tensor) -> torch.Tensor:

@@ -14,21 +14,9 @@ import torch
 
 __all__ = ["keyed_bits", "keyed_uniform", "seed_to_int", "derive_seed"]
 
-_GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as signed int64
-_M1 = -4658895280553007687  # 0xBF58476D1CE4E5B9
-_M2 = -7723592293110705685  # 0x94D049BB133111EB
-_MASK = {s: (1 << (64 - s)) - 1 for s in (30, 27, 31, 11)}
-
-
-def _srl(x: torch.Tensor, s: int) -> torch.Tensor:
-    """Logical right shift of int64 (torch's >> is arithmetic)."""
-    return (x >> s) & _MASK[s]
-
-
-def _mix(z: torch.Tensor) -> torch.Tensor:
-    z = (z ^ _srl(z, 30)) * _M1
-    z = (z ^ _srl(z, 27)) * _M2
-    return z ^ _srl(z, 31)
+from .kernels.hashing import GOLDEN as _GOLDEN
+from .kernels.hashing import mix as _mix
+from .kernels.hashing import srl as _srl
 
 
 def seed_to_int(seed) -> int:
