@@ -1,76 +1,98 @@
 """Grow / prune / change / swap moves over complete trees (Chipman et al. 1998).
 
-A *move* is one Markov transition proposal, applied to a whole batch of trees at
-once (chains of an MCMC run or particles of an SMC sampler); every particle may
-draw a different move type. There is no Python loop over particles or points:
-the loops that remain run over tree depth levels.
+A *move* is one Markov transition proposal applied to a whole batch of trees at
+once (the chains of an MCMC run or the particles of an SMC sampler); every tree
+may draw a different move type. There is no Python loop over trees or points:
+the loops that remain run over tree depth levels or binary-search steps.
 
-State. A :class:`TreeState` holds the trees (:class:`~torchtree.trees.HardTrees`
-with every leaf ``LEAF``), the leaf of every training point in every tree
-(``assign [P, N]``) and two per-node caches in ``trees.extra``:
+State. A :class:`TreeState` is a :class:`~torchtree.trees.HardTrees` (every leaf
+``LEAF``) with four per-node fields in ``trees.extra``:
 
-* ``term [P, C]`` float64: the node's additive share of the log posterior
-  (split or stop probability, rule density, leaf log marginal likelihood);
-  ``log pi(t) = sum(term) + global`` where ``global`` is the leaf-count term of
-  the Poisson prior (zero for the Chipman prior);
-* ``heap [P, C]`` int64: heap code of the node (root 1, children ``2h``, ``2h+1``)
-  so "is node c below node j" is one shift and compare instead of a loop.
+* ``bits [P, C, W]`` int64: the training points in the node as a bitset
+  (``W = ceil(N / 64)`` words). A child's bitset is its parent's AND the
+  precomputed bitset of "points with ``x_f <= threshold``", so re-routing a subtree
+  costs ``W`` word operations per node, whatever the number of points in it;
+* ``term [P, C]`` float64: the node's additive share of the log posterior (split
+  or stop probability, rule density, leaf log marginal likelihood), so that
+  ``log pi(t) = sum(term) + global`` (``global``: the Poisson prior's leaf-count
+  term, zero for the Chipman prior);
+* ``heap [P, C]`` int64: heap code of the node (root 1, children ``2h``,
+  ``2h + 1``): "is c below j" is one shift and compare;
+* ``thr_rank [P, C]`` int64: rank of the threshold among the distinct values of
+  its feature (the bitset to AND with when routing).
 
-A move touches the subtree of one node ``j`` per particle: the points of that
-subtree (found with one gather through ``assign``) are routed down the proposed
-subtree, the new nodes' statistics, counts and data extents are recomputed from
-those points only, and the log-posterior change is the sum of the new terms minus
-the cached old ones. Work per move is proportional to the data under ``j``, not to
-the data set.
+Data extents. The prior needs, per node, the number of dimensions in which its
+data vary and the data range in the split dimension. With ``pref[d, r]`` the
+bitset of the points whose value in ``d`` has rank ``<= r`` (precomputed once,
+``sum_d U_d x W`` words), a node is constant in ``d`` iff it is a subset of the
+value class of any of its points, and its minimum / maximum rank in ``d`` come from
+a binary search over ``r``. A node costs ``O(D W + W log U)`` word operations
+instead of ``O(n_points D)``; class counts / statistics come from unpacking the
+bitset and one matrix product with the per-point statistics.
 
 Proposal ratios (``log q(t | t') - log q(t' | t)``, exact; ``b`` = number of
-candidates, ``p_m`` = move-type probabilities, ``nv`` = varying dimensions of
-the node's data, ``r`` = its extent in the split dimension):
+candidates, ``p_m`` = move-type probabilities, ``nv`` = varying dimensions of the
+node's data, ``r`` = its extent in the split dimension):
 
 * grow leaf ``l``: ``log p_prune - log p_grow + log b_leaves(t) - log b_prunable(t')
   + log nv_l + log r_l(f)`` (the rule is drawn as the prior draws it);
 * prune node ``j``: the inverse expression with ``t`` and ``t'`` exchanged;
-* change node ``j``: ``log r_j(f_new) - log r_j(f_old)`` (same node count, same
-  ``nv``);
-* swap parent/child rules: ``0`` (the set of parent-child pairs is unchanged).
+* change node ``j``: ``log r_j(f_new) - log r_j(f_old)``;
+* swap parent / child rules: ``0`` (the set of parent-child pairs is unchanged;
+  two internal children never carry identical rules with continuous cuts, so
+  Chipman's "swap with both children" case has probability zero).
 
-A proposal whose result is impossible under the prior (an empty node, a leaf
-with no varying dimension to grow, no candidate node) is flagged invalid: an MH
-kernel rejects it with probability one, an SMC sampler keeps the particle with an
+A proposal whose result is impossible under the prior (an empty node, a leaf with
+no varying dimension to grow, no candidate node) is flagged invalid: an MH kernel
+rejects it with probability one, an SMC sampler keeps the particle with an
 incremental weight of one (the kernel's atom at the current tree).
+
+Memory: ``P x C x N / 8`` bytes for the bitsets plus ``sum_d U_d x N / 8`` for the
+prefix table (a few MB on the UCI benchmarks).
 """
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
 
-from .kernels.segments import rank_within
+from .kernels.segments import rank_within, segmented_searchsorted
+from .likelihoods import DirichletMultinomial
 from .priors import ChipmanPrior
 from .random import keyed_uniform
 from .trees import INTERNAL, LEAF, OPEN, UNUSED, HardTrees
 
 __all__ = [
-    "MOVES", "GROW", "PRUNE", "CHANGE", "SWAP", "TreeModel", "TreeState", "Proposal",
-    "propose", "draw_moves", "sample_prior_state", "subtree_mask",
+    "MOVES", "GROW", "PRUNE", "CHANGE", "SWAP", "N_SLOTS", "TreeModel", "TreeState", "Proposal",
+    "propose", "draw_moves", "sample_prior_state", "subtree_mask", "check_state",
 ]
-
-# index_reduce (segment min / max) is a beta API in torch but stable in behaviour; it is
-# several times faster than scatter_reduce on CPU for our [pairs, D] reductions.
-warnings.filterwarnings("ignore", message=r"index_reduce\(\) is in beta")
 
 MOVES = ("grow", "prune", "change", "swap")
 GROW, PRUNE, CHANGE, SWAP = 0, 1, 2, 3
-N_SLOTS = 5  # uniforms per particle and move: kind, node, dimension, cut, accept
+N_SLOTS = 5  # uniforms per tree and move: kind, node, dimension, cut, accept
 _MAX_DEPTH = 60  # heap codes live in int64
+_CHUNK = 1 << 22  # elements per temporary in the chunked bitset kernels
+
+
+def _popcount(x: torch.Tensor) -> torch.Tensor:
+    """Set bits per int64 element (SWAR). The masks clear the sign bits that an
+    arithmetic shift drags in, so signed int64 is safe."""
+    x = x - ((x >> 1) & 0x5555555555555555)
+    x = (x & 0x3333333333333333) + ((x >> 2) & 0x3333333333333333)
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0F
+    return (x * 0x0101010101010101) >> 56
+
+
+def _bit_of(idx: torch.Tensor):
+    """(word, bit value) of point indices: the bitset of point i is ``1 << (i % 64)`` in word ``i // 64``."""
+    return idx // 64, torch.ones_like(idx) << (idx % 64)
 
 
 # ----------------------------------------------------------------------------- model
 class TreeModel:
-    """The target of the samplers: prior x leaf likelihood on one data set.
+    """The samplers' target, prior x leaf likelihood on one data set, and its bitset tables.
 
     Parameters
     ----------
@@ -82,10 +104,11 @@ class TreeModel:
 
     Attributes
     ----------
-    pstats : Tensor [N, S] per-point sufficient statistics
-    row_id : LongTensor [N] id of each distinct feature row (a node whose points
-        share one row id has no varying dimension)
-    split_prior : ChipmanPrior used for split/stop terms and initial draws
+    W : int  words per bitset
+    pstats : Tensor [N, S + 1] per-point sufficient statistics and a column of ones
+    pref : LongTensor [1 + sum_d U_d, W] prefix bitsets (row 0 empty; dim d starts at ``off[d]``)
+    rowbits : LongTensor [R, W] bitset of each distinct feature row
+    split_prior : ChipmanPrior for split / stop terms and initial draws
     """
 
     def __init__(self, prior, likelihood, data, use_likelihood: bool = True) -> None:
@@ -95,15 +118,41 @@ class TreeModel:
         self.use_likelihood = bool(use_likelihood)
         self.chipman = getattr(prior, "name", "chipman") == "chipman"
         self.split_prior = prior if self.chipman else ChipmanPrior()
-        self.pstats = likelihood.point_stats(data.y, data.n_classes).to(likelihood.stats_dtype)
-        _, self.row_id = torch.unique(data.X, dim=0, return_inverse=True)
+        dev = data.device
         self.X = data.X
+        N, D = data.X.shape
+        self.N, self.D, self.W = N, D, (N + 63) // 64
+        ps = likelihood.point_stats(data.y, data.n_classes).to(likelihood.stats_dtype)
+        self.S = ps.shape[1]
+        self.pstats = torch.cat([ps, torch.ones(N, 1, dtype=ps.dtype, device=dev)], 1)
+        self.rank = data.X_rank.long()
+        self.n_unique = data.n_unique.long()
+        self.umax = int(self.n_unique.max())
+        self.sorted_flat = data.sorted_values.reshape(-1)
+        self.off = 1 + torch.cat([torch.zeros(1, dtype=torch.long, device=dev), self.n_unique.cumsum(0)[:-1]])
+        word, val = _bit_of(torch.arange(N, device=dev))
+        rows = self.off[None, :] + self.rank  # [N, D] row of "value == x[n, d]"
+        eq = torch.zeros(1 + int(self.n_unique.sum()), self.W, dtype=torch.long, device=dev)
+        eq.index_put_((rows.reshape(-1), word.repeat_interleave(D)), val.repeat_interleave(D), accumulate=True)
+        # The value classes of one dimension are disjoint, so a cumulative sum is a cumulative OR.
+        pref = torch.zeros_like(eq)
+        for d in range(D):
+            s, e = int(self.off[d]), int(self.off[d]) + int(self.n_unique[d])
+            pref[s:e] = eq[s:e].cumsum(0)
+        self.pref = pref
+        _, self.row_id = torch.unique(data.X, dim=0, return_inverse=True)
+        rb = torch.zeros(int(self.row_id.max()) + 1, self.W, dtype=torch.long, device=dev)
+        rb.index_put_((self.row_id, word), val, accumulate=True)
+        self.rowbits = rb
+        self.all_bits = torch.zeros(self.W, dtype=torch.long, device=dev).index_put_((word,), val, accumulate=True)
+        self.npref = ~pref
+        self.class_bits = None
+        if data.task == "classification" and isinstance(likelihood, DirichletMultinomial):
+            cb = torch.zeros(self.S, self.W, dtype=torch.long, device=dev)
+            self.class_bits = cb.index_put_((data.y.long(), word), val, accumulate=True)
+        self._lut = ((torch.arange(256, device=dev)[:, None] >> torch.arange(8, device=dev)) & 1).bool()
 
-    @property
-    def n_stats(self) -> int:
-        """S."""
-        return self.pstats.shape[1]
-
+    # ---------------------------------------------------------------- terms
     def loglik(self, stats: torch.Tensor) -> torch.Tensor:
         """Leaf log marginal likelihood ``[..., S] -> [...]`` float64 (0 without likelihood)."""
         if not self.use_likelihood:
@@ -132,33 +181,154 @@ class TreeModel:
             return torch.zeros(n_leaves.shape, dtype=torch.float64, device=n_leaves.device)
         return self.prior.log_prob_leaves(n_leaves)
 
+    # ------------------------------------------------------------ bitset kernels
+    def node_stats(self, B: torch.Tensor) -> torch.Tensor:
+        """Sufficient statistics and point count of node bitsets: ``[n, W] -> [n, S + 1]``.
+
+        Class counts are popcounts of ``B & class_bits[k]``; other statistics come from
+        unpacking the bitsets and one matrix product with the per-point statistics.
+        """
+        n = B.shape[0]
+        out = torch.empty(n, self.S + 1, dtype=self.pstats.dtype, device=B.device)
+        if self.class_bits is not None:
+            step = max(1, _CHUNK // (self.S * self.W))
+            for s in range(0, n, step):
+                cnt = _popcount(B[s:s + step, None, :] & self.class_bits[None]).sum(-1)
+                out[s:s + step, : self.S] = cnt.to(out.dtype)
+                out[s:s + step, self.S] = cnt.sum(1).to(out.dtype)
+            return out
+        step = max(1, _CHUNK // (8 * self.W * 8))
+        for s in range(0, n, step):
+            by = B[s:s + step].contiguous().view(torch.uint8).reshape(-1).long()  # little-endian bytes
+            m = self._lut.index_select(0, by).view(-1, self.W * 64)[:, : self.N]
+            out[s:s + step] = m.to(self.pstats.dtype) @ self.pstats
+        return out
+
+    def first_point(self, B: torch.Tensor) -> torch.Tensor:
+        """Index of the lowest point of each non-empty bitset ``[n, W] -> [n]`` (0 if empty)."""
+        w0 = (B != 0).to(torch.uint8).argmax(1)
+        x = B.gather(1, w0[:, None]).squeeze(1)
+        low = (x & -x).double().abs()  # 2^b exactly, also for b = 63
+        b = torch.where(low > 0, torch.log2(low.clamp(min=1)).round().long(), torch.zeros_like(w0))
+        return w0 * 64 + b
+
+    def nonconst(self, B: torch.Tensor) -> torch.Tensor:
+        """True where the node's points are not all the same feature row (it could split)."""
+        rb = self.rowbits.index_select(0, self.row_id.index_select(0, self.first_point(B)))
+        return ((B & ~rb) != 0).any(1)
+
+    def varying(self, B: torch.Tensor) -> torch.Tensor:
+        """Dimensions in which each node's data vary: ``[n, W] -> bool [n, D]``."""
+        n = B.shape[0]
+        out = torch.empty(n, self.D, dtype=torch.bool, device=B.device)
+        step = max(1, _CHUNK // (self.D * self.W))
+        for s in range(0, n, step):
+            b = B[s:s + step]
+            r0 = self.rank.index_select(0, self.first_point(b))  # [m, D] ranks of one member
+            rows = self.off[None, :] + r0
+            prev = torch.where(r0 > 0, rows - 1, torch.zeros_like(rows))
+            shape = rows.shape + (self.W,)
+            # Constant in d iff no point above the member's value (B & ~pref[v]) and none below (B & pref[v-1]).
+            above = self.npref.index_select(0, rows.reshape(-1)).view(shape)
+            below = self.pref.index_select(0, prev.reshape(-1)).view(shape)
+            out[s:s + step] = ((b[:, None, :] & (above | below)) != 0).any(-1)
+        return out
+
+    def extent(self, B: torch.Tensor, f: torch.Tensor):
+        """Smallest and largest value of dimension ``f [n]`` among each node's points.
+
+        Binary searches over the prefix bitsets. Returns ``(lo, hi)`` in the data dtype.
+        """
+        n = B.shape[0]
+        BB = torch.cat([B, B])
+        ff = torch.cat([f, f])
+        want_hit = torch.cat([torch.ones(n, dtype=torch.bool, device=B.device), torch.zeros(n, dtype=torch.bool, device=B.device)])
+        lo = torch.zeros_like(ff)
+        hi = self.n_unique.index_select(0, ff) - 1
+        base = self.off.index_select(0, ff)
+        # min rank: first r with B & pref[r] != 0; max rank: first r with B & ~pref[r] == 0.
+        for _ in range(max(1, self.umax).bit_length() + 1):
+            mid = (lo + hi) // 2
+            pr = self.pref.index_select(0, base + mid)
+            hit = torch.where(want_hit[:, None], BB & pr, BB & ~pr)
+            ok = (hit != 0).any(1) == want_hit
+            hi = torch.where(ok, mid, hi)
+            lo = torch.where(ok, lo, torch.minimum(mid + 1, hi))
+        vals = self.sorted_flat.index_select(0, ff * self.umax + lo)
+        return vals[:n], vals[n:]
+
+    def threshold_rank(self, f: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
+        """Rank ``r`` with ``sorted[f, r] <= thr < sorted[f, r + 1]`` (``-1`` below the minimum)."""
+        if f.numel() == 0:
+            return f
+        starts = f * self.umax
+        return segmented_searchsorted(self.sorted_flat, starts, starts + self.n_unique.index_select(0, f), thr, right=True) - 1
+
+    def split_bits(self, B: torch.Tensor, f: torch.Tensor, r: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+        """Child bitsets: ``B & pref[f, r]`` (left) or ``B & ~pref[f, r]`` (right)."""
+        pr = self.pref.index_select(0, torch.where(r >= 0, self.off.index_select(0, f) + r, torch.zeros_like(r)))
+        return torch.where(right[:, None], B & ~pr, B & pr)
+
+    def draw_rule(self, B: torch.Tensor, vary: torch.Tensor, u_dim: torch.Tensor, u_cut: torch.Tensor):
+        """Prior draw of a rule on nodes ``B`` (dimension uniform over the varying ones,
+        cut uniform on the data range).
+
+        Returns (feature, threshold, threshold rank, n varying, range float64), each [n].
+        """
+        f, nv = _choose(vary, u_dim)
+        lo, hi = self.extent(B, f)
+        thr, rng = _cut(lo, hi, u_cut)
+        return f, thr, self.threshold_rank(f, thr), nv, rng
+
+
+def _cut(lo: torch.Tensor, hi: torch.Tensor, u: torch.Tensor):
+    """Cut uniform on ``[lo, hi)`` in the data dtype; returns (threshold, range float64)."""
+    rng = hi.double() - lo.double()
+    thr = (lo.double() + u * rng).to(lo.dtype)
+    # Rounding to the data dtype may land on the maximum: keep the right child non-empty.
+    thr = torch.where(thr < hi, thr, torch.nextafter(hi, torch.full_like(hi, -math.inf)))
+    return torch.maximum(thr, lo), rng
+
+
+def _kth_true(mask: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Column of the k-th True of each row of ``mask [P, C]`` (k < count)."""
+    return (mask.long().cumsum(1) > k[:, None]).to(torch.uint8).argmax(1)
+
+
+def _choose(mask: torch.Tensor, u: torch.Tensor):
+    """Uniform choice of a True column per row; returns (column, count)."""
+    cnt = mask.sum(1)
+    k = torch.minimum((u * cnt.double()).long(), (cnt - 1).clamp(min=0))
+    return _kth_true(mask, k), cnt
+
 
 # ----------------------------------------------------------------------------- state
 class TreeState:
-    """Trees plus the per-point leaf assignment and per-node caches (see module doc).
+    """A batch of complete trees with their per-node caches (see the module doc).
 
     Parameters
     ----------
-    trees : HardTrees [P] with ``extra["term"]`` and ``extra["heap"]``
-    assign : LongTensor [P, N] leaf of each training point in each tree
+    trees : HardTrees [P] with ``extra`` ``bits``, ``term``, ``heap``, ``thr_rank``
     """
 
-    def __init__(self, trees: HardTrees, assign: torch.Tensor) -> None:
-        self.trees, self.assign = trees, assign
+    def __init__(self, trees: HardTrees) -> None:
+        self.trees = trees
 
     @classmethod
     def roots(cls, model: TreeModel, n_trees: int, capacity: int = 16) -> "TreeState":
         """P root-only trees (the usual MCMC start)."""
-        root = model.pstats.sum(0)
+        root = model.pstats[:, : model.S].sum(0)
         trees = HardTrees.roots(n_trees, root, capacity=capacity, threshold_dtype=model.X.dtype, status=LEAF)
-        dev = trees.device
-        nonconst = torch.tensor(bool((model.row_id != model.row_id[0]).any()), device=dev)
-        term = torch.zeros(n_trees, trees.capacity, dtype=torch.float64, device=dev)
+        dev, C = trees.device, trees.capacity
+        bits = torch.zeros(n_trees, C, model.W, dtype=torch.long, device=dev)
+        bits[:, 0] = model.all_bits
+        nonconst = model.nonconst(model.all_bits[None])[0]
+        term = torch.zeros(n_trees, C, dtype=torch.float64, device=dev)
         term[:, 0] = model.leaf_term(torch.zeros((), dtype=torch.int32, device=dev), nonconst, root)
-        heap = torch.zeros(n_trees, trees.capacity, dtype=torch.long, device=dev)
+        heap = torch.zeros(n_trees, C, dtype=torch.long, device=dev)
         heap[:, 0] = 1
-        trees.extra.update(term=term, heap=heap)
-        return cls(trees, torch.zeros(n_trees, model.X.shape[0], dtype=torch.long, device=dev))
+        trees.extra.update(bits=bits, term=term, heap=heap, thr_rank=torch.zeros(n_trees, C, dtype=torch.long, device=dev))
+        return cls(trees)
 
     @property
     def n_trees(self) -> int:
@@ -171,38 +341,33 @@ class TreeState:
 
     def take_(self, index: torch.Tensor) -> None:
         """In-place gather of particles (resampling), ``self[i] = self[index[i]]``."""
-        index = index.to(self.trees.device)
-        moved = index != torch.arange(self.n_trees, device=index.device)
-        self.trees.take_(index, moved)
-        dst = moved.nonzero().squeeze(1)
-        if dst.numel():
-            self.assign[dst] = self.assign[index[dst]]
+        self.trees.take_(index)
 
     def clone(self) -> "TreeState":
         """Deep copy."""
-        return TreeState(self.trees.clone(), self.assign.clone())
+        return TreeState(self.trees.clone())
 
     def accept_(self, prop: "Proposal", mask: torch.Tensor) -> None:
-        """Move the particles in ``mask [P]`` to their proposed trees (in place)."""
+        """Move the trees in ``mask [P]`` to their proposed trees (in place)."""
         rows = mask.nonzero().squeeze(1)
         if rows.numel() == 0:
             return
         t, n = self.trees, prop.trees
         t.reserve(n.capacity)
+        nf = n.node_fields()
         for name, old in t.node_fields().items():
-            new = n.node_fields()[name]
-            old[rows] = new[rows]
-        t.n_nodes[rows] = n.n_nodes[rows]
-        sel = mask[prop.pp]
-        self.assign[prop.pp[sel], prop.nn[sel]] = prop.new_leaf[sel]
-        pr = rows[prop.kind[rows] == PRUNE]
+            if name in nf:
+                old[rows] = nf[name].index_select(0, rows)
+        t.n_nodes[rows] = n.n_nodes.index_select(0, rows)
+        sel = mask.index_select(0, prop.sub_tree)
+        t.extra["bits"][prop.sub_tree[sel], prop.sub_node[sel]] = prop.sub_bits[sel]
+        pr = rows[prop.kind.index_select(0, rows) == PRUNE]
         if pr.numel():
-            _compact_rows_(self, pr)
+            _compact_rows_(t, pr)
 
 
-def _compact_rows_(state: TreeState, rows: torch.Tensor) -> None:
+def _compact_rows_(t: HardTrees, rows: torch.Tensor) -> None:
     """Close the holes a prune leaves, keeping node order (children stay after parents)."""
-    t = state.trees
     used = t.status[rows] != UNUSED  # [R, C]
     newidx = used.long().cumsum(1) - 1
     src = torch.argsort((~used).to(torch.int8), dim=1, stable=True)  # used slots first, in order
@@ -218,7 +383,6 @@ def _compact_rows_(state: TreeState, rows: torch.Tensor) -> None:
         k = keep.view(keep.shape + (1,) * (sub.dim() - 2))
         field[rows] = torch.where(k, g, torch.full_like(g, fill.get(name, 0)))
     t.n_nodes[rows] = n_used
-    state.assign[rows] = newidx.gather(1, state.assign[rows])
 
 
 def subtree_mask(trees: HardTrees, node: torch.Tensor) -> torch.Tensor:
@@ -240,48 +404,51 @@ def subtree_mask(trees: HardTrees, node: torch.Tensor) -> torch.Tensor:
     return (node[:, None] >= 0) & (trees.status != UNUSED) & (depth >= dj) & ((heap >> shift) == hj)
 
 
-def _kth_true(mask: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Column of the k-th True of each row of ``mask [P, C]`` (k < count)."""
-    return (mask.long().cumsum(1) > k[:, None]).long().argmax(1)
+def check_state(state: TreeState, model: TreeModel, atol: float = 1e-6) -> None:
+    """Assert that the caches agree with the trees (tests and debugging).
 
-
-def _choose(mask: torch.Tensor, u: torch.Tensor):
-    """Uniform choice of a True column per row; returns (column, count)."""
-    cnt = mask.sum(1)
-    k = torch.minimum((u * cnt.double()).long(), (cnt - 1).clamp(min=0))
-    return _kth_true(mask, k), cnt
-
-
-def _draw_rule(lo: torch.Tensor, hi: torch.Tensor, u_dim: torch.Tensor, u_cut: torch.Tensor):
-    """Prior draw of a rule on a node with data extent ``lo, hi [P, D]``.
-
-    Returns (feature [P], threshold [P] in the data dtype, n varying [P], range [P] float64).
+    Checks ``HardTrees.validate`` with the data, that every node's bitset is the set of
+    training points routed through it, and that the cached log posterior equals the
+    prior's ``log_prob`` plus the leaf log likelihoods.
     """
-    vary = hi > lo
-    f, nv = _choose(vary, u_dim)
-    lo_f = lo.gather(1, f[:, None]).squeeze(1)
-    hi_f = hi.gather(1, f[:, None]).squeeze(1)
-    rng = hi_f.double() - lo_f.double()
-    thr = (lo_f.double() + u_cut * rng).to(lo.dtype)
-    # Rounding to the data dtype may land on the maximum: keep the right child non-empty.
-    thr = torch.where(thr < hi_f, thr, torch.nextafter(hi_f, torch.full_like(hi_f, -math.inf)))
-    return f, torch.maximum(thr, lo_f), nv, rng
+    t = state.trees
+    t.validate(model.data, model.likelihood)
+    leaves = t.leaf_index(model.X)  # [P, N]
+    word, val = _bit_of(torch.arange(model.N, device=t.device))
+    P, C = t.n_trees, t.capacity
+    rec = torch.zeros(P, C, model.W, dtype=torch.long, device=t.device)
+    rec.view(P * C, model.W).index_put_(((torch.arange(P, device=t.device)[:, None] * C + leaves).reshape(-1), word.repeat(P)), val.repeat(P), accumulate=True)
+    leaf = t.is_leaf()
+    assert bool((rec[leaf] == t.extra["bits"][leaf]).all()), "leaf bitsets differ from the routed points"
+    internal = t.status == INTERNAL
+    pi, ni = internal.nonzero(as_tuple=True)
+    bits = t.extra["bits"]
+    if pi.numel():
+        lb, rb = bits[pi, t.left[pi, ni].long()], bits[pi, t.right[pi, ni].long()]
+        assert bool(((lb | rb) == bits[pi, ni]).all() and ((lb & rb) == 0).all()), "internal bitsets must be the union of the children's"
+        r = model.threshold_rank(t.feature[pi, ni].long(), t.threshold[pi, ni])
+        assert bool((r == t.extra["thr_rank"][pi, ni]).all()), "threshold ranks out of date"
+    ll = torch.where(leaf, model.loglik(t.stats), torch.zeros((), dtype=torch.float64, device=t.device)).sum(1)
+    full = model.prior.log_prob(t, model.data) + (ll if model.use_likelihood else 0.0)
+    assert torch.allclose(state.log_posterior(model), full, atol=atol, rtol=1e-9), "cached log posterior differs from a full recomputation"
 
 
 # ------------------------------------------------------------------------- proposal
 @dataclass
 class Proposal:
-    """Proposed trees for a batch and everything needed to accept or weight them.
+    """Proposed trees for a batch and what is needed to accept or weight them.
 
     Attributes
     ----------
-    trees : HardTrees [P] proposed trees (rows with ``valid == False`` are not meaningful)
+    trees : HardTrees [P] proposed trees without ``extra["bits"]`` (rows with
+        ``valid == False`` are not meaningful)
     kind : LongTensor [P] move type (``GROW``, ``PRUNE``, ``CHANGE``, ``SWAP``)
-    node : LongTensor [P] node whose subtree the move rewrote (grow: the leaf)
+    node : LongTensor [P] root of the rewritten subtree (grow: the leaf; swap: the parent)
     valid : BoolTensor [P] the proposed tree has positive prior density
     log_target_ratio : Tensor [P] float64 ``log pi(t') - log pi(t)`` (0 where invalid)
     log_q_ratio : Tensor [P] float64 ``log q(t | t') - log q(t' | t)`` (0 where invalid)
-    pp, nn, new_leaf : LongTensor [T] the affected (particle, point) pairs and their new leaves
+    sub_tree, sub_node : LongTensor [M] the nodes of the rewritten subtrees
+    sub_bits : LongTensor [M, W] their bitsets
     """
 
     trees: HardTrees
@@ -290,9 +457,9 @@ class Proposal:
     valid: torch.Tensor
     log_target_ratio: torch.Tensor
     log_q_ratio: torch.Tensor
-    pp: torch.Tensor
-    nn: torch.Tensor
-    new_leaf: torch.Tensor
+    sub_tree: torch.Tensor
+    sub_node: torch.Tensor
+    sub_bits: torch.Tensor
 
     @property
     def log_accept_ratio(self) -> torch.Tensor:
@@ -302,7 +469,7 @@ class Proposal:
 
 
 def draw_moves(u_kind: torch.Tensor, move_probs: Sequence[float]) -> torch.Tensor:
-    """Move type per particle from uniforms ``[P]`` and probabilities (grow, prune, change, swap)."""
+    """Move type per tree from uniforms ``[P]`` and probabilities (grow, prune, change, swap)."""
     cp = torch.tensor(list(move_probs), dtype=torch.float64, device=u_kind.device).cumsum(0)
     cp = cp / cp[-1]
     return torch.searchsorted(cp, u_kind.double().contiguous(), right=True).clamp(max=3)
@@ -317,8 +484,8 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     state : TreeState [P]
     model : TreeModel
     kind : LongTensor [P] move type per tree (see :func:`draw_moves`)
-    u : Tensor [P, >=4] float64 uniforms: node choice, dimension, cut (columns 1-3)
-    move_probs : 4 floats, the mixture probabilities (they enter the grow/prune ratio)
+    u : Tensor [P, >= 4] float64 uniforms; columns 1-3 choose the node, the dimension, the cut
+    move_probs : 4 floats, the mixture probabilities (they enter the grow / prune ratio)
 
     Returns
     -------
@@ -326,134 +493,101 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     """
     trees = state.trees
     P, C = trees.n_trees, trees.capacity
-    dev = trees.device
-    X = model.X
-    pg, pp_, _, _ = (float(x) for x in move_probs)
+    dev, W = trees.device, model.W
+    pg, pq = float(move_probs[0]), float(move_probs[1])
+    ar = torch.arange(P, device=dev)
     st = trees.status
     leaf = (st == LEAF) | (st == OPEN)
     internal = st == INTERNAL
     lch, rch = trees.left.long(), trees.right.long()
     prunable = internal & leaf.gather(1, lch.clamp(min=0)) & leaf.gather(1, rch.clamp(min=0))
-    swappable = internal & (trees.parent >= 0)
     kk = kind[:, None]
-    cand = torch.where(kk == GROW, leaf, torch.where(kk == PRUNE, prunable, torch.where(kk == CHANGE, internal, swappable)))
+    cand = torch.where(kk == GROW, leaf, torch.where(kk == PRUNE, prunable, torch.where(kk == CHANGE, internal, internal & (trees.parent >= 0))))
     c, n_cand = _choose(cand, u[:, 1])
     has = n_cand > 0
-    j = torch.where(kind == SWAP, trees.parent.long().gather(1, c[:, None]).squeeze(1), c)
+    is_g, is_p, is_c, is_s = kind == GROW, kind == PRUNE, kind == CHANGE, kind == SWAP
+    j = torch.where(is_s, trees.parent.long().gather(1, c[:, None]).squeeze(1), c)
     j = torch.where(has, j, torch.full_like(j, -1))
-    jj = j.clamp(min=0)[:, None]
+    jc = j.clamp(min=0)
     in_old = subtree_mask(trees, j)
 
-    # Affected points: those in the old subtree of j.
-    base = torch.arange(P, device=dev)[:, None] * C
-    pp, nn = in_old.view(-1)[base + state.assign].nonzero(as_tuple=True)
-
-    # Phase 1: data extent of node j (its data are those points in any case).
-    is_g, is_p, is_c, is_s = kind == GROW, kind == PRUNE, kind == CHANGE, kind == SWAP
-    need1 = ~is_s.index_select(0, pp)
-    p1, x1 = pp[need1], X.index_select(0, nn[need1])
-    D = X.shape[1]
-    lo1 = torch.full((P, D), math.inf, dtype=X.dtype, device=dev).index_reduce_(0, p1, x1, "amin")
-    hi1 = torch.full((P, D), -math.inf, dtype=X.dtype, device=dev).index_reduce_(0, p1, x1, "amax")
-    f_new, thr_new, nv1, rng_new = _draw_rule(lo1, hi1, u[:, 2], u[:, 3])
-    fo = trees.feature.long().gather(1, jj).clamp(min=0)
-    rng_old = (hi1.gather(1, fo).double() - lo1.gather(1, fo).double()).squeeze(1)
+    # Phase 1: node j's data (unchanged by any move): varying dimensions, new rule, old rule's range.
+    Bj = trees.extra["bits"].view(P * C, W).index_select(0, ar * C + jc)
+    vary_j = model.varying(Bj)
+    nv1 = vary_j.sum(1)
+    f_new, _ = _choose(vary_j, u[:, 2])
+    feat = trees.feature.long()
+    f_old = feat.gather(1, jc[:, None]).squeeze(1).clamp(min=0)
+    f_swp = feat.gather(1, c[:, None]).squeeze(1).clamp(min=0)  # the rule j receives in a swap
+    lo3, hi3 = model.extent(torch.cat([Bj, Bj, Bj]), torch.cat([f_new, f_old, f_swp]))
+    thr_new, rng_new = _cut(lo3[:P], hi3[:P], u[:, 3])
+    rng3 = hi3.double() - lo3.double()
+    rng_old, rng_swp = rng3[P:2 * P], rng3[2 * P:]
+    r_new = model.threshold_rank(f_new, thr_new)
     valid = has & ~(is_g & (nv1 == 0))
 
-    # Build the proposed trees.
-    new = trees.clone()
-    g_rows = (is_g & valid).nonzero().squeeze(1)
-    if g_rows.numel():
-        new.reserve(int(new.n_nodes[g_rows].max()) + 2)
-        _apply_grow(new, g_rows, j[g_rows], f_new[g_rows], thr_new[g_rows])
-    p_rows = (is_p & valid).nonzero().squeeze(1)
-    if p_rows.numel():
-        _apply_prune(new, p_rows, j[p_rows])
-    c_rows = (is_c & valid).nonzero().squeeze(1)
-    if c_rows.numel():
-        new.feature[c_rows, j[c_rows]] = f_new[c_rows].to(new.feature.dtype)
-        new.threshold[c_rows, j[c_rows]] = thr_new[c_rows]
-    s_rows = (is_s & valid).nonzero().squeeze(1)
-    if s_rows.numel():
-        a, b = j[s_rows], c[s_rows]
-        for fld in (new.feature, new.threshold):
-            va, vb = fld[s_rows, a].clone(), fld[s_rows, b].clone()
-            fld[s_rows, a], fld[s_rows, b] = vb, va
+    # The proposed trees (the bitsets are not copied: only the rewritten subtree's are built).
+    new = HardTrees(trees.feature.clone(), trees.threshold.clone(), trees.left.clone(), trees.right.clone(),
+                    trees.parent.clone(), trees.depth.clone(), trees.status.clone(), trees.stats.clone(),
+                    trees.n_nodes.clone(), {k: v.clone() for k, v in trees.extra.items() if k != "bits"})
+    rows = (is_g & valid).nonzero().squeeze(1)
+    if rows.numel():
+        new.reserve(int(new.n_nodes.index_select(0, rows).max()) + 2)
+        _apply_grow(new, rows, j[rows], f_new[rows], thr_new[rows], r_new[rows])
+    rows = (is_p & valid).nonzero().squeeze(1)
+    if rows.numel():
+        _apply_prune(new, rows, j[rows])
+    rows = (is_c & valid).nonzero().squeeze(1)
+    if rows.numel():
+        new.feature[rows, j[rows]] = f_new[rows].to(new.feature.dtype)
+        new.threshold[rows, j[rows]] = thr_new[rows]
+        new.extra["thr_rank"][rows, j[rows]] = r_new[rows]
+    rows = (is_s & valid).nonzero().squeeze(1)
+    if rows.numel():
+        a, b = j[rows], c[rows]
+        for fld in (new.feature, new.threshold, new.extra["thr_rank"]):
+            va, vb = fld[rows, a].clone(), fld[rows, b].clone()
+            fld[rows, a], fld[rows, b] = vb, va
     C2 = new.capacity
     in_new = subtree_mask(new, torch.where(valid, j, torch.full_like(j, -1)))
 
-    # Phase 2: route the affected points down the proposed subtree.
-    keep = valid.index_select(0, pp)
-    pp, nn = pp[keep], nn[keep]
-    node = j.index_select(0, pp)
-    depth_new = new.depth.long()
-    dj = depth_new.gather(1, jj).squeeze(1)
-    sp, sc = in_new.nonzero(as_tuple=True)  # nodes of the proposed subtrees, compact ids 0..M-1
-    M = sp.numel()
-    height = int((depth_new[sp, sc] - dj.index_select(0, sp)).max()) if M else 0
-    f_fl, t_fl = new.feature.view(-1).long(), new.threshold.view(-1)
-    lr = torch.stack([new.left.view(-1).long(), new.right.view(-1).long()], 1).view(-1)
-    Xf = X.reshape(-1)
-    for _ in range(height):
-        g = pp * C2 + node
-        f = f_fl.index_select(0, g)
-        act = f >= 0
-        right = (Xf.index_select(0, nn * D + f.clamp(min=0)) > t_fl.index_select(0, g)).long()
-        node = torch.where(act, lr.index_select(0, 2 * g + right), node)
-    new_leaf = node
-
-    # Aggregates of the proposed subtree nodes: leaves from the points, then pushed up.
-    S = model.n_stats
-    cmap = torch.full((P * C2,), -1, dtype=torch.long, device=dev)
+    # Phase 2: bitsets of the proposed subtree, top-down from j (whose points are unchanged).
+    sp, sc = in_new.nonzero(as_tuple=True)
     sflat = sp * C2 + sc
+    M = sp.numel()
+    depth_s = new.depth.view(-1).index_select(0, sflat)
+    dj = new.depth.long().gather(1, jc[:, None]).squeeze(1)
+    rel = depth_s.long() - dj.index_select(0, sp)
+    height = int(rel.max()) if M else 0
+    cmap = torch.full((P * C2,), -1, dtype=torch.long, device=dev)
     cmap[sflat] = torch.arange(M, device=dev)
-    cid = cmap.index_select(0, pp * C2 + node)
-    cnt = torch.zeros(M, dtype=torch.long, device=dev).index_add_(0, cid, torch.ones_like(cid))
-    stats = torch.zeros(M, S, dtype=new.stats.dtype, device=dev).index_add_(0, cid, model.pstats.index_select(0, nn))
-    rid = model.row_id.index_select(0, nn)
-    rlo = torch.full((M,), X.shape[0], dtype=torch.long, device=dev).index_reduce_(0, cid, rid, "amin")
-    rhi = torch.full((M,), -1, dtype=torch.long, device=dev).index_reduce_(0, cid, rid, "amax")
-    lo = torch.full((M, D), math.inf, dtype=X.dtype, device=dev)
-    hi = torch.full((M, D), -math.inf, dtype=X.dtype, device=dev)
-    need2 = (is_c | is_s).index_select(0, pp)
-    if bool(need2.any()):
-        c2, x2 = cid[need2], X.index_select(0, nn[need2])
-        lo.index_reduce_(0, c2, x2, "amin")
-        hi.index_reduce_(0, c2, x2, "amax")
-    st_s = new.status[sp, sc]
+    Bs = torch.empty(M, W, dtype=torch.long, device=dev)
+    top = (rel == 0).nonzero().squeeze(1)
+    Bs[top] = trees.extra["bits"].view(P * C, W).index_select(0, sp.index_select(0, top) * C + sc.index_select(0, top))
+    par_fl, f_fl = new.parent.view(-1).long(), new.feature.view(-1).long()
+    r_fl, right_fl = new.extra["thr_rank"].view(-1), new.right.view(-1).long()
+    for lev in range(1, height + 1):
+        sel = (rel == lev).nonzero().squeeze(1)
+        g_par = sp.index_select(0, sel) * C2 + par_fl.index_select(0, sflat.index_select(0, sel))
+        Bs[sel] = model.split_bits(Bs.index_select(0, cmap.index_select(0, g_par)), f_fl.index_select(0, g_par),
+                                   r_fl.index_select(0, g_par), right_fl.index_select(0, g_par) == sc.index_select(0, sel))
+    ext = model.node_stats(Bs)
+    stats, cnt = ext[:, : model.S], ext[:, model.S]
+    st_s = new.status.view(-1).index_select(0, sflat)
     is_leaf_s = (st_s == LEAF) | (st_s == OPEN)
-    j_s = j.index_select(0, sp)
-    if height > 0:
-        lsel = is_leaf_s.nonzero().squeeze(1)
-        lp_, lc_ = sp[lsel], sc[lsel]
-        jl = j_s[lsel]
-        src, dst = [], []
-        anc, alive = lc_, lc_ != jl
-        par_fl = new.parent.view(-1).long()
-        for _ in range(height):
-            # Climb from every leaf of the subtree up to j (inclusive), once per ancestor.
-            anc = par_fl.index_select(0, lp_ * C2 + anc).clamp(min=0)
-            src.append(lsel[alive])
-            dst.append(cmap.index_select(0, lp_ * C2 + anc)[alive])
-            alive = alive & (anc != jl)
-        src, dst = torch.cat(src), torch.cat(dst)
-        # Leaf aggregates are final before any accumulation (dst nodes are internal).
-        cnt.index_add_(0, dst, cnt.index_select(0, src))
-        stats.index_add_(0, dst, stats.index_select(0, src))
-        lo.index_reduce_(0, dst, lo.index_select(0, src), "amin")
-        hi.index_reduce_(0, dst, hi.index_select(0, src), "amax")
-    # Node j of grow/change: its extent is phase 1's (its points were not in phase 2's D-work).
-    gc = (is_g | is_c) & valid
-    gc_s = gc.index_select(0, sp) & (sc == j_s)
-    lo[gc_s] = lo1.index_select(0, sp[gc_s])
-    hi[gc_s] = hi1.index_select(0, sp[gc_s])
-
-    # New terms on the proposed subtree nodes.
-    depth_s = new.depth[sp, sc]
-    f_s = new.feature[sp, sc].long().clamp(min=0)[:, None]
-    rng_s = hi.gather(1, f_s).squeeze(1).double() - lo.gather(1, f_s).squeeze(1).double()
-    term_s = torch.where(is_leaf_s, model.leaf_term(depth_s, rlo < rhi, stats),
-                         model.internal_term(depth_s, (hi > lo).sum(1), rng_s))
+    li, ii = is_leaf_s.nonzero().squeeze(1), (~is_leaf_s).nonzero().squeeze(1)
+    term_s = torch.empty(M, dtype=torch.float64, device=dev)
+    term_s[li] = model.leaf_term(depth_s[li], model.nonconst(Bs[li]), stats[li])
+    # Internal node j keeps its data: its varying dimensions and range are phase 1's.
+    jt = ii[rel.index_select(0, ii) == 0]
+    pj = sp.index_select(0, jt)
+    rng_j = torch.where(is_s, rng_swp, rng_new).index_select(0, pj)
+    term_s[jt] = model.internal_term(depth_s.index_select(0, jt), nv1.index_select(0, pj), rng_j)
+    ii = ii[rel.index_select(0, ii) > 0]
+    if ii.numel():
+        Bi, fi = Bs[ii], f_fl.index_select(0, sflat[ii])
+        lo_i, hi_i = model.extent(Bi, fi)
+        term_s[ii] = model.internal_term(depth_s[ii], model.varying(Bi).sum(1), hi_i.double() - lo_i.double())
     empty = torch.zeros(P, dtype=torch.long, device=dev).index_add_(0, sp, (cnt == 0).long()) > 0
     valid = valid & ~empty
     old_term = trees.extra["term"]
@@ -464,25 +598,25 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     if not model.chipman:
         delta = delta + model.global_term(n_leaves_new) - model.global_term(n_leaves_old)
     new.extra["term"].view(-1)[sflat] = term_s
-    new.stats.view(P * C2, S)[sflat] = stats
+    new.stats.view(P * C2, model.S)[sflat] = stats.to(new.stats.dtype)
 
     # Proposal ratios.
-    leaf_n = leaf_new
-    prunable_new = (new.status == INTERNAL) & leaf_n.gather(1, new.left.long().clamp(min=0)) & leaf_n.gather(1, new.right.long().clamp(min=0))
+    prunable_new = (new.status == INTERNAL) & leaf_new.gather(1, new.left.long().clamp(min=0)) & leaf_new.gather(1, new.right.long().clamp(min=0))
     lg = lambda x: torch.log(x.double().clamp(min=1e-300))  # noqa: E731
-    rule_j = lg(nv1) + lg(rng_new)
+    lgp = math.log(max(pq, 1e-300) / max(pg, 1e-300))
     log_q = torch.zeros(P, dtype=torch.float64, device=dev)
-    log_q = torch.where(is_g, math.log(max(pp_, 1e-300) / max(pg, 1e-300)) + lg(n_leaves_old) - lg(prunable_new.sum(1)) + rule_j, log_q)
-    log_q = torch.where(is_p, math.log(max(pg, 1e-300) / max(pp_, 1e-300)) + lg(prunable.sum(1)) - lg(n_leaves_new) - lg(nv1) - lg(rng_old), log_q)
+    log_q = torch.where(is_g, lgp + lg(n_leaves_old) - lg(prunable_new.sum(1)) + lg(nv1) + lg(rng_new), log_q)
+    log_q = torch.where(is_p, -lgp + lg(prunable.sum(1)) - lg(n_leaves_new) - lg(nv1) - lg(rng_old), log_q)
     log_q = torch.where(is_c, lg(rng_new) - lg(rng_old), log_q)
     zero = torch.zeros_like(log_q)
-    return Proposal(new, kind, j, valid, torch.where(valid, delta, zero), torch.where(valid, log_q, zero), pp, nn, new_leaf)
+    return Proposal(new, kind, j, valid, torch.where(valid, delta, zero), torch.where(valid, log_q, zero), sp, sc, Bs)
 
 
-def _apply_grow(t: HardTrees, rows, j, f, thr) -> None:
+def _apply_grow(t: HardTrees, rows, j, f, thr, r) -> None:
     n0 = t.n_nodes[rows]
     t.feature[rows, j] = f.to(t.feature.dtype)
     t.threshold[rows, j] = thr.to(t.threshold.dtype)
+    t.extra["thr_rank"][rows, j] = r
     t.left[rows, j] = n0.to(t.left.dtype)
     t.right[rows, j] = (n0 + 1).to(t.right.dtype)
     t.status[rows, j] = INTERNAL
@@ -505,8 +639,8 @@ def _apply_prune(t: HardTrees, rows, j) -> None:
         t.parent[rows, ch] = -1
         t.depth[rows, ch] = 0
         t.stats[rows, ch] = 0
-        t.extra["term"][rows, ch] = 0
-        t.extra["heap"][rows, ch] = 0
+        for v in t.extra.values():
+            v[rows, ch] = 0
     t.status[rows, j] = LEAF
     t.feature[rows, j] = -1
     t.threshold[rows, j] = 0
@@ -521,9 +655,8 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
 
     Every open leaf of the current depth decides at once whether to split
     (probability ``p_split(depth)`` if its data vary in some dimension), then draws
-    the dimension uniformly among the varying ones and the cut uniformly on the
-    data range: exactly the prior of :class:`~torchtree.priors.ChipmanPrior`.
-    The root's extent is computed once for all trees.
+    the dimension uniformly among the varying ones and the cut uniformly on the data
+    range: exactly the prior of :class:`~torchtree.priors.ChipmanPrior`.
 
     Parameters
     ----------
@@ -545,77 +678,58 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
     """
     state = TreeState.roots(model, n_trees, capacity)
     t = state.trees
-    dev = t.device
-    P, N = n_trees, model.X.shape[0]
-    X, D = model.X, model.X.shape[1]
+    dev, P, W = t.device, n_trees, model.W
     gidx = torch.arange(P, device=dev) if index is None else index.to(dev)
     t.status[:, 0] = OPEN
     log_q0 = torch.zeros(P, dtype=torch.float64, device=dev)
-    root_lo, root_hi = X.min(0).values, X.max(0).values
-    arP = torch.arange(P, device=dev)[:, None]
+    root_vary = model.varying(model.all_bits[None])
     for level in range(_MAX_DEPTH + 1):
         C = t.capacity
-        open_ = t.status == OPEN
-        po, co = open_.nonzero(as_tuple=True)
+        po, co = (t.status == OPEN).nonzero(as_tuple=True)
         if po.numel() == 0:
             break
-        gflat = arP * C + state.assign
-        pp, nn = open_.view(-1)[gflat].nonzero(as_tuple=True)
-        if level == 0:
-            lo, hi = root_lo.expand(P, D), root_hi.expand(P, D)
-        else:
-            cmap = torch.full((P * C,), -1, dtype=torch.long, device=dev)
-            cmap[po * C + co] = torch.arange(po.numel(), device=dev)
-            cid = cmap.index_select(0, gflat[pp, nn])
-            xs = X.index_select(0, nn)
-            lo = torch.full((po.numel(), D), math.inf, dtype=X.dtype, device=dev).index_reduce_(0, cid, xs, "amin")
-            hi = torch.full((po.numel(), D), -math.inf, dtype=X.dtype, device=dev).index_reduce_(0, cid, xs, "amax")
-        nvary = (hi > lo).sum(1)
-        depth = t.depth[po, co]
+        g = po * C + co
+        B = t.extra["bits"].view(P * C, W).index_select(0, g)
+        can = model.nonconst(B)
+        depth = t.depth.view(-1).index_select(0, g)
         lps, lpn = model.split_prior.log_split_probs(depth)
-        key = gidx[po]
+        key = gidx.index_select(0, po)
         u_stop = keyed_uniform(seed, stream + 4 * level, key, co)
-        u_dim = keyed_uniform(seed, stream + 4 * level + 1, key, co)
-        u_cut = keyed_uniform(seed, stream + 4 * level + 2, key, co)
-        split = (u_stop < lps.exp()) & (nvary > 0)
-        f, thr, nv, rng = _draw_rule(lo, hi, u_dim, u_cut)
-        stop_q = torch.where(nvary > 0, lpn, torch.zeros_like(lpn))
-        split_q = lps - torch.log(nv.clamp(min=1).double()) - torch.log(rng.clamp(min=1e-300))
-        log_q0.index_add_(0, po, torch.where(split, split_q, stop_q))
-        t_stop = model.leaf_term(depth, nvary > 0, t.stats[po, co])
-        t_split = model.internal_term(depth, nv, rng)
-        t.extra["term"][po, co] = torch.where(split, t_split, t_stop)
-        t.status[po, co] = torch.where(split, INTERNAL, LEAF).to(t.status.dtype)
+        split = (u_stop < lps.exp()) & can
+        stop = ~split
+        st_q = torch.where(can, lpn, torch.zeros_like(lpn))
+        log_q0.index_add_(0, po[stop], st_q[stop])
+        t.extra["term"].view(-1)[g[stop]] = model.leaf_term(depth[stop], can[stop], t.stats.view(P * C, -1)[g[stop]])
+        t.status.view(-1)[g] = torch.where(split, INTERNAL, LEAF).to(t.status.dtype)
         sp = split.nonzero().squeeze(1)
         if sp.numel() == 0:
             break
-        ps, cs = po[sp], co[sp]
         if level + 1 > _MAX_DEPTH:
             raise RuntimeError(f"tree depth above {_MAX_DEPTH} is not supported")
+        ps, cs, gs, Bsp = po[sp], co[sp], g[sp], B[sp]
+        u_dim = keyed_uniform(seed, stream + 4 * level + 1, key[sp], cs)
+        u_cut = keyed_uniform(seed, stream + 4 * level + 2, key[sp], cs)
+        vary = root_vary.expand(sp.numel(), -1) if level == 0 else model.varying(Bsp)
+        f, thr, r, nv, rng = model.draw_rule(Bsp, vary, u_dim, u_cut)
+        log_q0.index_add_(0, ps, lps[sp] - torch.log(nv.double()) - torch.log(rng.clamp(min=1e-300)))
+        t.extra["term"].view(-1)[gs] = model.internal_term(depth[sp], nv, rng)
         per_tree = torch.bincount(ps, minlength=P)
         t.reserve(int((t.n_nodes + 2 * per_tree).max()))
         C = t.capacity
-        r = rank_within(ps)
-        n0 = t.n_nodes[ps] + 2 * r
-        t.feature[ps, cs] = f[sp].to(t.feature.dtype)
-        t.threshold[ps, cs] = thr[sp]
+        n0 = t.n_nodes.index_select(0, ps) + 2 * rank_within(ps)
+        t.feature[ps, cs] = f.to(t.feature.dtype)
+        t.threshold[ps, cs] = thr
+        t.extra["thr_rank"][ps, cs] = r
         t.left[ps, cs] = n0.to(t.left.dtype)
         t.right[ps, cs] = (n0 + 1).to(t.right.dtype)
         h = t.extra["heap"][ps, cs]
         for k in (0, 1):
+            cb = model.split_bits(Bsp, f, r, torch.full_like(f, k, dtype=torch.bool))
             t.status[ps, n0 + k] = OPEN
-            t.depth[ps, n0 + k] = t.depth[ps, cs] + 1
+            t.depth[ps, n0 + k] = depth[sp] + 1
             t.parent[ps, n0 + k] = cs.to(t.parent.dtype)
             t.extra["heap"][ps, n0 + k] = 2 * h + k
+            t.extra["bits"][ps, n0 + k] = cb
+            t.stats[ps, n0 + k] = model.node_stats(cb)[:, : model.S].to(t.stats.dtype)
         t.n_nodes += 2 * per_tree
-        # Route the points of the split nodes to the children and sum their statistics.
-        cur = state.assign[pp, nn]
-        moving = t.status[pp, cur] == INTERNAL
-        pm, nm, cm = pp[moving], nn[moving], cur[moving]
-        right = (X[nm, t.feature[pm, cm].long()] > t.threshold[pm, cm]).long()
-        child = t.left[pm, cm].long() + right
-        state.assign[pm, nm] = child
-        gch = pm * C + child
-        S = model.n_stats
-        t.stats.view(P * C, S).index_add_(0, gch, model.pstats[nm].to(t.stats.dtype))
     return state, log_q0

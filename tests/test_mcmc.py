@@ -1,0 +1,154 @@
+"""Tests of the MCMC sampler (torchtree.mcmc) against exact answers on tiny data."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as sps
+
+import torchtree as tt
+from torchtree.mcmc import MCMC, chain_ess, rhat
+from torchtree.moves import TreeModel, check_state
+from torchtree.testing import exact_predictive, exact_prior_depth, exact_prior_leaves
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Small tensors: intra-op threads only add synchronisation (10x on a busy host)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _tiny_data():
+    X = np.array([[0.1, 1.0], [0.35, 0.2], [0.4, 0.9], [0.6, 0.1], [0.7, 0.8], [0.8, 0.3], [0.9, 0.5], [0.2, 0.6]])
+    y = np.array([0, 0, 1, 0, 1, 1, 1, 0])
+    return tt.Data(X, y)
+
+
+def _chi2_pvalue(counts, probs, min_expected=5.0):
+    n = counts.sum()
+    exp = probs * n
+    big = exp >= min_expected
+    obs = np.append(counts[big], counts[~big].sum())
+    ex = np.append(exp[big], exp[~big].sum())
+    keep = ex > 0
+    stat = ((obs[keep] - ex[keep]) ** 2 / ex[keep]).sum()
+    return float(sps.chi2.sf(stat, keep.sum() - 1))
+
+
+# ----------------------------------------------------------------------------- diagnostics
+def test_rhat_and_ess_on_known_processes():
+    """iid normal: R-hat within 0.02 of 1 and ESS within 15% of the draw count;
+    AR(1) with rho = 0.8: ESS within 25% of n (1 - rho) / (1 + rho); shifted chains: R-hat > 1.5."""
+    rng = np.random.default_rng(0)
+    iid = rng.standard_normal((8, 2000))
+    assert abs(rhat(iid) - 1) < 0.02
+    assert abs(chain_ess(iid) / iid.size - 1) < 0.15
+    rho, m, n = 0.8, 8, 4000
+    x = np.zeros((m, n))
+    e = rng.standard_normal((m, n))
+    for t in range(1, n):
+        x[:, t] = rho * x[:, t - 1] + np.sqrt(1 - rho**2) * e[:, t]
+    assert abs(chain_ess(x) / (m * n * (1 - rho) / (1 + rho)) - 1) < 0.25
+    shifted = iid + np.arange(8)[:, None]
+    assert rhat(shifted) > 1.5
+    assert np.isnan(rhat(np.ones((2, 10))))
+    assert np.isnan(chain_ess(np.ones((1, 3))))
+
+
+# ----------------------------------------------------------------------------- prior reproduction
+def _prior_check(init, n_warmup, n_chains, seed):
+    data = _tiny_data()
+    prior = tt.ChipmanPrior(0.95, 0.5)
+    post = MCMC(prior, tt.DirichletMultinomial(1.0), n_chains=n_chains, n_warmup=n_warmup, n_samples=1,
+                init=init, use_likelihood=False).run(data, seed=seed)
+    # Dedupe merged identical trees: weights x chains are the counts.
+    w = (post.weights * n_chains).round().numpy()
+    leaves = np.bincount(post.trees.n_leaves().numpy(), weights=w, minlength=data.n + 1)
+    depth = np.bincount(post.trees.max_depth().numpy(), weights=w, minlength=data.n + 2)
+    assert leaves.sum() == n_chains
+    assert _chi2_pvalue(leaves, exact_prior_leaves(data, prior)) > 1e-3
+    assert _chi2_pvalue(depth, exact_prior_depth(data, prior)) > 1e-3
+
+
+def test_chains_keep_the_prior_without_likelihood():
+    """4000 chains started from prior draws, 40 MH iterations with the labels ignored:
+    the trees' leaves and depth still match exact enumeration (chi-square, alpha = 1e-3)."""
+    _prior_check("prior", 39, 4000, seed=3)
+
+
+@pytest.mark.slow
+def test_chains_converge_to_the_prior_from_the_root():
+    """2000 chains from the root-only tree, 300 iterations, labels ignored: leaves and depth
+    match exact enumeration (chi-square, alpha = 1e-3). 60 iterations are not enough
+    (the test then fails: mixing towards large trees is slow)."""
+    _prior_check("root", 299, 2000, seed=4)
+
+
+# ----------------------------------------------------------------------------- posterior
+@pytest.mark.slow
+def test_posterior_predictive_matches_exact_enumeration():
+    """400 chains x 200 kept draws: predictive class probabilities within 0.02 of exact
+    enumeration (Monte Carlo SD about 0.005 at these ESS)."""
+    data = _tiny_data()
+    prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(1.0)
+    Xq = np.array([[0.5, 0.5], [0.15, 0.8], [0.85, 0.2], [0.3, 0.3]])
+    exact = exact_predictive(data, prior, lik, Xq)
+    post = MCMC(prior, lik, n_chains=400, n_warmup=100, n_samples=200).run(data, seed=1)
+    assert np.abs(post.predict_proba(Xq) - exact).max() < 0.02
+    assert post.info["ess_leaves"] > 500
+
+
+def test_posterior_predictive_quick():
+    """Short run (100 chains x 100 kept draws): predictive within 0.05 of exact."""
+    data = _tiny_data()
+    prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(1.0)
+    Xq = np.array([[0.5, 0.5], [0.15, 0.8], [0.85, 0.2]])
+    exact = exact_predictive(data, prior, lik, Xq)
+    post = MCMC(prior, lik, n_chains=100, n_warmup=60, n_samples=100).run(data, seed=2)
+    assert np.abs(post.predict_proba(Xq) - exact).max() < 0.05
+
+
+# ----------------------------------------------------------------------------- API
+def test_info_monitor_and_keep_all():
+    data = _tiny_data()
+    mon = tt.TraceMonitor()
+    post = MCMC(n_chains=3, n_warmup=20, n_samples=10, thin=2, keep="all", monitor_every=5).run(data, seed=0, monitor=mon)
+    assert post.n_particles == 3 * (20 + 10 * 2)
+    arr = mon.as_arrays()
+    for m in ("grow", "prune", "change", "swap"):
+        assert f"mcmc/accept/{m}" in arr
+        assert 0.0 <= post.info[f"accept/{m}"] <= 1.0 or np.isnan(post.info[f"accept/{m}"])
+    for k in ("rhat_leaves", "ess_leaves", "rhat_log_posterior", "ess_log_posterior", "iterations_per_second"):
+        assert k in post.summary()
+    assert post.log_evidence is None
+    post.trees.validate(data, post.likelihood)
+
+
+def test_poisson_prior_regression_and_prior_init():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(60, 3))
+    y = np.where(X[:, 0] > 0.5, 2.0, -1.0) + 0.1 * rng.standard_normal(60)
+    data = tt.Data(X, y, task="regression")
+    post = MCMC("poisson", poisson_lambda=3.0, n_chains=8, n_warmup=100, n_samples=50, init="prior").run(data, seed=4)
+    assert post.task == "regression"
+    pred = post.predict(np.array([[0.2, 0.5, 0.5], [0.8, 0.5, 0.5]]))
+    assert pred[0] < 0 < pred[1]
+    post.trees.validate(data, post.likelihood)
+
+
+def test_same_seed_same_result_and_validation():
+    data = _tiny_data()
+    a = MCMC(n_chains=4, n_samples=20).run(data, seed=7)
+    b = MCMC(n_chains=4, n_samples=20).run(data, seed=7)
+    assert np.allclose(a.predict_proba(data.X), b.predict_proba(data.X))
+    with pytest.raises(ValueError):
+        MCMC(n_chains=0)
+    with pytest.raises(ValueError):
+        MCMC(move_probs=(0.5, 0.0, 0.5, 0.0))
+    with pytest.raises(ValueError):
+        MCMC(prior="nope")
+    with pytest.raises(ValueError):
+        MCMC(keep="some")
