@@ -72,9 +72,9 @@ class _BayesianTreeBase:
         method: str = "smc",
         *,
         prior: str = "chipman",
-        alpha_split: float = 0.95,
-        beta_split: float = 0.5,
-        poisson_lambda: float = 5.0,
+        alpha_split: Optional[float] = None,
+        beta_split: Optional[float] = None,
+        poisson_lambda: Optional[float] = None,
         random_state: Optional[int] = 0,
         device: Optional[str] = "cpu",
         monitor: Any = None,
@@ -102,10 +102,11 @@ class _BayesianTreeBase:
         return {}
 
     def _hyperparameters(self) -> Dict[str, Any]:
+        """Hyperparameters the user set (None = leave the sampler's own default)."""
         out = {"alpha_split": self.alpha_split, "beta_split": self.beta_split, "poisson_lambda": self.poisson_lambda}
         if hasattr(self, "alpha"):
             out["alpha"] = self.alpha
-        return out
+        return {k: v for k, v in out.items() if v is not None}
 
     def set_params(self, **params: Any) -> "_BayesianTreeBase":
         """Set parameters; unknown names become sampler options."""
@@ -123,9 +124,12 @@ class _BayesianTreeBase:
     # ---------------------------------------------------------------- fitting
     def _make_prior(self):
         if self.prior == "chipman":
-            return ChipmanPrior(self.alpha_split, self.beta_split)
+            return ChipmanPrior(
+                0.95 if self.alpha_split is None else self.alpha_split,
+                0.5 if self.beta_split is None else self.beta_split,
+            )
         if self.prior == "poisson":
-            return PoissonPrior(self.poisson_lambda)
+            return PoissonPrior(5.0 if self.poisson_lambda is None else self.poisson_lambda)
         raise ValueError(f"prior must be 'chipman' or 'poisson', got {self.prior!r}")
 
     def _make_likelihood(self, data: Data):
@@ -198,13 +202,14 @@ class BayesianTreeClassifier(_BayesianTreeBase):
     method : str
         ``"smc"`` (top-down SMC, default), ``"mcmc"``, ``"smc-moves"``, ``"dcc"``, or
         any name added with :func:`register_method`.
-    alpha : float
-        Dirichlet concentration of the leaves (total; alpha/K per class).
+    alpha : float, optional
+        Dirichlet concentration of the leaves (total; alpha/K per class); default 5.
     prior : {"chipman", "poisson"}
-    alpha_split, beta_split : float
-        Chipman prior parameters.
-    poisson_lambda : float
-        Rate of the Poisson prior.
+    alpha_split, beta_split : float, optional
+        Chipman prior parameters (defaults 0.95 and 0.5). ``None`` leaves samplers
+        that build their own priors from these names (``dcc``) at their defaults.
+    poisson_lambda : float, optional
+        Rate of the Poisson prior (default 5).
     random_state : int, optional
         Seed of the sampler.
     device : str
@@ -222,7 +227,7 @@ class BayesianTreeClassifier(_BayesianTreeBase):
 
     _task = "classification"
 
-    def __init__(self, method: str = "smc", *, alpha: float = 5.0, **kwargs: Any) -> None:
+    def __init__(self, method: str = "smc", *, alpha: Optional[float] = None, **kwargs: Any) -> None:
         super().__init__(method, **kwargs)
         self.alpha = alpha
 
@@ -230,7 +235,7 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         return {"alpha": self.alpha}
 
     def _make_likelihood(self, data: Data):
-        return DirichletMultinomial(self.alpha)
+        return DirichletMultinomial(5.0 if self.alpha is None else self.alpha)
 
     def fit(self, X, y) -> "BayesianTreeClassifier":
         super().fit(X, y)
