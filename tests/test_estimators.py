@@ -1,0 +1,98 @@
+"""sklearn-style estimators: conventions, label mapping, errors, every registered method."""
+import numpy as np
+import pytest
+
+from torchtree import BayesianTreeClassifier, BayesianTreeRegressor, TopDownSMC, register_method
+from torchtree.estimators import METHODS, get_method
+
+
+def xor_data(n=240, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(n, 3))
+    y = np.where((X[:, 0] > 0.5) ^ (X[:, 1] > 0.5), "yes", "no")
+    return X, y
+
+
+def test_classifier_fit_predict_with_string_labels():
+    X, y = xor_data()
+    clf = BayesianTreeClassifier(n_particles=100, n_islands=2, random_state=0).fit(X[:160], y[:160])
+    assert list(clf.classes_) == ["no", "yes"]
+    proba = clf.predict_proba(X[160:])
+    assert proba.shape == (80, 2) and np.allclose(proba.sum(1), 1)
+    pred = clf.predict(X[160:])
+    assert set(pred) <= {"no", "yes"}
+    assert clf.score(X[160:], y[160:]) > 0.85  # XOR is exactly representable by a depth-2 tree
+    assert np.isfinite(clf.log_evidence_) and clf.log_predictive(X[160:], y[160:]) > -0.5
+    assert clf.n_features_in_ == 3
+
+
+def test_params_roundtrip_and_sklearn_clone():
+    from sklearn.base import clone
+
+    clf = BayesianTreeClassifier(method="smc", n_particles=50, proposal="optimal", alpha=2.0, random_state=3)
+    params = clf.get_params()
+    assert params["n_particles"] == 50 and params["proposal"] == "optimal" and params["alpha"] == 2.0
+    c2 = clone(clf)
+    assert c2.get_params() == params
+    c2.set_params(n_particles=20, alpha=1.0)
+    assert c2.get_params()["n_particles"] == 20 and c2.alpha == 1.0
+    assert "n_particles=50" in repr(clf)
+
+
+def test_same_random_state_same_predictions():
+    X, y = xor_data()
+    a = BayesianTreeClassifier(n_particles=60, random_state=7).fit(X, y).predict_proba(X)
+    b = BayesianTreeClassifier(n_particles=60, random_state=7).fit(X, y).predict_proba(X)
+    assert np.array_equal(a, b)
+
+
+def test_clear_errors():
+    X, y = xor_data()
+    with pytest.raises(ValueError, match="unknown method"):
+        BayesianTreeClassifier(method="forest").fit(X, y)
+    with pytest.raises(ValueError, match="does not take"):
+        BayesianTreeClassifier(n_particle=10).fit(X, y)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        BayesianTreeClassifier().predict(X)
+    with pytest.raises(ValueError, match="continuous"):
+        BayesianTreeClassifier(n_particles=10).fit(X, X[:, 0])
+    clf = BayesianTreeClassifier(n_particles=20).fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        clf.predict(X[:, :2])
+
+
+def test_regressor_mean_interval_and_score():
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(300, 2))
+    y = np.where(X[:, 0] > 0.5, 3.0, -1.0) + 0.2 * rng.normal(size=300)
+    reg = BayesianTreeRegressor(n_particles=100, n_islands=2, random_state=0).fit(X[:200], y[:200])
+    assert reg.score(X[200:], y[200:]) > 0.9
+    iv = reg.predict_interval(X[200:], level=0.9)
+    assert iv.shape == (100, 2) and np.all(iv[:, 0] < iv[:, 1])
+    coverage = np.mean((y[200:] >= iv[:, 0]) & (y[200:] <= iv[:, 1]))
+    assert 0.8 < coverage <= 1.0
+
+
+@pytest.mark.parametrize("method,opts", [
+    ("mcmc", dict(n_chains=4, n_samples=50, n_warmup=50)),
+    ("smc-moves", dict(n_particles=64, n_iterations=5)),
+])
+def test_other_methods_through_the_same_face(method, opts):
+    X, y = xor_data(n=160)
+    clf = BayesianTreeClassifier(method=method, random_state=0, **opts).fit(X, y)
+    assert clf.predict_proba(X).shape == (160, 2)
+    assert clf.score(X, y) > 0.6
+
+
+def test_registered_method_appears_without_special_cases():
+    class Halved(TopDownSMC):
+        pass
+
+    register_method("smc-halved", Halved)
+    try:
+        X, y = xor_data(n=100)
+        clf = BayesianTreeClassifier(method="smc-halved", n_particles=20).fit(X, y)
+        assert isinstance(get_method("smc-halved")(), Halved)
+        assert clf.predict(X).shape == (100,)
+    finally:
+        METHODS.pop("smc-halved")
