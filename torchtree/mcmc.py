@@ -8,8 +8,10 @@ random numbers are drawn in blocks of iterations, and nothing is synchronised
 with the host except the subtree height that bounds the routing loop.
 
 Diagnostics: acceptance rate per move type, and split-R-hat and effective sample
-size (:func:`rhat`, :func:`chain_ess`) of the number of leaves and of the log
-posterior, computed over the kept draws of all chains.
+size (:func:`torchtree.diagnostics.rhat`, :func:`torchtree.diagnostics.chain_ess`,
+re-exported here) of the number of leaves and of the log posterior over the kept
+draws of all chains; the traces themselves are in ``info["trace"]``
+(``[chains, draws]``), which :func:`torchtree.diagnostics.to_arviz` exports.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from .diagnostics import chain_ess, rhat  # noqa: F401  (re-exported: the MCMC diagnostics)
 from .likelihoods import DirichletMultinomial, NormalInverseGamma
 from .monitor import NullMonitor, as_monitor
 from .moves import (_MAX_DEPTH, CHANGE, GROW, MOVES, N_SLOTS, PRUNE, SWAP, TreeModel, TreeState, draw_moves,
@@ -62,82 +65,6 @@ def check_move_probs(move_probs: Sequence[float]) -> tuple:
         raise ValueError("grow and prune must both have positive probability (each is the other's reverse move)")
     s = sum(mp)
     return tuple(x / s for x in mp)
-
-
-# ----------------------------------------------------------------------------- diagnostics
-def _as_draws(x) -> np.ndarray:
-    a = np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
-    if a.ndim == 1:
-        a = a[None, :]
-    if a.ndim != 2:
-        raise ValueError(f"draws must be [chains, draws], got shape {a.shape}")
-    return a
-
-
-def rhat(draws) -> float:
-    """Split R-hat (Gelman et al., BDA3 sec. 11.4) of ``draws [chains, n]``.
-
-    Each chain is split in halves, so one chain gives a usable value too.
-    Returns ``nan`` when fewer than 4 draws per chain or the draws are constant.
-
-    Parameters
-    ----------
-    draws : array-like [chains, n] (or [n])
-
-    Returns
-    -------
-    float
-    """
-    a = _as_draws(draws)
-    n = a.shape[1] // 2
-    if n < 2:
-        return float("nan")
-    s = np.concatenate([a[:, :n], a[:, a.shape[1] - n:]], 0)
-    w = s.var(1, ddof=1).mean()
-    b = n * s.mean(1).var(ddof=1)
-    if not w > 0:
-        return float("nan")
-    var_hat = (n - 1) / n * w + b / n
-    return float(np.sqrt(var_hat / w))
-
-
-def chain_ess(draws) -> float:
-    """Effective sample size of ``draws [chains, n]`` pooled over chains.
-
-    Multi-chain autocorrelation (Stan's estimator) truncated with Geyer's
-    initial monotone positive-pair sequence.
-
-    Parameters
-    ----------
-    draws : array-like [chains, n] (or [n])
-
-    Returns
-    -------
-    float in (0, chains * n * log10(chains * n)]; ``nan`` for fewer than 4 draws or constant draws.
-    """
-    a = _as_draws(draws)
-    m, n = a.shape
-    if n < 4:
-        return float("nan")
-    x = a - a.mean(1, keepdims=True)
-    nfft = 1 << (2 * n - 1).bit_length()
-    f = np.fft.rfft(x, nfft, axis=1)
-    acov = np.fft.irfft(f * np.conj(f), nfft, axis=1)[:, :n] / n  # biased autocovariance per chain
-    w = (acov[:, 0] * n / (n - 1)).mean()
-    var_hat = (n - 1) / n * w + (a.mean(1).var(ddof=1) if m > 1 else 0.0)
-    if not var_hat > 0:
-        return float("nan")
-    rho = 1.0 - (w - acov.mean(0)) / var_hat
-    rho[0] = 1.0
-    # Geyer: sum consecutive pairs while positive, enforcing monotone decrease.
-    npair = n // 2
-    pairs = rho[: 2 * npair].reshape(npair, 2).sum(1)
-    pos = np.nonzero(pairs <= 0)[0]
-    k = pos[0] if pos.size else npair
-    pairs = np.minimum.accumulate(pairs[:k]) if k else pairs[:0]
-    tau = -1.0 + 2.0 * pairs.sum()
-    tau = max(tau, 1.0 / math.log10(max(m * n, 10)))
-    return float(m * n / tau)
 
 
 # ----------------------------------------------------------------------------- sampler
@@ -269,7 +196,8 @@ class MCMC:
                 "iterations_per_second": total / max(elapsed, 1e-12)}
         info.update(_accept_info(proposed, accepted))
         info.update(rhat_leaves=rhat(leaves), ess_leaves=chain_ess(leaves),
-                    rhat_log_posterior=rhat(lp), ess_log_posterior=chain_ess(lp))
+                    rhat_log_posterior=rhat(lp), ess_log_posterior=chain_ess(lp),
+                    trace={"n_leaves": leaves, "log_posterior": lp})
         post = TreePosterior(trees.to(dev), logw.to(dev), lik, data.d, classes=data.classes_, log_evidence=None, info=info)
         post.n_particles = n_kept
         mon.on_end({"seconds": elapsed, "posterior": post, **{k: v for k, v in info.items() if k.startswith(("accept", "rhat", "ess"))}})

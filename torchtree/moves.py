@@ -73,7 +73,7 @@ MOVES = ("grow", "prune", "change", "swap")
 GROW, PRUNE, CHANGE, SWAP = 0, 1, 2, 3
 N_SLOTS = 5  # uniforms per tree and move: kind, node, dimension, cut, accept
 _MAX_DEPTH = 60  # heap codes live in int64
-_CHUNK = 1 << 22  # elements per temporary in the chunked bitset kernels
+_CHUNK = 1 << 18  # elements per temporary in the chunked bitset kernels (cache-sized)
 
 
 def _popcount(x: torch.Tensor) -> torch.Tensor:
@@ -145,7 +145,12 @@ class TreeModel:
         rb.index_put_((self.row_id, word), val, accumulate=True)
         self.rowbits = rb
         self.all_bits = torch.zeros(self.W, dtype=torch.long, device=dev).index_put_((word,), val, accumulate=True)
-        self.npref = ~pref
+        # noteq[off[d] + v]: the points whose value in d is not the v-th distinct value.
+        prev = torch.cat([torch.zeros(1, self.W, dtype=torch.long, device=dev), pref[:-1]])
+        first = torch.zeros(pref.shape[0], dtype=torch.bool, device=dev)
+        first[self.off] = True
+        self.noteq = ~pref | torch.where(first[:, None], torch.zeros_like(pref), prev)
+        self.pref2 = torch.cat([pref, ~pref])  # rows R + r: the complement of pref[r]
         self.class_bits = None
         if data.task == "classification" and isinstance(likelihood, DirichletMultinomial):
             cb = torch.zeros(self.S, self.W, dtype=torch.long, device=dev)
@@ -225,13 +230,10 @@ class TreeModel:
         for s in range(0, n, step):
             b = B[s:s + step]
             r0 = self.rank.index_select(0, self.first_point(b))  # [m, D] ranks of one member
-            rows = self.off[None, :] + r0
-            prev = torch.where(r0 > 0, rows - 1, torch.zeros_like(rows))
-            shape = rows.shape + (self.W,)
-            # Constant in d iff no point above the member's value (B & ~pref[v]) and none below (B & pref[v-1]).
-            above = self.npref.index_select(0, rows.reshape(-1)).view(shape)
-            below = self.pref.index_select(0, prev.reshape(-1)).view(shape)
-            out[s:s + step] = ((b[:, None, :] & (above | below)) != 0).any(-1)
+            rows = (self.off[None, :] + r0).reshape(-1)
+            # Constant in d iff no point has a value other than the member's.
+            other = self.noteq.index_select(0, rows).view(r0.shape + (self.W,))
+            out[s:s + step] = ((b[:, None, :] & other) != 0).any(-1)
         return out
 
     def extent(self, B: torch.Tensor, f: torch.Tensor):
@@ -245,13 +247,11 @@ class TreeModel:
         want_hit = torch.cat([torch.ones(n, dtype=torch.bool, device=B.device), torch.zeros(n, dtype=torch.bool, device=B.device)])
         lo = torch.zeros_like(ff)
         hi = self.n_unique.index_select(0, ff) - 1
-        base = self.off.index_select(0, ff)
         # min rank: first r with B & pref[r] != 0; max rank: first r with B & ~pref[r] == 0.
+        base = self.off.index_select(0, ff) + torch.where(want_hit, 0, self.pref.shape[0])
         for _ in range(max(1, self.umax).bit_length() + 1):
             mid = (lo + hi) // 2
-            pr = self.pref.index_select(0, base + mid)
-            hit = torch.where(want_hit[:, None], BB & pr, BB & ~pr)
-            ok = (hit != 0).any(1) == want_hit
+            ok = ((BB & self.pref2.index_select(0, base + mid)) != 0).any(1) == want_hit
             hi = torch.where(ok, mid, hi)
             lo = torch.where(ok, lo, torch.minimum(mid + 1, hi))
         vals = self.sorted_flat.index_select(0, ff * self.umax + lo)
@@ -650,7 +650,7 @@ def _apply_prune(t: HardTrees, rows, j) -> None:
 
 # ------------------------------------------------------------------- prior draws
 def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optional[torch.Tensor] = None,
-                       stream: int = 0, capacity: int = 16):
+                       stream: int = 0, capacity: int = 16, draw_prior: Optional[ChipmanPrior] = None):
     """Draw complete trees from the Chipman prior, level by level, with the caches filled.
 
     Every open leaf of the current depth decides at once whether to split
@@ -670,12 +670,16 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
         Offset of the random streams (use distinct values for distinct draws).
     capacity : int
         Initial node capacity.
+    draw_prior : ChipmanPrior, optional
+        Sample this prior instead of ``model.split_prior`` (e.g. one with larger trees,
+        as an SMC initial proposal); the cached terms are still the model's.
 
     Returns
     -------
     (TreeState [P], log_q0 [P] float64): the trees and their log density under the
-    Chipman prior (the SMC initial proposal density).
+    prior they were drawn from (the SMC initial proposal density).
     """
+    sampler = draw_prior if draw_prior is not None else model.split_prior
     state = TreeState.roots(model, n_trees, capacity)
     t = state.trees
     dev, P, W = t.device, n_trees, model.W
@@ -692,7 +696,7 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
         B = t.extra["bits"].view(P * C, W).index_select(0, g)
         can = model.nonconst(B)
         depth = t.depth.view(-1).index_select(0, g)
-        lps, lpn = model.split_prior.log_split_probs(depth)
+        lps, lpn = sampler.log_split_probs(depth)
         key = gidx.index_select(0, po)
         u_stop = keyed_uniform(seed, stream + 4 * level, key, co)
         split = (u_stop < lps.exp()) & can

@@ -74,6 +74,11 @@ class SMCSampler:
         Prior hyperparameters when ``prior`` is given by name.
     use_likelihood : bool
         False targets the prior (labels ignored).
+    init_prior : ChipmanPrior, optional
+        Initial proposal ``q_0`` (default: the target's Chipman prior, or
+        ``ChipmanPrior()`` for a Poisson target). A prior with larger trees starts the
+        particles closer to posterior tree sizes; eq. 4b's initial weights
+        ``pi(t_0) / q_0(t_0)`` keep the target exact.
     device : str or torch.device, optional
         Default: the data's device.
     backend : None
@@ -85,7 +90,7 @@ class SMCSampler:
                  move_probs: Sequence[float] = (0.25, 0.25, 0.25, 0.25), resampling: str = "multinomial",
                  ess_threshold: float = 0.5, mh_step: bool = False, alpha_split: float = 0.95,
                  beta_split: float = 0.5, poisson_lambda: float = 5.0, use_likelihood: bool = True,
-                 device=None, backend=None) -> None:
+                 init_prior=None, device=None, backend=None) -> None:
         if int(n_particles) < 1:
             raise ValueError(f"n_particles must be >= 1, got {n_particles}")
         if int(n_iterations) < 0:
@@ -103,6 +108,9 @@ class SMCSampler:
         self.resampling, self.ess_threshold = resampling, float(ess_threshold)
         self.mh_step = bool(mh_step)
         self.use_likelihood = bool(use_likelihood)
+        if init_prior is not None and getattr(init_prior, "name", None) != "chipman":
+            raise ValueError("init_prior must be a ChipmanPrior (the initial proposal must be easy to sample)")
+        self.init_prior = init_prior
         self.device, self.backend = device, backend
 
     def run(self, data, *, seed=None, monitor=None) -> TreePosterior:
@@ -144,7 +152,7 @@ class SMCSampler:
         gidx = torch.arange(P, device=dev)
         mon.on_start({"sampler": "SMCSampler", "n_particles": P, "n_iterations": K, "mh_step": self.mh_step,
                       "n": data.n, "d": data.d, "prior": repr(self.prior)})
-        state, log_q0 = sample_prior_state(model, P, derive_seed(seed_i, 1), gidx)
+        state, log_q0 = sample_prior_state(model, P, derive_seed(seed_i, 1), gidx, draw_prior=self.init_prior)
         logw = state.log_posterior(model) - log_q0  # eq. 4b
         log_z = float(torch.logsumexp(logw, 0)) - math.log(P)
         resample_fn = get_resampler(self.resampling)
