@@ -495,6 +495,7 @@ class Grower:
         t.depth[decided] = t.depth[uid]
         t.stats[decided] = t.stats[uid]
         t.pslot[decided] = t.pslot[uid]
+        t.cnt[decided] = t.cnt[uid]  # point count travels with the node (multi-rank export)
         t.status[decided] = torch.where(split, INTERNAL, LEAF).to(torch.int8)
         state.node_uid[pp, nn] = decided.to(torch.int32)
         k = sp.numel()

@@ -30,12 +30,23 @@ from .monitor import NullMonitor, as_monitor
 from .posterior import TreePosterior
 from .priors import ChipmanPrior
 from .random import derive_seed, seed_to_int
-from .resampling import RESAMPLERS, get_resampler, stable_ancestors
+from .resampling import RESAMPLERS, get_resampler
 from .trees import LEAF, OPEN
 
-__all__ = ["TopDownSMC", "resolve_device", "default_likelihood"]
+__all__ = ["TopDownSMC", "resolve_device", "default_likelihood", "canonical_ancestors"]
 
 EXPANSIONS = ("node", "layer")
+REDISTRIBUTIONS = ("auto", "alltoall", "rotational")
+
+
+def canonical_ancestors(ancestors: torch.Tensor) -> torch.Tensor:
+    """Slot -> ancestor map in canonical order: ``repeat_interleave(arange(m), ncopies)``.
+
+    The order every redistribution (``torchtree.distributed.redistribute``) produces, so a
+    resampling step maps global slots to the same ancestors on 1 rank or many. The
+    built-in resamplers already return sorted ancestors; a custom one may not.
+    """
+    return torch.sort(ancestors).values
 
 
 def resolve_device(device) -> torch.device:
@@ -75,8 +86,14 @@ class TopDownSMC:
         Resample an island when its ESS < ``ess_threshold`` x its particles.
     device : str or torch.device, optional
         ``"auto"`` = CUDA if present. Default: the data's device.
-    backend : torchtree.distributed.Backend, optional
-        Multi-rank runs (see torchtree.distributed).
+    backend : torchtree.distributed.Backend or str, optional
+        Multi-rank runs (``"gloo"``/``"mpi"``/... resolve with
+        ``torchtree.distributed.get_backend``). Each rank holds ``n_particles /
+        world_size`` particles (global indices ``rank * n_local + i``) and every rank
+        returns the same global posterior; results do not depend on the number of
+        ranks. See :mod:`torchtree.topdown_dist` for the layouts and costs.
+    redistribution : {"auto", "alltoall", "rotational"}
+        How resampled particles move between ranks (``torchtree.distributed.redistribute``).
     max_stages : int
         Safety bound on the number of stages.
     use_likelihood : bool
@@ -99,6 +116,7 @@ class TopDownSMC:
         ess_threshold: float = 0.1,
         device=None,
         backend=None,
+        redistribution: str = "auto",
         max_stages: int = 100000,
         use_likelihood: bool = True,
         max_memory_bytes: Optional[int] = None,
@@ -113,6 +131,8 @@ class TopDownSMC:
             raise ValueError(f"expansion must be one of {EXPANSIONS}, got {expansion!r}")
         if resampling not in RESAMPLERS:
             raise ValueError(f"resampling must be one of {tuple(RESAMPLERS)}, got {resampling!r}")
+        if redistribution not in REDISTRIBUTIONS:
+            raise ValueError(f"redistribution must be one of {REDISTRIBUTIONS}, got {redistribution!r}")
         if not 0.0 <= float(ess_threshold) <= 1.0:
             raise ValueError(f"ess_threshold must lie in [0, 1], got {ess_threshold}")
         self.prior = prior if prior is not None else ChipmanPrior()
@@ -121,6 +141,7 @@ class TopDownSMC:
         self.proposal, self.expansion, self.resampling = proposal, expansion, resampling
         self.ess_threshold = float(ess_threshold)
         self.device, self.backend = device, backend
+        self.redistribution = redistribution
         self.max_stages = int(max_stages)
         self.use_likelihood = bool(use_likelihood)
         self.max_memory_bytes = max_memory_bytes
@@ -143,6 +164,15 @@ class TopDownSMC:
         TreePosterior with ``log_evidence`` and ``info`` (per-island evidence,
         stages, resampling count).
         """
+        backend = self.backend
+        if isinstance(backend, str):
+            from .distributed import get_backend
+
+            backend = get_backend(backend)
+        if backend is not None and backend.world_size > 1:
+            from .topdown_dist import run_distributed
+
+            return run_distributed(self, data, backend, seed=seed, monitor=monitor)
         t0 = time.perf_counter()
         dev = resolve_device(self.device) if self.device is not None else data.device
         if data.device != dev:
@@ -151,7 +181,7 @@ class TopDownSMC:
         if lik.task != data.task:
             raise ValueError(f"likelihood {lik!r} is for {lik.task} but the data is {data.task}")
         seed_i = seed_to_int(seed)
-        mon = as_monitor(monitor)
+        mon = as_monitor(monitor, rank=None if backend is None else backend.rank)
         P, I = self.n_particles, self.n_islands
         m = P // I
         grower = Grower(self.prior, lik, data, self.proposal, seed_i, self.use_likelihood)
@@ -163,7 +193,7 @@ class TopDownSMC:
         root_ll = float(lik.log_marginal(grower.table.stats[0])) if self.use_likelihood else 0.0
         logz = torch.full((I,), root_ll, dtype=torch.float64, device=dev)
         resample_fn = get_resampler(self.resampling)
-        n_resample = 0
+        n_resample, resample_s, resample_steps = 0, 0.0, 0
         mon.on_start({"sampler": "TopDownSMC", "n_particles": P, "n_islands": I, "proposal": self.proposal,
                       "expansion": self.expansion, "n": data.n, "d": data.d})
         stage = 0
@@ -185,16 +215,19 @@ class TopDownSMC:
             ess = torch.exp(2 * torch.logsumexp(lw2, 1) - torch.logsumexp(2 * lw2, 1))
             need = (ess < self.ess_threshold * m).nonzero().squeeze(1).tolist()
             if need:
+                ts = time.perf_counter()
                 anc = torch.arange(P, device=dev)
                 for isl in need:
                     g = torch.Generator(device="cpu").manual_seed(derive_seed(seed_i, 1, stage, isl))
                     a = resample_fn(g, lw2[isl], m)
-                    anc[isl * m:(isl + 1) * m] = stable_ancestors(a, m) + isl * m
+                    anc[isl * m:(isl + 1) * m] = canonical_ancestors(a) + isl * m
                     logw[isl * m:(isl + 1) * m] = 0.0
                 state.take_(anc)
                 n_resample += len(need)
                 if grower.table.needs_compaction():
                     grower.table.compact(grower.open_uids(state))
+                resample_s += time.perf_counter() - ts
+                resample_steps += 1
             if not isinstance(mon, NullMonitor):
                 st = grower.slot_status(state)
                 is_leaf = (st == OPEN) | (st == LEAF)
@@ -228,6 +261,8 @@ class TopDownSMC:
             "island_log_evidence": logz.cpu().tolist(),
             "island_ess": ess_final.cpu().tolist(),
             "seconds": time.perf_counter() - t0,
+            "resample_seconds": resample_s,
+            "resample_steps": resample_steps,
         }
         trees = grower.to_trees(state)
         post = TreePosterior(trees, final_lw, lik, data.d, classes=data.classes_, log_evidence=log_evidence, info=info)
