@@ -339,6 +339,11 @@ class TreeState:
         """Unnormalised log target of every tree, [P] float64 (from the caches)."""
         return self.trees.extra["term"].sum(1) + model.global_term(self.trees.n_leaves())
 
+    def log_likelihood(self, model: TreeModel) -> torch.Tensor:
+        """Sum of the leaf log marginal likelihoods of every tree, [P] float64."""
+        t = self.trees
+        return torch.where(t.is_leaf(), model.loglik(t.stats), torch.zeros((), dtype=torch.float64, device=t.device)).sum(1)
+
     def take_(self, index: torch.Tensor) -> None:
         """In-place gather of particles (resampling), ``self[i] = self[index[i]]``."""
         self.trees.take_(index)
@@ -447,6 +452,7 @@ class Proposal:
     valid : BoolTensor [P] the proposed tree has positive prior density
     log_target_ratio : Tensor [P] float64 ``log pi(t') - log pi(t)`` (0 where invalid)
     log_q_ratio : Tensor [P] float64 ``log q(t | t') - log q(t' | t)`` (0 where invalid)
+    log_lik_ratio : Tensor [P] float64 the likelihood part of ``log_target_ratio`` (for tempering)
     sub_tree, sub_node : LongTensor [M] the nodes of the rewritten subtrees
     sub_bits : LongTensor [M, W] their bitsets
     """
@@ -457,6 +463,7 @@ class Proposal:
     valid: torch.Tensor
     log_target_ratio: torch.Tensor
     log_q_ratio: torch.Tensor
+    log_lik_ratio: torch.Tensor
     sub_tree: torch.Tensor
     sub_node: torch.Tensor
     sub_bits: torch.Tensor
@@ -577,6 +584,7 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     is_leaf_s = (st_s == LEAF) | (st_s == OPEN)
     li, ii = is_leaf_s.nonzero().squeeze(1), (~is_leaf_s).nonzero().squeeze(1)
     term_s = torch.empty(M, dtype=torch.float64, device=dev)
+    ll_s = model.loglik(stats[li])
     term_s[li] = model.leaf_term(depth_s[li], model.nonconst(Bs[li]), stats[li])
     # Internal node j keeps its data: its varying dimensions and range are phase 1's.
     jt = ii[rel.index_select(0, ii) == 0]
@@ -597,6 +605,9 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     n_leaves_old, n_leaves_new = leaf.sum(1), leaf_new.sum(1)
     if not model.chipman:
         delta = delta + model.global_term(n_leaves_new) - model.global_term(n_leaves_old)
+    d_ll = torch.zeros(P, dtype=torch.float64, device=dev).index_add_(0, sp.index_select(0, li), ll_s)
+    op, oc = (in_old & leaf).nonzero(as_tuple=True)
+    d_ll = d_ll.index_add_(0, op, -model.loglik(trees.stats[op, oc]))
     new.extra["term"].view(-1)[sflat] = term_s
     new.stats.view(P * C2, model.S)[sflat] = stats.to(new.stats.dtype)
 
@@ -609,7 +620,8 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     log_q = torch.where(is_p, -lgp + lg(prunable.sum(1)) - lg(n_leaves_new) - lg(nv1) - lg(rng_old), log_q)
     log_q = torch.where(is_c, lg(rng_new) - lg(rng_old), log_q)
     zero = torch.zeros_like(log_q)
-    return Proposal(new, kind, j, valid, torch.where(valid, delta, zero), torch.where(valid, log_q, zero), sp, sc, Bs)
+    return Proposal(new, kind, j, valid, torch.where(valid, delta, zero), torch.where(valid, log_q, zero),
+                    torch.where(valid, d_ll, zero), sp, sc, Bs)
 
 
 def _apply_grow(t: HardTrees, rows, j, f, thr, r) -> None:

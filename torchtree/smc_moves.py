@@ -74,6 +74,13 @@ class SMCSampler:
         Prior hyperparameters when ``prior`` is given by name.
     use_likelihood : bool
         False targets the prior (labels ignored).
+    tempering : bool
+        Likelihood tempering instead of eq. 5b: the targets are ``prior x L^phi`` with
+        ``phi`` rising from 0 to 1 over the iterations (each step as large as keeps the
+        ESS above ``ess_threshold * n_particles``, and at least an equal share of what
+        is left), each followed by resampling when needed and one MH move per particle
+        at the current ``phi``. The initial weights are then flat; the evidence
+        estimate is the usual product of mean incremental weights.
     init_prior : ChipmanPrior, optional
         Initial proposal ``q_0`` (default: the target's Chipman prior, or
         ``ChipmanPrior()`` for a Poisson target). A prior with larger trees starts the
@@ -90,7 +97,7 @@ class SMCSampler:
                  move_probs: Sequence[float] = (0.25, 0.25, 0.25, 0.25), resampling: str = "multinomial",
                  ess_threshold: float = 0.5, mh_step: bool = False, alpha_split: float = 0.95,
                  beta_split: float = 0.5, poisson_lambda: float = 5.0, use_likelihood: bool = True,
-                 init_prior=None, device=None, backend=None) -> None:
+                 init_prior=None, tempering: bool = False, device=None, backend=None) -> None:
         if int(n_particles) < 1:
             raise ValueError(f"n_particles must be >= 1, got {n_particles}")
         if int(n_iterations) < 0:
@@ -111,6 +118,7 @@ class SMCSampler:
         if init_prior is not None and getattr(init_prior, "name", None) != "chipman":
             raise ValueError("init_prior must be a ChipmanPrior (the initial proposal must be easy to sample)")
         self.init_prior = init_prior
+        self.tempering = bool(tempering)
         self.device, self.backend = device, backend
 
     def run(self, data, *, seed=None, monitor=None) -> TreePosterior:
@@ -153,47 +161,70 @@ class SMCSampler:
         mon.on_start({"sampler": "SMCSampler", "n_particles": P, "n_iterations": K, "mh_step": self.mh_step,
                       "n": data.n, "d": data.d, "prior": repr(self.prior)})
         state, log_q0 = sample_prior_state(model, P, derive_seed(seed_i, 1), gidx, draw_prior=self.init_prior)
+        tempered = self.tempering and self.use_likelihood
+        ll = state.log_likelihood(model) if tempered else None
         logw = state.log_posterior(model) - log_q0  # eq. 4b
+        if tempered:
+            logw = logw - ll  # the first target is the prior (likelihood power 0)
         log_z = float(torch.logsumexp(logw, 0)) - math.log(P)
         resample_fn = get_resampler(self.resampling)
-        n_resample, moved_frac, ess_trace = 0, [], []
+        n_resample, moved_frac, ess_trace, phis = 0, [], [], []
+        phi = 0.0 if tempered else 1.0
 
-        def maybe_resample(logw, step):
-            nonlocal n_resample
+        def maybe_resample(logw, step, allowed=True):
+            nonlocal n_resample, ll
             e = _ess(logw)
             ess_trace.append(e)
-            if e < self.ess_threshold * P:
+            if allowed and e < self.ess_threshold * P:
                 g = torch.Generator(device="cpu").manual_seed(derive_seed(seed_i, 3, step))
                 anc = stable_ancestors(resample_fn(g, logw, P), P)
                 state.take_(anc)
+                if ll is not None:
+                    ll = ll.index_select(0, anc)
                 n_resample += 1
                 return torch.zeros_like(logw), e, True
             return logw, e, False
 
-        logw, ess0, _ = maybe_resample(logw, 0)
+        def reweight(logw, incr):
+            nonlocal log_z
+            log_z += float(torch.logsumexp(logw - torch.logsumexp(logw, 0) + incr, 0))
+            return logw + incr
+
+        if not tempered:
+            logw, _, _ = maybe_resample(logw, 0)
         useed = derive_seed(seed_i, 2)
         slots = torch.arange(N_SLOTS, device=dev)
         for k in range(K):
+            res = False
+            if tempered:
+                # Reweight to the next temperature, resample, then move with an MH kernel at it.
+                new_phi = 1.0 if k == K - 1 else _next_temperature(logw, ll, phi, self.ess_threshold * P, K - k)
+                logw = reweight(logw, (new_phi - phi) * ll)
+                phi = new_phi
+                logw, e, res = maybe_resample(logw, k + 1)
             u = keyed_uniform(useed, k, gidx[:, None], slots)
             kind = draw_moves(u[:, 0], mp)
             prop = propose(state, model, kind, u, mp)
-            if self.mh_step:
+            if tempered:
+                la = prop.log_target_ratio - (1.0 - phi) * prop.log_lik_ratio + prop.log_q_ratio
+                acc = prop.valid & (torch.log(u[:, 4]) < la)
+                ll = ll + torch.where(acc, prop.log_lik_ratio, torch.zeros_like(ll))
+            elif self.mh_step:
                 acc = torch.log(u[:, 4]) < prop.log_accept_ratio
-                incr = torch.zeros_like(logw)
             else:
                 acc = prop.valid
-                incr = torch.where(acc, prop.log_target_ratio + prop.log_q_ratio, torch.zeros_like(logw))
+                logw = reweight(logw, torch.where(acc, prop.log_target_ratio + prop.log_q_ratio, torch.zeros_like(logw)))
             state.accept_(prop, acc)
-            lwn = logw - torch.logsumexp(logw, 0)
-            log_z += float(torch.logsumexp(lwn + incr, 0))
-            logw = logw + incr
-            logw, e, res = maybe_resample(logw, k + 1)
+            if not tempered:
+                # No resampling after the last reweighting: predictions use the weights.
+                logw, e, res = maybe_resample(logw, k + 1, allowed=k < K - 1)
+            phis.append(phi)
             moved_frac.append(acc.double().mean())
             if watch:
                 leaves = state.trees.n_leaves().double()
                 mon.on_step(k, {"smc/ess": e, "smc/log_evidence": log_z, "smc/resampled": int(res),
-                                "smc/accept": float(moved_frac[-1]), "trees/leaves_mean": float(leaves.mean()),
-                                "trees/leaves_max": float(leaves.max()),
+                                "smc/accept": float(moved_frac[-1]), "smc/temperature": phi,
+                                "trees/leaves_mean": float(leaves.mean()), "trees/leaves_max": float(leaves.max()),
                                 "trees/depth_mean": float(state.trees.max_depth().double().mean()),
                                 "time/seconds": time.perf_counter() - t0})
         trees, lw_d, inv = dedupe_trees(_snapshot(state.trees), logw)
@@ -201,13 +232,30 @@ class SMCSampler:
         elapsed = time.perf_counter() - t0
         info = {"sampler": "SMCSampler", "n_particles": P, "n_iterations": K, "mh_step": self.mh_step,
                 "prior": repr(self.prior), "resampling": self.resampling, "ess_threshold": self.ess_threshold,
-                "n_resample": n_resample, "final_ess": _ess(logw), "ess_trace": ess_trace,
+                "n_resample": n_resample, "final_ess": _ess(logw), "ess_trace": ess_trace, "tempering": bool(tempered),
+                "temperatures": phis,
                 "accept_fraction": float(torch.stack(moved_frac).mean()) if moved_frac else float("nan"),
                 "particle_counts": counts.cpu(), "seconds": elapsed}
         post = TreePosterior(trees, lw_d, lik, data.d, classes=data.classes_, log_evidence=log_z, info=info, dedupe=False)
         post.n_particles = P
         mon.on_end({"log_evidence": log_z, "seconds": elapsed, "final_ess": info["final_ess"], "posterior": post})
         return post
+
+
+def _next_temperature(logw: torch.Tensor, ll: torch.Tensor, phi: float, target_ess: float, steps_left: int) -> float:
+    """Next likelihood power: the largest one whose reweighting keeps ESS >= ``target_ess``
+    (bisection), but at least an equal share of what is left so that 1 is reached in time."""
+    floor = phi + (1.0 - phi) / steps_left
+    if _ess(logw + (1.0 - phi) * ll) >= target_ess:
+        return 1.0
+    lo, hi = phi, 1.0
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if _ess(logw + (mid - phi) * ll) >= target_ess:
+            lo = mid
+        else:
+            hi = mid
+    return max(lo, floor)
 
 
 def per_particle_accuracy(posterior: TreePosterior, X, y, weighted: bool = False) -> float:
