@@ -23,16 +23,17 @@ import numpy as np
 import torch
 
 from .diagnostics import chain_ess, rhat  # noqa: F401  (re-exported: the MCMC diagnostics)
-from .likelihoods import DirichletMultinomial, NormalInverseGamma
+from .likelihoods import DirichletMultinomial
 from .monitor import NullMonitor, as_monitor
 from .moves import (_MAX_DEPTH, CHANGE, GROW, MOVES, N_SLOTS, PRUNE, SWAP, TreeModel, TreeState, draw_moves,
                     propose, sample_prior_state)
 from .posterior import TreePosterior
 from .priors import ChipmanPrior, PoissonPrior
 from .random import derive_seed, keyed_uniform, seed_to_int
+from .topdown import default_likelihood
 from .trees import INTERNAL, LEAF, HardTrees
 
-__all__ = ["MCMC", "rhat", "chain_ess", "make_prior", "default_likelihood"]
+__all__ = ["MCMC", "rhat", "chain_ess", "make_prior", "check_move_probs"]
 
 _BLOCK = 512  # iterations whose uniforms are drawn in one call
 
@@ -47,13 +48,6 @@ def make_prior(prior=None, alpha_split: float = 0.95, beta_split: float = 0.5, p
     if isinstance(prior, str):
         raise ValueError(f"prior must be 'chipman', 'poisson' or a prior object, got {prior!r}")
     return prior
-
-
-def default_likelihood(data):
-    """Dirichlet-multinomial(alpha=5) for classification, data-scaled NIG for regression."""
-    if data.task == "classification":
-        return DirichletMultinomial(5.0)
-    return NormalInverseGamma.default_for(data.y)
 
 
 def check_move_probs(move_probs: Sequence[float]) -> tuple:
@@ -427,10 +421,6 @@ class _HostChain:
         d = self.depth[:n]
         return (d >= dj) & ((self.heap[:n] >> np.maximum(d - dj, 0)) == hj)
 
-    def _extent(self, pts):
-        xs = self.X[pts]
-        return xs.min(0), xs.max(0)
-
     def _cut(self, lo, hi, u):
         rng = float(hi) - float(lo)
         thr = self.dt.type(float(lo) + u * rng)
@@ -458,14 +448,18 @@ class _HostChain:
             return kind, False
         c = int(idx[min(int(u[1] * idx.size), idx.size - 1)])
         j = int(self.parent[c]) if kind == SWAP else c
-        sub = self._subtree(j)
-        pts = np.flatnonzero(sub[self.assign])
-        lo, hi = self._extent(pts)
+        if kind == GROW:
+            sub, pts = None, np.flatnonzero(self.assign == j)
+        else:
+            sub = self._subtree(j)
+            pts = np.flatnonzero(sub[self.assign])
+        xs = self.X[pts]
+        lo, hi = xs.min(0), xs.max(0)
         vary = np.flatnonzero(hi > lo)
         nv = vary.size
         logu = math.log(u[4])
         if kind == GROW:
-            return kind, self._grow(j, pts, lo, hi, vary, u, logu)
+            return kind, self._grow(j, pts, xs, lo, hi, vary, u, logu)
         if kind == PRUNE:
             return kind, self._prune(j, pts, lo, hi, nv, cand, logu)
         if kind == CHANGE:
@@ -473,17 +467,17 @@ class _HostChain:
             thr, rng_new = self._cut(lo[f], hi[f], u[3])
             fo = int(self.feat[j])
             log_q = math.log(max(rng_new, 1e-300)) - math.log(max(float(hi[fo]) - float(lo[fo]), 1e-300))
-            return kind, self._reroute(j, sub, pts, {j: (f, thr)}, log_q, logu)
+            return kind, self._reroute(j, sub, pts, xs, {j: (f, thr)}, log_q, logu)
         fj, fc = int(self.feat[j]), int(self.feat[c])
-        return kind, self._reroute(j, sub, pts, {j: (fc, self.thr[c]), c: (fj, self.thr[j])}, 0.0, logu)
+        return kind, self._reroute(j, sub, pts, xs, {j: (fc, self.thr[c]), c: (fj, self.thr[j])}, 0.0, logu)
 
-    def _grow(self, j, pts, lo, hi, vary, u, logu) -> bool:
+    def _grow(self, j, pts, xs, lo, hi, vary, u, logu) -> bool:
         nv = vary.size
         if nv == 0:
             return False
         f = int(vary[min(int(u[2] * nv), nv - 1)])
         thr, rng = self._cut(lo[f], hi[f], u[3])
-        right = self.X[pts, f] > thr
+        right = xs[:, f] > thr
         pl, pr = pts[~right], pts[right]
         st = np.stack([self.pst[pl].sum(0), self.pst[pr].sum(0)]).astype(np.float64)
         nc = np.array([self.row_id[pl].min() != self.row_id[pl].max(), self.row_id[pr].min() != self.row_id[pr].max()])
@@ -548,14 +542,13 @@ class _HostChain:
         self.assign = newidx[self.assign]
         return True
 
-    def _reroute(self, j, sub, pts, rules, log_q, logu) -> bool:
+    def _reroute(self, j, sub, pts, xs, rules, log_q, logu) -> bool:
         """Change / swap: new rules at the nodes of ``rules``; re-route the points under j."""
         n = self.n
         feat, thr = self.feat[:n].copy(), self.thr[:n].copy()
         for node, (f, t) in rules.items():
             feat[node], thr[node] = f, t
         node = np.full(pts.size, j, np.int64)
-        xs = self.X[pts]
         nodes = np.flatnonzero(sub)
         for _ in range(int(self.depth[nodes].max()) - int(self.depth[j])):
             f = feat[node]

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Optional, Sequence
+from typing import Sequence
 
-import numpy as np
 import torch
 
 from .mcmc import _snapshot, check_move_probs, default_likelihood, make_prior
