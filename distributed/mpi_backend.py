@@ -16,7 +16,7 @@ surface as :class:`~torchtree.distributed.backend.CollectiveError` rather than k
 process. Note that by default ``mpiexec`` (MPICH hydra, Open MPI) itself kills every rank as soon
 as one exits abnormally; pass ``-disable-auto-cleanup`` (hydra) to let the survivors report.
 
-Polling yields the core after a short spin (sleeps growing to 1 ms), which matters when ranks
+Polling yields the core (sched_yield for 50 ms, then 100 us naps), which matters when ranks
 are oversubscribed on few cores; it adds at most about a millisecond of latency per call.
 
 Data movement
@@ -30,6 +30,7 @@ dtype; float16/bfloat16 are reduced in float32 and bools as integers (sum/max = 
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from typing import Sequence
@@ -87,22 +88,25 @@ class MPIBackend:
     # ------------------------------------------------------------------ plumbing
     def _wait(self, reqs: list, what: str) -> None:
         MPI = self._MPI
-        deadline = time.monotonic() + self.timeout
-        spins, nap = 0, 1e-5
+        start = time.monotonic()
+        deadline = start + self.timeout
         try:
             while not MPI.Request.Testall(reqs):
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if now > deadline:
                     raise CollectiveTimeout(
                         f"rank {self.rank}: {what} did not complete within {self.timeout:g} s "
                         "(a peer died, raised before the call, or is stuck); the communicator is "
                         "now unusable"
                     )
-                spins += 1
-                if spins > 64:
-                    # Yield the core: ranks are often oversubscribed and a spinning waiter
-                    # would steal the cycles its peer needs to reach the collective.
-                    time.sleep(nap)
-                    nap = min(nap * 2, 1e-3)
+                # MPICH moves a large message only inside MPI calls, so long naps between
+                # tests stall it; but ranks are often oversubscribed, and a pure spin would
+                # steal the cycles a peer needs to reach the collective. Yield the core for
+                # the first 50 ms, then poll every 100 us.
+                if now - start < 0.05 and hasattr(os, "sched_yield"):
+                    os.sched_yield()
+                else:
+                    time.sleep(1e-4)
         except MPI.Exception as exc:
             raise CollectiveError(f"rank {self.rank}: {what} failed: {exc}") from exc
 
