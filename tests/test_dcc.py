@@ -162,8 +162,9 @@ def test_dcc_end_to_end_regression():
 
     Xtr, ytr, Xte, yte = wu(n_per_group=30, seed=0)
     mon = _Recorder()
-    post = DCC(n_iterations=3, n_initial=30, n_chains=4, n_samples=6, n_warmup=30, n_parallel=3,
-               max_depth=3, h_init=0.2, h_final=0.05, max_tree_depth=4).run((Xtr, ytr), seed=0, monitor=mon)
+    dcc = DCC(n_iterations=4, n_initial=30, n_chains=4, n_samples=6, n_warmup=30, n_parallel=3, activation_threshold=2,
+              max_depth=3, h_init=0.2, h_final=0.05, max_tree_depth=4, warm_start=True, n_warmup_warm=10)
+    post = dcc.run((Xtr, ytr), seed=0, monitor=mon)
     assert mon.start is not None and mon.end is not None
     tags = set().union(*(d.keys() for _, d in mon.steps))
     assert {"dcc/n_active", "dcc/topology_log_evidence", "dcc/utilities", "hmc/step_size", "hmc/accept"} <= tags
@@ -175,3 +176,23 @@ def test_dcc_end_to_end_regression():
     mse = float(((torch.as_tensor(pred) - yte) ** 2).mean())
     assert mse < 1.0  # var(y) ~ 2.7; a tree with the right first split gets far below 1
     assert post.predict_interval(Xte[:5]).shape == (5, 2)
+    assert post.info["warmups"] == len(post.topologies)
+    # the draws-based local posterior is available from the same run
+    dcc.local_posterior = "draws"
+    alt = dcc._posterior(post.data, dcc.records_, dcc.evidence_, {})
+    assert torch.allclose(alt.weights, post.weights)
+
+
+def test_warm_start_inheritance_map():
+    from torchtree.soft.dcc import _compact_keys, _inherit
+
+    parent, child = Topology((0, 1)), Topology((0, 1, 4))  # grow leaf 4
+    keys_p = _compact_keys(parent, 3, True)
+    src = _inherit(child, parent, 3, True)
+    got = {k: [keys_p[j] for j in js] for k, js in zip(_compact_keys(child, 3, True), src)}
+    assert got[("u", 1)] == [("u", 1)] and got[("w", 0, 1)] == [("w", 0, 1)]
+    assert got[("u", 4)] == [] and got[("w", 4, 0)] == []  # the new split starts from its prior draw
+    assert got[("mu", 9)] == [("mu", 4)] and got[("mu", 10)] == [("mu", 4)]  # children inherit the leaf mean
+    back = {k: [_compact_keys(child, 3, True)[j] for j in js]
+            for k, js in zip(keys_p, _inherit(parent, child, 3, True))}
+    assert back[("mu", 4)] == [("mu", 9), ("mu", 10)]  # prune: mean of the two leaves

@@ -204,3 +204,18 @@ def test_nuts_run_returns_posterior_api():
     assert 0 <= post.accuracy(X, y) <= 1
     s = post.summary()
     assert s["n_topologies"] == 1 and "accept" in s
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_cpu():
+    X, y = _data("classification", 3)
+    cpu = SoftTrees(X, TOPOLOGIES, y=y, n_chains=2, hyper=HYPER, dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(0))
+    gpu = SoftTrees(X, TOPOLOGIES, y=y, n_chains=2, hyper=HYPER, dtype=torch.float64, device="cuda")
+    theta = cpu.theta.data
+    U0, g0 = cpu.potential_and_grad(theta)
+    U1, g1 = gpu.potential_and_grad(theta.cuda())
+    assert torch.allclose(U0, U1.cpu(), atol=1e-8) and torch.allclose(g0, g1.cpu(), atol=1e-8)
+    post = NUTS(n_chains=4, n_samples=5, n_warmup=10, depth=1, device="cuda", max_tree_depth=3).run((X, y), seed=0)
+    assert post.predict_proba(X).shape == (X.shape[0], 3)

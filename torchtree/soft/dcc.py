@@ -61,6 +61,45 @@ class _Record:
     step_size: Optional[torch.Tensor] = None  # [C]
     inv_mass: Optional[torch.Tensor] = None  # [C, P_m]
     draws: List[torch.Tensor] = field(default_factory=list)  # each [T, C, P_m]
+    pseudo: List[torch.Tensor] = field(default_factory=list)  # LAIS pseudo-samples, each [K, P_m]
+    pseudo_logw: List[torch.Tensor] = field(default_factory=list)  # their log weights, each [K]
+    parent: Optional[Topology] = None  # topology whose global move first proposed this one
+
+
+def _compact_keys(topology: Topology, n_features: int, regression: bool) -> List[tuple]:
+    """Meaning of each compact coordinate (same order as ``ParamLayout.compact_index``)."""
+    keys: List[tuple] = [("w", i, k) for i in topology.internal for k in range(n_features - 1)]
+    keys += [("u", i) for i in topology.internal]
+    if regression:
+        keys += [("mu", l) for l in topology.leaves] + [("s",)]
+    return keys
+
+
+def _inherit(child: Topology, parent: Topology, n_features: int, regression: bool) -> List[List[int]]:
+    """For each compact coordinate of ``child``, the parent coordinates it copies (averaged).
+
+    Shared split nodes keep their weights and thresholds; a leaf created by a grow
+    move inherits its parent leaf's mean; a leaf created by a prune move takes the
+    mean of the two leaves it replaces; a new split gets nothing (empty list).
+    """
+    pk = {k: j for j, k in enumerate(_compact_keys(parent, n_features, regression))}
+    out: List[List[int]] = []
+    for key in _compact_keys(child, n_features, regression):
+        if key in pk:
+            out.append([pk[key]])
+        elif key[0] == "mu":
+            l = key[1]
+            up = ("mu", (l - 1) // 2) if l > 0 else None
+            down = [("mu", 2 * l + 1), ("mu", 2 * l + 2)]
+            if up in pk:
+                out.append([pk[up]])
+            elif all(d in pk for d in down):
+                out.append([pk[d] for d in down])
+            else:
+                out.append([])
+        else:
+            out.append([])
+    return out
 
 
 def _resolve_device(device) -> torch.device:
@@ -94,7 +133,20 @@ class DCC:
     alpha : float, optional, Dirichlet-multinomial total concentration
     split_concentration : float, optional
     max_predict_draws : int, draws per topology kept in the posterior
-    max_seconds : float, optional, stop the loop after this wall time
+    local_posterior : {"weighted", "draws"}
+        How each topology's local posterior is represented: "weighted" resamples the
+        LAIS pseudo-samples by their normalised weights (eq. 14; chains stuck in a
+        poor mode get little weight), "draws" keeps the NUTS draws (equal weights).
+    warm_start : bool
+        Start a new topology's chains from the chains of the topology whose move
+        proposed it (shared splits keep their parameters, see ``_inherit``) and warm
+        up for ``n_warmup_warm`` iterations (sharpness annealed over that shorter
+        warm-up) instead of ``n_warmup``. Not in the paper (which burns in every topology from
+        scratch); it makes deep topologies affordable on a CPU budget.
+    n_warmup_warm : int, optional, default ``max(30, n_warmup // 3)``
+    max_seconds : float, optional, stop the loop after this much time
+    clock : {"wall", "cpu"}, what ``max_seconds`` measures ("cpu" = this process's
+        CPU time, useful on a shared machine)
     device : str, "auto" = CUDA when present
     dtype : torch.dtype
     """
@@ -121,14 +173,18 @@ class DCC:
         look_ahead: float = 1000.0,
         h_init: float = 0.05,
         h_final: float = 0.025,
-        max_tree_depth: int = 7,
+        max_tree_depth: int = 6,
         target_accept: float = 0.8,
         lais_form: str = "spatial",
         hyper: Optional[SoftTreeHyper] = None,
         alpha: Optional[float] = None,
         split_concentration: Optional[float] = None,
         max_predict_draws: int = 200,
+        local_posterior: str = "weighted",
+        warm_start: bool = False,
+        n_warmup_warm: Optional[int] = None,
         max_seconds: Optional[float] = None,
+        clock: str = "wall",
         device: Any = "auto",
         dtype: torch.dtype = torch.float32,
     ) -> None:
@@ -156,7 +212,15 @@ class DCC:
             hp = SoftTreeHyper(**{**hp.__dict__, "split_concentration": float(split_concentration)})
         self.hyper = hp
         self.max_predict_draws = int(max_predict_draws)
+        if local_posterior not in ("weighted", "draws"):
+            raise ValueError(f"local_posterior must be 'weighted' or 'draws', got {local_posterior!r}")
+        self.local_posterior = local_posterior
+        self.warm_start = bool(warm_start)
+        self.n_warmup_warm = int(n_warmup_warm) if n_warmup_warm is not None else max(30, self.n_warmup // 3)
         self.max_seconds = max_seconds
+        if clock not in ("wall", "cpu"):
+            raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
+        self.clock = clock
         self.device = device
         self.dtype = dtype
 
@@ -195,8 +259,14 @@ class DCC:
         def log_target(xi):  # [G, K, P] -> [G, K]
             return model.log_density_chunked(xi.reshape(G * K, P), rows).reshape(G, K)
 
-        lw = lais_log_weights(draws, mask, log_target, self.n_proposals, gen, self.lais_form)
+        lw, xi = lais_log_weights(draws, mask, log_target, self.n_proposals, gen, self.lais_form,
+                                  return_samples=True)
         acc.update(lw.reshape(G, -1), torch.tensor([r.slot for r in recs]))
+        if self.local_posterior == "weighted":
+            for m, r in enumerate(recs):
+                idx = model.compact_index(m)
+                r.pseudo.append(xi[m].reshape(-1, P)[:, idx].cpu())
+                r.pseudo_logw.append(lw[m].reshape(-1).cpu())
 
     # ----------------------------------------------------------------- main loop
     def run(self, data, y=None, *, seed: Optional[int] = 0, monitor=None) -> SoftTreePosterior:
@@ -209,13 +279,17 @@ class DCC:
         seed : int, optional
         monitor : Monitor or list, optional
             Receives ``on_start``, ``on_step`` (tags ``dcc/...`` once per iteration and
-            ``hmc/...`` per NUTS iteration) and ``on_end``.
+            ``hmc/...`` per NUTS iteration, with the running NUTS iteration count as
+            step) and ``on_end``.
 
         Returns
         -------
         SoftTreePosterior over the active topologies, weighted by ``Z_m p(m)``.
         """
         t_start = time.perf_counter()
+        cpu0 = time.process_time()
+        timer = time.process_time if self.clock == "cpu" else time.perf_counter
+        c_start = timer()
         dev = _resolve_device(self.device)
         sd = as_soft_data(data, y, dtype=self.dtype, device=dev)
         self.hyper = self.hyper.resolve(sd)
@@ -224,13 +298,14 @@ class DCC:
         rng = _pyrandom.Random(seed)
         kernel = make_kernel("nuts", max_tree_depth=self.max_tree_depth, compact=0.5)
         schedule = sharpness_schedule(self.n_warmup, self.h_init, self.h_final)
+        warm_schedule = sharpness_schedule(self.n_warmup_warm, self.h_init, self.h_final)
         records: Dict[Topology, _Record] = {}
         acc = EvidenceAccumulator(0, device=torch.device("cpu"))
 
-        def propose(t: Topology) -> None:
+        def propose(t: Topology, parent: Optional[Topology] = None) -> None:
             r = records.get(t)
             if r is None:
-                r = records[t] = _Record(t, t.log_prior(self.alpha_split, self.beta_split))
+                r = records[t] = _Record(t, t.log_prior(self.alpha_split, self.beta_split), parent=parent)
             r.proposed += 1
 
         for t in sample_prior_topologies(self.n_initial, self.alpha_split, self.beta_split, self.max_depth, rng):
@@ -246,32 +321,72 @@ class DCC:
             stats["divergences"] += int(trace.is_divergent.sum())
             stats["grad_evals"] += int(trace.n_steps.sum())
 
-        def activate(new: List[_Record]) -> None:
-            for i in range(0, len(new), max(self.n_parallel, 4)):
-                batch = new[i : i + max(self.n_parallel, 4)]
+        regression = sd.task == "regression"
+
+        def warm_init(model: SoftTrees, batch: List[_Record]):
+            """Initial positions / inverse masses / step sizes copied from parents."""
+            C = self.n_chains
+            pos, inv = model.theta.data.clone(), model.coord_mask.to(model.theta.dtype).clone()
+            steps = []
+            for m, r in enumerate(batch):
+                par = records[r.parent]
+                idx = model.compact_index(m).unsqueeze(0)
+                rows = torch.arange(m * C, (m + 1) * C, device=pos.device).unsqueeze(1)
+                src = _inherit(r.topology, par.topology, sd.n_features, regression)
+                cpos, cinv = pos[rows, idx], inv[rows, idx]  # prior draws / unit mass by default
+                for j, js in enumerate(src):
+                    if js:
+                        cpos[:, j] = par.position[:, js].mean(1).to(cpos)
+                        cinv[:, j] = par.inv_mass[:, js].mean(1).to(cinv)
+                pos[rows, idx], inv[rows, idx] = cpos, cinv
+                steps.append(par.step_size.to(pos))
+            return pos, inv, torch.cat(steps)
+
+        def activate_batch(batch: List[_Record], warm: bool) -> None:
+            if warm:
+                # new splits start from prior draws, so the sharpness is annealed here
+                # too (a hard split gives its threshold almost no gradient to follow)
                 model = self._model(sd, batch, self.h_init, gen)
+                pos, inv, step = warm_init(model, batch)
+                n_wu = self.n_warmup_warm
                 ch, st = warmup(
-                    kernel, model.potential_and_grad, model.theta.data, self.n_warmup, generator=gen,
+                    kernel, model.potential_and_grad, pos, n_wu, generator=gen, coord_mask=model.coord_mask,
+                    step_size=step, inv_mass=inv, target_accept=self.target_accept, monitor=monitor,
+                    step_offset=hmc_step[0], sharpness=warm_schedule, set_sharpness=model.set_sharpness,
+                )
+            else:
+                model = self._model(sd, batch, self.h_init, gen)
+                n_wu = self.n_warmup
+                ch, st = warmup(
+                    kernel, model.potential_and_grad, model.theta.data, n_wu, generator=gen,
                     coord_mask=model.coord_mask, target_accept=self.target_accept, sharpness=schedule,
                     set_sharpness=model.set_sharpness, monitor=monitor, step_offset=hmc_step[0],
                 )
-                hmc_step[0] += self.n_warmup
-                model.set_sharpness(self.h_final)
-                ch, tr = draw(kernel, model.potential_and_grad, ch, self.n_samples, generator=gen,
-                              monitor=monitor, step_offset=hmc_step[0], refresh=True)
-                hmc_step[0] += self.n_samples
-                stats["divergences"] += int(st["divergences"].sum())
-                stats["warmups"] += len(batch)
-                track(tr)
-                acc.extend(len(batch))
-                for r in batch:
-                    r.active, r.selected, r.slot = True, 1, acc.count.shape[0] - len(batch) + batch.index(r)
-                self._store(model, batch, ch, tr.positions)
-                self._evidence(model, batch, tr.positions, acc, gen)
+            hmc_step[0] += n_wu
+            model.set_sharpness(self.h_final)
+            ch, tr = draw(kernel, model.potential_and_grad, ch, self.n_samples, generator=gen,
+                          monitor=monitor, step_offset=hmc_step[0], refresh=True)
+            hmc_step[0] += self.n_samples
+            stats["divergences"] += int(st["divergences"].sum())
+            stats["warmups"] += len(batch)
+            track(tr)
+            acc.extend(len(batch))
+            for r in batch:
+                r.active, r.selected, r.slot = True, 1, acc.count.shape[0] - len(batch) + batch.index(r)
+            self._store(model, batch, ch, tr.positions)
+            self._evidence(model, batch, tr.positions, acc, gen)
+
+        def activate(new: List[_Record]) -> None:
+            size = max(self.n_parallel, 4)
+            warm = [r for r in new if self.warm_start and r.parent in records and records[r.parent].position is not None]
+            cold = [r for r in new if r not in warm]
+            for group, is_warm in ((cold, False), (warm, True)):
+                for i in range(0, len(group), size):
+                    activate_batch(group[i : i + size], is_warm)
 
         it = 0
         for it in range(self.n_iterations):
-            if self.max_seconds is not None and time.perf_counter() - t_start > self.max_seconds:
+            if self.max_seconds is not None and timer() - c_start > self.max_seconds:
                 break
             new = [r for r in records.values() if not r.active and r.proposed >= self.activation_threshold]
             if not any(r.active for r in records.values()) and not new:
@@ -302,7 +417,7 @@ class DCC:
             self._evidence(model, chosen, tr.positions, acc, gen)
             for r in chosen:
                 r.selected += 1
-                propose(propose_topology(r.topology, rng, self.move_probs, self.max_depth)[0])
+                propose(propose_topology(r.topology, rng, self.move_probs, self.max_depth)[0], r.topology)
             if monitor is not None:
                 lz = acc.log_evidence[slots]
                 lp = torch.tensor([r.log_prior for r in active], dtype=torch.float64)
@@ -314,14 +429,20 @@ class DCC:
                     "dcc/utilities": util.clone(),
                     "dcc/topology_log_evidence": lz.clone(),
                     "dcc/log_evidence": float(torch.logsumexp(lz + lp, 0)),
-                    "hmc/step_size": float(chains.step_size.mean()),
-                    "hmc/accept": float(tr.accept_prob.mean()),
-                    "hmc/divergences": int(tr.is_divergent.sum()),
-                    "hmc/tree_depth": float(tr.tree_depth.float().mean()),
+                    # summaries of this iteration's local inference (per-NUTS-iteration
+                    # values go out under hmc/... with the NUTS iteration as step)
+                    "dcc/step_size": float(chains.step_size.mean()),
+                    "dcc/accept": float(tr.accept_prob.mean()),
+                    "dcc/divergences": int(tr.is_divergent.sum()),
+                    "dcc/tree_depth": float(tr.tree_depth.float().mean()),
+                    "dcc/seconds": time.perf_counter() - t_start,
                 })
         stats["nuts_iterations"] = hmc_step[0]
         stats["iterations"] = it + 1
         stats["seconds"] = time.perf_counter() - t_start
+        stats["cpu_seconds"] = time.process_time() - cpu0
+        # kept for inspection (per-topology chains, draws, pseudo-samples, counts)
+        self.records_, self.evidence_ = records, acc
         post = self._posterior(sd, records, acc, stats)
         notify(monitor, "on_end", {
             "dcc/n_active": len(post.topologies), "dcc/log_evidence": post.log_evidence,
@@ -332,17 +453,29 @@ class DCC:
     def _posterior(self, sd, records, acc: EvidenceAccumulator, stats) -> SoftTreePosterior:
         active = [r for r in records.values() if r.active]
         tops, draws = [], []
+        gen = torch.Generator().manual_seed(len(records))
         for r in active:
-            d = torch.cat([x.reshape(-1, x.shape[-1]) for x in r.draws]) if r.draws else torch.zeros(0)
-            if d.shape[0] > self.max_predict_draws:  # evenly thinned
-                idx = torch.linspace(0, d.shape[0] - 1, self.max_predict_draws).round().long()
-                d = d[idx]
+            if self.local_posterior == "weighted" and r.pseudo:
+                # eq. 14: importance-resample the pseudo-samples (systematic, so the
+                # kept set follows the normalised weights with minimal extra noise)
+                xi, lw = torch.cat(r.pseudo), torch.cat(r.pseudo_logw)
+                w = torch.softmax(torch.nan_to_num(lw, nan=-float("inf")), 0)
+                n = self.max_predict_draws
+                u = (torch.rand((), generator=gen, dtype=torch.float64) + torch.arange(n, dtype=torch.float64)) / n
+                idx = torch.searchsorted(torch.cumsum(w, 0), u).clamp(max=w.numel() - 1)
+                d = xi[idx]
+            else:
+                d = torch.cat([x.reshape(-1, x.shape[-1]) for x in r.draws]) if r.draws else torch.zeros(0)
+                if d.shape[0] > self.max_predict_draws:  # evenly thinned
+                    idx = torch.linspace(0, d.shape[0] - 1, self.max_predict_draws).round().long()
+                    d = d[idx]
             tops.append(r.topology)
             draws.append(d)
         slots = torch.tensor([r.slot for r in active], dtype=torch.long)
         info = dict(stats)
         info["n_discovered"] = len(records)
         info["selected_counts"] = ",".join(f"{r.topology.key()}:{r.selected}" for r in active)
+        info["local_posterior"] = self.local_posterior
         return SoftTreePosterior(
             sd, self.hyper, self.h_final, tops, draws,
             acc.log_evidence[slots], torch.tensor([r.log_prior for r in active], dtype=torch.float64), info,

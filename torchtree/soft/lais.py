@@ -69,7 +69,8 @@ def lais_log_weights(
     form: str = "spatial",
     shrinkage: Optional[float] = None,
     max_elements: int = 2**24,
-) -> torch.Tensor:
+    return_samples: bool = False,
+):
     """Log importance weights of LAIS pseudo-samples, batched over groups and chains.
 
     Parameters
@@ -88,10 +89,13 @@ def lais_log_weights(
         (the draw's own proposal).
     shrinkage : float, optional, see :func:`chain_covariance`
     max_elements : int, cap on the size of the pairwise-distance blocks (spatial form)
+    return_samples : bool, also return the pseudo-samples
 
     Returns
     -------
-    Tensor [G, C, T, n_proposals] float64 of ``log w``.
+    Tensor [G, C, T, n_proposals] float64 of ``log w`` (and, with ``return_samples``,
+    the pseudo-samples ``xi [G, C, T, n_proposals, P]`` in ``draws.dtype``; with the
+    normalised weights they are the weighted local posterior of eq. 14).
     """
     if form not in ("spatial", "basic"):
         raise ValueError(f"form must be 'spatial' or 'basic', got {form!r}")
@@ -126,6 +130,8 @@ def lais_log_weights(
         log_phi = (torch.cat(parts, 2) - math.log(T)).reshape(G, C, T, n_proposals)
     lp = log_target(xi.reshape(G, C * T * n_proposals, P).to(draws.dtype)).to(torch.float64)
     lp = torch.nan_to_num(lp.reshape(G, C, T, n_proposals), nan=-float("inf"))
+    if return_samples:
+        return lp - log_phi, xi.to(draws.dtype)
     return lp - log_phi
 
 
