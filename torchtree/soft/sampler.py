@@ -78,6 +78,8 @@ class NUTS:
     evidence : bool, estimate ``log Z`` of the topology with LAIS after sampling
     n_proposals : int, LAIS pseudo-samples per draw
     device : str ("auto" = CUDA if present), dtype : torch.dtype
+    n_leapfrog : int, leapfrog steps per HMC iteration (HMC only)
+    compile : bool, run the soft-tree potential through ``torch.compile``
     """
 
     kind = "nuts"
@@ -104,6 +106,7 @@ class NUTS:
         device: Any = "auto",
         dtype: torch.dtype = torch.float32,
         n_leapfrog: int = 10,
+        compile: bool = False,
     ) -> None:
         self.n_chains = int(n_chains)
         self.n_samples = int(n_samples)
@@ -126,6 +129,7 @@ class NUTS:
         self.n_proposals = int(n_proposals)
         self.device = device
         self.dtype = dtype
+        self.compile = bool(compile)
 
     def _kernel(self, compact: float = 0.0):
         return make_kernel(
@@ -197,7 +201,7 @@ class NUTS:
         h0 = self.h_init if self.h_init is not None else self.sharpness
         return SoftTrees(
             sd, [self.topology], n_chains=self.n_chains, sharpness=h0, hyper=self.hyper,
-            dtype=self.dtype, generator=generator,
+            dtype=self.dtype, generator=generator, compile=self.compile,
         )
 
     def run(self, data, y=None, *, seed: Optional[int] = 0, monitor=None) -> SoftTreePosterior:
