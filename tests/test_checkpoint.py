@@ -219,3 +219,27 @@ def test_checkpointer_single_process(tmp_path):
     two = Checkpointer(path, backend=_ThreadBackend(0, 2, threading.Barrier(1)))
     with pytest.raises(CheckpointError, match=r"written by 1 rank\(s\) but this run has 2"):
         two.load()
+
+
+def test_fingerprint_distinguishes_runs():
+    X = torch.arange(12.0).reshape(4, 3)
+    a = ck.fingerprint("TopDownSMC", {"n_particles": 10, "seed": 1}, X)
+    assert a == ck.fingerprint("TopDownSMC", {"seed": 1, "n_particles": 10}, X.clone())  # key order irrelevant
+    assert a != ck.fingerprint("TopDownSMC", {"n_particles": 10, "seed": 2}, X)
+    X2 = X.clone()
+    X2[3, 2] += 1e-6
+    assert a != ck.fingerprint("TopDownSMC", {"n_particles": 10, "seed": 1}, X2)
+    assert a != ck.fingerprint("TopDownSMC", {"n_particles": 10, "seed": 1}, X.double())
+    assert len(a) == 16
+
+
+def test_checkpointer_refuses_another_runs_checkpoint(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    Checkpointer(path, fingerprint="aaaa").maybe_save(0, lambda: {"step": 0}, last=True)
+    assert Checkpointer(path, fingerprint="aaaa").load() == {"step": 0}
+    with pytest.raises(CheckpointError, match="different run"):
+        Checkpointer(path, fingerprint="bbbb").load()
+    # a plain torch file at the path is not mistaken for a sampler checkpoint
+    torch.save({"x": 1}, path)
+    with pytest.raises(CheckpointError, match="not a torchtree sampler checkpoint"):
+        Checkpointer(path).load()

@@ -43,6 +43,7 @@ __all__ = [
     "read_manifest",
     "Checkpointer",
     "CheckpointError",
+    "fingerprint",
 ]
 
 FORMAT = "torchtree.checkpoint/1"
@@ -50,7 +51,55 @@ MANIFEST_FORMAT = "torchtree.checkpoint-manifest/1"
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: unreadable, incomplete, or from another world size."""
+    """A checkpoint that cannot be used: unreadable, incomplete, from another world size,
+    or from a different run (other data, settings or seed)."""
+
+
+def _feed(h, obj: Any) -> None:
+    """Feed a canonical byte form of ``obj`` into the hash ``h``."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().to("cpu").contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+    elif isinstance(obj, dict):
+        h.update(b"{")
+        for k in sorted(obj, key=repr):
+            _feed(h, k)
+            _feed(h, obj[k])
+        h.update(b"}")
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[" if isinstance(obj, list) else b"(")
+        for v in obj:
+            _feed(h, v)
+        h.update(b"]")
+    elif hasattr(obj, "__array__") and hasattr(obj, "dtype"):  # numpy arrays
+        _feed(h, torch.as_tensor(obj))
+    else:
+        h.update(repr(obj).encode())
+    h.update(b";")
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short hash identifying a run: its data, settings and seed.
+
+    A sampler stores it in its checkpoints and refuses to resume from a checkpoint
+    whose fingerprint differs (resuming another run's state would silently mix
+    two runs).
+
+    Parameters
+    ----------
+    *parts : tensors, numpy arrays, numbers, strings, and (nested) lists, tuples, dicts
+
+    Returns
+    -------
+    str, 16 hex digits
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in parts:
+        _feed(h, p)
+    return h.hexdigest()[:16]
 
 
 def _fsync_dir(directory: str) -> None:
@@ -255,6 +304,9 @@ class Checkpointer:
     every : int
         Save when ``(step + 1) % every == 0``.
     backend : torchtree.distributed.Backend, optional
+    fingerprint : str, optional
+        Identifies the run (see :func:`fingerprint`); stored with every save and
+        checked by :meth:`load`.
 
     Examples
     --------
@@ -265,12 +317,13 @@ class Checkpointer:
     ...     ck.maybe_save(step, lambda: {"step": step, "logw": logw, "trees": trees.as_dict()})
     """
 
-    def __init__(self, path: Optional[str], every: int = 1, backend=None) -> None:
+    def __init__(self, path: Optional[str], every: int = 1, backend=None, fingerprint: Optional[str] = None) -> None:
         if path is not None and int(every) < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {every}")
         self.path = None if path is None else os.fspath(path)
         self.every = int(every)
         self.backend = backend
+        self.fingerprint = fingerprint
 
     @property
     def enabled(self) -> bool:
@@ -298,14 +351,15 @@ class Checkpointer:
         """Write ``state`` for ``step`` now."""
         if self.path is None:
             return
+        state = {"fingerprint": self.fingerprint, "sampler_state": state}
         if self.distributed:
             save_rank_checkpoint(state, self.path, step=int(step), backend=self.backend)
         else:
             atomic_save({"format": FORMAT, "rank": 0, "world_size": 1, "step": int(step), "state": state}, self.path)
 
-    def maybe_save(self, step: int, state_fn: Callable[[], Any]) -> bool:
-        """Save ``state_fn()`` when ``step`` is due; returns whether it saved."""
-        if self.path is None or (int(step) + 1) % self.every:
+    def maybe_save(self, step: int, state_fn: Callable[[], Any], last: bool = False) -> bool:
+        """Save ``state_fn()`` when ``step`` is due (or ``last``); returns whether it saved."""
+        if self.path is None or ((int(step) + 1) % self.every and not last):
             return False
         self.save(step, state_fn())
         return True
@@ -319,19 +373,29 @@ class Checkpointer:
         if self.path is None:
             return None
         if os.path.exists(manifest_path(self.path)):
-            return load_rank_checkpoint(self.path, rank=self.rank, world_size=self.world_size, map_location=map_location)
-        if not os.path.exists(self.path):
+            state = load_rank_checkpoint(self.path, rank=self.rank, world_size=self.world_size, map_location=map_location)
+        elif not os.path.exists(self.path):
             return None
-        payload = load_checkpoint(self.path, map_location=map_location)
-        if isinstance(payload, dict) and payload.get("format") == FORMAT:
+        else:
+            payload = load_checkpoint(self.path, map_location=map_location)
+            if not (isinstance(payload, dict) and payload.get("format") == FORMAT):
+                raise CheckpointError(f"{self.path}: not a torchtree sampler checkpoint")
             saved = int(payload.get("world_size", 1))
             if saved != self.world_size:
                 raise CheckpointError(
                     f"{self.path}: checkpoint was written by {saved} rank(s) but this run has {self.world_size}; "
                     f"resume with the same world size ({saved} processes), or start afresh without the checkpoint"
                 )
-            return payload["state"]
-        return payload
+            state = payload["state"]
+        if not (isinstance(state, dict) and "sampler_state" in state):
+            raise CheckpointError(f"{self.path}: not a torchtree sampler checkpoint")
+        if self.fingerprint is not None and state.get("fingerprint") != self.fingerprint:
+            raise CheckpointError(
+                f"{self.path}: this checkpoint belongs to a different run (its data, settings or seed differ: "
+                f"fingerprint {state.get('fingerprint')} != {self.fingerprint}); delete it or choose another "
+                "checkpoint path to start afresh"
+            )
+        return state["sampler_state"]
 
     def __repr__(self) -> str:
         return f"Checkpointer(path={self.path!r}, every={self.every})"
