@@ -14,6 +14,7 @@ trees: ``weights`` are per topology, and draws replace hard trees.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict
 from typing import Dict, List, Optional, Sequence
 
@@ -242,11 +243,11 @@ class SoftTreePosterior(TreePosterior):
 
         Regression uses the Gaussian mixture over draws (leaf mean, draw's variance).
         """
-        yt = torch.as_tensor(np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y))
+        X = torch.as_tensor(np.asarray(X.cpu() if isinstance(X, torch.Tensor) else X))
+        # original label values (strings, {2, 4}, ...) are mapped through classes_,
+        # exactly as TreePosterior does; unseen labels raise a ValueError
+        yt = self._encode_y(y, X.shape[0])
         if self.task == "classification":
-            if self.classes_ is not None:
-                lookup = {c: i for i, c in enumerate(self.classes_.tolist())}
-                yt = torch.tensor([lookup[v] for v in yt.tolist()], dtype=torch.long)
             p = self._proba_t(X, max_draws)
             return float(torch.log(p[torch.arange(len(yt)), yt.long()].clamp_min(1e-300)).mean())
         logs = []
@@ -317,32 +318,62 @@ class SoftTreePosterior(TreePosterior):
         lines.append("}")
         return "\n".join(lines)
 
+    FORMAT = "torchtree.SoftTreePosterior/1"
+
     def save(self, path: str) -> None:
-        """Write the posterior to ``path`` (torch.save of plain tensors and dicts)."""
+        """Write the posterior to ``path`` atomically (plain tensors, numbers, strings,
+        lists and dicts, tagged with :attr:`FORMAT`; readable with ``weights_only=True``)."""
+        from torchtree.checkpoint import atomic_save
+        from torchtree.posterior import _plain
+
         d = self.data
-        torch.save(
+        atomic_save(
             {
+                "format": self.FORMAT,
                 "data": {
                     "X": d.X.cpu(), "y": d.y.cpu(), "task": d.task, "n_classes": d.n_classes,
                     "feature_min": d.feature_min.cpu(), "feature_max": d.feature_max.cpu(),
                     "classes": None if d.classes is None else np.asarray(d.classes).tolist(),
                 },
-                "hyper": asdict(self.hyper),
+                "hyper": _plain(asdict(self.hyper)),
                 "sharpness": self.sharpness,
-                "topologies": [t.internal for t in self.topologies],
+                "topologies": [list(t.internal) for t in self.topologies],
                 "draws": [x.cpu() for x in self.draws],
                 "log_evidence_m": self._log_z,
                 "log_prior_m": self.log_prior_m,
-                "info": {k: v for k, v in self.info.items() if isinstance(v, (int, float, str))},
+                "info": {k: v for k, v in self.info.items() if isinstance(v, (int, float, str, bool))},
             },
             path,
         )
 
     @classmethod
     def load(cls, path: str, device=None) -> "SoftTreePosterior":
-        """Read a posterior written by :meth:`save`."""
-        s = torch.load(path, weights_only=False)
+        """Read a posterior written by :meth:`save` (``torch.load(weights_only=True)``).
+
+        Raises
+        ------
+        FileNotFoundError
+            No file at ``path``.
+        ValueError
+            The file is not a soft-tree posterior written by :meth:`save` (another
+            format, e.g. a hard ``TreePosterior`` file, or an unreadable file).
+        """
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such file")
+        try:
+            s = torch.load(path, map_location=device or "cpu", weights_only=True)
+        except Exception as exc:  # truncated, not torch.save, or arbitrary objects
+            raise ValueError(f"{path} is not a readable torchtree soft-tree posterior file "
+                             f"({type(exc).__name__})") from exc
+        if not isinstance(s, dict) or s.get("format") != cls.FORMAT:
+            found = s.get("format") if isinstance(s, dict) else type(s).__name__
+            hint = " (use torchtree.TreePosterior.load for hard-tree posteriors)" if found == "torchtree.TreePosterior/1" else ""
+            raise ValueError(f"{path} is not a torchtree soft-tree posterior file: format {found!r}, "
+                             f"expected {cls.FORMAT!r}{hint}")
+        data = dict(s["data"])
+        if data.get("classes") is not None:
+            data["classes"] = np.asarray(data["classes"])
         return cls(
-            SoftData(**s["data"]), SoftTreeHyper(**s["hyper"]), s["sharpness"],
-            [Topology(t) for t in s["topologies"]], s["draws"], s["log_evidence_m"], s["log_prior_m"], s["info"],
+            SoftData(**data), SoftTreeHyper(**s["hyper"]), s["sharpness"],
+            [Topology(tuple(t)) for t in s["topologies"]], s["draws"], s["log_evidence_m"], s["log_prior_m"], s["info"],
         )

@@ -1,0 +1,69 @@
+"""SoftTreePosterior: original label values and the save / load format."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import torchtree
+from torchtree.soft import DCC, SoftTreePosterior
+
+
+def _fit_strings():
+    rng = np.random.default_rng(0)
+    X = rng.random((60, 2))
+    y = np.where(X[:, 0] > 0.5, "yes", "no")
+    clf = torchtree.BayesianTreeClassifier(method="dcc", n_iterations=2, n_initial=5, n_chains=2, n_samples=5,
+                                           n_warmup=10, max_depth=2)
+    clf.fit(X, y)
+    return clf, X, y
+
+
+def test_string_labels_through_the_dcc_classifier(tmp_path):
+    clf, X, y = _fit_strings()
+    post = clf.posterior_
+    assert isinstance(post, SoftTreePosterior)
+    assert list(post.classes_) == ["no", "yes"]
+    pred = post.predict(X)
+    assert set(pred.tolist()) <= {"no", "yes"}
+    assert post.predict_proba(X).shape == (60, 2)
+    lp = post.log_predictive(X, y)  # original labels, not codes
+    assert np.isfinite(lp) and lp < 0
+    assert post.log_predictive(torch.as_tensor(X), list(y)) == pytest.approx(lp)
+    assert 0.0 <= post.accuracy(X, y) <= 1.0
+    with pytest.raises(ValueError, match="not seen in training"):
+        post.log_predictive(X[:2], ["yes", "maybe"])
+    # the labels survive save / load
+    path = tmp_path / "soft.pt"
+    post.save(str(path))
+    back = SoftTreePosterior.load(str(path))
+    assert list(back.classes_) == ["no", "yes"]
+    assert back.log_predictive(X, y) == pytest.approx(lp)
+    assert (back.predict(X) == pred).all()
+
+
+def test_save_load_format_tag(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 2, generator=g)
+    y = (X[:, 0] > 0.5).float() + 0.1 * torch.randn(40, generator=g)
+    post = DCC(n_iterations=1, n_initial=4, n_chains=2, n_samples=4, n_warmup=8, max_depth=1).run((X, y), seed=0)
+    path = tmp_path / "post.pt"
+    post.save(str(path))
+    raw = torch.load(str(path), weights_only=True)  # plain containers only
+    assert raw["format"] == SoftTreePosterior.FORMAT
+    back = SoftTreePosterior.load(str(path))
+    assert np.allclose(back.predict(X), post.predict(X))
+    assert torch.equal(back.weights, post.weights)
+    assert not list(tmp_path.glob(".post.pt.*"))  # atomic: no temporary left behind
+    # a file of another format (here a hard-tree posterior tag) is refused clearly
+    torch.save({"format": "torchtree.TreePosterior/1"}, str(tmp_path / "hard.pt"))
+    with pytest.raises(ValueError, match="TreePosterior.load"):
+        SoftTreePosterior.load(str(tmp_path / "hard.pt"))
+    torch.save({"draws": []}, str(tmp_path / "untagged.pt"))
+    with pytest.raises(ValueError, match="not a torchtree soft-tree posterior"):
+        SoftTreePosterior.load(str(tmp_path / "untagged.pt"))
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="not a readable"):
+        SoftTreePosterior.load(str(tmp_path / "junk.pt"))
+    with pytest.raises(FileNotFoundError):
+        SoftTreePosterior.load(str(tmp_path / "missing.pt"))
