@@ -1,0 +1,225 @@
+"""The ``torchtree`` command line (``python -m torchtree``).
+
+Subcommands::
+
+    torchtree fit DATA.csv [--target COL] [--method smc|smc-moves|mcmc|dcc] [sampler options]
+                  [--task classification|regression] [--test-size 0.3 | --test TEST.csv]
+                  [--device auto] [--logdir DIR] [--out posterior.pt] [--seed N]
+    torchtree predict posterior.pt DATA.csv [--proba] [--level 0.9] [--out preds.csv]
+    torchtree summary posterior.pt [--dot [--tree I]]
+    torchtree demo [--seed N]
+    torchtree bench NAME [--out FILE.json] [script options] | torchtree bench --list
+
+Sampler options are generated from the constructor of the sampler registered
+for ``--method`` (``torchtree.estimators.METHODS``): ``--n-particles 500`` sets
+``n_particles=500``; values are parsed by the type of the default (``--flag`` /
+``--no-flag`` for booleans, several values for tuples). ``torchtree fit --method
+mcmc --help`` lists that method's options. A sampler registered with
+``register_method`` gets its options here without changes to this file.
+
+Errors a user can fix (bad files, bad options) print ``torchtree: error: ...``
+on stderr and exit with status 2; ``--debug`` shows the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .bench import _cmd_bench, _cmd_demo, demo
+from .common import USER_ERRORS, _flag
+from .fit import _cmd_fit, _cmd_predict
+from .options import _estimator_options, _peek, sampler_options
+from .report import _cmd_summary, load_posterior
+
+__all__ = ["main", "demo", "build_parser", "sampler_options", "load_posterior"]
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=32)
+
+
+def build_parser(method: str = "smc") -> argparse.ArgumentParser:
+    """The ``torchtree`` argument parser, with ``fit``'s sampler options for ``method``."""
+    from .. import __version__
+    from ..estimators import METHODS, get_method
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS, help="no progress bar or chatter; results only")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors")
+
+    parser = argparse.ArgumentParser(
+        prog="torchtree",
+        description="Bayesian decision trees as batched PyTorch tensors.",
+        epilog="Run 'torchtree COMMAND --help' for the options of a command.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"torchtree {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    # ------------------------------------------------------------------ fit
+    p = sub.add_parser(
+        "fit", parents=[common], formatter_class=_Formatter, allow_abbrev=False,
+        usage="torchtree fit DATA.csv [--target COL] [--method METHOD] [--task TASK] [--test-size FRAC | --test TEST.csv]\n"
+              "                     [--device DEVICE] [--logdir DIR] [--out FILE] [--seed N] [model and sampler options]",
+        help="sample a posterior over trees from a CSV file and save it",
+        description=(
+            "Sample a posterior over decision trees from DATA.csv, print a short report and save\n"
+            "the posterior. The last column is the target unless --target names another.\n"
+            "Sampler options come from the sampler of --method; see 'torchtree fit --method M --help'."
+        ),
+    )
+    p.add_argument("data", metavar="DATA.csv", help="training data: CSV with a header row (.csv.gz accepted)")
+    p.add_argument("--target", metavar="COL", help="target column name or index (default: the last column)")
+    p.add_argument("--method", default="smc", choices=sorted(METHODS), help="sampler (default: smc)")
+    p.add_argument("--task", choices=("classification", "regression"),
+                   help="default: regression when the target is numeric with a non-integer value, else classification")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--test-size", type=float, default=0.3, metavar="FRAC", help="fraction held out for testing, 0 for none (default: 0.3)")
+    g.add_argument("--test", metavar="TEST.csv", help="test data in a separate file (same columns)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, or auto = CUDA when present (default: auto)")
+    p.add_argument("--logdir", metavar="DIR", help="write a TensorBoard run to DIR")
+    p.add_argument("--out", default="posterior.pt", metavar="FILE", help="where to save the posterior (default: posterior.pt)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of the test split (default: 0)")
+    est = p.add_argument_group("model options (prior and leaf likelihood)")
+    taken = {"data", "target", "method", "task", "test_size", "test", "device", "logdir", "out", "seed", "quiet", "debug"}
+    est_tasks: Dict[str, str] = {}
+    for name, kw, task in _estimator_options():
+        est.add_argument(_flag(name), dest=name, **kw)
+        taken.add(name)
+        est_tasks[name] = task
+    try:
+        cls = get_method(method)
+        error = None
+    except ValueError as exc:
+        cls, error = None, str(exc)
+    title = f"sampler options (--method {method}: {cls.__name__})" if cls is not None else f"sampler options (--method {method})"
+    smp = p.add_argument_group(title, None if error is None else f"unavailable: {error}")
+    names = []
+    if cls is not None:
+        for name, kw in sampler_options(cls):
+            if name in taken:
+                continue
+            smp.add_argument(_flag(name), dest=name, **kw)
+            names.append(name)
+    p.set_defaults(func=_cmd_fit, _sampler_names=names, _estimator_tasks=est_tasks)
+
+    # -------------------------------------------------------------- predict
+    p = sub.add_parser(
+        "predict", parents=[common], formatter_class=_Formatter,
+        help="predict from a saved posterior, with uncertainty",
+        description=(
+            "Predict for every row of DATA.csv. Classification: the most probable label and its\n"
+            "probability (--proba: every class's probability). Regression: the posterior predictive\n"
+            "mean and an equal-tailed credible interval (--level, default 0.9).\n"
+            "A target column in DATA.csv is ignored (matched by name, or by the number of columns)."
+        ),
+    )
+    p.add_argument("posterior", metavar="POSTERIOR.pt")
+    p.add_argument("data", metavar="DATA.csv")
+    p.add_argument("--proba", action="store_true", help="classification: one probability column per class")
+    p.add_argument("--level", type=float, default=0.9, help="regression: credible level of the interval (default: 0.9)")
+    p.add_argument("--out", metavar="FILE", help="write CSV here (default: standard output)")
+    p.set_defaults(func=_cmd_predict)
+
+    # -------------------------------------------------------------- summary
+    p = sub.add_parser(
+        "summary", parents=[common], formatter_class=_Formatter,
+        help="tree sizes, depth, feature usage and the MAP tree of a saved posterior",
+    )
+    p.add_argument("posterior", metavar="POSTERIOR.pt")
+    p.add_argument("--dot", action="store_true", help="print the tree as Graphviz DOT instead (pipe to 'dot -Tpng')")
+    p.add_argument("--tree", type=int, metavar="I", help="which tree (default: the heaviest, i.e. the MAP tree)")
+    p.set_defaults(func=_cmd_summary)
+
+    # ----------------------------------------------------------------- demo
+    p = sub.add_parser("demo", parents=[common], help="fit the embedded demo dataset and print a comparison table")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_demo)
+
+    # ---------------------------------------------------------------- bench
+    p = sub.add_parser(
+        "bench", parents=[common], formatter_class=_Formatter,
+        help="run a benchmark script (examples/bench_NAME.py)",
+        description=(
+            "Run examples/bench_NAME.py with the options given after NAME (passed through),\n"
+            "writing its JSON results to --out. 'torchtree bench --list' shows the benchmarks;\n"
+            "'torchtree bench NAME --help' shows a benchmark's own options.\n"
+            "The examples folder is $TORCHTREE_EXAMPLES, else the repository's examples/."
+        ),
+    )
+    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("--list", action="store_true", help="list the available benchmarks")
+    p.add_argument("--out", metavar="FILE.json", help="JSON output (passed to the script as --out)")
+    p.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def _command_of(argv: Sequence[str]) -> Optional[str]:
+    for a in argv:
+        if not a.startswith("-"):
+            return a
+    return None
+
+
+def _split_bench(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """``torchtree ... bench [opts] NAME rest``: everything after NAME goes to the script verbatim."""
+    i = list(argv).index("bench") + 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "--out":
+            i += 2
+            continue
+        if not a.startswith("-"):
+            return list(argv[: i + 1]), list(argv[i + 1 :])
+        i += 1
+    return list(argv), []
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of the ``torchtree`` command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        command = _command_of(argv)
+        method = _peek(argv, "--method") if command == "fit" else None
+        parser = build_parser(method or "smc")
+        if command == "bench":
+            head, extra = _split_bench(argv)
+            args = parser.parse_args(head)
+            args._extra = extra
+        else:
+            args = parser.parse_args(argv)
+        if not getattr(args, "command", None):
+            parser.print_help(sys.stderr)
+            return 2
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # The reader went away (torchtree summary x.pt | head): stop quietly, as cat does.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("torchtree: interrupted", file=sys.stderr)
+        return 130
+    except USER_ERRORS as exc:
+        if debug:
+            raise
+        msg = str(exc) or type(exc).__name__
+        if isinstance(exc, OSError) and exc.filename and exc.strerror:
+            msg = f"{exc.filename}: {exc.strerror}"
+        if isinstance(exc, MemoryError):
+            msg = f"out of memory: {msg}"
+        print(f"torchtree: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""``torchtree demo`` and ``torchtree bench``."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+from .common import _say
+
+def _demo_data(seed: int = 0):
+    """scikit-learn's bundled breast-cancer data (569 x 30) split 70/30, or, without
+    scikit-learn, a synthetic axis-aligned problem of the same size."""
+    rng = np.random.default_rng(seed)
+    try:
+        from sklearn.datasets import load_breast_cancer
+
+        ds = load_breast_cancer()
+        X, y, name = ds.data, ds.target, "breast-cancer (sklearn bundled, 569 x 30)"
+    except ImportError:  # pragma: no cover - sklearn is in the test extra
+        X = rng.uniform(size=(569, 30))
+        y = ((X[:, 0] > 0.5) ^ (X[:, 1] > 0.3)).astype(int)
+        flip = rng.uniform(size=569) < 0.05
+        y = np.where(flip, 1 - y, y)
+        name = "synthetic XOR (569 x 30)"
+    perm = rng.permutation(len(y))
+    n_tr = int(0.7 * len(y))
+    return X[perm[:n_tr]], y[perm[:n_tr]], X[perm[n_tr:]], y[perm[n_tr:]], name
+
+
+def _cart_row(Xtr, ytr, Xte, yte, alpha: float = 5.0):
+    try:
+        from sklearn.tree import DecisionTreeClassifier
+    except ImportError:  # pragma: no cover
+        return None
+    t0 = time.perf_counter()
+    clf = DecisionTreeClassifier(criterion="gini", min_samples_leaf=10, random_state=0).fit(Xtr, ytr)
+    secs = time.perf_counter() - t0
+    # Laplace-smoothed leaf probabilities with the same total concentration alpha.
+    leaves_tr = clf.apply(Xtr)
+    K = len(clf.classes_)
+    counts = np.zeros((clf.tree_.node_count, K))
+    np.add.at(counts, (leaves_tr, np.searchsorted(clf.classes_, ytr)), 1)
+    probs = (counts + alpha / K) / (counts.sum(1, keepdims=True) + alpha)
+    p = probs[clf.apply(Xte), np.searchsorted(clf.classes_, yte)]
+    return ("CART (gini, min_samples_leaf=10)", "-", secs, clf.score(Xte, yte), float(np.log(p).mean()))
+
+
+def demo(seed: int = 0, out=sys.stdout) -> List[tuple]:
+    """Fit the README's main job on the embedded dataset and print a table.
+
+    Returns
+    -------
+    list of (method, particles, seconds, accuracy, log_predictive) rows.
+    """
+    from ..estimators import BayesianTreeClassifier
+
+    Xtr, ytr, Xte, yte, name = _demo_data(seed)
+    print(f"torchtree demo: {name}; train {len(ytr)}, test {len(yte)}", file=out)
+    rows = []
+    configs = [
+        ("smc", dict(n_particles=100, n_islands=5, proposal="prior"), "top-down SMC, prior proposal"),
+        ("smc", dict(n_particles=1000, n_islands=5, proposal="prior"), "top-down SMC, prior proposal"),
+        ("smc", dict(n_particles=100, n_islands=5, proposal="optimal"), "top-down SMC, optimal proposal"),
+    ]
+    for method, opts, label in configs:
+        clf = BayesianTreeClassifier(method, random_state=seed, **opts)
+        t0 = time.perf_counter()
+        clf.fit(Xtr, ytr)
+        secs = time.perf_counter() - t0
+        rows.append((label, opts.get("n_particles", "-"), secs, clf.score(Xte, yte), clf.log_predictive(Xte, yte)))
+    cart = _cart_row(Xtr, ytr, Xte, yte)
+    if cart:
+        rows.append(cart)
+    print(f"{'method':36s} {'particles':>9s} {'seconds':>8s} {'accuracy':>9s} {'log p(y|x)':>11s}", file=out)
+    for r in rows:
+        print(f"{r[0]:36s} {str(r[1]):>9s} {r[2]:8.2f} {r[3]:9.4f} {r[4]:11.4f}", file=out)
+    return rows
+
+
+def _cmd_demo(args) -> int:
+    demo(seed=args.seed)
+    return 0
+
+
+def examples_dir() -> Path:
+    """Where benchmark scripts live: ``$TORCHTREE_EXAMPLES``, else the repository's ``examples/``,
+    else ``./examples``."""
+    env = os.environ.get("TORCHTREE_EXAMPLES")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[2] / "examples"
+    if repo.is_dir():
+        return repo
+    return Path.cwd() / "examples"
+
+
+def benchmarks() -> Dict[str, Path]:
+    """``name -> script`` for every ``examples/bench_NAME.py``."""
+    d = examples_dir()
+    if not d.is_dir():
+        return {}
+    return {p.stem[len("bench_"):]: p for p in sorted(d.glob("bench_*.py"))}
+
+
+def _first_doc_line(path: Path) -> str:
+    import ast
+
+    try:
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+    except (SyntaxError, OSError, UnicodeDecodeError):
+        return ""
+    return (doc or "").strip().splitlines()[0] if doc else ""
+
+
+def _cmd_bench(args) -> int:
+    found = benchmarks()
+    extra = list(getattr(args, "_extra", []))
+    if args.list or not args.name:
+        if not found:
+            print(f"no benchmarks found (no bench_*.py in {examples_dir()})")
+            return 0 if args.list else 2
+        width = max(len(n) for n in found)
+        print(f"benchmarks in {examples_dir()}:")
+        for name, path in found.items():
+            print(f"  {name:<{width}}  {_first_doc_line(path)}")
+        if not args.list:
+            print("usage: torchtree bench NAME [--out FILE.json] [script options]")
+            return 2
+        return 0
+    name = args.name[len("bench_"):] if args.name.startswith("bench_") else args.name
+    name = name[:-3] if name.endswith(".py") else name
+    if name not in found:
+        avail = ", ".join(found) or "none"
+        raise ValueError(f"no benchmark named {args.name!r}; available: {avail} (torchtree bench --list)")
+    cmd = [sys.executable, str(found[name])]
+    if args.out:
+        cmd += ["--out", args.out]
+    cmd += extra
+    _say(args, "torchtree bench: " + " ".join(cmd))
+    rc = subprocess.call(cmd)
+    if rc == 0 and args.out and os.path.exists(args.out):
+        _say(args, f"torchtree bench: wrote {args.out}")
+    return rc

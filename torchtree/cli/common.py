@@ -1,0 +1,52 @@
+"""Shared pieces of the command line: error classes, reserved names, small formatters."""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+
+#: Exceptions that mean "the user can fix this": message only, exit status 2.
+USER_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, MemoryError, NotImplementedError)
+
+
+#: Constructor parameters that are not command-line options (objects, or set by the CLI itself).
+RESERVED = {"self", "prior", "likelihood", "backend", "monitor", "device", "seed", "random_state", "hyper", "data", "method", "checkpoint"}
+
+
+#: Estimator parameters that the CLI sets itself.
+ESTIMATOR_RESERVED = {"self", "method", "random_state", "device", "monitor"}
+
+
+POSTERIOR_FORMAT = "torchtree.TreePosterior/1"
+
+
+def _say(args, *msg) -> None:
+    if not getattr(args, "quiet", False):
+        print(*msg, file=sys.stderr)
+
+
+def _resolve_device(device: str) -> str:
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"--device {device!r}: {exc}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available on this machine (use --device cpu)")
+    return str(dev)
+
+
+def _fmt(v: Any, spec: str = ".4f") -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return format(v, spec)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")

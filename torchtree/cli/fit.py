@@ -1,0 +1,218 @@
+"""``torchtree fit`` and ``torchtree predict``."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, List, Tuple
+
+import numpy as np
+
+from .common import _flag, _fmt, _resolve_device, _say
+from .report import _n_features, _schema, _sizes, load_posterior
+
+def _split(y: np.ndarray, test_size: float, seed: int, stratify: bool) -> Tuple[np.ndarray, np.ndarray]:
+    """Train / test indices: a seeded random split, per class for classification
+    (every class with two or more rows keeps at least one in training)."""
+    n = len(y)
+    rng = np.random.default_rng(seed)
+    if test_size <= 0:
+        return np.arange(n), np.arange(0)
+    if stratify:
+        test = []
+        for c in np.unique(y):
+            idx = np.flatnonzero(y == c)
+            idx = idx[rng.permutation(len(idx))]
+            k = min(int(round(test_size * len(idx))), len(idx) - 1)
+            test.append(idx[:k])
+        te = np.sort(np.concatenate(test)) if test else np.arange(0)
+    else:
+        te = np.sort(rng.permutation(n)[: int(round(test_size * n))])
+    mask = np.ones(n, dtype=bool)
+    mask[te] = False
+    tr = np.flatnonzero(mask)
+    if len(tr) == 0:
+        raise ValueError(f"--test-size {test_size} leaves no training rows")
+    return tr, te
+
+
+def _cmd_fit(args) -> int:
+
+    from ..csvio import infer_task, parse_target, read_csv
+    from ..estimators import BayesianTreeClassifier, BayesianTreeRegressor, get_method
+    from ..monitor import ProgressMonitor, TensorBoardMonitor
+
+    quiet = getattr(args, "quiet", False)
+    cls = get_method(args.method)  # a clear error if the method cannot be imported
+    target = args.target
+    table = read_csv(args.data, target=target)
+    task = args.task or infer_task(table.y)
+    y = parse_target(table.y, task, table.lines, table.path, f"target {table.target_name!r}")
+    X = table.X
+    if args.test:
+        test = read_csv(args.test, target=table.target_name if args.target is None else args.target)
+        if test.feature_names != table.feature_names:
+            raise ValueError(f"{args.test}: feature columns {test.feature_names} differ from {args.data}'s {table.feature_names}")
+        Xtr, ytr = X, y
+        Xte, yte = test.X, parse_target(test.y, task, test.lines, test.path, f"target {test.target_name!r}")
+        split = f"train {len(ytr)} ({args.data}), test {len(yte)} ({args.test})"
+    else:
+        if not 0 <= args.test_size < 1:
+            raise ValueError(f"--test-size must lie in [0, 1), got {args.test_size}")
+        tr, te = _split(y, args.test_size, args.seed, stratify=task == "classification")
+        Xtr, ytr, Xte, yte = X[tr], y[tr], X[te], y[te]
+        split = f"train {len(tr)}, test {len(te)} (--test-size {args.test_size:g}, seed {args.seed})"
+
+    given = vars(args)
+    est_kw = {k: given[k] for k in args._estimator_tasks if k in given}
+    for k in est_kw:
+        if args._estimator_tasks[k] and args._estimator_tasks[k] != task:
+            raise ValueError(f"{_flag(k)} applies to {args._estimator_tasks[k]} only; this is a {task} task")
+    smp_kw = {k: (tuple(given[k]) if isinstance(given[k], list) else given[k]) for k in args._sampler_names if k in given}
+    device = _resolve_device(args.device)
+    monitors: List[Any] = [ProgressMonitor(desc=f"torchtree fit [{args.method}]", disable=True if quiet else None)]
+    if args.logdir:
+        monitors.append(TensorBoardMonitor(args.logdir))
+    Est = BayesianTreeClassifier if task == "classification" else BayesianTreeRegressor
+    model = Est(args.method, random_state=args.seed, device=device, monitor=monitors, **est_kw, **smp_kw)
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        raise FileNotFoundError(f"--out {args.out}: directory {out_dir} does not exist")
+
+    n_cls = ""
+    if task == "classification":
+        classes = np.unique(ytr)
+        shown = ", ".join(map(str, classes[:8])) + (", ..." if len(classes) > 8 else "")
+        n_cls = f", {len(classes)} classes: {shown}"
+    opts = " ".join(f"{k}={v}" for k, v in {**est_kw, **smp_kw}.items())
+    rows: List[Tuple[str, str]] = [
+        ("data", f"{args.data}: {table.n_rows} rows, {table.n_features} features, target {table.target_name!r} ({task}{n_cls})"),
+        ("split", split),
+        ("method", f"{args.method} ({cls.__name__}){' ' + opts if opts else ''}, device {device}, seed {args.seed}"),
+    ]
+    t0 = time.perf_counter()
+    model.fit(Xtr, ytr)
+    secs = time.perf_counter() - t0
+    post = model.posterior_
+    info = getattr(post, "info", {}) or {}
+    rows.append(("time", f"{secs:.2f} s"))
+    le = getattr(post, "log_evidence", None)
+    rows.append(("log evidence", _fmt(le) if le is not None else f"n/a ({args.method} does not estimate it)"))
+    ess = getattr(post, "ess", None)
+    n_part = getattr(post, "n_particles", None)
+    sizes = _sizes(post)
+    if "rhat_leaves" in info and n_part:
+        rows.append(("samples", f"{n_part} draws ({sizes.get('n_distinct', '?')} distinct trees)"))
+    elif isinstance(ess, (int, float)) and n_part:
+        rows.append(("ESS", f"{ess:.1f} of {n_part} particles ({sizes.get('n_distinct', '?')} distinct trees)"))
+    if "rhat_leaves" in info or "ess_leaves" in info:
+        rows.append(("chains", f"R-hat(leaves) {_fmt(info.get('rhat_leaves'), '.3f')}, ESS(leaves) {_fmt(info.get('ess_leaves'), '.1f')}"
+                               + (f", accept {_fmt(info.get('accept/all'), '.3f')}" if "accept/all" in info else "")))
+    schema = {
+        "features": table.feature_names,
+        "target": table.target_name,
+        "task": task,
+        "method": args.method,
+        "options": {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in {**est_kw, **smp_kw}.items()},
+        "data": os.path.basename(args.data),
+    }
+    post.info["cli"] = json.dumps(schema)
+    post.save(args.out)
+    if len(yte):
+        rows.extend(_evaluate(post, task, Xte, yte, ytr, debug=getattr(args, "debug", False)))
+    if sizes:
+        rows.append(("trees", f"leaves mean {sizes['leaves_mean']:.2f} (max {sizes['leaves_max']}), depth mean {sizes['depth_mean']:.2f} (max {sizes['depth_max']})"))
+    rows.append(("saved", args.out + (f"; TensorBoard run in {args.logdir}" if args.logdir else "")))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    return 0
+
+
+def _evaluate(post, task: str, Xte, yte, ytr, debug: bool = False) -> List[Tuple[str, str]]:
+    """Report rows of test metrics; a metric that fails is reported as n/a, not fatal
+    (the posterior is saved already)."""
+    rows: List[Tuple[str, str]] = []
+
+    def add(name: str, fn) -> None:
+        try:
+            rows.append((name, fn()))
+        except Exception as exc:
+            if debug:
+                raise
+            rows.append((name, f"n/a ({type(exc).__name__}: {str(exc)[:120]})"))
+
+    if task == "classification":
+        add("test accuracy", lambda: f"{post.accuracy(Xte, yte):.4f}")
+        classes = getattr(post, "classes_", None)
+        seen = np.isin(yte, np.asarray(classes if classes is not None else np.unique(ytr)))
+        if seen.all():
+            add("test log p(y|x)", lambda: f"{post.log_predictive(Xte, yte):.4f} per point")
+        else:
+            rows.append(("test log p(y|x)", f"n/a ({int((~seen).sum())} test labels not seen in training)"))
+    else:
+        add("test RMSE", lambda: f"{post.rmse(Xte, yte):.4f}")
+        add("test log p(y|x)", lambda: f"{post.log_predictive(Xte, yte):.4f} per point")
+
+        def coverage() -> str:
+            iv = _intervals(post, Xte, 0.9)
+            cover = float(np.mean((yte >= iv[:, 0]) & (yte <= iv[:, 1])))
+            return f"covers {cover:.3f} of test targets, mean width {float(np.mean(iv[:, 1] - iv[:, 0])):.4g}"
+
+        add("90% interval", coverage)
+    return rows
+
+
+def _intervals(post, X: np.ndarray, level: float, chunk: int = 2048) -> np.ndarray:
+    """Predictive intervals in chunks of rows (the Monte Carlo draws are [draws, rows])."""
+    if len(X) == 0:
+        return np.zeros((0, 2))
+    return np.concatenate([post.predict_interval(X[s : s + chunk], level=level) for s in range(0, len(X), chunk)])
+
+
+def _cmd_predict(args) -> int:
+    from ..csvio import parse_target, read_features, write_csv
+
+    post = load_posterior(args.posterior)
+    schema = _schema(post)
+    D = _n_features(post)
+    table = read_features(args.data, D, schema.get("features"), schema.get("target"))
+    X = table.X
+    task = post.task
+    if task == "classification":
+        proba = post.predict_proba(X)
+        classes = post.classes_ if getattr(post, "classes_", None) is not None else np.arange(proba.shape[1])
+        classes = np.asarray(classes)
+        codes = proba.argmax(1)
+        pred = classes[codes]
+        if args.proba:
+            header = ["prediction"] + [f"p_{c}" for c in classes.tolist()]
+            cols = [pred.tolist()] + [proba[:, k] for k in range(proba.shape[1])]
+        else:
+            header = ["prediction", "probability"]
+            cols = [pred.tolist(), proba[np.arange(len(codes)), codes]]
+    else:
+        if args.proba:
+            _say(args, "torchtree predict: --proba applies to classification; writing the mean and interval")
+        if not 0 < args.level < 1:
+            raise ValueError(f"--level must lie in (0, 1), got {args.level}")
+        mean = post.predict(X)
+        iv = _intervals(post, X, args.level)
+        pct = f"{100 * args.level:g}"
+        header = ["mean", f"lower_{pct}", f"upper_{pct}"]
+        cols = [mean, iv[:, 0], iv[:, 1]]
+    write_csv(args.out, header, cols, out=sys.stdout)
+    if table.y is not None and not getattr(args, "quiet", False):
+        try:
+            y = parse_target(table.y, task, table.lines, table.path)
+            if task == "classification":
+                msg = f"accuracy {float(np.mean(pred.astype(str) == y.astype(str))):.4f}"
+            else:
+                msg = f"RMSE {float(np.sqrt(np.mean((mean - y) ** 2))):.4f}"
+            print(f"torchtree predict: {len(X)} rows; target column {table.target_name!r} ignored for prediction; {msg}", file=sys.stderr)
+        except ValueError:
+            pass
+    if args.out:
+        _say(args, f"torchtree predict: wrote {len(X)} rows to {args.out}")
+    return 0

@@ -1,0 +1,184 @@
+"""Command-line options generated from constructor signatures and numpy-style docstrings.
+
+A sampler registered with ``register_method`` gets its ``torchtree fit`` options from
+its ``__init__`` signature (types from defaults and annotations) and its docstring
+(help text, ``{a, b}`` choices), so new samplers need no changes to the CLI.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .common import ESTIMATOR_RESERVED, RESERVED
+
+def _param_docs(obj) -> Dict[str, Tuple[str, str]]:
+    """``name -> (type text, first line of the description)`` from a numpydoc ``Parameters`` section."""
+    doc = inspect.getdoc(obj) or ""
+    out: Dict[str, Tuple[str, str]] = {}
+    lines = doc.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\w+(?:\s*,\s*\w+)*)\s*:\s*(.*)$", line)
+        if not m:
+            continue
+        names = [n.strip() for n in m.group(1).split(",")]
+        kind = m.group(2).strip()
+        para = []
+        for nxt in lines[i + 1:]:
+            if not nxt.startswith((" ", "\t")) or not nxt.strip():
+                break
+            para.append(nxt.strip())
+        desc = " ".join(para)
+        cut = re.search(r"(?<=\.)\s", desc)  # the first sentence
+        if cut:
+            desc = desc[: cut.start()]
+        if len(desc) > 160:
+            desc = desc[:157].rstrip() + "..."
+        for n in names:
+            out.setdefault(n, (kind, desc))
+    return out
+
+
+def _help_and_choices(doc: Tuple[str, str]) -> Tuple[str, Optional[List[str]]]:
+    """Help text from a parameter's documentation; choices when its type is ``{"a", "b"}``."""
+    kind, desc = doc
+    choices = None
+    m = re.match(r"^\{(.*)\}", kind)
+    if m:
+        opts = re.findall(r"[\"']([^\"']+)[\"']", m.group(1))
+        if opts:
+            choices = opts
+    text = desc or (kind if not re.fullmatch(r"[\w\s,.\[\]()]*", kind) or "," in kind else "")
+    if not desc and choices:
+        text = ""
+    return text.replace("``", "").strip(), choices
+
+
+def _annotation_kind(annotation: Any) -> Optional[type]:
+    if annotation is inspect.Parameter.empty:
+        return None
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", None) or str(annotation)
+    text = str(text)
+    if re.search(r"\bfloat\b", text):
+        return float
+    if re.search(r"\bbool\b", text):
+        return bool
+    if re.search(r"\bint\b", text):
+        return int
+    if re.search(r"\bstr\b", text):
+        return str
+    return object
+
+
+def _parse_auto(text: str):
+    """An option value without a typed default: None, int, float, or the string."""
+    if text.lower() in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _optional(conv):
+    def parse(text: str):
+        if text.lower() in ("none", "null"):
+            return None
+        return conv(text)
+
+    parse.__name__ = getattr(conv, "__name__", "value")
+    return parse
+
+
+def _parse_dtype(text: str):
+    import torch
+
+    dt = getattr(torch, text.replace("torch.", ""), None)
+    if not isinstance(dt, torch.dtype):
+        raise argparse.ArgumentTypeError(f"not a torch dtype: {text!r} (e.g. float32, float64)")
+    return dt
+
+
+def _option_kwargs(param: inspect.Parameter, doc: Tuple[str, str] = ("", ""), note: str = "") -> Optional[Dict[str, Any]]:
+    """argparse keywords for a constructor parameter, or None when it is not a CLI option."""
+    import torch
+
+    default = param.default
+    if default is inspect.Parameter.empty:
+        return None
+    help_text, choices = _help_and_choices(doc)
+    shown = default if not isinstance(default, torch.dtype) else str(default).replace("torch.", "")
+    help_text = " ".join(x for x in (help_text, note, f"(default: {shown})") if x)
+    kw: Dict[str, Any] = {"default": argparse.SUPPRESS, "help": help_text.replace("%", "%%")}
+    if isinstance(default, bool):
+        kw["action"] = argparse.BooleanOptionalAction
+    elif isinstance(default, int):
+        kw.update(type=int, metavar="INT")
+    elif isinstance(default, float):
+        kw.update(type=float, metavar="X")
+    elif isinstance(default, str):
+        if choices and default in choices:
+            kw.update(type=str, choices=choices, metavar="{" + ",".join(choices) + "}")
+        else:
+            kw.update(type=str, metavar="STR")
+    elif isinstance(default, torch.dtype):
+        kw.update(type=_parse_dtype, metavar="DTYPE")
+    elif isinstance(default, (tuple, list)) and default and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in default):
+        conv = float if any(isinstance(v, float) for v in default) else int
+        kw.update(type=conv, nargs="+", metavar="X" if conv is float else "INT")
+    elif default is None:
+        kind = _annotation_kind(param.annotation)
+        if kind is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif kind in (int, float, str):
+            kw.update(type=_optional(kind), metavar={int: "INT", float: "X", str: "STR"}[kind])
+        elif kind is None:
+            kw.update(type=_parse_auto, metavar="VALUE")
+        else:
+            return None  # an object (e.g. a hyperparameter dataclass): Python API only
+    else:
+        return None
+    return kw
+
+
+def sampler_options(cls) -> List[Tuple[str, Dict[str, Any]]]:
+    """The command-line options of a sampler class: ``[(param name, argparse keywords)]``."""
+    docs = _param_docs(cls)
+    out = []
+    for name, p in inspect.signature(cls.__init__).parameters.items():
+        if name in RESERVED or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        kw = _option_kwargs(p, docs.get(name, ("", "")))
+        if kw is not None:
+            out.append((name, kw))
+    return out
+
+
+def _estimator_options() -> List[Tuple[str, Dict[str, Any], str]]:
+    """Options of the estimators (prior, likelihood): ``[(name, kwargs, task or "")]``."""
+    from ..estimators import BayesianTreeClassifier, BayesianTreeRegressor, _BayesianTreeBase
+
+    out, seen = [], set()
+    for cls, task in ((_BayesianTreeBase, ""), (BayesianTreeClassifier, "classification"), (BayesianTreeRegressor, "regression")):
+        docs = _param_docs(cls)
+        docs.update({k: v for k, v in _param_docs(BayesianTreeClassifier).items() if k not in docs})
+        for name, p in inspect.signature(cls.__init__).parameters.items():
+            if name in ESTIMATOR_RESERVED or name in seen or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            kw = _option_kwargs(p, docs.get(name, ("", "")), f"[{task} only]" if task else "")
+            if kw is not None:
+                seen.add(name)
+                out.append((name, kw, task))
+    return out
+
+
+def _peek(argv: Sequence[str], option: str) -> Optional[str]:
+    for i, a in enumerate(argv):
+        if a == option and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(option + "="):
+            return a.split("=", 1)[1]
+    return None

@@ -1,0 +1,176 @@
+"""``torchtree summary`` and loading saved posteriors."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from .common import POSTERIOR_FORMAT, _fmt
+
+def _sizes(post) -> Dict[str, float]:
+    from ..diagnostics import tree_sizes
+
+    try:
+        s = tree_sizes(post)
+    except (TypeError, AttributeError):
+        return {}
+    w = s["weight"]
+    return {
+        "leaves_mean": float((w * s["n_leaves"]).sum()),
+        "leaves_max": int(s["n_leaves"].max()),
+        "depth_mean": float((w * s["depth"]).sum()),
+        "depth_max": int(s["depth"].max()),
+        "n_distinct": int(len(w)),
+    }
+
+
+def _schema(post) -> Dict[str, Any]:
+    raw = getattr(post, "info", {}).get("cli")
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return {}
+    return {}
+
+
+def _n_features(post) -> int:
+    n = getattr(post, "n_features", None)
+    if n is None:
+        n = post.data.n_features  # soft-tree posteriors
+    return int(n)
+
+
+def load_posterior(path: str):
+    """Load a posterior saved by any torchtree sampler (hard trees or soft trees).
+
+    The file is first read with ``torch.load(weights_only=True)``: nothing in it
+    can run code.
+    """
+    import torch
+
+    from ..posterior import TreePosterior
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory, not a posterior file")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"{path}: not a torchtree posterior file (torch.load cannot read it as plain tensors: {type(exc).__name__})") from exc
+    if isinstance(payload, dict) and payload.get("format") == POSTERIOR_FORMAT:
+        return TreePosterior.load(path)
+    if isinstance(payload, dict) and "topologies" in payload and "draws" in payload:
+        from ..soft.posterior import SoftTreePosterior
+
+        return SoftTreePosterior.load(path)
+    raise ValueError(f"{path}: not a torchtree posterior file")
+
+
+def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:
+    """The hard tree ``i`` as indented text."""
+    from ..trees import INTERNAL
+
+    t = post.trees
+    n = int(t.n_nodes[i])
+    table = post.likelihood.predictive_table(t.stats[i, :n]).cpu()
+    classes = post.classes_
+    lines: List[str] = []
+
+    def leaf(node: int) -> str:
+        if post.task == "classification":
+            p = table[node]
+            k = int(p.argmax())
+            lab = classes[k] if classes is not None else k
+            cnt = int(t.stats[i, node].sum())
+            return f"leaf n={cnt}: {lab} (p={float(p[k]):.2f}) [" + ", ".join(f"{float(v):.2f}" for v in p) + "]"
+        cnt = int(t.stats[i, node, 0])
+        return f"leaf n={cnt}: mean {float(table[node, 1]):.4g}"
+
+    def walk(node: int, prefix: str, label: str, last: bool) -> None:
+        branch = "" if not label else ("`-- " if last else "|-- ") + label + ": "
+        if int(t.status[i, node]) == INTERNAL:
+            lines.append(f"{prefix}{branch}{names[int(t.feature[i, node])]} <= {float(t.threshold[i, node]):.6g}")
+            child_prefix = prefix + ("" if not label else ("    " if last else "|   "))
+            walk(int(t.left[i, node]), child_prefix, "yes", False)
+            walk(int(t.right[i, node]), child_prefix, "no", True)
+        else:
+            lines.append(f"{prefix}{branch}{leaf(node)}")
+
+    walk(0, "  ", "", True)
+    return lines
+
+
+def _cmd_summary(args) -> int:
+    post = load_posterior(args.posterior)
+    schema = _schema(post)
+    D = _n_features(post)
+    names = schema.get("features") or [f"x{d}" for d in range(D)]
+    if len(names) != D:
+        names = [f"x{d}" for d in range(D)]
+    if args.tree is not None and not args.dot:
+        raise ValueError("--tree applies with --dot (the text summary shows the MAP tree)")
+    if args.dot:
+        print(post.to_dot(args.tree, feature_names=names))
+        return 0
+    s = post.summary()
+    info = getattr(post, "info", {}) or {}
+    task = post.task
+    head = f"{args.posterior}: {task}"
+    classes = getattr(post, "classes_", None)
+    if task == "classification" and classes is not None:
+        cl = [str(c) for c in np.asarray(classes).tolist()]
+        head += f", {len(cl)} classes ({', '.join(cl[:10])}{', ...' if len(cl) > 10 else ''})"
+    head += f", {D} features"
+    if schema.get("target"):
+        head += f", target {schema['target']!r}"
+    print(head)
+    sampler = info.get("sampler") or type(post).__name__
+    rows: List[Tuple[str, str]] = []
+    sizes = _sizes(post)
+    if "n_particles" in s:
+        unit = "draws" if "rhat_leaves" in info else "particles"
+        ess_part = "" if unit == "draws" else f", ESS {_fmt(s.get('ess'), '.1f')}"
+        rows.append(("sampler", f"{sampler}{' (' + schema['method'] + ')' if schema.get('method') else ''}, {s['n_particles']} {unit}, "
+                                f"{s.get('n_distinct_trees', sizes.get('n_distinct'))} distinct trees{ess_part}"))
+    else:
+        rows.append(("sampler", f"{sampler}{' (' + schema['method'] + ')' if schema.get('method') else ''}, {sizes.get('n_distinct', '?')} distinct trees/topologies"))
+    rows.append(("log evidence", _fmt(s.get("log_evidence"))))
+    if "rhat_leaves" in info:
+        rows.append(("chains", f"R-hat(leaves) {_fmt(info.get('rhat_leaves'), '.3f')}, ESS(leaves) {_fmt(info.get('ess_leaves'), '.1f')}"))
+    if sizes:
+        rows.append(("leaves", f"mean {sizes['leaves_mean']:.2f}, max {sizes['leaves_max']}"))
+        rows.append(("depth", f"mean {sizes['depth_mean']:.2f}, max {sizes['depth_max']}"))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    usage = s.get("feature_usage")
+    label = "feature usage (expected number of splits on each feature per tree):"
+    if usage is None and "feature_usage_top" in s:
+        usage, label = s["feature_usage_top"], "feature usage (mean split weight, heaviest topology):"
+    if usage is not None:
+        u = np.asarray(usage, dtype=np.float64)
+        order = np.argsort(-u, kind="stable")
+        top = max(float(u.max()), 1e-12)
+        nw = max(len(str(n)) for n in names)
+        print(label)
+        shown = [j for j in order if u[j] > 0][:15]
+        for j in shown:
+            print(f"  {names[j]:<{nw}}  {u[j]:7.3f}  {'#' * max(1, int(round(20 * u[j] / top)))}")
+        rest = int((u > 0).sum()) - len(shown)
+        unused = int((u == 0).sum())
+        if rest > 0:
+            print(f"  ... {rest} more")
+        if unused:
+            print(f"  ({unused} feature{'s' if unused > 1 else ''} never split on)")
+    w = post.weights
+    i = int(np.argmax(np.asarray(w.detach().cpu() if hasattr(w, "detach") else w)))
+    print(f"MAP tree (tree {i} of {len(w)}, weight {float(w[i]):.3f}):")
+    if hasattr(post, "trees") and hasattr(post.trees, "n_nodes"):
+        print("\n".join(_tree_text(post, i, names)))
+    else:
+        print(post.to_dot(i, feature_names=names))
+    return 0
