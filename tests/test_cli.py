@@ -176,6 +176,39 @@ def test_sampler_default_untouched_when_option_not_given(files, tmp_path, monkey
     assert seen == {"shrink": 1.0, "device": "cpu"}
 
 
+def test_fit_checkpoint_resume_gives_same_posterior(files, tmp_path, capsys):
+    """--checkpoint saves the run; a second fit with the same file resumes from the
+    final state and saves a posterior with identical predictions."""
+    ck = tmp_path / "run.ckpt"
+    args = ["fit", str(files["cls"]), "--seed", "3", *SMALL, "--checkpoint", str(ck), "--checkpoint-every", "2"]
+    assert main([*args, "--out", str(tmp_path / "a.pt")]) == 0
+    assert ck.exists()
+    assert main([*args, "--out", str(tmp_path / "b.pt")]) == 0
+    a, b = load_posterior(str(tmp_path / "a.pt")), load_posterior(str(tmp_path / "b.pt"))
+    np.testing.assert_array_equal(a.predict_proba(files["X"]), b.predict_proba(files["X"]))
+    # another seed is another run: its checkpoint is refused with a clear message
+    capsys.readouterr()
+    bad = ["fit", str(files["cls"]), "--seed", "4", *SMALL, "--checkpoint", str(ck), "--out", str(tmp_path / "c.pt")]
+    assert main(bad) == 2
+    assert "different run" in capsys.readouterr().err
+
+
+def test_checkpoint_option_errors(files, tmp_path, monkeypatch, capsys):
+    from torchtree.estimators import METHODS
+
+    class NoCheckpoints:
+        def __init__(self, prior=None, likelihood=None, *, n_particles: int = 10):
+            pass
+
+    monkeypatch.setitem(METHODS, "nockpt", NoCheckpoints)
+    rc = main(["fit", str(files["cls"]), "--method", "nockpt", "--checkpoint", str(tmp_path / "x.ckpt"), "--quiet"])
+    assert rc == 2 and "cannot checkpoint" in capsys.readouterr().err
+    rc = main(["fit", str(files["cls"]), *SMALL, "--checkpoint", str(tmp_path / "no" / "x.ckpt")])
+    assert rc == 2 and "does not exist" in capsys.readouterr().err
+    rc = main(["fit", str(files["cls"]), *SMALL, "--checkpoint", str(tmp_path / "x.ckpt"), "--checkpoint-every", "0"])
+    assert rc == 2 and "--checkpoint-every" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- predict
 def test_predict_proba_mapped_labels(files, fitted, tmp_path, capsys):
     # With the target column present (ignored by name) and with --out.

@@ -63,7 +63,8 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     p = sub.add_parser(
         "fit", parents=[common], formatter_class=_Formatter, allow_abbrev=False,
         usage="torchtree fit DATA.csv [--target COL] [--method METHOD] [--task TASK] [--test-size FRAC | --test TEST.csv]\n"
-              "                     [--device DEVICE] [--logdir DIR] [--out FILE] [--seed N] [model and sampler options]",
+              "                     [--device DEVICE] [--logdir DIR] [--out FILE] [--seed N] [--checkpoint FILE]\n"
+              "                     [model and sampler options]",
         help="sample a posterior over trees from a CSV file and save it",
         description=(
             "Sample a posterior over decision trees from DATA.csv, print a short report and save\n"
@@ -83,8 +84,14 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     p.add_argument("--logdir", metavar="DIR", help="write a TensorBoard run to DIR")
     p.add_argument("--out", default="posterior.pt", metavar="FILE", help="where to save the posterior (default: posterior.pt)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of the test split (default: 0)")
+    p.add_argument("--checkpoint", metavar="FILE",
+                   help="save the sampler's state to FILE as it runs; if FILE exists (same data, options and seed) "
+                        "the run resumes from it and ends with the result an uninterrupted run gives")
+    p.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
+                   help="checkpoint every K stages / iterations (default: 1)")
     est = p.add_argument_group("model options (prior and leaf likelihood)")
-    taken = {"data", "target", "method", "task", "test_size", "test", "device", "logdir", "out", "seed", "quiet", "debug"}
+    taken = {"data", "target", "method", "task", "test_size", "test", "device", "logdir", "out", "seed", "quiet", "debug",
+             "checkpoint", "checkpoint_every"}
     est_tasks: Dict[str, str] = {}
     for name, kw, task in _estimator_options():
         est.add_argument(_flag(name), dest=name, **kw)

@@ -11,7 +11,7 @@ USER_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryEr
 
 
 #: Constructor parameters that are not command-line options (objects, or set by the CLI itself).
-RESERVED = {"self", "prior", "likelihood", "backend", "monitor", "device", "seed", "random_state", "hyper", "data", "method", "checkpoint"}
+RESERVED = {"self", "prior", "likelihood", "backend", "monitor", "device", "seed", "random_state", "hyper", "data", "method", "checkpoint", "checkpoint_every"}
 
 
 #: Estimator parameters that the CLI sets itself.

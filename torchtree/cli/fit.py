@@ -1,6 +1,7 @@
 """``torchtree fit`` and ``torchtree predict``."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -70,6 +71,17 @@ def _cmd_fit(args) -> int:
         if args._estimator_tasks[k] and args._estimator_tasks[k] != task:
             raise ValueError(f"{_flag(k)} applies to {args._estimator_tasks[k]} only; this is a {task} task")
     smp_kw = {k: (tuple(given[k]) if isinstance(given[k], list) else given[k]) for k in args._sampler_names if k in given}
+    if args.checkpoint:
+        if "checkpoint" not in inspect.signature(cls.__init__).parameters:
+            raise ValueError(f"--method {args.method} ({cls.__name__}) cannot checkpoint; drop --checkpoint")
+        if args.checkpoint_every < 1:
+            raise ValueError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
+        ck_dir = os.path.dirname(os.path.abspath(args.checkpoint))
+        if not os.path.isdir(ck_dir):
+            raise FileNotFoundError(f"--checkpoint {args.checkpoint}: directory {ck_dir} does not exist")
+        smp_kw.update(checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
+        if os.path.exists(args.checkpoint) or os.path.exists(args.checkpoint + ".manifest.json"):
+            _say(args, f"torchtree fit: resuming from {args.checkpoint}")
     device = _resolve_device(args.device)
     monitors: List[Any] = [ProgressMonitor(desc=f"torchtree fit [{args.method}]", disable=True if quiet else None)]
     if args.logdir:
