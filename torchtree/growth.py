@@ -84,6 +84,42 @@ class NodeTable:
         self.live_after_gc = n_points
         self.limit_bytes: Optional[int] = None
 
+    # ------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Everything the table holds, as plain tensors and ints (for checkpoints).
+
+        Records are cut to the allocated uids and the point buffer to its used part
+        (copies, so a checkpoint does not carry the spare capacity).
+        """
+        n = self.n_uids
+        out = {"n_points": self.n_points, "size": self.size, "n_uids": n, "live_after_gc": self.live_after_gc,
+               "buf": self.buf[: self.size].clone()}
+        for name in tuple(self._RECORDS) + ("threshold", "rthr", "stats"):
+            out[name] = getattr(self, name)[:n].clone()
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (the same data); capacities are rebuilt, records past
+        the allocated uids are at their defaults as :meth:`new` expects."""
+        if int(state["n_points"]) != self.n_points:
+            raise ValueError(f"node table of {state['n_points']} points cannot be restored on data of {self.n_points}")
+        dev = self.device
+        n = int(state["n_uids"])
+        cap = max(4096, n)
+        for name, (dt, fill) in self._RECORDS.items():
+            a = torch.full((cap,), fill, dtype=dt, device=dev)
+            a[:n] = state[name].to(device=dev, dtype=dt)
+            setattr(self, name, a)
+        for name in ("threshold", "rthr", "stats"):
+            old = getattr(self, name)
+            a = torch.zeros((cap,) + tuple(old.shape[1:]), dtype=old.dtype, device=dev)
+            a[:n] = state[name].to(device=dev, dtype=old.dtype)
+            setattr(self, name, a)
+        self.n_uids = n
+        self.size = int(state["size"])
+        self.buf = state["buf"].to(device=dev, dtype=torch.int32).clone()
+        self.live_after_gc = int(state["live_after_gc"])
+
     def _reserve(self, need: int) -> None:
         cap = self.depth.numel()
         if need <= cap:
@@ -313,6 +349,17 @@ class Grower:
         self.table = NodeTable(data.n, self.pstats.sum(0), data.X.dtype)
 
     # ------------------------------------------------------------------ state
+    def state_dict(self, state: "GrowthState") -> dict:
+        """The particles and the node table as plain tensors (for checkpoints)."""
+        return {"node_uid": state.node_uid.clone(), "n_nodes": state.n_nodes.clone(), "table": self.table.state_dict()}
+
+    def load_state_dict(self, saved: dict) -> "GrowthState":
+        """Restore the node table from :meth:`state_dict`; returns the particles."""
+        self.table.load_state_dict(saved["table"])
+        dev = self.data.device
+        return GrowthState(saved["node_uid"].to(device=dev, dtype=torch.int32).clone(),
+                           saved["n_nodes"].to(device=dev, dtype=torch.long).clone())
+
     def init_state(self, n_particles: int, capacity: int = 32) -> GrowthState:
         """P single-root trees (uid 0, open)."""
         dev = self.data.device

@@ -24,6 +24,7 @@ from typing import Optional
 
 import torch
 
+from .checkpoint import Checkpointer, fingerprint
 from .growth import PROPOSALS, Grower
 from .likelihoods import DirichletMultinomial, NormalInverseGamma
 from .monitor import NullMonitor, as_monitor
@@ -101,7 +102,25 @@ class TopDownSMC:
     max_memory_bytes : int, optional
         Bound on the node-data pool; exceeding it raises ``MemoryError`` with advice
         instead of crashing. Default: half the physical memory (CPU) or of the GPU.
+    checkpoint : str, optional
+        Path of a checkpoint file (see :mod:`torchtree.checkpoint`). When it exists,
+        :meth:`run` resumes from it and returns exactly what an uninterrupted run
+        with the same seed returns; it is (re)written every ``checkpoint_every``
+        stages and at the end, so re-running a finished run returns its posterior
+        at once. A checkpoint of another run (other data, settings, seed or number
+        of ranks) raises :class:`~torchtree.checkpoint.CheckpointError`. With
+        ``seed=None`` the seed drawn by the first run is stored and reused. A
+        multi-rank run writes ``checkpoint.rank{r}`` files plus
+        ``checkpoint.manifest.json`` and must resume with the same number of ranks.
+        Each save holds the particles and the node table (all node records created
+        so far and the live point lists), so choose ``checkpoint_every`` so that
+        saves stay a small part of the run. None (default): no checkpoints, no cost.
+    checkpoint_every : int
+        Save after every ``checkpoint_every``-th stage (stages ``k-1, 2k-1, ...``).
     """
+
+    # Test hook: called with the step after every checkpoint save (e.g. to simulate a crash).
+    _on_checkpoint = None
 
     def __init__(
         self,
@@ -120,6 +139,8 @@ class TopDownSMC:
         max_stages: int = 100000,
         use_likelihood: bool = True,
         max_memory_bytes: Optional[int] = None,
+        checkpoint: Optional[str] = None,
+        checkpoint_every: int = 1,
     ) -> None:
         if int(n_particles) < 1:
             raise ValueError(f"n_particles must be >= 1, got {n_particles}")
@@ -145,6 +166,23 @@ class TopDownSMC:
         self.max_stages = int(max_stages)
         self.use_likelihood = bool(use_likelihood)
         self.max_memory_bytes = max_memory_bytes
+        if int(checkpoint_every) < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+        self.checkpoint, self.checkpoint_every = checkpoint, int(checkpoint_every)
+
+    def _fingerprint(self, data, lik, seed_key, world_size: int) -> str:
+        """Identity of a run for its checkpoints: what decides the result (not the device,
+        memory bound, redistribution method, stage bound, checkpoint or monitor options)."""
+        settings = {"prior": _config(self.prior), "likelihood": _config(lik), "n_particles": self.n_particles,
+                    "n_islands": self.n_islands, "proposal": self.proposal, "expansion": self.expansion,
+                    "resampling": self.resampling, "ess_threshold": self.ess_threshold,
+                    "use_likelihood": self.use_likelihood, "task": data.task}
+        return fingerprint("TopDownSMC", settings, seed_key, data.X, data.y, int(world_size))
+
+    def _checkpointer(self, data, lik, seed_key, backend=None) -> Checkpointer:
+        ws = 1 if backend is None else int(backend.world_size)
+        fp = self._fingerprint(data, lik, seed_key, ws) if self.checkpoint is not None else None
+        return Checkpointer(self.checkpoint, self.checkpoint_every, backend=backend, fingerprint=fp)
 
     # ------------------------------------------------------------------ run
     def run(self, data, *, seed=None, monitor=None) -> TreePosterior:
@@ -180,30 +218,50 @@ class TopDownSMC:
         lik = self.likelihood if self.likelihood is not None else default_likelihood(data)
         if lik.task != data.task:
             raise ValueError(f"likelihood {lik!r} is for {lik.task} but the data is {data.task}")
-        seed_i = seed_to_int(seed)
+        ck = self._checkpointer(data, lik, seed_key(seed), backend)
+        saved = ck.load() if ck.enabled else None
+        seed_i = int(saved["seed"]) if saved is not None else seed_to_int(seed)
         mon = as_monitor(monitor, rank=None if backend is None else backend.rank)
         P, I = self.n_particles, self.n_islands
         m = P // I
         grower = Grower(self.prior, lik, data, self.proposal, seed_i, self.use_likelihood)
         grower.table.limit_bytes = self.max_memory_bytes or _default_memory_limit(dev)
-        state = grower.init_state(P)
         gidx = torch.arange(P, device=dev)
-        logw = torch.zeros(P, dtype=torch.float64, device=dev)
-        # Stage 0's target is the root-only tree, whose weight is l(Y) of all the data.
-        root_ll = float(lik.log_marginal(grower.table.stats[0])) if self.use_likelihood else 0.0
-        logz = torch.full((I,), root_ll, dtype=torch.float64, device=dev)
         resample_fn = get_resampler(self.resampling)
-        n_resample, resample_s, resample_steps = 0, 0.0, 0
-        mon.on_start({"sampler": "TopDownSMC", "n_particles": P, "n_islands": I, "proposal": self.proposal,
-                      "expansion": self.expansion, "n": data.n, "d": data.d})
-        stage = 0
+        resample_s = 0.0
+        if saved is None:
+            state = grower.init_state(P)
+            logw = torch.zeros(P, dtype=torch.float64, device=dev)
+            # Stage 0's target is the root-only tree, whose weight is l(Y) of all the data.
+            root_ll = float(lik.log_marginal(grower.table.stats[0])) if self.use_likelihood else 0.0
+            logz = torch.full((I,), root_ll, dtype=torch.float64, device=dev)
+            n_resample, resample_steps, stage, done = 0, 0, 0, False
+        else:
+            state = grower.load_state_dict(saved["growth"])
+            logw, logz = saved["logw"].to(dev), saved["logz"].to(dev)
+            n_resample, resample_steps = int(saved["n_resample"]), int(saved["resample_steps"])
+            stage, done = int(saved["stage"]), bool(saved["done"])
+
+        def snapshot(next_stage: int, finished: bool) -> dict:
+            return {"stage": next_stage, "done": finished, "seed": seed_i, "logw": logw.clone(), "logz": logz.clone(),
+                    "n_resample": n_resample, "resample_steps": resample_steps, "growth": grower.state_dict(state)}
+
+        start_info = {"sampler": "TopDownSMC", "n_particles": P, "n_islands": I, "proposal": self.proposal,
+                      "expansion": self.expansion, "n": data.n, "d": data.d}
+        if saved is not None:
+            start_info["resumed_at_stage"] = stage
+        mon.on_start(start_info)
         while stage < self.max_stages:
+            if done:  # resumed from the final checkpoint of a finished run
+                break
             if self.expansion == "node":
                 pp = (state.n_nodes > stage).nonzero().squeeze(1)
                 nn = torch.full_like(pp, stage)
             else:
                 pp, nn = (grower.slot_status(state) == OPEN).nonzero(as_tuple=True)
             if pp.numel() == 0:
+                if ck.enabled and ck.maybe_save(stage, lambda: snapshot(stage, True), last=True):
+                    self._checkpoint_saved(stage)
                 break
             res = grower.expand(state, pp, nn, gidx[pp], stage)
             incr = torch.zeros(P, dtype=torch.float64, device=dev).index_add_(0, pp, res.log_weight)
@@ -245,6 +303,8 @@ class TopDownSMC:
                     "trees/depth_max": float(depth.max()),
                     "time/seconds": time.perf_counter() - t0,
                 })
+            if ck.enabled and ck.maybe_save(stage, lambda: snapshot(stage + 1, False)):
+                self._checkpoint_saved(stage)
             stage += 1
         else:
             raise RuntimeError(f"TopDownSMC did not finish within max_stages={self.max_stages}")
@@ -268,6 +328,32 @@ class TopDownSMC:
         post = TreePosterior(trees, final_lw, lik, data.d, classes=data.classes_, log_evidence=log_evidence, info=info)
         mon.on_end({"log_evidence": log_evidence, "seconds": info["seconds"], "n_stages": stage, "posterior": post})
         return post
+
+    def _checkpoint_saved(self, step: int) -> None:
+        if self._on_checkpoint is not None:
+            self._on_checkpoint(step)
+
+
+def seed_key(seed):
+    """What of ``seed`` identifies a run in a checkpoint fingerprint: the seed itself, or
+    ``"drawn"`` for None / a ``torch.Generator`` (the drawn seed is then stored in the
+    checkpoint and reused on resume)."""
+    if seed is None or isinstance(seed, torch.Generator):
+        return "drawn"
+    return seed_to_int(seed)
+
+
+def _config(obj):
+    """A plain, exact description of a prior or likelihood (``config()`` where it has one)."""
+    cfg = getattr(obj, "config", None)
+    if callable(cfg):
+        try:
+            return cfg()
+        except Exception:  # pragma: no cover - fall back to the repr
+            pass
+    import re
+
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))
 
 
 def _default_memory_limit(dev: torch.device) -> int:
