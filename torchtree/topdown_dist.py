@@ -85,7 +85,7 @@ from .monitor import NullMonitor, as_monitor
 from .posterior import TreePosterior
 from .random import derive_seed, seed_to_int
 from .resampling import get_resampler
-from .topdown import _default_memory_limit, canonical_ancestors, default_likelihood, resolve_device
+from .topdown import _default_memory_limit, canonical_ancestors, default_likelihood, resolve_device, seed_key
 from .trees import LEAF, OPEN, HardTrees
 
 __all__ = [
@@ -460,16 +460,22 @@ def run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePoste
         raise ValueError(f"likelihood {lik!r} is for {lik.task} but the data is {data.task}")
     # One set-up collective: rank 0's seed, and a check that every rank runs the same job.
     seed_i = seed_to_int(seed)
-    mine = torch.tensor([[seed_i, _settings_hash(smc, data, lik)]], dtype=torch.int64)
+    fixed = int(seed_key(seed) != "drawn")
+    mine = torch.tensor([[seed_i, _settings_hash(smc, data, lik), fixed]], dtype=torch.int64)
     table = backend.all_gather(mine)
     if bool((table[:, 1] != table[0, 1]).any()):
         raise ValueError("ranks disagree on the TopDownSMC settings or the data's shape; "
                          "every rank must run the same sampler on the same full training data")
     seed_i = int(table[0, 0])
+    # Checkpoints: every rank loads its own file (the same step on all ranks, or an error).
+    ck = smc._checkpointer(data, lik, seed_i if int(table[0, 2]) else "drawn", backend)
+    saved = ck.load() if ck.enabled else None
+    if saved is not None:
+        seed_i = int(saved["seed"])
     mon = as_monitor(monitor, rank=r)
     grower = Grower(smc.prior, lik, data, smc.proposal, seed_i, smc.use_likelihood)
     grower.table.limit_bytes = smc.max_memory_bytes or _default_memory_limit(dev)
-    state = grower.init_state(n)
+    state = grower.init_state(n) if saved is None else grower.load_state_dict(saved["growth"])
     g0 = r * n
     gidx = torch.arange(g0, g0 + n, device=dev)
     root_ll = float(lik.log_marginal(grower.table.stats[0])) if smc.use_likelihood else 0.0
@@ -477,7 +483,17 @@ def run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePoste
     method = getattr(smc, "redistribution", "auto")
     mon.on_start({"sampler": "TopDownSMC", "n_particles": P, "n_islands": I, "proposal": smc.proposal,
                   "expansion": smc.expansion, "n": data.n, "d": data.d, "world_size": W, "layout": layout})
-    timing = {"resample_seconds": 0.0, "resample_steps": 0, "received": 0}
+    timing = {"resample_seconds": 0.0, "resample_steps": 0 if saved is None else int(saved["resample_steps"]), "received": 0}
+
+    def save(step: int, fields: dict, last: bool = False) -> None:
+        """Checkpoint (collective: every rank calls it at the same steps)."""
+        def snap():
+            out = {"seed": seed_i, "resample_steps": timing["resample_steps"], "growth": grower.state_dict(state)}
+            out.update({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in fields.items()})
+            return out
+
+        if ck.maybe_save(step, snap, last=last):
+            smc._checkpoint_saved(step)
 
     def report(stage, ess, logz_, n_isl, need, open_nodes, distinct):
         if isinstance(mon, NullMonitor):
@@ -499,6 +515,17 @@ def run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePoste
         logw = torch.zeros(n, dtype=torch.float64, device=dev)
         logz = torch.full((Il,), root_ll, dtype=torch.float64, device=dev)
         n_resample = 0
+        # stage: the next stage to run (or, once this rank's trees are finished at
+        # ``local_end``, the next stage whose weight bookkeeping is still to replay).
+        stage, failed, local_end, n_stages = 0, False, -1, -1
+        if saved is not None:
+            logw, logz = saved["logw"].to(dev), saved["logz"].to(dev)
+            n_resample, stage, failed = int(saved["n_resample"]), int(saved["stage"]), bool(saved["failed"])
+            local_end, n_stages = int(saved["local_end"]), int(saved["n_stages"])
+
+        def fields(next_stage):
+            return {"stage": next_stage, "logw": logw, "logz": logz, "n_resample": n_resample, "failed": failed,
+                    "local_end": local_end, "n_stages": n_stages}
 
         def step(stage, incr):
             nonlocal logw, logz, n_resample
@@ -521,29 +548,61 @@ def run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePoste
                 timing["resample_steps"] += 1
             return ess, need
 
-        stage, failed = 0, False
-        while True:
+        every = ck.every
+        zero = torch.zeros(n, dtype=torch.float64, device=dev)
+
+        def sync(working: bool):
+            """Checkpointed runs: at every due stage all ranks report whether they still grow trees."""
+            msg = torch.tensor([[int(working), local_end, int(failed)]], dtype=torch.int64)
+            return _end_sync(backend, msg, time.perf_counter() - t0)
+
+        while local_end < 0:
             if stage >= smc.max_stages:
-                failed = True
+                failed, local_end = True, stage
                 break
             pp, nn = _pairs(grower, state, smc.expansion, stage)
             if pp.numel() == 0:
+                local_end = stage
                 break
             res = grower.expand(state, pp, nn, gidx[pp], stage)
             incr = torch.zeros(n, dtype=torch.float64, device=dev).index_add_(0, pp, res.log_weight)
             ess, need = step(stage, incr)
             report(stage, ess, logz, Il, need, pp.numel(), res.n_distinct)
+            if ck.enabled and (stage + 1) % every == 0:
+                sync(True)
+                save(stage, fields(stage + 1))
             stage += 1
-        # The global stage count; finished ranks replay the remaining stages' bookkeeping
-        # (zero increments), as the one-process filter does for its finished islands.
-        ends = _end_sync(backend, torch.tensor([[stage, int(failed)]], dtype=torch.int64), time.perf_counter() - t0)
-        if bool(ends[:, 1].any()):
-            raise RuntimeError(f"TopDownSMC did not finish within max_stages={smc.max_stages}")
-        n_stages = int(ends[:, 0].max())
-        zero = torch.zeros(n, dtype=torch.float64, device=dev)
+        if n_stages < 0 and not ck.enabled:
+            # The global stage count; finished ranks replay the remaining stages' bookkeeping
+            # (zero increments), as the one-process filter does for its finished islands.
+            ends = _end_sync(backend, torch.tensor([[stage, int(failed)]], dtype=torch.int64), time.perf_counter() - t0)
+            if bool(ends[:, 1].any()):
+                raise RuntimeError(f"TopDownSMC did not finish within max_stages={smc.max_stages}")
+            n_stages = int(ends[:, 0].max())
+        elif n_stages < 0:
+            # Checkpointed: a finished rank keeps meeting the others at every due stage (where
+            # all ranks save), replaying its bookkeeping up to that stage while someone still
+            # grows trees; at the first due stage where nobody does, the run ends.
+            while True:
+                due = ((stage + every) // every) * every - 1  # first due stage >= stage
+                got = sync(False)
+                if bool(got[:, 0].any()):
+                    for s in range(stage, due + 1):
+                        ess, need = step(s, zero)
+                        report(s, ess, logz, Il, need, 0, 0)
+                    stage = due + 1
+                    save(due, fields(stage))
+                    continue
+                if bool(got[:, 2].any()):
+                    raise RuntimeError(f"TopDownSMC did not finish within max_stages={smc.max_stages}")
+                n_stages = int(got[:, 1].max())
+                break
         for s in range(stage, n_stages):
             ess, need = step(s, zero)
             report(s, ess, logz, Il, need, 0, 0)
+        if ck.enabled and stage <= n_stages:
+            stage = n_stages + 1
+            save(n_stages, fields(stage), last=True)
         fin = backend.all_gather(torch.cat([
             logw, logz, torch.tensor([n_resample, int(state.n_nodes.max())], dtype=torch.float64, device=dev)]))
         fin = fin.view(W, n + Il + 2)
@@ -554,9 +613,17 @@ def run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePoste
     else:
         logw_g = torch.zeros(P, dtype=torch.float64, device=dev)
         logz_g = torch.full((I,), root_ll, dtype=torch.float64, device=dev)
-        n_resample = 0
-        stage = 0
+        n_resample, stage, done = 0, 0, False
+        if saved is not None:
+            logw_g, logz_g = saved["logw"].to(dev), saved["logz"].to(dev)
+            n_resample, stage, done = int(saved["n_resample"]), int(saved["stage"]), bool(saved["done"])
+
+        def fields(next_stage, finished):
+            return {"stage": next_stage, "done": finished, "logw": logw_g, "logz": logz_g, "n_resample": n_resample}
+
         while stage < smc.max_stages:
+            if done:  # resumed from the final checkpoint of a finished run
+                break
             pp, nn = _pairs(grower, state, smc.expansion, stage)
             incr = torch.zeros(n, dtype=torch.float64, device=dev)
             distinct = 0
@@ -568,6 +635,8 @@ def run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePoste
             allm = backend.all_gather(msg).view(W, n + 2)
             n_pairs = int(allm[:, n].sum())
             if n_pairs == 0:
+                if ck.enabled:
+                    save(stage, fields(stage, True), last=True)
                 break
             width = int(allm[:, n + 1].max())
             incr_g = allm[:, :n].reshape(P)
@@ -589,6 +658,8 @@ def run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePoste
                 timing["resample_seconds"] += time.perf_counter() - ts
                 timing["resample_steps"] += 1
             report(stage, ess, logz_g, I, need, n_pairs, distinct)
+            if ck.enabled:
+                save(stage, fields(stage + 1, False))
             stage += 1
         else:
             raise RuntimeError(f"TopDownSMC did not finish within max_stages={smc.max_stages}")
