@@ -5,6 +5,8 @@ Usage::
     python examples/bench_dcc.py                      # all data sets + NUTS throughput
     python examples/bench_dcc.py --datasets iris wine --seeds 0 1
     python examples/bench_dcc.py --skip-throughput --json results.json
+    python examples/bench_dcc.py --only-throughput --throughput-models wu iris   # NUTS vs Pyro
+    python examples/bench_dcc.py --smoke              # tiny run (< 1 min) for the example tests
 
 Data: CGM and WU are generated (``torchtree.datasets.synthetic``, paper 004 App. C);
 ``breast_cancer_wisconsin_original``, ``iris``, ``wine`` and ``raisin`` are read from
@@ -22,6 +24,9 @@ both after the same number of warm-up iterations. Pyro runs one chain at a time
 (its multi-chain mode spawns processes, which on two cores is at best 2x); its
 rate is reported per chain and, generously, doubled for two cores.
 """
+# smoke-expect: ^iris\s+0\s+acc\s+[0-9.]+\s+[0-9.]+
+# smoke-expect: ^wu\s+0\s+mse\s+[0-9.]+\s+[0-9.]+
+# smoke-expect: speed-up \(chain-iterations/s, CPU time\): [0-9.]+x
 from __future__ import annotations
 
 import argparse
@@ -103,41 +108,158 @@ def run_dcc(name: str, data_dir: str, seed: int, max_seconds: float, overrides: 
     }
 
 
-def throughput(n_chains: int = 32, n_warmup: int = 100, n_samples: int = 100, pyro_samples: int = 100) -> dict:
-    """Chain-samples per second: batched NUTS (n_chains) vs Pyro NUTS (one chain)."""
+class _PhaseClock:
+    """Monitor that notes the wall and CPU clocks when sampling starts (after warm-up)."""
+
+    def __init__(self):
+        self.mark = None
+
+    def on_step(self, step, d):
+        if self.mark is None and d.get("hmc/phase") == "sample":
+            self.mark = (time.perf_counter(), time.process_time())
+
+
+def _throughput_data(model_name: str, data_dir: str):
+    if model_name == "wu":
+        Xtr, ytr, Xte, yte = wu(seed=0)
+        return Xtr.float(), ytr.float(), Xte.float(), yte.float()
+    Xtr, ytr, Xte, yte = load(model_name, data_dir)
+    return Xtr.float(), ytr, Xte.float(), yte
+
+
+def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_chains: int = 32, n_warmup: int = 100,
+               n_samples: int = 100, depth: int = 2, h: float = 0.05, max_tree_depth: int = 8,
+               pyro_jit: bool = False) -> dict:
+    """Chain-iterations per second: ``torchtree.soft.NUTS`` with ``n_chains`` chains in one
+    batch vs ``pyro.infer.MCMC(pyro.infer.NUTS(model))`` (one chain) on the same soft tree.
+
+    Same model (full tree of ``depth``, sharpness ``h``, same priors and input scaling),
+    same warm-up and draw counts, same NUTS depth cap and target acceptance, both
+    single-threaded in this process. Rates count warm-up and sampling iterations
+    (``total``) and the sampling phase alone (``sample``); wall and CPU clocks.
+    Also reports each sampler's test metric (posterior predictive), as a check that
+    both sample the same posterior.
+    """
     import pyro
-    from pyro.infer import MCMC
+    from pyro.infer import MCMC, Predictive
     from pyro.infer import NUTS as PyroNUTS
 
-    from torchtree.pyro import SoftTreeRegressor
+    from torchtree.kernels.soft_routing import soft_class_counts
+    from torchtree.pyro import SoftTreeClassifier, SoftTreeRegressor
+    from torchtree.soft.inputs import as_soft_data
 
-    Xtr, ytr, _, _ = wu(seed=0)
-    Xtr, ytr = Xtr.float(), ytr.float()
-    h = 0.05
-    hp = SoftTreeHyper().resolve(__import__("torchtree.soft.inputs", fromlist=["as_soft_data"]).as_soft_data(Xtr, ytr))
-    ours = NUTS(n_chains=n_chains, n_samples=n_samples, n_warmup=n_warmup, depth=2, sharpness=h, hyper=hp,
-                max_tree_depth=8)
-    t0 = time.perf_counter()
-    post = ours.run((Xtr, ytr), seed=0)
-    t_ours = time.perf_counter() - t0
+    Xtr, ytr, Xte, yte = _throughput_data(model_name, data_dir)
+    regression = ytr.is_floating_point()
+    sd = as_soft_data(Xtr, ytr)
+    hp = SoftTreeHyper().resolve(sd)
+    D = Xtr.shape[1]
+    # ours --------------------------------------------------------------------------
+    ours = NUTS(n_chains=n_chains, n_samples=n_samples, n_warmup=n_warmup, depth=depth, sharpness=h, hyper=hp,
+                max_tree_depth=max_tree_depth)
+    clock = _PhaseClock()
+    t0, c0 = time.perf_counter(), time.process_time()
+    post = ours.run((Xtr, ytr), seed=0, monitor=clock)
+    t_ours, c_ours = time.perf_counter() - t0, time.process_time() - c0
+    ts_ours, cs_ours = (t0 + t_ours - clock.mark[0]), (c0 + c_ours - clock.mark[1])
+    if regression:
+        ours_metric = float(((torch.as_tensor(post.predict(Xte)) - yte) ** 2).mean())
+    else:
+        ours_metric = post.accuracy(Xte, yte)
+    # pyro --------------------------------------------------------------------------
     pyro.set_rng_seed(0)
-    model = SoftTreeRegressor(3, topology=2, sharpness=h, mu_mean=hp.mu_mean, mu_var=hp.mu_var,
-                              sigma_shape=hp.sigma_shape, sigma_scale=hp.sigma_scale,
-                              feature_min=Xtr.min(0).values, feature_max=Xtr.max(0).values)
-    mc = MCMC(PyroNUTS(model, max_tree_depth=8), num_samples=pyro_samples, warmup_steps=n_warmup,
-              disable_progbar=True)
-    t0 = time.perf_counter()
-    mc.run(Xtr, ytr)
-    t_pyro = time.perf_counter() - t0
-    ours_rate = n_chains * (n_warmup + n_samples) / t_ours
-    pyro_rate = (n_warmup + pyro_samples) / t_pyro
-    return {
-        "model": "WU depth-2 soft regression tree, h=0.05",
-        "ours_chains": n_chains, "ours_seconds": t_ours, "ours_chain_iter_per_s": ours_rate,
+    pyro.clear_param_store()
+    rng = dict(feature_min=Xtr.min(0).values, feature_max=Xtr.max(0).values)
+    if regression:
+        model = SoftTreeRegressor(D, topology=depth, sharpness=h, mu_mean=hp.mu_mean, mu_var=hp.mu_var,
+                                  sigma_shape=hp.sigma_shape, sigma_scale=hp.sigma_scale, **rng)
+        args = (Xtr, ytr)
+    else:
+        K = sd.n_classes
+        model = SoftTreeClassifier(D, K, topology=depth, sharpness=h, alpha=hp.alpha, **rng)
+        args = (Xtr, ytr)
+    marks = {}
+
+    def hook(kernel, params, stage, i):
+        if stage == "Warmup" and i == n_warmup - 1:
+            marks["sample"] = (time.perf_counter(), time.process_time())
+
+    mc = MCMC(PyroNUTS(model, max_tree_depth=max_tree_depth, target_accept_prob=0.8, jit_compile=pyro_jit,
+                       ignore_jit_warnings=True),
+              num_samples=n_samples, warmup_steps=n_warmup, disable_progbar=True, hook_fn=hook)
+    t0, c0 = time.perf_counter(), time.process_time()
+    mc.run(*args)
+    t_pyro, c_pyro = time.perf_counter() - t0, time.process_time() - c0
+    ts_pyro, cs_pyro = (t0 + t_pyro - marks["sample"][0]), (c0 + c_pyro - marks["sample"][1])
+    samples = mc.get_samples()
+    with torch.no_grad():
+        if regression:
+            pred = Predictive(model, posterior_samples=samples, return_sites=["_RETURN"])(Xte)["_RETURN"].mean(0)
+            pyro_metric = float(((pred - yte) ** 2).mean())
+        else:
+            # leaf class probabilities integrated out: p(k | x) = sum_l phi_l(x) (n_lk + a/K) / (n_l + a)
+            pred_fn = Predictive(model, posterior_samples=samples, return_sites=["_RETURN"])
+            phi_tr = pred_fn(Xtr, ytr)["_RETURN"]  # [S, N, L]
+            phi_te = pred_fn(Xte, torch.zeros(len(Xte), dtype=torch.long))["_RETURN"]
+            onehot = torch.nn.functional.one_hot(ytr.long(), K).to(phi_tr)
+            counts = soft_class_counts(phi_tr, onehot)  # [S, L, K]
+            a = float(hp.alpha)
+            leaf_p = (counts + a / K) / (counts.sum(-1, keepdim=True) + a)
+            proba = torch.einsum("snl,slk->snk", phi_te, leaf_p).mean(0)
+            pyro_metric = float((proba.argmax(-1) == yte).double().mean())
+    n_it = n_warmup + n_samples
+    out = {
+        "model": f"{model_name} depth-{depth} soft {'regression' if regression else 'classification'} tree, h={h}",
+        "metric": "test MSE" if regression else "test accuracy",
+        "n_warmup": n_warmup, "n_samples": n_samples, "max_tree_depth": max_tree_depth,
+        "ours_chains": n_chains, "ours_seconds": t_ours, "ours_cpu_seconds": c_ours,
+        "ours_sample_seconds": ts_ours, "ours_sample_cpu_seconds": cs_ours,
         "ours_grad_evals": post.info["grad_evals"], "ours_tree_depth": post.info["mean_tree_depth"],
-        "pyro_seconds": t_pyro, "pyro_chain_iter_per_s": pyro_rate,
-        "speedup_vs_pyro_1core": ours_rate / pyro_rate, "speedup_vs_pyro_2cores": ours_rate / (2 * pyro_rate),
+        "ours_step_size": post.info["step_size"], "ours_metric": ours_metric,
+        "pyro_chains": 1, "pyro_jit": pyro_jit, "pyro_seconds": t_pyro, "pyro_cpu_seconds": c_pyro,
+        "pyro_sample_seconds": ts_pyro, "pyro_sample_cpu_seconds": cs_pyro,
+        "pyro_step_size": float(mc.kernel.step_size), "pyro_metric": pyro_metric,
     }
+    for clk, (ot, pt, ost, pst) in {
+        "wall": (t_ours, t_pyro, ts_ours, ts_pyro), "cpu": (c_ours, c_pyro, cs_ours, cs_pyro),
+    }.items():
+        out[f"ours_chain_iter_per_s_{clk}"] = n_chains * n_it / ot
+        out[f"pyro_chain_iter_per_s_{clk}"] = n_it / pt
+        out[f"speedup_total_{clk}"] = (n_chains * n_it / ot) / (n_it / pt)
+        out[f"speedup_sample_{clk}"] = (n_chains * n_samples / ost) / (n_samples / pst)
+    # compatibility with earlier JSON consumers
+    out["ours_chain_iter_per_s"] = out["ours_chain_iter_per_s_wall"]
+    out["pyro_chain_iter_per_s"] = out["pyro_chain_iter_per_s_wall"]
+    out["speedup_vs_pyro_1core"] = out["speedup_total_cpu"]
+    out["speedup_vs_pyro_2cores"] = out["speedup_total_cpu"] / 2
+    return out
+
+
+def print_throughput(t: dict) -> None:
+    print(f"\nNUTS throughput: {t['model']}; {t['n_warmup']} warm-up + {t['n_samples']} draws per chain, "
+          f"NUTS depth cap {t['max_tree_depth']}")
+    print(f"  torchtree batched NUTS, {t['ours_chains']} chains: {t['ours_chain_iter_per_s_cpu']:.1f} chain-iterations "
+          f"per CPU s ({t['ours_cpu_seconds']:.1f} cpu s, {t['ours_seconds']:.1f} wall s; sampling phase "
+          f"{t['ours_sample_cpu_seconds']:.1f} cpu s), mean tree depth {t['ours_tree_depth']:.2f}, "
+          f"{t['metric']} {t['ours_metric']:.4f}")
+    print(f"  pyro NUTS{' (jit)' if t['pyro_jit'] else ''}, 1 chain: {t['pyro_chain_iter_per_s_cpu']:.2f} chain-iterations "
+          f"per CPU s ({t['pyro_cpu_seconds']:.1f} cpu s, {t['pyro_seconds']:.1f} wall s; sampling phase "
+          f"{t['pyro_sample_cpu_seconds']:.1f} cpu s), {t['metric']} {t['pyro_metric']:.4f}")
+    print(f"  speed-up (chain-iterations/s, CPU time): {t['speedup_total_cpu']:.1f}x warm-up+sampling, "
+          f"{t['speedup_sample_cpu']:.1f}x sampling only; wall time: {t['speedup_total_wall']:.1f}x, "
+          f"{t['speedup_sample_wall']:.1f}x; vs Pyro on both cores (num_chains=2, at best 2x): "
+          f"{t['speedup_total_cpu'] / 2:.1f}x")
+
+
+SMOKE_DCC = dict(n_iterations=3, n_initial=10, n_chains=2, n_samples=5, n_warmup=20, n_warmup_warm=10, n_parallel=2,
+                 max_depth=2, n_proposals=2)
+
+
+def _fmt_row(r: dict) -> str:
+    pm, ps = PAPER[r["dataset"]]["paper"]
+    return (f"{r['dataset']:8s} {r['seed']:4d} {r['metric']:>6s} {r['train']:7.4f} {r['test']:7.4f} "
+            f"{pm:8.3f}({ps:.1g}) {r['fit_seconds']:7.1f} {r['fit_cpu_seconds']:7.1f} {r['iterations']:5d} "
+            f"{r['n_topologies']:5d}  {r['top_topology']} ({r['top_weight']:.2f})"
+            + (f"  [noise floor of this test set: {r['oracle_test_mse']:.4f}]" if r["oracle_test_mse"] else ""))
 
 
 def main(argv=None) -> int:
@@ -146,20 +268,40 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--data-dir", default=os.environ.get("TORCHTREE_DATA", "/work/shared/data"))
     ap.add_argument("--max-seconds", type=float, default=270.0, help="time cap of each DCC loop")
-    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="cpu",
                     help="what --max-seconds measures (cpu: this process's CPU time, for shared machines)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is fastest on shared cores)")
     ap.add_argument("--set", nargs="*", default=[], help="DCC overrides, e.g. n_iterations=20 n_chains=4")
     ap.add_argument("--skip-throughput", action="store_true")
-    ap.add_argument("--only-throughput", action="store_true")
+    ap.add_argument("--only-throughput", action="store_true", help="only batched NUTS vs Pyro NUTS")
+    ap.add_argument("--throughput-models", nargs="+", default=["wu", "iris"], choices=["wu"] + list(PAPER)[2:],
+                    help="soft-tree models of the NUTS vs Pyro comparison")
+    ap.add_argument("--throughput-chains", type=int, default=32)
+    ap.add_argument("--throughput-iters", nargs=2, type=int, default=[100, 100], metavar=("WARMUP", "SAMPLES"))
+    ap.add_argument("--pyro-jit", action="store_true", help="Pyro NUTS with jit_compile=True")
     ap.add_argument("--json", default=None, help="write all results to this file")
+    ap.add_argument("--smoke", action="store_true", help="tiny configuration (< 1 min) for the example tests")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     overrides = {}
+    defaults = DCC().__dict__
     for item in args.set:
         k, v = item.split("=", 1)
-        overrides[k] = type(DCC().__dict__.get(k, 0.0))(float(v)) if k in DCC().__dict__ else float(v)
-    results = {"command": " ".join([sys.executable.split("/")[-1]] + sys.argv), "dcc": [], "throughput": None}
+        if v in ("True", "False"):
+            overrides[k] = v == "True"
+        elif k in defaults and isinstance(defaults[k], str):
+            overrides[k] = v
+        elif k in defaults and defaults[k] is not None and not isinstance(defaults[k], bool):
+            overrides[k] = type(defaults[k])(float(v))
+        else:
+            overrides[k] = float(v)
+    tp = dict(n_chains=args.throughput_chains, n_warmup=args.throughput_iters[0], n_samples=args.throughput_iters[1])
+    if args.smoke:
+        args.datasets, args.seeds, args.max_seconds = ["iris", "wu"], [0], 60.0
+        overrides = dict(SMOKE_DCC, **overrides)
+        args.throughput_models = ["iris"]
+        tp = dict(n_chains=8, n_warmup=10, n_samples=10)
+    results = {"command": " ".join([sys.executable.split("/")[-1]] + sys.argv), "dcc": [], "throughput": []}
     if not args.only_throughput:
         print(f"{'data':8s} {'seed':>4s} {'metric':>6s} {'train':>7s} {'test':>7s} {'paper':>15s} {'wall s':>7s} "
               f"{'cpu s':>7s} {'iters':>5s} {'topos':>5s}  top topology (weight)")
@@ -167,22 +309,12 @@ def main(argv=None) -> int:
             for seed in args.seeds:
                 r = run_dcc(name, args.data_dir, seed, args.max_seconds, overrides, args.clock)
                 results["dcc"].append(r)
-                pm, ps = PAPER[name]["paper"]
-                print(f"{name:8s} {seed:4d} {r['metric']:>6s} {r['train']:7.4f} {r['test']:7.4f} "
-                      f"{pm:8.3f}({ps:.1g}) {r['fit_seconds']:7.1f} {r['fit_cpu_seconds']:7.1f} {r['iterations']:5d} "
-                      f"{r['n_topologies']:5d}  "
-                      f"{r['top_topology']} ({r['top_weight']:.2f})"
-                      + (f"  [noise floor of this test set: {r['oracle_test_mse']:.4f}]" if r["oracle_test_mse"] else ""),
-                      flush=True)
+                print(_fmt_row(r), flush=True)
     if not args.skip_throughput:
-        t = throughput()
-        results["throughput"] = t
-        print(f"\nNUTS throughput ({t['model']}):")
-        print(f"  torchtree batched NUTS, {t['ours_chains']} chains: {t['ours_chain_iter_per_s']:.1f} chain-iterations/s "
-              f"({t['ours_seconds']:.1f} s)")
-        print(f"  pyro NUTS, 1 chain: {t['pyro_chain_iter_per_s']:.2f} chain-iterations/s ({t['pyro_seconds']:.1f} s)")
-        print(f"  speed-up: {t['speedup_vs_pyro_1core']:.1f}x (vs one Pyro chain), "
-              f"{t['speedup_vs_pyro_2cores']:.1f}x (vs Pyro on both cores)")
+        for m in args.throughput_models:
+            t = throughput(m, args.data_dir, pyro_jit=args.pyro_jit, **tp)
+            results["throughput"].append(t)
+            print_throughput(t)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)

@@ -12,7 +12,12 @@ Run::
 
     python examples/pyro_soft_tree.py            # quick settings
     python examples/pyro_soft_tree.py --long     # more draws
+    python examples/pyro_soft_tree.py --smoke    # tiny run (< 1 min), for tests
 """
+# smoke-expect: ^\[pyro NUTS\]\s+1 chain, .* test MSE [0-9.]+
+# smoke-expect: ^\[batched NUTS\] 32 chains, .* test MSE [0-9.]+; [0-9]+x the chain-iterations/s
+# smoke-expect: ^\[hierarchical\]  tree threshold
+# smoke-expect: ^\[classifier\]    root split weights
 from __future__ import annotations
 
 import argparse
@@ -98,9 +103,10 @@ def classification(n_samples: int, n_warmup: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--long", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="tiny run (15 warm-up + 15 draws) for the example tests")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    n, w = (500, 300) if args.long else (100, 100)
+    n, w = (500, 300) if args.long else (15, 15) if args.smoke else (100, 100)
     regression(n, w)
     hierarchical(n, w)
     classification(n, w)
