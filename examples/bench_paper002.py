@@ -15,8 +15,9 @@ For each data set (70/30 split, fixed seed) it runs, with the same problem size
 
 Reported per row (mean +- sd over ``--splits`` random splits): accuracy of the
 posterior predictive, the paper's figure (mean accuracy of the individual trees,
-``per_particle_accuracy``), mean test ``log p(y | x)``, seconds, final ESS (SMC)
-and chain-iterations per second (MCMC).
+``per_particle_accuracy``), mean test ``log p(y | x)``, wall seconds, CPU seconds of
+this process (``time.process_time``; with ``--threads 1`` a load-independent
+measure on a shared machine), final ESS (SMC) and chain-iterations per second (MCMC).
 Paper 002 Table 1 (N = 1024, K = 10, SMC): heart 77.44 %, diabetes 73.27 %,
 abalone 22.48 %, students 71.48 %.
 
@@ -24,16 +25,28 @@ Usage::
 
     python examples/bench_paper002.py [--data /work/shared/data] [--datasets heart_statlog ...]
         [--threads 1] [--splits 10] [--quick] [--poisson] [--only smc-moves mcmc-1] [--out bench_paper002.json]
+    python examples/bench_paper002.py --smoke                      # tiny, < 1 min, for the test suite
+
+Paper 002 reproduction, distributed: the SMC-with-moves rows (and top-down SMC) run on
+several ranks with ``--backend gloo`` under ``torchrun`` or ``--backend mpi`` under
+``mpiexec``; every rank holds N / ranks particles and the results equal the one-rank run's
+(the MCMC rows are skipped there). Rank 0 prints and writes the JSON::
+
+    torchrun --standalone --nproc_per_node=2 examples/bench_paper002.py --backend gloo --quick --only smc-moves
+    mpiexec -n 2 python examples/bench_paper002.py --backend mpi --quick --only smc-moves
 
 A script, not a timed test. Data are read from CSV at run time (header row, last
-column = label).
+column = label); ``--smoke`` falls back to a synthetic data set when the CSVs are absent.
 """
+# smoke-expect: ^\S+\s+smc-moves N=64\s+\d+\.\d+
+# smoke-expect: ^bench_paper002: done
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import platform
+import sys
 import time
 
 import numpy as np
@@ -45,12 +58,19 @@ from torchtree.smc_moves import SMCSampler, per_particle_accuracy
 
 PAPER_TABLE1 = {"heart_statlog": 77.44, "pima_diabetes": 73.27, "abalone": 22.48, "students_dropout": 71.48}
 DATASETS = tuple(PAPER_TABLE1)
+DEFAULT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
+if not os.path.isdir(DEFAULT_DATA):
+    DEFAULT_DATA = "/work/shared/data"
 
 
 def load(path: str, seed: int = 0):
     """70/30 split with a fixed permutation; every class of the file is known to the model."""
     a = np.loadtxt(path, delimiter=",", skiprows=1)
     X, y = a[:, :-1], a[:, -1].astype(np.int64)
+    return split(X, y, seed)
+
+
+def split(X, y, seed: int = 0):
     perm = np.random.default_rng(seed).permutation(len(y))
     ntr = int(round(0.7 * len(y)))
     tr, te = perm[:ntr], perm[ntr:]
@@ -58,34 +78,55 @@ def load(path: str, seed: int = 0):
     return data, X[te], y[te]
 
 
-def methods(N: int, K: int, quick: bool, poisson: bool):
-    """(name, sampler factory) rows of the table."""
+def synthetic(seed: int = 0, n: int = 300):
+    """A small two-class problem (used by ``--smoke`` when the CSVs are absent)."""
+    rng = np.random.default_rng(12345)
+    X = rng.normal(size=(n, 5))
+    y = ((X[:, 0] > 0.2) ^ (X[:, 1] * X[:, 2] > 0.5) ^ (rng.random(n) < 0.1)).astype(np.int64)
+    return split(X, y, seed)
+
+
+def pick_backend(name: str):
+    """``local`` (one process), ``gloo`` (torchrun's environment) or ``mpi`` (mpiexec)."""
+    import torchtree.distributed as td
+
+    if name == "local":
+        return None
+    return td.get_backend(name)
+
+
+def methods(N: int, K: int, quick: bool, poisson: bool, backend=None):
+    """(name, sampler factory) rows of the table; with a backend only the multi-rank samplers."""
+    b = dict(backend=backend) if backend is not None else {}
     rows = []
     for n in ((N,) if quick else (256, N)):
-        rows.append((f"smc-moves N={n}", lambda n=n: SMCSampler(n_particles=n, n_iterations=K)))
-    rows.append((f"smc-moves+mh N={N}", lambda: SMCSampler(n_particles=N, n_iterations=K, mh_step=True)))
-    rows.append((f"smc-moves+temper N={N}", lambda: SMCSampler(n_particles=N, n_iterations=K, tempering=True)))
-    rows.append((f"mcmc-1 x {N * K}", lambda: MCMC(n_chains=1, n_warmup=N * K // 2, n_samples=N * K - N * K // 2)))
-    rows.append((f"mcmc-{N} x {K}", lambda: MCMC(n_chains=N, n_warmup=K // 2, n_samples=K - K // 2)))
-    rows.append((f"topdown N={N}", lambda: tt.TopDownSMC(n_particles=N, n_islands=4)))
+        rows.append((f"smc-moves N={n}", lambda n=n: SMCSampler(n_particles=n, n_iterations=K, **b)))
+    rows.append((f"smc-moves+mh N={N}", lambda: SMCSampler(n_particles=N, n_iterations=K, mh_step=True, **b)))
+    rows.append((f"smc-moves+temper N={N}", lambda: SMCSampler(n_particles=N, n_iterations=K, tempering=True, **b)))
+    if backend is None:
+        rows.append((f"mcmc-1 x {N * K}", lambda: MCMC(n_chains=1, n_warmup=N * K // 2, n_samples=N * K - N * K // 2)))
+        rows.append((f"mcmc-{N} x {K}", lambda: MCMC(n_chains=N, n_warmup=K // 2, n_samples=K - K // 2)))
+    rows.append((f"topdown N={N}", lambda: tt.TopDownSMC(n_particles=N, n_islands=4, **b)))
     if poisson:
         pk = dict(prior="poisson", poisson_lambda=12.0)
-        rows.append((f"smc-moves poisson N={N}", lambda: SMCSampler(n_particles=N, n_iterations=K, **pk)))
-        rows.append((f"mcmc-1 poisson x {N * K}", lambda: MCMC(n_chains=1, n_warmup=N * K // 2, n_samples=N * K - N * K // 2, **pk)))
+        rows.append((f"smc-moves poisson N={N}", lambda: SMCSampler(n_particles=N, n_iterations=K, **pk, **b)))
+        if backend is None:
+            rows.append((f"mcmc-1 poisson x {N * K}", lambda: MCMC(n_chains=1, n_warmup=N * K // 2, n_samples=N * K - N * K // 2, **pk)))
     return rows
 
 
 def run_one(name, factory, data, Xt, yt, seed):
     sampler = factory()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     post = sampler.run(data, seed=seed)
-    sec = time.perf_counter() - t0
+    sec, cpu = time.perf_counter() - t0, time.process_time() - c0
     row = {
         "method": name,
         "accuracy": post.accuracy(Xt, yt),
         "per_particle_accuracy": per_particle_accuracy(post, Xt, yt),
         "log_pred": post.log_predictive(Xt, yt),
         "seconds": sec,
+        "cpu_seconds": cpu,
         "leaves_mean": post.summary()["leaves_mean"],
         "distinct_trees": len(post),
     }
@@ -105,7 +146,7 @@ def run_one(name, factory, data, Xt, yt, seed):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="/work/shared/data")
+    ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--datasets", nargs="*", default=list(DATASETS))
     ap.add_argument("--particles", type=int, default=1024, help="N (paper: 1024)")
     ap.add_argument("--iterations", type=int, default=10, help="K (paper: 10)")
@@ -115,22 +156,39 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="skip the N=256 row")
     ap.add_argument("--poisson", action="store_true", help="also run the paper's Poisson prior (lambda = 12)")
     ap.add_argument("--only", nargs="*", default=None, help="run only the methods whose name starts with these")
+    ap.add_argument("--backend", default="local", choices=("local", "gloo", "mpi"),
+                    help="local: one process; gloo: under torchrun; mpi: under mpiexec (SMC rows only)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny run for the test suite: heart + diabetes (or synthetic data), N=64, K=5, 2 splits, SMC-with-moves rows")
     ap.add_argument("--out", default="bench_paper002.json")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.smoke:
+        args.particles, args.iterations, args.splits, args.quick = 64, 5, 2, True
+        args.only = args.only or ["smc-moves"]
+        args.datasets = [d for d in ("heart_statlog", "pima_diabetes") if os.path.exists(os.path.join(args.data, f"{d}.csv"))] or ["synthetic"]
+    backend = pick_backend(args.backend)
+    rank = backend.rank if backend is not None else 0
+    world = backend.world_size if backend is not None else 1
+    say = print if rank == 0 else (lambda *a, **k: None)
     meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
             "platform": platform.platform(), "load_average": os.getloadavg(), "N": args.particles, "K": args.iterations,
-            "split": "70/30, numpy default_rng(seed + k).permutation", "seed": args.seed, "splits": args.splits}
+            "split": "70/30, numpy default_rng(seed + k).permutation", "seed": args.seed, "splits": args.splits,
+            "backend": args.backend, "world_size": world, "argv": sys.argv[1:] if argv is None else list(argv)}
     results = []
-    print(f"threads={meta['threads']} load={tuple(round(x, 1) for x in meta['load_average'])} splits={args.splits}")
-    header = (f"{'dataset':<18}{'method':<26}{'acc %':>13}{'tree acc %':>13}{'log p':>8}{'sec':>8}{'ESS':>7}"
+    say(f"threads={meta['threads']} load={tuple(round(x, 1) for x in meta['load_average'])} splits={args.splits} "
+        f"ranks={world} ({args.backend})")
+    header = (f"{'dataset':<18}{'method':<26}{'acc %':>13}{'tree acc %':>13}{'log p':>8}{'sec':>8}{'cpu s':>8}{'ESS':>7}"
               f"{'it/s':>8}{'paper %':>9}")
-    print(header)
-    print("-" * len(header))
+    say(header)
+    say("-" * len(header))
     for ds in args.datasets:
-        splits = [load(os.path.join(args.data, f"{ds}.csv"), args.seed + k) for k in range(args.splits)]
-        for name, factory in methods(args.particles, args.iterations, args.quick, args.poisson):
+        if ds == "synthetic":
+            splits = [synthetic(args.seed + k) for k in range(args.splits)]
+        else:
+            splits = [load(os.path.join(args.data, f"{ds}.csv"), args.seed + k) for k in range(args.splits)]
+        for name, factory in methods(args.particles, args.iterations, args.quick, args.poisson, backend):
             if args.only and not any(name.startswith(o) for o in args.only):
                 continue
             rows = []
@@ -150,13 +208,16 @@ def main(argv=None):
 
             ess = f"{stat('final_ess')[0]:.0f}" if "final_ess" in rows[0] else "-"
             its = f"{stat('iterations_per_second')[0]:.0f}" if "iterations_per_second" in rows[0] else "-"
-            print(f"{ds:<18}{name:<26}{pm('accuracy'):>13}{pm('per_particle_accuracy'):>13}"
-                  f"{stat('log_pred')[0]:>8.3f}{stat('seconds')[0]:>8.2f}{ess:>7}{its:>8}"
-                  f"{PAPER_TABLE1.get(ds, float('nan')):>9.2f}", flush=True)
-    with open(args.out, "w") as fh:
-        json.dump({"meta": meta, "results": results}, fh, indent=1)
-    print(f"wrote {args.out}")
+            say(f"{ds:<18}{name:<26}{pm('accuracy'):>13}{pm('per_particle_accuracy'):>13}"
+                f"{stat('log_pred')[0]:>8.3f}{stat('seconds')[0]:>8.2f}{stat('cpu_seconds')[0]:>8.2f}{ess:>7}{its:>8}"
+                f"{PAPER_TABLE1.get(ds, float('nan')):>9.2f}", flush=True)
+    if rank == 0:
+        with open(args.out, "w") as fh:
+            json.dump({"meta": meta, "results": results}, fh, indent=1)
+        say(f"wrote {args.out}")
+    say("bench_paper002: done")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

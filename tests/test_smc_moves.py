@@ -110,6 +110,13 @@ def test_poisson_prior_and_regression():
     post.trees.validate(data, post.likelihood)
 
 
+class _FakeWorld:
+    rank, all_reduce, all_gather = 0, None, None
+
+    def __init__(self, size):
+        self.world_size = size
+
+
 def test_seed_reproducible_and_argument_checks():
     data = _tiny_data()
     a = SMCSampler(n_particles=32, n_iterations=4).run(data, seed=9)
@@ -120,5 +127,7 @@ def test_seed_reproducible_and_argument_checks():
         SMCSampler(resampling="bogus")
     with pytest.raises(ValueError):
         SMCSampler(ess_threshold=2.0)
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(TypeError):
         SMCSampler(backend=object())
+    with pytest.raises(ValueError, match="divisible"):
+        SMCSampler(n_particles=30, backend=_FakeWorld(4))
