@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import random as _pyrandom
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -154,9 +154,27 @@ class DCC:
     n_warmup_warm : int, optional, default ``max(30, n_warmup // 3)``
     compile : bool, run the soft-tree potential through ``torch.compile`` (about 3x
         faster per gradient on a CPU after 10-20 s of compilation per tree depth)
-    max_seconds : float, optional, stop the loop after this much time
+    max_seconds : float, optional, stop the loop after this much time (summed over
+        resumed segments of a checkpointed run). A time budget makes the number of
+        iterations, and so the result, depend on the machine's speed: runs with
+        ``max_seconds`` are not reproducible, and resuming one is not guaranteed to
+        give the result of an uninterrupted run.
     clock : {"wall", "cpu"}, what ``max_seconds`` measures ("cpu" = this process's
         CPU time, useful on a shared machine)
+    checkpoint : str, optional
+        Path of a checkpoint file. Every ``checkpoint_every`` DCC iterations (and after
+        the last one) the complete loop state is written there atomically: every
+        discovered topology's counts, chains (positions, step sizes, inverse masses),
+        draws, LAIS pseudo-samples and evidence accumulators, the random generators
+        and the iteration counter (plain tensors and containers,
+        ``torch.load(weights_only=True)``). If the file exists when :meth:`run`
+        starts, the run resumes after its last saved iteration; without
+        ``max_seconds`` the result is identical to an uninterrupted run with the
+        same seed. The checkpoint carries a fingerprint of the data, seed and
+        result-affecting settings (not ``n_iterations``, so a finished run can be
+        extended); resuming a different run's checkpoint raises
+        ``torchtree.checkpoint.CheckpointError``.
+    checkpoint_every : int, save every this many DCC iterations
     device : str, "auto" = CUDA when present
     dtype : torch.dtype
     """
@@ -198,6 +216,8 @@ class DCC:
         clock: str = "wall",
         device: Any = "auto",
         dtype: torch.dtype = torch.float32,
+        checkpoint: Optional[str] = None,
+        checkpoint_every: int = 1,
     ) -> None:
         self.n_iterations = int(n_iterations)
         self.n_initial = int(n_initial)
@@ -235,6 +255,56 @@ class DCC:
         self.clock = clock
         self.device = device
         self.dtype = dtype
+        if checkpoint is not None and int(checkpoint_every) < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+        self.checkpoint = checkpoint
+        self.checkpoint_every = int(checkpoint_every)
+        # test hook: called with the iteration index after each iteration (and its
+        # checkpoint); raising from it simulates an interruption
+        self._after_iteration = None
+
+    # ----------------------------------------------------------------- checkpoints
+    # settings that do not change the draws of the iterations run (n_iterations only
+    # bounds the loop, so a finished run can be extended by resuming it)
+    _NOT_FINGERPRINTED = ("n_iterations", "max_seconds", "clock", "device", "checkpoint", "checkpoint_every",
+                          "_after_iteration", "records_", "evidence_")
+
+    def _fingerprint(self, sd, seed: int) -> str:
+        from torchtree.checkpoint import fingerprint
+
+        settings = {k: (asdict(v) if k == "hyper" else repr(v) if isinstance(v, torch.dtype) else v)
+                    for k, v in sorted(self.__dict__.items()) if k not in self._NOT_FINGERPRINTED}
+        return fingerprint("DCC", settings, int(seed), sd.X, sd.y)
+
+    @staticmethod
+    def _record_state(r: "_Record") -> dict:
+        def cpu(t):
+            return None if t is None else t.detach().cpu()
+
+        return {
+            "topology": list(r.topology.internal), "log_prior": float(r.log_prior), "proposed": int(r.proposed),
+            "selected": int(r.selected), "active": bool(r.active), "slot": int(r.slot),
+            "position": cpu(r.position), "step_size": cpu(r.step_size), "inv_mass": cpu(r.inv_mass),
+            "draws": [cpu(x) for x in r.draws], "pseudo": [cpu(x) for x in r.pseudo],
+            "pseudo_logw": [cpu(x) for x in r.pseudo_logw],
+            "parent": None if r.parent is None else list(r.parent.internal),
+            "chain_log_z": cpu(r.chain_log_z), "chain_log_sum_w": cpu(r.chain_log_sum_w), "chain_n": int(r.chain_n),
+            "draw_chain": [cpu(x) for x in r.draw_chain],
+        }
+
+    @staticmethod
+    def _record_from_state(d: dict, dev: torch.device) -> "_Record":
+        def on(t):
+            return None if t is None else t.to(dev)
+
+        return _Record(
+            Topology(tuple(int(i) for i in d["topology"])), float(d["log_prior"]), int(d["proposed"]),
+            int(d["selected"]), bool(d["active"]), int(d["slot"]),
+            on(d["position"]), on(d["step_size"]), on(d["inv_mass"]),
+            list(d["draws"]), list(d["pseudo"]), list(d["pseudo_logw"]),
+            None if d["parent"] is None else Topology(tuple(int(i) for i in d["parent"])),
+            d["chain_log_z"], d["chain_log_sum_w"], int(d["chain_n"]), list(d["draw_chain"]),
+        )
 
     # ----------------------------------------------------------------- helpers
     def _model(self, data, recs: List[_Record], h: float, gen) -> SoftTrees:
@@ -415,8 +485,50 @@ class DCC:
                 for i in range(0, len(group), size):
                     activate_batch(group[i : i + size], is_warm)
 
-        it = 0
-        for it in range(self.n_iterations):
+        # ------------------------------------------------------------ checkpoint / resume
+        from torchtree.checkpoint import Checkpointer
+
+        ck = Checkpointer(self.checkpoint, self.checkpoint_every,
+                          fingerprint=self._fingerprint(sd, seed) if self.checkpoint is not None else None)
+        prev = {"wall": 0.0, "cpu": 0.0}  # time spent by earlier segments of a resumed run
+
+        def snapshot(done: int) -> dict:
+            version, internal, gauss = rng.getstate()
+            return {
+                "iteration": int(done),
+                "records": [self._record_state(r) for r in records.values()],
+                "evidence": {name: getattr(acc, name).cpu() for name in EvidenceAccumulator._FIELDS},
+                "generator": gen.get_state().cpu(), "bookkeeping_generator": rgen.get_state(),
+                "python_random": [int(version), [int(v) for v in internal], gauss],
+                "hmc_step": int(hmc_step[0]), "stats": dict(stats),
+                "elapsed_budget": float(timer() - c_start),
+                "elapsed_wall": prev["wall"] + time.perf_counter() - t_start,
+                "elapsed_cpu": prev["cpu"] + time.process_time() - cpu0,
+            }
+
+        start_it = 0
+        saved = ck.load()
+        if saved is not None:
+            records.clear()
+            for d in saved["records"]:
+                r = self._record_from_state(d, dev)
+                records[r.topology] = r
+            for name in EvidenceAccumulator._FIELDS:
+                setattr(acc, name, saved["evidence"][name].to(torch.float64))
+            gen.set_state(saved["generator"].to(gen.get_state().device))
+            rgen.set_state(saved["bookkeeping_generator"])
+            version, internal, gauss = saved["python_random"]
+            rng.setstate((int(version), tuple(int(v) for v in internal), gauss))
+            hmc_step[0] = int(saved["hmc_step"])
+            stats.update(saved["stats"])
+            c_start = timer() - float(saved["elapsed_budget"])
+            prev["wall"], prev["cpu"] = float(saved["elapsed_wall"]), float(saved["elapsed_cpu"])
+            start_it = int(saved["iteration"]) + 1
+            notify(monitor, "on_step", start_it - 1, {"dcc/resumed_from_iteration": start_it - 1})
+
+        done = start_it - 1  # last completed iteration
+        last_saved = done if saved is not None else None
+        for it in range(start_it, self.n_iterations):
             if self.max_seconds is not None and timer() - c_start > self.max_seconds:
                 break
             new = [r for r in records.values() if not r.active and r.proposed >= self.activation_threshold]
@@ -466,12 +578,21 @@ class DCC:
                     "dcc/accept": float(tr.accept_prob.mean()),
                     "dcc/divergences": int(tr.is_divergent.sum()),
                     "dcc/tree_depth": float(tr.tree_depth.float().mean()),
-                    "dcc/seconds": time.perf_counter() - t_start,
+                    "dcc/seconds": prev["wall"] + time.perf_counter() - t_start,
                 })
+            done = it
+            if ck.maybe_save(it, lambda: snapshot(it), last=it == self.n_iterations - 1):
+                last_saved = it
+            if self._after_iteration is not None:
+                self._after_iteration(it)
+        if ck.enabled and done >= 0 and last_saved != done:  # stopped early by the time budget
+            ck.save(done, snapshot(done))
         stats["nuts_iterations"] = hmc_step[0]
-        stats["iterations"] = it + 1
-        stats["seconds"] = time.perf_counter() - t_start
-        stats["cpu_seconds"] = time.process_time() - cpu0
+        stats["iterations"] = done + 1
+        stats["seconds"] = prev["wall"] + time.perf_counter() - t_start
+        stats["cpu_seconds"] = prev["cpu"] + time.process_time() - cpu0
+        if saved is not None:
+            stats["resumed_from_iteration"] = start_it - 1
         # kept for inspection (per-topology chains, draws, pseudo-samples, counts)
         self.records_, self.evidence_ = records, acc
         post = self._posterior(sd, records, acc, stats)
