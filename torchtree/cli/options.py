@@ -111,7 +111,9 @@ def _option_kwargs(param: inspect.Parameter, doc: Tuple[str, str] = ("", ""), no
         return None
     help_text, choices = _help_and_choices(doc)
     shown = default if not isinstance(default, torch.dtype) else str(default).replace("torch.", "")
-    help_text = " ".join(x for x in (help_text, note, f"(default: {shown})") if x)
+    # a None default whose docstring already states the effective default says nothing more
+    said = default is None and "default" in help_text.lower()
+    help_text = " ".join(x for x in (help_text, note, "" if said else f"(default: {shown})") if x)
     kw: Dict[str, Any] = {"default": argparse.SUPPRESS, "help": help_text.replace("%", "%%")}
     if isinstance(default, bool):
         kw["action"] = argparse.BooleanOptionalAction
