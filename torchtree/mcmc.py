@@ -30,7 +30,8 @@ from .moves import (_MAX_DEPTH, CHANGE, GROW, MOVES, N_SLOTS, PRUNE, SWAP, TreeM
 from .posterior import TreePosterior
 from .priors import ChipmanPrior, PoissonPrior
 from .random import derive_seed, keyed_uniform, seed_to_int
-from .topdown import default_likelihood
+from .checkpoint import Checkpointer, fingerprint
+from .topdown import _config, default_likelihood, seed_key
 from .trees import INTERNAL, LEAF, HardTrees
 
 __all__ = ["MCMC", "rhat", "chain_ess", "make_prior", "check_move_probs"]
@@ -102,13 +103,31 @@ class MCMC:
         device; ``"host"`` runs one chain with numpy on the CPU (a single chain is
         latency-bound; same moves, same random numbers, same chain); ``"auto"`` picks
         ``"host"`` for one chain.
+    checkpoint : str, optional
+        Path of a checkpoint file (see :mod:`torchtree.checkpoint`). When it exists,
+        :meth:`run` resumes from it and returns exactly what an uninterrupted run with
+        the same seed returns (the uniforms are keyed by seed, chain and iteration, so
+        the chains' trees, the acceptance counters, the kept draws and the traces so
+        far are the whole state); it is (re)written every ``checkpoint_every``
+        iterations and after the last one, so re-running a finished run returns its
+        posterior at once. A checkpoint of another run (other data, settings, seed or
+        engine) raises :class:`~torchtree.checkpoint.CheckpointError`. With
+        ``seed=None`` the seed drawn by the first run is stored and reused. Every save
+        holds all the draws kept so far: with many draws, use a ``checkpoint_every``
+        of hundreds of iterations or more. None (default): no checkpoints, no cost.
+    checkpoint_every : int
+        Save after every ``checkpoint_every``-th iteration (iterations ``k-1, 2k-1, ...``).
     """
+
+    # Test hook: called with the step after every checkpoint save (e.g. to simulate a crash).
+    _on_checkpoint = None
 
     def __init__(self, prior=None, likelihood=None, *, n_chains: int = 1, n_samples: int = 1000,
                  n_warmup: Optional[int] = None, thin: int = 1, move_probs: Sequence[float] = (0.25, 0.25, 0.25, 0.25),
                  init: str = "root", keep: str = "samples", alpha_split: float = 0.95, beta_split: float = 0.5,
                  poisson_lambda: float = 5.0, use_likelihood: bool = True, device=None, backend=None,
-                 monitor_every: int = 100, engine: str = "auto") -> None:
+                 monitor_every: int = 100, engine: str = "auto", checkpoint: Optional[str] = None,
+                 checkpoint_every: int = 1) -> None:
         if int(n_chains) < 1:
             raise ValueError(f"n_chains must be >= 1, got {n_chains}")
         if int(n_samples) < 1:
@@ -135,6 +154,26 @@ class MCMC:
         self.device, self.backend = device, backend
         self.monitor_every = max(1, int(monitor_every))
         self.engine = engine
+        if int(checkpoint_every) < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+        self.checkpoint, self.checkpoint_every = checkpoint, int(checkpoint_every)
+
+    def _checkpointer(self, data, lik, seed, host: bool) -> Checkpointer:
+        """Checkpoints of this run; the fingerprint covers what decides the result (not the
+        device, monitor or checkpoint options)."""
+        fp = None
+        if self.checkpoint is not None:
+            settings = {"prior": _config(self.prior), "likelihood": _config(lik), "n_chains": self.n_chains,
+                        "n_samples": self.n_samples, "n_warmup": self.n_warmup, "thin": self.thin,
+                        "move_probs": list(self.move_probs), "init": self.init, "keep": self.keep,
+                        "use_likelihood": self.use_likelihood, "engine": "host" if host else "batched",
+                        "task": data.task}
+            fp = fingerprint("MCMC", settings, seed_key(seed), data.X, data.y, 1)
+        return Checkpointer(self.checkpoint, self.checkpoint_every, fingerprint=fp)
+
+    def _checkpoint_saved(self, step: int) -> None:
+        if self._on_checkpoint is not None:
+            self._on_checkpoint(step)
 
     @property
     def n_iterations(self) -> int:
@@ -165,24 +204,32 @@ class MCMC:
             data = data.to(self.device)
         lik = self.likelihood if self.likelihood is not None else default_likelihood(data)
         model = TreeModel(self.prior, lik, data, self.use_likelihood)
-        seed_i = seed_to_int(seed)
+        P, dev = self.n_chains, data.device
+        host = self.engine == "host" or (self.engine == "auto" and P == 1)
+        ck = self._checkpointer(data, lik, seed, host)
+        saved = ck.load() if ck.enabled else None
+        seed_i = int(saved["seed"]) if saved is not None else seed_to_int(seed)
         mon = as_monitor(monitor)
         watch = not isinstance(mon, NullMonitor)
-        P, dev = self.n_chains, data.device
-        if self.init == "prior":
+        if saved is not None:
+            state = None  # the engine restores it
+        elif self.init == "prior":
             state, _ = sample_prior_state(model, P, derive_seed(seed_i, 1))
         else:
             state = TreeState.roots(model, P)
         total, mp = self.n_iterations, self.move_probs
-        host = self.engine == "host" or (self.engine == "auto" and P == 1)
-        mon.on_start({"sampler": "MCMC", "n_chains": P, "n_iterations": total, "n_warmup": self.n_warmup,
+        start_info = {"sampler": "MCMC", "n_chains": P, "n_iterations": total, "n_warmup": self.n_warmup,
                       "thin": self.thin, "n": data.n, "d": data.d, "prior": repr(self.prior),
-                      "engine": "host" if host else "batched"})
+                      "engine": "host" if host else "batched"}
+        if saved is not None:
+            start_info["resumed_at_iteration"] = int(saved["it"])
+        mon.on_start(start_info)
         useed = derive_seed(seed_i, 2)
+        ckpt = (ck, saved, seed_i) if ck.enabled else None
         if host:
-            trees, logw, n_kept, proposed, accepted, leaves, lp = self._run_host(state, model, useed, mon, watch, t0)
+            trees, logw, n_kept, proposed, accepted, leaves, lp = self._run_host(state, model, useed, mon, watch, t0, ckpt)
         else:
-            trees, logw, n_kept, proposed, accepted, leaves, lp = self._run_batched(state, model, useed, mon, watch, t0)
+            trees, logw, n_kept, proposed, accepted, leaves, lp = self._run_batched(state, model, useed, mon, watch, t0, ckpt)
         elapsed = time.perf_counter() - t0
         info = {"sampler": "MCMC", "engine": "host" if host else "batched", "n_chains": P,
                 "n_samples": self.n_samples, "n_warmup": self.n_warmup, "thin": self.thin, "keep": self.keep,
@@ -202,18 +249,38 @@ class MCMC:
         sample = it >= self.n_warmup and (it - self.n_warmup) % self.thin == self.thin - 1
         return self.keep == "all" or sample, sample
 
-    def _run_batched(self, state, model, useed, mon, watch, t0):
-        P, dev, mp = state.n_trees, state.trees.device, self.move_probs
+    def _run_batched(self, state, model, useed, mon, watch, t0, ckpt=None):
+        P, dev, mp = self.n_chains, model.X.device, self.move_probs
         gidx = torch.arange(P, device=dev)
         proposed = torch.zeros(4, dtype=torch.long, device=dev)
         accepted = torch.zeros(4, dtype=torch.long, device=dev)
         kept, trace_leaves, trace_lp = [], [], []
         slots = torch.arange(N_SLOTS, device=dev)
-        U, total = None, self.n_iterations
-        for it in range(total):
+        U, total, start = None, self.n_iterations, 0
+        ck, saved, seed_i = ckpt if ckpt is not None else (None, None, None)
+        if saved is not None:
+            state = TreeState(HardTrees.from_dict(saved["trees"]).to(dev))
+            proposed, accepted = saved["proposed"].to(dev), saved["accepted"].to(dev)
+            if saved["kept"] is not None:
+                kept = [HardTrees.from_dict(saved["kept"]).to(dev)]
+            trace_leaves = [] if saved["trace_leaves"] is None else list(saved["trace_leaves"].to(dev).unbind(0))
+            trace_lp = [] if saved["trace_lp"] is None else list(saved["trace_lp"].to(dev).unbind(0))
+            start = int(saved["it"]) + 1
+
+        def snapshot(it):
+            if len(kept) > 1:  # concatenating in pieces gives the same trees as at the end
+                kept[:] = [HardTrees.cat(kept)]
+            return {"it": it, "seed": seed_i, "trees": {k: v.clone() for k, v in state.trees.as_dict().items()},
+                    "proposed": proposed.clone(), "accepted": accepted.clone(),
+                    "kept": kept[0].as_dict() if kept else None,
+                    "trace_leaves": torch.stack(trace_leaves) if trace_leaves else None,
+                    "trace_lp": torch.stack(trace_lp) if trace_lp else None}
+
+        for it in range(start, total):
             b = it % _BLOCK
-            if b == 0:
-                its = torch.arange(it, min(it + _BLOCK, total), device=dev)
+            if b == 0 or it == start:
+                b0 = it - b
+                its = torch.arange(b0, min(b0 + _BLOCK, total), device=dev)
                 U = keyed_uniform(useed, 0, gidx[None, :, None], its[:, None, None] * N_SLOTS + slots)
             u = U[b]
             kind = draw_moves(u[:, 0], mp)
@@ -231,25 +298,45 @@ class MCMC:
             if watch and ((it + 1) % self.monitor_every == 0 or it + 1 == total):
                 mon.on_step(it, _report(proposed, accepted, state.log_posterior(model), state.trees.n_leaves(),
                                         state.trees.max_depth(), t0))
+            if ck is not None and ck.maybe_save(it, lambda: snapshot(it), last=it + 1 == total):
+                self._checkpoint_saved(it)
         trees = HardTrees.cat(kept)
         leaves = torch.stack(trace_leaves, 1).double().cpu().numpy()  # [chains, draws]
         lp = torch.stack(trace_lp, 1).cpu().numpy()
         return trees, torch.zeros(trees.n_trees, dtype=torch.float64), trees.n_trees, proposed, accepted, leaves, lp
 
-    def _run_host(self, state, model, useed, mon, watch, t0):
+    def _run_host(self, state, model, useed, mon, watch, t0, ckpt=None):
         chain = _HostChain(model, self.move_probs)
-        t = state.trees.to("cpu")
-        chain.load(t, t.leaf_index(model.X.cpu())[0].numpy())
         proposed, accepted = np.zeros(4, np.int64), np.zeros(4, np.int64)
         snaps, counts, trace_leaves, trace_lp = [], [], [], []
         version, snap_version = 0, -1
         zero = torch.zeros(1, dtype=torch.long)
         slots = torch.arange(N_SLOTS)
-        total = self.n_iterations
-        for it in range(total):
+        total, start = self.n_iterations, 0
+        ck, saved, seed_i = ckpt if ckpt is not None else (None, None, None)
+        if saved is None:
+            t = state.trees.to("cpu")
+            chain.load(t, t.leaf_index(model.X.cpu())[0].numpy())
+        else:
+            chain.load_state_dict(saved["chain"])
+            proposed, accepted = saved["proposed"].numpy().copy(), saved["accepted"].numpy().copy()
+            snaps, counts = _unpack_snaps(saved["snaps"]), list(saved["counts"])
+            trace_leaves, trace_lp = list(saved["trace_leaves"]), list(saved["trace_lp"])
+            version, snap_version = int(saved["version"]), int(saved["snap_version"])
+            start = int(saved["it"]) + 1
+
+        def snapshot(it):
+            return {"it": it, "seed": seed_i, "chain": chain.state_dict(),
+                    "proposed": torch.from_numpy(proposed.copy()), "accepted": torch.from_numpy(accepted.copy()),
+                    "snaps": _pack_snaps(snaps), "counts": list(counts),
+                    "trace_leaves": list(trace_leaves), "trace_lp": list(trace_lp),
+                    "version": version, "snap_version": snap_version}
+
+        for it in range(start, total):
             b = it % _BLOCK
-            if b == 0:
-                its = torch.arange(it, min(it + _BLOCK, total))
+            if b == 0 or it == start:
+                b0 = it - b
+                its = torch.arange(b0, min(b0 + _BLOCK, total))
                 U = keyed_uniform(useed, 0, zero[None, :, None], its[:, None, None] * N_SLOTS + slots)[:, 0].numpy()
             kind, acc = chain.step(U[b])
             proposed[kind] += 1
@@ -272,6 +359,8 @@ class MCMC:
                 mon.on_step(it, _report(torch.from_numpy(proposed), torch.from_numpy(accepted),
                                         torch.tensor([chain.log_posterior()]), torch.tensor([int(chain.leaf[:n].sum())]),
                                         torch.tensor([int(chain.depth[:n][chain.leaf[:n]].max())]), t0))
+            if ck is not None and ck.maybe_save(it, lambda: snapshot(it), last=it + 1 == total):
+                self._checkpoint_saved(it)
         trees = _host_trees(snaps, chain.dt, model.likelihood.stats_dtype)
         logw = torch.log(torch.tensor(counts, dtype=torch.float64))
         return (trees, logw, int(sum(counts)), torch.from_numpy(proposed), torch.from_numpy(accepted),
@@ -409,6 +498,21 @@ class _HostChain:
 
     def log_posterior(self) -> float:
         return float(self.term[: self.n].sum() + self.glob[int(self.leaf[: self.n].sum())])
+
+    _STATE = ("feat", "thr", "left", "right", "parent", "depth", "leaf", "heap", "term", "stats", "assign")
+
+    def state_dict(self) -> dict:
+        """The chain's arrays as tensors (copies) and its node count (for checkpoints)."""
+        out = {name: torch.from_numpy(getattr(self, name).copy()) for name in self._STATE}
+        out["n"] = int(self.n)
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (the same model)."""
+        for name in self._STATE:
+            old = getattr(self, name)
+            setattr(self, name, state[name].numpy().astype(old.dtype, copy=True))
+        self.n = int(state["n"])
 
     def snapshot(self):
         n = self.n
@@ -603,6 +707,24 @@ class _HostChain:
         self.term[nodes], self.stats[nodes] = t_new[nodes], stats[nodes]
         self.assign[pts] = node
         return True
+
+
+def _pack_snaps(snaps) -> dict:
+    """Host snapshots (tuples of 8 arrays of the tree's length) as 8 flat tensors + lengths."""
+    lengths = torch.tensor([s[0].shape[0] for s in snaps], dtype=torch.long)
+    if not snaps:
+        return {"lengths": lengths, "fields": []}
+    return {"lengths": lengths, "fields": [torch.from_numpy(np.concatenate([s[i] for s in snaps])) for i in range(8)]}
+
+
+def _unpack_snaps(packed: dict) -> list:
+    """Inverse of :func:`_pack_snaps`."""
+    lengths = packed["lengths"].tolist()
+    if not lengths:
+        return []
+    cuts = np.cumsum(lengths)[:-1]
+    cols = [np.split(f.numpy(), cuts) for f in packed["fields"]]
+    return [tuple(c[q] for c in cols) for q in range(len(lengths))]
 
 
 def _host_trees(snaps, dtype, stats_dtype) -> HardTrees:
