@@ -222,7 +222,7 @@ class MCMC:
                       "thin": self.thin, "n": data.n, "d": data.d, "prior": repr(self.prior),
                       "engine": "host" if host else "batched"}
         if saved is not None:
-            start_info["resumed_at_iteration"] = int(saved["it"])
+            start_info["resumed_at_iteration"] = int(saved["it"]) + 1
         mon.on_start(start_info)
         useed = derive_seed(seed_i, 2)
         ckpt = (ck, saved, seed_i) if ck.enabled else None
