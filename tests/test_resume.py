@@ -260,6 +260,25 @@ def test_checkpoint_every_must_be_positive():
         MCMC(checkpoint="x", checkpoint_every=0)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind", ["smc", "batched"])
+def test_cuda_stop_and_resume(tmp_path, kind):
+    """Checkpoints of a CUDA run (saved from device tensors, loaded on the CPU, moved back)."""
+    ref = _sampler(kind, device="cuda").run(DATA, seed=rc.SEED)
+    path = str(tmp_path / "run.ckpt")
+    s = _sampler(kind, path, device="cuda")
+
+    def hook(step):
+        if step >= 7:
+            raise Stop
+
+    s._on_checkpoint = hook
+    with pytest.raises(Stop):
+        s.run(DATA, seed=rc.SEED)
+    _same(_sampler(kind, path, device="cuda").run(DATA, seed=rc.SEED), ref)
+
+
 # ----------------------------------------------------------------------------- estimators
 @pytest.mark.parametrize("method,kw", [("smc", dict(n_particles=32)), ("mcmc", dict(n_chains=2, n_samples=50))])
 def test_estimator_forwards_checkpoint_options(tmp_path, method, kw):

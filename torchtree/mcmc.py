@@ -106,7 +106,7 @@ class MCMC:
     checkpoint : str, optional
         Path of a checkpoint file (see :mod:`torchtree.checkpoint`). When it exists,
         :meth:`run` resumes from it and returns exactly what an uninterrupted run with
-        the same seed returns (the uniforms are keyed by seed, chain and iteration, so
+        the same seed returns on the same kind of device (the uniforms are keyed by seed, chain and iteration, so
         the chains' trees, the acceptance counters, the kept draws and the traces so
         far are the whole state); it is (re)written every ``checkpoint_every``
         iterations and after the last one, so re-running a finished run returns its

@@ -105,7 +105,7 @@ class TopDownSMC:
     checkpoint : str, optional
         Path of a checkpoint file (see :mod:`torchtree.checkpoint`). When it exists,
         :meth:`run` resumes from it and returns exactly what an uninterrupted run
-        with the same seed returns; it is (re)written every ``checkpoint_every``
+        with the same seed returns (on the same kind of device); it is (re)written every ``checkpoint_every``
         stages and at the end, so re-running a finished run returns its posterior
         at once. A checkpoint of another run (other data, settings, seed or number
         of ranks) raises :class:`~torchtree.checkpoint.CheckpointError`. With
