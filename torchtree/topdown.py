@@ -25,6 +25,7 @@ from typing import Optional
 import torch
 
 from .checkpoint import Checkpointer, fingerprint
+from .data import Data
 from .growth import PROPOSALS, Grower
 from .likelihoods import DirichletMultinomial, NormalInverseGamma
 from .monitor import NullMonitor, as_monitor
@@ -32,7 +33,7 @@ from .posterior import TreePosterior
 from .priors import ChipmanPrior
 from .random import derive_seed, seed_to_int
 from .resampling import RESAMPLERS, get_resampler
-from .trees import LEAF, OPEN
+from .trees import LEAF, OPEN, HardTrees
 
 __all__ = ["TopDownSMC", "resolve_device", "default_likelihood", "canonical_ancestors"]
 
@@ -308,30 +309,51 @@ class TopDownSMC:
             stage += 1
         else:
             raise RuntimeError(f"TopDownSMC did not finish within max_stages={self.max_stages}")
-        lw2 = logw.view(I, m)
-        final_lw = (lw2 - torch.logsumexp(lw2, 1, keepdim=True) - math.log(I)).reshape(-1)
-        log_evidence = float(torch.logsumexp(logz, 0) - math.log(I))
-        ess_final = torch.exp(2 * torch.logsumexp(lw2, 1) - torch.logsumexp(2 * lw2, 1))
-        info = {
-            "sampler": "TopDownSMC",
-            "proposal": self.proposal,
-            "expansion": self.expansion,
-            "n_stages": stage,
-            "n_resample": n_resample,
-            "island_log_evidence": logz.cpu().tolist(),
-            "island_ess": ess_final.cpu().tolist(),
-            "seconds": time.perf_counter() - t0,
-            "resample_seconds": resample_s,
-            "resample_steps": resample_steps,
-        }
         trees = grower.to_trees(state)
-        post = TreePosterior(trees, final_lw, lik, data.d, classes=data.classes_, log_evidence=log_evidence, info=info)
-        mon.on_end({"log_evidence": log_evidence, "seconds": info["seconds"], "n_stages": stage, "posterior": post})
+        info = {"n_stages": stage, "n_resample": n_resample, "seconds": time.perf_counter() - t0,
+                "resample_seconds": resample_s, "resample_steps": resample_steps}
+        post = island_posterior(self, trees, logw, logz, lik, data, info, mon)
         return post
 
     def _checkpoint_saved(self, step: int) -> None:
         if self._on_checkpoint is not None:
             self._on_checkpoint(step)
+
+
+def island_posterior(smc: "TopDownSMC", trees: HardTrees, logw: torch.Tensor, logz: torch.Tensor, lik, data: Data,
+                     info: dict, monitor) -> TreePosterior:
+    """The posterior of a finished run: islands weighted equally, each normalised.
+
+    Shared by the one-process and the multi-rank runs so that both report alike.
+
+    Parameters
+    ----------
+    smc : TopDownSMC, trees : HardTrees [P trees], logw : Tensor [P] (island-major),
+    logz : Tensor [I] per-island log evidence, lik : likelihood, data : Data
+    info : dict, run facts to add (``n_stages``, ``seconds``, ...)
+    monitor : Monitor, gets ``on_end``
+
+    Returns
+    -------
+    TreePosterior with final log weights summing to one over all P particles.
+    """
+    I = logz.numel()
+    lw2 = logw.view(I, -1)
+    final_lw = (lw2 - torch.logsumexp(lw2, 1, keepdim=True) - math.log(I)).reshape(-1)
+    log_evidence = float(torch.logsumexp(logz, 0) - math.log(I))
+    ess_final = torch.exp(2 * torch.logsumexp(lw2, 1) - torch.logsumexp(2 * lw2, 1))
+    info = {
+        "sampler": "TopDownSMC",
+        "proposal": smc.proposal,
+        "expansion": smc.expansion,
+        "island_log_evidence": logz.cpu().tolist(),
+        "island_ess": ess_final.cpu().tolist(),
+        **info,
+    }
+    post = TreePosterior(trees, final_lw, lik, data.d, classes=data.classes_, log_evidence=log_evidence, info=info)
+    monitor.on_end({"log_evidence": log_evidence, "seconds": info.get("seconds"), "n_stages": info.get("n_stages"),
+                    "posterior": post})
+    return post
 
 
 def seed_key(seed):

@@ -85,7 +85,7 @@ from .monitor import NullMonitor, as_monitor
 from .posterior import TreePosterior
 from .random import derive_seed, seed_to_int
 from .resampling import get_resampler
-from .topdown import _default_memory_limit, canonical_ancestors, default_likelihood, resolve_device, seed_key
+from .topdown import _default_memory_limit, canonical_ancestors, default_likelihood, island_posterior, resolve_device, seed_key
 from .trees import LEAF, OPEN, HardTrees
 
 __all__ = [
@@ -668,18 +668,9 @@ def run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePoste
     # ------------------------------------------------------------------ the global posterior
     width = max(width, 1)
     trees = gather_trees(grower, state, backend, width)
-    lw2 = logw_g.view(I, m)
-    final_lw = (lw2 - torch.logsumexp(lw2, 1, keepdim=True) - math.log(I)).reshape(-1)
-    log_evidence = float(torch.logsumexp(logz_g, 0) - math.log(I))
-    ess_final = torch.exp(2 * torch.logsumexp(lw2, 1) - torch.logsumexp(2 * lw2, 1))
     info = {
-        "sampler": "TopDownSMC",
-        "proposal": smc.proposal,
-        "expansion": smc.expansion,
         "n_stages": n_stages,
         "n_resample": n_resample,
-        "island_log_evidence": logz_g.cpu().tolist(),
-        "island_ess": ess_final.cpu().tolist(),
         "seconds": time.perf_counter() - t0,
         "world_size": W,
         "rank": r,
@@ -690,6 +681,5 @@ def run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePoste
         "resample_steps": timing["resample_steps"],
         "particles_received": timing["received"],
     }
-    post = TreePosterior(trees, final_lw, lik, data.d, classes=data.classes_, log_evidence=log_evidence, info=info)
-    mon.on_end({"log_evidence": log_evidence, "seconds": info["seconds"], "n_stages": n_stages, "posterior": post})
+    post = island_posterior(smc, trees, logw_g, logz_g, lik, data, info, mon)
     return post
