@@ -101,13 +101,15 @@ def test_posterior_predictive_matches_exact_enumeration():
     assert post.info["ess_leaves"] > 500
 
 
-def test_posterior_predictive_quick():
-    """Short run (100 chains x 100 kept draws): predictive within 0.05 of exact."""
+@pytest.mark.parametrize("cut_proposal", ["prior", "data"])
+def test_posterior_predictive_quick(cut_proposal):
+    """Short run (100 chains x 100 kept draws): predictive within 0.05 of exact, with
+    either cut proposal (the data's gaps are unequal, so they differ)."""
     data = _tiny_data()
     prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(1.0)
     Xq = np.array([[0.5, 0.5], [0.15, 0.8], [0.85, 0.2]])
     exact = exact_predictive(data, prior, lik, Xq)
-    post = MCMC(prior, lik, n_chains=100, n_warmup=60, n_samples=100).run(data, seed=2)
+    post = MCMC(prior, lik, n_chains=100, n_warmup=60, n_samples=100, cut_proposal=cut_proposal).run(data, seed=2)
     assert np.abs(post.predict_proba(Xq) - exact).max() < 0.05
 
 
@@ -182,3 +184,17 @@ def test_host_engine_reproduces_batched_chain(case):
         assert np.allclose(a.predict(Xq), b.predict(Xq), atol=1e-9)
     a.trees.validate(data, a.likelihood)
     assert a.info["rhat_log_posterior"] == pytest.approx(b.info["rhat_log_posterior"], rel=1e-9)
+
+
+def test_cut_proposal_option():
+    """``cut_proposal="data"`` runs the batched engine (also for one chain); unknown
+    values and the host engine with it are refused."""
+    assert MCMC(n_chains=1, cut_proposal="data").engine == "batched"
+    assert MCMC(n_chains=1).engine == "auto"
+    with pytest.raises(ValueError):
+        MCMC(cut_proposal="gaps")
+    with pytest.raises(ValueError):
+        MCMC(engine="host", cut_proposal="data")
+    data = _tiny_data()
+    post = MCMC(n_chains=1, n_warmup=20, n_samples=20, cut_proposal="data").run(data, seed=0)
+    post.trees.validate(data, tt.DirichletMultinomial(5.0))

@@ -31,13 +31,13 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
-def _mh_steps(state, model, n_steps, seed, move_probs=(0.25, 0.25, 0.25, 0.25), check=False):
+def _mh_steps(state, model, n_steps, seed, move_probs=(0.25, 0.25, 0.25, 0.25), check=False, cut_proposal="prior"):
     P = state.n_trees
     idx = torch.arange(P)
     for it in range(n_steps):
         u = keyed_uniform(seed, it, idx[:, None], torch.arange(5)[None, :])
         kind = draw_moves(u[:, 0], move_probs)
-        prop = propose(state, model, kind, u, move_probs)
+        prop = propose(state, model, kind, u, move_probs, cut_proposal)
         before = state.log_posterior(model)
         acc = torch.log(u[:, 4]) < prop.log_accept_ratio
         state.accept_(prop, acc)
@@ -63,9 +63,10 @@ def _mixed_data(n=90, seed=0, regression=False):
     return tt.Data(X, y)
 
 
+@pytest.mark.parametrize("cut_proposal", ["prior", "data"])
 @pytest.mark.parametrize("prior", [tt.ChipmanPrior(0.95, 0.5), tt.PoissonPrior(4.0)], ids=["chipman", "poisson"])
 @pytest.mark.parametrize("task", ["classification", "regression"])
-def test_caches_stay_consistent_under_moves(prior, task):
+def test_caches_stay_consistent_under_moves(prior, task, cut_proposal):
     """Bitsets, statistics, thresholds ranks and cached log posterior match a full
     recomputation (``HardTrees.validate`` and ``prior.log_prob``) after every MH step."""
     data = _mixed_data(regression=task == "regression")
@@ -73,7 +74,7 @@ def test_caches_stay_consistent_under_moves(prior, task):
     model = TreeModel(prior, lik, data)
     state, _ = sample_prior_state(model, 64, seed=3)
     check_state(state, model)
-    _mh_steps(state, model, 25, seed=5, check=True)
+    _mh_steps(state, model, 25, seed=5, check=True, cut_proposal=cut_proposal)
     assert int(state.trees.n_leaves().max()) > 2
 
 
@@ -134,12 +135,13 @@ def _class_keys(state: TreeState, n_features: int) -> torch.Tensor:
     return h.sum(1)
 
 
+@pytest.mark.parametrize("cut_proposal", ["prior", "data"])
 @pytest.mark.parametrize(
     "move_probs",
     [(0.5, 0.5, 0.0, 0.0), (0.0, 0.0, 1.0, 0.0), (0.0, 0.0, 0.0, 1.0), (0.25, 0.25, 0.25, 0.25)],
     ids=["grow-prune", "change", "swap", "mixture"],
 )
-def test_detailed_balance_on_enumerable_space(move_probs):
+def test_detailed_balance_on_enumerable_space(move_probs, cut_proposal):
     """pi(A) K(A -> B) = pi(B) K(B -> A) for tree classes A != B of a 4-point data set.
 
     Trees are drawn from the prior (within a class, cuts are then uniform on their
@@ -150,8 +152,12 @@ def test_detailed_balance_on_enumerable_space(move_probs):
     are combined into one chi-square test (alpha = 1e-3) over pairs with n >= 20.
     A wrong proposal ratio (e.g. dropping a candidate count or the rule density)
     shifts these binomials by factors of 1.5-4 and fails the test.
+
+    The gaps between distinct values are unequal (0.4 / 1.6 / 1 and 1 / 2), so the
+    ``"data"`` cut proposal (gap uniform, then uniform in it) differs from the prior's
+    (uniform on the range) and a missing or wrong cut density ratio shows.
     """
-    X = np.array([[0.0, 1.0], [1.0, 1.0], [2.0, 0.0], [3.0, 2.0]])  # tie in feature 1
+    X = np.array([[0.0, 1.0], [0.4, 1.0], [2.0, 0.0], [3.0, 3.0]])  # tie in feature 1
     y = np.array([0, 1, 1, 0])
     data = tt.Data(X, y)
     lik = tt.DirichletMultinomial(1.0)
@@ -163,7 +169,7 @@ def test_detailed_balance_on_enumerable_space(move_probs):
     loglik_a = torch.where(leaf, lik.log_marginal(state.trees.stats), torch.zeros((), dtype=torch.float64)).sum(1)
     u = keyed_uniform(77, 0, torch.arange(T)[:, None], torch.arange(5)[None, :])
     kind = draw_moves(u[:, 0], move_probs)
-    prop = propose(state, model, kind, u, move_probs)
+    prop = propose(state, model, kind, u, move_probs, cut_proposal)
     state.accept_(prop, torch.log(u[:, 4]) < prop.log_accept_ratio)
     check_state(state, model)
     key_b = _class_keys(state, data.d)
@@ -205,14 +211,15 @@ def test_invalid_proposals_are_flagged_not_raised():
     check_state(state, model)
 
 
-def test_grow_then_prune_ratios_are_inverse():
+@pytest.mark.parametrize("cut_proposal", ["prior", "data"])
+def test_grow_then_prune_ratios_are_inverse(cut_proposal):
     """log q ratio of a grow and of the prune that undoes it are exact negatives, and
     so are the target ratios."""
     data = _mixed_data()
     model = TreeModel(tt.ChipmanPrior(), tt.DirichletMultinomial(), data)
     state, _ = sample_prior_state(model, 200, seed=9)
     u = keyed_uniform(1, 0, torch.arange(200)[:, None], torch.arange(5)[None, :])
-    grow = propose(state, model, torch.full((200,), GROW), u)
+    grow = propose(state, model, torch.full((200,), GROW), u, cut_proposal=cut_proposal)
     ok = grow.valid
     before = state.clone()
     state.accept_(grow, ok)
@@ -223,7 +230,7 @@ def test_grow_then_prune_ratios_are_inverse():
     rank = (prunable.long().cumsum(1) - 1).gather(1, grow.node[:, None].clamp(min=0)).squeeze(1)
     u2 = u.clone()
     u2[:, 1] = (rank.double() + 0.5) / prunable.sum(1).clamp(min=1).double()
-    prune = propose(state, model, torch.full((200,), PRUNE), u2)
+    prune = propose(state, model, torch.full((200,), PRUNE), u2, cut_proposal=cut_proposal)
     assert bool(prune.valid[ok].all())
     assert bool((prune.node[ok] == grow.node[ok]).all())
     assert torch.allclose(prune.log_q_ratio[ok], -grow.log_q_ratio[ok], atol=1e-9)

@@ -25,8 +25,8 @@ import torch
 from .diagnostics import chain_ess, rhat  # noqa: F401  (re-exported: the MCMC diagnostics)
 from .likelihoods import DirichletMultinomial
 from .monitor import NullMonitor, as_monitor
-from .moves import (_MAX_DEPTH, CHANGE, GROW, MOVES, N_SLOTS, PRUNE, SWAP, TreeModel, TreeState, draw_moves,
-                    propose, sample_prior_state)
+from .moves import (_MAX_DEPTH, CHANGE, GROW, MOVES, N_SLOTS, PRUNE, SWAP, TreeModel, TreeState, check_cut_proposal,
+                    draw_moves, propose, sample_prior_state)
 from .posterior import TreePosterior
 from .priors import ChipmanPrior, PoissonPrior
 from .random import derive_seed, keyed_uniform, seed_to_int
@@ -117,6 +117,12 @@ class MCMC:
         of hundreds of iterations or more. None (default): no checkpoints, no cost.
     checkpoint_every : int
         Save after every ``checkpoint_every``-th iteration (iterations ``k-1, 2k-1, ...``).
+    cut_proposal : {"prior", "data"}
+        How grow / change moves draw a cut (:func:`torchtree.moves.propose`): uniform on
+        the node's data range as the prior draws it, or a gap between consecutive
+        distinct values uniform among the node's gaps, then uniform in it. Same target;
+        the MH ratio carries the proposal density ratio. ``"data"`` runs the batched
+        engine (also for one chain: the host engine implements ``"prior"`` only).
     """
 
     # Test hook: called with the step after every checkpoint save (e.g. to simulate a crash).
@@ -127,7 +133,7 @@ class MCMC:
                  init: str = "root", keep: str = "samples", alpha_split: float = 0.95, beta_split: float = 0.5,
                  poisson_lambda: float = 5.0, use_likelihood: bool = True, device=None, backend=None,
                  monitor_every: int = 100, engine: str = "auto", checkpoint: Optional[str] = None,
-                 checkpoint_every: int = 1) -> None:
+                 checkpoint_every: int = 1, cut_proposal: str = "prior") -> None:
         if int(n_chains) < 1:
             raise ValueError(f"n_chains must be >= 1, got {n_chains}")
         if int(n_samples) < 1:
@@ -157,6 +163,11 @@ class MCMC:
         if int(checkpoint_every) < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
         self.checkpoint, self.checkpoint_every = checkpoint, int(checkpoint_every)
+        self.cut_proposal = check_cut_proposal(cut_proposal)
+        if self.cut_proposal != "prior":
+            if engine == "host":
+                raise ValueError("engine='host' implements cut_proposal='prior' only; use engine='batched'")
+            self.engine = "batched"  # the host engine implements the prior proposal only
 
     def _checkpointer(self, data, lik, seed, host: bool) -> Checkpointer:
         """Checkpoints of this run; the fingerprint covers what decides the result (not the
@@ -168,6 +179,8 @@ class MCMC:
                         "move_probs": list(self.move_probs), "init": self.init, "keep": self.keep,
                         "use_likelihood": self.use_likelihood, "engine": "host" if host else "batched",
                         "task": data.task}
+            if self.cut_proposal != "prior":
+                settings["cut_proposal"] = self.cut_proposal
             fp = fingerprint("MCMC", settings, seed_key(seed), data.X, data.y, 1)
         return Checkpointer(self.checkpoint, self.checkpoint_every, fingerprint=fp)
 
@@ -284,7 +297,7 @@ class MCMC:
                 U = keyed_uniform(useed, 0, gidx[None, :, None], its[:, None, None] * N_SLOTS + slots)
             u = U[b]
             kind = draw_moves(u[:, 0], mp)
-            prop = propose(state, model, kind, u, mp)
+            prop = propose(state, model, kind, u, mp, self.cut_proposal)
             acc = torch.log(u[:, 4]) < prop.log_accept_ratio
             state.accept_(prop, acc)
             proposed.index_add_(0, kind, torch.ones_like(kind))

@@ -35,9 +35,12 @@ candidates, ``p_m`` = move-type probabilities, ``nv`` = varying dimensions of th
 node's data, ``r`` = its extent in the split dimension):
 
 * grow leaf ``l``: ``log p_prune - log p_grow + log b_leaves(t) - log b_prunable(t')
-  + log nv_l + log r_l(f)`` (the rule is drawn as the prior draws it);
-* prune node ``j``: the inverse expression with ``t`` and ``t'`` exchanged;
-* change node ``j``: ``log r_j(f_new) - log r_j(f_old)``;
+  + log nv_l - log q_cut(c)`` (the dimension is drawn as the prior draws it; with
+  ``cut_proposal="prior"`` so is the cut, ``q_cut = 1 / r_l(f)``);
+* prune node ``j``: the inverse expression with ``t`` and ``t'`` exchanged (``q_cut``
+  of the removed cut);
+* change node ``j``: ``log q_cut(c_old) - log q_cut(c_new)`` (``log r_j(f_new) - log
+  r_j(f_old)`` for the prior proposal);
 * swap parent / child rules: ``0`` (the set of parent-child pairs is unchanged;
   two internal children never carry identical rules with continuous cuts, so
   Chipman's "swap with both children" case has probability zero).
@@ -66,7 +69,7 @@ from .trees import INTERNAL, LEAF, OPEN, UNUSED, HardTrees
 
 __all__ = [
     "MOVES", "GROW", "PRUNE", "CHANGE", "SWAP", "N_SLOTS", "TreeModel", "TreeState", "Proposal",
-    "propose", "draw_moves", "sample_prior_state", "subtree_mask", "check_state",
+    "propose", "draw_moves", "sample_prior_state", "subtree_mask", "check_state", "CUT_PROPOSALS", "check_cut_proposal",
 ]
 
 MOVES = ("grow", "prune", "change", "swap")
@@ -241,6 +244,14 @@ class TreeModel:
 
         Binary searches over the prefix bitsets. Returns ``(lo, hi)`` in the data dtype.
         """
+        lo, hi, _, _ = self.extent_ranks(B, f)
+        return lo, hi
+
+    def extent_ranks(self, B: torch.Tensor, f: torch.Tensor):
+        """:meth:`extent` and the ranks of the two values among the distinct values of ``f``.
+
+        Returns ``(lo, hi, rank_lo, rank_hi)``, each [n].
+        """
         n = B.shape[0]
         BB = torch.cat([B, B])
         ff = torch.cat([f, f])
@@ -255,7 +266,34 @@ class TreeModel:
             hi = torch.where(ok, mid, hi)
             lo = torch.where(ok, lo, torch.minimum(mid + 1, hi))
         vals = self.sorted_flat.index_select(0, ff * self.umax + lo)
-        return vals[:n], vals[n:]
+        return vals[:n], vals[n:], lo[:n], lo[n:]
+
+    def gap_cut(self, f: torch.Tensor, r_lo: torch.Tensor, r_hi: torch.Tensor, u: torch.Tensor):
+        """The ``cut_proposal="data"`` draw: a gap between consecutive distinct values of
+        ``f`` uniform among the ``r_hi - r_lo`` gaps of the node's range, then the cut
+        uniform in that gap.
+
+        Returns (threshold in the data dtype, its rank, log density float64 of the cut).
+        """
+        n_gap = (r_hi - r_lo).clamp(min=1)
+        s = u.double() * n_gap.double()
+        k = torch.minimum(s.floor().long(), n_gap - 1)
+        r = r_lo + k
+        base = f * self.umax
+        top = torch.minimum(r + 1, self.n_unique.index_select(0, f) - 1).clamp(min=0)
+        a = self.sorted_flat.index_select(0, base + r)
+        b = self.sorted_flat.index_select(0, base + top)
+        thr, _ = _cut(a, b, (s - k.double()).clamp(0.0, 1.0))
+        return thr, r, self.log_gap_density(f, r, r_lo, r_hi)
+
+    def log_gap_density(self, f: torch.Tensor, r: torch.Tensor, r_lo: torch.Tensor, r_hi: torch.Tensor) -> torch.Tensor:
+        """Log density of a cut of rank ``r`` under the ``"data"`` proposal on a node whose
+        values of ``f`` have ranks ``r_lo .. r_hi``: ``-log(r_hi - r_lo) - log(v[r + 1] - v[r])``."""
+        base = f * self.umax
+        rr = r.clamp(min=0)
+        top = torch.minimum(rr + 1, self.n_unique.index_select(0, f) - 1).clamp(min=0)
+        gap = self.sorted_flat.index_select(0, base + top).double() - self.sorted_flat.index_select(0, base + rr).double()
+        return -torch.log((r_hi - r_lo).clamp(min=1).double()) - torch.log(gap.clamp(min=1e-300))
 
     def threshold_rank(self, f: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
         """Rank ``r`` with ``sorted[f, r] <= thr < sorted[f, r + 1]`` (``-1`` below the minimum)."""
@@ -482,8 +520,18 @@ def draw_moves(u_kind: torch.Tensor, move_probs: Sequence[float]) -> torch.Tenso
     return torch.searchsorted(cp, u_kind.double().contiguous(), right=True).clamp(max=3)
 
 
+CUT_PROPOSALS = ("prior", "data")
+
+
+def check_cut_proposal(cut_proposal: str) -> str:
+    """Validate a ``cut_proposal`` option (see :func:`propose`)."""
+    if cut_proposal not in CUT_PROPOSALS:
+        raise ValueError(f"cut_proposal must be one of {CUT_PROPOSALS}, got {cut_proposal!r}")
+    return cut_proposal
+
+
 def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Tensor,
-            move_probs: Sequence[float] = (0.25, 0.25, 0.25, 0.25)) -> Proposal:
+            move_probs: Sequence[float] = (0.25, 0.25, 0.25, 0.25), cut_proposal: str = "prior") -> Proposal:
     """Propose one move per tree.
 
     Parameters
@@ -493,6 +541,14 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     kind : LongTensor [P] move type per tree (see :func:`draw_moves`)
     u : Tensor [P, >= 4] float64 uniforms; columns 1-3 choose the node, the dimension, the cut
     move_probs : 4 floats, the mixture probabilities (they enter the grow / prune ratio)
+    cut_proposal : {"prior", "data"}
+        How grow and change draw the cut in the chosen dimension: ``"prior"`` uniform on
+        the node's data range ``[lo, hi)`` (density ``1 / (hi - lo)``, which cancels the
+        prior's rule density); ``"data"`` a gap between consecutive distinct values of
+        the dimension uniform among those in the range, then uniform in the gap (density
+        ``1 / (n_gaps * gap width)`` on the same support). The target is the same; the
+        ratio then carries prior density / proposal density of the new cut and the
+        inverse for the removed one.
 
     Returns
     -------
@@ -526,11 +582,18 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     feat = trees.feature.long()
     f_old = feat.gather(1, jc[:, None]).squeeze(1).clamp(min=0)
     f_swp = feat.gather(1, c[:, None]).squeeze(1).clamp(min=0)  # the rule j receives in a swap
-    lo3, hi3 = model.extent(torch.cat([Bj, Bj, Bj]), torch.cat([f_new, f_old, f_swp]))
-    thr_new, rng_new = _cut(lo3[:P], hi3[:P], u[:, 3])
+    lo3, hi3, rlo3, rhi3 = model.extent_ranks(torch.cat([Bj, Bj, Bj]), torch.cat([f_new, f_old, f_swp]))
     rng3 = hi3.double() - lo3.double()
-    rng_old, rng_swp = rng3[P:2 * P], rng3[2 * P:]
-    r_new = model.threshold_rank(f_new, thr_new)
+    rng_new, rng_old, rng_swp = rng3[:P], rng3[P:2 * P], rng3[2 * P:]
+    if check_cut_proposal(cut_proposal) == "data":
+        # log q of the new cut and of the removed one (prune / change) under the gap proposal.
+        thr_new, r_new, lqc_new = model.gap_cut(f_new, rlo3[:P], rhi3[:P], u[:, 3])
+        r_old = trees.extra["thr_rank"].gather(1, jc[:, None]).squeeze(1)
+        lqc_old = model.log_gap_density(f_old, r_old, rlo3[P:2 * P], rhi3[P:2 * P])
+    else:
+        thr_new, _ = _cut(lo3[:P], hi3[:P], u[:, 3])
+        r_new = model.threshold_rank(f_new, thr_new)
+        lqc_new, lqc_old = -torch.log(rng_new.clamp(min=1e-300)), -torch.log(rng_old.clamp(min=1e-300))
     valid = has & ~(is_g & (nv1 == 0))
 
     # The proposed trees (the bitsets are not copied: only the rewritten subtree's are built).
@@ -616,9 +679,9 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     lg = lambda x: torch.log(x.double().clamp(min=1e-300))  # noqa: E731
     lgp = math.log(max(pq, 1e-300) / max(pg, 1e-300))
     log_q = torch.zeros(P, dtype=torch.float64, device=dev)
-    log_q = torch.where(is_g, lgp + lg(n_leaves_old) - lg(prunable_new.sum(1)) + lg(nv1) + lg(rng_new), log_q)
-    log_q = torch.where(is_p, -lgp + lg(prunable.sum(1)) - lg(n_leaves_new) - lg(nv1) - lg(rng_old), log_q)
-    log_q = torch.where(is_c, lg(rng_new) - lg(rng_old), log_q)
+    log_q = torch.where(is_g, lgp + lg(n_leaves_old) - lg(prunable_new.sum(1)) + lg(nv1) - lqc_new, log_q)
+    log_q = torch.where(is_p, -lgp + lg(prunable.sum(1)) - lg(n_leaves_new) - lg(nv1) + lqc_old, log_q)
+    log_q = torch.where(is_c, lqc_old - lqc_new, log_q)
     zero = torch.zeros_like(log_q)
     return Proposal(new, kind, j, valid, torch.where(valid, delta, zero), torch.where(valid, log_q, zero),
                     torch.where(valid, d_ll, zero), sp, sc, Bs)

@@ -87,7 +87,7 @@ from .distributed import (
 )
 from .mcmc import _snapshot, check_move_probs, default_likelihood, make_prior
 from .monitor import NullMonitor, as_monitor
-from .moves import N_SLOTS, TreeModel, TreeState, draw_moves, propose, sample_prior_state
+from .moves import N_SLOTS, TreeModel, TreeState, check_cut_proposal, draw_moves, propose, sample_prior_state
 from .posterior import TreePosterior, dedupe_trees
 from .random import derive_seed, keyed_uniform, seed_to_int
 from .resampling import RESAMPLERS, get_resampler
@@ -206,7 +206,7 @@ def _settings_text(smc, data, lik, world_size: int) -> str:
     text = repr((type(smc).__name__, smc.n_particles, smc.n_iterations, tuple(smc.move_probs), smc.resampling,
                  smc.ess_threshold, smc.mh_step, repr(smc.prior), repr(lik), smc.use_likelihood,
                  repr(smc.init_prior), smc.tempering, data.n, data.d, data.task, getattr(data, "n_classes", None),
-                 world_size))
+                 world_size) + ((smc.cut_proposal,) if smc.cut_proposal != "prior" else ()))
     return re.sub(r" at 0x[0-9a-fA-F]+", "", text)
 
 
@@ -261,6 +261,14 @@ class SMCSampler:
         Path of a checkpoint to write and, when it exists, resume from (see the module notes).
     checkpoint_every : int
         Save after every ``checkpoint_every`` iterations (and after the last).
+    cut_proposal : {"prior", "data"}
+        How grow / change moves draw a cut (:func:`torchtree.moves.propose`): uniform on
+        the node's data range as the prior draws it, or a gap between consecutive
+        distinct values uniform among the node's gaps, then uniform in it (meant for
+        features with far-apart codes; no significant accuracy change on the paper-002
+        data sets, see ``examples/bench_paper002.py``, hence the default). The target,
+        hence the posterior, is the same; the incremental weights carry the proposal
+        density ratio.
     """
 
     #: private test hook: raise after the iteration with this index (after its checkpoint)
@@ -271,7 +279,8 @@ class SMCSampler:
                  ess_threshold: float = 0.5, mh_step: bool = False, alpha_split: float = 0.95,
                  beta_split: float = 0.5, poisson_lambda: float = 5.0, use_likelihood: bool = True,
                  init_prior=None, tempering: bool = False, device=None, backend=None,
-                 redistribution: str = "auto", checkpoint: Optional[str] = None, checkpoint_every: int = 1) -> None:
+                 redistribution: str = "auto", checkpoint: Optional[str] = None, checkpoint_every: int = 1,
+                 cut_proposal: str = "prior") -> None:
         if int(n_particles) < 1:
             raise ValueError(f"n_particles must be >= 1, got {n_particles}")
         if int(n_iterations) < 0:
@@ -306,6 +315,7 @@ class SMCSampler:
         self.device, self.backend = device, backend
         self.redistribution = redistribution
         self.checkpoint, self.checkpoint_every = checkpoint, int(checkpoint_every)
+        self.cut_proposal = check_cut_proposal(cut_proposal)
 
     def run(self, data, *, seed=None, monitor=None) -> TreePosterior:
         """Run the sampler on ``data`` (on every rank, with the full data, in a multi-rank run).
@@ -455,7 +465,7 @@ class SMCSampler:
                     logw, res = torch.zeros_like(logw), True
             u = keyed_uniform(useed, k, gidx[:, None], slots)
             kind = draw_moves(u[:, 0], mp)
-            prop = propose(state, model, kind, u, mp)
+            prop = propose(state, model, kind, u, mp, self.cut_proposal)
             if tempered:
                 la = prop.log_target_ratio - (1.0 - phi) * prop.log_lik_ratio + prop.log_q_ratio
                 acc = prop.valid & (torch.log(u[:, 4]) < la)
