@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-__all__ = ["Data", "as_feature_matrix"]
+__all__ = ["Data", "as_feature_matrix", "resolve_device"]
 
 _TASKS = ("classification", "regression")
 
@@ -315,3 +315,28 @@ class Data:
     def __repr__(self) -> str:
         extra = f", n_classes={self.n_classes}" if self.n_classes else ""
         return f"Data(n={self.n}, d={self.d}, task={self.task!r}{extra}, device={self.device})"
+
+
+def resolve_device(device) -> torch.device:
+    """The device a sampler runs on.
+
+    Parameters
+    ----------
+    device : str, torch.device or None
+        ``"auto"`` or None: CUDA when available, else CPU.
+
+    Returns
+    -------
+    torch.device
+
+    Raises
+    ------
+    ValueError
+        CUDA was asked for but is not available.
+    """
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was requested but CUDA is not available")
+    return dev

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 

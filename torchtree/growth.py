@@ -420,9 +420,7 @@ class Grower:
         -------
         ExpansionResult
         """
-        dev = state.node_uid.device
         data, t = self.data, self.table
-        A = pp.numel()
         uid = state.node_uid[pp, nn].long()
         uu, inv = torch.unique(uid, return_inverse=True)
         U = uu.numel()

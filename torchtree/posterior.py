@@ -1,7 +1,6 @@
 """``TreePosterior``: a weighted set of trees and everything a user asks of it."""
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Dict, Optional
 

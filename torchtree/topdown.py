@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 
 from .checkpoint import Checkpointer, fingerprint
-from .data import Data
+from .data import Data, resolve_device
 from .growth import PROPOSALS, Grower
 from .likelihoods import DirichletMultinomial, NormalInverseGamma
 from .monitor import NullMonitor, as_monitor
@@ -49,16 +49,6 @@ def canonical_ancestors(ancestors: torch.Tensor) -> torch.Tensor:
     built-in resamplers already return sorted ancestors; a custom one may not.
     """
     return torch.sort(ancestors).values
-
-
-def resolve_device(device) -> torch.device:
-    """``"auto"``/None -> CUDA if available else CPU; anything else -> ``torch.device``."""
-    if device is None or device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was requested but CUDA is not available")
-    return dev
 
 
 def default_likelihood(data):

@@ -85,7 +85,8 @@ from .monitor import NullMonitor, as_monitor
 from .posterior import TreePosterior
 from .random import derive_seed, seed_to_int
 from .resampling import get_resampler
-from .topdown import _default_memory_limit, canonical_ancestors, default_likelihood, island_posterior, resolve_device, seed_key
+from .data import resolve_device
+from .topdown import _default_memory_limit, canonical_ancestors, default_likelihood, island_posterior, seed_key
 from .trees import LEAF, OPEN, HardTrees
 
 __all__ = [

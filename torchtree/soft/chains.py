@@ -17,7 +17,7 @@ divergences, tree depth, leapfrog steps, sharpness, phase).
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 

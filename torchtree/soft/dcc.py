@@ -34,9 +34,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
+from torchtree.data import resolve_device
+
 from .adaptation import sharpness_schedule
 from .chains import ChainState, draw, make_kernel, notify, warmup
-from .hmc import HMCState, hmc_init
+from .hmc import hmc_init
 from .inputs import as_soft_data
 from .lais import EvidenceAccumulator, lais_log_weights
 from .posterior import SoftTreePosterior
@@ -104,12 +106,6 @@ def _inherit(child: Topology, parent: Topology, n_features: int, regression: boo
         else:
             out.append([])
     return out
-
-
-def _resolve_device(device) -> torch.device:
-    if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 class DCC:
@@ -381,7 +377,7 @@ class DCC:
         cpu0 = time.process_time()
         timer = time.process_time if self.clock == "cpu" else time.perf_counter
         c_start = timer()
-        dev = _resolve_device(self.device)
+        dev = resolve_device(self.device)
         sd = as_soft_data(data, y, dtype=self.dtype, device=dev)
         self.hyper = self.hyper.resolve(sd)
         seed = 0 if seed is None else int(seed)

@@ -21,7 +21,7 @@ that of its own topology.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Optional
 
 import torch
 

@@ -20,6 +20,8 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
+from torchtree.data import resolve_device
+
 from .adaptation import sharpness_schedule
 from .chains import ChainState, SampleTrace, draw, make_kernel, notify, warmup
 from .inputs import as_soft_data
@@ -48,12 +50,6 @@ class MCMCResult(NamedTuple):
     chains: ChainState
     warmup_stats: dict
     seconds: float
-
-
-def _device(device) -> torch.device:
-    if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 class NUTS:
@@ -197,7 +193,7 @@ class NUTS:
     # ----------------------------------------------------------------- soft trees
     def model(self, data, y=None, generator: Optional[torch.Generator] = None) -> SoftTrees:
         """The :class:`SoftTrees` batch this sampler runs on ``data`` (one topology)."""
-        sd = as_soft_data(data, y, dtype=self.dtype, device=_device(self.device))
+        sd = as_soft_data(data, y, dtype=self.dtype, device=resolve_device(self.device))
         h0 = self.h_init if self.h_init is not None else self.sharpness
         return SoftTrees(
             sd, [self.topology], n_chains=self.n_chains, sharpness=h0, hyper=self.hyper,
@@ -219,7 +215,7 @@ class NUTS:
         SoftTreePosterior with one topology (``n_chains * n_samples`` draws) and, with
         ``evidence=True``, its LAIS log evidence.
         """
-        dev = _device(self.device)
+        dev = resolve_device(self.device)
         gen = torch.Generator(device=dev).manual_seed(0 if seed is None else int(seed))
         model = self.model(data, y, generator=gen)
         sched = None
@@ -236,7 +232,7 @@ class NUTS:
         if self.evidence and res.samples.shape[0] > 1:
             acc = EvidenceAccumulator(1)
             mask = model.coord_mask[:1]
-            G, C, T, P = 1, self.n_chains, res.samples.shape[0], model.n_params
+            C, T, P = self.n_chains, res.samples.shape[0], model.n_params
             K = C * T * self.n_proposals
             rows = torch.zeros(K, dtype=torch.long, device=dev)
             lw = lais_log_weights(

@@ -241,7 +241,6 @@ class SoftTrees(nn.Module):
         self.include_likelihood = bool(include_likelihood)
         self.layout = ParamLayout(self.depth, self.data.n_features, self.task == "regression")
         M, C, P = len(self.topologies), self.n_chains, self.layout.size
-        B = M * C
         self.register_buffer("X", self.data.X)
         self.register_buffer("y", self.data.y)
         if self.task == "classification":
@@ -542,7 +541,7 @@ class SoftTrees(nn.Module):
         """Draw ``theta [B, P]`` from the prior (inactive coordinates are zero)."""
         hp, lay = self.hyper, self.layout
         B, I, D, L = self.batch_size, lay.n_internal, lay.n_features, lay.n_leaves
-        dev, dt = self.X.device, self.X.dtype
+        dev = self.X.device
         g = generator
 
         def gamma(shape, conc):
