@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(WORKERS))
 sys.path.insert(0, str(Path(__file__).parent))
 import smc_moves_cases as sc  # noqa: E402
-from test_topdown_dist import Job, _env, _free_port, _mpiexec, _same  # noqa: E402
+from test_topdown_dist import Job, _env, _free_port, _mpiexec, _same, load_rank_results  # noqa: E402
 from thread_backend import run_threads  # noqa: E402
 
 import subprocess  # noqa: E402
@@ -69,15 +69,7 @@ _LOADED: dict = {}
 
 
 def _results(jobs, kind: str) -> list[dict]:
-    if kind not in jobs:
-        pytest.skip("mpiexec or mpi4py not available")
-    if kind not in _LOADED:
-        job = jobs[kind].wait()
-        assert job.codes == [0] * len(job.codes), f"{kind} job failed {job.codes}:\n{job.logs}"
-        files = sorted(job.out_dir.glob("rank*.pt"))
-        assert len(files) == max(SIZES[kind]), job.logs
-        _LOADED[kind] = [torch.load(f, weights_only=False) for f in files]
-    return _LOADED[kind]
+    return load_rank_results(jobs, kind, max(SIZES[kind]), _LOADED)
 
 
 _REF: dict = {}

@@ -116,16 +116,22 @@ def jobs(tmp_path_factory):
 _LOADED: dict = {}
 
 
-def _results(jobs, kind: str) -> list[dict]:
+def load_rank_results(jobs, kind: str, n_ranks: int, cache: dict) -> list[dict]:
+    """Wait for the ``kind`` job, check every rank exited 0, and load its ``rank*.pt`` files
+    (once per test module: ``cache``)."""
     if kind not in jobs:
         pytest.skip("mpiexec or mpi4py not available")
-    if kind not in _LOADED:
+    if kind not in cache:
         job = jobs[kind].wait()
         assert job.codes == [0] * len(job.codes), f"{kind} job failed {job.codes}:\n{job.logs}"
         files = sorted(job.out_dir.glob("rank*.pt"))
-        assert len(files) == 4, job.logs
-        _LOADED[kind] = [torch.load(f, weights_only=False) for f in files]
-    return _LOADED[kind]
+        assert len(files) == n_ranks, job.logs
+        cache[kind] = [torch.load(f, weights_only=False) for f in files]
+    return cache[kind]
+
+
+def _results(jobs, kind: str) -> list[dict]:
+    return load_rank_results(jobs, kind, 4, _LOADED)
 
 
 _REF: dict = {}

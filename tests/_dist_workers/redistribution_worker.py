@@ -31,27 +31,8 @@ import traceback
 import torch
 
 import dist_cases as dc
+from worker_common import make_world, sub_backend
 import torchtree.distributed as td
-
-
-def make_world(kind: str, timeout: float):
-    if kind == "gloo":
-        return td.TorchDistBackend.from_env("gloo", timeout=timeout)
-    return td.MPIBackend(timeout=timeout)
-
-
-def sub_backend(kind: str, world, size: int, timeout: float):
-    """Backend over ranks 0..size-1 (None on the other ranks). Collective over the world."""
-    if kind == "gloo":
-        import torch.distributed as dist
-
-        group = dist.new_group(ranks=list(range(size)), timeout=__import__("datetime").timedelta(seconds=timeout))
-        return td.TorchDistBackend(group=group, timeout=timeout) if world.rank < size else None
-    from mpi4py import MPI
-
-    color = 0 if world.rank < size else MPI.UNDEFINED
-    comm = world.comm.Split(color, world.rank)
-    return td.MPIBackend(comm, timeout=timeout) if comm != MPI.COMM_NULL else None
 
 
 def primitives(b) -> dict:

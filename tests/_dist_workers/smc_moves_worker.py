@@ -16,19 +16,15 @@ writes what it printed to ``OUT/example.txt``.
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import os
 import sys
 import time
 import traceback
-from pathlib import Path
 
 import torch
 
 import smc_moves_cases as sc
-from topdown_worker import make_world, sub_backend
+from worker_common import finish, make_world, run_example, sub_backend
 from torchtree.smc_moves import SMCSampler
 
 
@@ -61,26 +57,13 @@ def main() -> int:
                 finally:
                     SMCSampler._stop_after = None
                 results[(size, "resumed")] = sc.run_case("tempering_residual", b, checkpoint=path)
-        example = Path(__file__).resolve().parents[2] / "examples" / "bench_paper002.py"
-        spec = importlib.util.spec_from_file_location("bench_paper002", example)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            module.main(["--smoke", "--backend", kind, "--threads", "1", "--out", os.path.join(out_dir, f"bench{world.rank}.json")])
-        if world.rank == 0:
-            Path(out_dir, "example.txt").write_text(printed.getvalue())
+        run_example("bench_paper002.py", ["--smoke", "--backend", kind, "--threads", "1",
+                                          "--out", os.path.join(out_dir, f"bench{world.rank}.json")], world, out_dir)
     except Exception:  # report, then make the others fail fast instead of waiting
         traceback.print_exc()
         sys.stdout.flush()
         os._exit(1)
-    torch.save(results, os.path.join(out_dir, f"rank{world.rank}.pt"))
-    world.barrier()
-    if kind == "gloo":  # else gloo's threads can outlive the interpreter: SIGABRT at exit
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
-    return 0
+    return finish(kind, world, results, out_dir)
 
 
 if __name__ == "__main__":

@@ -14,41 +14,15 @@ start-up); rank 0 writes what it printed to ``OUT/example.txt``.
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import os
 import sys
 import time
 import traceback
-from pathlib import Path
 
 import torch
 
 import topdown_cases as tc
-import torchtree.distributed as td
-
-
-def make_world(kind: str, timeout: float):
-    if kind == "gloo":
-        return td.TorchDistBackend.from_env("gloo", timeout=timeout)
-    return td.MPIBackend(timeout=timeout)
-
-
-def sub_backend(kind: str, world, size: int, timeout: float):
-    """Backend over ranks 0..size-1 (None on the other ranks). Collective over the world."""
-    if kind == "gloo":
-        import datetime
-
-        import torch.distributed as dist
-
-        group = dist.new_group(ranks=list(range(size)), timeout=datetime.timedelta(seconds=timeout))
-        return td.TorchDistBackend(group=group, timeout=timeout) if world.rank < size else None
-    from mpi4py import MPI
-
-    color = 0 if world.rank < size else MPI.UNDEFINED
-    comm = world.comm.Split(color, world.rank)
-    return td.MPIBackend(comm, timeout=timeout) if comm != MPI.COMM_NULL else None
+from worker_common import finish, make_world, run_example, sub_backend
 
 
 def main() -> int:
@@ -68,26 +42,12 @@ def main() -> int:
                 results[(size, name)] = tc.run_case(name, b)
                 results["seconds"][(size, name)] = time.perf_counter() - t0
             results[(size, "estimator")] = tc.run_estimator(b)
-        example = Path(__file__).resolve().parents[2] / "examples" / "distributed_smc.py"
-        spec = importlib.util.spec_from_file_location("distributed_smc", example)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            module.main(["--smoke", "--backend", kind, "--threads", "1"])
-        if world.rank == 0:
-            Path(out_dir, "example.txt").write_text(printed.getvalue())
+        run_example("distributed_smc.py", ["--smoke", "--backend", kind, "--threads", "1"], world, out_dir)
     except Exception:  # report, then make the others fail fast instead of waiting
         traceback.print_exc()
         sys.stdout.flush()
         os._exit(1)
-    torch.save(results, os.path.join(out_dir, f"rank{world.rank}.pt"))
-    world.barrier()
-    if kind == "gloo":  # else gloo's threads can outlive the interpreter: SIGABRT at exit
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
-    return 0
+    return finish(kind, world, results, out_dir)
 
 
 if __name__ == "__main__":
