@@ -180,7 +180,7 @@ def main(argv=None):
                     help="local: one process; gloo: under torchrun; mpi: under mpiexec (SMC rows only)")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny run for the test suite: heart + diabetes (or synthetic data), N=64, K=5, 2 splits, SMC-with-moves rows")
-    ap.add_argument("--cut-proposal", default="prior", choices=("prior", "data"),
+    ap.add_argument("--cut-proposal", default="prior", choices=("prior", "data", "informed"),
                     help="how the SMC-with-moves and MCMC grow / change moves draw cuts (torchtree.moves.propose)")
     ap.add_argument("--out", default="bench_paper002.json")
     args = ap.parse_args(argv)

@@ -101,7 +101,7 @@ def test_posterior_predictive_matches_exact_enumeration():
     assert post.info["ess_leaves"] > 500
 
 
-@pytest.mark.parametrize("cut_proposal", ["prior", "data"])
+@pytest.mark.parametrize("cut_proposal", ["prior", "data", "informed"])
 def test_posterior_predictive_quick(cut_proposal):
     """Short run (100 chains x 100 kept draws): predictive within 0.05 of exact, with
     either cut proposal (the data's gaps are unequal, so they differ)."""

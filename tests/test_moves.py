@@ -63,7 +63,7 @@ def _mixed_data(n=90, seed=0, regression=False):
     return tt.Data(X, y)
 
 
-@pytest.mark.parametrize("cut_proposal", ["prior", "data"])
+@pytest.mark.parametrize("cut_proposal", ["prior", "data", "informed"])
 @pytest.mark.parametrize("prior", [tt.ChipmanPrior(0.95, 0.5), tt.PoissonPrior(4.0)], ids=["chipman", "poisson"])
 @pytest.mark.parametrize("task", ["classification", "regression"])
 def test_caches_stay_consistent_under_moves(prior, task, cut_proposal):
@@ -135,7 +135,7 @@ def _class_keys(state: TreeState, n_features: int) -> torch.Tensor:
     return h.sum(1)
 
 
-@pytest.mark.parametrize("cut_proposal", ["prior", "data"])
+@pytest.mark.parametrize("cut_proposal", ["prior", "data", "informed"])
 @pytest.mark.parametrize(
     "move_probs",
     [(0.5, 0.5, 0.0, 0.0), (0.0, 0.0, 1.0, 0.0), (0.0, 0.0, 0.0, 1.0), (0.25, 0.25, 0.25, 0.25)],
@@ -211,7 +211,7 @@ def test_invalid_proposals_are_flagged_not_raised():
     check_state(state, model)
 
 
-@pytest.mark.parametrize("cut_proposal", ["prior", "data"])
+@pytest.mark.parametrize("cut_proposal", ["prior", "data", "informed"])
 def test_grow_then_prune_ratios_are_inverse(cut_proposal):
     """log q ratio of a grow and of the prune that undoes it are exact negatives, and
     so are the target ratios."""

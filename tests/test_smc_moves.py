@@ -32,8 +32,11 @@ XQ = np.array([[0.5, 0.5], [0.15, 0.8], [0.85, 0.2], [0.3, 0.3]])
 @pytest.mark.parametrize("kw,tol_pred,tol_ev", [(dict(), 0.04, 0.2), (dict(mh_step=True), 0.025, 0.1),
                                                 (dict(tempering=True), 0.025, 0.1),
                                                 (dict(cut_proposal="data"), 0.04, 0.2),
-                                                (dict(mh_step=True, cut_proposal="data"), 0.025, 0.1)],
-                         ids=["weights", "resample-move", "tempering", "weights-data-cuts", "resample-move-data-cuts"])
+                                                (dict(mh_step=True, cut_proposal="data"), 0.025, 0.1),
+                                                (dict(cut_proposal="informed"), 0.04, 0.2),
+                                                (dict(mh_step=True, cut_proposal="informed"), 0.025, 0.1)],
+                         ids=["weights", "resample-move", "tempering", "weights-data-cuts", "resample-move-data-cuts",
+                              "weights-informed-cuts", "resample-move-informed-cuts"])
 def test_predictive_and_evidence_match_exact(kw, tol_pred, tol_ev):
     """4000 particles, 10 iterations: predictive class probabilities and log evidence
     within the stated tolerances of exact enumeration (observed over seeds 0-5, max

@@ -40,7 +40,9 @@ node's data, ``r`` = its extent in the split dimension):
 * prune node ``j``: the inverse expression with ``t`` and ``t'`` exchanged (``q_cut``
   of the removed cut);
 * change node ``j``: ``log q_cut(c_old) - log q_cut(c_new)`` (``log r_j(f_new) - log
-  r_j(f_old)`` for the prior proposal);
+  r_j(f_old)`` for the prior proposal; the ``"data"`` and ``"informed"`` proposals'
+  densities depend only on node ``j``'s data, which the move does not change, so the
+  same density serves the forward and the reverse move);
 * swap parent / child rules: ``0`` (the set of parent-child pairs is unchanged;
   two internal children never carry identical rules with continuous cuts, so
   Chipman's "swap with both children" case has probability zero).
@@ -295,6 +297,77 @@ class TreeModel:
         gap = self.sorted_flat.index_select(0, base + top).double() - self.sorted_flat.index_select(0, base + rr).double()
         return -torch.log((r_hi - r_lo).clamp(min=1).double()) - torch.log(gap.clamp(min=1e-300))
 
+    def informed_cell_logp(self, B: torch.Tensor, f: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities of the ``INFORMED_CELLS`` equal cells of each node's range in
+        ``f`` under the ``cut_proposal="informed"`` proposal.
+
+        A cell's score is the log marginal likelihood of the node split at the cell's
+        midpoint into two leaves (the subtree below, if any, is ignored: any score that
+        depends only on the node's data keeps the proposal exact, since forward and
+        reverse moves see the same data). The cell probabilities are
+        ``(1 - eps) softmax(score) + eps / G`` with ``eps = INFORMED_MIX``, so every cell
+        keeps some mass and the proposal ratio stays bounded.
+
+        Parameters
+        ----------
+        B : LongTensor [n, W] node bitsets
+        f : LongTensor [n] dimension
+        lo, hi : Tensor [n] the node's smallest and largest value in ``f`` (data dtype)
+
+        Returns
+        -------
+        Tensor [n, G] float64
+        """
+        n, G = B.shape[0], INFORMED_CELLS
+        if n == 0 or not self.use_likelihood:
+            return torch.full((n, G), -math.log(G), dtype=torch.float64, device=B.device)
+        rng = hi.double() - lo.double()
+        mid = lo.double()[:, None] + rng[:, None] * (torch.arange(G, device=B.device, dtype=torch.float64) + 0.5) / G
+        fg = f[:, None].expand(n, G).reshape(-1)
+        r = self.threshold_rank(fg, mid.to(lo.dtype).reshape(-1)).clamp(min=0)
+        left = B.repeat_interleave(G, 0) & self.pref.index_select(0, self.off.index_select(0, fg) + r)
+        s_left = self.node_stats(left)[:, : self.S].view(n, G, self.S)
+        s_node = self.node_stats(B)[:, None, : self.S]
+        score = self.loglik(s_left) + self.loglik(s_node - s_left)
+        p = torch.softmax(score, 1) * (1.0 - INFORMED_MIX) + INFORMED_MIX / G
+        return p.log()
+
+    def informed_cut(self, B, f, lo, hi, u):
+        """Draw a cut from the ``"informed"`` proposal: a cell of :meth:`informed_cell_logp`
+        by inversion of ``u``, then uniform in it (the remainder of ``u`` inside the
+        cell's share is again uniform).
+
+        Returns (threshold in the data dtype, its rank, log density float64 of the cut).
+        """
+        return self.informed_cut_from(self.informed_cell_logp(B, f, lo, hi), f, lo, hi, u)
+
+    def informed_cut_from(self, logp, f, lo, hi, u):
+        """:meth:`informed_cut` from precomputed cell log-probabilities ``logp [n, G]``."""
+        G = logp.shape[1]
+        cdf = logp.exp().cumsum(1)
+        cdf = cdf / cdf[:, -1:]
+        uu = u.double()[:, None]
+        g = (cdf <= uu).sum(1).clamp(max=G - 1)
+        below = torch.where(g > 0, cdf.gather(1, (g - 1).clamp(min=0)[:, None]).squeeze(1), torch.zeros_like(u.double()))
+        width = cdf.gather(1, g[:, None]).squeeze(1) - below
+        frac = ((u.double() - below) / width.clamp(min=1e-300)).clamp(0.0, 1.0)
+        rng = hi.double() - lo.double()
+        thr = (lo.double() + rng * (g.double() + frac) / G).to(lo.dtype)
+        thr = torch.where(thr < hi, thr, torch.nextafter(hi, torch.full_like(hi, -math.inf)))
+        thr = torch.maximum(thr, lo)
+        return thr, self.threshold_rank(f, thr), self._informed_log_density(logp, thr, lo, hi)
+
+    def log_informed_density(self, B, f, lo, hi, thr) -> torch.Tensor:
+        """Log density of cut ``thr [n]`` under the ``"informed"`` proposal on nodes ``B``."""
+        return self._informed_log_density(self.informed_cell_logp(B, f, lo, hi), thr, lo, hi)
+
+    @staticmethod
+    def _informed_log_density(logp, thr, lo, hi) -> torch.Tensor:
+        G = logp.shape[1]
+        rng = hi.double() - lo.double()
+        pos = ((thr.double() - lo.double()) / rng.clamp(min=1e-300) * G).floor().long().clamp(0, G - 1)
+        return logp.gather(1, pos[:, None]).squeeze(1) + math.log(G) - torch.log(rng.clamp(min=1e-300))
+
     def threshold_rank(self, f: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
         """Rank ``r`` with ``sorted[f, r] <= thr < sorted[f, r + 1]`` (``-1`` below the minimum)."""
         if f.numel() == 0:
@@ -520,7 +593,9 @@ def draw_moves(u_kind: torch.Tensor, move_probs: Sequence[float]) -> torch.Tenso
     return torch.searchsorted(cp, u_kind.double().contiguous(), right=True).clamp(max=3)
 
 
-CUT_PROPOSALS = ("prior", "data")
+CUT_PROPOSALS = ("prior", "data", "informed")
+#: cells of a node's range scored by the ``"informed"`` cut proposal, and the uniform share mixed in
+INFORMED_CELLS, INFORMED_MIX = 16, 0.1
 
 
 def check_cut_proposal(cut_proposal: str) -> str:
@@ -541,14 +616,18 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     kind : LongTensor [P] move type per tree (see :func:`draw_moves`)
     u : Tensor [P, >= 4] float64 uniforms; columns 1-3 choose the node, the dimension, the cut
     move_probs : 4 floats, the mixture probabilities (they enter the grow / prune ratio)
-    cut_proposal : {"prior", "data"}
+    cut_proposal : {"prior", "data", "informed"}
         How grow and change draw the cut in the chosen dimension: ``"prior"`` uniform on
         the node's data range ``[lo, hi)`` (density ``1 / (hi - lo)``, which cancels the
         prior's rule density); ``"data"`` a gap between consecutive distinct values of
         the dimension uniform among those in the range, then uniform in the gap (density
-        ``1 / (n_gaps * gap width)`` on the same support). The target is the same; the
-        ratio then carries prior density / proposal density of the new cut and the
-        inverse for the removed one.
+        ``1 / (n_gaps * gap width)`` on the same support); ``"informed"`` one of
+        ``INFORMED_CELLS`` equal cells of the range drawn with probability
+        ``(1 - eps) softmax(score) + eps / G``, the score being the log likelihood of the
+        node split at the cell's midpoint into two leaves, then uniform in the cell
+        (:meth:`TreeModel.informed_cell_logp`). The target is the same; the ratio then
+        carries prior density / proposal density of the new cut and the inverse for the
+        removed one.
 
     Returns
     -------
@@ -590,6 +669,12 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
         thr_new, r_new, lqc_new = model.gap_cut(f_new, rlo3[:P], rhi3[:P], u[:, 3])
         r_old = trees.extra["thr_rank"].gather(1, jc[:, None]).squeeze(1)
         lqc_old = model.log_gap_density(f_old, r_old, rlo3[P:2 * P], rhi3[P:2 * P])
+    elif cut_proposal == "informed":
+        # Both densities in one batched call: the new cut on (j, f_new), the old one on (j, f_old).
+        lp = model.informed_cell_logp(torch.cat([Bj, Bj]), torch.cat([f_new, f_old]), lo3[:2 * P], hi3[:2 * P])
+        thr_new, r_new, lqc_new = model.informed_cut_from(lp[:P], f_new, lo3[:P], hi3[:P], u[:, 3])
+        thr_old = trees.threshold.gather(1, jc[:, None]).squeeze(1)
+        lqc_old = model._informed_log_density(lp[P:], thr_old, lo3[P:2 * P], hi3[P:2 * P])
     else:
         thr_new, _ = _cut(lo3[:P], hi3[:P], u[:, 3])
         r_new = model.threshold_rank(f_new, thr_new)
