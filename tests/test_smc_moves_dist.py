@@ -141,7 +141,7 @@ def test_bench_example_smoke_distributed(jobs, kind, tmp_path, capsys):
 
 # ----------------------------------------------------------------- in-process (thread ranks)
 @pytest.mark.parametrize("world", [2, 3, 4])
-@pytest.mark.parametrize("name", ["weights_multinomial", "tempering_residual", "mh_stratified"])
+@pytest.mark.parametrize("name", ["weights_multinomial", "tempering_residual", "mh_stratified", "informed_cuts"])
 def test_thread_ranks_equal_one_process(name, world):
     torch.set_num_threads(1)
     ref = _reference(name)

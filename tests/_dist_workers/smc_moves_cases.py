@@ -25,6 +25,7 @@ CASES = {
     "tempering_residual": ("classification", dict(n_iterations=5, resampling="residual", tempering=True, ess_threshold=0.8)),
     "poisson": ("classification", dict(n_iterations=5, prior="poisson", poisson_lambda=6.0, ess_threshold=0.9)),
     "regression": ("regression", dict(n_iterations=5, ess_threshold=0.9)),
+    "informed_cuts": ("classification", dict(n_iterations=5, cut_proposal="informed", ess_threshold=0.9)),
 }
 
 
