@@ -113,10 +113,11 @@ def pick_backend(name: str):
     return td.get_backend(name)
 
 
-def methods(N: int, K: int, quick: bool, poisson: bool, backend=None, cut_proposal: str = "prior"):
+def methods(N: int, K: int, quick: bool, poisson: bool, backend=None, cut_proposal=None):
     """(name, sampler factory) rows of the table; with a backend only the multi-rank samplers.
-    ``cut_proposal`` goes to the SMC-with-moves and MCMC samplers."""
-    c = dict(cut_proposal=cut_proposal)
+    ``cut_proposal`` goes to the SMC-with-moves and MCMC samplers (None: each sampler's
+    default, ``"informed"`` for SMC with moves and ``"prior"`` for MCMC)."""
+    c = dict(cut_proposal=cut_proposal) if cut_proposal is not None else {}
     b = dict(backend=backend, **c) if backend is not None else dict(c)
     rows = []
     for n in ((N,) if quick else (256, N)):
@@ -180,8 +181,9 @@ def main(argv=None):
                     help="local: one process; gloo: under torchrun; mpi: under mpiexec (SMC rows only)")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny run for the test suite: heart + diabetes (or synthetic data), N=64, K=5, 2 splits, SMC-with-moves rows")
-    ap.add_argument("--cut-proposal", default="prior", choices=("prior", "data", "informed"),
-                    help="how the SMC-with-moves and MCMC grow / change moves draw cuts (torchtree.moves.propose)")
+    ap.add_argument("--cut-proposal", default=None, choices=("prior", "data", "informed"),
+                    help="how the SMC-with-moves and MCMC grow / change moves draw cuts (torchtree.moves.propose); "
+                         "default: each sampler's own (SMC with moves: informed, MCMC: prior)")
     ap.add_argument("--out", default="bench_paper002.json")
     args = ap.parse_args(argv)
     if args.threads:
