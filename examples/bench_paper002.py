@@ -36,22 +36,18 @@ several ranks with ``--backend gloo`` under ``torchrun`` or ``--backend mpi`` un
     torchrun --standalone --nproc_per_node=2 examples/bench_paper002.py --backend gloo --quick --only smc-moves
     mpiexec -n 2 python examples/bench_paper002.py --backend mpi --quick --only smc-moves
 
-Measured (``--threads 1 --splits 10 --quick --poisson --only smc-moves``, 2-core shared host,
-CPU seconds per fit; acc % = posterior predictive): smc-moves N=1024 heart 77.28, diabetes
-73.83, abalone 25.79, students 73.46 (1.5 s CPU, final ESS 4); +mh 77.41 / 74.22 / 24.18 /
-70.54; +temper 77.41 / 74.39 / 25.46 / 73.44 (ESS ~830); poisson 77.41 / 72.22 / 25.36 / 73.56.
-Heart's 81 test rows make +-1.7 points the standard error of a 10-split mean. None of the
-cheap settings tried (ESS threshold 0.3 / 0.8, systematic resampling, grow-heavy move
-probabilities, larger initial trees, Poisson lambda 5 / 12 / 20, Dirichlet alpha 2 / 10,
-tempering) reaches 74 % on students (all 72.6 - 73.8 %).
-
-``--cut-proposal data`` (grow / change cuts drawn gap-uniform among the node's distinct
-values instead of range-uniform; same target) on the same 10 splits: smc-moves N=1024 heart
-78.02, diabetes 73.96, abalone 25.99, students 73.38 (paired difference vs prior
--0.08 +- 0.22 points); poisson 78.02 / 72.83 / 25.50 / 73.72; log p within +-0.01 everywhere;
-+mh / +temper on students 70.54 / 73.29. No significant change, so the default stays
-``"prior"``. (mcmc-1 on students, 2 splits: 73.81 vs 74.72 with "prior"; "data" also runs
-the batched engine, about 12x the CPU time of the host engine for one chain.)
+Measured (``--threads 1 --splits 10 --quick --poisson``, 2-core shared host, CPU seconds
+per fit; acc % = posterior predictive; full table in README.md): smc-moves N=1024 (informed
+cuts, the default) heart 79.51, diabetes 73.83, abalone 26.23, students 73.67 (2.2 s CPU,
+final ESS 14); with ``--cut-proposal prior`` 77.28 / 73.83 / 25.79 / 73.46 (1.7 s, ESS 4);
++mh 77.53 / 74.26 / 24.46 / 70.59; +temper 76.79 / 74.35 / 25.82 / 73.17 (ESS ~950);
+mcmc-1 79.01 / 75.39 / 25.68 / 74.26; topdown 79.51 / 74.43 / 26.86 / 74.88. Heart's 81
+test rows make +-1.7 points the standard error of a 10-split mean; students' is about 0.3.
+None of the settings tried (ESS threshold 0.3 / 0.8, systematic resampling, grow-heavy
+move probabilities, larger initial trees, Poisson lambda 5 / 12 / 20, Dirichlet alpha
+2 / 10, tempering, 16 / 32 / 64 informed cells, gap-uniform cuts) reaches 74 % on students
+(all 72.6 - 73.8 %). ``--cut-proposal data`` (gap-uniform among the node's distinct values)
+with prior-cut settings otherwise: heart 78.02, diabetes 73.96, abalone 25.99, students 73.38.
 
 A script, not a timed test. Data are read from CSV at run time (header row, last
 column = label); ``--smoke`` falls back to a synthetic data set when the CSVs are absent.
