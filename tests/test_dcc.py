@@ -13,14 +13,6 @@ from torchtree.soft.topology import propose_topology, sample_prior_topologies
 from torchtree.soft.utility import dcc_utility, exploitation_term, exploration_term
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 # ----------------------------------------------------------------------------- LAIS
 P = 5
 Y = torch.tensor([1.5, -0.7, 2.2, 0.3, -1.9], dtype=torch.float64)

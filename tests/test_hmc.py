@@ -18,14 +18,6 @@ from torchtree.soft.chains import draw, make_kernel, warmup
 from torchtree.soft.hmc import hmc_init, kinetic_energy, leapfrog, sample_momentum
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 MEAN = torch.tensor([0.0, 1.0, -2.0, 3.0], dtype=torch.float64)
 SD = torch.tensor([0.1, 1.0, 3.0, 0.5], dtype=torch.float64)
 

@@ -3,22 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from scipy import stats as sps
 
 import torchtree as tt
 from torchtree.mcmc import MCMC, chain_ess, rhat
-from torchtree.moves import TreeModel, check_state
 from torchtree.testing import exact_predictive, exact_prior_depth, exact_prior_leaves
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: intra-op threads only add synchronisation (10x on a busy host)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _tiny_data():

@@ -21,16 +21,6 @@ from torchtree.testing import exact_prior_depth, exact_prior_leaves
 from torchtree.trees import INTERNAL
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These tensors are small: intra-op threads only add synchronisation, which on an
-    oversubscribed host costs 10x. Restored after each test."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _mh_steps(state, model, n_steps, seed, move_probs=(0.25, 0.25, 0.25, 0.25), check=False, cut_proposal="prior"):
     P = state.n_trees
     idx = torch.arange(P)

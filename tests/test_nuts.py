@@ -10,14 +10,6 @@ from torchtree.soft.hmc import hmc_init
 from torchtree.soft.nuts import nuts_step
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 MEAN = torch.tensor([0.0, 1.0, -2.0, 3.0], dtype=torch.float64)
 SD = torch.tensor([0.1, 1.0, 3.0, 0.5], dtype=torch.float64)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from torchtree import ChipmanPrior, Data, DirichletMultinomial, HardTrees, NormalInverseGamma, TopDownSMC, TreePosterior
+from torchtree import ChipmanPrior, Data, DirichletMultinomial, HardTrees, TopDownSMC, TreePosterior
 from torchtree.posterior import dedupe_trees
 from torchtree.trees import INTERNAL, LEAF
 

@@ -14,14 +14,6 @@ from torchtree.pyro import SoftTreeClassifier, SoftTreeFunction, SoftTreeRegress
 from torchtree.soft import NUTS, SoftTreeHyper  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _step_data(N=50, seed=0):
     g = torch.Generator().manual_seed(seed)
     X = torch.rand(N, 1, generator=g, dtype=torch.float64)

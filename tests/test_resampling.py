@@ -31,19 +31,6 @@ W7 = torch.tensor([0.02, 0.05, 0.10, 0.13, 0.20, 0.20, 0.30], dtype=torch.float6
 REPS = 4000
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These tests call the resamplers thousands of times on 7 particles.
-
-    Intra-op threads buy nothing at that size, and on a loaded 2-core machine
-    their synchronisation made each call ~30x slower; restore afterwards.
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 

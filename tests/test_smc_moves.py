@@ -11,15 +11,6 @@ from torchtree.smc_moves import SMCSampler, per_particle_accuracy
 from torchtree.testing import exact_log_evidence, exact_predictive, exact_prior_leaves
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: intra-op threads only add synchronisation (10x on a busy host)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _tiny_data():
     X = np.array([[0.1, 1.0], [0.35, 0.2], [0.4, 0.9], [0.6, 0.1], [0.7, 0.8], [0.8, 0.3], [0.9, 0.5], [0.2, 0.6]])
     y = np.array([0, 0, 1, 0, 1, 1, 1, 0])

@@ -12,15 +12,6 @@ from torchtree.kernels.soft_routing import (
 from torchtree.soft.topology import Topology
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # The CI box has 2 shared cores; intra-op threads only add contention here.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _random_trees(B, depth, D, seed, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
     I = 2**depth - 1

@@ -11,14 +11,6 @@ from torchtree.soft import NUTS, SoftTreeHyper, SoftTrees, Topology
 from torchtree.soft.chains import draw, make_kernel, warmup
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 TOPOLOGIES = [Topology((0,)), Topology((0, 2, 5)), Topology((0, 1, 2, 3))]
 HYPER = SoftTreeHyper(split_concentration=0.7, threshold_a=1.5, threshold_b=2.0, sigma_shape=2.5)
 
