@@ -6,6 +6,7 @@ Usage::
     python examples/bench_dcc.py --datasets iris wine --seeds 0 1
     python examples/bench_dcc.py --skip-throughput --json results.json
     python examples/bench_dcc.py --only-throughput --throughput-models wu iris   # NUTS vs Pyro
+    python examples/bench_dcc.py --only-throughput --nuts-async   # asynchronous NUTS sampling phase
     python examples/bench_dcc.py --smoke              # tiny run (< 1 min) for the example tests
 
 Data: CGM and WU are generated (``torchtree.datasets.synthetic``, paper 004 App. C);
@@ -143,7 +144,7 @@ def _throughput_data(model_name: str, data_dir: str):
 
 def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_chains: int = 32, n_warmup: int = 100,
                n_samples: int = 100, depth: int = 2, h: float = 0.05, max_tree_depth: int = 8,
-               pyro_jit: bool = False) -> dict:
+               pyro_jit: bool = False, asynchronous: bool = False) -> dict:
     """Chain-iterations per second: ``torchtree.soft.NUTS`` with ``n_chains`` chains in one
     batch vs ``pyro.infer.MCMC(pyro.infer.NUTS(model))`` (one chain) on the same soft tree.
 
@@ -169,7 +170,7 @@ def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_ch
     D = Xtr.shape[1]
     # ours --------------------------------------------------------------------------
     ours = NUTS(n_chains=n_chains, n_samples=n_samples, n_warmup=n_warmup, depth=depth, sharpness=h, hyper=hp,
-                max_tree_depth=max_tree_depth)
+                max_tree_depth=max_tree_depth, asynchronous=asynchronous)
     clock = _PhaseClock()
     t0, c0 = time.perf_counter(), time.process_time()
     post = ours.run((Xtr, ytr), seed=0, monitor=clock)
@@ -225,7 +226,7 @@ def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_ch
         "model": f"{model_name} depth-{depth} soft {'regression' if regression else 'classification'} tree, h={h}",
         "metric": "test MSE" if regression else "test accuracy",
         "n_warmup": n_warmup, "n_samples": n_samples, "max_tree_depth": max_tree_depth,
-        "ours_chains": n_chains, "ours_seconds": t_ours, "ours_cpu_seconds": c_ours,
+        "ours_chains": n_chains, "ours_asynchronous": asynchronous, "ours_seconds": t_ours, "ours_cpu_seconds": c_ours,
         "ours_sample_seconds": ts_ours, "ours_sample_cpu_seconds": cs_ours,
         "ours_grad_evals": post.info["grad_evals"], "ours_tree_depth": post.info["mean_tree_depth"],
         "ours_step_size": post.info["step_size"], "ours_metric": ours_metric,
@@ -251,7 +252,8 @@ def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_ch
 def print_throughput(t: dict) -> None:
     print(f"\nNUTS throughput: {t['model']}; {t['n_warmup']} warm-up + {t['n_samples']} draws per chain, "
           f"NUTS depth cap {t['max_tree_depth']}")
-    print(f"  torchtree batched NUTS, {t['ours_chains']} chains: {t['ours_chain_iter_per_s_cpu']:.1f} chain-iterations "
+    print(f"  torchtree batched NUTS{' (asynchronous sampling)' if t.get('ours_asynchronous') else ''}, "
+          f"{t['ours_chains']} chains: {t['ours_chain_iter_per_s_cpu']:.1f} chain-iterations "
           f"per CPU s ({t['ours_cpu_seconds']:.1f} cpu s, {t['ours_seconds']:.1f} wall s; sampling phase "
           f"{t['ours_sample_cpu_seconds']:.1f} cpu s), mean tree depth {t['ours_tree_depth']:.2f}, "
           f"{t['metric']} {t['ours_metric']:.4f}")
@@ -322,6 +324,8 @@ def main(argv=None) -> int:
     ap.add_argument("--throughput-chains", type=int, default=32)
     ap.add_argument("--throughput-iters", nargs=2, type=int, default=[100, 100], metavar=("WARMUP", "SAMPLES"))
     ap.add_argument("--pyro-jit", action="store_true", help="Pyro NUTS with jit_compile=True")
+    ap.add_argument("--nuts-async", action="store_true",
+                    help="our NUTS with asynchronous sampling (NUTS(asynchronous=True)) instead of the default")
     ap.add_argument("--json", default=None, help="write all results to this file")
     ap.add_argument("--markdown", default=None, help="write a markdown results table to this file")
     ap.add_argument("--smoke", action="store_true", help="tiny configuration (< 1 min) for the example tests")
@@ -356,7 +360,7 @@ def main(argv=None) -> int:
                 print(_fmt_row(r), flush=True)
     if not args.skip_throughput:
         for m in args.throughput_models:
-            t = throughput(m, args.data_dir, pyro_jit=args.pyro_jit, **tp)
+            t = throughput(m, args.data_dir, pyro_jit=args.pyro_jit, asynchronous=args.nuts_async, **tp)
             results["throughput"].append(t)
             print_throughput(t)
     if args.json:

@@ -8,7 +8,10 @@ batched kernel step for all chains.
 
 The kernels (:func:`torchtree.soft.hmc.hmc_step`, :func:`torchtree.soft.nuts.nuts_step`)
 are wrapped by :func:`make_kernel` into ``step(state, potential_and_grad, step_size,
-inv_mass, generator) -> (state, info)``.
+inv_mass, generator) -> (state, info)``. With ``asynchronous=True`` and a NUTS kernel,
+``draw`` instead runs :func:`torchtree.soft.nuts_async.nuts_draw_async`: every chain
+makes its own sequence of transitions with no barrier between them (warm-up always
+runs in lockstep, since adaptation updates every chain once per iteration).
 
 Monitor hooks: ``monitor.on_step(step, dict)`` is called every ``monitor_every``
 iterations with scalar summaries tagged ``hmc/...`` (step size, acceptance,
@@ -32,8 +35,9 @@ from .adaptation import (
 )
 from .hmc import HMCState, PotentialAndGrad, hmc_init, hmc_step
 from .nuts import nuts_step
+from .nuts_async import nuts_draw_async
 
-__all__ = ["ChainState", "SampleTrace", "make_kernel", "warmup", "draw", "notify"]
+__all__ = ["ChainState", "SampleTrace", "make_kernel", "nuts_settings", "warmup", "draw", "notify"]
 
 
 class ChainState(NamedTuple):
@@ -99,6 +103,14 @@ def make_kernel(
     if kind == "hmc":
         return partial(hmc_step, n_leapfrog=n_leapfrog, max_energy_error=max_energy_error, jitter=True)
     raise ValueError(f"kind must be 'nuts' or 'hmc', got {kind!r}")
+
+
+def nuts_settings(kernel: Kernel) -> Optional[Dict[str, Any]]:
+    """The NUTS settings of a kernel from :func:`make_kernel` (``max_tree_depth``,
+    ``max_energy_error``, ``compact``), or None if it is not a NUTS kernel."""
+    if isinstance(kernel, partial) and kernel.func is nuts_step:
+        return dict(kernel.keywords)
+    return None
 
 
 def notify(monitor, hook: str, *args) -> None:
@@ -238,6 +250,7 @@ def draw(
     step_offset: int = 0,
     prefix: str = "hmc",
     refresh: bool = False,
+    asynchronous: bool = False,
 ) -> Tuple[ChainState, SampleTrace]:
     """Run adapted chains for ``n_samples * thin`` iterations, keeping every ``thin``-th.
 
@@ -252,6 +265,12 @@ def draw(
     refresh : bool
         Recompute the cached potential and gradient first (needed when the target
         changed since ``chains`` was produced, e.g. a different sharpness).
+    asynchronous : bool
+        For a NUTS kernel: run the ``n_samples * thin`` transitions of each chain
+        with :func:`torchtree.soft.nuts_async.nuts_draw_async` (no barrier between
+        transitions; same kernel settings, including ``compact``). Ignored for
+        other kernels. The monitor then gets iteration ``i`` once every chain has
+        finished its transition ``i``.
 
     Returns
     -------
@@ -260,6 +279,10 @@ def draw(
     state, eps, inv_mass = chains
     if refresh:
         state = hmc_init(state.position, potential_and_grad)
+    settings = nuts_settings(kernel) if asynchronous else None
+    if settings is not None:
+        return _draw_async(potential_and_grad, state, eps, inv_mass, n_samples, thin, generator, settings,
+                           monitor, monitor_every, step_offset, prefix)
     pos, pot, acc, div, depth, nst = [], [], [], [], [], []
     for i in range(n_samples * thin):
         state, info = kernel(state, potential_and_grad, eps, inv_mass, generator=generator)
@@ -288,4 +311,30 @@ def draw(
         stack(depth, (B,), torch.long),
         stack(nst, (B,), torch.long),
     )
+    return ChainState(state, eps, inv_mass), trace
+
+
+def _draw_async(potential_and_grad, state, eps, inv_mass, n_samples, thin, generator, settings,
+                monitor, monitor_every, step_offset, prefix) -> Tuple[ChainState, SampleTrace]:
+    """:func:`draw` with :func:`nuts_draw_async` (same outputs and monitor tags)."""
+    n_total = n_samples * thin
+    B = state.position.shape[0]
+    step_mean = float(eps.mean())
+
+    def report(i: int, stats: torch.Tensor) -> None:
+        # the same tags as the lockstep loop, iteration i = every chain's transition i
+        if i % monitor_every == 0 or i == n_total - 1:
+            acc, div, depth, steps = stats.tolist()
+            notify(monitor, "on_step", step_offset + i, {
+                f"{prefix}/step_size": step_mean, f"{prefix}/accept": acc / B,
+                f"{prefix}/divergences": int(div), f"{prefix}/n_steps": steps / B,
+                f"{prefix}/tree_depth": depth / B, f"{prefix}/phase": "sample",
+            })
+
+    state, out = nuts_draw_async(
+        state, potential_and_grad, eps, inv_mass, n_total, generator=generator,
+        max_tree_depth=settings.get("max_tree_depth", 10), max_energy_error=settings.get("max_energy_error", 1000.0),
+        compact=settings.get("compact", 0.0), thin=thin, on_transition=report if monitor is not None else None,
+    )
+    trace = SampleTrace(out.positions, out.potential, out.accept_prob, out.is_divergent, out.tree_depth, out.n_steps)
     return ChainState(state, eps, inv_mass), trace

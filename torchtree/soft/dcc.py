@@ -173,6 +173,12 @@ class DCC:
     checkpoint_every : int, save every this many DCC iterations
     device : str, "auto" = CUDA when present
     dtype : torch.dtype
+    asynchronous : bool
+        Draw the ``n_samples`` NUTS draws of each visit with
+        :func:`torchtree.soft.nuts_async.nuts_draw_async` (each chain at its own pace,
+        no barrier between transitions) instead of in lockstep; warm-up is always in
+        lockstep. Same kernel, different random draws; see :class:`torchtree.soft.NUTS`
+        for when it pays.
     """
 
     method = "dcc"
@@ -214,6 +220,7 @@ class DCC:
         dtype: torch.dtype = torch.float32,
         checkpoint: Optional[str] = None,
         checkpoint_every: int = 1,
+        asynchronous: bool = False,
     ) -> None:
         self.n_iterations = int(n_iterations)
         self.n_initial = int(n_initial)
@@ -255,6 +262,7 @@ class DCC:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
         self.checkpoint = checkpoint
         self.checkpoint_every = int(checkpoint_every)
+        self.asynchronous = bool(asynchronous)
         # test hook: called with the iteration index after each iteration (and its
         # checkpoint); raising from it simulates an interruption
         self._after_iteration = None
@@ -270,6 +278,10 @@ class DCC:
 
         settings = {k: (asdict(v) if k == "hyper" else repr(v) if isinstance(v, torch.dtype) else v)
                     for k, v in sorted(self.__dict__.items()) if k not in self._NOT_FINGERPRINTED}
+        if not self.asynchronous:
+            # the default leaves the fingerprint of checkpoints written before the
+            # option existed unchanged, so they still resume
+            settings.pop("asynchronous", None)
         return fingerprint("DCC", settings, int(seed), sd.X, sd.y)
 
     @staticmethod
@@ -462,7 +474,7 @@ class DCC:
             hmc_step[0] += n_wu
             model.set_sharpness(self.h_final)
             ch, tr = draw(kernel, model.potential_and_grad, ch, self.n_samples, generator=gen,
-                          monitor=monitor, step_offset=hmc_step[0], refresh=True)
+                          monitor=monitor, step_offset=hmc_step[0], refresh=True, asynchronous=self.asynchronous)
             hmc_step[0] += self.n_samples
             stats["divergences"] += int(st["divergences"].sum())
             stats["warmups"] += len(batch)
@@ -549,7 +561,7 @@ class DCC:
                 self._embed(model, chosen, "inv_mass", torch.zeros_like(fill)),
             )
             chains, tr = draw(kernel, model.potential_and_grad, chains, self.n_samples, generator=gen,
-                              monitor=monitor, step_offset=hmc_step[0])
+                              monitor=monitor, step_offset=hmc_step[0], asynchronous=self.asynchronous)
             hmc_step[0] += self.n_samples
             track(tr)
             self._store(model, chosen, chains, tr.positions)

@@ -11,7 +11,8 @@ Two ways in:
 
 Both run warm-up (Stan windows, per-chain dual averaging and diagonal mass matrix,
 optional sharpness annealing ``h_init -> h_final``) and then sampling, all chains in
-lockstep (see :mod:`torchtree.soft.chains`).
+lockstep (see :mod:`torchtree.soft.chains`); ``NUTS(asynchronous=True)`` samples with
+each chain at its own pace instead (see :mod:`torchtree.soft.nuts_async`).
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ from .topology import Topology
 from .trees import SoftTreeHyper, SoftTrees
 
 __all__ = ["MCMCResult", "NUTS", "HMC"]
+
+# default of ``NUTS(asynchronous=...)``: chosen by measurement (not faster on the
+# soft-tree benchmark), see the class docstring
+ASYNC_DEFAULT = False
 
 
 class MCMCResult(NamedTuple):
@@ -76,6 +81,23 @@ class NUTS:
     device : str ("auto" = CUDA if present), dtype : torch.dtype
     n_leapfrog : int, leapfrog steps per HMC iteration (HMC only)
     compile : bool, run the soft-tree potential through ``torch.compile``
+    asynchronous : bool, NUTS only (default False)
+        Sampling phase without a barrier between transitions: each chain starts its
+        next transition as soon as its trajectory ends, so a transition no longer
+        costs the deepest chain's trajectory
+        (:func:`torchtree.soft.nuts_async.nuts_draw_async`). Same kernel, same
+        stationary distribution; draws differ from ``False`` (lockstep
+        :func:`torchtree.soft.nuts.nuts_step`) because random numbers are consumed in
+        another order. Warm-up is always in lockstep. Ignored by :class:`HMC`.
+        Not the default because it was not faster where measured
+        (``examples/bench_dcc.py --only-throughput [--nuts-async]``, 32 chains, one
+        CPU thread): sampling phase 36-40 vs 31-33 CPU s on WU, 9.5-10.5 vs 9.1-13.3
+        on iris. With chains this small a tick's bookkeeping costs about as much as
+        a gradient, and on WU one chain needs the depth cap in almost every
+        transition, so there is little waiting to remove (iris: ~30% fewer batched
+        steps, eaten by the bookkeeping). It pays when gradients are expensive
+        relative to ~100 small tensor operations and the deepest chain changes from
+        transition to transition.
     """
 
     kind = "nuts"
@@ -103,6 +125,7 @@ class NUTS:
         dtype: torch.dtype = torch.float32,
         n_leapfrog: int = 10,
         compile: bool = False,
+        asynchronous: bool = ASYNC_DEFAULT,
     ) -> None:
         self.n_chains = int(n_chains)
         self.n_samples = int(n_samples)
@@ -126,6 +149,7 @@ class NUTS:
         self.device = device
         self.dtype = dtype
         self.compile = bool(compile)
+        self.asynchronous = bool(asynchronous)
 
     def _kernel(self, compact: float = 0.0):
         return make_kernel(
@@ -180,6 +204,7 @@ class NUTS:
         chains, trace = draw(
             kernel, potential_and_grad, chains, self.n_samples, generator=gen, thin=self.thin,
             monitor=monitor, step_offset=self.n_warmup, refresh=sharpness_schedule_ is not None,
+            asynchronous=self.asynchronous,
         )
         seconds = time.perf_counter() - t0
         notify(monitor, "on_end", {
