@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from torchtree import BayesianTreeClassifier, Data
+from torchtree import BayesianTreeClassifier
 from torchtree.smc_moves import SMCSampler
+
+from worker_common import toy_data
 
 N_PARTICLES = 48
 WORLD_SIZES = (2, 4)
@@ -29,18 +31,7 @@ CASES = {
 }
 
 
-def data(task: str):
-    """(Data, query points) with ties in one feature."""
-    rng = np.random.default_rng(0)
-    n = 120
-    X = rng.normal(size=(n, 3))
-    X[:, 2] = np.round(X[:, 2], 1)
-    Xq = rng.normal(size=(40, 3))
-    if task == "classification":
-        y = ((X[:, 0] * X[:, 1] > 0) ^ (rng.random(n) < 0.1)).astype(int)
-        return Data(X, y), Xq
-    y = 2 * X[:, 0] + np.sin(3 * X[:, 1]) + 0.2 * rng.normal(size=n)
-    return Data(X, y, task="regression"), Xq
+data = toy_data  # (Data, query points) with ties in one feature
 
 
 def run_case(name: str, backend=None, **extra) -> dict:

@@ -18,52 +18,34 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-import traceback
-
-import torch
 
 import smc_moves_cases as sc
-from worker_common import finish, make_world, run_example, sub_backend
+from worker_common import worker_main
+
 from torchtree.smc_moves import SMCSampler
 
 
 def main() -> int:
-    kind, out_dir = sys.argv[1], sys.argv[2]
-    sizes = [int(s) for s in sys.argv[3].split(",")] if len(sys.argv) > 3 else list(sc.WORLD_SIZES)
     ckpt_dir = sys.argv[4] if len(sys.argv) > 4 else None
-    timeout = float(os.environ.get("TT_TEST_TIMEOUT", "60"))
-    torch.set_num_threads(1)
-    world = make_world(kind, timeout)
-    results = {"rank": world.rank, "seconds": {}}
-    try:
-        for size in sizes:
-            b = sub_backend(kind, world, size, timeout)
-            if b is None:
-                continue
-            for name in sc.CASES:
-                t0 = time.perf_counter()
-                results[(size, name)] = sc.run_case(name, b)
-                results["seconds"][(size, name)] = time.perf_counter() - t0
-            results[(size, "estimator")] = sc.run_estimator(b)
-            if ckpt_dir is not None and size == max(sizes):
-                path = os.path.join(ckpt_dir, f"{kind}_run.ckpt")
-                SMCSampler._stop_after = 2
-                try:
-                    sc.run_case("tempering_residual", b, checkpoint=path)
-                except RuntimeError as exc:
-                    if "test hook" not in str(exc):
-                        raise
-                finally:
-                    SMCSampler._stop_after = None
-                results[(size, "resumed")] = sc.run_case("tempering_residual", b, checkpoint=path)
-        run_example("bench_paper002.py", ["--smoke", "--backend", kind, "--threads", "1",
-                                          "--out", os.path.join(out_dir, f"bench{world.rank}.json")], world, out_dir)
-    except Exception:  # report, then make the others fail fast instead of waiting
-        traceback.print_exc()
-        sys.stdout.flush()
-        os._exit(1)
-    return finish(kind, world, results, out_dir)
+
+    def resume_case(size, sizes, b, results):
+        if ckpt_dir is None or size != max(sizes):
+            return
+        path = os.path.join(ckpt_dir, f"{sys.argv[1]}_run.ckpt")
+        SMCSampler._stop_after = 2
+        try:
+            sc.run_case("tempering_residual", b, checkpoint=path)
+        except RuntimeError as exc:
+            if "test hook" not in str(exc):
+                raise
+        finally:
+            SMCSampler._stop_after = None
+        results[(size, "resumed")] = sc.run_case("tempering_residual", b, checkpoint=path)
+
+    return worker_main(sc, sc.WORLD_SIZES, "bench_paper002.py",
+                       lambda kind, world: ["--smoke", "--backend", kind, "--threads", "1",
+                                            "--out", os.path.join(sys.argv[2], f"bench{world.rank}.json")],
+                       after_size=resume_case)
 
 
 if __name__ == "__main__":

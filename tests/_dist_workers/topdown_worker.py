@@ -14,40 +14,15 @@ start-up); rank 0 writes what it printed to ``OUT/example.txt``.
 
 from __future__ import annotations
 
-import os
 import sys
-import time
-import traceback
-
-import torch
 
 import topdown_cases as tc
-from worker_common import finish, make_world, run_example, sub_backend
+from worker_common import worker_main
 
 
 def main() -> int:
-    kind, out_dir = sys.argv[1], sys.argv[2]
-    sizes = [int(s) for s in sys.argv[3].split(",")] if len(sys.argv) > 3 else list(tc.WORLD_SIZES)
-    timeout = float(os.environ.get("TT_TEST_TIMEOUT", "60"))
-    torch.set_num_threads(1)
-    world = make_world(kind, timeout)
-    results = {"rank": world.rank, "seconds": {}}
-    try:
-        for size in sizes:
-            b = sub_backend(kind, world, size, timeout)
-            if b is None:
-                continue
-            for name in tc.CASES:
-                t0 = time.perf_counter()
-                results[(size, name)] = tc.run_case(name, b)
-                results["seconds"][(size, name)] = time.perf_counter() - t0
-            results[(size, "estimator")] = tc.run_estimator(b)
-        run_example("distributed_smc.py", ["--smoke", "--backend", kind, "--threads", "1"], world, out_dir)
-    except Exception:  # report, then make the others fail fast instead of waiting
-        traceback.print_exc()
-        sys.stdout.flush()
-        os._exit(1)
-    return finish(kind, world, results, out_dir)
+    return worker_main(tc, tc.WORLD_SIZES, "distributed_smc.py",
+                       lambda kind, world: ["--smoke", "--backend", kind, "--threads", "1"])
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""What every multi-rank test worker does: join the world, carve sub-worlds, run an
-example's ``main`` in-process, and save this rank's results before leaving cleanly."""
+"""What every multi-rank test worker does: join the world, carve sub-worlds, run every
+case of a cases module on each, run an example's ``main`` in-process, and save this
+rank's results before leaving cleanly; plus the toy data the case modules share."""
 from __future__ import annotations
 
 import contextlib
@@ -7,11 +8,17 @@ import datetime
 import importlib.util
 import io
 import os
+import sys
+import time
+import traceback
 from pathlib import Path
+from typing import Callable, Optional
 
+import numpy as np
 import torch
 
 import torchtree.distributed as td
+from torchtree import Data
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -35,6 +42,57 @@ def sub_backend(kind: str, world, size: int, timeout: float):
     color = 0 if world.rank < size else MPI.UNDEFINED
     comm = world.comm.Split(color, world.rank)
     return td.MPIBackend(comm, timeout=timeout) if comm != MPI.COMM_NULL else None
+
+
+def toy_data(task: str):
+    """(Data, query points [40, 3]) of 120 points with ties in one feature: a noisy XOR
+    (classification) or a smooth function plus noise (regression)."""
+    rng = np.random.default_rng(0)
+    n = 120
+    X = rng.normal(size=(n, 3))
+    X[:, 2] = np.round(X[:, 2], 1)
+    Xq = rng.normal(size=(40, 3))
+    if task == "classification":
+        y = ((X[:, 0] * X[:, 1] > 0) ^ (rng.random(n) < 0.1)).astype(int)
+        return Data(X, y), Xq
+    y = 2 * X[:, 0] + np.sin(3 * X[:, 1]) + 0.2 * rng.normal(size=n)
+    return Data(X, y, task="regression"), Xq
+
+
+def worker_main(cases, default_sizes, example: str, example_argv: Callable[[str, object], list],
+                after_size: Optional[Callable] = None) -> int:
+    """The body of a multi-rank worker: ``argv = KIND OUT [SIZES] [...]``.
+
+    For every sub-world size run every case of ``cases`` (``CASES``, ``run_case``,
+    ``run_estimator``) and record ``results[(size, name)]``; ``after_size(size, sizes,
+    backend, results)`` may add more. Then run ``examples/<example>`` on the whole world
+    with ``example_argv(kind, world)`` and save this rank's results. Any error is
+    printed and ends the process at once, so the other ranks fail fast instead of waiting.
+    """
+    kind, out_dir = sys.argv[1], sys.argv[2]
+    sizes = [int(s) for s in sys.argv[3].split(",")] if len(sys.argv) > 3 else list(default_sizes)
+    timeout = float(os.environ.get("TT_TEST_TIMEOUT", "60"))
+    torch.set_num_threads(1)
+    world = make_world(kind, timeout)
+    results = {"rank": world.rank, "seconds": {}}
+    try:
+        for size in sizes:
+            b = sub_backend(kind, world, size, timeout)
+            if b is None:
+                continue
+            for name in cases.CASES:
+                t0 = time.perf_counter()
+                results[(size, name)] = cases.run_case(name, b)
+                results["seconds"][(size, name)] = time.perf_counter() - t0
+            results[(size, "estimator")] = cases.run_estimator(b)
+            if after_size is not None:
+                after_size(size, sizes, b, results)
+        run_example(example, example_argv(kind, world), world, out_dir)
+    except Exception:
+        traceback.print_exc()
+        sys.stdout.flush()
+        os._exit(1)
+    return finish(kind, world, results, out_dir)
 
 
 def run_example(script: str, argv: list, world, out_dir: str) -> None:
