@@ -28,10 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(WORKERS))
 sys.path.insert(0, str(Path(__file__).parent))
 import smc_moves_cases as sc  # noqa: E402
-from test_topdown_dist import Job, _env, _free_port, _mpiexec, _same, load_rank_results  # noqa: E402
+from test_topdown_dist import _same, launch_jobs, load_rank_results  # noqa: E402
 from thread_backend import run_threads  # noqa: E402
 
-import subprocess  # noqa: E402
 
 from torchtree import SMCSampler  # noqa: E402
 
@@ -40,25 +39,8 @@ pytestmark = pytest.mark.distributed
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
-    started = {}
-    out = tmp_path_factory.mktemp("smc_gloo")
-    ck = tmp_path_factory.mktemp("smc_gloo_ckpt")
-    port = _free_port()
-    procs = []
-    for r in range(4):
-        env = _env(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="4", LOCAL_WORLD_SIZE="4",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, "smc_moves_worker.py", "gloo", str(out), "2,4", str(ck)],
-                                      cwd=WORKERS, env=env, stdout=open(out / f"gloo{r}.log", "w"),
-                                      stderr=subprocess.STDOUT, start_new_session=True))
-    started["gloo"] = Job(procs, out)
-    mpiexec = _mpiexec()
-    if mpiexec is not None:
-        out = tmp_path_factory.mktemp("smc_mpi")
-        ck = tmp_path_factory.mktemp("smc_mpi_ckpt")
-        started["mpi"] = Job([subprocess.Popen(
-            [mpiexec, "-n", "2", sys.executable, "smc_moves_worker.py", "mpi", str(out), "2", str(ck)], cwd=WORKERS,
-            env=_env(), stdout=open(out / "mpi.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)], out)
+    started = launch_jobs(tmp_path_factory, "smc_moves_worker.py", "smc_", "2,4", 2, "2",
+                          extra=lambda kind: [str(tmp_path_factory.mktemp(f"smc_{kind}_ckpt"))])
     yield started
     for job in started.values():
         job.wait()

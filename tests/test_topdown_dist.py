@@ -89,25 +89,35 @@ def _env(**kw):
     return env
 
 
-@pytest.fixture(scope="module")
-def jobs(tmp_path_factory):
+def launch_jobs(tmp_path_factory, worker: str, prefix: str, gloo_sizes: str, mpi_ranks: int, mpi_sizes: str,
+                extra=lambda kind: []):
+    """Start ``worker`` on 4 gloo ranks (torchrun-style env vars) and, when mpiexec is
+    available, on ``mpi_ranks`` MPI ranks; each writes into its own temporary folder.
+    ``extra(kind)`` gives more worker arguments. Returns ``{kind: Job}``."""
     started = {}
-    out = tmp_path_factory.mktemp("gloo")
+    out = tmp_path_factory.mktemp(f"{prefix}gloo")
     port = _free_port()
     procs = []
+    gloo_argv = [sys.executable, worker, "gloo", str(out), gloo_sizes] + extra("gloo")
     for r in range(4):
         env = _env(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="4", LOCAL_WORLD_SIZE="4",
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, "topdown_worker.py", "gloo", str(out), "2,4"], cwd=WORKERS,
-                                      env=env, stdout=open(out / f"gloo{r}.log", "w"), stderr=subprocess.STDOUT,
-                                      start_new_session=True))
+        procs.append(subprocess.Popen(gloo_argv, cwd=WORKERS, env=env, stdout=open(out / f"gloo{r}.log", "w"),
+                                      stderr=subprocess.STDOUT, start_new_session=True))
     started["gloo"] = Job(procs, out)
     mpiexec = _mpiexec()
     if mpiexec is not None:
-        out = tmp_path_factory.mktemp("mpi")
+        out = tmp_path_factory.mktemp(f"{prefix}mpi")
         started["mpi"] = Job([subprocess.Popen(
-            [mpiexec, "-n", "4", sys.executable, "topdown_worker.py", "mpi", str(out), "2,4"], cwd=WORKERS, env=_env(),
-            stdout=open(out / "mpi.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)], out)
+            [mpiexec, "-n", str(mpi_ranks), sys.executable, worker, "mpi", str(out), mpi_sizes] + extra("mpi"),
+            cwd=WORKERS, env=_env(), stdout=open(out / "mpi.log", "w"), stderr=subprocess.STDOUT,
+            start_new_session=True)], out)
+    return started
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    started = launch_jobs(tmp_path_factory, "topdown_worker.py", "", "2,4", 4, "2,4")
     yield started
     for job in started.values():
         job.wait()

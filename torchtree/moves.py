@@ -361,17 +361,13 @@ class TreeModel:
         p = torch.softmax(score, 1) * (1.0 - INFORMED_MIX) + INFORMED_MIX / G
         return p.log()
 
-    def informed_cut(self, B, f, lo, hi, u):
-        """Draw a cut from the ``"informed"`` proposal: a cell of :meth:`informed_cell_logp`
-        by inversion of ``u``, then uniform in it (the remainder of ``u`` inside the
-        cell's share is again uniform).
+    def informed_cut(self, logp, f, lo, hi, u):
+        """Draw a cut from the ``"informed"`` proposal given the cell log-probabilities
+        ``logp [n, G]`` of :meth:`informed_cell_logp`: a cell by inversion of ``u [n]``, then
+        uniform in it (the remainder of ``u`` inside the cell's share is again uniform).
 
         Returns (threshold in the data dtype, its rank, log density float64 of the cut).
         """
-        return self.informed_cut_from(self.informed_cell_logp(B, f, lo, hi), f, lo, hi, u)
-
-    def informed_cut_from(self, logp, f, lo, hi, u):
-        """:meth:`informed_cut` from precomputed cell log-probabilities ``logp [n, G]``."""
         G = logp.shape[1]
         cdf = logp.exp().cumsum(1)
         cdf = cdf / cdf[:, -1:]
@@ -380,18 +376,13 @@ class TreeModel:
         below = torch.where(g > 0, cdf.gather(1, (g - 1).clamp(min=0)[:, None]).squeeze(1), torch.zeros_like(u.double()))
         width = cdf.gather(1, g[:, None]).squeeze(1) - below
         frac = ((u.double() - below) / width.clamp(min=1e-300)).clamp(0.0, 1.0)
-        rng = hi.double() - lo.double()
-        thr = (lo.double() + rng * (g.double() + frac) / G).to(lo.dtype)
-        thr = torch.where(thr < hi, thr, torch.nextafter(hi, torch.full_like(hi, -math.inf)))
-        thr = torch.maximum(thr, lo)
-        return thr, self.threshold_rank(f, thr), self._informed_log_density(logp, thr, lo, hi)
-
-    def log_informed_density(self, B, f, lo, hi, thr) -> torch.Tensor:
-        """Log density of cut ``thr [n]`` under the ``"informed"`` proposal on nodes ``B``."""
-        return self._informed_log_density(self.informed_cell_logp(B, f, lo, hi), thr, lo, hi)
+        thr, _ = _cut(lo, hi, (g.double() + frac) / G)
+        return thr, self.threshold_rank(f, thr), self.informed_log_density(logp, thr, lo, hi)
 
     @staticmethod
-    def _informed_log_density(logp, thr, lo, hi) -> torch.Tensor:
+    def informed_log_density(logp, thr, lo, hi) -> torch.Tensor:
+        """Log density of cut ``thr [n]`` under the ``"informed"`` proposal with cell
+        log-probabilities ``logp [n, G]`` on ranges ``[lo, hi)``."""
         G = logp.shape[1]
         rng = hi.double() - lo.double()
         pos = ((thr.double() - lo.double()) / rng.clamp(min=1e-300) * G).floor().long().clamp(0, G - 1)
@@ -701,9 +692,9 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     elif cut_proposal == "informed":
         # Both densities in one batched call: the new cut on (j, f_new), the old one on (j, f_old).
         lp = model.informed_cell_logp(torch.cat([Bj, Bj]), torch.cat([f_new, f_old]), lo3[:2 * P], hi3[:2 * P])
-        thr_new, r_new, lqc_new = model.informed_cut_from(lp[:P], f_new, lo3[:P], hi3[:P], u[:, 3])
+        thr_new, r_new, lqc_new = model.informed_cut(lp[:P], f_new, lo3[:P], hi3[:P], u[:, 3])
         thr_old = trees.threshold.gather(1, jc[:, None]).squeeze(1)
-        lqc_old = model._informed_log_density(lp[P:], thr_old, lo3[P:2 * P], hi3[P:2 * P])
+        lqc_old = model.informed_log_density(lp[P:], thr_old, lo3[P:2 * P], hi3[P:2 * P])
     else:
         thr_new, _ = _cut(lo3[:P], hi3[:P], u[:, 3])
         r_new = model.threshold_rank(f_new, thr_new)

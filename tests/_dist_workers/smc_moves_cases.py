@@ -7,12 +7,9 @@ particles are resampled (and move between ranks) often.
 
 from __future__ import annotations
 
-import numpy as np
-
-from torchtree import BayesianTreeClassifier
 from torchtree.smc_moves import SMCSampler
 
-from worker_common import toy_data
+from worker_common import estimator_result, posterior_result, toy_data
 
 N_PARTICLES = 48
 WORLD_SIZES = (2, 4)
@@ -43,15 +40,10 @@ def run_case(name: str, backend=None, **extra) -> dict:
     info = {k: post.info[k] for k in ("n_resample", "final_ess", "ess_trace", "temperatures", "accept_fraction")}
     info["particle_counts"] = post.info["particle_counts"]
     info["resumed_from"] = post.info["resumed_from"]
-    return {"log_evidence": post.log_evidence, "pred": np.asarray(pred), "trees": post.trees.as_dict(),
-            "log_weights": post.log_weights, "info": info}
+    return posterior_result(post, pred, info)
 
 
 def run_estimator(backend=None) -> dict:
     """The sklearn-style face with ``method="smc-moves", backend=``."""
-    d, Xq = data("classification")
-    X = d.X.double().numpy()
-    y = d.y.numpy()
-    est = BayesianTreeClassifier(method="smc-moves", n_particles=N_PARTICLES, n_iterations=4, ess_threshold=0.9,
-                                 random_state=SEED, backend=backend).fit(X, y)
-    return {"log_evidence": est.log_evidence_, "pred": np.asarray(est.predict_proba(Xq))}
+    return estimator_result(backend, data("classification")[1], method="smc-moves", n_particles=N_PARTICLES,
+                            n_iterations=4, ess_threshold=0.9, random_state=SEED)

@@ -7,11 +7,9 @@ independently. 48 particles split over 1, 2, 3 or 4 ranks; the islands cover bot
 
 from __future__ import annotations
 
-import numpy as np
+from torchtree import TopDownSMC
 
-from torchtree import BayesianTreeClassifier, TopDownSMC
-
-from worker_common import toy_data
+from worker_common import estimator_result, posterior_result, toy_data
 
 N_PARTICLES = 48
 WORLD_SIZES = (2, 4)
@@ -40,15 +38,10 @@ def run_case(name: str, backend=None) -> dict:
     pred = post.predict_proba(Xq) if task == "classification" else post.predict(Xq)
     info = {k: post.info[k] for k in ("n_stages", "n_resample", "island_log_evidence", "island_ess")}
     info.update({k: post.info.get(k) for k in ("layout", "particles_received")})
-    return {"log_evidence": post.log_evidence, "pred": np.asarray(pred), "trees": post.trees.as_dict(),
-            "log_weights": post.log_weights, "info": info}
+    return posterior_result(post, pred, info)
 
 
 def run_estimator(backend=None) -> dict:
     """The sklearn-style face with ``backend=``."""
-    d, Xq = data("classification")
-    X = d.X.double().numpy()
-    y = d.y.numpy()
-    est = BayesianTreeClassifier(method="smc", n_particles=N_PARTICLES, n_islands=2, ess_threshold=0.9,
-                                 random_state=SEED, backend=backend).fit(X, y)
-    return {"log_evidence": est.log_evidence_, "pred": np.asarray(est.predict_proba(Xq))}
+    return estimator_result(backend, data("classification")[1], method="smc", n_particles=N_PARTICLES,
+                            n_islands=2, ess_threshold=0.9, random_state=SEED)

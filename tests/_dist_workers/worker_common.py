@@ -59,6 +59,22 @@ def toy_data(task: str):
     return Data(X, y, task="regression"), Xq
 
 
+def posterior_result(post, pred, info: dict) -> dict:
+    """What the multi-rank tests compare of a fitted posterior (plain tensors, floats, lists)."""
+    return {"log_evidence": post.log_evidence, "pred": np.asarray(pred), "trees": post.trees.as_dict(),
+            "log_weights": post.log_weights, "info": info}
+
+
+def estimator_result(backend, Xq, **params) -> dict:
+    """Fit ``BayesianTreeClassifier(**params, backend=backend)`` on the classification toy
+    data; its log evidence and class probabilities at ``Xq``."""
+    from torchtree import BayesianTreeClassifier
+
+    d, _ = toy_data("classification")
+    est = BayesianTreeClassifier(backend=backend, **params).fit(d.X.double().numpy(), d.y.numpy())
+    return {"log_evidence": est.log_evidence_, "pred": np.asarray(est.predict_proba(Xq))}
+
+
 def worker_main(cases, default_sizes, example: str, example_argv: Callable[[str, object], list],
                 after_size: Optional[Callable] = None) -> int:
     """The body of a multi-rank worker: ``argv = KIND OUT [SIZES] [...]``.
