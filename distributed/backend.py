@@ -195,6 +195,10 @@ class Backend(Protocol):
         """Block until every rank has arrived (with the timeout)."""
         ...
 
+    def close(self) -> None:
+        """Wait for every rank and release what the backend set up (call before exiting)."""
+        ...
+
 
 class LocalBackend:
     """A world of one rank: every collective is the identity.
@@ -249,6 +253,9 @@ class LocalBackend:
         return t.clone()
 
     def barrier(self) -> None:
+        return None
+
+    def close(self) -> None:
         return None
 
 

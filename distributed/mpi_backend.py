@@ -239,6 +239,10 @@ class MPIBackend:
     def barrier(self) -> None:
         self._wait([self.comm.Ibarrier()], "barrier")
 
+    def close(self) -> None:
+        """Wait for every rank (MPI itself is finalised by mpi4py at exit)."""
+        self.barrier()
+
 
 def _cumsum(xs):
     total = 0

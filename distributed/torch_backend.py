@@ -66,6 +66,7 @@ class TorchDistBackend:
                 "torchrun, or torch.distributed.init_process_group(...) first"
             )
         self.group = group
+        self._owns_process_group = False  # set by from_env when it initialised the default group
         self.timeout = _seconds(timeout)
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
@@ -115,6 +116,9 @@ class TorchDistBackend:
                 # One GPU per local rank, as torchrun expects.
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             dist.init_process_group(transport, timeout=timedelta(seconds=seconds))
+            backend = cls(group=group, timeout=seconds)
+            backend._owns_process_group = True
+            return backend
         return cls(group=group, timeout=seconds)
 
     def __repr__(self) -> str:
@@ -236,3 +240,12 @@ class TorchDistBackend:
         # A one-element all_reduce rather than dist.barrier: same cost, and it honours our timeout
         # on every transport.
         self.all_reduce(torch.zeros(1, dtype=torch.int32))
+
+    def close(self) -> None:
+        """Wait for every rank, then destroy the default process group if :meth:`from_env`
+        created it. Call it before a script exits: gloo's threads can otherwise outlive the
+        interpreter and abort it (SIGABRT, "terminate called without an active exception")."""
+        self.barrier()
+        if self._owns_process_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self._owns_process_group = False

@@ -237,6 +237,8 @@ def main(argv=None):
             json.dump({"meta": meta, "results": results}, fh, indent=1)
         say(f"wrote {args.out}")
     say("bench_paper002: done")
+    if backend is not None:
+        backend.close()  # destroys the process group only if this script created it
     return 0
 
 

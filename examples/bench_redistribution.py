@@ -147,6 +147,7 @@ def worker(args) -> None:
             del block, out, ws
     if b.rank == 0:
         Path(args.result).write_text(json.dumps(records))
+    b.close()
 
 
 # ----------------------------------------------------------------------------- launcher

@@ -114,11 +114,7 @@ def main(argv=None) -> int:
         if steps:
             print(f"resampling        {rs:.3f} s in all, {1000 * rs / steps:.2f} ms per step (slowest rank)")
         print("distributed_smc: done")
-    backend.barrier()
-    if name in ("gloo", "torch") and argv is None:  # a script run owns its process group
-        import torch.distributed as dist
-
-        dist.destroy_process_group()  # else gloo threads can outlive the interpreter (SIGABRT)
+    backend.close()  # destroys the process group only if this script created it
     return 0
 
 

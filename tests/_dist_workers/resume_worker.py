@@ -64,10 +64,7 @@ def main() -> int:
         sys.stdout.flush()
         os._exit(1)
     torch.save(results, os.path.join(out_dir, f"rank{b.rank}.pt"))
-    b.barrier()
-    import torch.distributed as dist
-
-    dist.destroy_process_group()
+    b.close()
     return 0
 
 

@@ -127,9 +127,5 @@ def run_example(script: str, argv: list, world, out_dir: str) -> None:
 def finish(kind: str, world, results: dict, out_dir: str) -> int:
     """Save this rank's results to ``OUT/rank{r}.pt``, wait for the others, leave cleanly."""
     torch.save(results, os.path.join(out_dir, f"rank{world.rank}.pt"))
-    world.barrier()
-    if kind == "gloo":  # else gloo's threads can outlive the interpreter: SIGABRT at exit
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+    world.close()
     return 0
