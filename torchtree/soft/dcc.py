@@ -41,6 +41,7 @@ from .chains import ChainState, draw, make_kernel, notify, warmup
 from .hmc import hmc_init
 from .inputs import as_soft_data
 from .lais import EvidenceAccumulator, lais_log_weights
+from .init import INIT_MODES, informed_start
 from .posterior import SoftTreePosterior
 from .topology import Topology, propose_topology, sample_prior_topologies
 from .trees import SoftTreeHyper, SoftTrees
@@ -179,6 +180,16 @@ class DCC:
         no barrier between transitions) instead of in lockstep; warm-up is always in
         lockstep. Same kernel, different random draws; see :class:`torchtree.soft.NUTS`
         for when it pays.
+    init : {"data", "prior"}
+        Where a topology's chains start. ``"data"`` (default, not in the paper): its
+        splits are drawn by conditional sweeps over the hard tree's splits on the
+        training data (:func:`torchtree.soft.init.informed_start`), for a new topology
+        and for the new split of a warm-started one, and its warm-up runs at
+        ``h_final`` (the annealing from ``h_init`` would move the chains out of the
+        partition they start in). ``"prior"``: prior draws and the paper's annealed
+        warm-up. The target is the same; on CGM, chains from prior draws of the true
+        topology settled at train MSE 1.0-1.3 (noise variance 0.04), chains from
+        data-informed starts at 0.045.
     """
 
     method = "dcc"
@@ -221,6 +232,7 @@ class DCC:
         checkpoint: Optional[str] = None,
         checkpoint_every: int = 1,
         asynchronous: bool = False,
+        init: str = "data",
     ) -> None:
         self.n_iterations = int(n_iterations)
         self.n_initial = int(n_initial)
@@ -263,6 +275,9 @@ class DCC:
         self.checkpoint = checkpoint
         self.checkpoint_every = int(checkpoint_every)
         self.asynchronous = bool(asynchronous)
+        if init not in INIT_MODES:
+            raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")
+        self.init = init
         # test hook: called with the iteration index after each iteration (and its
         # checkpoint); raising from it simulates an interruption
         self._after_iteration = None
@@ -397,8 +412,11 @@ class DCC:
         rgen = torch.Generator().manual_seed(seed + 1)  # CPU draws for bookkeeping
         rng = _pyrandom.Random(seed)
         kernel = make_kernel("nuts", max_tree_depth=self.max_tree_depth, compact=0.5)
-        schedule = sharpness_schedule(self.n_warmup, self.h_init, self.h_final)
-        warm_schedule = sharpness_schedule(self.n_warmup_warm, self.h_init, self.h_final)
+        informed = self.init == "data"
+        # a data-informed start is already a sharp partition: no annealing
+        h_start = self.h_final if informed else self.h_init
+        schedule = sharpness_schedule(self.n_warmup, h_start, self.h_final)
+        warm_schedule = sharpness_schedule(self.n_warmup_warm, h_start, self.h_final)
         records: Dict[Topology, _Record] = {}
         acc = EvidenceAccumulator(0, device=torch.device("cpu"))
 
@@ -455,8 +473,14 @@ class DCC:
             if warm:
                 # new splits start from prior draws, so the sharpness is annealed here
                 # too (a hard split gives its threshold almost no gradient to follow)
-                model = self._model(sd, batch, self.h_init, gen)
+                model = self._model(sd, batch, h_start, gen)
                 pos, inv, step = warm_init(model, batch)
+                if informed:
+                    fresh = torch.stack([
+                        torch.tensor([i in r.topology.internal and i not in records[r.parent].topology.internal
+                                      for i in range(model.layout.n_internal)], device=pos.device)
+                        for r in batch]).repeat_interleave(self.n_chains, 0)
+                    pos = informed_start(model, pos, fresh, generator=gen).to(pos)
                 n_wu = self.n_warmup_warm
                 ch, st = warmup(
                     kernel, model.potential_and_grad, pos, n_wu, generator=gen, coord_mask=model.coord_mask,
@@ -464,10 +488,13 @@ class DCC:
                     step_offset=hmc_step[0], sharpness=warm_schedule, set_sharpness=model.set_sharpness,
                 )
             else:
-                model = self._model(sd, batch, self.h_init, gen)
+                model = self._model(sd, batch, h_start, gen)
+                start = model.theta.data
+                if informed:
+                    start = informed_start(model, generator=gen)
                 n_wu = self.n_warmup
                 ch, st = warmup(
-                    kernel, model.potential_and_grad, model.theta.data, n_wu, generator=gen,
+                    kernel, model.potential_and_grad, start, n_wu, generator=gen,
                     coord_mask=model.coord_mask, target_accept=self.target_accept, sharpness=schedule,
                     set_sharpness=model.set_sharpness, monitor=monitor, step_offset=hmc_step[0],
                 )

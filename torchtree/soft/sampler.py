@@ -26,6 +26,7 @@ from torchtree.data import resolve_device
 from .adaptation import sharpness_schedule
 from .chains import ChainState, SampleTrace, draw, make_kernel, notify, warmup
 from .inputs import as_soft_data
+from .init import INIT_MODES, informed_start
 from .lais import EvidenceAccumulator, lais_log_weights
 from .posterior import SoftTreePosterior
 from .topology import Topology
@@ -98,6 +99,12 @@ class NUTS:
         steps, eaten by the bookkeeping). It pays when gradients are expensive
         relative to ~100 small tensor operations and the deepest chain changes from
         transition to transition.
+    init : {"prior", "data"}
+        Chains start from prior draws ("prior") or from randomised greedy splits of the
+        training data (``"data"``, :func:`torchtree.soft.init.informed_start`); the
+        target is the same either way. With ``"data"`` the warm-up runs at the final
+        sharpness (``h_init`` is ignored): annealing from a soft start moved CGM
+        chains started in the true partition out of it.
     """
 
     kind = "nuts"
@@ -126,6 +133,7 @@ class NUTS:
         n_leapfrog: int = 10,
         compile: bool = False,
         asynchronous: bool = ASYNC_DEFAULT,
+        init: str = "prior",
     ) -> None:
         self.n_chains = int(n_chains)
         self.n_samples = int(n_samples)
@@ -150,6 +158,9 @@ class NUTS:
         self.dtype = dtype
         self.compile = bool(compile)
         self.asynchronous = bool(asynchronous)
+        if init not in INIT_MODES:
+            raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")
+        self.init = init
 
     def _kernel(self, compact: float = 0.0):
         return make_kernel(
@@ -219,7 +230,7 @@ class NUTS:
     def model(self, data, y=None, generator: Optional[torch.Generator] = None) -> SoftTrees:
         """The :class:`SoftTrees` batch this sampler runs on ``data`` (one topology)."""
         sd = as_soft_data(data, y, dtype=self.dtype, device=resolve_device(self.device))
-        h0 = self.h_init if self.h_init is not None else self.sharpness
+        h0 = self.h_init if self.h_init is not None and self.init == "prior" else self.sharpness
         return SoftTrees(
             sd, [self.topology], n_chains=self.n_chains, sharpness=h0, hyper=self.hyper,
             dtype=self.dtype, generator=generator, compile=self.compile,
@@ -243,8 +254,12 @@ class NUTS:
         dev = resolve_device(self.device)
         gen = torch.Generator(device=dev).manual_seed(0 if seed is None else int(seed))
         model = self.model(data, y, generator=gen)
+        if self.init == "data":
+            model.theta.data = informed_start(model, generator=gen)
         sched = None
-        if self.h_init is not None and self.h_init != self.sharpness:
+        # a data-informed start is already in a sharp partition; annealing from a soft
+        # start would move the chains out of it, so it applies to prior starts only
+        if self.init == "prior" and self.h_init is not None and self.h_init != self.sharpness:
             sched = sharpness_schedule(self.n_warmup, self.h_init, self.sharpness)
         res = self.sample(
             model.potential_and_grad, model.theta.data, monitor=monitor, coord_mask=model.coord_mask,
