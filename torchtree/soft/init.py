@@ -109,6 +109,56 @@ def _reaches(Xd, w, tau, node_mask, target: int) -> torch.Tensor:
     return ok
 
 
+def _cut_probabilities(Xd, bins, per_point, w, tau, node_mask, i: int, depth: int, G: int,
+                       regression: bool, alpha: float, eps: float):
+    """Choice probabilities of node ``i``'s (feature, cut) given the other splits.
+
+    Parameters
+    ----------
+    Xd : Tensor [N, D] scaled inputs; bins : LongTensor [N, D] their grid cells
+    per_point : Tensor [N, S] sufficient statistics of each point
+    w : Tensor [R, I, D], tau : Tensor [R, I], node_mask : BoolTensor [R, I]
+    i : int, the node; depth : padded depth; G : number of grid cells
+
+    Returns
+    -------
+    prob : Tensor [R, D * (G - 1)], flattened (feature, cut) probabilities
+    has : BoolTensor [R], whether node ``i`` has a cut with points on both sides
+    """
+    R, I, D = w.shape
+    N, S = per_point.shape
+    L = I + 1  # leaf slots of the padded tree
+    dev = Xd.device
+    rows = torch.arange(R, device=dev)
+    reach = _reaches(Xd, w, tau, node_mask, i)                      # [R, N]
+    leaf_l = _route(Xd, w, tau, node_mask, depth, i, False)         # [R, N]
+    leaf_r = _route(Xd, w, tau, node_mask, depth, i, True)
+    pp = per_point[None].expand(R, N, S)
+    # points that do not reach node i keep their leaf (leaf_l == leaf_r for them)
+    base = torch.zeros(R * L, S, dtype=torch.float64, device=dev).index_add_(
+        0, (rows[:, None] * L + leaf_l).reshape(-1), (pp * (~reach)[..., None]).reshape(-1, S)).view(R, L, S)
+    # statistics of the points at node i by (row, feature, bin, leaf), for either side
+    keyb = (rows[:, None, None] * D + torch.arange(D, device=dev)[None, None, :]) * G + bins[None]   # [R, N, D]
+    vals = (pp * reach[..., None])[:, :, None, :].expand(R, N, D, S).reshape(-1, S)
+
+    def side(leaf):
+        key = (keyb * L + leaf[:, :, None]).reshape(-1)
+        return torch.zeros(R * D * G * L, S, dtype=torch.float64, device=dev).index_add_(0, key, vals).view(R, D, G, L, S)
+
+    left = side(leaf_l).cumsum(2)                                   # bins <= k go left
+    right_all = side(leaf_r)
+    right = right_all.sum(2, keepdim=True) - right_all.cumsum(2)    # bins > k go right
+    tot = base[:, None, None] + left[:, :, :-1] + right[:, :, :-1]  # [R, D, G-1, L, S]
+    score = _leaf_log_marginal(tot, regression, alpha, N)           # [R, D, G-1]
+    count = (lambda st: st[..., 0]) if regression else (lambda st: st.sum(-1))
+    valid = (count(left[:, :, :-1]).sum(-1) > 0) & (count(right[:, :, :-1]).sum(-1) > 0)
+    flat = torch.where(valid, score, torch.full_like(score, -1e300)).reshape(R, -1)
+    vflat = valid.reshape(R, -1)
+    prob = (1 - eps) * torch.softmax(flat, -1) + eps * vflat.to(torch.float64) / vflat.sum(-1, keepdim=True).clamp_min(1)
+    has = vflat.any(-1)
+    return torch.where(has[:, None], prob, torch.ones_like(prob)), has
+
+
 def informed_start(
     model,
     theta: Optional[torch.Tensor] = None,
@@ -170,8 +220,9 @@ def informed_start(
         per_point = model.y_onehot.to(torch.float64)                          # [N, K]
     S = per_point.shape[1]
     G = int(n_bins)
-    while G > 16 and B * D * G * L * S > _MAX_STATS:
+    while G > 16 and D * G * L * S > _MAX_STATS:  # one row must fit; rows go in chunks
         G //= 2
+    chunk = max(1, _MAX_STATS // (D * G * L * S))
     bins = (Xd * G).long().clamp_(0, G - 1)             # [N, D]
     edges = torch.arange(1, G, dtype=torch.float64, device=dev) / G           # cut k at edge (k+1)/G
     alpha = float(model.hyper.alpha) if not regression else 0.0
@@ -180,36 +231,12 @@ def informed_start(
     for _ in range(int(n_sweeps) if active_nodes else 0):
         for i in active_nodes:
             need = fresh[:, i]                                              # [B]
-            reach = _reaches(Xd, w, tau, node_mask, i)                      # [B, N]
-            leaf_l = _route(Xd, w, tau, node_mask, depth, i, False)         # [B, N]
-            leaf_r = _route(Xd, w, tau, node_mask, depth, i, True)
-            pp = per_point[None].expand(B, N, S)
-            # points that do not reach node i keep their leaf (leaf_l == leaf_r for them)
-            flat_leaf = (rows[:, None] * L + leaf_l).reshape(-1)
-            base = torch.zeros(B * L, S, dtype=torch.float64, device=dev).index_add_(
-                0, flat_leaf, (pp * (~reach)[..., None]).reshape(-1, S)).view(B, L, S)
-            # statistics of the points at node i by (row, feature, bin, leaf) for both sides
-            r3 = reach[:, :, None].expand(B, N, D)
-            keyb = (rows[:, None, None] * D + torch.arange(D, device=dev)[None, None, :]) * G + bins[None]   # [B, N, D]
-            vals = (pp[:, :, None, :] * r3[..., None]).expand(B, N, D, S).reshape(-1, S)
-
-            def side(leaf):
-                key = (keyb * L + leaf[:, :, None]).reshape(-1)
-                return torch.zeros(B * D * G * L, S, dtype=torch.float64, device=dev).index_add_(0, key, vals).view(B, D, G, L, S)
-
-            left = side(leaf_l).cumsum(2)                                   # bins <= k go left
-            right_all = side(leaf_r)
-            right = right_all.sum(2, keepdim=True) - right_all.cumsum(2)    # bins > k go right
-            tot = base[:, None, None] + left[:, :, :-1] + right[:, :, :-1]  # [B, D, G-1, L, S]
-            score = _leaf_log_marginal(tot, regression, alpha, N)           # [B, D, G-1]
-            cnt = (lambda s: s[..., 0] if regression else s.sum(-1))
-            n_left, n_right = cnt(left[:, :, :-1]).sum(-1), cnt(right[:, :, :-1]).sum(-1)
-            valid = (n_left > 0) & (n_right > 0)
-            flat = torch.where(valid, score, torch.full_like(score, -1e300)).reshape(B, -1)
-            vflat = valid.reshape(B, -1)
-            prob = (1 - eps) * torch.softmax(flat, -1) + eps * vflat.to(torch.float64) / vflat.sum(-1, keepdim=True).clamp_min(1)
-            has = vflat.any(-1)
-            prob = torch.where(has[:, None], prob, torch.ones_like(prob))
+            # rows in chunks, so the [R, D, G, L, S] statistics stay under _MAX_STATS
+            probs = [_cut_probabilities(Xd, bins, per_point, w[r0:r0 + chunk], tau[r0:r0 + chunk],
+                                        node_mask[r0:r0 + chunk], i, depth, G, regression, alpha, eps)
+                     for r0 in range(0, B, chunk)]
+            prob = torch.cat([p for p, _ in probs])
+            has = torch.cat([h for _, h in probs])
             pick = torch.multinomial(prob, 1, generator=generator)[:, 0]
             feat, cut = pick // (G - 1), edges[pick % (G - 1)]
             onehot = torch.nn.functional.one_hot(feat, D).to(torch.float64)
