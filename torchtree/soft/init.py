@@ -89,26 +89,6 @@ def _route(Xd, w, tau, node_mask, depth: int, force_node: int = -1, force_right:
     return node - I
 
 
-def _reaches(Xd, w, tau, node_mask, target: int) -> torch.Tensor:
-    """BoolTensor [B, N]: which points pass through internal node ``target``."""
-    B, I, D = w.shape
-    path = []
-    i = target
-    while i > 0:
-        path.append(i)
-        i = (i - 1) // 2
-    path.reverse()
-    N = Xd.shape[0]
-    node = torch.zeros(B, N, dtype=torch.long, device=Xd.device)
-    ok = torch.ones(B, N, dtype=torch.bool, device=Xd.device)
-    for nxt in path:
-        proj = torch.einsum("nd,bnd->bn", Xd, w.gather(1, node[..., None].expand(B, N, D)))
-        right = (proj > tau.gather(1, node)) & node_mask.gather(1, node)
-        node = 2 * node + 1 + right.long()
-        ok &= node == nxt
-    return ok
-
-
 def _cut_probabilities(Xd, bins, per_point, w, tau, node_mask, i: int, depth: int, G: int,
                        regression: bool, alpha: float, eps: float):
     """Choice probabilities of node ``i``'s (feature, cut) given the other splits.
@@ -130,9 +110,10 @@ def _cut_probabilities(Xd, bins, per_point, w, tau, node_mask, i: int, depth: in
     L = I + 1  # leaf slots of the padded tree
     dev = Xd.device
     rows = torch.arange(R, device=dev)
-    reach = _reaches(Xd, w, tau, node_mask, i)                      # [R, N]
     leaf_l = _route(Xd, w, tau, node_mask, depth, i, False)         # [R, N]
     leaf_r = _route(Xd, w, tau, node_mask, depth, i, True)
+    # a point passes through node i exactly when forcing the side there moves its leaf
+    reach = leaf_l != leaf_r                                        # [R, N]
     pp = per_point[None].expand(R, N, S)
     # points that do not reach node i keep their leaf (leaf_l == leaf_r for them)
     base = torch.zeros(R * L, S, dtype=torch.float64, device=dev).index_add_(
