@@ -232,11 +232,10 @@ def informed_start(
     stats = torch.zeros(B * L, S, dtype=torch.float64, device=dev).index_add_(
         0, (rows[:, None] * L + leaf).reshape(-1), per_point[None].expand(B, N, S).reshape(-1, S)).view(B, L, S)
     best = _leaf_log_marginal(stats, regression, alpha, N).view(B0, K).argmax(1) + torch.arange(B0, device=dev) * K
-    w, tau, leaf, B = w[best], tau[best], leaf[best], B0
+    w, tau, leaf, stats = w[best], tau[best], leaf[best], stats[best]
     mu = sigma2 = None
     if regression:
-        cnt_l = torch.zeros(B, L, dtype=torch.float64, device=dev).scatter_add_(1, leaf, torch.ones_like(leaf, dtype=torch.float64))
-        sm = torch.zeros(B, L, dtype=torch.float64, device=dev).scatter_add_(1, leaf, yd.expand(B, N))
+        cnt_l, sm = stats[..., 0], stats[..., 1]                           # per leaf: count, sum y
         mu = torch.where(cnt_l > 0, sm / cnt_l.clamp_min(1), torch.full_like(sm, float(model.hyper.mu_mean)))
         resid = yd[None] - mu.gather(1, leaf)
         sigma2 = resid.pow(2).mean(1).clamp_min(1e-6 * float(model.hyper.mu_var))
