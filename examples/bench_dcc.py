@@ -146,9 +146,11 @@ def _throughput_data(model_name: str, data_dir: str):
 
 def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_chains: int = 32, n_warmup: int = 100,
                n_samples: int = 100, depth: int = 2, h: float = 0.05, max_tree_depth: int = 8,
-               pyro_jit: bool = False, asynchronous: bool = False, compile: bool = False) -> dict:
+               pyro_jit: bool = False, asynchronous: bool = False, compile: bool = False,
+               pyro_seeds=(0,)) -> dict:
     """Chain-iterations per second: ``torchtree.soft.NUTS`` with ``n_chains`` chains in one
-    batch vs ``pyro.infer.MCMC(pyro.infer.NUTS(model))`` (one chain) on the same soft tree.
+    batch vs ``pyro.infer.MCMC(pyro.infer.NUTS(model))`` (one chain per seed in
+    ``pyro_seeds``, run one after the other) on the same soft tree.
 
     Same model (full tree of ``depth``, sharpness ``h``, same priors and input scaling),
     same warm-up and draw counts, same NUTS depth cap and target acceptance, both
@@ -157,11 +159,6 @@ def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_ch
     Also reports each sampler's test metric (posterior predictive), as a check that
     both sample the same posterior.
     """
-    import pyro
-    from pyro.infer import MCMC, Predictive
-    from pyro.infer import NUTS as PyroNUTS
-
-    from torchtree.kernels.soft_routing import soft_class_counts
     from torchtree.pyro import SoftTreeClassifier, SoftTreeRegressor
     from torchtree.soft.inputs import as_soft_data
 
@@ -183,46 +180,20 @@ def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_ch
     else:
         ours_metric = post.accuracy(Xte, yte)
     # pyro --------------------------------------------------------------------------
-    pyro.set_rng_seed(0)
-    pyro.clear_param_store()
     rng = dict(feature_min=Xtr.min(0).values, feature_max=Xtr.max(0).values)
     if regression:
         model = SoftTreeRegressor(D, topology=depth, sharpness=h, mu_mean=hp.mu_mean, mu_var=hp.mu_var,
                                   sigma_shape=hp.sigma_shape, sigma_scale=hp.sigma_scale, **rng)
-        args = (Xtr, ytr)
     else:
-        K = sd.n_classes
-        model = SoftTreeClassifier(D, K, topology=depth, sharpness=h, alpha=hp.alpha, **rng)
-        args = (Xtr, ytr)
-    marks = {}
-
-    def hook(kernel, params, stage, i):
-        if stage == "Warmup" and i == n_warmup - 1:
-            marks["sample"] = (time.perf_counter(), time.process_time())
-
-    mc = MCMC(PyroNUTS(model, max_tree_depth=max_tree_depth, target_accept_prob=0.8, jit_compile=pyro_jit,
-                       ignore_jit_warnings=True),
-              num_samples=n_samples, warmup_steps=n_warmup, disable_progbar=True, hook_fn=hook)
-    t0, c0 = time.perf_counter(), time.process_time()
-    mc.run(*args)
-    t_pyro, c_pyro = time.perf_counter() - t0, time.process_time() - c0
-    ts_pyro, cs_pyro = (t0 + t_pyro - marks["sample"][0]), (c0 + c_pyro - marks["sample"][1])
-    samples = mc.get_samples()
-    with torch.no_grad():
-        if regression:
-            pred = Predictive(model, posterior_samples=samples, return_sites=["_RETURN"])(Xte)["_RETURN"].mean(0)
-            pyro_metric = float(((pred - yte) ** 2).mean())
-        else:
-            # leaf class probabilities integrated out: p(k | x) = sum_l phi_l(x) (n_lk + a/K) / (n_l + a)
-            pred_fn = Predictive(model, posterior_samples=samples, return_sites=["_RETURN"])
-            phi_tr = pred_fn(Xtr, ytr)["_RETURN"]  # [S, N, L]
-            phi_te = pred_fn(Xte, torch.zeros(len(Xte), dtype=torch.long))["_RETURN"]
-            onehot = torch.nn.functional.one_hot(ytr.long(), K).to(phi_tr)
-            counts = soft_class_counts(phi_tr, onehot)  # [S, L, K]
-            a = float(hp.alpha)
-            leaf_p = (counts + a / K) / (counts.sum(-1, keepdim=True) + a)
-            proba = torch.einsum("snl,slk->snk", phi_te, leaf_p).mean(0)
-            pyro_metric = float((proba.argmax(-1) == yte).double().mean())
+        model = SoftTreeClassifier(D, sd.n_classes, topology=depth, sharpness=h, alpha=hp.alpha, **rng)
+    # one Pyro chain per seed, run one after the other: a single chain's cost per
+    # iteration depends on the mode it settles in (our 32 chains' step sizes spread
+    # over 15x on WU), so several seeds estimate Pyro's rate less noisily
+    runs = [_pyro_chain(model, Xtr, ytr, Xte, yte, hp, sd, regression, seed, n_warmup, n_samples, max_tree_depth,
+                        pyro_jit) for seed in pyro_seeds]
+    t_pyro, c_pyro = sum(r["seconds"] for r in runs), sum(r["cpu_seconds"] for r in runs)
+    ts_pyro, cs_pyro = sum(r["sample_seconds"] for r in runs), sum(r["sample_cpu_seconds"] for r in runs)
+    pyro_metric = float(np.mean([r["metric"] for r in runs]))
     n_it = n_warmup + n_samples
     out = {
         "model": f"{model_name} depth-{depth} soft {'regression' if regression else 'classification'} tree, h={h}",
@@ -233,23 +204,71 @@ def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_ch
         "ours_sample_seconds": ts_ours, "ours_sample_cpu_seconds": cs_ours,
         "ours_grad_evals": post.info["grad_evals"], "ours_tree_depth": post.info["mean_tree_depth"],
         "ours_step_size": post.info["step_size"], "ours_metric": ours_metric,
-        "pyro_chains": 1, "pyro_jit": pyro_jit, "pyro_seconds": t_pyro, "pyro_cpu_seconds": c_pyro,
+        "pyro_chains": len(runs), "pyro_seeds": list(pyro_seeds), "pyro_jit": pyro_jit,
+        "pyro_seconds": t_pyro, "pyro_cpu_seconds": c_pyro,
         "pyro_sample_seconds": ts_pyro, "pyro_sample_cpu_seconds": cs_pyro,
-        "pyro_step_size": float(mc.kernel.step_size), "pyro_metric": pyro_metric,
+        "pyro_step_size": float(np.mean([r["step_size"] for r in runs])), "pyro_metric": pyro_metric,
+        "pyro_runs": runs,
     }
     for clk, (ot, pt, ost, pst) in {
         "wall": (t_ours, t_pyro, ts_ours, ts_pyro), "cpu": (c_ours, c_pyro, cs_ours, cs_pyro),
     }.items():
         out[f"ours_chain_iter_per_s_{clk}"] = n_chains * n_it / ot
-        out[f"pyro_chain_iter_per_s_{clk}"] = n_it / pt
-        out[f"speedup_total_{clk}"] = (n_chains * n_it / ot) / (n_it / pt)
-        out[f"speedup_sample_{clk}"] = (n_chains * n_samples / ost) / (n_samples / pst)
+        k = len(runs)
+        out[f"pyro_chain_iter_per_s_{clk}"] = k * n_it / pt
+        out[f"speedup_total_{clk}"] = (n_chains * n_it / ot) / (k * n_it / pt)
+        out[f"speedup_sample_{clk}"] = (n_chains * n_samples / ost) / (k * n_samples / pst)
     # compatibility with earlier JSON consumers
     out["ours_chain_iter_per_s"] = out["ours_chain_iter_per_s_wall"]
     out["pyro_chain_iter_per_s"] = out["pyro_chain_iter_per_s_wall"]
     out["speedup_vs_pyro_1core"] = out["speedup_total_cpu"]
     out["speedup_vs_pyro_2cores"] = out["speedup_total_cpu"] / 2
     return out
+
+
+def _pyro_chain(model, Xtr, ytr, Xte, yte, hp, sd, regression, seed, n_warmup, n_samples, max_tree_depth, jit):
+    """One ``pyro.infer.MCMC(NUTS(model))`` chain: wall and CPU seconds (total and
+    sampling phase), adapted step size and test metric (posterior predictive)."""
+    import pyro
+    from pyro.infer import MCMC, Predictive
+    from pyro.infer import NUTS as PyroNUTS
+
+    from torchtree.kernels.soft_routing import soft_class_counts
+
+    pyro.set_rng_seed(seed)
+    pyro.clear_param_store()
+    marks = {}
+
+    def hook(kernel, params, stage, i):
+        if stage == "Warmup" and i == n_warmup - 1:
+            marks["sample"] = (time.perf_counter(), time.process_time())
+
+    mc = MCMC(PyroNUTS(model, max_tree_depth=max_tree_depth, target_accept_prob=0.8, jit_compile=jit,
+                       ignore_jit_warnings=True),
+              num_samples=n_samples, warmup_steps=n_warmup, disable_progbar=True, hook_fn=hook)
+    t0, c0 = time.perf_counter(), time.process_time()
+    mc.run(Xtr, ytr)
+    t, c = time.perf_counter() - t0, time.process_time() - c0
+    samples = mc.get_samples()
+    with torch.no_grad():
+        if regression:
+            pred = Predictive(model, posterior_samples=samples, return_sites=["_RETURN"])(Xte)["_RETURN"].mean(0)
+            metric = float(((pred - yte) ** 2).mean())
+        else:
+            # leaf class probabilities integrated out: p(k | x) = sum_l phi_l(x) (n_lk + a/K) / (n_l + a)
+            K = sd.n_classes
+            pred_fn = Predictive(model, posterior_samples=samples, return_sites=["_RETURN"])
+            phi_tr = pred_fn(Xtr, ytr)["_RETURN"]  # [S, N, L]
+            phi_te = pred_fn(Xte, torch.zeros(len(Xte), dtype=torch.long))["_RETURN"]
+            onehot = torch.nn.functional.one_hot(ytr.long(), K).to(phi_tr)
+            counts = soft_class_counts(phi_tr, onehot)  # [S, L, K]
+            a = float(hp.alpha)
+            leaf_p = (counts + a / K) / (counts.sum(-1, keepdim=True) + a)
+            proba = torch.einsum("snl,slk->snk", phi_te, leaf_p).mean(0)
+            metric = float((proba.argmax(-1) == yte).double().mean())
+    return {"seed": seed, "seconds": t, "cpu_seconds": c, "sample_seconds": t0 + t - marks["sample"][0],
+            "sample_cpu_seconds": c0 + c - marks["sample"][1], "step_size": float(mc.kernel.step_size),
+            "metric": metric}
 
 
 def print_throughput(t: dict) -> None:
@@ -261,7 +280,12 @@ def print_throughput(t: dict) -> None:
           f"per CPU s ({t['ours_cpu_seconds']:.1f} cpu s, {t['ours_seconds']:.1f} wall s; sampling phase "
           f"{t['ours_sample_cpu_seconds']:.1f} cpu s), mean tree depth {t['ours_tree_depth']:.2f}, "
           f"{t['metric']} {t['ours_metric']:.4f}")
-    print(f"  pyro NUTS{' (jit)' if t['pyro_jit'] else ''}, 1 chain: {t['pyro_chain_iter_per_s_cpu']:.2f} chain-iterations "
+    k = t["pyro_chains"]
+    each = "" if k == 1 else " (per chain: sampling phase " + ", ".join(
+        f"{r['sample_cpu_seconds']:.1f}" for r in t["pyro_runs"]) + " cpu s, step size " + ", ".join(
+        f"{r['step_size']:.3f}" for r in t["pyro_runs"]) + ")"
+    print(f"  pyro NUTS{' (jit)' if t['pyro_jit'] else ''}, {k} chain{'s one after the other' if k > 1 else ''}{each}: "
+          f"{t['pyro_chain_iter_per_s_cpu']:.2f} chain-iterations "
           f"per CPU s ({t['pyro_cpu_seconds']:.1f} cpu s, {t['pyro_seconds']:.1f} wall s; sampling phase "
           f"{t['pyro_sample_cpu_seconds']:.1f} cpu s), {t['metric']} {t['pyro_metric']:.4f}")
     print(f"  speed-up (chain-iterations/s, CPU time): {t['speedup_total_cpu']:.1f}x warm-up+sampling, "
@@ -330,6 +354,8 @@ def main(argv=None) -> int:
     ap.add_argument("--throughput-chains", type=int, default=32)
     ap.add_argument("--throughput-iters", nargs=2, type=int, default=[100, 100], metavar=("WARMUP", "SAMPLES"))
     ap.add_argument("--pyro-jit", action="store_true", help="Pyro NUTS with jit_compile=True")
+    ap.add_argument("--pyro-seeds", nargs="+", type=int, default=[0],
+                    help="one Pyro chain per seed, one after the other; its rate is over all of them")
     ap.add_argument("--nuts-async", action="store_true",
                     help="our NUTS with asynchronous sampling (NUTS(asynchronous=True)) instead of the default")
     ap.add_argument("--compile", action="store_true",
@@ -377,7 +403,7 @@ def main(argv=None) -> int:
     if not args.skip_throughput:
         for m in args.throughput_models:
             t = throughput(m, args.data_dir, pyro_jit=args.pyro_jit, asynchronous=args.nuts_async,
-                           compile=args.compile, **tp)
+                           compile=args.compile, pyro_seeds=args.pyro_seeds, **tp)
             results["throughput"].append(t)
             print_throughput(t)
     if args.json:

@@ -86,6 +86,7 @@ def make_kernel(
     n_leapfrog: int = 10,
     max_energy_error: float = 1000.0,
     compact: float = 0.0,
+    fused: Optional[Callable] = None,
 ) -> Kernel:
     """A step function ``(state, potential_and_grad, step_size, inv_mass, generator)``.
 
@@ -97,9 +98,13 @@ def make_kernel(
     max_energy_error : float
     compact : float, NUTS only: integrate only live chains below this live fraction
         (the potential must accept ``rows``, see :func:`torchtree.soft.nuts.nuts_step`)
+    fused : callable, optional, NUTS only: ``rows -> (core, tensors, consts)`` of the
+        potential, to run each leapfrog step as one compiled call (see
+        :func:`torchtree.soft.nuts.nuts_step`; e.g. :meth:`SoftTrees.fused_parts`)
     """
     if kind == "nuts":
-        return partial(nuts_step, max_tree_depth=max_tree_depth, max_energy_error=max_energy_error, compact=compact)
+        return partial(nuts_step, max_tree_depth=max_tree_depth, max_energy_error=max_energy_error, compact=compact,
+                       fused=fused)
     if kind == "hmc":
         return partial(hmc_step, n_leapfrog=n_leapfrog, max_energy_error=max_energy_error, jitter=True)
     raise ValueError(f"kind must be 'nuts' or 'hmc', got {kind!r}")

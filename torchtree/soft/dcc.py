@@ -149,8 +149,10 @@ class DCC:
         warm-up) instead of ``n_warmup``. Not in the paper (which burns in every topology from
         scratch); it makes deep topologies affordable on a CPU budget.
     n_warmup_warm : int, optional, default ``max(30, n_warmup // 3)``
-    compile : bool, run the soft-tree potential through ``torch.compile`` (about 3x
-        faster per gradient on a CPU after 10-20 s of compilation per tree depth)
+    compile : bool, run each NUTS leapfrog step (potential, gradient and the trajectory
+        bookkeeping) as one ``torch.compile``-d call (``nuts_step(fused=...)``; 2-4x
+        less time per step on a CPU after 20-60 s of compilation per tree depth; with
+        ``asynchronous=True`` the potential itself is compiled as well)
     max_seconds : float, optional, stop the loop after this much time (summed over
         resumed segments of a checkpointed run). A time budget makes the number of
         iterations, and so the result, depend on the machine's speed: runs with
@@ -337,8 +339,15 @@ class DCC:
     def _model(self, data, recs: List[_Record], h: float, gen) -> SoftTrees:
         return SoftTrees(
             data, [r.topology for r in recs], n_chains=self.n_chains, sharpness=h,
-            hyper=self.hyper, dtype=self.dtype, generator=gen, compile=self.compile,
+            hyper=self.hyper, dtype=self.dtype, generator=gen, compile=self.compile and self.asynchronous,
         )
+
+    def _kernel(self, model: SoftTrees):
+        """Lockstep NUTS kernel for ``model``; with ``compile=True`` each leapfrog step runs
+        as one compiled call (:func:`torchtree.soft.nuts.nuts_step`, ``fused=``), and the
+        potential alone is compiled only for asynchronous sampling, which calls it directly."""
+        return make_kernel("nuts", max_tree_depth=self.max_tree_depth, compact=0.5,
+                           fused=model.fused_parts if self.compile else None)
 
     def _embed(self, model: SoftTrees, recs: List[_Record], name: str, fill: torch.Tensor) -> torch.Tensor:
         out = fill.clone()
@@ -415,7 +424,6 @@ class DCC:
         gen = torch.Generator(device=dev).manual_seed(seed)
         rgen = torch.Generator().manual_seed(seed + 1)  # CPU draws for bookkeeping
         rng = _pyrandom.Random(seed)
-        kernel = make_kernel("nuts", max_tree_depth=self.max_tree_depth, compact=0.5)
         informed = self.init == "data"
         # a data-informed start is already a sharp partition: no annealing
         h_start = self.h_final if informed else self.h_init
@@ -487,7 +495,8 @@ class DCC:
                     pos = informed_start(model, pos, fresh, generator=gen).to(pos)
                 n_wu = self.n_warmup_warm
                 ch, st = warmup(
-                    kernel, model.potential_and_grad, pos, n_wu, generator=gen, coord_mask=model.coord_mask,
+                    self._kernel(model), model.potential_and_grad, pos, n_wu, generator=gen,
+                    coord_mask=model.coord_mask,
                     step_size=step, inv_mass=inv, target_accept=self.target_accept, monitor=monitor,
                     step_offset=hmc_step[0], sharpness=warm_schedule, set_sharpness=model.set_sharpness,
                 )
@@ -498,13 +507,13 @@ class DCC:
                     start = informed_start(model, generator=gen)
                 n_wu = self.n_warmup
                 ch, st = warmup(
-                    kernel, model.potential_and_grad, start, n_wu, generator=gen,
+                    self._kernel(model), model.potential_and_grad, start, n_wu, generator=gen,
                     coord_mask=model.coord_mask, target_accept=self.target_accept, sharpness=schedule,
                     set_sharpness=model.set_sharpness, monitor=monitor, step_offset=hmc_step[0],
                 )
             hmc_step[0] += n_wu
             model.set_sharpness(self.h_final)
-            ch, tr = draw(kernel, model.potential_and_grad, ch, self.n_samples, generator=gen,
+            ch, tr = draw(self._kernel(model), model.potential_and_grad, ch, self.n_samples, generator=gen,
                           monitor=monitor, step_offset=hmc_step[0], refresh=True, asynchronous=self.asynchronous)
             hmc_step[0] += self.n_samples
             stats["divergences"] += int(st["divergences"].sum())
@@ -591,7 +600,7 @@ class DCC:
                 torch.cat([r.step_size for r in chosen]).to(fill),
                 self._embed(model, chosen, "inv_mass", torch.zeros_like(fill)),
             )
-            chains, tr = draw(kernel, model.potential_and_grad, chains, self.n_samples, generator=gen,
+            chains, tr = draw(self._kernel(model), model.potential_and_grad, chains, self.n_samples, generator=gen,
                               monitor=monitor, step_offset=hmc_step[0], asynchronous=self.asynchronous)
             hmc_step[0] += self.n_samples
             track(tr)

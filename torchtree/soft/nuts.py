@@ -23,7 +23,8 @@ the first point of the other half.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+import warnings
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -77,6 +78,69 @@ def _sel_state(mask, a: HMCState, b: HMCState) -> HMCState:
     return HMCState(_w(mask, a.position, b.position), _w(mask, a.potential, b.potential), _w(mask, a.grad, b.grad))
 
 
+FusedParts = Tuple[Callable, tuple, Any]
+"""``(core, tensors, consts)`` with ``core(theta, *tensors, consts) -> (U [B], grad [B, P])``
+equal to the potential and gradient (see :meth:`SoftTrees.fused_parts`)."""
+
+
+def _leapfrog_and_weigh(pos, pot, grad, p, eps, inv_mass, H0, live, u, log_w, prop_pos, prop_pot, prop_grad,
+                        sum_accept, n_steps, idx, core, tensors, consts, max_energy_error: float):
+    """One leapfrog step and the per-step bookkeeping of :func:`_build_subtree` as one
+    pure function of tensors, so that ``torch.compile`` fuses it into one call.
+
+    ``idx`` (LongTensor [R], R >= 2, repeats allowed): integrate only these batch rows,
+    the others keep their point (``tensors`` hold those rows). One signature for the
+    whole batch and for subsets keeps it to one compiled graph. Same arithmetic, same
+    random numbers (``u [B]``, drawn by the caller) as the unfused path.
+    """
+    e = eps[idx].unsqueeze(-1)
+    p_half = p[idx] - 0.5 * e * grad[idx]
+    q_sub = pos[idx] + e * inv_mass[idx] * p_half
+    U, g_sub = core(q_sub, *tensors, consts)
+    U = torch.nan_to_num(U, nan=float("inf"))
+    p = p.index_copy(0, idx, p_half - 0.5 * e * g_sub)
+    q = pos.index_copy(0, idx, q_sub)
+    g = grad.index_copy(0, idx, g_sub)
+    cur_pot = pot.index_copy(0, idx, U)
+    ps = inv_mass * p
+    dH = H0 - (cur_pot + 0.5 * (p * ps).sum(-1))
+    dH = torch.nan_to_num(dH, nan=-float("inf"))
+    n_steps = n_steps + live.long()
+    sum_accept = sum_accept + torch.where(live, torch.exp(dH.clamp(max=0.0)), torch.zeros_like(dH))
+    div = live & (dH < -max_energy_error)
+    new_log_w = torch.logaddexp(log_w, dH)
+    take = u < torch.exp(dH - new_log_w)
+    t2 = take.unsqueeze(-1)
+    prop_pos = torch.where(t2, q, prop_pos)
+    prop_pot = torch.where(take, cur_pot, prop_pot)
+    prop_grad = torch.where(t2, g, prop_grad)
+    return q, cur_pot, g, p, ps, dH, n_steps, sum_accept, div, new_log_w, prop_pos, prop_pot, prop_grad
+
+
+_FUSED: dict = {"fn": None, "failed": False}
+
+
+def _NO_DUCK_SHAPES():
+    """Context in which the compiler keeps the batch size and the number of integrated
+    rows as separate symbols even when they are equal (duck shaping would make the
+    full-batch call a graph of its own)."""
+    return torch.fx.experimental._config.patch(use_duck_shape=False)
+
+
+def _fused_step_fn():
+    """``torch.compile(_leapfrog_and_weigh, dynamic=True)``, built once per process
+    (None if compilation is unavailable)."""
+    if _FUSED["failed"]:
+        return None
+    if _FUSED["fn"] is None:
+        try:
+            _FUSED["fn"] = torch.compile(_leapfrog_and_weigh, dynamic=True)
+        except Exception:  # pragma: no cover - no compiler toolchain
+            _FUSED["failed"] = True
+            return None
+    return _FUSED["fn"]
+
+
 class _Subtree(NamedTuple):
     valid: torch.Tensor  # [B] no inner U-turn, no divergence
     diverged: torch.Tensor  # [B]
@@ -102,13 +166,15 @@ def _build_subtree(
     generator: Optional[torch.Generator],
     max_energy_error: float,
     compact: float = 0.0,
+    fused: Optional[Callable[[Optional[torch.Tensor]], FusedParts]] = None,
 ) -> _Subtree:
     """Take ``2**depth`` leapfrog steps from ``start`` for every non-frozen chain.
 
     With ``compact > 0`` and fewer than ``compact * B`` chains still live, only the
     live chains are integrated (``potential_and_grad(theta, rows)`` must accept the
     batch rows of a subset), so late doublings of a few long trajectories do not
-    pay for the whole batch.
+    pay for the whole batch. With ``fused`` (see :func:`nuts_step`) each step's
+    leapfrog and bookkeeping run as one compiled call.
     """
     B, P = start.position.shape
     dev, dt = start.position.device, start.position.dtype
@@ -136,36 +202,63 @@ def _build_subtree(
     cur, p = start, p_start
     proposal = start
     p_first = p_start
+    step_fn = _fused_step_fn() if fused is not None else None
+    if step_fn is not None:
+        all_rows = torch.arange(B, device=dev)
+        # inputs that alias each other would be compiled as a graph of their own
+        proposal = HMCState(start.position.clone(), start.potential.clone(), start.grad.clone())
     for n in range(n_total):
         if n > 0 and bool(stopped.all()):
             break
         live = ~stopped
         n_live = int(live.sum()) if compact > 0 else B
-        if n_live < compact * B:
-            idx = live.nonzero().squeeze(1)
-            sub, p_sub = leapfrog(
-                HMCState(cur.position[idx], cur.potential[idx], cur.grad[idx]), p[idx], eps[idx],
-                inv_mass[idx], lambda th: potential_and_grad(th, idx),
-            )
-            cur = HMCState(
-                cur.position.index_copy(0, idx, sub.position),
-                cur.potential.index_copy(0, idx, sub.potential),
-                cur.grad.index_copy(0, idx, sub.grad),
-            )
-            p = p.index_copy(0, idx, p_sub)
-        else:
-            cur, p = leapfrog(cur, p, eps, inv_mass, potential_and_grad)
-        ps = inv_mass * p
-        dH = H0 - (cur.potential + 0.5 * (p * ps).sum(-1))
-        dH = torch.nan_to_num(dH, nan=-float("inf"))
-        n_steps += live
-        sum_accept += torch.where(live, torch.exp(dH.clamp(max=0.0)), torch.zeros_like(dH))
-        div = live & (dH < -max_energy_error)
-        # Progressive multinomial sampling of the subtree's candidate.
-        new_log_w = torch.logaddexp(log_w, dH)
-        take = torch.rand(B, generator=generator, dtype=dt, device=dev) < torch.exp(dH - new_log_w)
-        proposal = _sel_state(take, cur, proposal)
-        log_w = new_log_w
+        idx = live.nonzero().squeeze(1) if n_live < compact * B else None
+        stepped = False
+        if step_fn is not None:
+            try:
+                rows = all_rows if idx is None else idx
+                if rows.numel() == 1:  # a size-1 batch would be compiled as a graph of its own
+                    rows = rows.repeat(2)
+                core, tensors, consts = fused(rows)
+                u = torch.rand(B, generator=generator, dtype=dt, device=dev)
+                with _NO_DUCK_SHAPES():
+                    out = step_fn(
+                        cur.position, cur.potential, cur.grad, p, eps, inv_mass, H0, live, u, log_w, proposal.position,
+                        proposal.potential, proposal.grad, sum_accept, n_steps, rows, core, tensors, consts,
+                        float(max_energy_error),
+                    )
+                (pos, pot, grad, p, ps, dH, n_steps, sum_accept, div, log_w, prop_pos, prop_pot, prop_grad) = out
+                cur, proposal = HMCState(pos, pot, grad), HMCState(prop_pos, prop_pot, prop_grad)
+                stepped = True
+            except Exception as exc:  # pragma: no cover - compiler toolchain or backend missing
+                _FUSED["failed"], step_fn = True, None
+                warnings.warn(f"torch.compile of the NUTS step failed ({type(exc).__name__}: {exc}); "
+                              "using the eager step", RuntimeWarning)
+        if not stepped:
+            if idx is not None:
+                sub, p_sub = leapfrog(
+                    HMCState(cur.position[idx], cur.potential[idx], cur.grad[idx]), p[idx], eps[idx],
+                    inv_mass[idx], lambda th: potential_and_grad(th, idx),
+                )
+                cur = HMCState(
+                    cur.position.index_copy(0, idx, sub.position),
+                    cur.potential.index_copy(0, idx, sub.potential),
+                    cur.grad.index_copy(0, idx, sub.grad),
+                )
+                p = p.index_copy(0, idx, p_sub)
+            else:
+                cur, p = leapfrog(cur, p, eps, inv_mass, potential_and_grad)
+            ps = inv_mass * p
+            dH = H0 - (cur.potential + 0.5 * (p * ps).sum(-1))
+            dH = torch.nan_to_num(dH, nan=-float("inf"))
+            n_steps += live
+            sum_accept += torch.where(live, torch.exp(dH.clamp(max=0.0)), torch.zeros_like(dH))
+            div = live & (dH < -max_energy_error)
+            # Progressive multinomial sampling of the subtree's candidate.
+            new_log_w = torch.logaddexp(log_w, dH)
+            take = torch.rand(B, generator=generator, dtype=dt, device=dev) < torch.exp(dH - new_log_w)
+            proposal = _sel_state(take, cur, proposal)
+            log_w = new_log_w
         if n == 0:
             p_first = p
         # Blocks starting at this step.
@@ -203,6 +296,7 @@ def nuts_step(
     max_tree_depth: int = 10,
     max_energy_error: float = 1000.0,
     compact: float = 0.0,
+    fused: Optional[Callable[[Optional[torch.Tensor]], FusedParts]] = None,
 ) -> Tuple[HMCState, NUTSInfo]:
     """One multinomial NUTS transition for all chains at once.
 
@@ -218,6 +312,13 @@ def nuts_step(
     compact : float in [0, 1]
         Integrate only the live chains once fewer than ``compact * B`` are live;
         requires ``potential_and_grad(theta, rows)`` (e.g. ``SoftTrees``). 0 = off.
+    fused : callable, optional
+        ``fused(rows) -> (core, tensors, consts)`` describing ``potential_and_grad``
+        as a pure function (``rows``: LongTensor [R] or None; e.g.
+        :meth:`SoftTrees.fused_parts`). Each leapfrog step and its bookkeeping then
+        run as one ``torch.compile``-d call instead of ~100 small eager operations:
+        same arithmetic and random numbers, so the same transition up to rounding.
+        Compilation takes 10-30 s once per process and tree depth.
 
     Returns
     -------
@@ -247,7 +348,8 @@ def nuts_step(
         p_start = _w(fwd, p_plus, p_minus)
         eps = torch.where(fwd, step_size, -step_size)
         sub = _build_subtree(
-            start, p_start, j, eps, inv_mass, H0, done, potential_and_grad, generator, max_energy_error, compact
+            start, p_start, j, eps, inv_mass, H0, done, potential_and_grad, generator, max_energy_error, compact,
+            fused,
         )
         depth += active.long()
         n_steps += sub.n_steps

@@ -81,7 +81,10 @@ class NUTS:
     n_proposals : int, LAIS pseudo-samples per draw
     device : str ("auto" = CUDA if present), dtype : torch.dtype
     n_leapfrog : int, leapfrog steps per HMC iteration (HMC only)
-    compile : bool, run the soft-tree potential through ``torch.compile``
+    compile : bool, run the soft-tree potential through ``torch.compile``; with NUTS
+        (lockstep), each leapfrog step and its bookkeeping run as one compiled call
+        (``nuts_step(fused=...)``), which removes most of the per-step overhead of small
+        batches; costs 20-60 s of compilation once per process and tree depth
     asynchronous : bool, NUTS only (default False)
         Sampling phase without a barrier between transitions: each chain starts its
         next transition as soon as its trajectory ends, so a transition no longer
@@ -162,10 +165,10 @@ class NUTS:
             raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")
         self.init = init
 
-    def _kernel(self, compact: float = 0.0):
+    def _kernel(self, compact: float = 0.0, fused: Optional[Callable] = None):
         return make_kernel(
             self.kind, max_tree_depth=self.max_tree_depth, n_leapfrog=self.n_leapfrog,
-            max_energy_error=self.max_energy_error, compact=compact,
+            max_energy_error=self.max_energy_error, compact=compact, fused=fused,
         )
 
     # ----------------------------------------------------------------- generic
@@ -181,6 +184,7 @@ class NUTS:
         set_sharpness: Optional[Callable[[float], None]] = None,
         generator: Optional[torch.Generator] = None,
         compact: float = 0.0,
+        fused: Optional[Callable] = None,
     ) -> MCMCResult:
         """Sample any batched potential with ``B = init.shape[0]`` chains.
 
@@ -195,6 +199,8 @@ class NUTS:
         generator : torch.Generator, optional (overrides ``seed``)
         compact : float, NUTS live-chain compaction threshold (needs a potential
             accepting ``rows``; see :func:`torchtree.soft.nuts.nuts_step`)
+        fused : callable, optional, NUTS: the potential as ``rows -> (core, tensors,
+            consts)`` for a compiled leapfrog step (see :func:`torchtree.soft.nuts.nuts_step`)
 
         Returns
         -------
@@ -202,7 +208,7 @@ class NUTS:
         """
         t0 = time.perf_counter()
         gen = generator or torch.Generator(device=init.device).manual_seed(0 if seed is None else int(seed))
-        kernel = self._kernel(compact)
+        kernel = self._kernel(compact, fused)
         notify(monitor, "on_start", {
             "method": self.kind, "n_chains": int(init.shape[0]), "n_samples": self.n_samples,
             "n_warmup": self.n_warmup,
@@ -233,8 +239,15 @@ class NUTS:
         h0 = self.h_init if self.h_init is not None and self.init == "prior" else self.sharpness
         return SoftTrees(
             sd, [self.topology], n_chains=self.n_chains, sharpness=h0, hyper=self.hyper,
-            dtype=self.dtype, generator=generator, compile=self.compile,
+            dtype=self.dtype, generator=generator, compile=self.compile and not self._fuses_steps,
         )
+
+    @property
+    def _fuses_steps(self) -> bool:
+        """Whether every potential evaluation on a hot path goes through the fused,
+        compiled NUTS step (lockstep NUTS), so the potential itself need not be compiled
+        too (that would cost a second compilation for a few calls per window)."""
+        return self.compile and self.kind == "nuts" and not self.asynchronous
 
     def run(self, data, y=None, *, seed: Optional[int] = 0, monitor=None) -> SoftTreePosterior:
         """Sample the soft tree of one topology on ``data``.
@@ -264,6 +277,7 @@ class NUTS:
         res = self.sample(
             model.potential_and_grad, model.theta.data, monitor=monitor, coord_mask=model.coord_mask,
             sharpness_schedule_=sched, set_sharpness=model.set_sharpness, generator=gen, compact=0.5,
+            fused=model.fused_parts if self.compile else None,
         )
         model.set_sharpness(self.sharpness)
         idx = model.compact_index(0)

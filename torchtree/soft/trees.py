@@ -513,6 +513,26 @@ class SoftTrees(nn.Module):
         return _potential_and_grad_core(theta, self.X, target, nm, cmf, node_mask, h, self._consts)
 
 
+    def fused_parts(self, rows: Optional[torch.Tensor] = None):
+        """The potential as a pure function, for a fused (compiled) NUTS step.
+
+        Parameters
+        ----------
+        rows : LongTensor [R], optional, see :meth:`log_prior`
+
+        Returns
+        -------
+        (core, tensors, consts) such that ``core(theta, *tensors, consts)`` equals
+        ``potential_and_grad(theta, rows)`` for ``theta [R, P]`` (``[B, P]`` without
+        rows); ``core`` is the same module-level function for every ``SoftTrees``, so a
+        compiled caller is not recompiled per model. See
+        :func:`torchtree.soft.nuts.nuts_step` (``fused=``).
+        """
+        node_mask, _, h = self._rows(rows)
+        nm, cmf = self._float_masks(rows, self.X.dtype)
+        target = self.y_onehot if self.task == "classification" else self.y
+        return _potential_and_grad_core, (self.X, target, nm, cmf, node_mask, h), self._consts
+
     @torch.no_grad()
     def log_density_chunked(
         self, theta: torch.Tensor, rows: torch.Tensor, max_elements: int = 2**24
