@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import torch
 
-from .hmc import HMCState, PotentialAndGrad, kinetic_energy, leapfrog, sample_momentum
+from .hmc import HMCState, PotentialAndGrad, kinetic_energy, sample_momentum
 
 __all__ = ["NUTSInfo", "nuts_init", "nuts_step"]
 
@@ -85,23 +85,34 @@ equal to the potential and gradient (see :meth:`SoftTrees.fused_parts`)."""
 
 def _leapfrog_and_weigh(pos, pot, grad, p, eps, inv_mass, H0, live, u, log_w, prop_pos, prop_pot, prop_grad,
                         sum_accept, n_steps, idx, core, tensors, consts, max_energy_error: float):
-    """One leapfrog step and the per-step bookkeeping of :func:`_build_subtree` as one
-    pure function of tensors, so that ``torch.compile`` fuses it into one call.
+    """One leapfrog step of every chain and the per-step bookkeeping of
+    :func:`_build_subtree` (energy error, acceptance sums, divergence, progressive
+    multinomial choice of the subtree's candidate), as a pure function of tensors so
+    that ``torch.compile`` can fuse it into one call.
 
-    ``idx`` (LongTensor [R], R >= 2, repeats allowed): integrate only these batch rows,
-    the others keep their point (``tensors`` hold those rows). One signature for the
-    whole batch and for subsets keeps it to one compiled graph. Same arithmetic, same
-    random numbers (``u [B]``, drawn by the caller) as the unfused path.
+    ``core(theta, *tensors, consts) -> (U, grad)`` is the potential. ``idx``
+    (LongTensor [R], repeats allowed) integrates only these batch rows, the others keep
+    their point (``core`` then sees those rows only); None = all rows. ``u [B]`` are the
+    uniforms of the multinomial choice. The compiled caller always passes ``idx`` with
+    R >= 2, so the whole batch and every subset share one graph.
     """
-    e = eps[idx].unsqueeze(-1)
-    p_half = p[idx] - 0.5 * e * grad[idx]
-    q_sub = pos[idx] + e * inv_mass[idx] * p_half
-    U, g_sub = core(q_sub, *tensors, consts)
-    U = torch.nan_to_num(U, nan=float("inf"))
-    p = p.index_copy(0, idx, p_half - 0.5 * e * g_sub)
-    q = pos.index_copy(0, idx, q_sub)
-    g = grad.index_copy(0, idx, g_sub)
-    cur_pot = pot.index_copy(0, idx, U)
+    if idx is None:
+        e = eps.unsqueeze(-1)
+        p_half = p - 0.5 * e * grad
+        q = pos + e * inv_mass * p_half
+        cur_pot, g = core(q, *tensors, consts)
+        cur_pot = torch.nan_to_num(cur_pot, nan=float("inf"))
+        p = p_half - 0.5 * e * g
+    else:
+        e = eps[idx].unsqueeze(-1)
+        p_half = p[idx] - 0.5 * e * grad[idx]
+        q_sub = pos[idx] + e * inv_mass[idx] * p_half
+        U, g_sub = core(q_sub, *tensors, consts)
+        U = torch.nan_to_num(U, nan=float("inf"))
+        p = p.index_copy(0, idx, p_half - 0.5 * e * g_sub)
+        q = pos.index_copy(0, idx, q_sub)
+        g = grad.index_copy(0, idx, g_sub)
+        cur_pot = pot.index_copy(0, idx, U)
     ps = inv_mass * p
     dH = H0 - (cur_pot + 0.5 * (p * ps).sum(-1))
     dH = torch.nan_to_num(dH, nan=-float("inf"))
@@ -115,6 +126,14 @@ def _leapfrog_and_weigh(pos, pot, grad, p, eps, inv_mass, H0, live, u, log_w, pr
     prop_pot = torch.where(take, cur_pot, prop_pot)
     prop_grad = torch.where(t2, g, prop_grad)
     return q, cur_pot, g, p, ps, dH, n_steps, sum_accept, div, new_log_w, prop_pos, prop_pot, prop_grad
+
+
+def _rows_potential(potential_and_grad: PotentialAndGrad, rows: Optional[torch.Tensor]) -> Callable:
+    """``potential_and_grad`` in the ``core(theta, consts)`` form of
+    :func:`_leapfrog_and_weigh`, restricted to batch ``rows`` (None = all)."""
+    if rows is None:
+        return lambda theta, consts: potential_and_grad(theta)
+    return lambda theta, consts: potential_and_grad(theta, rows)
 
 
 _FUSED: dict = {"fn": None, "failed": False}
@@ -213,52 +232,26 @@ def _build_subtree(
         live = ~stopped
         n_live = int(live.sum()) if compact > 0 else B
         idx = live.nonzero().squeeze(1) if n_live < compact * B else None
-        stepped = False
+        u = torch.rand(B, generator=generator, dtype=dt, device=dev)
+        args = (cur.position, cur.potential, cur.grad, p, eps, inv_mass, H0, live, u, log_w, proposal.position,
+                proposal.potential, proposal.grad, sum_accept, n_steps)
+        out = None
         if step_fn is not None:
+            rows = all_rows if idx is None else idx
+            if rows.numel() == 1:  # a size-1 batch would be compiled as a graph of its own
+                rows = rows.repeat(2)
             try:
-                rows = all_rows if idx is None else idx
-                if rows.numel() == 1:  # a size-1 batch would be compiled as a graph of its own
-                    rows = rows.repeat(2)
-                core, tensors, consts = fused(rows)
-                u = torch.rand(B, generator=generator, dtype=dt, device=dev)
                 with _NO_DUCK_SHAPES():
-                    out = step_fn(
-                        cur.position, cur.potential, cur.grad, p, eps, inv_mass, H0, live, u, log_w, proposal.position,
-                        proposal.potential, proposal.grad, sum_accept, n_steps, rows, core, tensors, consts,
-                        float(max_energy_error),
-                    )
-                (pos, pot, grad, p, ps, dH, n_steps, sum_accept, div, log_w, prop_pos, prop_pot, prop_grad) = out
-                cur, proposal = HMCState(pos, pot, grad), HMCState(prop_pos, prop_pot, prop_grad)
-                stepped = True
+                    out = step_fn(*args, rows, *fused(rows), float(max_energy_error))
             except Exception as exc:  # pragma: no cover - compiler toolchain or backend missing
                 _FUSED["failed"], step_fn = True, None
                 warnings.warn(f"torch.compile of the NUTS step failed ({type(exc).__name__}: {exc}); "
                               "using the eager step", RuntimeWarning)
-        if not stepped:
-            if idx is not None:
-                sub, p_sub = leapfrog(
-                    HMCState(cur.position[idx], cur.potential[idx], cur.grad[idx]), p[idx], eps[idx],
-                    inv_mass[idx], lambda th: potential_and_grad(th, idx),
-                )
-                cur = HMCState(
-                    cur.position.index_copy(0, idx, sub.position),
-                    cur.potential.index_copy(0, idx, sub.potential),
-                    cur.grad.index_copy(0, idx, sub.grad),
-                )
-                p = p.index_copy(0, idx, p_sub)
-            else:
-                cur, p = leapfrog(cur, p, eps, inv_mass, potential_and_grad)
-            ps = inv_mass * p
-            dH = H0 - (cur.potential + 0.5 * (p * ps).sum(-1))
-            dH = torch.nan_to_num(dH, nan=-float("inf"))
-            n_steps += live
-            sum_accept += torch.where(live, torch.exp(dH.clamp(max=0.0)), torch.zeros_like(dH))
-            div = live & (dH < -max_energy_error)
-            # Progressive multinomial sampling of the subtree's candidate.
-            new_log_w = torch.logaddexp(log_w, dH)
-            take = torch.rand(B, generator=generator, dtype=dt, device=dev) < torch.exp(dH - new_log_w)
-            proposal = _sel_state(take, cur, proposal)
-            log_w = new_log_w
+        if out is None:
+            out = _leapfrog_and_weigh(*args, idx, _rows_potential(potential_and_grad, idx), (), None,
+                                      float(max_energy_error))
+        (pos, pot, grad, p, ps, dH, n_steps, sum_accept, div, log_w, prop_pos, prop_pot, prop_grad) = out
+        cur, proposal = HMCState(pos, pot, grad), HMCState(prop_pos, prop_pot, prop_grad)
         if n == 0:
             p_first = p
         # Blocks starting at this step.
