@@ -139,7 +139,7 @@ def _rows_potential(potential_and_grad: PotentialAndGrad, rows: Optional[torch.T
 _FUSED: dict = {"fn": None, "failed": False}
 
 
-def _NO_DUCK_SHAPES():
+def _no_duck_shapes():
     """Context in which the compiler keeps the batch size and the number of integrated
     rows as separate symbols even when they are equal (duck shaping would make the
     full-batch call a graph of its own)."""
@@ -241,7 +241,7 @@ def _build_subtree(
             if rows.numel() == 1:  # a size-1 batch would be compiled as a graph of its own
                 rows = rows.repeat(2)
             try:
-                with _NO_DUCK_SHAPES():
+                with _no_duck_shapes():
                     out = step_fn(*args, rows, *fused(rows), float(max_energy_error))
             except Exception as exc:  # pragma: no cover - compiler toolchain or backend missing
                 _FUSED["failed"], step_fn = True, None

@@ -499,26 +499,24 @@ class SoftTrees(nn.Module):
         With ``compile=True`` the same function runs through ``torch.compile``
         (one fused kernel set per tree depth; falls back to eager if compilation fails).
         """
-        node_mask, _, h = self._rows(rows)
-        nm, cmf = self._float_masks(rows, theta.dtype)
-        target = self.y_onehot if self.task == "classification" else self.y
+        core, tensors, consts = self.fused_parts(rows, theta.dtype)
         fn = _compiled_core() if self.compile else None
         if fn is not None:
             try:
-                return fn(theta, self.X, target, nm, cmf, node_mask, h, self._consts)
+                return fn(theta, *tensors, consts)
             except Exception as exc:  # pragma: no cover - no compiler toolchain, unsupported backend
                 _COMPILED["failed"] = True
                 warnings.warn(f"torch.compile of the soft-tree potential failed ({type(exc).__name__}: {exc}); "
                               "using the eager implementation", RuntimeWarning)
-        return _potential_and_grad_core(theta, self.X, target, nm, cmf, node_mask, h, self._consts)
+        return core(theta, *tensors, consts)
 
-
-    def fused_parts(self, rows: Optional[torch.Tensor] = None):
+    def fused_parts(self, rows: Optional[torch.Tensor] = None, dtype: Optional[torch.dtype] = None):
         """The potential as a pure function, for a fused (compiled) NUTS step.
 
         Parameters
         ----------
         rows : LongTensor [R], optional, see :meth:`log_prior`
+        dtype : torch.dtype, optional, of the masks (default: the inputs' dtype)
 
         Returns
         -------
@@ -529,7 +527,7 @@ class SoftTrees(nn.Module):
         :func:`torchtree.soft.nuts.nuts_step` (``fused=``).
         """
         node_mask, _, h = self._rows(rows)
-        nm, cmf = self._float_masks(rows, self.X.dtype)
+        nm, cmf = self._float_masks(rows, dtype or self.X.dtype)
         target = self.y_onehot if self.task == "classification" else self.y
         return _potential_and_grad_core, (self.X, target, nm, cmf, node_mask, h), self._consts
 
