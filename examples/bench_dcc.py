@@ -7,6 +7,7 @@ Usage::
     python examples/bench_dcc.py --skip-throughput --json results.json
     python examples/bench_dcc.py --only-throughput --throughput-models wu iris   # NUTS vs Pyro
     python examples/bench_dcc.py --only-throughput --nuts-async   # asynchronous NUTS sampling phase
+    python examples/bench_dcc.py --only-throughput --compare-compile --pyro-seeds 0 1 2 3 4 5 6 7
     python examples/bench_dcc.py --smoke              # tiny run (< 1 min) for the example tests
 
 Data: CGM and WU are generated (``torchtree.datasets.synthetic``, paper 004 App. C);
@@ -26,7 +27,9 @@ scaling and sharpness), same warm-up and draw counts, NUTS depth cap and target
 acceptance, on WU (regression) and iris (classification). Both run single-threaded in
 one process; rates are given per CPU second and per wall second, for warm-up plus
 sampling and for the sampling phase alone, with each sampler's test metric as a
-check that both sample the same posterior. Pyro runs one chain at a time (its
+check that both sample the same posterior. ``--pyro-seeds`` runs several Pyro chains
+one after the other and takes Pyro's rate over all of them (one chain's cost per
+iteration depends on the mode it settles in). Pyro runs one chain at a time (its
 ``num_chains`` spawns processes: on two cores at best 2x, which the last figure
 allows for).
 
