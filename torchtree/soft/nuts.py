@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import torch
 
-from .hmc import HMCState, PotentialAndGrad, kinetic_energy, sample_momentum
+from .hmc import HMCState, PotentialAndGrad, kinetic_energy, leapfrog, sample_momentum
 
 __all__ = ["NUTSInfo", "nuts_init", "nuts_step"]
 
@@ -96,23 +96,18 @@ def _leapfrog_and_weigh(pos, pot, grad, p, eps, inv_mass, H0, live, u, log_w, pr
     uniforms of the multinomial choice. The compiled caller always passes ``idx`` with
     R >= 2, so the whole batch and every subset share one graph.
     """
+    def potential(theta):
+        return core(theta, *tensors, consts)
+
     if idx is None:
-        e = eps.unsqueeze(-1)
-        p_half = p - 0.5 * e * grad
-        q = pos + e * inv_mass * p_half
-        cur_pot, g = core(q, *tensors, consts)
-        cur_pot = torch.nan_to_num(cur_pot, nan=float("inf"))
-        p = p_half - 0.5 * e * g
+        cur, p = leapfrog(HMCState(pos, pot, grad), p, eps, inv_mass, potential)
+        q, cur_pot, g = cur
     else:
-        e = eps[idx].unsqueeze(-1)
-        p_half = p[idx] - 0.5 * e * grad[idx]
-        q_sub = pos[idx] + e * inv_mass[idx] * p_half
-        U, g_sub = core(q_sub, *tensors, consts)
-        U = torch.nan_to_num(U, nan=float("inf"))
-        p = p.index_copy(0, idx, p_half - 0.5 * e * g_sub)
-        q = pos.index_copy(0, idx, q_sub)
-        g = grad.index_copy(0, idx, g_sub)
-        cur_pot = pot.index_copy(0, idx, U)
+        sub, p_sub = leapfrog(HMCState(pos[idx], pot[idx], grad[idx]), p[idx], eps[idx], inv_mass[idx], potential)
+        p = p.index_copy(0, idx, p_sub)
+        q = pos.index_copy(0, idx, sub.position)
+        g = grad.index_copy(0, idx, sub.grad)
+        cur_pot = pot.index_copy(0, idx, sub.potential)
     ps = inv_mass * p
     dH = H0 - (cur_pot + 0.5 * (p * ps).sum(-1))
     dH = torch.nan_to_num(dH, nan=-float("inf"))
