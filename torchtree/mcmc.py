@@ -33,6 +33,7 @@ from .random import derive_seed, keyed_uniform, seed_to_int
 from .checkpoint import Checkpointer, fingerprint
 from .topdown import _config, default_likelihood, seed_key
 from .trees import INTERNAL, LEAF, HardTrees
+from .validate import check_probabilities
 
 __all__ = ["MCMC", "rhat", "chain_ess", "make_prior", "check_move_probs"]
 
@@ -53,13 +54,10 @@ def make_prior(prior=None, alpha_split: float = 0.95, beta_split: float = 0.5, p
 
 def check_move_probs(move_probs: Sequence[float]) -> tuple:
     """Validate mixture probabilities (grow, prune, change, swap); returns them normalised."""
-    mp = tuple(float(x) for x in move_probs)
-    if len(mp) != 4 or any(not (x >= 0 and math.isfinite(x)) for x in mp) or sum(mp) <= 0:
-        raise ValueError(f"move_probs must be 4 non-negative numbers (grow, prune, change, swap), got {move_probs}")
+    mp = check_probabilities("move_probs (grow, prune, change, swap)", move_probs, 4)
     if (mp[0] > 0) != (mp[1] > 0):
         raise ValueError("grow and prune must both have positive probability (each is the other's reverse move)")
-    s = sum(mp)
-    return tuple(x / s for x in mp)
+    return mp
 
 
 # ----------------------------------------------------------------------------- sampler

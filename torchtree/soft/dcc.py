@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from torchtree.data import resolve_device
+from torchtree.validate import check_int, check_probabilities, check_real
 
 from .adaptation import sharpness_schedule
 from .chains import ChainState, draw, make_kernel, notify, warmup
@@ -43,7 +44,7 @@ from .inputs import as_soft_data
 from .lais import EvidenceAccumulator, lais_log_weights
 from .init import INIT_MODES, informed_start
 from .posterior import SoftTreePosterior
-from .topology import Topology, propose_topology, sample_prior_topologies
+from .topology import Topology, check_split_prior, propose_topology, sample_prior_topologies
 from .trees import SoftTreeHyper, SoftTrees
 from .utility import dcc_utility
 
@@ -240,22 +241,27 @@ class DCC:
         asynchronous: bool = False,
         init: str = "prior",
     ) -> None:
-        self.n_iterations = int(n_iterations)
-        self.n_initial = int(n_initial)
-        self.n_chains = int(n_chains)
-        self.n_samples = int(n_samples)
-        self.n_warmup = int(n_warmup)
-        self.activation_threshold = int(activation_threshold)
-        self.n_proposals = int(n_proposals)
-        self.n_parallel = max(1, int(n_parallel))
-        self.max_depth = int(max_depth)
-        self.alpha_split = float(alpha_split)
-        self.beta_split = float(beta_split)
-        self.move_probs = tuple(move_probs)
-        self.delta, self.optimism, self.kappa, self.look_ahead = delta, optimism, kappa, look_ahead
-        self.h_init, self.h_final = float(h_init), float(h_final)
-        self.max_tree_depth = int(max_tree_depth)
-        self.target_accept = float(target_accept)
+        self.n_iterations = check_int("n_iterations", n_iterations, 1)
+        self.n_initial = check_int("n_initial", n_initial, 1)
+        self.n_chains = check_int("n_chains", n_chains, 1)
+        self.n_samples = check_int("n_samples", n_samples, 1)
+        self.n_warmup = check_int("n_warmup", n_warmup, 0)
+        self.activation_threshold = check_int("activation_threshold", activation_threshold, 1)
+        self.n_proposals = check_int("n_proposals", n_proposals, 1)
+        self.n_parallel = check_int("n_parallel", n_parallel, 1)
+        self.max_depth = check_int("max_depth", max_depth, 1)
+        self.alpha_split, self.beta_split = check_split_prior(alpha_split, beta_split)
+        check_probabilities("move_probs (grow, prune, stay)", move_probs, 3)
+        self.move_probs = tuple(float(p) for p in move_probs)
+        self.delta = check_real("delta", delta, 0.0, 1.0, low_open=False)
+        self.optimism = check_real("optimism", optimism, 0.0, low_open=False)
+        self.kappa = check_real("kappa", kappa)
+        self.look_ahead = check_real("look_ahead", look_ahead, 0.0)
+        self.h_init, self.h_final = check_real("h_init", h_init, 0.0), check_real("h_final", h_final, 0.0)
+        self.max_tree_depth = check_int("max_tree_depth", max_tree_depth, 1)
+        self.target_accept = check_real("target_accept", target_accept, 0.0, 1.0, high_open=True)
+        if lais_form not in ("spatial", "basic"):
+            raise ValueError(f"lais_form must be 'spatial' or 'basic', got {lais_form!r}")
         self.lais_form = lais_form
         hp = hyper or SoftTreeHyper()
         if alpha is not None:
@@ -263,23 +269,22 @@ class DCC:
         if split_concentration is not None:
             hp = SoftTreeHyper(**{**hp.__dict__, "split_concentration": float(split_concentration)})
         self.hyper = hp
-        self.max_predict_draws = int(max_predict_draws)
+        self.max_predict_draws = check_int("max_predict_draws", max_predict_draws, 1)
         if local_posterior not in ("weighted", "chains", "draws"):
             raise ValueError(f"local_posterior must be 'weighted', 'chains' or 'draws', got {local_posterior!r}")
         self.local_posterior = local_posterior
         self.warm_start = bool(warm_start)
         self.compile = bool(compile)
-        self.n_warmup_warm = int(n_warmup_warm) if n_warmup_warm is not None else max(30, self.n_warmup // 3)
-        self.max_seconds = max_seconds
+        self.n_warmup_warm = (check_int("n_warmup_warm", n_warmup_warm, 0) if n_warmup_warm is not None
+                              else max(30, self.n_warmup // 3))
+        self.max_seconds = None if max_seconds is None else check_real("max_seconds", max_seconds, 0.0)
         if clock not in ("wall", "cpu"):
             raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
         self.clock = clock
         self.device = device
         self.dtype = dtype
-        if checkpoint is not None and int(checkpoint_every) < 1:
-            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
         self.checkpoint = checkpoint
-        self.checkpoint_every = int(checkpoint_every)
+        self.checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
         self.asynchronous = bool(asynchronous)
         if init not in INIT_MODES:
             raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")

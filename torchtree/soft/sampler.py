@@ -22,6 +22,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import torch
 
 from torchtree.data import resolve_device
+from torchtree.validate import check_int, check_real
 
 from .adaptation import sharpness_schedule
 from .chains import ChainState, SampleTrace, draw, make_kernel, notify, warmup
@@ -138,17 +139,17 @@ class NUTS:
         asynchronous: bool = ASYNC_DEFAULT,
         init: str = "prior",
     ) -> None:
-        self.n_chains = int(n_chains)
-        self.n_samples = int(n_samples)
-        self.n_warmup = int(n_warmup)
-        self.thin = int(thin)
-        self.topology = Topology.coerce(topology if topology is not None else int(depth))
-        self.sharpness = float(sharpness)
-        self.h_init = None if h_init is None else float(h_init)
-        self.max_tree_depth = int(max_tree_depth)
-        self.n_leapfrog = int(n_leapfrog)
-        self.target_accept = float(target_accept)
-        self.max_energy_error = float(max_energy_error)
+        self.n_chains = check_int("n_chains", n_chains, 1)
+        self.n_samples = check_int("n_samples", n_samples, 1)
+        self.n_warmup = check_int("n_warmup", n_warmup, 0)
+        self.thin = check_int("thin", thin, 1)
+        self.topology = Topology.coerce(topology if topology is not None else check_int("depth", depth, 0))
+        self.sharpness = check_real("sharpness", sharpness, 0.0)
+        self.h_init = None if h_init is None else check_real("h_init", h_init, 0.0)
+        self.max_tree_depth = check_int("max_tree_depth", max_tree_depth, 1)
+        self.n_leapfrog = check_int("n_leapfrog", n_leapfrog, 1)
+        self.target_accept = check_real("target_accept", target_accept, 0.0, 1.0, high_open=True)
+        self.max_energy_error = check_real("max_energy_error", max_energy_error, 0.0)
         hp = hyper or SoftTreeHyper()
         if alpha is not None:
             hp = SoftTreeHyper(**{**hp.__dict__, "alpha": float(alpha)})
@@ -156,7 +157,7 @@ class NUTS:
             hp = SoftTreeHyper(**{**hp.__dict__, "split_concentration": float(split_concentration)})
         self.hyper = hp
         self.evidence = bool(evidence)
-        self.n_proposals = int(n_proposals)
+        self.n_proposals = check_int("n_proposals", n_proposals, 1)
         self.device = device
         self.dtype = dtype
         self.compile = bool(compile)

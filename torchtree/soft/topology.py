@@ -18,14 +18,31 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
+from torchtree.validate import check_int, check_real
+
 __all__ = [
     "Topology",
+    "check_split_prior",
     "node_depth",
     "leaf_slot",
     "sample_prior_topologies",
     "propose_topology",
     "stack_node_masks",
 ]
+
+
+def check_split_prior(alpha_split: float, beta_split: float) -> Tuple[float, float]:
+    """Validate the Chipman structure prior ``p_split(d) = alpha_split (1 + d)**(-beta_split)``.
+
+    ``alpha_split`` must lie in (0, 1): at 0 no tree splits, at 1 the root can never
+    be a leaf and, with ``beta_split = 0``, no node ever stops. ``beta_split >= 0``.
+
+    Returns
+    -------
+    (alpha_split, beta_split) as floats
+    """
+    return (check_real("alpha_split", alpha_split, 0.0, 1.0, high_open=True),
+            check_real("beta_split", beta_split, 0.0, low_open=False))
 
 
 def node_depth(i: int) -> int:
@@ -201,9 +218,22 @@ def sample_prior_topologies(
     -------
     list of :class:`Topology` (with repeats: the counts matter to DCC).
     """
+    n = check_int("n", n, 0)
+    check_split_prior(alpha_split, beta_split)
+    max_depth = check_int("max_depth", max_depth, 0)
+    min_internal = check_int("min_internal", min_internal, 0, (1 << max_depth) - 1)
     rng = rng or _pyrandom.Random(0)
     out: List[Topology] = []
+    # rejection costs about 1 / P(at least min_internal splits) draws per kept one;
+    # give up (rather than loop for ever) when that probability is tiny
+    tries, max_tries = 0, 10_000 + 1_000 * n
     while len(out) < n:
+        tries += 1
+        if tries > max_tries:
+            raise ValueError(
+                f"the structure prior (alpha_split={alpha_split}, beta_split={beta_split}, max_depth={max_depth}) "
+                f"gave {len(out)} of {n} trees with >= {min_internal} internal nodes in {max_tries} draws; "
+                "raise alpha_split or lower beta_split")
         internal = []
         frontier = [0]
         while frontier:

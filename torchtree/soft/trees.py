@@ -51,6 +51,7 @@ from torchtree.kernels.soft_routing import (
     soft_class_counts,
     soft_routing,
 )
+from torchtree.validate import check_real
 
 from .inputs import SoftData, as_soft_data
 from .topology import Topology
@@ -87,6 +88,15 @@ class SoftTreeHyper:
     mu_var: Optional[float] = None
     sigma_shape: float = 1.5
     sigma_scale: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        for name in ("split_concentration", "threshold_a", "threshold_b", "sigma_shape"):
+            check_real(name, getattr(self, name), 0.0)
+        for name in ("alpha", "mu_var", "sigma_scale"):
+            if getattr(self, name) is not None:
+                check_real(name, getattr(self, name), 0.0)
+        if self.mu_mean is not None:
+            check_real("mu_mean", self.mu_mean)
 
     def resolve(self, data: SoftData) -> "SoftTreeHyper":
         """Fill the data-dependent defaults from ``data``."""

@@ -1,0 +1,101 @@
+"""Bad settings of the soft-tree samplers fail at construction, naming the setting.
+
+Before these checks, ``DCC(max_depth=0)`` and ``DCC(alpha_split=0)`` looped for ever
+drawing initial topologies (no tree with a split has positive prior probability), and
+``n_chains=0`` or ``h_final=0`` failed deep inside tensor code.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from torchtree.soft import DCC, NUTS, SoftTreeHyper, Topology, sample_prior_topologies
+from torchtree.validate import check_int, check_probabilities, check_real
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(max_depth=0), "max_depth"),
+    (dict(alpha_split=0.0), "alpha_split"),
+    (dict(alpha_split=1.0), "alpha_split"),
+    (dict(beta_split=-0.5), "beta_split"),
+    (dict(n_chains=0), "n_chains"),
+    (dict(n_chains=2.5), "n_chains"),
+    (dict(n_samples=0), "n_samples"),
+    (dict(n_initial=0), "n_initial"),
+    (dict(n_iterations=0), "n_iterations"),
+    (dict(n_warmup=-1), "n_warmup"),
+    (dict(n_warmup_warm=-1), "n_warmup_warm"),
+    (dict(n_proposals=0), "n_proposals"),
+    (dict(activation_threshold=0), "activation_threshold"),
+    (dict(h_init=-0.1), "h_init"),
+    (dict(h_final=0.0), "h_final"),
+    (dict(h_final=float("nan")), "h_final"),
+    (dict(target_accept=1.0), "target_accept"),
+    (dict(delta=1.5), "delta"),
+    (dict(look_ahead=0.0), "look_ahead"),
+    (dict(move_probs=(0.5, 0.5)), "move_probs"),
+    (dict(move_probs=(-0.1, 0.6, 0.5)), "move_probs"),
+    (dict(move_probs=(0.0, 0.0, 0.0)), "move_probs"),
+    (dict(lais_form="layered"), "lais_form"),
+    (dict(max_predict_draws=0), "max_predict_draws"),
+    (dict(max_seconds=-1.0), "max_seconds"),
+    (dict(checkpoint_every=0), "checkpoint_every"),
+])
+def test_dcc_rejects_bad_settings_by_name(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        DCC(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(n_chains=0), "n_chains"),
+    (dict(n_samples=0), "n_samples"),
+    (dict(thin=0), "thin"),
+    (dict(n_warmup=-5), "n_warmup"),
+    (dict(sharpness=0.0), "sharpness"),
+    (dict(h_init=-1.0), "h_init"),
+    (dict(max_tree_depth=0), "max_tree_depth"),
+    (dict(target_accept=0.0), "target_accept"),
+    (dict(n_leapfrog=0), "n_leapfrog"),
+    (dict(depth=-1), "depth"),
+    (dict(max_energy_error=-1.0), "max_energy_error"),
+])
+def test_nuts_rejects_bad_settings_by_name(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        NUTS(**kwargs)
+
+
+@pytest.mark.parametrize("field", ["split_concentration", "threshold_a", "threshold_b", "sigma_shape",
+                                   "alpha", "mu_var", "sigma_scale"])
+def test_hyperparameters_must_be_positive(field):
+    with pytest.raises(ValueError, match=field):
+        SoftTreeHyper(**{field: 0.0})
+    SoftTreeHyper(**{field: 0.5})  # a positive value is accepted
+    with pytest.raises(ValueError, match="alpha"):
+        DCC(alpha=-1.0)
+
+
+def test_prior_topologies_fail_instead_of_looping_when_splits_are_too_rare():
+    # P(>= 1 split) = alpha_split: 1e-6 needs ~1e6 draws per kept tree, beyond the cap
+    with pytest.raises(ValueError, match="raise alpha_split"):
+        sample_prior_topologies(5, alpha_split=1e-6, max_depth=3, rng=random.Random(0))
+    with pytest.raises(ValueError, match="min_internal"):
+        sample_prior_topologies(5, max_depth=2, min_internal=4)  # a depth-2 tree has <= 3 internal nodes
+    # a reachable request still works and honours both constraints
+    tops = sample_prior_topologies(50, alpha_split=0.95, beta_split=1.0, max_depth=2, min_internal=3,
+                                   rng=random.Random(1))
+    assert len(tops) == 50 and all(t == Topology((0, 1, 2)) for t in tops)
+
+
+def test_validators_accept_in_range_and_normalise():
+    assert check_int("k", 3.0, 1) == 3 and isinstance(check_int("k", 3.0, 1), int)
+    with pytest.raises(ValueError, match="k must be an integer"):
+        check_int("k", True, 0)
+    with pytest.raises(ValueError, match=r"k must be >= 1 and <= 4"):
+        check_int("k", 5, 1, 4)
+    assert check_real("x", 1.0, 0.0, 1.0) == 1.0  # (0, 1] includes 1
+    with pytest.raises(ValueError, match=r"\(0, 1\)"):
+        check_real("x", 1.0, 0.0, 1.0, high_open=True)
+    with pytest.raises(ValueError, match="real number"):
+        check_real("x", "abc")
+    assert check_probabilities("p", [1, 3], 2) == (0.25, 0.75)

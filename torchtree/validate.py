@@ -1,0 +1,90 @@
+"""Checks of user-facing settings, so that bad input fails at construction with a clear message.
+
+A sampler given ``n_chains=0`` or a split probability above one would otherwise fail
+deep inside a tensor operation (or, for a prior that can never split, loop forever);
+these helpers turn such values into a ``ValueError`` that names the setting.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from numbers import Real
+from typing import Optional, Sequence
+
+__all__ = ["check_int", "check_real", "check_probabilities"]
+
+
+def check_int(name: str, value, minimum: int = 0, maximum: Optional[int] = None) -> int:
+    """``value`` as an ``int``, required to lie in ``[minimum, maximum]``.
+
+    Parameters
+    ----------
+    name : str, the setting's name (for the message)
+    value : int-like (integers, integral floats; bools and other floats are refused)
+    minimum, maximum : int, inclusive bounds (``maximum=None``: unbounded)
+
+    Returns
+    -------
+    int
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        v = operator.index(value)  # ints, numpy and 0-d torch integers
+    except TypeError:
+        if not (isinstance(value, Real) and float(value).is_integer()):
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        v = int(value)
+    if v < minimum or (maximum is not None and v > maximum):
+        hi = "" if maximum is None else f" and <= {maximum}"
+        raise ValueError(f"{name} must be >= {minimum}{hi}, got {value!r}")
+    return v
+
+
+def check_real(name: str, value, low: Optional[float] = None, high: Optional[float] = None,
+               low_open: bool = True, high_open: bool = False) -> float:
+    """``value`` as a finite ``float`` in the interval given by ``low`` / ``high``.
+
+    Parameters
+    ----------
+    name : str
+    value : real number
+    low, high : float, optional, bounds (``None``: unbounded on that side)
+    low_open, high_open : bool, whether the bound itself is excluded
+        (default ``(low, high]``)
+
+    Returns
+    -------
+    float
+    """
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real number, got {value!r}") from None
+    bad = not math.isfinite(v)
+    if low is not None:
+        bad |= v <= low if low_open else v < low
+    if high is not None:
+        bad |= v >= high if high_open else v > high
+    if bad:
+        lb = "(-inf" if low is None else ("(" if low_open else "[") + f"{low:g}"
+        hb = "inf)" if high is None else f"{high:g}" + (")" if high_open else "]")
+        raise ValueError(f"{name} must be finite and in {lb}, {hb}, got {value!r}")
+    return v
+
+
+def check_probabilities(name: str, values: Sequence[float], length: int) -> tuple:
+    """``length`` non-negative finite numbers with a positive sum, normalised to sum to one.
+
+    Returns
+    -------
+    tuple of float
+    """
+    try:
+        vals = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be {length} non-negative numbers, got {values!r}") from None
+    if len(vals) != length or any(not math.isfinite(v) or v < 0 for v in vals) or sum(vals) <= 0:
+        raise ValueError(f"{name} must be {length} non-negative numbers with a positive sum, got {values!r}")
+    s = sum(vals)
+    return tuple(v / s for v in vals)
