@@ -1,4 +1,4 @@
-"""Bad settings of the soft-tree samplers fail at construction, naming the setting.
+"""Bad settings and bad data for the soft-tree samplers fail early, with a clear message.
 
 Before these checks, ``DCC(max_depth=0)`` and ``DCC(alpha_split=0)`` looped for ever
 drawing initial topologies (no tree with a split has positive prior probability), and
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from torchtree.soft import DCC, NUTS, SoftTreeHyper, Topology, sample_prior_topologies
+from torchtree.soft.inputs import as_soft_data
 from torchtree.validate import check_int, check_probabilities, check_real
 
 
@@ -99,3 +101,55 @@ def test_validators_accept_in_range_and_normalise():
     with pytest.raises(ValueError, match="real number"):
         check_real("x", "abc")
     assert check_probabilities("p", [1, 3], 2) == (0.25, 0.75)
+
+
+# ----------------------------------------------------------------------------- data
+@pytest.fixture(scope="module")
+def separable():
+    g = np.random.default_rng(0)
+    X = g.random((60, 3))
+    return X, X[:, 0] > 0.5
+
+
+def _fit(X, y):
+    return NUTS(n_chains=2, n_samples=20, n_warmup=20, sharpness=0.05).run(X, y, seed=0)
+
+
+@pytest.fixture(scope="module")
+def fitted(separable):
+    X, cls = separable
+    return _fit(X, cls.astype(np.int64))
+
+
+def test_bare_labels_are_coded_like_torchtree_data(separable):
+    """{2, 4} labels (BCW's coding) used to become codes 0..4: a 5-class model with three
+    empty classes. Every coding of the same two classes must now give the same fit."""
+    X, cls = separable
+    posts = {name: _fit(X, y) for name, y in [
+        ("codes", cls.astype(np.int64)), ("2/4", np.where(cls, 4, 2)),
+        ("strings", np.where(cls, "yes", "no")), ("bool", cls)]}
+    ref = posts["codes"].predict_proba(X)
+    assert ref.shape == (60, 2)
+    for name, post in posts.items():
+        assert post.data.n_classes == 2, name
+        np.testing.assert_allclose(post.predict_proba(X), ref, rtol=0, atol=1e-12, err_msg=name)
+    assert set(posts["2/4"].predict(X).tolist()) <= {2, 4}
+    assert set(posts["strings"].predict(X).tolist()) <= {"yes", "no"}
+    # the separable classes are learnt (well above chance), in the original labels
+    assert (posts["strings"].predict(X) == np.where(cls, "yes", "no")).mean() > 0.9
+    with pytest.raises(ValueError, match="regression needs numeric y"):
+        as_soft_data(X, np.where(cls, "a", "b"), task="regression")
+
+
+@pytest.mark.parametrize("X_bad, match", [
+    (np.zeros((4, 5)), "5 features but the model was fitted with 3"),
+    (np.array([[np.nan, 0.1, 0.2]]), "non-finite"),
+    (np.zeros(3), "2-D"),
+    (np.zeros((0, 3)), "zero rows"),
+])
+def test_prediction_inputs_are_checked(fitted, X_bad, match):
+    post = fitted
+    for call in (post.predict, post.predict_proba, lambda Z: post.predict_draws(Z),
+                 lambda Z: post.log_predictive(Z, np.zeros(len(Z), dtype=np.int64))):
+        with pytest.raises(ValueError, match=match):
+            call(X_bad)

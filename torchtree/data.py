@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-__all__ = ["Data", "as_feature_matrix", "resolve_device"]
+__all__ = ["Data", "as_feature_matrix", "encode_class_labels", "resolve_device"]
 
 _TASKS = ("classification", "regression")
 
@@ -25,6 +25,52 @@ def _to_numpy(obj: Any, name: str) -> np.ndarray:
     except Exception as exc:  # pragma: no cover - exotic inputs
         raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
     return arr
+
+
+def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes: Optional[Sequence] = None):
+    """Class labels to codes ``0..K-1``.
+
+    Parameters
+    ----------
+    yn : numpy.ndarray [N], labels of any type (strings, ints, integral floats)
+    n_classes : int, optional, labels are already codes ``0..n_classes-1``
+    classes : sequence [K], optional, the label of each code (fixes the coding)
+
+    Returns
+    -------
+    (codes int64 [N], classes numpy.ndarray [K]); without ``n_classes`` or ``classes``
+    the classes are the sorted distinct labels, at least two of them.
+    """
+    if classes is not None:
+        classes_arr = np.asarray(classes)
+        lookup = {c: i for i, c in enumerate(classes_arr.tolist())}
+        try:
+            codes = np.array([lookup[v] for v in yn.tolist()], dtype=np.int64)
+        except KeyError as exc:
+            raise ValueError(f"label {exc.args[0]!r} is not in the given classes") from exc
+        return codes, classes_arr
+    if yn.dtype.kind == "f":
+        if not np.isfinite(yn).all():
+            raise ValueError("y contains NaN or infinite labels")
+        if not np.all(yn == np.round(yn)):
+            raise ValueError(
+                "continuous (non-integer) labels given for classification; "
+                "use task='regression' (BayesianTreeRegressor) for real-valued targets"
+            )
+        yn = yn.astype(np.int64)
+    if n_classes is not None:
+        if yn.dtype.kind not in "iub":
+            raise ValueError("n_classes requires integer labels 0..n_classes-1")
+        yi = yn.astype(np.int64)
+        if yi.min() < 0 or yi.max() >= n_classes:
+            raise ValueError(f"labels must lie in 0..{n_classes - 1} when n_classes={n_classes}")
+        return yi, np.arange(n_classes)
+    classes_arr, codes = np.unique(yn, return_inverse=True)
+    if len(classes_arr) < 2:
+        raise ValueError(
+            "y has a single class; pass n_classes (or classes) to fit a classifier anyway"
+        )
+    return codes.astype(np.int64), classes_arr
 
 
 def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X") -> np.ndarray:
@@ -136,7 +182,7 @@ class Data:
         self.task = task
         dev = torch.device(device) if device is not None else None
         if task == "classification":
-            codes, self.classes_ = self._encode_labels(yn, n_classes, classes)
+            codes, self.classes_ = encode_class_labels(yn, n_classes, classes)
             self.n_classes = len(self.classes_)
             self.y = torch.as_tensor(codes, dtype=torch.long, device=dev)
         else:
@@ -155,39 +201,6 @@ class Data:
         self._build_ranks(Xn, dev)
 
     # ------------------------------------------------------------------ labels
-    @staticmethod
-    def _encode_labels(yn: np.ndarray, n_classes: Optional[int], classes: Optional[Sequence]):
-        if classes is not None:
-            classes_arr = np.asarray(classes)
-            lookup = {c: i for i, c in enumerate(classes_arr.tolist())}
-            try:
-                codes = np.array([lookup[v] for v in yn.tolist()], dtype=np.int64)
-            except KeyError as exc:
-                raise ValueError(f"label {exc.args[0]!r} is not in the given classes") from exc
-            return codes, classes_arr
-        if yn.dtype.kind == "f":
-            if not np.isfinite(yn).all():
-                raise ValueError("y contains NaN or infinite labels")
-            if not np.all(yn == np.round(yn)):
-                raise ValueError(
-                    "continuous (non-integer) labels given for classification; "
-                    "use task='regression' (BayesianTreeRegressor) for real-valued targets"
-                )
-            yn = yn.astype(np.int64)
-        if n_classes is not None:
-            if yn.dtype.kind not in "iub":
-                raise ValueError("n_classes requires integer labels 0..n_classes-1")
-            yi = yn.astype(np.int64)
-            if yi.min() < 0 or yi.max() >= n_classes:
-                raise ValueError(f"labels must lie in 0..{n_classes - 1} when n_classes={n_classes}")
-            return yi, np.arange(n_classes)
-        classes_arr, codes = np.unique(yn, return_inverse=True)
-        if len(classes_arr) < 2:
-            raise ValueError(
-                "y has a single class; pass n_classes (or classes) to fit a classifier anyway"
-            )
-        return codes.astype(np.int64), classes_arr
-
     def decode_labels(self, codes: Any) -> np.ndarray:
         """Map class codes ``0..K-1`` back to the original labels.
 

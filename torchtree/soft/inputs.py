@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
+import numpy as np
 import torch
+
+from torchtree.data import as_feature_matrix, encode_class_labels
 
 __all__ = ["SoftData", "as_soft_data", "scale_inputs"]
 
@@ -43,6 +46,22 @@ class SoftData:
     def n_features(self) -> int:
         """D."""
         return int(self.X.shape[1])
+
+    def check_X(self, X: Any) -> torch.Tensor:
+        """Validate raw test inputs against the training features.
+
+        Parameters
+        ----------
+        X : array-like [M, D], same ``D`` as the training data, finite numbers
+
+        Returns
+        -------
+        Tensor [M, D] (raw, not scaled)
+        """
+        if isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[1] == self.n_features:
+            if X.is_floating_point() and torch.isfinite(X).all():
+                return X
+        return torch.as_tensor(as_feature_matrix(X.cpu() if isinstance(X, torch.Tensor) else X, self.n_features))
 
     def scale(self, X: torch.Tensor) -> torch.Tensor:
         """Scale new raw inputs [M, D] with the training ranges."""
@@ -89,9 +108,11 @@ def as_soft_data(
         (its ``task``, ``n_classes``, ``feature_min`` and ``feature_max`` are used
         when present).
     y : Tensor/array [N], optional
-        Labels when ``data`` is a bare feature matrix. Integer labels mean
-        classification (codes 0..K-1), floating labels regression, unless ``task``
-        says otherwise.
+        Labels when ``data`` is a bare feature matrix. Integer, boolean or string
+        labels mean classification, floating labels regression, unless ``task`` says
+        otherwise. Bare class labels are coded as ``torchtree.Data`` codes them (the
+        sorted distinct labels, or ``0..n_classes-1`` when ``n_classes`` is given);
+        ``SoftData.classes`` maps the codes back.
     task : {"classification", "regression"}, optional
     n_classes : int, optional
     dtype : torch.dtype, float dtype of the scaled inputs
@@ -118,7 +139,16 @@ def as_soft_data(
     if yy is None:
         raise ValueError("labels y are required (pass torchtree.Data, (X, y) or X and y)")
     X = torch.as_tensor(X)
-    yy = torch.as_tensor(yy)
+    if not isinstance(yy, torch.Tensor):
+        yn = np.asarray(yy)
+        if yn.dtype.kind in "USO":  # labels that are not numbers (strings, objects): classes
+            if task == "regression":
+                raise ValueError(f"regression needs numeric y, got dtype {yn.dtype}")
+            task = "classification"
+            if classes is None:
+                codes, classes = encode_class_labels(yn, n_classes)
+                yn, n_classes = codes, len(classes)
+        yy = torch.as_tensor(yn)
     if device is not None:
         X, yy = X.to(device), yy.to(device)
     if X.dim() != 2:
@@ -131,6 +161,12 @@ def as_soft_data(
     if task not in ("classification", "regression"):
         raise ValueError(f"task must be 'classification' or 'regression', got {task!r}")
     if task == "classification":
+        if classes is None:
+            # bare labels ({2, 4}, {-1, 1}, ...) get the coding torchtree.Data uses:
+            # codes of the sorted distinct labels, which predict() maps back
+            codes, classes = encode_class_labels(yy.cpu().numpy(), n_classes)
+            yy = torch.as_tensor(codes, device=yy.device)
+            n_classes = len(classes)
         yy = yy.long()
         if yy.min() < 0:
             raise ValueError("class labels must be codes 0..K-1")

@@ -156,10 +156,10 @@ class SoftTreePosterior(TreePosterior):
         -------
         Tensor [S, N, C] class probabilities or [S, N] regression means.
         """
-        return self._topology_prediction(topology, torch.as_tensor(X), max_draws)
+        return self._topology_prediction(topology, self.data.check_X(X), max_draws)
 
     def _mixture(self, X, max_draws: Optional[int], min_weight: float = 1e-8) -> torch.Tensor:
-        X = torch.as_tensor(X)
+        X = self.data.check_X(X)
         w = self.weights
         out = None
         for m in range(len(self.topologies)):
@@ -202,7 +202,7 @@ class SoftTreePosterior(TreePosterior):
 
     def _draw_sets(self, X, max_draws):
         """(weight, mean [S, M], variance [S, 1]) per topology (regression)."""
-        X = torch.as_tensor(X)
+        X = self.data.check_X(X)
         w = self.weights
         for m in range(len(self.topologies)):
             if self.draws[m].shape[0] == 0 or w[m] == 0:
@@ -243,7 +243,7 @@ class SoftTreePosterior(TreePosterior):
 
         Regression uses the Gaussian mixture over draws (leaf mean, draw's variance).
         """
-        X = torch.as_tensor(np.asarray(X.cpu() if isinstance(X, torch.Tensor) else X))
+        X = self.data.check_X(X)
         # original label values (strings, {2, 4}, ...) are mapped through classes_,
         # exactly as TreePosterior does; unseen labels raise a ValueError
         yt = self._encode_y(y, X.shape[0])
