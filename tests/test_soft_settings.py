@@ -59,7 +59,8 @@ def test_dcc_rejects_bad_settings_by_name(kwargs, name):
     (dict(max_tree_depth=0), "max_tree_depth"),
     (dict(target_accept=0.0), "target_accept"),
     (dict(n_leapfrog=0), "n_leapfrog"),
-    (dict(depth=-1), "depth"),
+    (dict(depth=0), "depth"),
+    (dict(topology=()), "at least one split"),
     (dict(max_energy_error=-1.0), "max_energy_error"),
 ])
 def test_nuts_rejects_bad_settings_by_name(kwargs, name):

@@ -143,7 +143,9 @@ class NUTS:
         self.n_samples = check_int("n_samples", n_samples, 1)
         self.n_warmup = check_int("n_warmup", n_warmup, 0)
         self.thin = check_int("thin", thin, 1)
-        self.topology = Topology.coerce(topology if topology is not None else check_int("depth", depth, 0))
+        self.topology = Topology.coerce(topology if topology is not None else check_int("depth", depth, 1))
+        if self.topology.n_internal == 0:
+            raise ValueError("the topology needs at least one split (depth >= 1)")
         self.sharpness = check_real("sharpness", sharpness, 0.0)
         self.h_init = None if h_init is None else check_real("h_init", h_init, 0.0)
         self.max_tree_depth = check_int("max_tree_depth", max_tree_depth, 1)

@@ -51,7 +51,7 @@ from torchtree.kernels.soft_routing import (
     soft_class_counts,
     soft_routing,
 )
-from torchtree.validate import check_real
+from torchtree.validate import check_int, check_real
 
 from .inputs import SoftData, as_soft_data
 from .topology import Topology
@@ -242,7 +242,10 @@ class SoftTrees(nn.Module):
         self.topologies: List[Topology] = [Topology.coerce(t) for t in topologies]
         if not self.topologies:
             raise ValueError("at least one topology is needed")
-        self.n_chains = int(n_chains)
+        if any(t.n_internal == 0 for t in self.topologies):
+            raise ValueError("a soft tree needs at least one split (depth >= 1); the single leaf has no "
+                             "parameters to sample")
+        self.n_chains = check_int("n_chains", n_chains, 1)
         self.depth = max(t.depth for t in self.topologies) if depth is None else int(depth)
         if any(t.depth > self.depth for t in self.topologies):
             raise ValueError("a topology is deeper than the padded depth")
