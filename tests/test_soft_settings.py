@@ -154,3 +154,19 @@ def test_prediction_inputs_are_checked(fitted, X_bad, match):
                  lambda Z: post.log_predictive(Z, np.zeros(len(Z), dtype=np.int64))):
         with pytest.raises(ValueError, match=match):
             call(X_bad)
+
+
+def test_pyro_modules_check_settings_and_inputs():
+    import torch
+    from torchtree.pyro import SoftTreeClassifier, SoftTreeFunction
+
+    with pytest.raises(ValueError, match="sharpness"):
+        SoftTreeFunction(2, topology=1, sharpness=0.0)
+    with pytest.raises(ValueError, match="feature_min and feature_max"):
+        SoftTreeFunction(2, topology=1, feature_min=torch.zeros(3), feature_max=torch.ones(3))
+    with pytest.raises(ValueError, match="n_classes"):
+        SoftTreeClassifier(2, 1)
+    tree = SoftTreeFunction(2, topology=1, sharpness=0.1)
+    assert tree(torch.rand(5, 2)).shape == (5,)
+    with pytest.raises(ValueError, match=r"X must have shape \[N, 2\]"):
+        tree(torch.rand(5, 3))

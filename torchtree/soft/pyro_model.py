@@ -29,6 +29,7 @@ import pyro.distributions as dist
 from pyro.nn import PyroModule, PyroSample
 
 from torchtree.kernels.soft_routing import dirichlet_multinomial_loglik, soft_class_counts, soft_routing
+from torchtree.validate import check_int, check_real
 
 from .topology import Topology
 
@@ -53,8 +54,11 @@ class _SoftTreeBase(PyroModule):
         self.topology = Topology.coerce(topology)
         if self.topology.n_internal == 0:
             raise ValueError("the topology needs at least one split")
-        self.n_features = int(n_features)
-        self.sharpness = float(sharpness)
+        self.n_features = check_int("n_features", n_features, 1)
+        self.sharpness = check_real("sharpness", sharpness, 0.0)
+        check_real("split_concentration", split_concentration, 0.0)
+        check_real("threshold_a", threshold_a, 0.0)
+        check_real("threshold_b", threshold_b, 0.0)
         self.depth = self.topology.depth
         I = self.topology.n_internal
         D = self.n_features
@@ -63,6 +67,9 @@ class _SoftTreeBase(PyroModule):
         self.register_buffer("node_mask", self.topology.node_mask())
         fmin = torch.zeros(D) if feature_min is None else torch.as_tensor(feature_min, dtype=torch.float32)
         fmax = torch.ones(D) if feature_max is None else torch.as_tensor(feature_max, dtype=torch.float32)
+        if fmin.shape != (D,) or fmax.shape != (D,):
+            raise ValueError(f"feature_min and feature_max must have shape ({D},), got {tuple(fmin.shape)} "
+                             f"and {tuple(fmax.shape)}")
         self.register_buffer("feature_min", fmin)
         self.register_buffer("feature_max", fmax)
         if D > 1:
@@ -81,6 +88,8 @@ class _SoftTreeBase(PyroModule):
 
     def leaf_probabilities(self, X: torch.Tensor) -> torch.Tensor:
         """Leaf probabilities of the real leaves, [..., N, n_leaves] (samples the splits)."""
+        if X.dim() != 2 or X.shape[1] != self.n_features:
+            raise ValueError(f"X must have shape [N, {self.n_features}], got {tuple(X.shape)}")
         tau = self.thresholds  # [..., I]
         batch = tau.shape[:-1]
         I, D = self.topology.n_internal, self.n_features
@@ -184,8 +193,8 @@ class SoftTreeClassifier(_SoftTreeBase):
                  split_concentration: float = 1.0, alpha: Optional[float] = None,
                  feature_min=None, feature_max=None) -> None:
         super().__init__(n_features, topology, sharpness, split_concentration, 1.0, 1.0, feature_min, feature_max)
-        self.n_classes = int(n_classes)
-        self.alpha = float(alpha) if alpha is not None else float(n_classes)
+        self.n_classes = check_int("n_classes", n_classes, 2)
+        self.alpha = check_real("alpha", alpha, 0.0) if alpha is not None else float(n_classes)
 
     def forward(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Add ``log l(Y | X, splits)`` as a factor; returns leaf probabilities [..., N, L]."""
