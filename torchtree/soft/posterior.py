@@ -134,6 +134,8 @@ class SoftTreePosterior(TreePosterior):
 
     def _topology_prediction(self, m: int, X: torch.Tensor, max_draws: Optional[int]) -> torch.Tensor:
         d = self.draws[m]
+        if d.shape[0] == 0:
+            raise ValueError(f"topology {m} ({self.topologies[m].key()}) has no draws to predict with")
         if max_draws is not None and d.shape[0] > max_draws:
             idx = torch.linspace(0, d.shape[0] - 1, max_draws).round().long()
             d = d[idx]
