@@ -20,8 +20,9 @@ from typing import Dict, Tuple
 import torch
 
 from .trees import INTERNAL, LEAF, OPEN, HardTrees
+from .validate import check_real
 
-__all__ = ["ChipmanPrior", "PoissonPrior", "node_ranges", "prior_from_config"]
+__all__ = ["ChipmanPrior", "PoissonPrior", "check_split_prior", "node_ranges", "prior_from_config"]
 
 
 def node_ranges(trees: HardTrees, X: torch.Tensor, chunk_pairs: int = 1 << 22) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -66,6 +67,20 @@ def node_ranges(trees: HardTrees, X: torch.Tensor, chunk_pairs: int = 1 << 22) -
     return lo, hi, count
 
 
+def check_split_prior(alpha_split: float, beta_split: float) -> Tuple[float, float]:
+    """Validate the Chipman split probability ``p_split(d) = alpha_split (1 + d)**(-beta_split)``.
+
+    ``alpha_split`` must lie in (0, 1): at 0 no tree splits, at 1 the root can never
+    be a leaf and, with ``beta_split = 0``, no node ever stops. ``beta_split >= 0``.
+
+    Returns
+    -------
+    (alpha_split, beta_split) as floats
+    """
+    return (check_real("alpha_split", alpha_split, 0.0, 1.0, high_open=True),
+            check_real("beta_split", beta_split, 0.0, low_open=False))
+
+
 class ChipmanPrior:
     """Chipman et al. (1998) tree prior with data-dependent split support (paper 001 eq. 4-5).
 
@@ -80,10 +95,7 @@ class ChipmanPrior:
     name = "chipman"
 
     def __init__(self, alpha_split: float = 0.95, beta_split: float = 0.5) -> None:
-        if not 0.0 < float(alpha_split) < 1.0:
-            raise ValueError(f"alpha_split must lie in (0, 1), got {alpha_split}")
-        if not float(beta_split) >= 0.0 or not math.isfinite(float(beta_split)):
-            raise ValueError(f"beta_split must be >= 0 and finite, got {beta_split}")
+        check_split_prior(alpha_split, beta_split)
         self.alpha_split, self.beta_split = float(alpha_split), float(beta_split)
 
     def split_prob(self, depth: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from torchtree.data import resolve_device
+from torchtree.priors import check_split_prior
 from torchtree.validate import check_int, check_probabilities, check_real
 
 from .adaptation import sharpness_schedule
@@ -44,7 +45,7 @@ from .inputs import as_soft_data
 from .lais import EvidenceAccumulator, lais_log_weights
 from .init import INIT_MODES, informed_start
 from .posterior import SoftTreePosterior
-from .topology import Topology, check_split_prior, propose_topology, sample_prior_topologies
+from .topology import Topology, propose_topology, sample_prior_topologies
 from .trees import SoftTreeHyper, SoftTrees
 from .utility import dcc_utility
 
@@ -263,12 +264,7 @@ class DCC:
         if lais_form not in ("spatial", "basic"):
             raise ValueError(f"lais_form must be 'spatial' or 'basic', got {lais_form!r}")
         self.lais_form = lais_form
-        hp = hyper or SoftTreeHyper()
-        if alpha is not None:
-            hp = SoftTreeHyper(**{**hp.__dict__, "alpha": float(alpha)})
-        if split_concentration is not None:
-            hp = SoftTreeHyper(**{**hp.__dict__, "split_concentration": float(split_concentration)})
-        self.hyper = hp
+        self.hyper = SoftTreeHyper.with_overrides(hyper, alpha=alpha, split_concentration=split_concentration)
         self.max_predict_draws = check_int("max_predict_draws", max_predict_draws, 1)
         if local_posterior not in ("weighted", "chains", "draws"):
             raise ValueError(f"local_posterior must be 'weighted', 'chains' or 'draws', got {local_posterior!r}")

@@ -152,12 +152,7 @@ class NUTS:
         self.n_leapfrog = check_int("n_leapfrog", n_leapfrog, 1)
         self.target_accept = check_real("target_accept", target_accept, 0.0, 1.0, high_open=True)
         self.max_energy_error = check_real("max_energy_error", max_energy_error, 0.0)
-        hp = hyper or SoftTreeHyper()
-        if alpha is not None:
-            hp = SoftTreeHyper(**{**hp.__dict__, "alpha": float(alpha)})
-        if split_concentration is not None:
-            hp = SoftTreeHyper(**{**hp.__dict__, "split_concentration": float(split_concentration)})
-        self.hyper = hp
+        self.hyper = SoftTreeHyper.with_overrides(hyper, alpha=alpha, split_concentration=split_concentration)
         self.evidence = bool(evidence)
         self.n_proposals = check_int("n_proposals", n_proposals, 1)
         self.device = device

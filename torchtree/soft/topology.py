@@ -18,31 +18,17 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from torchtree.validate import check_int, check_real
+from torchtree.priors import check_split_prior
+from torchtree.validate import check_int
 
 __all__ = [
     "Topology",
-    "check_split_prior",
     "node_depth",
     "leaf_slot",
     "sample_prior_topologies",
     "propose_topology",
     "stack_node_masks",
 ]
-
-
-def check_split_prior(alpha_split: float, beta_split: float) -> Tuple[float, float]:
-    """Validate the Chipman structure prior ``p_split(d) = alpha_split (1 + d)**(-beta_split)``.
-
-    ``alpha_split`` must lie in (0, 1): at 0 no tree splits, at 1 the root can never
-    be a leaf and, with ``beta_split = 0``, no node ever stops. ``beta_split >= 0``.
-
-    Returns
-    -------
-    (alpha_split, beta_split) as floats
-    """
-    return (check_real("alpha_split", alpha_split, 0.0, 1.0, high_open=True),
-            check_real("beta_split", beta_split, 0.0, low_open=False))
 
 
 def node_depth(i: int) -> int:

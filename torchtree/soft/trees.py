@@ -98,6 +98,15 @@ class SoftTreeHyper:
         if self.mu_mean is not None:
             check_real("mu_mean", self.mu_mean)
 
+    @classmethod
+    def with_overrides(cls, hyper: Optional["SoftTreeHyper"] = None, **overrides: Optional[float]) -> "SoftTreeHyper":
+        """``hyper`` (default: the defaults) with the non-``None`` keyword values replaced.
+
+        The samplers' ``alpha=`` / ``split_concentration=`` shortcuts go through here.
+        """
+        given = {k: float(v) for k, v in overrides.items() if v is not None}
+        return replace(hyper or cls(), **given)
+
     def resolve(self, data: SoftData) -> "SoftTreeHyper":
         """Fill the data-dependent defaults from ``data``."""
         h = self
