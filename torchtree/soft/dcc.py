@@ -252,6 +252,8 @@ class DCC:
         self.n_parallel = check_int("n_parallel", n_parallel, 1)
         self.max_depth = check_int("max_depth", max_depth, 1)
         self.alpha_split, self.beta_split = check_split_prior(alpha_split, beta_split)
+        # validated but kept unnormalised: propose_topology scales by their sum, and
+        # dividing here would move rounding and so change the draws of earlier runs
         check_probabilities("move_probs (grow, prune, stay)", move_probs, 3)
         self.move_probs = tuple(float(p) for p in move_probs)
         self.delta = check_real("delta", delta, 0.0, 1.0, low_open=False)
