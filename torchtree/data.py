@@ -11,6 +11,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from .validate import check_choice
+
 __all__ = ["Data", "as_feature_matrix", "encode_class_labels", "resolve_device"]
 
 _TASKS = ("classification", "regression")
@@ -167,8 +169,8 @@ class Data:
         dtype: torch.dtype = torch.float32,
         device: Optional[str | torch.device] = None,
     ) -> None:
-        if task is not None and task not in _TASKS:
-            raise ValueError(f"task must be one of {_TASKS}, got {task!r}")
+        if task is not None:
+            check_choice("task", task, _TASKS)
         Xn = as_feature_matrix(X, name="X")
         yn = _to_numpy(y, "y")
         if yn.ndim == 2 and yn.shape[1] == 1:

@@ -31,6 +31,7 @@ import torch
 from .kernels.segments import exclusive_cumsum, ragged_arange, rank_within, segment_minmax, segmented_searchsorted
 from .random import keyed_uniform
 from .trees import INTERNAL, LEAF, OPEN, HardTrees
+from .validate import check_choice
 
 __all__ = ["NodeTable", "GrowthState", "Grower", "PROPOSALS", "ExpansionResult"]
 
@@ -338,8 +339,7 @@ class Grower:
     """
 
     def __init__(self, prior, likelihood, data, proposal: str = "prior", seed: int = 0, use_likelihood: bool = True) -> None:
-        if proposal not in PROPOSALS:
-            raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
+        check_choice("proposal", proposal, PROPOSALS)
         self.prior, self.lik, self.data = prior, likelihood, data
         self.proposal, self.seed = proposal, seed
         self.use_likelihood = use_likelihood

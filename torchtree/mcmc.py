@@ -33,7 +33,7 @@ from .random import derive_seed, keyed_uniform, seed_to_int
 from .checkpoint import Checkpointer, fingerprint
 from .topdown import _config, default_likelihood, seed_key
 from .trees import INTERNAL, LEAF, HardTrees
-from .validate import check_probabilities
+from .validate import check_choice, check_int, check_probabilities
 
 __all__ = ["MCMC", "rhat", "chain_ess", "make_prior", "check_move_probs"]
 
@@ -134,35 +134,26 @@ class MCMC:
                  poisson_lambda: float = 5.0, use_likelihood: bool = True, device=None, backend=None,
                  monitor_every: int = 100, engine: str = "auto", checkpoint: Optional[str] = None,
                  checkpoint_every: int = 1, cut_proposal: str = "prior") -> None:
-        if int(n_chains) < 1:
-            raise ValueError(f"n_chains must be >= 1, got {n_chains}")
-        if int(n_samples) < 1:
-            raise ValueError(f"n_samples must be >= 1, got {n_samples}")
-        if int(thin) < 1:
-            raise ValueError(f"thin must be >= 1, got {thin}")
-        if n_warmup is not None and int(n_warmup) < 0:
-            raise ValueError(f"n_warmup must be >= 0, got {n_warmup}")
-        if init not in ("root", "prior"):
-            raise ValueError(f"init must be 'root' or 'prior', got {init!r}")
-        if keep not in ("samples", "all"):
-            raise ValueError(f"keep must be 'samples' or 'all', got {keep!r}")
-        if engine not in ("auto", "batched", "host"):
-            raise ValueError(f"engine must be 'auto', 'batched' or 'host', got {engine!r}")
+        n_chains = check_int("n_chains", n_chains, 1)
+        n_samples = check_int("n_samples", n_samples, 1)
+        thin = check_int("thin", thin, 1)
+        n_warmup = n_samples * thin if n_warmup is None else check_int("n_warmup", n_warmup, 0)
+        check_choice("init", init, ("root", "prior"))
+        check_choice("keep", keep, ("samples", "all"))
+        check_choice("engine", engine, ("auto", "batched", "host"))
+        checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
         if backend is not None:
             raise NotImplementedError("multi-rank MCMC is not implemented yet; run independent chains per rank")
         self.prior = make_prior(prior, alpha_split, beta_split, poisson_lambda)
         self.likelihood = likelihood
-        self.n_chains, self.n_samples, self.thin = int(n_chains), int(n_samples), int(thin)
-        self.n_warmup = int(n_samples) * int(thin) if n_warmup is None else int(n_warmup)
+        self.n_chains, self.n_samples, self.thin, self.n_warmup = n_chains, n_samples, thin, n_warmup
         self.move_probs = check_move_probs(move_probs)
         self.init, self.keep = init, keep
         self.use_likelihood = bool(use_likelihood)
         self.device, self.backend = device, backend
         self.monitor_every = max(1, int(monitor_every))
         self.engine = engine
-        if int(checkpoint_every) < 1:
-            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
-        self.checkpoint, self.checkpoint_every = checkpoint, int(checkpoint_every)
+        self.checkpoint, self.checkpoint_every = checkpoint, checkpoint_every
         self.cut_proposal = check_cut_proposal(cut_proposal)
         if self.cut_proposal != "prior":
             if engine == "host":

@@ -62,6 +62,7 @@ from .priors import ChipmanPrior
 from .random import keyed_uniform
 from .tree_model import TreeModel, _bit_of, _choose, _cut
 from .trees import INTERNAL, LEAF, OPEN, UNUSED, HardTrees
+from .validate import check_choice
 
 __all__ = [
     "MOVES", "GROW", "PRUNE", "CHANGE", "SWAP", "N_SLOTS", "TreeModel", "TreeState", "Proposal",
@@ -259,9 +260,7 @@ CUT_PROPOSALS = ("prior", "data", "informed")
 
 def check_cut_proposal(cut_proposal: str) -> str:
     """Validate a ``cut_proposal`` option (see :func:`propose`)."""
-    if cut_proposal not in CUT_PROPOSALS:
-        raise ValueError(f"cut_proposal must be one of {CUT_PROPOSALS}, got {cut_proposal!r}")
-    return cut_proposal
+    return check_choice("cut_proposal", cut_proposal, CUT_PROPOSALS)
 
 
 def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Tensor,

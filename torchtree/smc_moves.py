@@ -92,6 +92,7 @@ from .posterior import TreePosterior, dedupe_trees
 from .random import derive_seed, keyed_uniform, seed_to_int
 from .resampling import RESAMPLERS, get_resampler
 from .trees import HardTrees
+from .validate import check_choice, check_int, check_real
 
 __all__ = ["SMCSampler", "per_particle_accuracy"]
 
@@ -286,31 +287,25 @@ class SMCSampler:
                  init_prior=None, tempering: bool = False, device=None, backend=None,
                  redistribution: str = "auto", checkpoint: Optional[str] = None, checkpoint_every: int = 1,
                  cut_proposal: str = "informed") -> None:
-        if int(n_particles) < 1:
-            raise ValueError(f"n_particles must be >= 1, got {n_particles}")
-        if int(n_iterations) < 0:
-            raise ValueError(f"n_iterations must be >= 0, got {n_iterations}")
-        if resampling not in RESAMPLERS:
-            raise ValueError(f"resampling must be one of {tuple(RESAMPLERS)}, got {resampling!r}")
-        if not 0.0 <= float(ess_threshold) <= 1.0:
-            raise ValueError(f"ess_threshold must lie in [0, 1], got {ess_threshold}")
+        n_particles = check_int("n_particles", n_particles, 1)
+        n_iterations = check_int("n_iterations", n_iterations, 0)
+        check_choice("resampling", resampling, RESAMPLERS)
+        ess_threshold = check_real("ess_threshold", ess_threshold, 0.0, 1.0, low_open=False)
         if backend is not None:
             for attr in ("rank", "world_size", "all_reduce", "all_gather"):
                 if not hasattr(backend, attr):
                     raise TypeError(f"backend must be a torchtree.distributed.Backend (it lacks {attr!r}), got {backend!r}")
-            if int(n_particles) % int(backend.world_size):
+            if n_particles % int(backend.world_size):
                 raise ValueError(
                     f"n_particles ({n_particles}) must be divisible by the number of ranks ({backend.world_size}): "
                     "every rank holds n_particles / world_size particles")
-        if redistribution not in REDISTRIBUTION_METHODS:
-            raise ValueError(f"redistribution must be one of {REDISTRIBUTION_METHODS}, got {redistribution!r}")
-        if checkpoint is not None and int(checkpoint_every) < 1:
-            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+        check_choice("redistribution", redistribution, REDISTRIBUTION_METHODS)
+        checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
         self.prior = make_prior(prior, alpha_split, beta_split, poisson_lambda)
         self.likelihood = likelihood
-        self.n_particles, self.n_iterations = int(n_particles), int(n_iterations)
+        self.n_particles, self.n_iterations = n_particles, n_iterations
         self.move_probs = check_move_probs(move_probs)
-        self.resampling, self.ess_threshold = resampling, float(ess_threshold)
+        self.resampling, self.ess_threshold = resampling, ess_threshold
         self.mh_step = bool(mh_step)
         self.use_likelihood = bool(use_likelihood)
         if init_prior is not None and getattr(init_prior, "name", None) != "chipman":

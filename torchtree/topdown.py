@@ -34,6 +34,7 @@ from .priors import ChipmanPrior
 from .random import derive_seed, seed_to_int
 from .resampling import RESAMPLERS, get_resampler
 from .trees import LEAF, OPEN, HardTrees
+from .validate import check_choice, check_int, check_real
 
 __all__ = ["TopDownSMC", "resolve_device", "default_likelihood", "canonical_ancestors"]
 
@@ -133,33 +134,28 @@ class TopDownSMC:
         checkpoint: Optional[str] = None,
         checkpoint_every: int = 1,
     ) -> None:
-        if int(n_particles) < 1:
-            raise ValueError(f"n_particles must be >= 1, got {n_particles}")
-        if int(n_islands) < 1 or int(n_particles) % int(n_islands):
-            raise ValueError(f"n_islands ({n_islands}) must be >= 1 and divide n_particles ({n_particles})")
-        if proposal not in PROPOSALS:
-            raise ValueError(f"proposal must be one of {PROPOSALS}, got {proposal!r}")
-        if expansion not in EXPANSIONS:
-            raise ValueError(f"expansion must be one of {EXPANSIONS}, got {expansion!r}")
-        if resampling not in RESAMPLERS:
-            raise ValueError(f"resampling must be one of {tuple(RESAMPLERS)}, got {resampling!r}")
-        if redistribution not in REDISTRIBUTIONS:
-            raise ValueError(f"redistribution must be one of {REDISTRIBUTIONS}, got {redistribution!r}")
-        if not 0.0 <= float(ess_threshold) <= 1.0:
-            raise ValueError(f"ess_threshold must lie in [0, 1], got {ess_threshold}")
+        n_particles = check_int("n_particles", n_particles, 1)
+        n_islands = check_int("n_islands", n_islands, 1)
+        if n_particles % n_islands:
+            raise ValueError(f"n_islands ({n_islands}) must divide n_particles ({n_particles})")
+        check_choice("proposal", proposal, PROPOSALS)
+        check_choice("expansion", expansion, EXPANSIONS)
+        check_choice("resampling", resampling, RESAMPLERS)
+        check_choice("redistribution", redistribution, REDISTRIBUTIONS)
+        ess_threshold = check_real("ess_threshold", ess_threshold, 0.0, 1.0, low_open=False)
+        max_stages = check_int("max_stages", max_stages, 1)
+        checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
         self.prior = prior if prior is not None else ChipmanPrior()
         self.likelihood = likelihood
-        self.n_particles, self.n_islands = int(n_particles), int(n_islands)
+        self.n_particles, self.n_islands = n_particles, n_islands
         self.proposal, self.expansion, self.resampling = proposal, expansion, resampling
-        self.ess_threshold = float(ess_threshold)
+        self.ess_threshold = ess_threshold
         self.device, self.backend = device, backend
         self.redistribution = redistribution
-        self.max_stages = int(max_stages)
+        self.max_stages = max_stages
         self.use_likelihood = bool(use_likelihood)
         self.max_memory_bytes = max_memory_bytes
-        if int(checkpoint_every) < 1:
-            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
-        self.checkpoint, self.checkpoint_every = checkpoint, int(checkpoint_every)
+        self.checkpoint, self.checkpoint_every = checkpoint, checkpoint_every
 
     def _fingerprint(self, data, lik, seed_key, world_size: int) -> str:
         """Identity of a run for its checkpoints: what decides the result (not the device,

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import operator
 from numbers import Real
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
-__all__ = ["check_int", "check_real", "check_probabilities"]
+__all__ = ["check_int", "check_real", "check_probabilities", "check_choice"]
 
 
 def check_int(name: str, value, minimum: int = 0, maximum: Optional[int] = None) -> int:
@@ -88,3 +88,26 @@ def check_probabilities(name: str, values: Sequence[float], length: int) -> tupl
         raise ValueError(f"{name} must be {length} non-negative numbers with a positive sum, got {values!r}")
     s = sum(vals)
     return tuple(v / s for v in vals)
+
+
+def check_choice(name: str, value, choices: Iterable):
+    """``value`` itself, required to be one of ``choices`` (compared with ``==``).
+
+    Parameters
+    ----------
+    name : str, the setting's name (for the message)
+    value : any
+    choices : iterable of the allowed values (e.g. a tuple of strings or a dict's keys)
+
+    Returns
+    -------
+    ``value`` unchanged
+    """
+    allowed = tuple(choices)
+    try:
+        ok = value in allowed
+    except (TypeError, ValueError, RuntimeError):  # e.g. an array, whose == is elementwise
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value

@@ -36,7 +36,7 @@ import torch
 
 from torchtree.data import resolve_device
 from torchtree.priors import check_split_prior
-from torchtree.validate import check_int, check_probabilities, check_real
+from torchtree.validate import check_choice, check_int, check_probabilities, check_real
 
 from .adaptation import sharpness_schedule
 from .chains import ChainState, draw, make_kernel, notify, warmup
@@ -263,30 +263,22 @@ class DCC:
         self.h_init, self.h_final = check_real("h_init", h_init, 0.0), check_real("h_final", h_final, 0.0)
         self.max_tree_depth = check_int("max_tree_depth", max_tree_depth, 1)
         self.target_accept = check_real("target_accept", target_accept, 0.0, 1.0, high_open=True)
-        if lais_form not in ("spatial", "basic"):
-            raise ValueError(f"lais_form must be 'spatial' or 'basic', got {lais_form!r}")
-        self.lais_form = lais_form
+        self.lais_form = check_choice("lais_form", lais_form, ("spatial", "basic"))
         self.hyper = SoftTreeHyper.with_overrides(hyper, alpha=alpha, split_concentration=split_concentration)
         self.max_predict_draws = check_int("max_predict_draws", max_predict_draws, 1)
-        if local_posterior not in ("weighted", "chains", "draws"):
-            raise ValueError(f"local_posterior must be 'weighted', 'chains' or 'draws', got {local_posterior!r}")
-        self.local_posterior = local_posterior
+        self.local_posterior = check_choice("local_posterior", local_posterior, ("weighted", "chains", "draws"))
         self.warm_start = bool(warm_start)
         self.compile = bool(compile)
         self.n_warmup_warm = (check_int("n_warmup_warm", n_warmup_warm, 0) if n_warmup_warm is not None
                               else max(30, self.n_warmup // 3))
         self.max_seconds = None if max_seconds is None else check_real("max_seconds", max_seconds, 0.0)
-        if clock not in ("wall", "cpu"):
-            raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
-        self.clock = clock
+        self.clock = check_choice("clock", clock, ("wall", "cpu"))
         self.device = device
         self.dtype = dtype
         self.checkpoint = checkpoint
         self.checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
         self.asynchronous = bool(asynchronous)
-        if init not in INIT_MODES:
-            raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")
-        self.init = init
+        self.init = check_choice("init", init, INIT_MODES)
         # test hook: called with the iteration index after each iteration (and its
         # checkpoint); raising from it simulates an interruption
         self._after_iteration = None

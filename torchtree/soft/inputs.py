@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from torchtree.data import as_feature_matrix, encode_class_labels
+from torchtree.validate import check_choice
 
 __all__ = ["SoftData", "as_soft_data", "scale_inputs"]
 
@@ -158,8 +159,7 @@ def as_soft_data(
     if not torch.isfinite(X.to(torch.float64)).all():
         raise ValueError("X contains NaN or infinite values")
     task = task or _infer_task(yy)
-    if task not in ("classification", "regression"):
-        raise ValueError(f"task must be 'classification' or 'regression', got {task!r}")
+    check_choice("task", task, ("classification", "regression"))
     if task == "classification":
         if classes is None:
             # bare labels ({2, 4}, {-1, 1}, ...) get the coding torchtree.Data uses:

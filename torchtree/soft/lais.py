@@ -25,6 +25,8 @@ from typing import Callable, Optional
 
 import torch
 
+from torchtree.validate import check_choice
+
 __all__ = ["lais_log_weights", "chain_covariance", "EvidenceAccumulator"]
 
 
@@ -97,8 +99,7 @@ def lais_log_weights(
     the pseudo-samples ``xi [G, C, T, n_proposals, P]`` in ``draws.dtype``; with the
     normalised weights they are the weighted local posterior of eq. 14).
     """
-    if form not in ("spatial", "basic"):
-        raise ValueError(f"form must be 'spatial' or 'basic', got {form!r}")
+    check_choice("form", form, ("spatial", "basic"))
     G, C, T, P = draws.shape
     nu = draws.to(torch.float64)
     Sigma = chain_covariance(nu, mask, shrinkage)

@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import torch
 
 from torchtree.data import resolve_device
-from torchtree.validate import check_int, check_real
+from torchtree.validate import check_choice, check_int, check_real
 
 from .adaptation import sharpness_schedule
 from .chains import ChainState, SampleTrace, draw, make_kernel, notify, warmup
@@ -159,9 +159,7 @@ class NUTS:
         self.dtype = dtype
         self.compile = bool(compile)
         self.asynchronous = bool(asynchronous)
-        if init not in INIT_MODES:
-            raise ValueError(f"init must be one of {INIT_MODES}, got {init!r}")
-        self.init = init
+        self.init = check_choice("init", init, INIT_MODES)
 
     def _kernel(self, compact: float = 0.0, fused: Optional[Callable] = None):
         return make_kernel(

@@ -1,0 +1,87 @@
+"""Bad settings of the hard-tree samplers fail at construction, with the setting's name.
+
+Before ``torchtree.validate`` served these samplers, counts went through ``int()``:
+``n_particles=2.5`` quietly ran 2 particles, ``n_particles=True`` one, ``n_chains="4"``
+four chains, and ``max_stages=0`` gave a run that never grew a tree.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from torchtree import MCMC, SMCSampler, TopDownSMC
+from torchtree.validate import check_choice
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(n_particles=0), "n_particles"),
+    (dict(n_particles=2.5), "n_particles"),
+    (dict(n_particles=True), "n_particles"),
+    (dict(n_particles="8"), "n_particles"),
+    (dict(n_islands=0), "n_islands"),
+    (dict(n_particles=8, n_islands=3), "n_islands"),
+    (dict(proposal="greedy"), "proposal"),
+    (dict(expansion=["node"]), "expansion"),
+    (dict(resampling="residual-ish"), "resampling"),
+    (dict(redistribution="mpi"), "redistribution"),
+    (dict(ess_threshold=1.5), "ess_threshold"),
+    (dict(ess_threshold=float("nan")), "ess_threshold"),
+    (dict(max_stages=0), "max_stages"),
+    (dict(checkpoint_every=0), "checkpoint_every"),
+])
+def test_topdown_smc_refuses(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        TopDownSMC(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(n_chains=0), "n_chains"),
+    (dict(n_chains="4"), "n_chains"),
+    (dict(n_samples=1.5), "n_samples"),
+    (dict(thin=0), "thin"),
+    (dict(n_warmup=-1), "n_warmup"),
+    (dict(init="data"), "init"),
+    (dict(keep="last"), "keep"),
+    (dict(engine="gpu"), "engine"),
+    (dict(checkpoint_every=0), "checkpoint_every"),
+    (dict(cut_proposal="uniform-ish"), "cut_proposal"),
+])
+def test_mcmc_refuses(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        MCMC(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(n_particles=0), "n_particles"),
+    (dict(n_particles=3.5), "n_particles"),
+    (dict(n_iterations=-1), "n_iterations"),
+    (dict(n_iterations=1.5), "n_iterations"),
+    (dict(resampling="stratified-ish"), "resampling"),
+    (dict(ess_threshold=-0.1), "ess_threshold"),
+    (dict(redistribution="ring"), "redistribution"),
+    (dict(checkpoint_every=0), "checkpoint_every"),
+])
+def test_smc_sampler_refuses(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        SMCSampler(**kwargs)
+
+
+def test_integral_values_are_accepted_as_ints():
+    # 8.0 and numpy integers are counts a user may well pass (e.g. from a config file)
+    smc = TopDownSMC(n_particles=8.0, n_islands=np.int64(2))
+    assert (smc.n_particles, smc.n_islands) == (8, 2)
+    assert type(smc.n_particles) is int and type(smc.n_islands) is int
+    mcmc = MCMC(n_chains=np.int32(3), n_samples=10, thin=2)
+    assert (mcmc.n_chains, mcmc.n_warmup) == (3, 20)  # default warm-up: n_samples * thin
+
+
+def test_check_choice():
+    assert check_choice("mode", "a", ("a", "b")) == "a"
+    assert check_choice("key", 2, {1: "x", 2: "y"}) == 2  # a dict's keys are the choices
+    with pytest.raises(ValueError, match=r"mode must be one of \('a', 'b'\), got 'c'"):
+        check_choice("mode", "c", ("a", "b"))
+    # values whose == is not a plain bool (arrays) or that cannot be hashed (lists)
+    with pytest.raises(ValueError, match="mode"):
+        check_choice("mode", np.array(["a", "b"]), ("a", "b"))
+    with pytest.raises(ValueError, match="mode"):
+        check_choice("mode", ["a"], ("a", "b"))
