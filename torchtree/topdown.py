@@ -137,7 +137,7 @@ class TopDownSMC:
         n_particles = check_int("n_particles", n_particles, 1)
         n_islands = check_int("n_islands", n_islands, 1)
         if n_particles % n_islands:
-            raise ValueError(f"n_islands ({n_islands}) must divide n_particles ({n_particles})")
+            raise ValueError(f"n_islands ({n_islands}) must be >= 1 and divide n_particles ({n_particles})")
         check_choice("proposal", proposal, PROPOSALS)
         check_choice("expansion", expansion, EXPANSIONS)
         check_choice("resampling", resampling, RESAMPLERS)
