@@ -327,18 +327,22 @@ class Checkpointer:
 
     @property
     def enabled(self) -> bool:
+        """Whether checkpoints are written at all (a ``path`` was given)."""
         return self.path is not None
 
     @property
     def distributed(self) -> bool:
+        """Whether the run spans several ranks (one checkpoint file per rank)."""
         return self.backend is not None and int(getattr(self.backend, "world_size", 1)) > 1
 
     @property
     def rank(self) -> int:
+        """This process's rank (0 without a backend)."""
         return int(getattr(self.backend, "rank", 0)) if self.backend is not None else 0
 
     @property
     def world_size(self) -> int:
+        """Number of ranks (1 without a backend)."""
         return int(getattr(self.backend, "world_size", 1)) if self.backend is not None else 1
 
     def exists(self) -> bool:

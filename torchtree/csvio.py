@@ -57,10 +57,12 @@ class Table:
 
     @property
     def n_rows(self) -> int:
+        """Number of data rows read (header excluded)."""
         return int(self.X.shape[0])
 
     @property
     def n_features(self) -> int:
+        """Number of feature columns (the target column excluded)."""
         return int(self.X.shape[1])
 
 

@@ -238,6 +238,7 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         return DirichletMultinomial(5.0 if self.alpha is None else self.alpha)
 
     def fit(self, X, y) -> "BayesianTreeClassifier":
+        """As the base ``fit``; also sets ``classes_`` [K], the original labels in ``predict_proba``'s column order."""
         super().fit(X, y)
         self.classes_ = self.data_.classes_
         return self
