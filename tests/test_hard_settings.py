@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from torchtree import MCMC, SMCSampler, TopDownSMC
+from torchtree import MCMC, Data, SMCSampler, TopDownSMC
 from torchtree.validate import check_choice
 
 
@@ -85,3 +85,14 @@ def test_check_choice():
         check_choice("mode", np.array(["a", "b"]), ("a", "b"))
     with pytest.raises(ValueError, match="mode"):
         check_choice("mode", ["a"], ("a", "b"))
+
+
+def test_predict_interval_options_are_checked():
+    g = np.random.default_rng(0)
+    X = g.random((40, 2))
+    post = TopDownSMC(n_particles=8).run(Data(X, 3 * X[:, 0] + 0.1 * g.standard_normal(40), task="regression"), seed=0)
+    lo, hi = post.predict_interval(X[:3], level=0.8, n_draws=200).T
+    assert np.all(lo < hi)
+    for kwargs, name in [(dict(level=1.0), "level"), (dict(level=float("nan")), "level"), (dict(n_draws=0), "n_draws")]:
+        with pytest.raises(ValueError, match=name):
+            post.predict_interval(X[:3], **kwargs)

@@ -156,6 +156,24 @@ def test_prediction_inputs_are_checked(fitted, X_bad, match):
             call(X_bad)
 
 
+def test_prediction_options_are_checked(fitted, separable):
+    """``max_draws=0`` used to average over no draws (NaN probabilities), and a regression
+    ``level`` outside (0, 1) failed inside ``torch.quantile``."""
+    X, cls = separable
+    with pytest.raises(ValueError, match="max_draws"):
+        fitted.predict_proba(X, max_draws=0)
+    # a cap at or above the stored draws changes nothing; a smaller one thins evenly
+    full = fitted.predict_proba(X, max_draws=None)
+    np.testing.assert_allclose(fitted.predict_proba(X, max_draws=10_000), full, rtol=0, atol=0)
+    assert fitted.predict_draws(X, max_draws=5).shape[0] == 5
+    reg = _fit(X, X[:, 0] * 2.0 + 0.1 * cls)
+    lo, hi = reg.predict_interval(X[:5], level=0.5, n_draws=500).T
+    assert np.all(lo < hi)
+    for kwargs, name in [(dict(level=1.0), "level"), (dict(level=0.0), "level"), (dict(n_draws=0), "n_draws")]:
+        with pytest.raises(ValueError, match=name):
+            reg.predict_interval(X[:5], **kwargs)
+
+
 def test_pyro_modules_check_settings_and_inputs():
     import torch
     from torchtree.pyro import SoftTreeClassifier, SoftTreeFunction

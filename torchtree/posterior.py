@@ -11,6 +11,7 @@ from .data import as_feature_matrix
 from .kernels.forest import mixture_over_leaves
 from .likelihoods import likelihood_from_config
 from .trees import INTERNAL, HardTrees
+from .validate import check_int, check_real
 
 __all__ = ["TreePosterior", "dedupe_trees"]
 
@@ -215,8 +216,8 @@ class TreePosterior:
         """
         if self.task != "regression":
             raise ValueError("predict_interval applies to regression")
-        if not 0 < level < 1:
-            raise ValueError("level must lie in (0, 1)")
+        level = check_real("level", level, 0.0, 1.0, high_open=True)
+        n_draws = check_int("n_draws", n_draws, 1)
         Xt = self._X(X)
         g = torch.Generator(device="cpu").manual_seed(seed)
         trees_idx = torch.multinomial(self.weights.cpu().float(), n_draws, replacement=True, generator=g).to(Xt.device)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from torchtree.posterior import TreePosterior
+from torchtree.validate import check_int, check_real
 
 from .inputs import SoftData
 from .topology import Topology, node_depth
@@ -132,13 +133,17 @@ class SoftTreePosterior(TreePosterior):
             dtype=self.data.X.dtype,
         )
 
-    def _topology_prediction(self, m: int, X: torch.Tensor, max_draws: Optional[int]) -> torch.Tensor:
+    def _thinned_draws(self, m: int, max_draws: Optional[int]) -> torch.Tensor:
+        """Stored draws of topology ``m``, evenly thinned to at most ``max_draws``, [S, P_m]."""
         d = self.draws[m]
-        if d.shape[0] == 0:
+        if max_draws is not None and d.shape[0] > check_int("max_draws", max_draws, 1):
+            d = d[torch.linspace(0, d.shape[0] - 1, max_draws).round().long()]
+        return d
+
+    def _topology_prediction(self, m: int, X: torch.Tensor, max_draws: Optional[int]) -> torch.Tensor:
+        if self.draws[m].shape[0] == 0:
             raise ValueError(f"topology {m} ({self.topologies[m].key()}) has no draws to predict with")
-        if max_draws is not None and d.shape[0] > max_draws:
-            idx = torch.linspace(0, d.shape[0] - 1, max_draws).round().long()
-            d = d[idx]
+        d = self._thinned_draws(m, max_draws)
         model = self._model(m, d.shape[0])
         theta = torch.zeros(d.shape[0], model.n_params, dtype=model.X.dtype, device=model.X.device)
         theta[:, model.compact_index(0)] = d.to(theta)
@@ -210,21 +215,30 @@ class SoftTreePosterior(TreePosterior):
             if self.draws[m].shape[0] == 0 or w[m] == 0:
                 continue
             mean = self._topology_prediction(m, X, max_draws).to(torch.float64)
-            d = self.draws[m]
-            if max_draws is not None and d.shape[0] > max_draws:
-                d = d[torch.linspace(0, d.shape[0] - 1, max_draws).round().long()]
-            var = torch.exp(d[:, -1].to(torch.float64)).unsqueeze(-1)  # log variance is last
+            var = torch.exp(self._thinned_draws(m, max_draws)[:, -1].to(torch.float64)).unsqueeze(-1)  # log variance is last
             yield w[m], mean, var
 
     def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval (regression), by Monte Carlo.
 
+        Draws a topology by weight, one of its stored draws, then ``y`` from the
+        Gaussian with that draw's soft-tree mean and variance.
+
+        Parameters
+        ----------
+        X : array-like [M, D] raw inputs
+        level : float in (0, 1)
+        n_draws : int, Monte Carlo draws per point
+        seed : int
+
         Returns
         -------
-        numpy.ndarray [M, 2]
+        numpy.ndarray [M, 2] lower and upper bounds.
         """
         if self.task != "regression":
             raise ValueError("predict_interval applies to regression")
+        level = check_real("level", level, 0.0, 1.0, high_open=True)
+        n_draws = check_int("n_draws", n_draws, 1)
         g = torch.Generator().manual_seed(int(seed))
         sets = list(self._draw_sets(X, None))
         w = torch.stack([s[0] for s in sets])
