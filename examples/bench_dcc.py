@@ -8,6 +8,7 @@ Usage::
     python examples/bench_dcc.py --only-throughput --throughput-models wu iris   # NUTS vs Pyro
     python examples/bench_dcc.py --only-throughput --nuts-async   # asynchronous NUTS sampling phase
     python examples/bench_dcc.py --only-throughput --compare-compile --pyro-seeds 0 1 2 3 4 5 6 7
+    python examples/bench_dcc.py --datasets raisin --split-seeds 0 1 2 --baselines   # + hard-tree MCMC / SMC
     python examples/bench_dcc.py --smoke              # tiny run (< 1 min) for the example tests
 
 Data: CGM and WU are generated (``torchtree.datasets.synthetic``, paper 004 App. C);
@@ -33,12 +34,21 @@ iteration depends on the mode it settles in). Pyro runs one chain at a time (its
 ``num_chains`` spawns processes: on two cores at best 2x, which the last figure
 allows for).
 
+Baselines (``--baselines``): paper 004's Table 2 sets DCC-Tree beside axis-aligned
+Bayesian trees (CGM's MCMC, SMC) run on the same split. ``--baselines`` does the same
+with this library's hard-tree samplers (``BayesianTreeClassifier`` / ``Regressor`` with
+``method="mcmc"`` and ``method="smc"``, settings in ``BASELINES``), once per split seed,
+and prints their mean beside DCC's. Test figures of one 70/30 split move by 2-3 points
+from split to split on raisin, so a method is best compared with the others on the
+same splits (``--skip-dcc`` runs the baselines alone).
+
 Timing: ``--clock cpu`` (default) makes ``--max-seconds`` a budget of this process's
 CPU time, so results do not depend on other jobs sharing the machine; tables report
 CPU and wall seconds.
 """
 # smoke-expect: ^iris\s+0\s+0\s+acc\s+[0-9.]+\s+[0-9.]+
 # smoke-expect: ^wu\s+0\s+0\s+mse\s+[0-9.]+\s+[0-9.]+
+# smoke-expect: ^iris\s+mcmc\s+0\s+acc\s+[0-9.]+\s+[0-9.]+
 # smoke-expect: speed-up \(chain-iterations/s, CPU time\): [0-9.]+x
 from __future__ import annotations
 
@@ -53,6 +63,7 @@ import numpy as np
 import torch
 
 from torchtree.datasets.synthetic import cgm, cgm_mean, wu, wu_mean
+from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor
 from torchtree.soft import DCC, NUTS, SoftTreeHyper
 from torchtree.soft.inputs import train_test_split
 
@@ -93,6 +104,42 @@ def load(name: str, data_dir: str, split_seed: int = 0):
     X = torch.tensor(arr[:, :-1], dtype=torch.float64)
     y = torch.tensor(arr[:, -1]).long()
     return train_test_split(X, y, 0.3, seed=split_seed)
+
+# hard-tree baselines (``--baselines``): Chipman prior (0.95, 0.5) and the estimators'
+# default leaf models; sizes give each run well under a minute of CPU on raisin
+BASELINES = {
+    "mcmc": dict(method="mcmc", n_chains=16, n_warmup=1000, n_samples=1000),
+    "smc": dict(method="smc", n_particles=2000, n_islands=5),
+}
+SMOKE_BASELINES = {
+    "mcmc": dict(method="mcmc", n_chains=2, n_warmup=20, n_samples=20),
+    "smc": dict(method="smc", n_particles=20, n_islands=2),
+}
+
+
+def run_baseline(name: str, data_dir: str, method: str, options: dict, split_seed: int = 0, seed: int = 0) -> dict:
+    """One hard-tree baseline on the split ``run_dcc`` uses: train / test metric and CPU seconds."""
+    Xtr, ytr, Xte, yte = load(name, data_dir, split_seed)
+    Xtr, ytr, Xte, yte = Xtr.numpy(), ytr.numpy(), Xte.numpy(), yte.numpy()
+    regression = PAPER[name]["metric"] == "mse"
+    est = (BayesianTreeRegressor if regression else BayesianTreeClassifier)(random_state=seed, **options)
+    c0 = time.process_time()
+    est.fit(Xtr, ytr)
+    fit_cpu = time.process_time() - c0
+    if regression:
+        train = float(np.mean((est.predict(Xtr) - ytr) ** 2))
+        test = float(np.mean((est.predict(Xte) - yte) ** 2))
+    else:
+        train, test = float(est.score(Xtr, ytr)), float(est.score(Xte, yte))
+    return {"dataset": name, "method": method, "seed": seed, "split_seed": split_seed, "metric": PAPER[name]["metric"],
+            "train": train, "test": test, "fit_cpu_seconds": fit_cpu}
+
+
+def _mean_line(name: str, label: str, rows: list) -> str:
+    t = np.array([r["test"] for r in rows])
+    sd = t.std(ddof=1) if len(t) > 1 else float("nan")
+    return (f"{name:8s} mean test {rows[0]['metric']} of {label} over {len(rows)} runs: {t.mean():.4f} "
+            f"(std {sd:.4f}, standard error {sd / math.sqrt(len(t)):.4f})")
 
 
 def run_dcc(name: str, data_dir: str, seed: int, max_seconds: float, overrides: dict, clock: str = "wall",
@@ -337,6 +384,10 @@ def markdown(results: dict) -> str:
         lines.append(f"| {r['dataset']} | {r['seed']} | {r.get('split_seed', 0)} | {r['metric']} | {r['train']:.4f} | {r['test']:.4f} | "
                      f"{pm:.3f} ({ps:.2g}) | {'yes' if within_one_std(r) else 'no'} | {r['fit_cpu_seconds']:.0f} | "
                      f"{r['fit_seconds']:.0f} | {r['predict_seconds']:.1f} | {r['iterations']} | {r['n_topologies']} | {floor} |")
+    if results.get("baselines"):
+        lines += ["", "| data | hard-tree baseline | split | metric | train | test | fit CPU s |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['dataset']} | {r['method']} | {r['split_seed']} | {r['metric']} | {r['train']:.4f} | {r['test']:.4f} "
+                  f"| {r['fit_cpu_seconds']:.1f} |" for r in results["baselines"]]
     for t in results.get("throughput") or []:
         lines += ["", f"NUTS vs Pyro, {t['model']}, {t['n_warmup']} + {t['n_samples']} iterations per chain: "
                   f"{t['ours_chains']} batched chains {t['ours_chain_iter_per_s_cpu']:.1f} chain-iterations/CPU s, "
@@ -374,6 +425,9 @@ def main(argv=None) -> int:
                          "the compilation counts in the warm-up time")
     ap.add_argument("--compare-compile", action="store_true",
                     help="run our NUTS both plain and with --compile, against the same Pyro chains")
+    ap.add_argument("--baselines", action="store_true",
+                    help="also run the hard-tree MCMC and SMC baselines (BASELINES) on each split")
+    ap.add_argument("--skip-dcc", action="store_true", help="no DCC runs (e.g. baselines alone)")
     ap.add_argument("--json", default=None, help="write all results to this file")
     ap.add_argument("--markdown", default=None, help="write a markdown results table to this file")
     ap.add_argument("--smoke", action="store_true", help="tiny configuration (< 1 min) for the example tests")
@@ -392,13 +446,16 @@ def main(argv=None) -> int:
         else:
             overrides[k] = float(v)
     tp = dict(n_chains=args.throughput_chains, n_warmup=args.throughput_iters[0], n_samples=args.throughput_iters[1])
+    baselines = BASELINES
     if args.smoke:
+        args.baselines, baselines = True, SMOKE_BASELINES
         args.datasets, args.seeds, args.max_seconds = ["iris", "wu"], [0], 60.0
         overrides = dict(SMOKE_DCC, **overrides)
         args.throughput_models = ["iris"]
         tp = dict(n_chains=8, n_warmup=10, n_samples=10)
-    results = {"command": " ".join([sys.executable.split("/")[-1]] + sys.argv), "dcc": [], "throughput": []}
-    if not args.only_throughput:
+    results = {"command": " ".join([sys.executable.split("/")[-1]] + sys.argv), "dcc": [], "baselines": [],
+               "throughput": []}
+    if not (args.only_throughput or args.skip_dcc):
         print(f"{'data':8s} {'seed':>4s} {'split':>5s} {'metric':>6s} {'train':>7s} {'test':>7s} {'paper':>15s} {'wall s':>7s} "
               f"{'cpu s':>7s} {'iters':>5s} {'topos':>5s}  top topology (weight)")
         for name in args.datasets:
@@ -410,9 +467,18 @@ def main(argv=None) -> int:
                     print(_fmt_row(r), flush=True)
             results["dcc"] += rows
             if len(rows) > 1:
-                t = np.array([r["test"] for r in rows])
-                print(f"{name:8s} mean test {r['metric']} over {len(rows)} runs: {t.mean():.4f} "
-                      f"(std {t.std(ddof=1):.4f}, standard error {t.std(ddof=1) / math.sqrt(len(t)):.4f})", flush=True)
+                print(_mean_line(name, "DCC", rows), flush=True)
+    if args.baselines and not args.only_throughput:
+        print(f"{'data':8s} {'method':>6s} {'split':>5s} {'metric':>6s} {'train':>7s} {'test':>7s} {'cpu s':>7s}")
+        for name in args.datasets:
+            for method, options in baselines.items():
+                rows = [run_baseline(name, args.data_dir, method, options, split) for split in args.split_seeds]
+                for r in rows:
+                    print(f"{name:8s} {method:>6s} {r['split_seed']:5d} {r['metric']:>6s} {r['train']:7.4f} "
+                          f"{r['test']:7.4f} {r['fit_cpu_seconds']:7.1f}", flush=True)
+                if len(rows) > 1:
+                    print(_mean_line(name, method, rows), flush=True)
+                results["baselines"] += rows
     if not args.skip_throughput:
         variants = [False, True] if args.compare_compile else [args.compile]
         for m in args.throughput_models:
