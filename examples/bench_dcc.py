@@ -38,7 +38,7 @@ Baselines (``--baselines``): paper 004's Table 2 sets DCC-Tree beside axis-align
 Bayesian trees (CGM's MCMC, SMC) run on the same split. ``--baselines`` does the same
 with this library's hard-tree samplers (``BayesianTreeClassifier`` / ``Regressor`` with
 ``method="mcmc"`` and ``method="smc"``, settings in ``BASELINES``), once per split seed,
-and prints their mean beside DCC's. Test figures of one 70/30 split move by 2-3 points
+and prints each one's mean over the splits, as for DCC. Test figures of one 70/30 split move by 2-3 points
 from split to split on raisin, so a method is best compared with the others on the
 same splits (``--skip-dcc`` runs the baselines alone).
 
@@ -104,6 +104,7 @@ def load(name: str, data_dir: str, split_seed: int = 0):
     X = torch.tensor(arr[:, :-1], dtype=torch.float64)
     y = torch.tensor(arr[:, -1]).long()
     return train_test_split(X, y, 0.3, seed=split_seed)
+
 
 # hard-tree baselines (``--baselines``): Chipman prior (0.95, 0.5) and the estimators'
 # default leaf models; sizes give each run well under a minute of CPU on raisin
