@@ -9,6 +9,7 @@ Usage::
     python examples/bench_dcc.py --only-throughput --nuts-async   # asynchronous NUTS sampling phase
     python examples/bench_dcc.py --only-throughput --compare-compile --pyro-seeds 0 1 2 3 4 5 6 7
     python examples/bench_dcc.py --datasets raisin --split-seeds 0 1 2 --baselines   # + hard-tree MCMC / SMC
+    python examples/bench_dcc.py --datasets raisin --split-seeds 0 1 --baselines --skip-dcc --dcc-json a.json b.json
     python examples/bench_dcc.py --smoke              # tiny run (< 1 min) for the example tests
 
 Data: CGM and WU are generated (``torchtree.datasets.synthetic``, paper 004 App. C);
@@ -38,7 +39,9 @@ Baselines (``--baselines``): paper 004's Table 2 sets DCC-Tree beside axis-align
 Bayesian trees (CGM's MCMC, SMC) run on the same split. ``--baselines`` does the same
 with this library's hard-tree samplers (``BayesianTreeClassifier`` / ``Regressor`` with
 ``method="mcmc"`` and ``method="smc"``, settings in ``BASELINES``), once per split seed,
-and prints each one's mean over the splits, as for DCC. Test figures of one 70/30 split move by 2-3 points
+and prints each one's mean over the splits, as for DCC, and, when DCC ran on the same
+splits (in this run, or in earlier ``--json`` files given to ``--dcc-json``), DCC's
+difference from each, paired by split. Test figures of one 70/30 split move by 2-3 points
 from split to split on raisin, so a method is best compared with the others on the
 same splits (``--skip-dcc`` runs the baselines alone).
 
@@ -49,6 +52,7 @@ CPU and wall seconds.
 # smoke-expect: ^iris\s+0\s+0\s+acc\s+[0-9.]+\s+[0-9.]+
 # smoke-expect: ^wu\s+0\s+0\s+mse\s+[0-9.]+\s+[0-9.]+
 # smoke-expect: ^iris\s+mcmc\s+0\s+acc\s+[0-9.]+\s+[0-9.]+
+# smoke-expect: ^wu\s+DCC - smc test mse, paired over 1 splits: [-+][0-9.]+
 # smoke-expect: speed-up \(chain-iterations/s, CPU time\): [0-9.]+x
 from __future__ import annotations
 
@@ -58,6 +62,7 @@ import math
 import os
 import sys
 import time
+from typing import Dict, Optional
 
 import numpy as np
 import torch
@@ -141,6 +146,27 @@ def _mean_line(name: str, label: str, rows: list) -> str:
     sd = t.std(ddof=1) if len(t) > 1 else float("nan")
     return (f"{name:8s} mean test {rows[0]['metric']} of {label} over {len(rows)} runs: {t.mean():.4f} "
             f"(std {sd:.4f}, standard error {sd / math.sqrt(len(t)):.4f})")
+
+
+def paired_line(name: str, method: str, dcc_rows: list, base_rows: list) -> Optional[str]:
+    """DCC minus a baseline, paired by split: mean and standard error of the differences.
+
+    DCC runs of several seeds on one split are averaged first. Returns None when no
+    split has both. For MSE a negative difference means DCC is better; for accuracy a
+    positive one.
+    """
+    dcc_by_split: Dict[int, list] = {}
+    for r in dcc_rows:
+        dcc_by_split.setdefault(r["split_seed"], []).append(r["test"])
+    diffs = [float(np.mean(dcc_by_split[b["split_seed"]])) - b["test"] for b in base_rows
+             if b["split_seed"] in dcc_by_split]
+    if not diffs:
+        return None
+    d = np.array(diffs)
+    se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
+    ahead = int((d > 0).sum() if base_rows[0]["metric"] == "acc" else (d < 0).sum())
+    return (f"{name:8s} DCC - {method} test {base_rows[0]['metric']}, paired over {len(d)} splits: "
+            f"{d.mean():+.4f} (standard error {se:.4f}; DCC better on {ahead}, level on {int((d == 0).sum())})")
 
 
 def run_dcc(name: str, data_dir: str, seed: int, max_seconds: float, overrides: dict, clock: str = "wall",
@@ -429,6 +455,8 @@ def main(argv=None) -> int:
     ap.add_argument("--baselines", action="store_true",
                     help="also run the hard-tree MCMC and SMC baselines (BASELINES) on each split")
     ap.add_argument("--skip-dcc", action="store_true", help="no DCC runs (e.g. baselines alone)")
+    ap.add_argument("--dcc-json", nargs="*", default=[], metavar="FILE",
+                    help="DCC rows from earlier --json files, paired with --baselines by split")
     ap.add_argument("--json", default=None, help="write all results to this file")
     ap.add_argument("--markdown", default=None, help="write a markdown results table to this file")
     ap.add_argument("--smoke", action="store_true", help="tiny configuration (< 1 min) for the example tests")
@@ -469,6 +497,9 @@ def main(argv=None) -> int:
             results["dcc"] += rows
             if len(rows) > 1:
                 print(_mean_line(name, "DCC", rows), flush=True)
+    for path in args.dcc_json:
+        with open(path) as f:
+            results["dcc"] += json.load(f)["dcc"]
     if args.baselines and not args.only_throughput:
         print(f"{'data':8s} {'method':>6s} {'split':>5s} {'metric':>6s} {'train':>7s} {'test':>7s} {'cpu s':>7s}")
         for name in args.datasets:
@@ -479,6 +510,9 @@ def main(argv=None) -> int:
                           f"{r['test']:7.4f} {r['fit_cpu_seconds']:7.1f}", flush=True)
                 if len(rows) > 1:
                     print(_mean_line(name, method, rows), flush=True)
+                line = paired_line(name, method, [r for r in results["dcc"] if r["dataset"] == name], rows)
+                if line:
+                    print(line, flush=True)
                 results["baselines"] += rows
     if not args.skip_throughput:
         variants = [False, True] if args.compare_compile else [args.compile]

@@ -64,3 +64,20 @@ def test_example_smoke(path, tmp_path):
     for rx in _expectations(path):
         assert any(re.search(rx, line) for line in lines), f"{path.name}: no output line matches {rx!r}\n{r.stdout[-3000:]}"
     assert "Traceback" not in r.stderr
+
+
+def test_bench_dcc_paired_line():
+    """DCC seeds on one split are averaged, then paired with the baseline of that split."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_dcc", EXAMPLES / "bench_dcc.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    dcc = [dict(split_seed=0, test=0.84), dict(split_seed=0, test=0.86), dict(split_seed=1, test=0.83)]
+    base = [dict(split_seed=s, test=t, metric="acc") for s, t in [(0, 0.84), (1, 0.84), (2, 0.90)]]
+    line = bench.paired_line("raisin", "mcmc", dcc, base)
+    # differences +0.01 (split 0, mean of two seeds) and -0.01 (split 1); split 2 has no DCC row
+    assert "paired over 2 splits: +0.0000 (standard error 0.0100; DCC better on 1, level on 0)" in line
+    mse = [dict(split_seed=0, test=0.05, metric="mse")]
+    assert "DCC better on 1" in bench.paired_line("wu", "smc", [dict(split_seed=0, test=0.04)], mse)
+    assert bench.paired_line("raisin", "mcmc", [], base) is None
