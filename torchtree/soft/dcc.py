@@ -132,9 +132,12 @@ class DCC:
     max_tree_depth : int, NUTS depth cap
     target_accept : float
     lais_form : {"spatial", "basic"}
-    hyper : SoftTreeHyper, optional; ``alpha`` and ``split_concentration`` override it
+    hyper : SoftTreeHyper, optional; ``alpha``, ``split_concentration`` and ``signed_splits`` override it
     alpha : float, optional, Dirichlet-multinomial total concentration
     split_concentration : float, optional
+    signed_splits : bool, optional
+        Split weights over the inputs and their mirror images ``1 - x`` (not in
+        the paper; see :class:`~torchtree.soft.trees.SoftTreeHyper`).
     max_predict_draws : int, draws per topology kept in the posterior
     local_posterior : {"weighted", "chains", "draws"}
         How each topology's local posterior is represented: "weighted" resamples the
@@ -228,6 +231,7 @@ class DCC:
         hyper: Optional[SoftTreeHyper] = None,
         alpha: Optional[float] = None,
         split_concentration: Optional[float] = None,
+        signed_splits: Optional[bool] = None,
         max_predict_draws: int = 200,
         local_posterior: str = "weighted",
         warm_start: bool = False,
@@ -264,7 +268,8 @@ class DCC:
         self.max_tree_depth = check_int("max_tree_depth", max_tree_depth, 1)
         self.target_accept = check_real("target_accept", target_accept, 0.0, 1.0, high_open=True)
         self.lais_form = check_choice("lais_form", lais_form, ("spatial", "basic"))
-        self.hyper = SoftTreeHyper.with_overrides(hyper, alpha=alpha, split_concentration=split_concentration)
+        self.hyper = SoftTreeHyper.with_overrides(
+            hyper, alpha=alpha, split_concentration=split_concentration, signed_splits=signed_splits)
         self.max_predict_draws = check_int("max_predict_draws", max_predict_draws, 1)
         self.local_posterior = check_choice("local_posterior", local_posterior, ("weighted", "chains", "draws"))
         self.warm_start = bool(warm_start)
@@ -298,6 +303,8 @@ class DCC:
             # the default leaves the fingerprint of checkpoints written before the
             # option existed unchanged, so they still resume
             settings.pop("asynchronous", None)
+        if not self.hyper.signed_splits:
+            settings["hyper"].pop("signed_splits")  # likewise
         return fingerprint("DCC", settings, int(seed), sd.X, sd.y)
 
     @staticmethod
@@ -413,7 +420,7 @@ class DCC:
         timer = time.process_time if self.clock == "cpu" else time.perf_counter
         c_start = timer()
         dev = resolve_device(self.device)
-        sd = as_soft_data(data, y, dtype=self.dtype, device=dev)
+        sd = as_soft_data(data, y, dtype=self.dtype, device=dev, signed=self.hyper.signed_splits)
         self.hyper = self.hyper.resolve(sd)
         seed = 0 if seed is None else int(seed)
         gen = torch.Generator(device=dev).manual_seed(seed)

@@ -4,6 +4,12 @@ Soft splits act on inputs min-max scaled to [0, 1] with the *training* ranges
 (paper 004, Sec. 2.3; thresholds have a Beta(1, 1) prior on (0, 1)). This module
 turns whatever the user passed into a :class:`SoftData` record: scaled float inputs,
 labels, task, class count and the ranges needed to scale test inputs the same way.
+
+Signed splits (``signed=True``, not in the paper): the scaled inputs ``x`` are followed
+by their mirror images ``1 - x``, so a split's weights on the simplex over the ``2 D``
+columns give ``x . (w+ - w-) + sum(w-)``: any direction in the L1 ball, with the
+projection still in [0, 1] where the Beta threshold prior lives. The paper's simplex
+weights alone only reach directions with non-negative coefficients.
 It does not validate beyond what the soft samplers need; full validation lives in
 ``torchtree.Data``, which is accepted as is.
 """
@@ -18,7 +24,7 @@ import torch
 from torchtree.data import as_feature_matrix, encode_class_labels
 from torchtree.validate import check_choice
 
-__all__ = ["SoftData", "as_soft_data", "scale_inputs"]
+__all__ = ["SoftData", "as_soft_data", "mirror_columns", "scale_inputs"]
 
 
 @dataclass
@@ -27,12 +33,14 @@ class SoftData:
 
     Attributes
     ----------
-    X : Tensor [N, D] float, scaled to [0, 1] with ``feature_min`` / ``feature_max``
+    X : Tensor [N, D'] float, scaled to [0, 1] with ``feature_min`` / ``feature_max``;
+        ``D' = D``, or ``2 D`` with ``signed`` (columns ``x`` then ``1 - x``)
     y : Tensor [N]: long class codes (classification) or float (regression)
     task : str, "classification" or "regression"
     n_classes : int or None
     feature_min, feature_max : Tensor [D]
     classes : numpy array [K] or None, original labels of codes 0..K-1 (from ``Data``)
+    signed : bool, whether ``X`` carries the mirrored columns (signed splits)
     """
 
     X: torch.Tensor
@@ -42,11 +50,17 @@ class SoftData:
     feature_min: torch.Tensor
     feature_max: torch.Tensor
     classes: Optional[Any] = None
+    signed: bool = False
 
     @property
     def n_features(self) -> int:
-        """D."""
+        """D', the columns the splits weigh (``2 D`` with signed splits)."""
         return int(self.X.shape[1])
+
+    @property
+    def n_input_features(self) -> int:
+        """D, the columns of the raw inputs."""
+        return int(self.feature_min.numel())
 
     def check_X(self, X: Any) -> torch.Tensor:
         """Validate raw test inputs against the training features.
@@ -59,14 +73,16 @@ class SoftData:
         -------
         Tensor [M, D] (raw, not scaled)
         """
-        if isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[1] == self.n_features:
+        D = self.n_input_features
+        if isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[1] == D:
             if X.is_floating_point() and torch.isfinite(X).all():
                 return X
-        return torch.as_tensor(as_feature_matrix(X.cpu() if isinstance(X, torch.Tensor) else X, self.n_features))
+        return torch.as_tensor(as_feature_matrix(X.cpu() if isinstance(X, torch.Tensor) else X, D))
 
     def scale(self, X: torch.Tensor) -> torch.Tensor:
-        """Scale new raw inputs [M, D] with the training ranges."""
-        return scale_inputs(X, self.feature_min, self.feature_max, self.X.dtype)
+        """Scale new raw inputs [M, D] with the training ranges, [M, D']."""
+        Xs = scale_inputs(X, self.feature_min, self.feature_max, self.X.dtype)
+        return mirror_columns(Xs) if self.signed else Xs
 
 
 def scale_inputs(
@@ -85,6 +101,11 @@ def scale_inputs(
     return Xs.to(dtype)
 
 
+def mirror_columns(Xs: torch.Tensor) -> torch.Tensor:
+    """``[Xs, 1 - Xs]``: scaled inputs [M, D] and their mirror images, [M, 2 D]."""
+    return torch.cat([Xs, 1 - Xs], dim=1)
+
+
 def _infer_task(y: torch.Tensor) -> str:
     if y.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool):
         return "classification"
@@ -99,6 +120,7 @@ def as_soft_data(
     n_classes: Optional[int] = None,
     dtype: torch.dtype = torch.float32,
     device: Optional[torch.device] = None,
+    signed: bool = False,
 ) -> SoftData:
     """Coerce ``data`` (and ``y``) into :class:`SoftData`.
 
@@ -118,12 +140,23 @@ def as_soft_data(
     n_classes : int, optional
     dtype : torch.dtype, float dtype of the scaled inputs
     device : torch.device, optional
+    signed : bool
+        Append the mirrored columns ``1 - x`` for signed splits (see the module
+        docstring).
 
     Returns
     -------
     SoftData
+
+    Raises
+    ------
+    ValueError
+        Bad inputs, or a ``SoftData`` prepared with the other ``signed`` setting.
     """
     if isinstance(data, SoftData):
+        if data.signed != bool(signed):
+            raise ValueError(f"this SoftData was prepared with signed={data.signed}, the model asks for "
+                             f"signed_splits={bool(signed)}")
         return data
     fmin = fmax = classes = None
     if hasattr(data, "X") and hasattr(data, "y"):
@@ -179,14 +212,16 @@ def as_soft_data(
     Xd = X.to(torch.float64)
     fmin = torch.as_tensor(fmin, device=X.device).to(torch.float64) if fmin is not None else Xd.min(0).values
     fmax = torch.as_tensor(fmax, device=X.device).to(torch.float64) if fmax is not None else Xd.max(0).values
+    Xs = scale_inputs(X, fmin, fmax, dtype)
     return SoftData(
-        X=scale_inputs(X, fmin, fmax, dtype),
+        X=mirror_columns(Xs) if signed else Xs,
         y=yy,
         task=task,
         n_classes=n_classes,
         feature_min=fmin,
         feature_max=fmax,
         classes=classes,
+        signed=bool(signed),
     )
 
 

@@ -79,7 +79,7 @@ class SoftTreePosterior(TreePosterior):
         # TreePosterior's constructor needs hard trees; the state it would set is
         # replaced by the per-topology draws above (every public method is overridden).
         self.classes_ = None if data.classes is None else np.asarray(data.classes)
-        self.n_features = data.n_features
+        self.n_features = data.n_input_features
         self.n_particles = int(sum(int(d.shape[0]) for d in self.draws))
 
     def __len__(self) -> int:
@@ -303,19 +303,27 @@ class SoftTreePosterior(TreePosterior):
         }
 
     def feature_usage(self, topology: int = 0) -> torch.Tensor:
-        """Mean split weight per feature over the nodes and draws of a topology, [D]."""
+        """Mean split weight per feature over the nodes and draws of a topology, [D].
+
+        With signed splits a feature's usage is the sum of the weights on it and on
+        its mirror image ``1 - x``.
+        """
         d = self.draws[topology]
         model = self._model(topology, max(d.shape[0], 1))
         theta = torch.zeros(d.shape[0], model.n_params, dtype=model.X.dtype)
         theta[:, model.compact_index(0)] = d.to(theta)
         w = model.constrain(theta)["weights"][:, list(self.topologies[topology].internal)]
-        return w.mean((0, 1)) if w.numel() else torch.zeros(model.layout.n_features)
+        usage = w.mean((0, 1)) if w.numel() else torch.zeros(model.layout.n_features)
+        return usage[: self.n_features] + usage[self.n_features:] if self.data.signed else usage
 
     def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
         """Graphviz DOT text of topology ``i`` (default: the heaviest) with posterior-mean
-        thresholds (on the [0, 1]-scaled inputs) and each node's heaviest feature."""
+        thresholds (on the [0, 1]-scaled inputs) and each node's heaviest feature
+        (``1-name`` for a mirrored column of signed splits)."""
         i = int(torch.argmax(self.weights)) if i is None else int(i)
-        names = feature_names if feature_names is not None else [f"x{k}" for k in range(self.n_features)]
+        names = list(feature_names) if feature_names is not None else [f"x{k}" for k in range(self.n_features)]
+        if self.data.signed:
+            names = names + [f"1-{n}" for n in names]
         t = self.topologies[i]
         d = self.draws[i]
         model = self._model(i, max(d.shape[0], 1))
@@ -350,6 +358,7 @@ class SoftTreePosterior(TreePosterior):
                     "X": d.X.cpu(), "y": d.y.cpu(), "task": d.task, "n_classes": d.n_classes,
                     "feature_min": d.feature_min.cpu(), "feature_max": d.feature_max.cpu(),
                     "classes": None if d.classes is None else np.asarray(d.classes).tolist(),
+                    "signed": d.signed,
                 },
                 "hyper": _plain(asdict(self.hyper)),
                 "sharpness": self.sharpness,

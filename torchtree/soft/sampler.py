@@ -78,6 +78,9 @@ class NUTS:
     hyper : SoftTreeHyper, optional
     alpha : float, optional, Dirichlet-multinomial total concentration
     split_concentration : float, optional
+    signed_splits : bool, optional
+        Split weights over the inputs and their mirror images ``1 - x`` (not in
+        the paper; see :class:`~torchtree.soft.trees.SoftTreeHyper`).
     evidence : bool, estimate ``log Z`` of the topology with LAIS after sampling
     n_proposals : int, LAIS pseudo-samples per draw
     device : str ("auto" = CUDA if present), dtype : torch.dtype
@@ -130,6 +133,7 @@ class NUTS:
         hyper: Optional[SoftTreeHyper] = None,
         alpha: Optional[float] = None,
         split_concentration: Optional[float] = None,
+        signed_splits: Optional[bool] = None,
         evidence: bool = False,
         n_proposals: int = 5,
         device: Any = "auto",
@@ -152,7 +156,8 @@ class NUTS:
         self.n_leapfrog = check_int("n_leapfrog", n_leapfrog, 1)
         self.target_accept = check_real("target_accept", target_accept, 0.0, 1.0, high_open=True)
         self.max_energy_error = check_real("max_energy_error", max_energy_error, 0.0)
-        self.hyper = SoftTreeHyper.with_overrides(hyper, alpha=alpha, split_concentration=split_concentration)
+        self.hyper = SoftTreeHyper.with_overrides(
+            hyper, alpha=alpha, split_concentration=split_concentration, signed_splits=signed_splits)
         self.evidence = bool(evidence)
         self.n_proposals = check_int("n_proposals", n_proposals, 1)
         self.device = device
@@ -231,7 +236,8 @@ class NUTS:
     # ----------------------------------------------------------------- soft trees
     def model(self, data, y=None, generator: Optional[torch.Generator] = None) -> SoftTrees:
         """The :class:`SoftTrees` batch this sampler runs on ``data`` (one topology)."""
-        sd = as_soft_data(data, y, dtype=self.dtype, device=resolve_device(self.device))
+        sd = as_soft_data(data, y, dtype=self.dtype, device=resolve_device(self.device),
+                          signed=self.hyper.signed_splits)
         h0 = self.h_init if self.h_init is not None and self.init == "prior" else self.sharpness
         return SoftTrees(
             sd, [self.topology], n_chains=self.n_chains, sharpness=h0, hyper=self.hyper,

@@ -78,6 +78,11 @@ class SoftTreeHyper:
     sigma_shape, sigma_scale : float or None
         Inverse-gamma prior of the regression noise *variance*; ``sigma_scale=None``
         means ``0.15 * var(y)`` (prior mean ``0.3 var(y)`` at shape 1.5).
+    signed_splits : bool
+        Not in the paper: split weights on the simplex over the scaled inputs and
+        their mirror images ``1 - x`` (``2 D`` weights per node), so a split can weigh
+        features with either sign (:mod:`torchtree.soft.inputs`). ``False`` is the
+        paper's model.
     """
 
     split_concentration: float = 1.0
@@ -88,8 +93,11 @@ class SoftTreeHyper:
     mu_var: Optional[float] = None
     sigma_shape: float = 1.5
     sigma_scale: Optional[float] = None
+    signed_splits: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.signed_splits, bool):
+            raise ValueError(f"signed_splits must be True or False, got {self.signed_splits!r}")
         for name in ("split_concentration", "threshold_a", "threshold_b", "sigma_shape"):
             check_real(name, getattr(self, name), 0.0)
         for name in ("alpha", "mu_var", "sigma_scale"):
@@ -99,12 +107,13 @@ class SoftTreeHyper:
             check_real("mu_mean", self.mu_mean)
 
     @classmethod
-    def with_overrides(cls, hyper: Optional["SoftTreeHyper"] = None, **overrides: Optional[float]) -> "SoftTreeHyper":
+    def with_overrides(cls, hyper: Optional["SoftTreeHyper"] = None, **overrides: Any) -> "SoftTreeHyper":
         """``hyper`` (default: the defaults) with the non-``None`` keyword values replaced.
 
-        The samplers' ``alpha=`` / ``split_concentration=`` shortcuts go through here.
+        The samplers' ``alpha=`` / ``split_concentration=`` / ``signed_splits=``
+        shortcuts go through here.
         """
-        given = {k: float(v) for k, v in overrides.items() if v is not None}
+        given = {k: (v if k == "signed_splits" else float(v)) for k, v in overrides.items() if v is not None}
         return replace(hyper or cls(), **given)
 
     def resolve(self, data: SoftData) -> "SoftTreeHyper":
@@ -246,7 +255,8 @@ class SoftTrees(nn.Module):
     ) -> None:
         super().__init__()
         dev = torch.device(device) if device is not None else None
-        self.data = as_soft_data(data, y, task=task, n_classes=n_classes, dtype=dtype, device=dev)
+        signed = (hyper or SoftTreeHyper()).signed_splits
+        self.data = as_soft_data(data, y, task=task, n_classes=n_classes, dtype=dtype, device=dev, signed=signed)
         dev = self.data.X.device
         self.topologies: List[Topology] = [Topology.coerce(t) for t in topologies]
         if not self.topologies:
