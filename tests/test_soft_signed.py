@@ -101,6 +101,16 @@ def test_dcc_runs_with_signed_splits():
     assert post.feature_usage(0).shape == (2,)
 
 
+def test_estimator_passes_signed_splits_to_dcc():
+    import torchtree
+
+    X, y = _diagonal(60)
+    clf = torchtree.BayesianTreeClassifier(method="dcc", n_iterations=2, n_initial=5, n_chains=2, n_samples=5,
+                                           n_warmup=10, max_depth=2, signed_splits=True)
+    clf.fit(X.numpy(), y.numpy())
+    assert clf.posterior_.data.signed and clf.predict(X.numpy()).shape == (60,)
+
+
 def test_errors():
     X, y = _diagonal(20)
     with pytest.raises(ValueError, match="signed_splits must be True or False"):
