@@ -10,6 +10,7 @@ Usage::
     python examples/bench_dcc.py --only-throughput --compare-compile --pyro-seeds 0 1 2 3 4 5 6 7
     python examples/bench_dcc.py --datasets raisin --split-seeds 0 1 2 --baselines   # + hard-tree MCMC / SMC
     python examples/bench_dcc.py --datasets raisin --split-seeds 0 1 --baselines --skip-dcc --dcc-json a.json b.json
+    python examples/bench_dcc.py --datasets raisin --set signed_splits=True   # splits of either sign (not the paper's)
     python examples/bench_dcc.py --smoke              # tiny run (< 1 min) for the example tests
 
 Data: CGM and WU are generated (``torchtree.datasets.synthetic``, paper 004 App. C);
