@@ -4,14 +4,14 @@ Soft splits act on inputs min-max scaled to [0, 1] with the *training* ranges
 (paper 004, Sec. 2.3; thresholds have a Beta(1, 1) prior on (0, 1)). This module
 turns whatever the user passed into a :class:`SoftData` record: scaled float inputs,
 labels, task, class count and the ranges needed to scale test inputs the same way.
+It does not validate beyond what the soft samplers need; full validation lives in
+``torchtree.Data``, which is accepted as is.
 
 Signed splits (``signed=True``, not in the paper): the scaled inputs ``x`` are followed
 by their mirror images ``1 - x``, so a split's weights on the simplex over the ``2 D``
 columns give ``x . (w+ - w-) + sum(w-)``: any direction in the L1 ball, with the
 projection still in [0, 1] where the Beta threshold prior lives. The paper's simplex
 weights alone only reach directions with non-negative coefficients.
-It does not validate beyond what the soft samplers need; full validation lives in
-``torchtree.Data``, which is accepted as is.
 """
 from __future__ import annotations
 
