@@ -142,9 +142,14 @@ def run_baseline(name: str, data_dir: str, method: str, options: dict, split_see
             "train": train, "test": test, "fit_cpu_seconds": fit_cpu}
 
 
+def _std(values: np.ndarray) -> float:
+    """Sample standard deviation (nan for a single value)."""
+    return float(values.std(ddof=1)) if len(values) > 1 else float("nan")
+
+
 def _mean_line(name: str, label: str, rows: list) -> str:
     t = np.array([r["test"] for r in rows])
-    sd = t.std(ddof=1) if len(t) > 1 else float("nan")
+    sd = _std(t)
     return (f"{name:8s} mean test {rows[0]['metric']} of {label} over {len(rows)} runs: {t.mean():.4f} "
             f"(std {sd:.4f}, standard error {sd / math.sqrt(len(t)):.4f})")
 
@@ -164,7 +169,7 @@ def paired_line(name: str, method: str, dcc_rows: list, base_rows: list) -> Opti
     if not diffs:
         return None
     d = np.array(diffs)
-    se = d.std(ddof=1) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
+    se = _std(d) / math.sqrt(len(d))
     ahead = int((d > 0).sum() if base_rows[0]["metric"] == "acc" else (d < 0).sum())
     return (f"{name:8s} DCC - {method} test {base_rows[0]['metric']}, paired over {len(d)} splits: "
             f"{d.mean():+.4f} (standard error {se:.4f}; DCC better on {ahead}, level on {int((d == 0).sum())})")

@@ -255,8 +255,9 @@ class SoftTrees(nn.Module):
     ) -> None:
         super().__init__()
         dev = torch.device(device) if device is not None else None
-        signed = (hyper or SoftTreeHyper()).signed_splits
-        self.data = as_soft_data(data, y, task=task, n_classes=n_classes, dtype=dtype, device=dev, signed=signed)
+        hyper = hyper or SoftTreeHyper()
+        self.data = as_soft_data(data, y, task=task, n_classes=n_classes, dtype=dtype, device=dev,
+                                 signed=hyper.signed_splits)
         dev = self.data.X.device
         self.topologies: List[Topology] = [Topology.coerce(t) for t in topologies]
         if not self.topologies:
@@ -269,7 +270,7 @@ class SoftTrees(nn.Module):
         if any(t.depth > self.depth for t in self.topologies):
             raise ValueError("a topology is deeper than the padded depth")
         self.task = self.data.task
-        self.hyper = (hyper or SoftTreeHyper()).resolve(self.data)
+        self.hyper = hyper.resolve(self.data)
         self.include_likelihood = bool(include_likelihood)
         self.layout = ParamLayout(self.depth, self.data.n_features, self.task == "regression")
         M, C, P = len(self.topologies), self.n_chains, self.layout.size
