@@ -103,3 +103,69 @@ def test_batched_nuts_and_pyro_nuts_agree():
         # (batch means; false failure rate ~1e-5 per comparison if the errors are normal)
         tol = 5 * torch.sqrt(se_a**2 + se_b**2) + 1e-3
         assert ((a - b).abs() < tol).all(), (k, a, b, tol)
+
+
+@pytest.mark.parametrize("kind", ["regressor", "classifier", "function"])
+def test_signed_splits_equal_the_paper_model_on_mirrored_inputs(kind):
+    """With ``signed_splits`` the Pyro model on X is the paper's model on [X, -X]: min-max
+    scaling maps -x to 1 - x. Same parameter values -> same log joint and the same output."""
+    from pyro import poutine
+
+    g = torch.Generator().manual_seed(5)
+    N, D = 30, 3
+    X = torch.rand(N, D, generator=g, dtype=torch.float64) * 4 - 1
+    fmin, fmax = X.min(0).values, X.max(0).values
+    XX = torch.cat([X, -X], 1)
+    mmin, mmax = torch.cat([fmin, -fmax]), torch.cat([fmax, -fmin])
+    if kind == "classifier":
+        y = torch.randint(0, 3, (N,), generator=g)
+        make = lambda d, **kw: SoftTreeClassifier(d, 3, topology=2, sharpness=0.1, **kw)  # noqa: E731
+    elif kind == "regressor":
+        y = torch.randn(N, generator=g, dtype=torch.float64)
+        make = lambda d, **kw: SoftTreeRegressor(d, topology=2, sharpness=0.1, **kw)  # noqa: E731
+    else:
+        y = None
+        make = lambda d, **kw: SoftTreeFunction(d, topology=2, sharpness=0.1, **kw)  # noqa: E731
+    signed = make(D, feature_min=fmin, feature_max=fmax, signed_splits=True)
+    paper = make(2 * D, feature_min=mmin, feature_max=mmax)
+    args = (X,) if y is None else (X, y)
+    pyro.set_rng_seed(6)
+    tr = poutine.trace(signed).get_trace(*args)
+    w = [site["value"] for name, site in tr.nodes.items() if name.endswith("split_weights")]
+    assert len(w) == 1 and w[0].shape == (3, 2 * D)  # full depth-2 tree: 3 splits over 2 D columns
+    values = {name: site["value"] for name, site in tr.nodes.items()
+              if site["type"] == "sample" and not site["is_observed"]}
+    tr_paper = poutine.trace(poutine.condition(paper, data=values)).get_trace(XX, *args[1:])
+    assert torch.allclose(tr.log_prob_sum(), tr_paper.log_prob_sum(), rtol=1e-10)
+    out, out_paper = tr.nodes["_RETURN"]["value"], tr_paper.nodes["_RETURN"]["value"]
+    assert torch.allclose(out, out_paper, rtol=1e-10, atol=1e-12)
+
+
+def _pyro_draw_accuracies(signed):
+    """Accuracy of each Pyro NUTS draw of one split on y = [x0 > x1] (seeded, 30 + 30)."""
+    g = torch.Generator().manual_seed(7)
+    X = torch.rand(80, 2, generator=g, dtype=torch.float64)
+    y = (X[:, 0] > X[:, 1]).long()
+    pyro.set_rng_seed(8)
+    clf = SoftTreeClassifier(2, 2, topology=1, sharpness=0.05, signed_splits=signed,
+                             feature_min=torch.zeros(2), feature_max=torch.ones(2))
+    mc = MCMC(PyroNUTS(clf, max_tree_depth=6), num_samples=30, warmup_steps=30, disable_progbar=True)
+    mc.run(X, y)
+    s = mc.get_samples()
+    assert s["split_weights"].shape == (30, 1, 4 if signed else 2)
+    phi = Predictive(clf, posterior_samples=s, return_sites=["_RETURN"])(X, y)["_RETURN"]  # [S, N, 2]
+    # the class probabilities are integrated out (eq. 8): each draw's leaves are
+    # labelled by their majority class under its hard routing
+    acc = []
+    for leaf_of_point in phi.argmax(-1):
+        counts = torch.zeros(2, 2).index_put_((leaf_of_point, y), torch.ones(len(y)), accumulate=True)
+        acc.append(float((counts.argmax(1)[leaf_of_point] == y).double().mean()))
+    return torch.tensor(acc)
+
+
+def test_signed_split_under_pyro_nuts_fits_a_negative_coefficient():
+    """y = [x0 > x1] needs x0 - x1: one signed split separates it (weights on x0 and
+    1 - x1); the paper's split (non-negative weights) cannot tilt that way and stays
+    near 3/4. Measured: signed median 0.96, paper's model at most 0.76 over 30 draws."""
+    assert float(_pyro_draw_accuracies(True).median()) > 0.9
+    assert float(_pyro_draw_accuracies(False).max()) < 0.8

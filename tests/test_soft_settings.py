@@ -184,6 +184,8 @@ def test_pyro_modules_check_settings_and_inputs():
         SoftTreeFunction(2, topology=1, feature_min=torch.zeros(3), feature_max=torch.ones(3))
     with pytest.raises(ValueError, match="n_classes"):
         SoftTreeClassifier(2, 1)
+    with pytest.raises(ValueError, match="signed_splits must be True or False"):
+        SoftTreeClassifier(2, 2, signed_splits=1)
     tree = SoftTreeFunction(2, topology=1, sharpness=0.1)
     assert tree(torch.rand(5, 2)).shape == (5,)
     with pytest.raises(ValueError, match=r"X must have shape \[N, 2\]"):

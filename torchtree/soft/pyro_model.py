@@ -17,6 +17,11 @@ They work with ``pyro.infer.MCMC(pyro.infer.NUTS(model), ...)``, SVI, ``Predicti
 (leading sample dimensions are supported by flattening them into the batch of
 trees), and ``pyro.poutine`` handlers. Inputs are scaled to [0, 1] with the ranges
 given at construction (``feature_min`` / ``feature_max``), or passed pre-scaled.
+
+``signed_splits=True`` (not in the paper) is the option of the same name in
+:class:`~torchtree.soft.SoftTreeHyper`: the split weights lie on the simplex over the
+scaled inputs and their mirror images ``1 - x`` (``split_weights`` has ``2 D``
+columns), so a split can weigh features with either sign.
 """
 from __future__ import annotations
 
@@ -31,9 +36,15 @@ from pyro.nn import PyroModule, PyroSample
 from torchtree.kernels.soft_routing import dirichlet_multinomial_loglik, soft_class_counts, soft_routing
 from torchtree.validate import check_int, check_real
 
+from .inputs import mirror_columns
 from .topology import Topology
 
 __all__ = ["SoftTreeFunction", "SoftTreeRegressor", "SoftTreeClassifier"]
+
+
+def _as_float(values) -> torch.Tensor:
+    t = torch.as_tensor(values)
+    return t if t.is_floating_point() else t.to(torch.get_default_dtype())
 
 
 class _SoftTreeBase(PyroModule):
@@ -49,6 +60,7 @@ class _SoftTreeBase(PyroModule):
         threshold_b: float = 1.0,
         feature_min: Optional[torch.Tensor] = None,
         feature_max: Optional[torch.Tensor] = None,
+        signed_splits: bool = False,
     ) -> None:
         super().__init__()
         self.topology = Topology.coerce(topology)
@@ -59,32 +71,44 @@ class _SoftTreeBase(PyroModule):
         check_real("split_concentration", split_concentration, 0.0)
         check_real("threshold_a", threshold_a, 0.0)
         check_real("threshold_b", threshold_b, 0.0)
+        if not isinstance(signed_splits, bool):
+            raise ValueError(f"signed_splits must be True or False, got {signed_splits!r}")
+        self.signed_splits = signed_splits
         self.depth = self.topology.depth
         I = self.topology.n_internal
         D = self.n_features
+        # columns the split weights range over: the inputs, then their mirror images
+        self.n_split_columns = 2 * D if signed_splits else D
         self.register_buffer("node_index", torch.tensor(self.topology.internal, dtype=torch.long))
         self.register_buffer("leaf_slots", torch.tensor(self.topology.leaf_slots(), dtype=torch.long))
         self.register_buffer("node_mask", self.topology.node_mask())
-        fmin = torch.zeros(D) if feature_min is None else torch.as_tensor(feature_min, dtype=torch.float32)
-        fmax = torch.ones(D) if feature_max is None else torch.as_tensor(feature_max, dtype=torch.float32)
+        # ranges keep a floating dtype they are given in (float64 data scales in float64)
+        fmin = torch.zeros(D) if feature_min is None else _as_float(feature_min)
+        fmax = torch.ones(D) if feature_max is None else _as_float(feature_max)
         if fmin.shape != (D,) or fmax.shape != (D,):
             raise ValueError(f"feature_min and feature_max must have shape ({D},), got {tuple(fmin.shape)} "
                              f"and {tuple(fmax.shape)}")
         self.register_buffer("feature_min", fmin)
         self.register_buffer("feature_max", fmax)
-        if D > 1:
+        if self.n_split_columns > 1:
             self.split_weights = PyroSample(
-                dist.Dirichlet(torch.full((I, D), float(split_concentration))).to_event(1)
+                dist.Dirichlet(torch.full((I, self.n_split_columns), float(split_concentration))).to_event(1)
             )
         self.thresholds = PyroSample(
             dist.Beta(torch.full((I,), float(threshold_a)), torch.full((I,), float(threshold_b))).to_event(1)
         )
 
     def scale(self, X: torch.Tensor) -> torch.Tensor:
-        """Min-max scale raw inputs [N, D] with the ranges given at construction."""
+        """Min-max scale raw inputs [N, D] with the ranges given at construction.
+
+        Returns
+        -------
+        Tensor [N, D], or [N, 2 D] with ``signed_splits`` (columns ``x`` then ``1 - x``)
+        """
         span = self.feature_max - self.feature_min
         span = torch.where(span > 0, span, torch.ones_like(span))
-        return (X - self.feature_min.to(X)) / span.to(X)
+        Xs = (X - self.feature_min.to(X)) / span.to(X)
+        return mirror_columns(Xs) if self.signed_splits else Xs
 
     def leaf_probabilities(self, X: torch.Tensor) -> torch.Tensor:
         """Leaf probabilities of the real leaves, [..., N, n_leaves] (samples the splits)."""
@@ -92,9 +116,9 @@ class _SoftTreeBase(PyroModule):
             raise ValueError(f"X must have shape [N, {self.n_features}], got {tuple(X.shape)}")
         tau = self.thresholds  # [..., I]
         batch = tau.shape[:-1]
-        I, D = self.topology.n_internal, self.n_features
+        I, D = self.topology.n_internal, self.n_split_columns
         if D > 1:
-            w = self.split_weights  # [..., I, D]
+            w = self.split_weights  # [..., I, D] (D = 2 n_features with signed splits)
         else:
             w = torch.ones(batch + (I, 1), dtype=tau.dtype, device=tau.device)
         B = int(torch.tensor(batch).prod()) if batch else 1
@@ -122,6 +146,8 @@ class SoftTreeFunction(_SoftTreeBase):
     threshold_a, threshold_b : float, Beta prior of thresholds
     leaf_loc, leaf_scale : float, Normal prior of leaf values (scale = std)
     feature_min, feature_max : Tensor [D], optional, input ranges for scaling
+    signed_splits : bool, split weights over the inputs and their mirror images
+        ``1 - x`` (``split_weights`` [I, 2 D]; see the module docstring)
 
     Examples
     --------
@@ -137,9 +163,9 @@ class SoftTreeFunction(_SoftTreeBase):
 
     def __init__(self, n_features: int, topology=2, sharpness: float = 0.05, split_concentration: float = 1.0,
                  threshold_a: float = 1.0, threshold_b: float = 1.0, leaf_loc: float = 0.0, leaf_scale: float = 1.0,
-                 feature_min=None, feature_max=None) -> None:
+                 feature_min=None, feature_max=None, signed_splits: bool = False) -> None:
         super().__init__(n_features, topology, sharpness, split_concentration, threshold_a, threshold_b,
-                         feature_min, feature_max)
+                         feature_min, feature_max, signed_splits)
         L = self.topology.n_leaves
         self.leaf_values = PyroSample(dist.Normal(torch.full((L,), float(leaf_loc)), float(leaf_scale)).to_event(1))
 
@@ -155,7 +181,7 @@ class SoftTreeRegressor(PyroModule):
 
     Parameters
     ----------
-    n_features, topology, sharpness, split_concentration, feature_min, feature_max :
+    n_features, topology, sharpness, split_concentration, feature_min, feature_max, signed_splits :
         as in :class:`SoftTreeFunction`
     mu_mean, mu_var : float, Normal prior of leaf means (variance)
     sigma_shape, sigma_scale : float, inverse-gamma prior of the noise variance
@@ -163,10 +189,10 @@ class SoftTreeRegressor(PyroModule):
 
     def __init__(self, n_features: int, topology=2, sharpness: float = 0.05, split_concentration: float = 1.0,
                  mu_mean: float = 0.0, mu_var: float = 1.0, sigma_shape: float = 1.5, sigma_scale: float = 0.15,
-                 feature_min=None, feature_max=None) -> None:
+                 feature_min=None, feature_max=None, signed_splits: bool = False) -> None:
         super().__init__()
         self.tree = SoftTreeFunction(n_features, topology, sharpness, split_concentration, 1.0, 1.0,
-                                     mu_mean, math.sqrt(mu_var), feature_min, feature_max)
+                                     mu_mean, math.sqrt(mu_var), feature_min, feature_max, signed_splits)
         self.sigma2 = PyroSample(dist.InverseGamma(torch.tensor(float(sigma_shape)), torch.tensor(float(sigma_scale))))
 
     def forward(self, X: torch.Tensor, y: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -185,14 +211,15 @@ class SoftTreeClassifier(_SoftTreeBase):
     ----------
     n_features : int
     n_classes : int
-    topology, sharpness, split_concentration, feature_min, feature_max : as above
+    topology, sharpness, split_concentration, feature_min, feature_max, signed_splits : as above
     alpha : float, optional, total Dirichlet concentration (default ``n_classes``)
     """
 
     def __init__(self, n_features: int, n_classes: int, topology=2, sharpness: float = 0.05,
                  split_concentration: float = 1.0, alpha: Optional[float] = None,
-                 feature_min=None, feature_max=None) -> None:
-        super().__init__(n_features, topology, sharpness, split_concentration, 1.0, 1.0, feature_min, feature_max)
+                 feature_min=None, feature_max=None, signed_splits: bool = False) -> None:
+        super().__init__(n_features, topology, sharpness, split_concentration, 1.0, 1.0, feature_min, feature_max,
+                         signed_splits)
         self.n_classes = check_int("n_classes", n_classes, 2)
         self.alpha = check_real("alpha", alpha, 0.0) if alpha is not None else float(n_classes)
 
