@@ -11,6 +11,7 @@ Usage::
     python examples/bench_dcc.py --datasets raisin --split-seeds 0 1 2 --baselines   # + hard-tree MCMC / SMC
     python examples/bench_dcc.py --datasets raisin --split-seeds 0 1 --baselines --skip-dcc --dcc-json a.json b.json
     python examples/bench_dcc.py --datasets raisin --set signed_splits=True   # splits of either sign (not the paper's)
+    python examples/bench_dcc.py --datasets wu cgm --noise-floors 2000 --skip-dcc --skip-throughput
     python examples/bench_dcc.py --smoke              # tiny run (< 1 min) for the example tests
 
 Data: CGM and WU are generated (``torchtree.datasets.synthetic``, paper 004 App. C);
@@ -46,6 +47,12 @@ difference from each, paired by split. Test figures of one 70/30 split move by 2
 from split to split on raisin, so a method is best compared with the others on the
 same splits (``--skip-dcc`` runs the baselines alone).
 
+Noise floors (``--noise-floors K``, CGM and WU): the test MSE of the true mean function
+on each of K generated test sets (data seeds 0..K-1), i.e. what a perfect model scores.
+The paper reports one generated data set, so its figure carries that test set's
+noise; the distribution of the floor says how often a fresh draw allows the paper's
+band at all (the expected floor is the noise variance: WU 0.0625, CGM 0.04).
+
 Timing: ``--clock cpu`` (default) makes ``--max-seconds`` a budget of this process's
 CPU time, so results do not depend on other jobs sharing the machine; tables report
 CPU and wall seconds.
@@ -54,6 +61,7 @@ CPU and wall seconds.
 # smoke-expect: ^wu\s+0\s+0\s+mse\s+[0-9.]+\s+[0-9.]+
 # smoke-expect: ^iris\s+mcmc\s+0\s+acc\s+[0-9.]+\s+[0-9.]+
 # smoke-expect: ^wu\s+DCC - smc test mse, paired over 1 splits: [-+][0-9.]+
+# smoke-expect: ^wu\s+noise floor over 50 test sets: mean 0\.06[0-9]+
 # smoke-expect: speed-up \(chain-iterations/s, CPU time\): [0-9.]+x
 from __future__ import annotations
 
@@ -173,6 +181,32 @@ def paired_line(name: str, method: str, dcc_rows: list, base_rows: list) -> Opti
     ahead = int((d > 0).sum() if base_rows[0]["metric"] == "acc" else (d < 0).sum())
     return (f"{name:8s} DCC - {method} test {base_rows[0]['metric']}, paired over {len(d)} splits: "
             f"{d.mean():+.4f} (standard error {se:.4f}; DCC better on {ahead}, level on {int((d == 0).sum())})")
+
+
+def noise_floors(name: str, n_draws: int) -> dict:
+    """Test MSE of the true mean function on the test sets of data seeds 0..n_draws-1.
+
+    Parameters
+    ----------
+    name : "cgm" or "wu" (generated with the paper's sizes, as ``load`` does)
+    n_draws : int, number of data seeds
+
+    Returns
+    -------
+    dict with ``floors`` (list [n_draws]), their ``mean``, ``std``, 5 / 50 / 95 %
+    ``quantiles``, the paper's ``band`` (mean + one std) and ``fraction_within_band``,
+    the share of test sets whose floor is at or below the band's upper end.
+    """
+    mean_fn = {"cgm": cgm_mean, "wu": wu_mean}[name]
+    floors = []
+    for seed in range(n_draws):
+        _, _, Xte, yte = load(name, "", seed)
+        floors.append(float(((yte - mean_fn(Xte)) ** 2).mean()))
+    f = np.asarray(floors)
+    band = sum(PAPER[name]["paper"])
+    return {"dataset": name, "n_draws": n_draws, "floors": floors, "mean": float(f.mean()), "std": _std(f),
+            "quantiles": [float(q) for q in np.quantile(f, [0.05, 0.5, 0.95])], "band": band,
+            "fraction_within_band": float((f <= band).mean())}
 
 
 def run_dcc(name: str, data_dir: str, seed: int, max_seconds: float, overrides: dict, clock: str = "wall",
@@ -463,6 +497,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-dcc", action="store_true", help="no DCC runs (e.g. baselines alone)")
     ap.add_argument("--dcc-json", nargs="*", default=[], metavar="FILE",
                     help="DCC rows from earlier --json files, paired with --baselines by split")
+    ap.add_argument("--noise-floors", type=int, default=0, metavar="K",
+                    help="for CGM / WU: the true function's test MSE on K generated test sets")
     ap.add_argument("--json", default=None, help="write all results to this file")
     ap.add_argument("--markdown", default=None, help="write a markdown results table to this file")
     ap.add_argument("--smoke", action="store_true", help="tiny configuration (< 1 min) for the example tests")
@@ -487,9 +523,17 @@ def main(argv=None) -> int:
         args.datasets, args.seeds, args.max_seconds = ["iris", "wu"], [0], 60.0
         overrides = dict(SMOKE_DCC, **overrides)
         args.throughput_models = ["iris"]
+        args.noise_floors = 50
         tp = dict(n_chains=8, n_warmup=10, n_samples=10)
     results = {"command": " ".join([sys.executable.split("/")[-1]] + sys.argv), "dcc": [], "baselines": [],
-               "throughput": []}
+               "throughput": [], "noise_floors": []}
+    for name in [d for d in args.datasets if d in ("cgm", "wu")] if args.noise_floors else []:
+        nf = noise_floors(name, args.noise_floors)
+        lo, mid, hi = nf["quantiles"]
+        print(f"{name:8s} noise floor over {nf['n_draws']} test sets: mean {nf['mean']:.4f} (std {nf['std']:.4f}; "
+              f"5/50/95 %: {lo:.4f} / {mid:.4f} / {hi:.4f}); at or below the paper's band "
+              f"(<= {nf['band']:.4f}) on {100 * nf['fraction_within_band']:.1f} % of them", flush=True)
+        results["noise_floors"].append(nf)
     if not (args.only_throughput or args.skip_dcc):
         print(f"{'data':8s} {'seed':>4s} {'split':>5s} {'metric':>6s} {'train':>7s} {'test':>7s} {'paper':>15s} {'wall s':>7s} "
               f"{'cpu s':>7s} {'iters':>5s} {'topos':>5s}  top topology (weight)")

@@ -66,13 +66,18 @@ def test_example_smoke(path, tmp_path):
     assert "Traceback" not in r.stderr
 
 
-def test_bench_dcc_paired_line():
-    """DCC seeds on one split are averaged, then paired with the baseline of that split."""
+def _bench_dcc():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("bench_dcc", EXAMPLES / "bench_dcc.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_bench_dcc_paired_line():
+    """DCC seeds on one split are averaged, then paired with the baseline of that split."""
+    bench = _bench_dcc()
     dcc = [dict(split_seed=0, test=0.84), dict(split_seed=0, test=0.86), dict(split_seed=1, test=0.83)]
     base = [dict(split_seed=s, test=t, metric="acc") for s, t in [(0, 0.84), (1, 0.84), (2, 0.90)]]
     line = bench.paired_line("raisin", "mcmc", dcc, base)
@@ -81,3 +86,15 @@ def test_bench_dcc_paired_line():
     mse = [dict(split_seed=0, test=0.05, metric="mse")]
     assert "DCC better on 1" in bench.paired_line("wu", "smc", [dict(split_seed=0, test=0.04)], mse)
     assert bench.paired_line("raisin", "mcmc", [], base) is None
+
+
+def test_bench_dcc_noise_floors_average_the_noise_variance():
+    """The true function's test MSE over generated test sets averages the noise variance
+    (WU sd 0.25, CGM sd 0.2): 200 test sets, within 4 standard errors of the mean."""
+    bench = _bench_dcc()
+    for name, var in [("wu", 0.25**2), ("cgm", 0.2**2)]:
+        nf = bench.noise_floors(name, 200)
+        assert len(nf["floors"]) == 200
+        assert abs(nf["mean"] - var) < 4 * nf["std"] / 200**0.5, (name, nf["mean"])
+        assert nf["quantiles"][0] < nf["quantiles"][1] < nf["quantiles"][2]
+        assert nf["fraction_within_band"] == sum(f <= nf["band"] for f in nf["floors"]) / 200
