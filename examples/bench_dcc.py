@@ -51,7 +51,10 @@ Noise floors (``--noise-floors K``, CGM and WU): the test MSE of the true mean f
 on each of K generated test sets (data seeds 0..K-1), i.e. what a perfect model scores.
 The paper reports one generated data set, so its figure carries that test set's
 noise; the distribution of the floor says how often a fresh draw allows the paper's
-band at all (the expected floor is the noise variance: WU 0.0625, CGM 0.04).
+band at all (the expected floor is the noise variance: WU 0.0625, CGM 0.04). A second
+reference is the true partition with its leaf means fitted to the training data: a
+model that finds the generating tree can expect that, not the floor. DCC rows of CGM
+and WU print both for their own test set.
 
 Timing: ``--clock cpu`` (default) makes ``--max-seconds`` a budget of this process's
 CPU time, so results do not depend on other jobs sharing the machine; tables report
@@ -183,6 +186,31 @@ def paired_line(name: str, method: str, dcc_rows: list, base_rows: list) -> Opti
             f"{d.mean():+.4f} (standard error {se:.4f}; DCC better on {ahead}, level on {int((d == 0).sum())})")
 
 
+def true_leaf(name: str, X: torch.Tensor) -> torch.Tensor:
+    """Leaf of the generating tree each row of X falls in (CGM, WU), as a float code [N]."""
+    if name == "cgm":  # two leaves share the mean 8: the root split tells them apart
+        return cgm_mean(X) + 100.0 * (X[:, 1] <= 2).to(X.dtype)
+    return wu_mean(X)
+
+
+def reference_mses(name: str, Xtr, ytr, Xte, yte) -> tuple:
+    """Two references for a generated data set's test MSE.
+
+    Returns
+    -------
+    (floor, partition): the true mean function's test MSE (the noise of this test set),
+    and that of the true partition with each leaf's mean fitted to the training data
+    (what a model that finds the right tree but must estimate its leaves can expect).
+    """
+    mean_fn = {"cgm": cgm_mean, "wu": wu_mean}[name]
+    floor = float(((yte - mean_fn(Xte)) ** 2).mean())
+    leaf_tr, leaf_te = true_leaf(name, Xtr), true_leaf(name, Xte)
+    fitted = torch.zeros_like(yte)
+    for code in torch.unique(leaf_te):
+        fitted[leaf_te == code] = ytr[leaf_tr == code].mean()
+    return floor, float(((yte - fitted) ** 2).mean())
+
+
 def noise_floors(name: str, n_draws: int) -> dict:
     """Test MSE of the true mean function on the test sets of data seeds 0..n_draws-1.
 
@@ -195,18 +223,22 @@ def noise_floors(name: str, n_draws: int) -> dict:
     -------
     dict with ``floors`` (list [n_draws]), their ``mean``, ``std``, 5 / 50 / 95 %
     ``quantiles``, the paper's ``band`` (mean + one std) and ``fraction_within_band``,
-    the share of test sets whose floor is at or below the band's upper end.
+    the share of test sets whose floor is at or below the band's upper end; the same
+    for the true partition with fitted leaf means (``partition``, ``partition_mean``,
+    ``partition_fraction_within_band``, see ``reference_mses``).
     """
-    mean_fn = {"cgm": cgm_mean, "wu": wu_mean}[name]
-    floors = []
+    floors, partition = [], []
     for seed in range(n_draws):
-        _, _, Xte, yte = load(name, "", seed)
-        floors.append(float(((yte - mean_fn(Xte)) ** 2).mean()))
-    f = np.asarray(floors)
+        a, b = reference_mses(name, *load(name, "", seed))
+        floors.append(a)
+        partition.append(b)
+    f, q = np.asarray(floors), np.asarray(partition)
     band = sum(PAPER[name]["paper"])
     return {"dataset": name, "n_draws": n_draws, "floors": floors, "mean": float(f.mean()), "std": _std(f),
-            "quantiles": [float(q) for q in np.quantile(f, [0.05, 0.5, 0.95])], "band": band,
-            "fraction_within_band": float((f <= band).mean())}
+            "quantiles": [float(v) for v in np.quantile(f, [0.05, 0.5, 0.95])], "band": band,
+            "fraction_within_band": float((f <= band).mean()),
+            "partition": partition, "partition_mean": float(q.mean()),
+            "partition_fraction_within_band": float((q <= band).mean())}
 
 
 def run_dcc(name: str, data_dir: str, seed: int, max_seconds: float, overrides: dict, clock: str = "wall",
@@ -222,19 +254,18 @@ def run_dcc(name: str, data_dir: str, seed: int, max_seconds: float, overrides: 
     post = dcc.run((Xtr, ytr), seed=seed)
     fit_s, fit_cpu = time.perf_counter() - t0, time.process_time() - c0
     t1 = time.perf_counter()
-    oracle = None
+    oracle = partition = None
     if PAPER[name]["metric"] == "mse":
         train = float(np.mean((post.predict(Xtr) - ytr.numpy()) ** 2))
         test = float(np.mean((post.predict(Xte) - yte.numpy()) ** 2))
-        mean_fn = cgm_mean if name == "cgm" else wu_mean
-        oracle = float(((yte - mean_fn(Xte)) ** 2).mean())  # the noise floor of this test set
+        oracle, partition = reference_mses(name, Xtr, ytr, Xte, yte)
     else:
         train, test = post.accuracy(Xtr, ytr), post.accuracy(Xte, yte)
     pred_s = time.perf_counter() - t1
     top = post.summary()["topologies"][0]
     return {
         "dataset": name, "seed": seed, "split_seed": split_seed, "metric": PAPER[name]["metric"], "train": train, "test": test,
-        "oracle_test_mse": oracle,
+        "oracle_test_mse": oracle, "true_partition_test_mse": partition,
         "fit_seconds": fit_s, "fit_cpu_seconds": fit_cpu, "predict_seconds": pred_s, "iterations": post.info.get("iterations"),
         "n_topologies": len(post.topologies), "top_topology": top["topology"], "top_weight": top["weight"],
         "log_evidence": post.log_evidence, "grad_evals": post.info.get("grad_evals"),
@@ -428,7 +459,9 @@ def _fmt_row(r: dict) -> str:
     return (f"{r['dataset']:8s} {r['seed']:4d} {r.get('split_seed', 0):5d} {r['metric']:>6s} {r['train']:7.4f} {r['test']:7.4f} "
             f"{pm:8.3f}({ps:.1g}) {r['fit_seconds']:7.1f} {r['fit_cpu_seconds']:7.1f} {r['iterations']:5d} "
             f"{r['n_topologies']:5d}  {r['top_topology']} ({r['top_weight']:.2f})"
-            + (f"  [noise floor of this test set: {r['oracle_test_mse']:.4f}]" if r["oracle_test_mse"] else ""))
+            + (f"  [noise floor of this test set: {r['oracle_test_mse']:.4f}" if r["oracle_test_mse"] else "")
+            + (f"; true partition, fitted means: {r['true_partition_test_mse']:.4f}]" if r.get("true_partition_test_mse")
+               else "]" if r["oracle_test_mse"] else ""))
 
 
 def within_one_std(r: dict) -> bool:
@@ -533,6 +566,8 @@ def main(argv=None) -> int:
         print(f"{name:8s} noise floor over {nf['n_draws']} test sets: mean {nf['mean']:.4f} (std {nf['std']:.4f}; "
               f"5/50/95 %: {lo:.4f} / {mid:.4f} / {hi:.4f}); at or below the paper's band "
               f"(<= {nf['band']:.4f}) on {100 * nf['fraction_within_band']:.1f} % of them", flush=True)
+        print(f"{name:8s} true partition with fitted leaf means: test MSE {nf['partition_mean']:.4f} on average, "
+              f"within the paper's band on {100 * nf['partition_fraction_within_band']:.1f} % of the test sets", flush=True)
         results["noise_floors"].append(nf)
     if not (args.only_throughput or args.skip_dcc):
         print(f"{'data':8s} {'seed':>4s} {'split':>5s} {'metric':>6s} {'train':>7s} {'test':>7s} {'paper':>15s} {'wall s':>7s} "
