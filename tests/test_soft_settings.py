@@ -190,3 +190,71 @@ def test_pyro_modules_check_settings_and_inputs():
     assert tree(torch.rand(5, 2)).shape == (5,)
     with pytest.raises(ValueError, match=r"X must have shape \[N, 2\]"):
         tree(torch.rand(5, 3))
+
+
+# ------------------------------------------------- defects found by a QA pass (tenth session)
+def test_dataframe_inputs_are_accepted(separable, fitted):
+    """A pandas DataFrame X used to fail in ``torch.as_tensor`` (prediction took it)."""
+    pd = pytest.importorskip("pandas")
+    X, cls = separable
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    post = _fit(frame, pd.Series(cls.astype(np.int64)))
+    np.testing.assert_allclose(post.predict_proba(X), fitted.predict_proba(X), rtol=0, atol=1e-12)
+
+
+def test_dtype_and_evidence_settings_are_checked_up_front():
+    import torch
+
+    for make in (lambda: NUTS(dtype="float64"), lambda: DCC(dtype=torch.int64)):
+        with pytest.raises(ValueError, match="dtype must be one of"):
+            make()
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        as_soft_data(np.zeros((3, 2)), np.array([0, 1, 0]), dtype=torch.float16)
+    # with one draw per chain LAIS has nothing to build proposals from: this used to
+    # return log_evidence None without a word
+    with pytest.raises(ValueError, match="n_samples >= 2"):
+        NUTS(evidence=True, n_samples=1)
+
+
+def test_signed_splits_accepts_numpy_booleans_only_as_booleans():
+    assert SoftTreeHyper(signed_splits=np.True_).signed_splits is True
+    assert NUTS(signed_splits=np.bool_(False)).hyper.signed_splits is False
+    for bad in (1, "yes"):
+        with pytest.raises(ValueError, match="signed_splits must be True or False"):
+            SoftTreeHyper(signed_splits=bad)
+
+
+def test_topology_index_and_feature_names_are_checked(fitted, separable):
+    """Out-of-range (and negative) topology indices used to raise a bare IndexError or
+    wrap around; a short feature_names list failed inside to_dot."""
+    X, _ = separable
+    n = len(fitted.topologies)
+    for bad in (n, -1):
+        for call in (lambda: fitted.to_dot(bad), lambda: fitted.feature_usage(bad),
+                     lambda: fitted.predict_draws(X, topology=bad)):
+            with pytest.raises(IndexError, match=rf"topology index {bad} out of range \[0, {n}\)"):
+                call()
+    with pytest.raises(ValueError, match="feature_names has 1 names; the data has 3 features"):
+        fitted.to_dot(feature_names=["a"])
+    assert fitted.to_dot(0, feature_names=["a", "b", "c"]).startswith("digraph")
+
+
+def test_pyro_modules_scale_constant_features_and_check_y():
+    """Pyro's scaling now matches torchtree.soft.inputs (a constant feature maps to 0.5),
+    so the Pyro model is the batched samplers' model on such data too."""
+    import torch
+    from torchtree.pyro import SoftTreeClassifier, SoftTreeRegressor
+    from torchtree.soft.inputs import scale_inputs
+
+    X = torch.tensor([[1.0, 0.2], [1.0, 0.9], [1.0, 0.5]])
+    clf = SoftTreeClassifier(2, 2, topology=1, feature_min=X.min(0).values, feature_max=X.max(0).values)
+    ref = scale_inputs(X, X.min(0).values.double(), X.max(0).values.double(), torch.float32)
+    assert torch.allclose(clf.scale(X), ref) and float(clf.scale(X)[0, 0]) == 0.5
+    with pytest.raises(ValueError, match="y must be 1-D with 3 entries"):
+        clf(X, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="class codes 0..1"):
+        clf(X, torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match="needs the labels y"):
+        clf(X, None)
+    with pytest.raises(ValueError, match="y must be 1-D with 3 entries"):
+        SoftTreeRegressor(2, topology=1)(X, torch.zeros(4))

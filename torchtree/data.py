@@ -70,7 +70,8 @@ def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes
     classes_arr, codes = np.unique(yn, return_inverse=True)
     if len(classes_arr) < 2:
         raise ValueError(
-            "y has a single class; pass n_classes (or classes) to fit a classifier anyway"
+            "y has a single class; pass n_classes (or classes) to fit a classifier anyway, "
+            "e.g. torchtree.Data(X, y, n_classes=K) to a sampler's run()"
         )
     return codes.astype(np.int64), classes_arr
 

@@ -11,7 +11,9 @@ import operator
 from numbers import Real
 from typing import Iterable, Optional, Sequence
 
-__all__ = ["check_int", "check_real", "check_probabilities", "check_choice"]
+import numpy as np
+
+__all__ = ["check_int", "check_real", "check_probabilities", "check_choice", "check_bool"]
 
 
 def check_int(name: str, value, minimum: int = 0, maximum: Optional[int] = None) -> int:
@@ -111,3 +113,23 @@ def check_choice(name: str, value, choices: Iterable):
     if not ok:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     return value
+
+
+def check_bool(name: str, value) -> bool:
+    """``value`` as a Python ``bool``: ``True`` / ``False`` or a numpy boolean.
+
+    Integers and strings are refused (``1`` or ``"yes"`` for a flag is more often a
+    slip than a choice).
+
+    Parameters
+    ----------
+    name : str, the setting's name (for the message)
+    value : any
+
+    Returns
+    -------
+    bool
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {value!r}")

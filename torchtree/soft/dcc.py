@@ -41,7 +41,7 @@ from torchtree.validate import check_choice, check_int, check_probabilities, che
 from .adaptation import sharpness_schedule
 from .chains import ChainState, draw, make_kernel, notify, warmup
 from .hmc import hmc_init
-from .inputs import as_soft_data
+from .inputs import FLOAT_DTYPES, as_soft_data
 from .lais import EvidenceAccumulator, lais_log_weights
 from .init import INIT_MODES, informed_start
 from .posterior import SoftTreePosterior
@@ -133,11 +133,15 @@ class DCC:
     target_accept : float
     lais_form : {"spatial", "basic"}
     hyper : SoftTreeHyper, optional; ``alpha``, ``split_concentration`` and ``signed_splits`` override it
-    alpha : float, optional, Dirichlet-multinomial total concentration
+    alpha : float, optional
+        Dirichlet-multinomial total concentration (default: the number of classes,
+        or ``hyper``'s value).
     split_concentration : float, optional
+        Dirichlet prior of split weights (default: 1, or ``hyper``'s value).
     signed_splits : bool, optional
         Split weights over the inputs and their mirror images ``1 - x`` (not in
-        the paper; see :class:`~torchtree.soft.trees.SoftTreeHyper`).
+        the paper; see :class:`~torchtree.soft.trees.SoftTreeHyper`; default: off,
+        or ``hyper``'s value).
     max_predict_draws : int, draws per topology kept in the posterior
     local_posterior : {"weighted", "chains", "draws"}
         How each topology's local posterior is represented: "weighted" resamples the
@@ -279,7 +283,7 @@ class DCC:
         self.max_seconds = None if max_seconds is None else check_real("max_seconds", max_seconds, 0.0)
         self.clock = check_choice("clock", clock, ("wall", "cpu"))
         self.device = device
-        self.dtype = dtype
+        self.dtype = check_choice("dtype", dtype, FLOAT_DTYPES)
         self.checkpoint = checkpoint
         self.checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
         self.asynchronous = bool(asynchronous)

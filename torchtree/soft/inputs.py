@@ -24,7 +24,10 @@ import torch
 from torchtree.data import as_feature_matrix, encode_class_labels
 from torchtree.validate import check_choice
 
-__all__ = ["SoftData", "as_soft_data", "mirror_columns", "scale_inputs"]
+__all__ = ["SoftData", "as_soft_data", "mirror_columns", "scale_inputs", "FLOAT_DTYPES"]
+
+# the float dtypes the soft-tree kernels and samplers run in
+FLOAT_DTYPES = (torch.float32, torch.float64)
 
 
 @dataclass
@@ -126,7 +129,7 @@ def as_soft_data(
 
     Parameters
     ----------
-    data : torchtree.Data, SoftData, tuple (X, y), or Tensor/array X [N, D]
+    data : torchtree.Data, SoftData, tuple (X, y), or Tensor/array/DataFrame X [N, D]
         Anything with ``.X`` and ``.y`` attributes is read as a ``torchtree.Data``
         (its ``task``, ``n_classes``, ``feature_min`` and ``feature_max`` are used
         when present).
@@ -153,6 +156,7 @@ def as_soft_data(
     ValueError
         Bad inputs, or a ``SoftData`` prepared with the other ``signed`` setting.
     """
+    check_choice("dtype", dtype, FLOAT_DTYPES)
     if isinstance(data, SoftData):
         if data.signed != bool(signed):
             raise ValueError(f"this SoftData was prepared with signed={data.signed}, the model asks for "
@@ -172,7 +176,11 @@ def as_soft_data(
         X, yy = data, y
     if yy is None:
         raise ValueError("labels y are required (pass torchtree.Data, (X, y) or X and y)")
-    X = torch.as_tensor(X)
+    if not isinstance(X, torch.Tensor):
+        # pandas frames, lists, numpy arrays of any numeric dtype: validated as Data does.
+        # A C-ordered copy: a frame's values are column-major (and may be read-only), and
+        # strides change the rounding of the routing matmuls, so the draws
+        X = torch.from_numpy(np.array(as_feature_matrix(X), order="C"))
     if not isinstance(yy, torch.Tensor):
         yn = np.asarray(yy)
         if yn.dtype.kind in "USO":  # labels that are not numbers (strings, objects): classes
@@ -182,7 +190,7 @@ def as_soft_data(
             if classes is None:
                 codes, classes = encode_class_labels(yn, n_classes)
                 yn, n_classes = codes, len(classes)
-        yy = torch.as_tensor(yn)
+        yy = torch.as_tensor(np.array(yn))  # a copy: a pandas Series' values may be read-only
     if device is not None:
         X, yy = X.to(device), yy.to(device)
     if X.dim() != 2:

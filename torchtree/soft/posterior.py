@@ -163,7 +163,7 @@ class SoftTreePosterior(TreePosterior):
         -------
         Tensor [S, N, C] class probabilities or [S, N] regression means.
         """
-        return self._topology_prediction(topology, self.data.check_X(X), max_draws)
+        return self._topology_prediction(self._topology_index(topology), self.data.check_X(X), max_draws)
 
     def _mixture(self, X, max_draws: Optional[int], min_weight: float = 1e-8) -> torch.Tensor:
         X = self.data.check_X(X)
@@ -302,12 +302,20 @@ class SoftTreePosterior(TreePosterior):
             **{k: v for k, v in self.info.items() if isinstance(v, (int, float, str))},
         }
 
+    def _topology_index(self, i: int) -> int:
+        """``i`` checked against the topologies (no wrap-around of negative indices)."""
+        i = int(i)
+        if not 0 <= i < len(self.topologies):
+            raise IndexError(f"topology index {i} out of range [0, {len(self.topologies)})")
+        return i
+
     def feature_usage(self, topology: int = 0) -> torch.Tensor:
         """Mean split weight per feature over the nodes and draws of a topology, [D].
 
         With signed splits a feature's usage is the sum of the weights on it and on
         its mirror image ``1 - x``.
         """
+        topology = self._topology_index(topology)
         d = self.draws[topology]
         model = self._model(topology, max(d.shape[0], 1))
         theta = torch.zeros(d.shape[0], model.n_params, dtype=model.X.dtype)
@@ -320,8 +328,10 @@ class SoftTreePosterior(TreePosterior):
         """Graphviz DOT text of topology ``i`` (default: the heaviest) with posterior-mean
         thresholds (on the [0, 1]-scaled inputs) and each node's heaviest feature
         (``1-name`` for a mirrored column of signed splits)."""
-        i = int(torch.argmax(self.weights)) if i is None else int(i)
+        i = int(torch.argmax(self.weights)) if i is None else self._topology_index(i)
         names = list(feature_names) if feature_names is not None else [f"x{k}" for k in range(self.n_features)]
+        if len(names) != self.n_features:
+            raise ValueError(f"feature_names has {len(names)} names; the data has {self.n_features} features")
         if self.data.signed:
             names = names + [f"1-{n}" for n in names]
         t = self.topologies[i]

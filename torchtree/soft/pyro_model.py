@@ -34,7 +34,7 @@ import pyro.distributions as dist
 from pyro.nn import PyroModule, PyroSample
 
 from torchtree.kernels.soft_routing import dirichlet_multinomial_loglik, soft_class_counts, soft_routing
-from torchtree.validate import check_int, check_real
+from torchtree.validate import check_bool, check_int, check_real
 
 from .inputs import mirror_columns
 from .topology import Topology
@@ -45,6 +45,11 @@ __all__ = ["SoftTreeFunction", "SoftTreeRegressor", "SoftTreeClassifier"]
 def _as_float(values) -> torch.Tensor:
     t = torch.as_tensor(values)
     return t if t.is_floating_point() else t.to(torch.get_default_dtype())
+
+
+def _check_y(X: torch.Tensor, y: Optional[torch.Tensor]) -> None:
+    if y is not None and (y.dim() != 1 or y.shape[0] != X.shape[0]):
+        raise ValueError(f"y must be 1-D with {X.shape[0]} entries (one per row of X), got shape {tuple(y.shape)}")
 
 
 class _SoftTreeBase(PyroModule):
@@ -71,9 +76,7 @@ class _SoftTreeBase(PyroModule):
         check_real("split_concentration", split_concentration, 0.0)
         check_real("threshold_a", threshold_a, 0.0)
         check_real("threshold_b", threshold_b, 0.0)
-        if not isinstance(signed_splits, bool):
-            raise ValueError(f"signed_splits must be True or False, got {signed_splits!r}")
-        self.signed_splits = signed_splits
+        self.signed_splits = check_bool("signed_splits", signed_splits)
         self.depth = self.topology.depth
         I = self.topology.n_internal
         D = self.n_features
@@ -99,15 +102,17 @@ class _SoftTreeBase(PyroModule):
         )
 
     def scale(self, X: torch.Tensor) -> torch.Tensor:
-        """Min-max scale raw inputs [N, D] with the ranges given at construction.
+        """Min-max scale raw inputs [N, D] with the ranges given at construction
+        (a feature whose range is a single value maps to 0.5).
 
         Returns
         -------
         Tensor [N, D], or [N, 2 D] with ``signed_splits`` (columns ``x`` then ``1 - x``)
         """
-        span = self.feature_max - self.feature_min
-        span = torch.where(span > 0, span, torch.ones_like(span))
-        Xs = (X - self.feature_min.to(X)) / span.to(X)
+        span = (self.feature_max - self.feature_min).to(X)
+        Xs = (X - self.feature_min.to(X)) / torch.where(span > 0, span, torch.ones_like(span))
+        # a constant feature sits mid-range, as in torchtree.soft.inputs.scale_inputs
+        Xs = torch.where(span > 0, Xs, torch.full_like(Xs, 0.5))
         return mirror_columns(Xs) if self.signed_splits else Xs
 
     def leaf_probabilities(self, X: torch.Tensor) -> torch.Tensor:
@@ -197,6 +202,7 @@ class SoftTreeRegressor(PyroModule):
 
     def forward(self, X: torch.Tensor, y: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Sample ``y`` (observed if given); returns the tree's mean [..., N]."""
+        _check_y(X, y)
         mean = self.tree(X)
         sigma2 = self.sigma2
         with pyro.plate("data", X.shape[0], dim=-1):
@@ -225,6 +231,12 @@ class SoftTreeClassifier(_SoftTreeBase):
 
     def forward(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Add ``log l(Y | X, splits)`` as a factor; returns leaf probabilities [..., N, L]."""
+        if y is None:
+            raise ValueError("SoftTreeClassifier needs the labels y: the leaves' class probabilities are "
+                             "integrated out given them (eq. 8)")
+        _check_y(X, y)
+        if y.min() < 0 or y.max() >= self.n_classes:
+            raise ValueError(f"y must hold class codes 0..{self.n_classes - 1}")
         phi = self.leaf_probabilities(X)
         onehot = torch.nn.functional.one_hot(y.long(), self.n_classes).to(phi.dtype)
         batch = phi.shape[:-2]

@@ -26,7 +26,7 @@ from torchtree.validate import check_choice, check_int, check_real
 
 from .adaptation import sharpness_schedule
 from .chains import ChainState, SampleTrace, draw, make_kernel, notify, warmup
-from .inputs import as_soft_data
+from .inputs import FLOAT_DTYPES, as_soft_data
 from .init import INIT_MODES, informed_start
 from .lais import EvidenceAccumulator, lais_log_weights
 from .posterior import SoftTreePosterior
@@ -82,6 +82,7 @@ class NUTS:
         Split weights over the inputs and their mirror images ``1 - x`` (not in
         the paper; see :class:`~torchtree.soft.trees.SoftTreeHyper`).
     evidence : bool, estimate ``log Z`` of the topology with LAIS after sampling
+        (needs ``n_samples >= 2``)
     n_proposals : int, LAIS pseudo-samples per draw
     device : str ("auto" = CUDA if present), dtype : torch.dtype
     n_leapfrog : int, leapfrog steps per HMC iteration (HMC only)
@@ -159,9 +160,12 @@ class NUTS:
         self.hyper = SoftTreeHyper.with_overrides(
             hyper, alpha=alpha, split_concentration=split_concentration, signed_splits=signed_splits)
         self.evidence = bool(evidence)
+        if self.evidence and self.n_samples < 2:
+            raise ValueError(f"evidence=True needs n_samples >= 2 (LAIS builds its proposals from the draws), "
+                             f"got n_samples={self.n_samples}")
         self.n_proposals = check_int("n_proposals", n_proposals, 1)
         self.device = device
-        self.dtype = dtype
+        self.dtype = check_choice("dtype", dtype, FLOAT_DTYPES)
         self.compile = bool(compile)
         self.asynchronous = bool(asynchronous)
         self.init = check_choice("init", init, INIT_MODES)

@@ -51,7 +51,7 @@ from torchtree.kernels.soft_routing import (
     soft_class_counts,
     soft_routing,
 )
-from torchtree.validate import check_int, check_real
+from torchtree.validate import check_bool, check_int, check_real
 
 from .inputs import SoftData, as_soft_data
 from .topology import Topology
@@ -96,8 +96,8 @@ class SoftTreeHyper:
     signed_splits: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.signed_splits, bool):
-            raise ValueError(f"signed_splits must be True or False, got {self.signed_splits!r}")
+        # frozen: store the checked value as a plain bool (numpy booleans are accepted)
+        object.__setattr__(self, "signed_splits", check_bool("signed_splits", self.signed_splits))
         for name in ("split_concentration", "threshold_a", "threshold_b", "sigma_shape"):
             check_real(name, getattr(self, name), 0.0)
         for name in ("alpha", "mu_var", "sigma_scale"):
