@@ -287,6 +287,38 @@ def test_summary_text_and_dot(fitted, capsys):
     assert capsys.readouterr().out.startswith("digraph")
 
 
+def test_summary_tree_out_of_range_is_a_user_error(fitted, capsys):
+    """It used to end in an IndexError traceback and exit status 1."""
+    assert main(["summary", str(fitted["cls"]), "--dot", "--tree", "999"]) == 2
+    assert "torchtree: error: --tree 999: tree index 999 out of range" in capsys.readouterr().err
+
+
+def test_dcc_lists_only_the_model_options_it_uses(files, tmp_path, capsys):
+    """DCC builds its own soft-tree priors: the estimators' --prior / --mu0 / ... are not
+    its options (they used to be listed, accepted and ignored), and the structure-prior
+    and leaf settings it takes by name show DCC's own defaults."""
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--method", "dcc", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "model options (prior and leaf likelihood)" not in text
+    for flag in ("--prior", "--mu0", "--kappa0", "--a0", "--b0", "--poisson-lambda"):
+        assert f"{flag} " not in text, flag
+    flat = " ".join(text.split())
+    assert "--alpha-split X float, Chipman structure prior (paper: 0.95, 1.0) (default: 0.95)" in flat
+    assert "(default: 1.0)" in flat.split("--beta-split X", 1)[1][:120]
+    assert "--alpha X Dirichlet-multinomial total concentration (default: the number of classes" in flat
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", str(files["reg"]), "--method", "dcc", "--mu0", "100", "--out", str(tmp_path / "p.pt"), "--quiet"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --mu0 100" in capsys.readouterr().err
+    # smc keeps them
+    with pytest.raises(SystemExit):
+        main(["fit", "--method", "smc", "--help"])
+    text = capsys.readouterr().out
+    assert "--mu0 X" in text and "--prior {chipman,poisson}" in text
+
+
 def test_summary_regression(fitted, capsys):
     assert main(["summary", str(fitted["reg"])]) == 0
     text = capsys.readouterr().out

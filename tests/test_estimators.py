@@ -96,3 +96,48 @@ def test_registered_method_appears_without_special_cases():
         assert clf.predict(X).shape == (100,)
     finally:
         METHODS.pop("smc-halved")
+
+
+def test_model_settings_a_method_does_not_use_are_refused():
+    """DCC builds its own soft-tree priors: mu0 / b0 / prior used to be dropped silently,
+    and a bad prior name passed unnoticed."""
+    from torchtree.estimators import model_settings
+    from torchtree.soft import DCC
+
+    X, y = xor_data(n=60)
+    rng = np.random.default_rng(0)
+    yr = rng.normal(size=60)
+    assert model_settings(DCC) == {"alpha_split": "keyword", "beta_split": "keyword", "alpha": "keyword"}
+    assert set(model_settings(TopDownSMC).values()) == {"object"}
+    with pytest.raises(ValueError, match=r"'dcc' \(DCC\) does not use mu0, b0: .*DCC\(hyper=\.\.\.\)"):
+        BayesianTreeRegressor(method="dcc", mu0=100.0, b0=1e-3).fit(X, yr)
+    with pytest.raises(ValueError, match="does not use prior"):
+        BayesianTreeClassifier(method="dcc", prior="poisson").fit(X, y)
+    with pytest.raises(ValueError, match="prior must be 'chipman' or 'poisson'"):
+        BayesianTreeClassifier(method="dcc", prior="nonsense").fit(X, y)
+    # the other structure prior's settings would be dropped as well
+    with pytest.raises(ValueError, match="poisson_lambda do\\(es\\) not apply to prior='chipman'"):
+        BayesianTreeClassifier(poisson_lambda=3.0, n_particles=10).fit(X, y)
+    with pytest.raises(ValueError, match="alpha_split do\\(es\\) not apply to prior='poisson'"):
+        BayesianTreeClassifier(prior="poisson", alpha_split=0.9, n_particles=10).fit(X, y)
+    # settings left at their defaults are fine, and settings DCC takes by name reach it
+    kw = dict(n_iterations=1, n_initial=3, n_chains=2, n_samples=3, n_warmup=3, activation_threshold=1,
+              n_parallel=1, max_depth=2)
+    clf = BayesianTreeClassifier(method="dcc", alpha=2.0, beta_split=2.0, **kw).fit(X, y)
+    assert clf.posterior_.hyper.alpha == 2.0
+
+
+def test_scikit_learn_model_selection():
+    """cross_val_score / GridSearchCV need scikit-learn's estimator tags (>= 1.6) or
+    ``_estimator_type`` (older)."""
+    pytest.importorskip("sklearn")
+    from sklearn.base import is_classifier, is_regressor
+    from sklearn.model_selection import GridSearchCV, cross_val_score
+
+    X, y = xor_data(n=120)
+    assert is_classifier(BayesianTreeClassifier()) and is_regressor(BayesianTreeRegressor())
+    scores = cross_val_score(BayesianTreeClassifier(n_particles=40, n_islands=2), X, y, cv=3)
+    assert scores.shape == (3,) and scores.min() > 0.6
+    yr = np.where(X[:, 0] > 0.5, 2.0, -1.0)
+    grid = GridSearchCV(BayesianTreeRegressor(n_particles=20, n_islands=2), {"n_particles": [10, 20]}, cv=2).fit(X, yr)
+    assert grid.best_params_["n_particles"] in (10, 20) and grid.best_score_ > 0.5

@@ -17,7 +17,7 @@ from .data import Data
 from .likelihoods import DirichletMultinomial, NormalInverseGamma
 from .priors import ChipmanPrior, PoissonPrior
 
-__all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "register_method", "get_method"]
+__all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "register_method", "get_method", "model_settings"]
 
 # name -> "module:Class" (imported lazily so optional samplers cost nothing) or a class.
 METHODS: Dict[str, Any] = {
@@ -60,6 +60,37 @@ def get_method(name: str):
 def _accepted(cls) -> set:
     sig = inspect.signature(cls.__init__)
     return {p for p in sig.parameters if p != "self"}
+
+
+# estimator-level model settings, and the object the estimator builds from them
+_PRIOR_SETTINGS = ("prior", "alpha_split", "beta_split", "poisson_lambda")
+_LIKELIHOOD_SETTINGS = ("alpha", "mu0", "kappa0", "a0", "b0")
+
+
+def model_settings(cls) -> Dict[str, str]:
+    """How a sampler class uses the estimators' prior and leaf-model settings.
+
+    Parameters
+    ----------
+    cls : sampler class (see :func:`get_method`)
+
+    Returns
+    -------
+    dict name -> ``"object"`` (through the ``prior`` / ``likelihood`` object the
+    estimator builds) or ``"keyword"`` (passed to the sampler by name, which then
+    applies its own default when the setting is left at ``None``). Settings not in
+    the dict are not used by that sampler: DCC, for one, builds its own soft-tree
+    priors and takes no ``prior`` or ``likelihood`` object.
+    """
+    accepted = _accepted(cls)
+    out: Dict[str, str] = {}
+    for group, obj in ((_PRIOR_SETTINGS, "prior"), (_LIKELIHOOD_SETTINGS, "likelihood")):
+        for name in group:
+            if obj in accepted:
+                out[name] = "object"
+            elif name in accepted:
+                out[name] = "keyword"
+    return out
 
 
 class _BayesianTreeBase:
@@ -121,6 +152,17 @@ class _BayesianTreeBase:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if v is not None)
         return f"{type(self).__name__}({args})"
 
+    def __sklearn_tags__(self):
+        """Estimator tags for scikit-learn >= 1.6 (``cross_val_score``, ``GridSearchCV``).
+
+        scikit-learn is not a dependency: it calls this, so it is installed then.
+        """
+        from sklearn.utils import ClassifierTags, RegressorTags, Tags, TargetTags
+
+        clf = self._task == "classification"
+        return Tags(estimator_type=self._estimator_type, target_tags=TargetTags(required=True),
+                    classifier_tags=ClassifierTags() if clf else None, regressor_tags=None if clf else RegressorTags())
+
     # ---------------------------------------------------------------- fitting
     def _make_prior(self):
         if self.prior == "chipman":
@@ -135,9 +177,34 @@ class _BayesianTreeBase:
     def _make_likelihood(self, data: Data):
         raise NotImplementedError
 
+    def _check_model_settings(self, cls) -> None:
+        """ValueError for a bad ``prior`` and for settings changed from their defaults
+        that the method would not use (they would otherwise be dropped silently)."""
+        if self.prior not in ("chipman", "poisson"):
+            raise ValueError(f"prior must be 'chipman' or 'poisson', got {self.prior!r}")
+        used = model_settings(cls)
+        defaults = {}
+        for klass in reversed(type(self).__mro__):
+            if "__init__" in vars(klass):
+                defaults.update({n: p.default for n, p in inspect.signature(klass.__init__).parameters.items()})
+        unused = [n for n in _PRIOR_SETTINGS + _LIKELIHOOD_SETTINGS
+                  if n in defaults and n not in used and getattr(self, n) != defaults[n]]
+        if unused:
+            where = f"{cls.__name__}(hyper=...) and its other options" if "hyper" in _accepted(cls) else f"{cls.__name__}'s own options"
+            raise ValueError(
+                f"method {self.method!r} ({cls.__name__}) does not use {', '.join(unused)}: it builds its own "
+                f"prior and leaf model; set them through {where}")
+        if used.get("prior") == "object":
+            # the settings of the other structure prior would be dropped as well
+            other = ["poisson_lambda"] if self.prior == "chipman" else ["alpha_split", "beta_split"]
+            given = [n for n in other if getattr(self, n) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} do(es) not apply to prior={self.prior!r}")
+
     def _build_sampler(self, data: Data):
         cls = get_method(self.method)
         accepted = _accepted(cls)
+        self._check_model_settings(cls)
         kwargs = dict(self.sampler_options)
         unknown = [k for k in kwargs if k not in accepted]
         if unknown:
@@ -226,6 +293,7 @@ class BayesianTreeClassifier(_BayesianTreeBase):
     """
 
     _task = "classification"
+    _estimator_type = "classifier"  # scikit-learn < 1.6 reads this attribute
 
     def __init__(self, method: str = "smc", *, alpha: Optional[float] = None, **kwargs: Any) -> None:
         super().__init__(method, **kwargs)
@@ -269,6 +337,7 @@ class BayesianTreeRegressor(_BayesianTreeBase):
     """
 
     _task = "regression"
+    _estimator_type = "regressor"
 
     def __init__(self, method: str = "smc", *, mu0: Optional[float] = None, kappa0: float = 0.1, a0: float = 2.0, b0: Optional[float] = None, **kwargs: Any) -> None:
         super().__init__(method, **kwargs)

@@ -321,6 +321,8 @@ class TreePosterior:
         t = self.trees
         n = int(t.n_nodes[i])
         names = feature_names if feature_names is not None else [f"x{d}" for d in range(self.n_features)]
+        if len(names) != self.n_features:
+            raise ValueError(f"feature_names has {len(names)} names; the data has {self.n_features} features")
         table = self.likelihood.predictive_table(t.stats[i, :n]).cpu()
         lines = ["digraph tree {", '  node [shape=box, fontname="Helvetica"];']
         for node in range(n):

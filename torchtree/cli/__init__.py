@@ -44,7 +44,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     """The ``torchtree`` argument parser, with ``fit``'s sampler options for ``method``."""
     from .. import __version__
-    from ..estimators import METHODS, get_method
+    from ..estimators import METHODS, get_method, model_settings
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS, help="no progress bar or chatter; results only")
@@ -89,19 +89,24 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
                         "the run resumes from it and ends with the result an uninterrupted run gives")
     p.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
                    help="checkpoint every K stages / iterations (default: 1)")
-    est = p.add_argument_group("model options (prior and leaf likelihood)")
-    taken = {"data", "target", "method", "task", "test_size", "test", "device", "logdir", "out", "seed", "quiet", "debug",
-             "checkpoint", "checkpoint_every"}
-    est_tasks: Dict[str, str] = {}
-    for name, kw, task in _estimator_options():
-        est.add_argument(_flag(name), dest=name, **kw)
-        taken.add(name)
-        est_tasks[name] = task
     try:
         cls = get_method(method)
         error = None
     except ValueError as exc:
         cls, error = None, str(exc)
+    # only the settings this method uses through the estimator's prior / likelihood
+    # objects; settings it takes by name appear among its own options, with its defaults
+    used = model_settings(cls) if cls is not None else None
+    est = p.add_argument_group("model options (prior and leaf likelihood)")
+    taken = {"data", "target", "method", "task", "test_size", "test", "device", "logdir", "out", "seed", "quiet", "debug",
+             "checkpoint", "checkpoint_every"}
+    est_tasks: Dict[str, str] = {}
+    for name, kw, task in _estimator_options():
+        if used is not None and used.get(name) != "object":
+            continue
+        est.add_argument(_flag(name), dest=name, **kw)
+        taken.add(name)
+        est_tasks[name] = task
     title = f"sampler options (--method {method}: {cls.__name__})" if cls is not None else f"sampler options (--method {method})"
     smp = p.add_argument_group(title, None if error is None else f"unavailable: {error}")
     names = []

@@ -114,7 +114,11 @@ def _cmd_summary(args) -> int:
     if args.tree is not None and not args.dot:
         raise ValueError("--tree applies with --dot (the text summary shows the MAP tree)")
     if args.dot:
-        print(post.to_dot(args.tree, feature_names=names))
+        try:
+            dot = post.to_dot(args.tree, feature_names=names)
+        except IndexError as exc:  # a user's --tree, not a bug: exit 2 with the message
+            raise ValueError(f"--tree {args.tree}: {exc}") from exc
+        print(dot)
         return 0
     s = post.summary()
     info = getattr(post, "info", {}) or {}
