@@ -337,3 +337,14 @@ def test_to_copies_tensors():
     e = d.to("cpu")
     assert e is not d and torch.equal(e.X, d.X) and e.n_classes == d.n_classes
     assert "n=10" in repr(d) and "d=3" in repr(d)
+
+
+def test_missing_labels_are_named():
+    """None / NaN among string or object labels used to fail in np.unique with a TypeError."""
+    X, _ = _xy(4)
+    for y in ([0, 1, None, 1], np.array(["a", "b", np.nan, "a"], dtype=object)):
+        with pytest.raises(ValueError, match="1 missing label\\(s\\) \\(None / NaN\\); the first is at row 2"):
+            Data(X, np.asarray(y, dtype=object))
+    pd = pytest.importorskip("pandas")
+    with pytest.raises(ValueError, match="missing label"):
+        Data(X, pd.array(["a", None, "b", "a"], dtype="string"))

@@ -113,7 +113,7 @@ def test_model_settings_a_method_does_not_use_are_refused():
         BayesianTreeRegressor(method="dcc", mu0=100.0, b0=1e-3).fit(X, yr)
     with pytest.raises(ValueError, match="does not use prior"):
         BayesianTreeClassifier(method="dcc", prior="poisson").fit(X, y)
-    with pytest.raises(ValueError, match="prior must be 'chipman' or 'poisson'"):
+    with pytest.raises(ValueError, match="prior must be 'chipman', 'poisson' or a prior object"):
         BayesianTreeClassifier(method="dcc", prior="nonsense").fit(X, y)
     # the other structure prior's settings would be dropped as well
     with pytest.raises(ValueError, match="poisson_lambda do\\(es\\) not apply to prior='chipman'"):

@@ -365,3 +365,25 @@ def test_prior_draws_root_rule_is_uniform(prior_draws):
     i = torch.arange(1, n + 1, dtype=torch.float64)
     ks = float(torch.maximum(i / n - u, u - (i - 1) / n).max())
     assert ks * math.sqrt(n) < 1.9495, ks  # Kolmogorov critical value at 1e-3
+
+
+def test_poisson_normaliser_does_not_overflow():
+    """log(e^lam - 1) was computed as log(expm1(lam)): OverflowError above lam ~ 709."""
+    big = PoissonPrior(1000.0).log_prob_leaves(torch.tensor([1000]))
+    # Stirling: log p(m = lam) ~ -0.5 log(2 pi lam) for a large Poisson mean
+    assert float(big) == pytest.approx(-0.5 * math.log(2 * math.pi * 1000), abs=1e-3)
+
+
+def test_make_prior_refuses_settings_it_would_drop():
+    from torchtree.priors import ChipmanPrior, make_prior
+
+    assert make_prior("poisson", poisson_lambda=3.0).lam == 3.0
+    assert make_prior(None, 0.9, 1.0).config() == ChipmanPrior(0.9, 1.0).config()
+    obj = ChipmanPrior(0.5, 0.5)
+    assert make_prior(obj) is obj
+    with pytest.raises(ValueError, match="alpha_split do\\(es\\) not apply"):
+        make_prior(obj, alpha_split=0.99)
+    with pytest.raises(ValueError, match="poisson_lambda do\\(es\\) not apply to prior='chipman'"):
+        make_prior("chipman", poisson_lambda=2.0)
+    with pytest.raises(ValueError, match="prior must be 'chipman', 'poisson' or a prior object"):
+        make_prior("uniform")

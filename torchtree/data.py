@@ -29,6 +29,25 @@ def _to_numpy(obj: Any, name: str) -> np.ndarray:
     return arr
 
 
+def _is_missing(v) -> bool:
+    """None, NaN or a pandas NA among labels of any type."""
+    if v is None:
+        return True
+    try:
+        return bool(v != v)  # NaN (float or numpy)
+    except TypeError:  # pandas.NA: its comparisons are NA, whose truth value is undefined
+        return True
+
+
+def check_no_missing_labels(yn: np.ndarray, name: str = "y") -> None:
+    """ValueError naming the first missing label (None / NaN / NA) of an object label array."""
+    if yn.dtype.kind != "O":
+        return  # float labels: NaN is refused with the other non-finite values
+    bad = [i for i, v in enumerate(yn.tolist()) if _is_missing(v)]
+    if len(bad):
+        raise ValueError(f"{name} has {len(bad)} missing label(s) (None / NaN); the first is at row {int(bad[0])}")
+
+
 def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes: Optional[Sequence] = None):
     """Class labels to codes ``0..K-1``.
 
@@ -43,6 +62,7 @@ def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes
     (codes int64 [N], classes numpy.ndarray [K]); without ``n_classes`` or ``classes``
     the classes are the sorted distinct labels, at least two of them.
     """
+    check_no_missing_labels(yn)
     if classes is not None:
         classes_arr = np.asarray(classes)
         lookup = {c: i for i, c in enumerate(classes_arr.tolist())}
@@ -331,6 +351,29 @@ class Data:
     def __repr__(self) -> str:
         extra = f", n_classes={self.n_classes}" if self.n_classes else ""
         return f"Data(n={self.n}, d={self.d}, task={self.task!r}{extra}, device={self.device})"
+
+
+def coerce_data(data) -> "Data":
+    """A sampler's ``data`` argument as :class:`Data`.
+
+    Parameters
+    ----------
+    data : Data, or a pair ``(X, y)`` of array-likes (validated as ``Data(X, y)`` does)
+
+    Returns
+    -------
+    Data
+
+    Raises
+    ------
+    TypeError
+        Anything else.
+    """
+    if isinstance(data, Data):
+        return data
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        return Data(*data)
+    raise TypeError(f"data must be a torchtree.Data or a pair (X, y), got {type(data).__name__}")
 
 
 def resolve_device(device) -> torch.device:

@@ -15,7 +15,7 @@ import numpy as np
 
 from .data import Data
 from .likelihoods import DirichletMultinomial, NormalInverseGamma
-from .priors import ChipmanPrior, PoissonPrior
+from .priors import make_prior
 
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "register_method", "get_method", "model_settings"]
 
@@ -165,14 +165,14 @@ class _BayesianTreeBase:
 
     # ---------------------------------------------------------------- fitting
     def _make_prior(self):
-        if self.prior == "chipman":
-            return ChipmanPrior(
-                0.95 if self.alpha_split is None else self.alpha_split,
-                0.5 if self.beta_split is None else self.beta_split,
-            )
-        if self.prior == "poisson":
-            return PoissonPrior(5.0 if self.poisson_lambda is None else self.poisson_lambda)
-        raise ValueError(f"prior must be 'chipman' or 'poisson', got {self.prior!r}")
+        if not isinstance(self.prior, str):
+            return make_prior(self.prior)  # a prior object, as the samplers take one
+        return make_prior(
+            self.prior,
+            0.95 if self.alpha_split is None else self.alpha_split,
+            0.5 if self.beta_split is None else self.beta_split,
+            5.0 if self.poisson_lambda is None else self.poisson_lambda,
+        )
 
     def _make_likelihood(self, data: Data):
         raise NotImplementedError
@@ -180,26 +180,28 @@ class _BayesianTreeBase:
     def _check_model_settings(self, cls) -> None:
         """ValueError for a bad ``prior`` and for settings changed from their defaults
         that the method would not use (they would otherwise be dropped silently)."""
-        if self.prior not in ("chipman", "poisson"):
-            raise ValueError(f"prior must be 'chipman' or 'poisson', got {self.prior!r}")
+        if isinstance(self.prior, str) and self.prior not in ("chipman", "poisson"):
+            raise ValueError(f"prior must be 'chipman', 'poisson' or a prior object, got {self.prior!r}")
         used = model_settings(cls)
         defaults = {}
         for klass in reversed(type(self).__mro__):
             if "__init__" in vars(klass):
                 defaults.update({n: p.default for n, p in inspect.signature(klass.__init__).parameters.items()})
-        unused = [n for n in _PRIOR_SETTINGS + _LIKELIHOOD_SETTINGS
-                  if n in defaults and n not in used and getattr(self, n) != defaults[n]]
+        changed = [n for n in _PRIOR_SETTINGS + _LIKELIHOOD_SETTINGS
+                   if n in defaults and getattr(self, n) is not defaults[n] and getattr(self, n) != defaults[n]]
+        if "likelihood" in self.sampler_options:
+            # a likelihood object given as a sampler option is used as is
+            own = [n for n in changed if n in _LIKELIHOOD_SETTINGS]
+            if own:
+                raise ValueError(f"{', '.join(own)} do(es) not apply when likelihood= is given; set them on it")
+        unused = [n for n in changed if n not in used]
         if unused:
             where = f"{cls.__name__}(hyper=...) and its other options" if "hyper" in _accepted(cls) else f"{cls.__name__}'s own options"
             raise ValueError(
                 f"method {self.method!r} ({cls.__name__}) does not use {', '.join(unused)}: it builds its own "
                 f"prior and leaf model; set them through {where}")
         if used.get("prior") == "object":
-            # the settings of the other structure prior would be dropped as well
-            other = ["poisson_lambda"] if self.prior == "chipman" else ["alpha_split", "beta_split"]
-            given = [n for n in other if getattr(self, n) is not None]
-            if given:
-                raise ValueError(f"{', '.join(given)} do(es) not apply to prior={self.prior!r}")
+            self._make_prior()  # the other structure prior's settings would be dropped as well
 
     def _build_sampler(self, data: Data):
         cls = get_method(self.method)
@@ -216,7 +218,7 @@ class _BayesianTreeBase:
                 kwargs[name] = value
         if "prior" in accepted:
             kwargs["prior"] = self._make_prior()
-        if "likelihood" in accepted:
+        if "likelihood" in accepted and "likelihood" not in kwargs:
             kwargs["likelihood"] = self._make_likelihood(data)
         if "device" in accepted and self.device is not None:
             kwargs["device"] = self.device
@@ -246,6 +248,18 @@ class _BayesianTreeBase:
         self.data_ = data
         return self
 
+    @staticmethod
+    def _target(X, y) -> np.ndarray:
+        """``y`` as a vector [N] matching ``X``'s rows ([N, 1] columns are flattened, as
+        ``fit`` does; anything else is an error rather than a silent broadcast)."""
+        yn = np.asarray(y)
+        if yn.ndim == 2 and yn.shape[1] == 1:
+            yn = yn[:, 0]
+        n = len(X)
+        if yn.ndim != 1 or len(yn) != n:
+            raise ValueError(f"y must have shape [{n}] (or [{n}, 1]) to match X, got {tuple(np.shape(y))}")
+        return yn
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "posterior_"):
             raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
@@ -258,7 +272,7 @@ class _BayesianTreeBase:
     def log_predictive(self, X, y) -> float:
         """Mean log posterior predictive density of ``(X, y)``."""
         self._check_fitted()
-        return self.posterior_.log_predictive(X, y)
+        return self.posterior_.log_predictive(X, self._target(X, y))
 
 
 class BayesianTreeClassifier(_BayesianTreeBase):
@@ -271,7 +285,7 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         any name added with :func:`register_method`.
     alpha : float, optional
         Dirichlet concentration of the leaves (total; alpha/K per class); default 5.
-    prior : {"chipman", "poisson"}
+    prior : {"chipman", "poisson"} or a prior object (``ChipmanPrior``, ``PoissonPrior``)
     alpha_split, beta_split : float, optional
         Chipman prior parameters (defaults 0.95 and 0.5). ``None`` leaves samplers
         that build their own priors from these names (``dcc``) at their defaults.
@@ -284,7 +298,8 @@ class BayesianTreeClassifier(_BayesianTreeBase):
     monitor : Monitor, optional
     **sampler_options
         Passed to the sampler by name (``n_particles``, ``n_islands``, ``proposal``,
-        ``expansion``, ``resampling``, ``ess_threshold``, ``n_chains``, ...).
+        ``expansion``, ``resampling``, ``ess_threshold``, ``n_chains``, ...); a
+        ``likelihood=`` object is used as is (instead of ``alpha`` / ``mu0`` / ...).
 
     Examples
     --------
@@ -319,7 +334,7 @@ class BayesianTreeClassifier(_BayesianTreeBase):
     def score(self, X, y) -> float:
         """Accuracy on ``(X, y)``."""
         self._check_fitted()
-        return self.posterior_.accuracy(X, y)
+        return self.posterior_.accuracy(X, self._target(X, y))
 
 
 class BayesianTreeRegressor(_BayesianTreeBase):
@@ -363,7 +378,7 @@ class BayesianTreeRegressor(_BayesianTreeBase):
     def score(self, X, y) -> float:
         """Coefficient of determination R^2 of the predictive mean."""
         self._check_fitted()
-        yn = np.asarray(y, dtype=np.float64)
+        yn = self._target(X, y).astype(np.float64)
         pred = self.predict(X)
         ss_res = float(((yn - pred) ** 2).sum())
         ss_tot = float(((yn - yn.mean()) ** 2).sum())

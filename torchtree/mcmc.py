@@ -28,9 +28,10 @@ from .monitor import NullMonitor, as_monitor
 from .moves import (_MAX_DEPTH, CHANGE, GROW, MOVES, N_SLOTS, PRUNE, SWAP, TreeModel, TreeState, check_cut_proposal,
                     draw_moves, propose, sample_prior_state)
 from .posterior import TreePosterior
-from .priors import ChipmanPrior, PoissonPrior
+from .priors import make_prior
 from .random import derive_seed, keyed_uniform, seed_to_int
 from .checkpoint import Checkpointer, fingerprint
+from .data import coerce_data, resolve_device
 from .topdown import _config, default_likelihood, seed_key
 from .trees import INTERNAL, LEAF, HardTrees
 from .validate import check_choice, check_int, check_probabilities
@@ -38,18 +39,6 @@ from .validate import check_choice, check_int, check_probabilities
 __all__ = ["MCMC", "rhat", "chain_ess", "make_prior", "check_move_probs"]
 
 _BLOCK = 512  # iterations whose uniforms are drawn in one call
-
-
-def make_prior(prior=None, alpha_split: float = 0.95, beta_split: float = 0.5, poisson_lambda: float = 5.0):
-    """Resolve ``prior``: an object is returned as is; ``None``/``"chipman"`` gives
-    ``ChipmanPrior(alpha_split, beta_split)``; ``"poisson"`` gives ``PoissonPrior(poisson_lambda)``."""
-    if prior is None or prior == "chipman":
-        return ChipmanPrior(alpha_split, beta_split)
-    if prior == "poisson":
-        return PoissonPrior(poisson_lambda)
-    if isinstance(prior, str):
-        raise ValueError(f"prior must be 'chipman', 'poisson' or a prior object, got {prior!r}")
-    return prior
 
 
 def check_move_probs(move_probs: Sequence[float]) -> tuple:
@@ -141,6 +130,9 @@ class MCMC:
         check_choice("init", init, ("root", "prior"))
         check_choice("keep", keep, ("samples", "all"))
         check_choice("engine", engine, ("auto", "batched", "host"))
+        if engine == "host" and n_chains != 1:
+            raise ValueError(f"engine='host' runs a single chain; got n_chains={n_chains} (use engine='batched' "
+                             f"or 'auto' for several)")
         checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
         if backend is not None:
             raise NotImplementedError("multi-rank MCMC is not implemented yet; run independent chains per rank")
@@ -204,8 +196,9 @@ class MCMC:
             of the number of leaves and of the log posterior, iterations per second.
         """
         t0 = time.perf_counter()
-        if self.device is not None and data.device != torch.device(self.device):
-            data = data.to(self.device)
+        data = coerce_data(data)
+        if self.device is not None and data.device != resolve_device(self.device):
+            data = data.to(resolve_device(self.device))
         lik = self.likelihood if self.likelihood is not None else default_likelihood(data)
         model = TreeModel(self.prior, lik, data, self.use_likelihood)
         P, dev = self.n_chains, data.device

@@ -22,7 +22,7 @@ import torch
 from .trees import INTERNAL, LEAF, OPEN, HardTrees
 from .validate import check_real
 
-__all__ = ["ChipmanPrior", "PoissonPrior", "check_split_prior", "node_ranges", "prior_from_config"]
+__all__ = ["ChipmanPrior", "PoissonPrior", "check_split_prior", "node_ranges", "prior_from_config", "make_prior"]
 
 
 def node_ranges(trees: HardTrees, X: torch.Tensor, chunk_pairs: int = 1 << 22) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -180,7 +180,9 @@ class PoissonPrior:
     def log_prob_leaves(self, n_leaves: torch.Tensor) -> torch.Tensor:
         """``log p(m) = m log lam - log(e^lam - 1) - log m!``, elementwise float64."""
         m = n_leaves.double()
-        return m * math.log(self.lam) - math.log(math.expm1(self.lam)) - torch.lgamma(m + 1)
+        # log(e^lam - 1) = lam + log(1 - e^-lam): no overflow for large lam
+        log_norm = self.lam + math.log(-math.expm1(-self.lam))
+        return m * math.log(self.lam) - log_norm - torch.lgamma(m + 1)
 
     def log_prob(self, trees: HardTrees, data) -> torch.Tensor:
         """Log prior of complete trees: leaf-count term plus split-rule densities.
@@ -209,3 +211,45 @@ def prior_from_config(cfg: Dict):
     if name == "poisson":
         return PoissonPrior(**cfg)
     raise ValueError(f"unknown prior {name!r}")
+
+
+_SPLIT_DEFAULTS = {"alpha_split": 0.95, "beta_split": 0.5, "poisson_lambda": 5.0}
+
+
+def make_prior(prior=None, alpha_split: float = 0.95, beta_split: float = 0.5, poisson_lambda: float = 5.0):
+    """Resolve a sampler's ``prior`` argument.
+
+    Parameters
+    ----------
+    prior : ChipmanPrior, PoissonPrior, "chipman", "poisson" or None (= "chipman")
+    alpha_split, beta_split : float, parameters of ``"chipman"``
+    poisson_lambda : float, rate of ``"poisson"``
+
+    Returns
+    -------
+    the prior object (an object is returned as is)
+
+    Raises
+    ------
+    ValueError
+        An unknown name, or a parameter changed from its default that the chosen
+        prior does not take (it would otherwise be dropped without a word).
+    """
+    given = {"alpha_split": alpha_split, "beta_split": beta_split, "poisson_lambda": poisson_lambda}
+    if prior is None or (isinstance(prior, str) and prior == "chipman"):
+        unused, out = ["poisson_lambda"], None
+    elif isinstance(prior, str) and prior == "poisson":
+        unused, out = ["alpha_split", "beta_split"], None
+    elif isinstance(prior, str):
+        raise ValueError(f"prior must be 'chipman', 'poisson' or a prior object, got {prior!r}")
+    else:
+        unused, out = list(given), prior
+    changed = [n for n in unused if given[n] != _SPLIT_DEFAULTS[n]]
+    if changed:
+        raise ValueError(f"{', '.join(changed)} do(es) not apply to prior={prior!r}; "
+                         f"set them on the prior itself or pick the prior they belong to")
+    if out is not None:
+        return out
+    if prior == "poisson":
+        return PoissonPrior(poisson_lambda)
+    return ChipmanPrior(alpha_split, beta_split)

@@ -76,6 +76,7 @@ from typing import Optional, Sequence
 import torch
 
 from .checkpoint import Checkpointer, fingerprint
+from .data import coerce_data, resolve_device
 from .distributed import (
     METHODS as REDISTRIBUTION_METHODS,
     BlockLayout,
@@ -92,7 +93,7 @@ from .posterior import TreePosterior, dedupe_trees
 from .random import derive_seed, keyed_uniform, seed_to_int
 from .resampling import RESAMPLERS, get_resampler
 from .trees import HardTrees
-from .validate import check_choice, check_int, check_real
+from .validate import check_backend, check_choice, check_int, check_real
 
 __all__ = ["SMCSampler", "per_particle_accuracy"]
 
@@ -245,7 +246,7 @@ class SMCSampler:
         what is left), each followed by resampling when needed and one MH move per
         particle at the current ``phi``. The initial weights are then flat; the evidence
         estimate is the usual product of mean incremental weights.
-    init_prior : ChipmanPrior, optional
+    init_prior : ChipmanPrior or "chipman", optional
         Initial proposal ``q_0`` (default: the target's Chipman prior, or
         ``ChipmanPrior()`` for a Poisson target). A prior with larger trees starts the
         particles closer to posterior tree sizes; eq. 4b's initial weights
@@ -292,9 +293,7 @@ class SMCSampler:
         check_choice("resampling", resampling, RESAMPLERS)
         ess_threshold = check_real("ess_threshold", ess_threshold, 0.0, 1.0, low_open=False)
         if backend is not None:
-            for attr in ("rank", "world_size", "all_reduce", "all_gather"):
-                if not hasattr(backend, attr):
-                    raise TypeError(f"backend must be a torchtree.distributed.Backend (it lacks {attr!r}), got {backend!r}")
+            check_backend(backend)
             if n_particles % int(backend.world_size):
                 raise ValueError(
                     f"n_particles ({n_particles}) must be divisible by the number of ranks ({backend.world_size}): "
@@ -308,6 +307,8 @@ class SMCSampler:
         self.resampling, self.ess_threshold = resampling, ess_threshold
         self.mh_step = bool(mh_step)
         self.use_likelihood = bool(use_likelihood)
+        if isinstance(init_prior, str):  # "chipman" (e.g. from the command line)
+            init_prior = make_prior(init_prior)
         if init_prior is not None and getattr(init_prior, "name", None) != "chipman":
             raise ValueError("init_prior must be a ChipmanPrior (the initial proposal must be easy to sample)")
         self.init_prior = init_prior
@@ -355,8 +356,9 @@ class SMCSampler:
             ``checkpoint`` holds another run's state (other data, settings, seed or world size).
         """
         t0 = time.perf_counter()
-        if self.device is not None and data.device != torch.device(self.device):
-            data = data.to(self.device)
+        data = coerce_data(data)
+        if self.device is not None and data.device != resolve_device(self.device):
+            data = data.to(resolve_device(self.device))
         backend = self.backend if self.backend is not None else LocalBackend()
         W, rank = int(backend.world_size), int(backend.rank)
         P, K, dev = self.n_particles, self.n_iterations, data.device
@@ -533,7 +535,9 @@ class SMCSampler:
 
     # ---------------------------------------------------------------------- checkpoints
     def _fingerprint(self, data, lik, seed, world_size: int) -> str:
-        s = seed if isinstance(seed, int) and not isinstance(seed, bool) else (None if seed is None else "generator")
+        # numpy integers are seeds like ints (they were all "generator": another seed's
+        # checkpoint resumed); a torch.Generator's drawn seed is stored in the checkpoint
+        s = None if seed is None else ("generator" if isinstance(seed, torch.Generator) else seed_to_int(seed))
         return fingerprint(_settings_text(self, data, lik, world_size), s, data.X, data.y)
 
     @staticmethod

@@ -25,16 +25,16 @@ from typing import Optional
 import torch
 
 from .checkpoint import Checkpointer, fingerprint
-from .data import Data, resolve_device
+from .data import Data, coerce_data, resolve_device
 from .growth import PROPOSALS, Grower
 from .likelihoods import DirichletMultinomial, NormalInverseGamma
 from .monitor import NullMonitor, as_monitor
 from .posterior import TreePosterior
-from .priors import ChipmanPrior
+from .priors import make_prior
 from .random import derive_seed, seed_to_int
 from .resampling import RESAMPLERS, get_resampler
 from .trees import LEAF, OPEN, HardTrees
-from .validate import check_choice, check_int, check_real
+from .validate import check_backend, check_choice, check_int, check_real
 
 __all__ = ["TopDownSMC", "resolve_device", "default_likelihood", "canonical_ancestors"]
 
@@ -64,7 +64,7 @@ class TopDownSMC:
 
     Parameters
     ----------
-    prior : ChipmanPrior, optional
+    prior : ChipmanPrior or "chipman", optional
         Default ``ChipmanPrior(0.95, 0.5)``.
     likelihood : DirichletMultinomial or NormalInverseGamma, optional
         Default chosen from the data (see :func:`default_likelihood`).
@@ -145,7 +145,13 @@ class TopDownSMC:
         ess_threshold = check_real("ess_threshold", ess_threshold, 0.0, 1.0, low_open=False)
         max_stages = check_int("max_stages", max_stages, 1)
         checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
-        self.prior = prior if prior is not None else ChipmanPrior()
+        self.prior = make_prior(prior)
+        if not hasattr(self.prior, "split_prob"):
+            # top-down growth decides node by node: it needs per-node split probabilities
+            raise ValueError(f"TopDownSMC needs a prior with per-node split probabilities (ChipmanPrior), got "
+                             f"{self.prior!r}; the Poisson prior works with MCMC and SMCSampler "
+                             f"(method='mcmc' / 'smc-moves')")
+        check_backend(backend)
         self.likelihood = likelihood
         self.n_particles, self.n_islands = n_particles, n_islands
         self.proposal, self.expansion, self.resampling = proposal, expansion, resampling
@@ -177,7 +183,7 @@ class TopDownSMC:
 
         Parameters
         ----------
-        data : Data
+        data : Data, or a pair (X, y)
         seed : int or torch.Generator, optional
         monitor : Monitor or list of Monitors, optional
             Receives per-stage ``smc/ess``, ``smc/log_evidence``, ``smc/resampled``,
@@ -189,6 +195,7 @@ class TopDownSMC:
         TreePosterior with ``log_evidence`` and ``info`` (per-island evidence,
         stages, resampling count).
         """
+        data = coerce_data(data)
         backend = self.backend
         if isinstance(backend, str):
             from .distributed import get_backend

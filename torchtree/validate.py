@@ -13,7 +13,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["check_int", "check_real", "check_probabilities", "check_choice", "check_bool"]
+__all__ = ["check_int", "check_real", "check_probabilities", "check_choice", "check_bool", "check_backend"]
 
 
 def check_int(name: str, value, minimum: int = 0, maximum: Optional[int] = None) -> int:
@@ -133,3 +133,18 @@ def check_bool(name: str, value) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def check_backend(backend) -> None:
+    """``backend`` must be None, a backend name (str) or a ``torchtree.distributed.Backend``.
+
+    Raises
+    ------
+    TypeError
+        An object without the collective operations the samplers call.
+    """
+    if backend is None or isinstance(backend, str):
+        return
+    for attr in ("rank", "world_size", "all_reduce", "all_gather"):
+        if not hasattr(backend, attr):
+            raise TypeError(f"backend must be a torchtree.distributed.Backend (it lacks {attr!r}), got {backend!r}")

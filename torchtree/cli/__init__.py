@@ -87,8 +87,8 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="FILE",
                    help="save the sampler's state to FILE as it runs; if FILE exists (same data, options and seed) "
                         "the run resumes from it and ends with the result an uninterrupted run gives")
-    p.add_argument("--checkpoint-every", type=int, default=1, metavar="K",
-                   help="checkpoint every K stages / iterations (default: 1)")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="K",
+                   help="with --checkpoint: checkpoint every K stages / iterations (default: 1)")
     try:
         cls = get_method(method)
         error = None
@@ -132,7 +132,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     p.add_argument("posterior", metavar="POSTERIOR.pt")
     p.add_argument("data", metavar="DATA.csv")
     p.add_argument("--proba", action="store_true", help="classification: one probability column per class")
-    p.add_argument("--level", type=float, default=0.9, help="regression: credible level of the interval (default: 0.9)")
+    p.add_argument("--level", type=float, default=None, help="regression: credible level of the interval (default: 0.9)")
     p.add_argument("--out", metavar="FILE", help="write CSV here (default: standard output)")
     p.set_defaults(func=_cmd_predict)
 

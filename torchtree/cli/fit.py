@@ -71,7 +71,10 @@ def _cmd_fit(args) -> int:
         if args._estimator_tasks[k] and args._estimator_tasks[k] != task:
             raise ValueError(f"{_flag(k)} applies to {args._estimator_tasks[k]} only; this is a {task} task")
     smp_kw = {k: (tuple(given[k]) if isinstance(given[k], list) else given[k]) for k in args._sampler_names if k in given}
+    if args.checkpoint_every is not None and not args.checkpoint:
+        raise ValueError("--checkpoint-every applies with --checkpoint FILE")
     if args.checkpoint:
+        args.checkpoint_every = 1 if args.checkpoint_every is None else args.checkpoint_every
         if "checkpoint" not in inspect.signature(cls.__init__).parameters:
             raise ValueError(f"--method {args.method} ({cls.__name__}) cannot checkpoint; drop --checkpoint")
         if args.checkpoint_every < 1:
@@ -193,6 +196,8 @@ def _cmd_predict(args) -> int:
     X = table.X
     task = post.task
     if task == "classification":
+        if args.level is not None:
+            _say(args, "torchtree predict: --level applies to regression; writing the labels and probabilities")
         proba = post.predict_proba(X)
         classes = post.classes_ if getattr(post, "classes_", None) is not None else np.arange(proba.shape[1])
         classes = np.asarray(classes)
@@ -207,6 +212,8 @@ def _cmd_predict(args) -> int:
     else:
         if args.proba:
             _say(args, "torchtree predict: --proba applies to classification; writing the mean and interval")
+        if args.level is None:
+            args.level = 0.9
         if not 0 < args.level < 1:
             raise ValueError(f"--level must lie in (0, 1), got {args.level}")
         mean = post.predict(X)
