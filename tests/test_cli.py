@@ -480,3 +480,10 @@ def test_read_features_by_name_ignores_target(tmp_path):
     t = read_features(str(path), 3, ["a", "b", "c"], "label")
     np.testing.assert_array_equal(t.X, [[1, 2, 3]])
     assert list(t.y) == ["dog"]
+
+
+def test_predict_out_in_a_missing_directory_names_the_users_path(fitted, files, tmp_path, capsys):
+    out = tmp_path / "nodir" / "p.csv"
+    assert main(["predict", str(fitted["cls"]), str(files["cls"]), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{out}: directory {out.parent} does not exist" in err and ".tmp-" not in err

@@ -141,3 +141,12 @@ def test_scikit_learn_model_selection():
     yr = np.where(X[:, 0] > 0.5, 2.0, -1.0)
     grid = GridSearchCV(BayesianTreeRegressor(n_particles=20, n_islands=2), {"n_particles": [10, 20]}, cv=2).fit(X, yr)
     assert grid.best_params_["n_particles"] in (10, 20) and grid.best_score_ > 0.5
+
+
+def test_not_fitted_error_is_what_scikit_learn_catches():
+    from torchtree.estimators import NotFittedError
+
+    X, _ = xor_data(n=20)
+    for exc in (NotFittedError, RuntimeError, ValueError, AttributeError):
+        with pytest.raises(exc, match="not fitted yet"):
+            BayesianTreeClassifier().predict(X)

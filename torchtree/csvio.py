@@ -370,6 +370,9 @@ def write_csv(path: Optional[str], header: Sequence[str], columns: Sequence[Sequ
         for r in rows:
             w.writerow([fmt(v) for v in r])
         return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):  # say so about the user's path, not the temporary file's
+        raise FileNotFoundError(f"{path}: directory {folder} does not exist")
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w", newline="") as fh:
         w = csv.writer(fh, lineterminator="\n")

@@ -17,7 +17,8 @@ from .data import Data
 from .likelihoods import DirichletMultinomial, NormalInverseGamma
 from .priors import make_prior
 
-__all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "register_method", "get_method", "model_settings"]
+__all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "register_method", "get_method",
+           "model_settings"]
 
 # name -> "module:Class" (imported lazily so optional samplers cost nothing) or a class.
 METHODS: Dict[str, Any] = {
@@ -26,6 +27,12 @@ METHODS: Dict[str, Any] = {
     "smc-moves": "torchtree.smc_moves:SMCSampler",
     "dcc": "torchtree.soft.dcc:DCC",
 }
+
+
+class NotFittedError(RuntimeError, ValueError, AttributeError):
+    """An estimator used before ``fit``. A ValueError and an AttributeError like
+    scikit-learn's ``NotFittedError`` (what its tools catch), and a RuntimeError as
+    torchtree raised before."""
 
 
 def register_method(name: str, sampler_cls: Any) -> None:
@@ -262,7 +269,7 @@ class _BayesianTreeBase:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "posterior_"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
 
     def predict(self, X) -> np.ndarray:
         """Predicted labels (classifier) or posterior predictive means (regressor): ``[M]``."""
