@@ -172,14 +172,9 @@ class _BayesianTreeBase:
 
     # ---------------------------------------------------------------- fitting
     def _make_prior(self):
-        if not isinstance(self.prior, str):
-            return make_prior(self.prior)  # a prior object, as the samplers take one
-        return make_prior(
-            self.prior,
-            0.95 if self.alpha_split is None else self.alpha_split,
-            0.5 if self.beta_split is None else self.beta_split,
-            5.0 if self.poisson_lambda is None else self.poisson_lambda,
-        )
+        # settings left at None take make_prior's defaults (those of the samplers)
+        given = {n: getattr(self, n) for n in _PRIOR_SETTINGS[1:] if getattr(self, n) is not None}
+        return make_prior(self.prior, **given)
 
     def _make_likelihood(self, data: Data):
         raise NotImplementedError
@@ -195,7 +190,7 @@ class _BayesianTreeBase:
             if "__init__" in vars(klass):
                 defaults.update({n: p.default for n, p in inspect.signature(klass.__init__).parameters.items()})
         changed = [n for n in _PRIOR_SETTINGS + _LIKELIHOOD_SETTINGS
-                   if n in defaults and getattr(self, n) is not defaults[n] and getattr(self, n) != defaults[n]]
+                   if n in defaults and getattr(self, n) != defaults[n]]
         if "likelihood" in self.sampler_options:
             # a likelihood object given as a sampler option is used as is
             own = [n for n in changed if n in _LIKELIHOOD_SETTINGS]

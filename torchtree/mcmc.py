@@ -197,8 +197,9 @@ class MCMC:
         """
         t0 = time.perf_counter()
         data = coerce_data(data)
-        if self.device is not None and data.device != resolve_device(self.device):
-            data = data.to(resolve_device(self.device))
+        dev = resolve_device(self.device) if self.device is not None else data.device
+        if data.device != dev:
+            data = data.to(dev)
         lik = self.likelihood if self.likelihood is not None else default_likelihood(data)
         model = TreeModel(self.prior, lik, data, self.use_likelihood)
         P, dev = self.n_chains, data.device

@@ -357,8 +357,9 @@ class SMCSampler:
         """
         t0 = time.perf_counter()
         data = coerce_data(data)
-        if self.device is not None and data.device != resolve_device(self.device):
-            data = data.to(resolve_device(self.device))
+        dev = resolve_device(self.device) if self.device is not None else data.device
+        if data.device != dev:
+            data = data.to(dev)
         backend = self.backend if self.backend is not None else LocalBackend()
         W, rank = int(backend.world_size), int(backend.rank)
         P, K, dev = self.n_particles, self.n_iterations, data.device

@@ -36,7 +36,7 @@ from pyro.nn import PyroModule, PyroSample
 from torchtree.kernels.soft_routing import dirichlet_multinomial_loglik, soft_class_counts, soft_routing
 from torchtree.validate import check_bool, check_int, check_real
 
-from .inputs import mirror_columns
+from .inputs import mirror_columns, scale_inputs
 from .topology import Topology
 
 __all__ = ["SoftTreeFunction", "SoftTreeRegressor", "SoftTreeClassifier"]
@@ -109,10 +109,8 @@ class _SoftTreeBase(PyroModule):
         -------
         Tensor [N, D], or [N, 2 D] with ``signed_splits`` (columns ``x`` then ``1 - x``)
         """
-        span = (self.feature_max - self.feature_min).to(X)
-        Xs = (X - self.feature_min.to(X)) / torch.where(span > 0, span, torch.ones_like(span))
-        # a constant feature sits mid-range, as in torchtree.soft.inputs.scale_inputs
-        Xs = torch.where(span > 0, Xs, torch.full_like(Xs, 0.5))
+        # the batched samplers' scaling, so that both run the same model
+        Xs = scale_inputs(X, self.feature_min, self.feature_max, X.dtype if X.is_floating_point() else torch.float32)
         return mirror_columns(Xs) if self.signed_splits else Xs
 
     def leaf_probabilities(self, X: torch.Tensor) -> torch.Tensor:
