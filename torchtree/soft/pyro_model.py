@@ -36,7 +36,7 @@ from pyro.nn import PyroModule, PyroSample
 from torchtree.kernels.soft_routing import dirichlet_multinomial_loglik, soft_class_counts, soft_routing
 from torchtree.validate import check_bool, check_int, check_real
 
-from .inputs import mirror_columns, scale_inputs
+from .inputs import mirror_columns
 from .topology import Topology
 
 __all__ = ["SoftTreeFunction", "SoftTreeRegressor", "SoftTreeClassifier"]
@@ -93,6 +93,11 @@ class _SoftTreeBase(PyroModule):
                              f"and {tuple(fmax.shape)}")
         self.register_buffer("feature_min", fmin)
         self.register_buffer("feature_max", fmax)
+        # scale() runs in every potential evaluation: its constants are computed once
+        # (a feature with a single value maps to 0.5, as in torchtree.soft.inputs.scale_inputs)
+        span = fmax - fmin
+        self.register_buffer("_inv_span", torch.where(span > 0, 1.0 / torch.where(span > 0, span, 1.0), 0.0))
+        self.register_buffer("_offset", torch.where(span > 0, 0.0, 0.5).to(fmin.dtype))
         if self.n_split_columns > 1:
             self.split_weights = PyroSample(
                 dist.Dirichlet(torch.full((I, self.n_split_columns), float(split_concentration))).to_event(1)
@@ -109,8 +114,7 @@ class _SoftTreeBase(PyroModule):
         -------
         Tensor [N, D], or [N, 2 D] with ``signed_splits`` (columns ``x`` then ``1 - x``)
         """
-        # the batched samplers' scaling, so that both run the same model
-        Xs = scale_inputs(X, self.feature_min, self.feature_max, X.dtype if X.is_floating_point() else torch.float32)
+        Xs = (X - self.feature_min.to(X)) * self._inv_span.to(X) + self._offset.to(X)
         return mirror_columns(Xs) if self.signed_splits else Xs
 
     def leaf_probabilities(self, X: torch.Tensor) -> torch.Tensor:
