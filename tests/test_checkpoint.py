@@ -166,13 +166,23 @@ def test_incomplete_multi_rank_checkpoint_detected(tmp_path):
 
 
 class _ThreadBackend:
-    """Ranks as threads sharing a barrier (enough for the checkpoint protocol)."""
+    """Ranks as threads sharing a barrier (enough for the checkpoint protocol: barrier,
+    and all_gather for the ranks' agreement on resuming)."""
+
+    _slots: dict = {}
 
     def __init__(self, rank, world_size, barrier):
         self.rank, self.world_size, self._barrier = rank, world_size, barrier
 
     def barrier(self):
         self._barrier.wait(timeout=60)
+
+    def all_gather(self, t):
+        self.barrier()  # the previous gather has been read by every rank
+        self._slots[(id(self._barrier), self.rank)] = t.clone()
+        self.barrier()
+        # a lone thread standing in for one rank of several: the missing ranks mirror it
+        return torch.cat([self._slots.get((id(self._barrier), r), t) for r in range(self.world_size)])
 
 
 def test_concurrent_ranks_with_barrier(tmp_path):
@@ -243,3 +253,43 @@ def test_checkpointer_refuses_another_runs_checkpoint(tmp_path):
     torch.save({"x": 1}, path)
     with pytest.raises(CheckpointError, match="not a torchtree sampler checkpoint"):
         Checkpointer(path).load()
+
+
+class _OneOfTwoRanks:
+    """Rank ``rank`` of a two-rank run whose other rank reported ``other`` to all_gather
+    (enough of a backend for Checkpointer.load)."""
+
+    def __init__(self, rank, other):
+        self.rank, self.world_size, self.other = rank, 2, other
+
+    def all_gather(self, t):
+        vals = [self.other]
+        vals.insert(self.rank, int(t[0]))
+        return torch.tensor(vals)
+
+
+def _save_two_ranks(path, step):
+    for r in (1, 0):
+        save_rank_checkpoint({"fingerprint": None, "sampler_state": _state(10 * step + r)}, path, rank=r,
+                             world_size=2, step=step)
+
+
+def test_ranks_that_would_not_resume_alike_all_raise(tmp_path):
+    """Per-rank paths (or node-local storage) let rank 0 resume while rank 1 started afresh:
+    a wrong posterior (top-down SMC) or a hang (SMC with moves), without a word."""
+    shared = str(tmp_path / "run.ckpt")
+    _save_two_ranks(shared, step=3)
+    # both ranks see the same checkpoint: both resume it
+    _same(Checkpointer(shared, backend=_OneOfTwoRanks(0, 3)).load(), _state(30))
+    _same(Checkpointer(shared, backend=_OneOfTwoRanks(1, 3)).load(), _state(31))
+    # rank 0 finds step 3, rank 1 (its own path) finds nothing: every rank raises
+    alone = str(tmp_path / "rank1-only.ckpt")
+    msg = r"the ranks disagree on resuming \(rank 0 resumes after step 3, rank 1 finds no checkpoint\)"
+    with pytest.raises(CheckpointError, match=msg):
+        Checkpointer(shared, backend=_OneOfTwoRanks(0, -1)).load()
+    with pytest.raises(CheckpointError, match=msg):
+        Checkpointer(alone, backend=_OneOfTwoRanks(1, 3)).load()
+    # neither has one: both start afresh
+    assert Checkpointer(alone, backend=_OneOfTwoRanks(0, -1)).load() is None
+    with pytest.raises(ValueError, match="checkpoint path is empty"):
+        Checkpointer("")

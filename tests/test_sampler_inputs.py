@@ -106,3 +106,24 @@ def test_cli_options_that_would_be_ignored(tmp_path, capsys):
                  "--init-prior", "chipman", "--out", out, "--quiet"]) == 0
     assert main(["predict", out, str(path), "--level", "0.5"]) == 0
     assert "--level applies to regression" in capsys.readouterr().err
+
+
+def test_smc_moves_takes_a_backend_name_and_checks_redistribution_against_the_ranks():
+    """SMCSampler(backend='local') used to fail on 'str'.world_size; 'gather' on two ranks
+    failed at the first resampling with advice about other methods."""
+    X, y = _xy()
+    a = SMCSampler(n_particles=16, n_iterations=2, backend="local").run(Data(X, y), seed=0)
+    b = SMCSampler(n_particles=16, n_iterations=2).run(Data(X, y), seed=0)
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+
+    class TwoRanks:  # fails the run before any collective is called
+        rank, world_size = 0, 2
+
+        def all_reduce(self, t):
+            raise AssertionError("no collective expected")
+
+        all_gather = all_reduce
+
+    for method in ("gather", "sequential"):
+        with pytest.raises(ValueError, match=f"redistribution='{method}' runs on one rank; this run has 2"):
+            SMCSampler(n_particles=16, n_iterations=2, backend=TwoRanks(), redistribution=method).run(Data(X, y), seed=0)

@@ -320,6 +320,8 @@ class Checkpointer:
     def __init__(self, path: Optional[str], every: int = 1, backend=None, fingerprint: Optional[str] = None) -> None:
         if path is not None and int(every) < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {every}")
+        if path is not None and not os.fspath(path):
+            raise ValueError("checkpoint path is empty (pass None for no checkpoints)")
         self.path = None if path is None else os.fspath(path)
         self.every = int(every)
         self.backend = backend
@@ -372,8 +374,31 @@ class Checkpointer:
         """The saved state, or None when there is no checkpoint.
 
         Raises ``CheckpointError`` when the checkpoint was written by a different
-        number of ranks than this run has, or is incomplete.
+        number of ranks than this run has, or is incomplete. In a multi-rank run
+        every rank raises it when the ranks would not all resume the same step (or
+        all start afresh): one rank resuming while another starts from scratch gave
+        a wrong posterior, or a hang, without a word.
         """
+        if not self.distributed:
+            return self._load(map_location)
+        try:
+            state, error = self._load(map_location), None
+        except (CheckpointError, OSError) as exc:
+            state, error = None, exc
+        step = -2 if error is not None else (-1 if state is None else int(read_manifest(self.path)["step"]))
+        steps = [int(v) for v in self.backend.all_gather(torch.tensor([step], dtype=torch.int64)).tolist()]
+        if error is not None:
+            raise error
+        if len(set(steps)) > 1:
+            said = {-2: "cannot read its checkpoint", -1: "finds no checkpoint"}
+            detail = ", ".join(f"rank {r} {said.get(v, f'resumes after step {v}')}" for r, v in enumerate(steps))
+            raise CheckpointError(
+                f"{self.path}: the ranks disagree on resuming ({detail}); give every rank the same path, on "
+                "storage every rank sees, or delete the checkpoint files to start afresh")
+        return state
+
+    def _load(self, map_location: Any = "cpu") -> Any:
+        """This process's saved state, or None (see :meth:`load`)."""
         if self.path is None:
             return None
         if os.path.exists(manifest_path(self.path)):

@@ -83,6 +83,7 @@ from .distributed import (
     LocalBackend,
     ancestors_from_ncopies,
     fixed_point_weights,
+    get_backend,
     ncopies_from_log_weights,
     redistribute,
 )
@@ -253,12 +254,14 @@ class SMCSampler:
         ``pi(t_0) / q_0(t_0)`` keep the target exact.
     device : str or torch.device, optional
         Default: the data's device.
-    backend : torchtree.distributed.Backend, optional
+    backend : torchtree.distributed.Backend or its name, optional
         Multi-rank run (see the module notes); ``None`` is one process. Every rank
-        calls :meth:`run` with the same settings and the full training data.
+        calls :meth:`run` with the same settings and the full training data. A name
+        (``"gloo"``, ``"mpi"``, ...) is resolved by ``torchtree.distributed.get_backend``
+        in :meth:`run`, and a process group that opens is closed when it returns.
     redistribution : {"auto", "alltoall", "rotational", "gather", "sequential"}
         How resampled particles travel between ranks (:func:`torchtree.distributed.redistribute`;
-        the result is the same for all).
+        the result is the same for all). "gather" and "sequential" run on one rank only.
     checkpoint : str, optional
         Path of a checkpoint to write and, when it exists, resume from (see the module notes).
     checkpoint_every : int
@@ -292,8 +295,8 @@ class SMCSampler:
         n_iterations = check_int("n_iterations", n_iterations, 0)
         check_choice("resampling", resampling, RESAMPLERS)
         ess_threshold = check_real("ess_threshold", ess_threshold, 0.0, 1.0, low_open=False)
-        if backend is not None:
-            check_backend(backend)
+        check_backend(backend)
+        if backend is not None and not isinstance(backend, str):  # a name is resolved in run()
             if n_particles % int(backend.world_size):
                 raise ValueError(
                     f"n_particles ({n_particles}) must be divisible by the number of ranks ({backend.world_size}): "
@@ -360,8 +363,19 @@ class SMCSampler:
         dev = resolve_device(self.device) if self.device is not None else data.device
         if data.device != dev:
             data = data.to(dev)
-        backend = self.backend if self.backend is not None else LocalBackend()
+        if isinstance(self.backend, str):
+            backend = get_backend(self.backend)
+            try:
+                return self._run(data, backend, seed, monitor, t0)
+            finally:
+                backend.close()  # destroys only a process group that get_backend opened
+        return self._run(data, self.backend if self.backend is not None else LocalBackend(), seed, monitor, t0)
+
+    def _run(self, data, backend, seed, monitor, t0: float) -> TreePosterior:
         W, rank = int(backend.world_size), int(backend.rank)
+        if W > 1 and self.redistribution in ("gather", "sequential"):
+            raise ValueError(f"redistribution={self.redistribution!r} runs on one rank; this run has {W} "
+                             "(use 'auto', 'alltoall' or 'rotational')")
         P, K, dev = self.n_particles, self.n_iterations, data.device
         if P % W:
             raise ValueError(f"n_particles ({P}) must be divisible by the number of ranks ({W})")

@@ -196,11 +196,17 @@ class TopDownSMC:
         stages, resampling count).
         """
         data = coerce_data(data)
-        backend = self.backend
-        if isinstance(backend, str):
+        if isinstance(self.backend, str):
             from .distributed import get_backend
 
-            backend = get_backend(backend)
+            backend = get_backend(self.backend)
+            try:
+                return self._run(data, backend, seed, monitor)
+            finally:
+                backend.close()  # destroys only a process group that get_backend opened
+        return self._run(data, self.backend, seed, monitor)
+
+    def _run(self, data, backend, seed, monitor) -> TreePosterior:
         if backend is not None and backend.world_size > 1:
             from .topdown_dist import run_distributed
 
