@@ -324,6 +324,40 @@ def test_two_thread_ranks_stop_and_resume(tmp_path, name):
         TopDownSMC(**kw, checkpoint=path, checkpoint_every=rc.EVERY).run(DATA, seed=rc.SEED)
 
 
+def test_two_thread_ranks_that_would_not_resume_alike_raise(tmp_path):
+    """Per-rank checkpoint paths: after a stop, rank 1's files are gone (node-local storage
+    lost), so it would start afresh while rank 0 resumed. It used to give a wrong posterior
+    without a word; now every rank raises the same CheckpointError."""
+    kw = rc.DIST_CASES[next(iter(rc.DIST_CASES))]
+
+    def sampler(b):
+        s = TopDownSMC(**kw, backend=b, checkpoint=str(tmp_path / f"rank{b.rank}" / "run.ckpt"), checkpoint_every=1)
+
+        def hook(step):
+            if step >= 3:
+                raise Stop
+
+        s._on_checkpoint = hook
+        return s
+
+    for r in (0, 1):
+        (tmp_path / f"rank{r}").mkdir()
+    with pytest.raises(Stop):
+        run_threads(2, lambda b: sampler(b).run(DATA, seed=rc.SEED), timeout=60)
+    for f in (tmp_path / "rank1").iterdir():
+        f.unlink()
+    errors = []
+
+    def resume(b):
+        try:
+            sampler(b).run(DATA, seed=rc.SEED)
+        except CheckpointError as exc:
+            errors.append(str(exc))
+
+    run_threads(2, resume, timeout=60)
+    assert len(errors) == 2 and all("rank 1 finds no checkpoint" in e for e in errors), errors
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
