@@ -175,6 +175,21 @@ def test_dcc_end_to_end_regression():
     assert torch.allclose(alt.weights, post.weights)
 
 
+def test_dcc_final_monitor_values_use_their_own_names():
+    """on_end used to repeat the per-iteration dcc/n_active and dcc/log_evidence tags (one
+    extra point on the last step) and gave no log_evidence, which the other samplers give."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 2, generator=g)
+    y = (X[:, 0] > 0.5).long()
+    mon = _Recorder()
+    post = DCC(n_iterations=2, n_initial=5, n_chains=2, n_samples=3, n_warmup=5, n_warmup_warm=3, n_parallel=1,
+               activation_threshold=1, max_depth=2).run((X, y), seed=0, monitor=mon)
+    assert set(mon.end) == {"log_evidence", "n_active", "topology_log_evidence", "seconds", "posterior"}
+    assert mon.end["log_evidence"] == post.log_evidence and mon.end["posterior"] is post
+    per_iteration = [d["dcc/log_evidence"] for _, d in mon.steps if "dcc/log_evidence" in d]
+    assert len(per_iteration) == post.info["iterations"]
+
+
 def test_warm_start_inheritance_map():
     from torchtree.soft.dcc import _compact_keys, _inherit
 

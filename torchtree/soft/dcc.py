@@ -650,9 +650,11 @@ class DCC:
         # kept for inspection (per-topology chains, draws, pseudo-samples, counts)
         self.records_, self.evidence_ = records, acc
         post = self._posterior(sd, records, acc, stats)
+        # final values under their own names, as the other samplers write them (the
+        # dcc/ tags are per-iteration series; repeating them here added a point)
         notify(monitor, "on_end", {
-            "dcc/n_active": len(post.topologies), "dcc/log_evidence": post.log_evidence,
-            "dcc/topology_log_evidence": post.topology_log_evidence, "seconds": stats["seconds"],
+            "log_evidence": post.log_evidence, "n_active": len(post.topologies),
+            "topology_log_evidence": post.topology_log_evidence, "seconds": stats["seconds"], "posterior": post,
         })
         return post
 
