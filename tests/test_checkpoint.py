@@ -169,20 +169,20 @@ class _ThreadBackend:
     """Ranks as threads sharing a barrier (enough for the checkpoint protocol: barrier,
     and all_gather for the ranks' agreement on resuming)."""
 
-    _slots: dict = {}
-
     def __init__(self, rank, world_size, barrier):
         self.rank, self.world_size, self._barrier = rank, world_size, barrier
+        if not hasattr(barrier, "slots"):
+            barrier.slots = {}  # the ranks' all_gather deposits, shared through the barrier
 
     def barrier(self):
         self._barrier.wait(timeout=60)
 
     def all_gather(self, t):
         self.barrier()  # the previous gather has been read by every rank
-        self._slots[(id(self._barrier), self.rank)] = t.clone()
+        self._barrier.slots[self.rank] = t.clone()
         self.barrier()
         # a lone thread standing in for one rank of several: the missing ranks mirror it
-        return torch.cat([self._slots.get((id(self._barrier), r), t) for r in range(self.world_size)])
+        return torch.cat([self._barrier.slots.get(r, t) for r in range(self.world_size)])
 
 
 def test_concurrent_ranks_with_barrier(tmp_path):
