@@ -216,7 +216,8 @@ def prior_from_config(cfg: Dict):
 _SPLIT_DEFAULTS = {"alpha_split": 0.95, "beta_split": 0.5, "poisson_lambda": 5.0}
 
 
-def make_prior(prior=None, alpha_split: float = 0.95, beta_split: float = 0.5, poisson_lambda: float = 5.0):
+def make_prior(prior=None, alpha_split: float = _SPLIT_DEFAULTS["alpha_split"],
+               beta_split: float = _SPLIT_DEFAULTS["beta_split"], poisson_lambda: float = _SPLIT_DEFAULTS["poisson_lambda"]):
     """Resolve a sampler's ``prior`` argument.
 
     Parameters
