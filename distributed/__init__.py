@@ -20,7 +20,6 @@ from .backend import (
     CollectiveError,
     CollectiveTimeout,
     LocalBackend,
-    get_backend,
 )
 from .blocks import (
     BlockLayout,
@@ -47,6 +46,7 @@ from .redistribution import (
     redistribute,
     sequential_redistribute,
 )
+from .resolve import get_backend
 from .rotational import rotational_redistribute
 from .torch_backend import TorchDistBackend
 

@@ -23,7 +23,7 @@ import torch
 from ._buffers import as_one_buffer
 from .backend import Backend
 from .blocks import Block, Workspace
-from .redistribution import _expand, _local, _plan
+from .plan import _expand, _local, _plan
 
 __all__ = ["alltoall_redistribute", "destination_ranges"]
 

@@ -189,7 +189,7 @@ def ncopies_from_log_weights(
     log_weights : Tensor ``[n]``
         Unnormalised log-weights of this rank's particles (global rows ``[rank n, (rank+1) n)``;
         every rank must hold the same ``n``). ``-inf`` means weight zero; NaN is an error;
-        ``+inf`` particles, if any, share all the mass equally (as in ``torchtree.resampling``).
+        ``+inf`` particles, if any, share all the mass equally (as in ``torchtree.core.resampling``).
     backend : Backend, optional (default: one rank)
     method : {"systematic", "multinomial"}
         ``"systematic"``: eq. (9) with one shared uniform ``u``:
@@ -262,7 +262,7 @@ def ncopies_from_log_weights(
 
     bits = 62 - max(0, math.ceil(math.log2(big_n)))
     if m == math.inf:
-        # As torchtree.resampling does: the +inf particles share the mass equally (the limit
+        # As torchtree.core.resampling does: the +inf particles share the mass equally (the limit
         # of their log-weights growing together), every other particle gets weight zero.
         x = torch.where(lw == math.inf, 0.0, -math.inf).to(torch.float64)
     else:

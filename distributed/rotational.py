@@ -47,7 +47,7 @@ import torch
 
 from .backend import Backend
 from .blocks import Block, Workspace
-from .redistribution import _expand, _local, _plan, ancestors_from_ncopies
+from .plan import _expand, _local, _plan, ancestors_from_ncopies
 
 __all__ = ["rotational_redistribute"]
 

@@ -82,7 +82,7 @@ import torch
 from torchtree.datasets.synthetic import cgm, cgm_mean, wu, wu_mean
 from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor
 from torchtree.soft import DCC, NUTS, SoftTreeHyper
-from torchtree.soft.inputs import train_test_split
+from torchtree.model.soft_data import train_test_split
 
 # paper 004, Table 5 (h_init, h_final) and reported test metric (mean, std), Tables 1-2
 PAPER = {
@@ -308,7 +308,7 @@ def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_ch
     both sample the same posterior.
     """
     from torchtree.pyro import SoftTreeClassifier, SoftTreeRegressor
-    from torchtree.soft.inputs import as_soft_data
+    from torchtree.model.soft_data import as_soft_data
 
     Xtr, ytr, Xte, yte = _throughput_data(model_name, data_dir)
     regression = ytr.is_floating_point()

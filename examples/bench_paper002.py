@@ -67,8 +67,8 @@ import numpy as np
 import torch
 
 import torchtree as tt
-from torchtree.mcmc import MCMC
-from torchtree.smc_moves import SMCSampler, per_particle_accuracy
+from torchtree.samplers.mcmc import MCMC
+from torchtree.samplers.smc_moves import SMCSampler, per_particle_accuracy
 
 PAPER_TABLE1 = {"heart_statlog": 77.44, "pima_diabetes": 73.27, "abalone": 22.48, "students_dropout": 71.48}
 DATASETS = tuple(PAPER_TABLE1)
@@ -178,7 +178,7 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true",
                     help="tiny run for the test suite: heart + diabetes (or synthetic data), N=64, K=5, 2 splits, SMC-with-moves rows")
     ap.add_argument("--cut-proposal", default=None, choices=("prior", "data", "informed"),
-                    help="how the SMC-with-moves and MCMC grow / change moves draw cuts (torchtree.moves.propose); "
+                    help="how the SMC-with-moves and MCMC grow / change moves draw cuts (torchtree.steps.moves.propose); "
                          "default: each sampler's own (SMC with moves: informed, MCMC: prior)")
     ap.add_argument("--out", default="bench_paper002.json")
     args = ap.parse_args(argv)

@@ -49,7 +49,7 @@ def pick_backend(name: str):
 
 
 def load(path: str):
-    from torchtree.csvio import parse_target, read_csv
+    from torchtree.io.csv import parse_target, read_csv
 
     t = read_csv(path)
     return t.X, parse_target(t.y, "classification")

@@ -42,7 +42,7 @@ BENCH = Path(__file__).resolve().parent / "bench_paper001.py"
 
 def load(dataset: str, rows: int, seed: int):
     """(Xtr, ytr, Xte, yte, description) with at most ``rows`` training rows (0: all)."""
-    from torchtree.csvio import parse_target, read_csv
+    from torchtree.io.csv import parse_target, read_csv
 
     rng = np.random.default_rng(seed)
 

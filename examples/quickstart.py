@@ -35,7 +35,7 @@ DATA = ROOT.parent / "shared" / "data"
 
 def load(name: str):
     """(X, y, feature names, source) of ``DATA/name.csv``, or sklearn's iris as a fallback."""
-    from torchtree.csvio import parse_target, read_csv
+    from torchtree.io.csv import parse_target, read_csv
 
     path = DATA / f"{name}.csv"
     if path.exists():

@@ -36,7 +36,7 @@ DATA = ROOT.parent / "shared" / "data"
 
 
 def load():
-    from torchtree.csvio import parse_target, read_csv
+    from torchtree.io.csv import parse_target, read_csv
 
     path = DATA / "abalone.csv"
     if path.exists():

@@ -35,7 +35,7 @@ DATA = ROOT.parent / "shared" / "data"
 
 
 def load():
-    from torchtree.csvio import parse_target, read_csv
+    from torchtree.io.csv import parse_target, read_csv
 
     path = DATA / "pima_diabetes.csv"
     if path.exists():

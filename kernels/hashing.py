@@ -1,6 +1,6 @@
 """64-bit integer hashing on tensors (SplitMix64 finaliser).
 
-Used for counter-based random numbers (``torchtree.random``) and for keying tree
+Used for counter-based random numbers (``torchtree.core.random``) and for keying tree
 regions (``kernels.forest``). int64 arithmetic wraps identically on CPU and CUDA.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests of torchtree.checkpoint: atomic writes survive crashes; multi-rank manifests."""
+"""Tests of torchtree.io.checkpoint: atomic writes survive crashes; multi-rank manifests."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import torchtree.checkpoint as ck
-from torchtree.checkpoint import (
+import torchtree.io.checkpoint as ck
+from torchtree.io.checkpoint import (
     CheckpointError,
     Checkpointer,
     atomic_save,
@@ -91,7 +91,7 @@ def test_real_process_crash_before_rename(tmp_path):
         f"""
         import os, sys, torch
         sys.path.insert(0, {str(ROOT)!r})
-        import torchtree.checkpoint as ck
+        import torchtree.io.checkpoint as ck
         ck.os.replace = lambda src, dst: os._exit(17)   # die right before the rename
         ck.atomic_save({{"step": 2}}, {str(path)!r})
         """

@@ -1,4 +1,4 @@
-"""Tests of the ``torchtree`` command line and of CSV reading (torchtree.cli, torchtree.csvio).
+"""Tests of the ``torchtree`` command line and of CSV reading (torchtree.cli, torchtree.io.csv).
 
 End to end on tiny generated CSV files in tmp_path, in process (``main(argv)``)
 except for one ``python -m torchtree --help`` subprocess. Seeded; every fit uses a
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from torchtree.cli import load_posterior, main, sampler_options
-from torchtree.csvio import infer_task, parse_target, read_csv, read_features
+from torchtree.io.csv import infer_task, parse_target, read_csv, read_features
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--n-particles", "10", "--n-islands", "1", "--quiet"]
@@ -125,7 +125,7 @@ def test_fit_logdir_writes_tensorboard_run(files, tmp_path, capsys):
 def test_generated_options_from_signature(files, tmp_path, monkeypatch, capsys):
     """A newly registered sampler gets its options with no change to the CLI."""
     from torchtree.estimators import METHODS
-    from torchtree.topdown import TopDownSMC
+    from torchtree.samplers.topdown import TopDownSMC
 
     seen = {}
 
@@ -161,7 +161,7 @@ def test_generated_options_from_signature(files, tmp_path, monkeypatch, capsys):
 
 def test_sampler_default_untouched_when_option_not_given(files, tmp_path, monkeypatch):
     from torchtree.estimators import METHODS
-    from torchtree.topdown import TopDownSMC
+    from torchtree.samplers.topdown import TopDownSMC
 
     seen = {}
 

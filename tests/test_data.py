@@ -1,4 +1,4 @@
-"""Tests for torchtree.data: input validation, label coding, per-feature ranks."""
+"""Tests for torchtree.model.data: input validation, label coding, per-feature ranks."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from torchtree import Data
-from torchtree.data import as_feature_matrix
+from torchtree.model.data import as_feature_matrix
 
 
 def _xy(n=10, d=3, seed=0):

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from torchtree.soft import DCC, NUTS, SoftTrees, Topology
-from torchtree.soft.chains import draw, make_kernel, warmup
-from torchtree.soft.lais import EvidenceAccumulator, lais_log_weights
-from torchtree.soft.topology import propose_topology, sample_prior_topologies
-from torchtree.soft.utility import dcc_utility, exploitation_term, exploration_term
+from torchtree.samplers.soft_chains import draw, make_kernel, warmup
+from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights
+from torchtree.model.topology import propose_topology, sample_prior_topologies
+from torchtree.samplers.dcc.utility import dcc_utility, exploitation_term, exploration_term
 
 
 # ----------------------------------------------------------------------------- LAIS
@@ -191,7 +191,7 @@ def test_dcc_final_monitor_values_use_their_own_names():
 
 
 def test_warm_start_inheritance_map():
-    from torchtree.soft.dcc import _compact_keys, _inherit
+    from torchtree.samplers.dcc.sampler import _compact_keys, _inherit
 
     parent, child = Topology((0, 1)), Topology((0, 1, 4))  # grow leaf 4
     keys_p = _compact_keys(parent, 3, True)

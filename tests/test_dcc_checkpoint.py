@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from torchtree.checkpoint import CheckpointError, load_checkpoint
+from torchtree.io.checkpoint import CheckpointError, load_checkpoint
 from torchtree.soft import DCC
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Tests of torchtree.diagnostics: R-hat / ESS helpers and the ArviZ export."""
+"""Tests of torchtree.model.diagnostics: R-hat / ESS helpers and the ArviZ export."""
 from __future__ import annotations
 
 import sys
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torchtree import Data, TopDownSMC, TreePosterior
-from torchtree.diagnostics import ARVIZ_MISSING, chain_ess, posterior_traces, rhat, to_arviz, tree_sizes, weighted_ess
+from torchtree.model.diagnostics import ARVIZ_MISSING, chain_ess, posterior_traces, rhat, to_arviz, tree_sizes, weighted_ess
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +47,9 @@ def test_rhat_and_ess_on_iid_and_stuck_chains():
 
 
 def test_matches_mcmc_module_if_present():
-    mcmc = pytest.importorskip("torchtree.mcmc")
+    mcmc = pytest.importorskip("torchtree.samplers.mcmc")
     if not hasattr(mcmc, "rhat") or not hasattr(mcmc, "chain_ess"):
-        pytest.skip("torchtree.mcmc has no rhat/chain_ess")
+        pytest.skip("torchtree.samplers.mcmc has no rhat/chain_ess")
     rng = np.random.default_rng(2)
     x = rng.normal(size=(3, 200)).cumsum(1)
     assert rhat(x) == pytest.approx(mcmc.rhat(x))

@@ -176,7 +176,7 @@ def test_harmonize_capacity_on_threads():
 
 def test_hardtrees_blocks_roundtrip_through_distributed_redistribution():
     """The contract with torchtree.HardTrees: as_dict -> harmonise capacity -> redistribute -> from_dict."""
-    trees_mod = pytest.importorskip("torchtree.trees")
+    trees_mod = pytest.importorskip("torchtree.model.trees")
     HardTrees = trees_mod.HardTrees
     world, n = 3, 4
     big_n = world * n

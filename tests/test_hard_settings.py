@@ -1,6 +1,6 @@
 """Bad settings of the hard-tree samplers fail at construction, with the setting's name.
 
-Before ``torchtree.validate`` served these samplers, counts went through ``int()``:
+Before ``torchtree.core.validate`` served these samplers, counts went through ``int()``:
 ``n_particles=2.5`` quietly ran 2 particles, ``n_particles=True`` one, ``n_chains="4"``
 four chains, and ``max_stages=0`` gave a run that never grew a tree.
 """
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from torchtree import MCMC, Data, SMCSampler, TopDownSMC
-from torchtree.validate import check_choice
+from torchtree.core.validate import check_choice
 
 
 @pytest.mark.parametrize("kwargs, name", [

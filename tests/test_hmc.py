@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from torchtree.soft.adaptation import (
+from torchtree.steps.adaptation import (
     dual_averaging_init,
     dual_averaging_update,
     find_reasonable_step_size,
@@ -14,8 +14,8 @@ from torchtree.soft.adaptation import (
     welford_update,
     welford_variance,
 )
-from torchtree.soft.chains import draw, make_kernel, warmup
-from torchtree.soft.hmc import hmc_init, kinetic_energy, leapfrog, sample_momentum
+from torchtree.samplers.soft_chains import draw, make_kernel, warmup
+from torchtree.steps.hmc import hmc_init, kinetic_energy, leapfrog, sample_momentum
 
 
 MEAN = torch.tensor([0.0, 1.0, -2.0, 3.0], dtype=torch.float64)

@@ -12,7 +12,7 @@ from torchtree import ChipmanPrior, Data, DirichletMultinomial, HardTrees, TopDo
 from torchtree.kernels.forest import mixture_over_leaves, node_region_keys
 from torchtree.kernels.segments import exclusive_cumsum, ragged_arange, rank_within, segment_minmax, segmented_searchsorted
 from torchtree.kernels.traversal import leaf_index, leaf_index_reference
-from torchtree.trees import INTERNAL, LEAF
+from torchtree.model.trees import INTERNAL, LEAF
 
 
 def gen(seed):

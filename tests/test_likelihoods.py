@@ -1,4 +1,4 @@
-"""Tests for torchtree.likelihoods: conjugate marginals against independent computations."""
+"""Tests for torchtree.model.likelihoods: conjugate marginals against independent computations."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torchtree import DirichletMultinomial, NormalInverseGamma
-from torchtree.likelihoods import likelihood_from_config
+from torchtree.model.likelihoods import likelihood_from_config
 
 
 # ------------------------------------------------------ Dirichlet-multinomial

@@ -1,4 +1,4 @@
-"""Tests of the MCMC sampler (torchtree.mcmc) against exact answers on tiny data."""
+"""Tests of the MCMC sampler (torchtree.samplers.mcmc) against exact answers on tiny data."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from scipy import stats as sps
 
 import torchtree as tt
-from torchtree.mcmc import MCMC, chain_ess, rhat
+from torchtree.samplers.mcmc import MCMC, chain_ess, rhat
 from torchtree.testing import exact_predictive, exact_prior_depth, exact_prior_leaves
 
 

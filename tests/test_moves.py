@@ -1,4 +1,4 @@
-"""Tests of the grow / prune / change / swap moves (torchtree.moves).
+"""Tests of the grow / prune / change / swap moves (torchtree.steps.moves).
 
 Statistical tests use fixed seeds; each states its tolerance. A chi-square test at
 level ``alpha`` fails spuriously with probability ``alpha`` for a fixed seed only if
@@ -14,11 +14,11 @@ import torch
 from scipy import stats as sps
 
 import torchtree as tt
-from torchtree.moves import (CHANGE, GROW, PRUNE, SWAP, TreeModel, TreeState, check_state, draw_moves,
+from torchtree.steps.moves import (CHANGE, GROW, PRUNE, SWAP, TreeModel, TreeState, check_state, draw_moves,
                              propose, sample_prior_state)
-from torchtree.random import keyed_uniform
+from torchtree.core.random import keyed_uniform
 from torchtree.testing import exact_prior_depth, exact_prior_leaves
-from torchtree.trees import INTERNAL
+from torchtree.model.trees import INTERNAL
 
 
 def _mh_steps(state, model, n_steps, seed, move_probs=(0.25, 0.25, 0.25, 0.25), check=False, cut_proposal="prior"):

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from torchtree.soft.chains import draw, make_kernel, warmup
-from torchtree.soft.hmc import hmc_init
-from torchtree.soft.nuts import nuts_step
+from torchtree.samplers.soft_chains import draw, make_kernel, warmup
+from torchtree.steps.hmc import hmc_init
+from torchtree.steps.nuts import nuts_step
 
 
 MEAN = torch.tensor([0.0, 1.0, -2.0, 3.0], dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""Asynchronous batched NUTS (torchtree.soft.nuts_async): moments of a Gaussian, the
+"""Asynchronous batched NUTS (torchtree.steps.nuts_async): moments of a Gaussian, the
 same transition distribution as the lockstep nuts_step (two-sample tests), draw-for-draw
 agreement with a direct per-chain transcription of nuts_step, per-chain pacing and tick
 count, live-chain compaction, edge cases, and the wiring through chains.draw, NUTS and
@@ -10,10 +10,10 @@ import torch
 from scipy import stats as sps
 
 from torchtree.soft import NUTS
-from torchtree.soft.chains import ChainState, draw, make_kernel
-from torchtree.soft.hmc import HMCState, hmc_init, leapfrog
-from torchtree.soft.nuts import nuts_step
-from torchtree.soft.nuts_async import nuts_draw_async
+from torchtree.samplers.soft_chains import ChainState, draw, make_kernel
+from torchtree.steps.hmc import HMCState, hmc_init, leapfrog
+from torchtree.steps.nuts import nuts_step
+from torchtree.steps.nuts_async import nuts_draw_async
 
 ALPHA = 1e-3  # significance level of the two-sample tests
 

@@ -1,4 +1,4 @@
-"""Tests for torchtree.posterior: TreePosterior predictions against per-tree brute
+"""Tests for torchtree.model.posterior: TreePosterior predictions against per-tree brute
 force, saving and loading, summaries, DOT output, dedupe_trees, errors."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from torchtree import ChipmanPrior, Data, DirichletMultinomial, HardTrees, TopDownSMC, TreePosterior
-from torchtree.posterior import dedupe_trees
-from torchtree.trees import INTERNAL, LEAF
+from torchtree.model.posterior import dedupe_trees
+from torchtree.model.trees import INTERNAL, LEAF
 
 LABELS = np.array(["cat", "dog", "emu"])
 

@@ -1,4 +1,4 @@
-"""Tests for torchtree.priors: hand-computed eq. 5 values, support, normalisation,
+"""Tests for torchtree.model.priors: hand-computed eq. 5 values, support, normalisation,
 and prior draws of the top-down sampler against exact prior distributions."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from torchtree import ChipmanPrior, Data, DirichletMultinomial, HardTrees, PoissonPrior, TopDownSMC
-from torchtree.priors import node_ranges, prior_from_config
+from torchtree.model.priors import node_ranges, prior_from_config
 from torchtree.testing import exact_prior_depth, exact_prior_leaves
-from torchtree.trees import INTERNAL, LEAF, OPEN
+from torchtree.model.trees import INTERNAL, LEAF, OPEN
 
 
 # ---------------------------------------------------------------- helpers
@@ -375,7 +375,7 @@ def test_poisson_normaliser_does_not_overflow():
 
 
 def test_make_prior_refuses_settings_it_would_drop():
-    from torchtree.priors import ChipmanPrior, make_prior
+    from torchtree.model.priors import ChipmanPrior, make_prior
 
     assert make_prior("poisson", poisson_lambda=3.0).lam == 3.0
     assert make_prior(None, 0.9, 1.0).config() == ChipmanPrior(0.9, 1.0).config()

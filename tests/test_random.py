@@ -1,4 +1,4 @@
-"""Tests for torchtree.random: keyed counter-based random numbers."""
+"""Tests for torchtree.core.random: keyed counter-based random numbers."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from torchtree.random import derive_seed, keyed_bits, keyed_uniform, seed_to_int
+from torchtree.core.random import derive_seed, keyed_bits, keyed_uniform, seed_to_int
 
 N = 100_000
 

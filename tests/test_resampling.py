@@ -1,4 +1,4 @@
-"""Tests for torchtree.resampling.
+"""Tests for torchtree.core.resampling.
 
 Statistical tests are seeded (so they are deterministic); their tolerances are
 stated next to them together with the false-failure rate they would have for
@@ -13,8 +13,8 @@ import pytest
 import torch
 from scipy import stats
 
-from torchtree import resampling as rs
-from torchtree.resampling import (
+from torchtree.core import resampling as rs
+from torchtree.core.resampling import (
     RESAMPLERS,
     ancestors_from_ncopies,
     cumulative_weights,

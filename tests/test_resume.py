@@ -34,8 +34,9 @@ import pytest
 import torch
 
 from torchtree import MCMC, BayesianTreeClassifier, Data, TopDownSMC, TraceMonitor
-from torchtree import mcmc as mcmc_module
-from torchtree.checkpoint import CheckpointError, load_checkpoint
+from torchtree.samplers import mcmc as mcmc_module
+from torchtree.io.checkpoint import CheckpointError, load_checkpoint
+from torchtree.monitor import CallbackMonitor
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = Path(__file__).parent / "_dist_workers"
@@ -94,9 +95,8 @@ def _run_stopped(kind, path, stop_at, every=1, data=DATA, seed=rc.SEED):
         if step >= stop_at:
             raise Stop
 
-    s._on_checkpoint = hook
     with pytest.raises(Stop):
-        s.run(data, seed=seed)
+        s.run(data, seed=seed, monitor=CallbackMonitor(on_checkpoint=hook))
 
 
 _REF: dict = {}
@@ -116,6 +116,7 @@ CHILD = textwrap.dedent("""
     torch.set_num_threads(1)
     import resume_cases as rc
     from torchtree import MCMC, TopDownSMC
+    from torchtree.monitor import CallbackMonitor
     kind, path, stop_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
     data, _ = rc.data()
     if kind == "smc":
@@ -126,8 +127,7 @@ CHILD = textwrap.dedent("""
         print("checkpoint", step, flush=True)
         if step == stop_at:
             sys.stdin.readline()  # wait here until the test kills us
-    s._on_checkpoint = hook
-    s.run(data, seed=rc.SEED)
+    s.run(data, seed=rc.SEED, monitor=CallbackMonitor(on_checkpoint=hook))
     print("finished", flush=True)
 """)
 
@@ -193,9 +193,8 @@ def test_smc_layer_optimal_and_regression_resume(tmp_path):
             if step >= 4:
                 raise Stop
 
-        s._on_checkpoint = hook
         with pytest.raises(Stop):
-            s.run(data, seed=3)
+            s.run(data, seed=3, monitor=CallbackMonitor(on_checkpoint=hook))
         post = TopDownSMC(**{**SMC_KW, **kw}, checkpoint=path).run(data, seed=3)
         a, b = post.trees.as_dict(), ref.trees.as_dict()
         assert all(torch.equal(a[k], b[k]) for k in b)
@@ -225,8 +224,7 @@ def test_every_3_saves_at_expected_steps_and_finished_run_returns_at_once(tmp_pa
     path = str(tmp_path / "run.ckpt")
     s = _sampler(kind, path, every=3)
     steps = []
-    s._on_checkpoint = steps.append
-    post = s.run(DATA, seed=rc.SEED)
+    post = s.run(DATA, seed=rc.SEED, monitor=CallbackMonitor(on_checkpoint=steps.append))
     ref = _reference(kind)
     _same(post, ref)
     final = ref.info["n_stages"] if kind == "smc" else s.n_iterations - 1
@@ -241,8 +239,7 @@ def test_every_3_saves_at_expected_steps_and_finished_run_returns_at_once(tmp_pa
     mtime = os.stat(path).st_mtime_ns
     again = _sampler(kind, path, every=3)
     again_steps = []
-    again._on_checkpoint = again_steps.append
-    _same(again.run(DATA, seed=rc.SEED), ref)
+    _same(again.run(DATA, seed=rc.SEED, monitor=CallbackMonitor(on_checkpoint=again_steps.append)), ref)
     assert again_steps == [] and os.stat(path).st_mtime_ns == mtime
 
 
@@ -273,9 +270,8 @@ def test_cuda_stop_and_resume(tmp_path, kind):
         if step >= 7:
             raise Stop
 
-    s._on_checkpoint = hook
     with pytest.raises(Stop):
-        s.run(DATA, seed=rc.SEED)
+        s.run(DATA, seed=rc.SEED, monitor=CallbackMonitor(on_checkpoint=hook))
     _same(_sampler(kind, path, device="cuda").run(DATA, seed=rc.SEED), ref)
 
 
@@ -310,8 +306,7 @@ def test_two_thread_ranks_stop_and_resume(tmp_path, name):
                 if step >= stop_at:
                     raise Stop
 
-            s._on_checkpoint = hook
-            return s.run(DATA, seed=rc.SEED)
+            return s.run(DATA, seed=rc.SEED, monitor=CallbackMonitor(on_checkpoint=hook, all_ranks=True))
 
         with pytest.raises(Stop):
             run_threads(2, first, timeout=60)
@@ -331,26 +326,25 @@ def test_two_thread_ranks_that_would_not_resume_alike_raise(tmp_path):
     kw = rc.DIST_CASES[next(iter(rc.DIST_CASES))]
 
     def sampler(b):
-        s = TopDownSMC(**kw, backend=b, checkpoint=str(tmp_path / f"rank{b.rank}" / "run.ckpt"), checkpoint_every=1)
+        return TopDownSMC(**kw, backend=b, checkpoint=str(tmp_path / f"rank{b.rank}" / "run.ckpt"), checkpoint_every=1)
 
-        def hook(step):
-            if step >= 3:
-                raise Stop
+    def hook(step):
+        if step >= 3:
+            raise Stop
 
-        s._on_checkpoint = hook
-        return s
+    stop = CallbackMonitor(on_checkpoint=hook, all_ranks=True)
 
     for r in (0, 1):
         (tmp_path / f"rank{r}").mkdir()
     with pytest.raises(Stop):
-        run_threads(2, lambda b: sampler(b).run(DATA, seed=rc.SEED), timeout=60)
+        run_threads(2, lambda b: sampler(b).run(DATA, seed=rc.SEED, monitor=stop), timeout=60)
     for f in (tmp_path / "rank1").iterdir():
         f.unlink()
     errors = []
 
     def resume(b):
         try:
-            sampler(b).run(DATA, seed=rc.SEED)
+            sampler(b).run(DATA, seed=rc.SEED, monitor=stop)
         except CheckpointError as exc:
             errors.append(str(exc))
 

@@ -7,10 +7,10 @@ import pytest
 
 from torchtree import (BayesianTreeClassifier, BayesianTreeRegressor, ChipmanPrior, Data, DirichletMultinomial,
                        PoissonPrior, TopDownSMC)
-from torchtree.checkpoint import CheckpointError
+from torchtree.io.checkpoint import CheckpointError
 from torchtree.cli import main
-from torchtree.mcmc import MCMC
-from torchtree.smc_moves import SMCSampler
+from torchtree.samplers.mcmc import MCMC
+from torchtree.samplers.smc_moves import SMCSampler
 
 
 def _xy(n=60, seed=0):

@@ -1,4 +1,4 @@
-"""Tests of the SMC sampler with moves (torchtree.smc_moves) against exact answers."""
+"""Tests of the SMC sampler with moves (torchtree.samplers.smc_moves) against exact answers."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 from scipy import stats as sps
 
 import torchtree as tt
-from torchtree.smc_moves import SMCSampler, per_particle_accuracy
+from torchtree.samplers.smc_moves import SMCSampler, per_particle_accuracy
 from torchtree.testing import exact_log_evidence, exact_predictive, exact_prior_leaves
 
 

@@ -10,7 +10,7 @@ Jobs (launched together when the module's first test asks for them):
 
 Exactness: everything is compared bit for bit -- log evidence, predictive probabilities,
 every tree field, final log-weights, ESS trace (the weight sums are exact integers, see
-``torchtree.smc_moves``).
+``torchtree.samplers.smc_moves``).
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from torchtree.checkpoint import CheckpointError, load_checkpoint
-from torchtree.smc_moves import SMCSampler, _StopForTest
+from torchtree.io.checkpoint import CheckpointError, load_checkpoint
+from torchtree.samplers.smc_moves import SMCSampler, _StopForTest
 
 WORKERS = Path(__file__).parent / "_dist_workers"
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,10 +1,10 @@
-"""Data-informed starting points of soft-tree chains (torchtree.soft.init)."""
+"""Data-informed starting points of soft-tree chains (torchtree.steps.soft_init)."""
 import pytest
 import torch
 
 from torchtree.datasets.synthetic import cgm, cgm_mean
 from torchtree.soft import DCC, NUTS, SoftTrees
-from torchtree.soft.init import _route, informed_start
+from torchtree.steps.soft_init import _route, informed_start
 
 
 def _hard_mse(model, theta):
@@ -78,7 +78,7 @@ def test_init_option_is_validated():
 def test_row_chunking_gives_the_same_start(monkeypatch):
     # the statistics are built in row chunks when they would exceed _MAX_STATS;
     # chunking must not change the result (same random numbers, same choices)
-    import torchtree.soft.init as init_mod
+    import torchtree.steps.soft_init as init_mod
 
     Xtr, ytr, _, _ = cgm(n_train=200, seed=2)
     m = SoftTrees((Xtr, ytr), [(0, 1, 2, 4)], n_chains=5, sharpness=0.001, dtype=torch.float64,

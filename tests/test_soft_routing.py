@@ -9,7 +9,7 @@ from torchtree.kernels.soft_routing import (
     soft_routing_autograd,
     soft_routing_reference,
 )
-from torchtree.soft.topology import Topology
+from torchtree.model.topology import Topology
 
 
 def _random_trees(B, depth, D, seed, dtype=torch.float64):

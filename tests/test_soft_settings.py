@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from torchtree.soft import DCC, NUTS, SoftTreeHyper, Topology, sample_prior_topologies
-from torchtree.soft.inputs import as_soft_data
-from torchtree.validate import check_int, check_probabilities, check_real
+from torchtree.model.soft_data import as_soft_data
+from torchtree.core.validate import check_int, check_probabilities, check_real
 
 
 @pytest.mark.parametrize("kwargs, name", [
@@ -240,11 +240,11 @@ def test_topology_index_and_feature_names_are_checked(fitted, separable):
 
 
 def test_pyro_modules_scale_constant_features_and_check_y():
-    """Pyro's scaling now matches torchtree.soft.inputs (a constant feature maps to 0.5),
+    """Pyro's scaling now matches torchtree.model.soft_data (a constant feature maps to 0.5),
     so the Pyro model is the batched samplers' model on such data too."""
     import torch
     from torchtree.pyro import SoftTreeClassifier, SoftTreeRegressor
-    from torchtree.soft.inputs import scale_inputs
+    from torchtree.model.soft_data import scale_inputs
 
     X = torch.tensor([[1.0, 0.2], [1.0, 0.9], [1.0, 0.5]])
     clf = SoftTreeClassifier(2, 2, topology=1, feature_min=X.min(0).values, feature_max=X.max(0).values)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from torchtree.soft import DCC, NUTS, SoftTreeHyper, SoftTrees, Topology, as_soft_data
-from torchtree.soft.posterior import SoftTreePosterior
+from torchtree.model.soft_posterior import SoftTreePosterior
 
 
 def _diagonal(N=200, seed=0):

@@ -11,7 +11,7 @@ import torch
 
 from torchtree import ChipmanPrior, Data, DirichletMultinomial, HardTrees, NormalInverseGamma, TopDownSMC
 from torchtree.testing import exact_log_evidence, exact_predictive, exact_prior_depth, exact_prior_leaves
-from torchtree.trees import INTERNAL, LEAF
+from torchtree.model.trees import INTERNAL, LEAF
 
 
 def l_dm(lik, data, rows):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from torchtree import ChipmanPrior, Data, DirichletMultinomial, NormalInverseGamma, TopDownSMC, TraceMonitor
-from torchtree.growth import Grower
+from torchtree.steps.growth import Grower
 from torchtree.testing import exact_log_evidence, exact_predictive, exact_prior_depth, exact_prior_leaves
 
 PROPOSALS = ["prior", "empirical", "optimal"]

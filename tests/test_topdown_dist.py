@@ -11,7 +11,7 @@ Each job then runs ``examples/distributed_smc.py --smoke`` on its 4 ranks (the s
 
 Exactness: classification runs are compared bit for bit (log evidence, predictive
 probabilities, every tree field, weights); regression to 1e-9 (its float node statistics are
-cumulated over the distinct nodes present on a rank, see ``torchtree.topdown_dist``).
+cumulated over the distinct nodes present on a rank, see ``torchtree.samplers.topdown_dist``).
 Fast in-process checks with a thread backend cover export/import, errors and monitors.
 """
 
@@ -32,10 +32,10 @@ import pytest
 import torch
 
 from torchtree import Data, TopDownSMC, TraceMonitor
-from torchtree.growth import Grower
-from torchtree.likelihoods import DirichletMultinomial
-from torchtree.priors import ChipmanPrior
-from torchtree.topdown_dist import export_particles, import_particles, layout_for
+from torchtree.steps.growth import Grower
+from torchtree.model.likelihoods import DirichletMultinomial
+from torchtree.model.priors import ChipmanPrior
+from torchtree.samplers.topdown_dist import export_particles, import_particles, layout_for
 
 WORKERS = Path(__file__).parent / "_dist_workers"
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,7 +254,7 @@ def test_export_import_round_trip_rebuilds_trees_and_lists():
     dst = Grower(ChipmanPrior(), DirichletMultinomial(5.0), data, "prior", seed=1)
     uid, nn = import_particles(dst, block, torch.zeros(5, dtype=torch.long))
     assert torch.equal(uid[0], uid[4])  # copies of one tree share their imported nodes
-    from torchtree.growth import GrowthState
+    from torchtree.steps.growth import GrowthState
 
     got = dst.to_trees(GrowthState(uid, nn))
     want = src.to_trees(GrowthState(state.node_uid[rows], state.n_nodes[rows]))

@@ -1,4 +1,4 @@
-"""Tests for torchtree.trees.HardTrees (padded pointer arrays)."""
+"""Tests for torchtree.model.trees.HardTrees (padded pointer arrays)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 
 from torchtree import ChipmanPrior, Data, DirichletMultinomial, HardTrees, TopDownSMC
 from torchtree.kernels.traversal import leaf_index_reference
-from torchtree.trees import INTERNAL, LEAF, OPEN, UNUSED
+from torchtree.model.trees import INTERNAL, LEAF, OPEN, UNUSED
 
 FIELDS = ("feature", "threshold", "left", "right", "parent", "depth", "status", "stats")
 

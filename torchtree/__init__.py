@@ -4,19 +4,22 @@ Samplers: top-down SMC (paper 001), MCMC and SMC with grow/prune/change/swap
 moves (paper 002), soft trees with HMC/NUTS and DCC-Tree (paper 004).
 """
 
-__version__ = "0.1.0"
+from torchtree._version import __version__
+from torchtree import _aliases
 
-from .data import Data
-from .trees import HardTrees
-from .priors import ChipmanPrior, PoissonPrior
-from .likelihoods import DirichletMultinomial, NormalInverseGamma
-from .posterior import TreePosterior
-from .monitor import Monitor, MonitorList, ProgressMonitor, TensorBoardMonitor, TraceMonitor
-from .resampling import ess, multinomial, residual, stratified, systematic
-from .topdown import TopDownSMC
-from .mcmc import MCMC
-from .smc_moves import SMCSampler
-from .estimators import BayesianTreeClassifier, BayesianTreeRegressor, register_method
+_aliases.install()  # old module paths (torchtree.topdown, ...) answer for one release, with a warning
+
+from torchtree.model.data import Data
+from torchtree.model.trees import HardTrees
+from torchtree.model.priors import ChipmanPrior, PoissonPrior
+from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
+from torchtree.model.posterior import TreePosterior
+from torchtree.monitor import Monitor, MonitorList, ProgressMonitor, TensorBoardMonitor, TraceMonitor
+from torchtree.core.resampling import ess, multinomial, residual, stratified, systematic
+from torchtree.samplers.topdown import TopDownSMC
+from torchtree.samplers.mcmc import MCMC
+from torchtree.samplers.smc_moves import SMCSampler
+from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, register_method
 
 # The soft-tree family is imported on first use (it is the heaviest part).
 _LAZY = {

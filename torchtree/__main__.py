@@ -1,6 +1,6 @@
 """``python -m torchtree``."""
 import sys
 
-from .cli import main
+from torchtree.cli import main
 
 sys.exit(main())

@@ -13,19 +13,19 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from .data import Data
-from .likelihoods import DirichletMultinomial, NormalInverseGamma
-from .priors import make_prior
+from torchtree.model.data import Data
+from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
+from torchtree.model.priors import make_prior
 
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "register_method", "get_method",
            "model_settings"]
 
 # name -> "module:Class" (imported lazily so optional samplers cost nothing) or a class.
 METHODS: Dict[str, Any] = {
-    "smc": "torchtree.topdown:TopDownSMC",
-    "mcmc": "torchtree.mcmc:MCMC",
-    "smc-moves": "torchtree.smc_moves:SMCSampler",
-    "dcc": "torchtree.soft.dcc:DCC",
+    "smc": "torchtree.samplers.topdown:TopDownSMC",
+    "mcmc": "torchtree.samplers.mcmc:MCMC",
+    "smc-moves": "torchtree.samplers.smc_moves:SMCSampler",
+    "dcc": "torchtree.samplers.dcc.sampler:DCC",
 }
 
 
@@ -65,6 +65,13 @@ def get_method(name: str):
 
 
 def _accepted(cls) -> set:
+    """The keyword settings ``cls`` takes: its config's fields (protocol samplers) or its
+    constructor's parameters."""
+    from torchtree.samplers.protocol import config_class_of
+
+    config = config_class_of(cls)
+    if config is not None:
+        return {o.name for o in config.options()} | {"prior", "likelihood", "backend"}
     sig = inspect.signature(cls.__init__)
     return {p for p in sig.parameters if p != "self"}
 

@@ -28,7 +28,7 @@ import numbers
 import os
 import sys
 import time
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -41,7 +41,9 @@ __all__ = [
     "TensorBoardMonitor",
     "ProgressMonitor",
     "MonitorList",
+    "CallbackMonitor",
     "as_monitor",
+    "notify_checkpoint",
 ]
 
 
@@ -78,6 +80,13 @@ class Monitor:
 
     def on_end(self, info: Mapping[str, Any]) -> None:
         """Called once after the last step with the run's results."""
+
+    def on_checkpoint(self, step: int) -> None:
+        """Called after the checkpoint of step ``step`` is safely on disk (optional hook).
+
+        Raising here stops the run with that checkpoint intact, which is how the tests
+        simulate a crash; monitors without this method are skipped.
+        """
 
     def close(self) -> None:
         """Release files or bars; safe to call more than once."""
@@ -477,6 +486,54 @@ class ProgressMonitor(Monitor):
 # ----------------------------------------------------------------------------
 
 
+class CallbackMonitor(Monitor):
+    """A monitor made of plain functions, for scripts and tests.
+
+    Parameters
+    ----------
+    on_start, on_end : callable(info), optional
+    on_step : callable(step, info), optional
+    on_checkpoint : callable(step), optional
+        Called after each checkpoint is on disk; raising there stops the run with that
+        checkpoint intact (how the tests simulate a crash).
+    all_ranks : bool
+        Call the functions on every rank of a multi-rank run, not only on rank 0.
+    """
+
+    def __init__(self, *, on_start: Optional[Callable] = None, on_step: Optional[Callable] = None,
+                 on_end: Optional[Callable] = None, on_checkpoint: Optional[Callable] = None,
+                 all_ranks: bool = False) -> None:
+        super().__init__(all_ranks=all_ranks)
+        self._fns = {"on_start": on_start, "on_step": on_step, "on_end": on_end, "on_checkpoint": on_checkpoint}
+
+    def on_start(self, info: Mapping[str, Any]) -> None:
+        if self._fns["on_start"] is not None:
+            self._fns["on_start"](info)
+
+    def on_step(self, step: int, info: Mapping[str, Any]) -> None:
+        if self._fns["on_step"] is not None:
+            self._fns["on_step"](step, info)
+
+    def on_end(self, info: Mapping[str, Any]) -> None:
+        if self._fns["on_end"] is not None:
+            self._fns["on_end"](info)
+
+    def on_checkpoint(self, step: int) -> None:
+        if self._fns["on_checkpoint"] is not None:
+            self._fns["on_checkpoint"](step)
+
+    def __repr__(self) -> str:
+        given = [k for k, v in self._fns.items() if v is not None]
+        return f"CallbackMonitor({', '.join(given)})"
+
+
+def notify_checkpoint(monitor: Any, step: int) -> None:
+    """Call ``monitor.on_checkpoint(step)`` when the monitor has that (optional) hook."""
+    hook = getattr(monitor, "on_checkpoint", None)
+    if callable(hook):
+        hook(step)
+
+
 def _is_monitor_like(obj: Any) -> bool:
     return isinstance(obj, Monitor) or all(callable(getattr(obj, h, None)) for h in ("on_start", "on_step", "on_end"))
 
@@ -516,6 +573,12 @@ class MonitorList(Monitor):
     def on_end(self, info: Mapping[str, Any]) -> None:
         for m in self.monitors:
             m.on_end(info)
+
+    def on_checkpoint(self, step: int) -> None:
+        for m in self.monitors:
+            hook = getattr(m, "on_checkpoint", None)
+            if callable(hook):
+                hook(step)
 
     def close(self) -> None:
         for m in self.monitors:

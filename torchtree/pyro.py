@@ -1,10 +1,248 @@
-"""Pyro integration: soft decision trees as ``PyroModule`` models.
+"""Soft decision trees as Pyro models (``PyroModule`` with ``PyroSample`` priors).
 
-``SoftTreeFunction`` is a random function usable inside any Pyro model (e.g. the mean
-of a hierarchical regression); ``SoftTreeRegressor`` and ``SoftTreeClassifier`` are
-complete models for ``pyro.infer.MCMC(pyro.infer.NUTS(model))`` or SVI. See
-:mod:`torchtree.soft.pyro_model` and ``examples/pyro_soft_tree.py``.
+Three modules, all built on the batched routing kernel of
+:mod:`torchtree.kernels.soft_routing` and on the same priors as
+:class:`~torchtree.model.soft_trees.SoftTrees` (paper 004, eq. 7-9):
+
+* :class:`SoftTreeFunction` -- a random function ``f(x) = sum_k phi_k(x) mu_k`` with
+  Dirichlet split weights, Beta thresholds and Normal leaf values. It draws nothing
+  but its own parameters, so it can sit inside a larger model, e.g. as the mean
+  function of a hierarchical regression;
+* :class:`SoftTreeRegressor` -- ``y ~ Normal(f(x), sigma2)``, ``sigma2 ~ InvGamma``
+  (eq. 9);
+* :class:`SoftTreeClassifier` -- the soft-count Dirichlet-multinomial likelihood of
+  eq. 8 as a ``pyro.factor`` (leaf class probabilities integrated out).
+
+They work with ``pyro.infer.MCMC(pyro.infer.NUTS(model), ...)``, SVI, ``Predictive``
+(leading sample dimensions are supported by flattening them into the batch of
+trees), and ``pyro.poutine`` handlers. Inputs are scaled to [0, 1] with the ranges
+given at construction (``feature_min`` / ``feature_max``), or passed pre-scaled.
+
+``signed_splits=True`` (not in the paper) is the option of the same name in
+:class:`~torchtree.soft.SoftTreeHyper`: the split weights lie on the simplex over the
+scaled inputs and their mirror images ``1 - x`` (``split_weights`` has ``2 D``
+columns), so a split can weigh features with either sign.
 """
-from .soft.pyro_model import SoftTreeClassifier, SoftTreeFunction, SoftTreeRegressor
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import pyro
+import pyro.distributions as dist
+from pyro.nn import PyroModule, PyroSample
+
+from torchtree.kernels.soft_routing import dirichlet_multinomial_loglik, soft_class_counts, soft_routing
+from torchtree.core.validate import check_bool, check_int, check_real
+
+from torchtree.model.soft_data import mirror_columns
+from torchtree.model.topology import Topology
 
 __all__ = ["SoftTreeFunction", "SoftTreeRegressor", "SoftTreeClassifier"]
+
+
+def _as_float(values) -> torch.Tensor:
+    t = torch.as_tensor(values)
+    return t if t.is_floating_point() else t.to(torch.get_default_dtype())
+
+
+def _check_y(X: torch.Tensor, y: Optional[torch.Tensor]) -> None:
+    if y is not None and (y.dim() != 1 or y.shape[0] != X.shape[0]):
+        raise ValueError(f"y must be 1-D with {X.shape[0]} entries (one per row of X), got shape {tuple(y.shape)}")
+
+
+class _SoftTreeBase(PyroModule):
+    """Split priors, scaling and routing shared by the three modules."""
+
+    def __init__(
+        self,
+        n_features: int,
+        topology=2,
+        sharpness: float = 0.05,
+        split_concentration: float = 1.0,
+        threshold_a: float = 1.0,
+        threshold_b: float = 1.0,
+        feature_min: Optional[torch.Tensor] = None,
+        feature_max: Optional[torch.Tensor] = None,
+        signed_splits: bool = False,
+    ) -> None:
+        super().__init__()
+        self.topology = Topology.coerce(topology)
+        if self.topology.n_internal == 0:
+            raise ValueError("the topology needs at least one split")
+        self.n_features = check_int("n_features", n_features, 1)
+        self.sharpness = check_real("sharpness", sharpness, 0.0)
+        check_real("split_concentration", split_concentration, 0.0)
+        check_real("threshold_a", threshold_a, 0.0)
+        check_real("threshold_b", threshold_b, 0.0)
+        self.signed_splits = check_bool("signed_splits", signed_splits)
+        self.depth = self.topology.depth
+        I = self.topology.n_internal
+        D = self.n_features
+        # columns the split weights range over: the inputs, then their mirror images
+        self.n_split_columns = 2 * D if signed_splits else D
+        self.register_buffer("node_index", torch.tensor(self.topology.internal, dtype=torch.long))
+        self.register_buffer("leaf_slots", torch.tensor(self.topology.leaf_slots(), dtype=torch.long))
+        self.register_buffer("node_mask", self.topology.node_mask())
+        # ranges keep a floating dtype they are given in (float64 data scales in float64)
+        fmin = torch.zeros(D) if feature_min is None else _as_float(feature_min)
+        fmax = torch.ones(D) if feature_max is None else _as_float(feature_max)
+        if fmin.shape != (D,) or fmax.shape != (D,):
+            raise ValueError(f"feature_min and feature_max must have shape ({D},), got {tuple(fmin.shape)} "
+                             f"and {tuple(fmax.shape)}")
+        self.register_buffer("feature_min", fmin)
+        self.register_buffer("feature_max", fmax)
+        # scale() runs in every potential evaluation: its constants are computed once
+        # (a feature with a single value maps to 0.5, as in torchtree.model.soft_data.scale_inputs)
+        span = fmax - fmin
+        self.register_buffer("_inv_span", torch.where(span > 0, 1.0 / torch.where(span > 0, span, 1.0), 0.0))
+        self.register_buffer("_offset", torch.where(span > 0, 0.0, 0.5).to(fmin.dtype))
+        if self.n_split_columns > 1:
+            self.split_weights = PyroSample(
+                dist.Dirichlet(torch.full((I, self.n_split_columns), float(split_concentration))).to_event(1)
+            )
+        self.thresholds = PyroSample(
+            dist.Beta(torch.full((I,), float(threshold_a)), torch.full((I,), float(threshold_b))).to_event(1)
+        )
+
+    def scale(self, X: torch.Tensor) -> torch.Tensor:
+        """Min-max scale raw inputs [N, D] with the ranges given at construction
+        (a feature whose range is a single value maps to 0.5).
+
+        Returns
+        -------
+        Tensor [N, D], or [N, 2 D] with ``signed_splits`` (columns ``x`` then ``1 - x``)
+        """
+        Xs = (X - self.feature_min.to(X)) * self._inv_span.to(X) + self._offset.to(X)
+        return mirror_columns(Xs) if self.signed_splits else Xs
+
+    def leaf_probabilities(self, X: torch.Tensor) -> torch.Tensor:
+        """Leaf probabilities of the real leaves, [..., N, n_leaves] (samples the splits)."""
+        if X.dim() != 2 or X.shape[1] != self.n_features:
+            raise ValueError(f"X must have shape [N, {self.n_features}], got {tuple(X.shape)}")
+        tau = self.thresholds  # [..., I]
+        batch = tau.shape[:-1]
+        I, D = self.topology.n_internal, self.n_split_columns
+        if D > 1:
+            w = self.split_weights  # [..., I, D] (D = 2 n_features with signed splits)
+        else:
+            w = torch.ones(batch + (I, 1), dtype=tau.dtype, device=tau.device)
+        B = int(torch.tensor(batch).prod()) if batch else 1
+        slots = (1 << self.depth) - 1
+        W = torch.zeros(B, slots, D, dtype=tau.dtype, device=tau.device)
+        T = torch.full((B, slots), 0.5, dtype=tau.dtype, device=tau.device)
+        W = W.index_copy(1, self.node_index, w.reshape(B, I, D))
+        T = T.index_copy(1, self.node_index, tau.reshape(B, I))
+        Xs = self.scale(X).to(tau.dtype)
+        mask = self.node_mask.unsqueeze(0).expand(B, slots)
+        phi = soft_routing(Xs, W, T, self.sharpness, mask)  # [B, N, L]
+        phi = phi.index_select(-1, self.leaf_slots)
+        return phi.reshape(batch + phi.shape[1:])
+
+
+class SoftTreeFunction(_SoftTreeBase):
+    """A soft regression tree as a random function ``f(x) = sum_k phi_k(x) mu_k``.
+
+    Parameters
+    ----------
+    n_features : int
+    topology : Topology, int (full tree of that depth) or node ids
+    sharpness : float, split sharpness ``h``
+    split_concentration : float, Dirichlet prior of split weights
+    threshold_a, threshold_b : float, Beta prior of thresholds
+    leaf_loc, leaf_scale : float, Normal prior of leaf values (scale = std)
+    feature_min, feature_max : Tensor [D], optional, input ranges for scaling
+    signed_splits : bool, split weights over the inputs and their mirror images
+        ``1 - x`` (``split_weights`` [I, 2 D]; see the module docstring)
+
+    Examples
+    --------
+    Inside a larger model::
+
+        tree = SoftTreeFunction(D, topology=2)
+        def model(X, group, y=None):
+            offset = pyro.sample("offset", dist.Normal(0., 1.).expand([G]).to_event(1))
+            mean = tree(X) + offset[group]
+            with pyro.plate("data", len(X)):
+                pyro.sample("y", dist.Normal(mean, 0.1), obs=y)
+    """
+
+    def __init__(self, n_features: int, topology=2, sharpness: float = 0.05, split_concentration: float = 1.0,
+                 threshold_a: float = 1.0, threshold_b: float = 1.0, leaf_loc: float = 0.0, leaf_scale: float = 1.0,
+                 feature_min=None, feature_max=None, signed_splits: bool = False) -> None:
+        super().__init__(n_features, topology, sharpness, split_concentration, threshold_a, threshold_b,
+                         feature_min, feature_max, signed_splits)
+        L = self.topology.n_leaves
+        self.leaf_values = PyroSample(dist.Normal(torch.full((L,), float(leaf_loc)), float(leaf_scale)).to_event(1))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """``f(X)``: Tensor [..., N] (leading dims = sample dims of the parameters)."""
+        phi = self.leaf_probabilities(X)
+        mu = self.leaf_values
+        return (phi * mu.unsqueeze(-2)).sum(-1)
+
+
+class SoftTreeRegressor(PyroModule):
+    """``y ~ Normal(f(x), sigma2)`` with a soft tree ``f`` and ``sigma2 ~ InvGamma`` (eq. 9).
+
+    Parameters
+    ----------
+    n_features, topology, sharpness, split_concentration, feature_min, feature_max, signed_splits :
+        as in :class:`SoftTreeFunction`
+    mu_mean, mu_var : float, Normal prior of leaf means (variance)
+    sigma_shape, sigma_scale : float, inverse-gamma prior of the noise variance
+    """
+
+    def __init__(self, n_features: int, topology=2, sharpness: float = 0.05, split_concentration: float = 1.0,
+                 mu_mean: float = 0.0, mu_var: float = 1.0, sigma_shape: float = 1.5, sigma_scale: float = 0.15,
+                 feature_min=None, feature_max=None, signed_splits: bool = False) -> None:
+        super().__init__()
+        self.tree = SoftTreeFunction(n_features, topology, sharpness, split_concentration, 1.0, 1.0,
+                                     mu_mean, math.sqrt(mu_var), feature_min, feature_max, signed_splits)
+        self.sigma2 = PyroSample(dist.InverseGamma(torch.tensor(float(sigma_shape)), torch.tensor(float(sigma_scale))))
+
+    def forward(self, X: torch.Tensor, y: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Sample ``y`` (observed if given); returns the tree's mean [..., N]."""
+        _check_y(X, y)
+        mean = self.tree(X)
+        sigma2 = self.sigma2
+        with pyro.plate("data", X.shape[0], dim=-1):
+            pyro.sample("y", dist.Normal(mean, torch.sqrt(sigma2).unsqueeze(-1)), obs=y)
+        return mean
+
+
+class SoftTreeClassifier(_SoftTreeBase):
+    """Soft classification tree with the soft-count Dirichlet-multinomial likelihood (eq. 8).
+
+    Parameters
+    ----------
+    n_features : int
+    n_classes : int
+    topology, sharpness, split_concentration, feature_min, feature_max, signed_splits : as above
+    alpha : float, optional, total Dirichlet concentration (default ``n_classes``)
+    """
+
+    def __init__(self, n_features: int, n_classes: int, topology=2, sharpness: float = 0.05,
+                 split_concentration: float = 1.0, alpha: Optional[float] = None,
+                 feature_min=None, feature_max=None, signed_splits: bool = False) -> None:
+        super().__init__(n_features, topology, sharpness, split_concentration, 1.0, 1.0, feature_min, feature_max,
+                         signed_splits)
+        self.n_classes = check_int("n_classes", n_classes, 2)
+        self.alpha = check_real("alpha", alpha, 0.0) if alpha is not None else float(n_classes)
+
+    def forward(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Add ``log l(Y | X, splits)`` as a factor; returns leaf probabilities [..., N, L]."""
+        if y is None:
+            raise ValueError("SoftTreeClassifier needs the labels y: the leaves' class probabilities are "
+                             "integrated out given them (eq. 8)")
+        _check_y(X, y)
+        if y.min() < 0 or y.max() >= self.n_classes:
+            raise ValueError(f"y must hold class codes 0..{self.n_classes - 1}")
+        phi = self.leaf_probabilities(X)
+        onehot = torch.nn.functional.one_hot(y.long(), self.n_classes).to(phi.dtype)
+        batch = phi.shape[:-2]
+        flat = phi.reshape((-1,) + phi.shape[-2:])
+        ll = dirichlet_multinomial_loglik(soft_class_counts(flat, onehot), self.alpha / self.n_classes)
+        pyro.factor("soft_dirichlet_multinomial", ll.reshape(batch))
+        return phi

@@ -21,6 +21,7 @@ import torch
 
 import torchtree.distributed as td
 from torchtree import TopDownSMC
+from torchtree.monitor import CallbackMonitor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import resume_cases as rc  # noqa: E402
@@ -48,16 +49,14 @@ def main() -> int:
                 if step >= rc.STOP_AT:
                     raise Stop
 
-            first._on_checkpoint = stop
             try:
-                first.run(data, seed=rc.SEED)
+                first.run(data, seed=rc.SEED, monitor=CallbackMonitor(on_checkpoint=stop, all_ranks=True))
                 stopped = False
             except Stop:
                 stopped = True
             second = TopDownSMC(**kw, backend=b, checkpoint=path, checkpoint_every=rc.EVERY)
             after = []
-            second._on_checkpoint = after.append
-            post = second.run(data, seed=rc.SEED)
+            post = second.run(data, seed=rc.SEED, monitor=CallbackMonitor(on_checkpoint=after.append, all_ranks=True))
             results[name] = {"stopped": stopped, "before": before, "after": after, **rc.summary(post, Xq)}
     except Exception:  # report, then make the other rank fail fast instead of waiting
         traceback.print_exc()

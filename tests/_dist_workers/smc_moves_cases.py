@@ -7,7 +7,7 @@ particles are resampled (and move between ranks) often.
 
 from __future__ import annotations
 
-from torchtree.smc_moves import SMCSampler
+from torchtree.samplers.smc_moves import SMCSampler
 
 from worker_common import estimator_result, posterior_result, toy_data
 

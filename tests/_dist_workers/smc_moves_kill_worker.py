@@ -17,7 +17,7 @@ import time
 import torch
 
 import smc_moves_cases as sc
-from torchtree import smc_moves
+from torchtree.samplers import smc_moves
 from torchtree.monitor import Monitor
 
 

@@ -22,7 +22,7 @@ import sys
 import smc_moves_cases as sc
 from worker_common import worker_main
 
-from torchtree.smc_moves import SMCSampler
+from torchtree.samplers.smc_moves import SMCSampler
 
 
 def main() -> int:

@@ -27,11 +27,11 @@ import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .bench import _cmd_bench, _cmd_demo, demo
-from .common import USER_ERRORS, _flag
-from .fit import _cmd_fit, _cmd_predict
-from .options import _estimator_options, _peek, sampler_options
-from .report import _cmd_summary, load_posterior
+from torchtree.cli.bench import _cmd_bench, _cmd_demo, demo
+from torchtree.cli.common import USER_ERRORS, _flag
+from torchtree.cli.fit import _cmd_fit, _cmd_predict
+from torchtree.cli.options import _estimator_options, _peek, sampler_options
+from torchtree.cli.report import _cmd_summary, load_posterior
 
 __all__ = ["main", "demo", "build_parser", "sampler_options", "load_posterior"]
 
@@ -43,8 +43,8 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     """The ``torchtree`` argument parser, with ``fit``'s sampler options for ``method``."""
-    from .. import __version__
-    from ..estimators import METHODS, get_method, model_settings
+    from torchtree._version import __version__
+    from torchtree.estimators import METHODS, get_method, model_settings
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS, help="no progress bar or chatter; results only")

@@ -10,7 +10,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from .common import _say
+from torchtree.cli.common import _say
 
 def _demo_data(seed: int = 0):
     """scikit-learn's bundled breast-cancer data (569 x 30) split 70/30, or, without
@@ -57,7 +57,7 @@ def demo(seed: int = 0, out=sys.stdout) -> List[tuple]:
     -------
     list of (method, particles, seconds, accuracy, log_predictive) rows.
     """
-    from ..estimators import BayesianTreeClassifier
+    from torchtree.estimators import BayesianTreeClassifier
 
     Xtr, ytr, Xte, yte, name = _demo_data(seed)
     print(f"torchtree demo: {name}; train {len(ytr)}, test {len(yte)}", file=out)

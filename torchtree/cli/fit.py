@@ -1,7 +1,6 @@
 """``torchtree fit`` and ``torchtree predict``."""
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import sys
@@ -10,8 +9,8 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
-from .common import _flag, _fmt, _resolve_device, _say
-from .report import _n_features, _schema, _sizes, load_posterior
+from torchtree.cli.common import _flag, _fmt, _resolve_device, _say
+from torchtree.cli.report import _n_features, _schema, _sizes, load_posterior
 
 def _split(y: np.ndarray, test_size: float, seed: int, stratify: bool) -> Tuple[np.ndarray, np.ndarray]:
     """Train / test indices: a seeded random split, per class for classification
@@ -40,9 +39,9 @@ def _split(y: np.ndarray, test_size: float, seed: int, stratify: bool) -> Tuple[
 
 def _cmd_fit(args) -> int:
 
-    from ..csvio import infer_task, parse_target, read_csv
-    from ..estimators import BayesianTreeClassifier, BayesianTreeRegressor, get_method
-    from ..monitor import ProgressMonitor, TensorBoardMonitor
+    from torchtree.io.csv import infer_task, parse_target, read_csv
+    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, _accepted, get_method
+    from torchtree.monitor import ProgressMonitor, TensorBoardMonitor
 
     quiet = getattr(args, "quiet", False)
     cls = get_method(args.method)  # a clear error if the method cannot be imported
@@ -75,7 +74,7 @@ def _cmd_fit(args) -> int:
         raise ValueError("--checkpoint-every applies with --checkpoint FILE")
     if args.checkpoint:
         args.checkpoint_every = 1 if args.checkpoint_every is None else args.checkpoint_every
-        if "checkpoint" not in inspect.signature(cls.__init__).parameters:
+        if "checkpoint" not in _accepted(cls):
             raise ValueError(f"--method {args.method} ({cls.__name__}) cannot checkpoint; drop --checkpoint")
         if args.checkpoint_every < 1:
             raise ValueError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
@@ -187,7 +186,7 @@ def _intervals(post, X: np.ndarray, level: float, chunk: int = 2048) -> np.ndarr
 
 
 def _cmd_predict(args) -> int:
-    from ..csvio import parse_target, read_features, write_csv
+    from torchtree.io.csv import parse_target, read_features, write_csv
 
     post = load_posterior(args.posterior)
     schema = _schema(post)

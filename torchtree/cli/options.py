@@ -11,7 +11,7 @@ import inspect
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .common import ESTIMATOR_RESERVED, RESERVED
+from torchtree.cli.common import ESTIMATOR_RESERVED, RESERVED
 
 def _param_docs(obj) -> Dict[str, Tuple[str, str]]:
     """``name -> (type text, first line of the description)`` from a numpydoc ``Parameters`` section."""
@@ -146,8 +146,28 @@ def _option_kwargs(param: inspect.Parameter, doc: Tuple[str, str] = ("", ""), no
     return kw
 
 
+def _config_options(config_class) -> List[Tuple[str, Dict[str, Any]]]:
+    """Options from a sampler's typed config (``SamplerConfig.options()``): help, choices and
+    defaults come from the one table the sampler validates against."""
+    out = []
+    for opt in config_class.options():
+        if opt.name in RESERVED or not opt.cli:
+            continue
+        param = inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=opt.default, annotation=opt.type)
+        kind = "{" + ", ".join(f'"{c}"' for c in opt.choices) + "}" if opt.choices else ""
+        kw = _option_kwargs(param, (kind, opt.help))
+        if kw is not None:
+            out.append((opt.name, kw))
+    return out
+
+
 def sampler_options(cls) -> List[Tuple[str, Dict[str, Any]]]:
     """The command-line options of a sampler class: ``[(param name, argparse keywords)]``."""
+    from torchtree.samplers.protocol import config_class_of
+
+    config = config_class_of(cls)
+    if config is not None:
+        return _config_options(config)
     docs = _param_docs(cls)
     out = []
     for name, p in inspect.signature(cls.__init__).parameters.items():
@@ -161,7 +181,7 @@ def sampler_options(cls) -> List[Tuple[str, Dict[str, Any]]]:
 
 def _estimator_options() -> List[Tuple[str, Dict[str, Any], str]]:
     """Options of the estimators (prior, likelihood): ``[(name, kwargs, task or "")]``."""
-    from ..estimators import BayesianTreeClassifier, BayesianTreeRegressor, _BayesianTreeBase
+    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, _BayesianTreeBase
 
     out, seen = [], set()
     for cls, task in ((_BayesianTreeBase, ""), (BayesianTreeClassifier, "classification"), (BayesianTreeRegressor, "regression")):

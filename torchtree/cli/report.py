@@ -7,10 +7,10 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .common import POSTERIOR_FORMAT, _fmt
+from torchtree.cli.common import POSTERIOR_FORMAT, _fmt
 
 def _sizes(post) -> Dict[str, float]:
-    from ..diagnostics import tree_sizes
+    from torchtree.model.diagnostics import tree_sizes
 
     try:
         s = tree_sizes(post)
@@ -51,7 +51,7 @@ def load_posterior(path: str):
     """
     import torch
 
-    from ..posterior import TreePosterior
+    from torchtree.model.posterior import TreePosterior
 
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
@@ -64,7 +64,7 @@ def load_posterior(path: str):
     if isinstance(payload, dict) and payload.get("format") == POSTERIOR_FORMAT:
         return TreePosterior.load(path)
     if isinstance(payload, dict) and "topologies" in payload and "draws" in payload:
-        from ..soft.posterior import SoftTreePosterior
+        from torchtree.model.soft_posterior import SoftTreePosterior
 
         return SoftTreePosterior.load(path)
     raise ValueError(f"{path}: not a torchtree posterior file")
@@ -72,7 +72,7 @@ def load_posterior(path: str):
 
 def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:
     """The hard tree ``i`` as indented text."""
-    from ..trees import INTERNAL
+    from torchtree.model.trees import INTERNAL
 
     t = post.trees
     n = int(t.n_nodes[i])

@@ -16,7 +16,7 @@ posterior    ``SoftTreePosterior`` (a ``TreePosterior``)
 pyro_model   Pyro modules (imported lazily by ``torchtree.pyro``)
 inputs       data coercion and [0, 1] scaling
 """
-from .adaptation import (
+from torchtree.steps.adaptation import (
     DualAveragingState,
     WelfordState,
     dual_averaging_init,
@@ -28,17 +28,17 @@ from .adaptation import (
     welford_update,
     welford_variance,
 )
-from .chains import ChainState, SampleTrace, draw, make_kernel, warmup
-from .dcc import DCC
-from .hmc import HMCInfo, HMCState, hmc_init, hmc_step, kinetic_energy, leapfrog, sample_momentum
-from .inputs import SoftData, as_soft_data, train_test_split
-from .lais import EvidenceAccumulator, chain_covariance, lais_log_weights
-from .nuts import NUTSInfo, nuts_init, nuts_step
-from .posterior import SoftTreePosterior
-from .sampler import HMC, NUTS, MCMCResult
-from .topology import Topology, propose_topology, sample_prior_topologies
-from .trees import ParamLayout, SoftTreeHyper, SoftTrees
-from .utility import dcc_utility, exploitation_term, exploration_term
+from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
+from torchtree.samplers.dcc.sampler import DCC
+from torchtree.steps.hmc import HMCInfo, HMCState, hmc_init, hmc_step, kinetic_energy, leapfrog, sample_momentum
+from torchtree.model.soft_data import SoftData, as_soft_data, train_test_split
+from torchtree.samplers.dcc.lais import EvidenceAccumulator, chain_covariance, lais_log_weights
+from torchtree.steps.nuts import NUTSInfo, nuts_init, nuts_step
+from torchtree.model.soft_posterior import SoftTreePosterior
+from torchtree.samplers.nuts import HMC, NUTS, MCMCResult
+from torchtree.model.topology import Topology, propose_topology, sample_prior_topologies
+from torchtree.model.soft_trees import ParamLayout, SoftTreeHyper, SoftTrees
+from torchtree.samplers.dcc.utility import dcc_utility, exploitation_term, exploration_term
 
 __all__ = [
     "SoftTrees", "SoftTreeHyper", "ParamLayout", "Topology", "sample_prior_topologies", "propose_topology",

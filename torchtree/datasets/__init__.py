@@ -1,0 +1,1 @@
+"""Synthetic data generators (``synthetic``) used by examples, benchmarks and tests."""

@@ -1,0 +1,430 @@
+"""Checkpoints that survive a crash at any moment.
+
+* :func:`atomic_save` writes a temporary file in the target's directory, flushes
+  and ``fsync``s it, then ``os.replace``s it over the target (atomic on POSIX and
+  Windows): a reader sees the previous checkpoint or the new one, never half of one.
+  A crash before the rename leaves the previous checkpoint intact (and possibly a
+  stray ``.<name>.*.tmp`` file, which nothing reads and the next save of the same
+  process does not depend on).
+* :func:`load_checkpoint` reads with ``torch.load(weights_only=True)``: plain
+  tensors, numbers, strings, lists and dicts only; no pickled code runs.
+* Multi-rank runs: every rank writes ``path.rank{r}``; after a barrier rank 0
+  writes ``path.manifest.json`` (world size, step, files). Each rank file records
+  its rank, world size and step, so a run that crashed between ranks' writes is
+  detected (steps disagree) instead of resuming from a mixture, and resuming with
+  a different world size raises a clear error.
+* :class:`Checkpointer` bundles this for samplers (``checkpoint=path,
+  checkpoint_every=k``).
+
+Examples
+--------
+>>> atomic_save({"step": 3, "logw": torch.zeros(4)}, "run.ckpt")      # doctest: +SKIP
+>>> load_checkpoint("run.ckpt")["step"]                                # doctest: +SKIP
+3
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import Any, Callable, Dict, Optional
+
+import torch
+
+__all__ = [
+    "atomic_save",
+    "atomic_write_text",
+    "load_checkpoint",
+    "rank_path",
+    "manifest_path",
+    "save_rank_checkpoint",
+    "load_rank_checkpoint",
+    "read_manifest",
+    "Checkpointer",
+    "CheckpointError",
+    "fingerprint",
+]
+
+FORMAT = "torchtree.io.checkpoint/1"
+MANIFEST_FORMAT = "torchtree.io.checkpoint-manifest/1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: unreadable, incomplete, from another world size,
+    or from a different run (other data, settings or seed)."""
+
+
+def _feed(h, obj: Any) -> None:
+    """Feed a canonical byte form of ``obj`` into the hash ``h``."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().to("cpu").contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+    elif isinstance(obj, dict):
+        h.update(b"{")
+        for k in sorted(obj, key=repr):
+            _feed(h, k)
+            _feed(h, obj[k])
+        h.update(b"}")
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[" if isinstance(obj, list) else b"(")
+        for v in obj:
+            _feed(h, v)
+        h.update(b"]")
+    elif hasattr(obj, "__array__") and hasattr(obj, "dtype"):  # numpy arrays
+        _feed(h, torch.as_tensor(obj))
+    else:
+        h.update(repr(obj).encode())
+    h.update(b";")
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short hash identifying a run: its data, settings and seed.
+
+    A sampler stores it in its checkpoints and refuses to resume from a checkpoint
+    whose fingerprint differs (resuming another run's state would silently mix
+    two runs).
+
+    Parameters
+    ----------
+    *parts : tensors, numpy arrays, numbers, strings, and (nested) lists, tuples, dicts
+
+    Returns
+    -------
+    str, 16 hex digits
+    """
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in parts:
+        _feed(h, p)
+    return h.hexdigest()[:16]
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make the rename itself durable (best effort; not possible on every platform)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: str, write: Callable[[Any], None], mode: str) -> None:
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"{path}: directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, mode) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def atomic_save(obj: Any, path: str) -> None:
+    """``torch.save(obj)`` to ``path`` atomically.
+
+    Parameters
+    ----------
+    obj : object
+        Keep to tensors, numbers, strings, lists, tuples and dicts so that
+        :func:`load_checkpoint` (``weights_only=True``) can read it back.
+    path : str or os.PathLike
+        Its directory must exist.
+    """
+    _atomic_write(path, lambda fh: torch.save(obj, fh), "wb")
+
+
+def atomic_write_text(text: str, path: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file + fsync + rename)."""
+    _atomic_write(path, lambda fh: fh.write(text), "w")
+
+
+def load_checkpoint(path: str, map_location: Any = "cpu") -> Any:
+    """Read a checkpoint written by :func:`atomic_save` (``torch.load(weights_only=True)``).
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    CheckpointError
+        The file is not a readable checkpoint (truncated, not written by torch.save,
+        or holding objects other than tensors and plain containers).
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such checkpoint")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+
+
+# ----------------------------------------------------------------------------- multi-rank
+def rank_path(path: str, rank: int) -> str:
+    """``path.rank{rank}``: the file of one rank."""
+    return f"{os.fspath(path)}.rank{int(rank)}"
+
+
+def manifest_path(path: str) -> str:
+    """``path.manifest.json``."""
+    return f"{os.fspath(path)}.manifest.json"
+
+
+def _barrier(backend) -> None:
+    if backend is None or getattr(backend, "world_size", 1) <= 1:
+        return
+    barrier = getattr(backend, "barrier", None)
+    if callable(barrier):
+        barrier()
+    else:  # any collective synchronises
+        backend.all_reduce(torch.zeros(1))
+
+
+def save_rank_checkpoint(state: Any, path: str, *, rank: int = 0, world_size: int = 1, step: Optional[int] = None,
+                         backend=None, extra: Optional[Dict[str, Any]] = None) -> None:
+    """Write this rank's part of a multi-rank checkpoint; rank 0 then writes the manifest.
+
+    Every rank must call it (it synchronises through ``backend``).
+
+    Parameters
+    ----------
+    state : object
+        This rank's state (tensors and plain containers).
+    path : str
+        Base path: files are ``path.rank{r}`` and ``path.manifest.json``.
+    rank, world_size : int
+        Taken from ``backend`` when it is given.
+    step : int, optional
+        The sampler step the state belongs to (checked on load).
+    backend : torchtree.distributed.Backend, optional
+        Used for the barrier between the rank files and the manifest.
+    extra : dict, optional
+        JSON-serialisable fields added to the manifest (sampler name, seed, ...).
+    """
+    if backend is not None:
+        rank, world_size = int(backend.rank), int(backend.world_size)
+    rank, world_size = int(rank), int(world_size)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, {world_size})")
+    atomic_save({"format": FORMAT, "rank": rank, "world_size": world_size, "step": step, "state": state}, rank_path(path, rank))
+    _barrier(backend)
+    if rank == 0:
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "world_size": world_size,
+            "step": step,
+            "files": [os.path.basename(rank_path(path, r)) for r in range(world_size)],
+            "time": time.time(),
+        }
+        if extra:
+            manifest.update(extra)
+        atomic_write_text(json.dumps(manifest, indent=1) + "\n", manifest_path(path))
+    _barrier(backend)
+
+
+def read_manifest(path: str) -> Dict[str, Any]:
+    """The manifest of a multi-rank checkpoint (``FileNotFoundError`` if there is none)."""
+    mp = manifest_path(path)
+    if not os.path.exists(mp):
+        raise FileNotFoundError(f"{mp}: no such checkpoint manifest")
+    try:
+        with open(mp) as fh:
+            manifest = json.load(fh)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{mp}: unreadable manifest ({exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise CheckpointError(f"{mp}: not a torchtree checkpoint manifest")
+    return manifest
+
+
+def load_rank_checkpoint(path: str, *, rank: int = 0, world_size: int = 1, backend=None, map_location: Any = "cpu") -> Any:
+    """Read this rank's state of a multi-rank checkpoint.
+
+    Returns
+    -------
+    The ``state`` that :func:`save_rank_checkpoint` was given on this rank.
+
+    Raises
+    ------
+    FileNotFoundError
+        No manifest or no file for this rank.
+    CheckpointError
+        The checkpoint was written by a different number of ranks, or this rank's
+        file does not belong to the manifest's step (a crash between the writes).
+    """
+    if backend is not None:
+        rank, world_size = int(backend.rank), int(backend.world_size)
+    manifest = read_manifest(path)
+    saved = int(manifest["world_size"])
+    if saved != int(world_size):
+        raise CheckpointError(
+            f"{path}: checkpoint was written by {saved} rank(s) but this run has {world_size}; "
+            f"resume with the same world size ({saved} processes), or start afresh without the checkpoint"
+        )
+    payload = load_checkpoint(rank_path(path, rank), map_location=map_location)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{rank_path(path, rank)}: not a torchtree rank checkpoint")
+    if int(payload["rank"]) != int(rank) or int(payload["world_size"]) != saved:
+        raise CheckpointError(f"{rank_path(path, rank)}: written by rank {payload['rank']} of {payload['world_size']}, expected rank {rank} of {saved}")
+    if payload.get("step") != manifest.get("step"):
+        raise CheckpointError(
+            f"{rank_path(path, rank)}: holds step {payload.get('step')} but the manifest says step {manifest.get('step')} "
+            "(the run stopped while writing a checkpoint); delete the checkpoint files to start afresh"
+        )
+    return payload["state"]
+
+
+class Checkpointer:
+    """Periodic checkpoints for a sampler loop (``checkpoint=path, checkpoint_every=k``).
+
+    One process writes ``path`` (atomic); a multi-rank run (``backend`` with
+    ``world_size > 1``) writes rank files plus a manifest.
+
+    Parameters
+    ----------
+    path : str or None
+        None disables checkpointing (every method becomes a no-op).
+    every : int
+        Save when ``(step + 1) % every == 0``.
+    backend : torchtree.distributed.Backend, optional
+    fingerprint : str, optional
+        Identifies the run (see :func:`fingerprint`); stored with every save and
+        checked by :meth:`load`.
+
+    Examples
+    --------
+    >>> ck = Checkpointer(checkpoint, checkpoint_every, backend)      # doctest: +SKIP
+    >>> state = ck.load()          # None when there is nothing to resume  # doctest: +SKIP
+    >>> for step in range(start, n_steps):                           # doctest: +SKIP
+    ...     ...
+    ...     ck.maybe_save(step, lambda: {"step": step, "logw": logw, "trees": trees.as_dict()})
+    """
+
+    def __init__(self, path: Optional[str], every: int = 1, backend=None, fingerprint: Optional[str] = None) -> None:
+        if path is not None and int(every) < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {every}")
+        if path is not None and not os.fspath(path):
+            raise ValueError("checkpoint path is empty (pass None for no checkpoints)")
+        self.path = None if path is None else os.fspath(path)
+        self.every = int(every)
+        self.backend = backend
+        self.fingerprint = fingerprint
+
+    @property
+    def enabled(self) -> bool:
+        """Whether checkpoints are written at all (a ``path`` was given)."""
+        return self.path is not None
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the run spans several ranks (one checkpoint file per rank)."""
+        return self.backend is not None and int(getattr(self.backend, "world_size", 1)) > 1
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (0 without a backend)."""
+        return int(getattr(self.backend, "rank", 0)) if self.backend is not None else 0
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks (1 without a backend)."""
+        return int(getattr(self.backend, "world_size", 1)) if self.backend is not None else 1
+
+    def exists(self) -> bool:
+        """Whether there is a checkpoint at ``path`` (single-file or multi-rank)."""
+        if self.path is None:
+            return False
+        return os.path.exists(manifest_path(self.path)) or os.path.exists(self.path)
+
+    def save(self, step: int, state: Any) -> None:
+        """Write ``state`` for ``step`` now."""
+        if self.path is None:
+            return
+        state = {"fingerprint": self.fingerprint, "sampler_state": state}
+        if self.distributed:
+            save_rank_checkpoint(state, self.path, step=int(step), backend=self.backend)
+        else:
+            atomic_save({"format": FORMAT, "rank": 0, "world_size": 1, "step": int(step), "state": state}, self.path)
+
+    def maybe_save(self, step: int, state_fn: Callable[[], Any], last: bool = False) -> bool:
+        """Save ``state_fn()`` when ``step`` is due (or ``last``); returns whether it saved."""
+        if self.path is None or ((int(step) + 1) % self.every and not last):
+            return False
+        self.save(step, state_fn())
+        return True
+
+    def load(self, map_location: Any = "cpu") -> Any:
+        """The saved state, or None when there is no checkpoint.
+
+        Raises ``CheckpointError`` when the checkpoint was written by a different
+        number of ranks than this run has, or is incomplete. In a multi-rank run
+        every rank raises it when the ranks would not all resume the same step (or
+        all start afresh): one rank resuming while another starts from scratch gave
+        a wrong posterior, or a hang, without a word.
+        """
+        if not self.distributed:
+            return self._load(map_location)
+        try:
+            state, error = self._load(map_location), None
+        except (CheckpointError, OSError) as exc:
+            state, error = None, exc
+        step = -2 if error is not None else (-1 if state is None else int(read_manifest(self.path)["step"]))
+        steps = [int(v) for v in self.backend.all_gather(torch.tensor([step], dtype=torch.int64)).tolist()]
+        if error is not None:
+            raise error
+        if len(set(steps)) > 1:
+            said = {-2: "cannot read its checkpoint", -1: "finds no checkpoint"}
+            detail = ", ".join(f"rank {r} {said.get(v, f'resumes after step {v}')}" for r, v in enumerate(steps))
+            raise CheckpointError(
+                f"{self.path}: the ranks disagree on resuming ({detail}); give every rank the same path, on "
+                "storage every rank sees, or delete the checkpoint files to start afresh")
+        return state
+
+    def _load(self, map_location: Any = "cpu") -> Any:
+        """This process's saved state, or None (see :meth:`load`)."""
+        if self.path is None:
+            return None
+        if os.path.exists(manifest_path(self.path)):
+            state = load_rank_checkpoint(self.path, rank=self.rank, world_size=self.world_size, map_location=map_location)
+        elif not os.path.exists(self.path):
+            return None
+        else:
+            payload = load_checkpoint(self.path, map_location=map_location)
+            if not (isinstance(payload, dict) and payload.get("format") == FORMAT):
+                raise CheckpointError(f"{self.path}: not a torchtree sampler checkpoint")
+            saved = int(payload.get("world_size", 1))
+            if saved != self.world_size:
+                raise CheckpointError(
+                    f"{self.path}: checkpoint was written by {saved} rank(s) but this run has {self.world_size}; "
+                    f"resume with the same world size ({saved} processes), or start afresh without the checkpoint"
+                )
+            state = payload["state"]
+        if not (isinstance(state, dict) and "sampler_state" in state):
+            raise CheckpointError(f"{self.path}: not a torchtree sampler checkpoint")
+        if self.fingerprint is not None and state.get("fingerprint") != self.fingerprint:
+            raise CheckpointError(
+                f"{self.path}: this checkpoint belongs to a different run (its data, settings or seed differ: "
+                f"fingerprint {state.get('fingerprint')} != {self.fingerprint}); delete it or choose another "
+                "checkpoint path to start afresh"
+            )
+        return state["sampler_state"]
+
+    def __repr__(self) -> str:
+        return f"Checkpointer(path={self.path!r}, every={self.every})"

@@ -1,0 +1,16 @@
+"""The model: what a tree is and what it scores.
+
+data            ``Data``: validated training data (all input checks live here)
+trees           ``HardTrees``: P trees in padded pointer arrays
+priors          ``ChipmanPrior``, ``PoissonPrior``
+likelihoods     ``DirichletMultinomial``, ``NormalInverseGamma``
+target          ``TreeModel``: prior x likelihood on one data set, bitset partitions
+posterior       ``TreePosterior``: a weighted set of hard trees
+diagnostics     R-hat, ESS, tree-size summaries, ArviZ export
+soft_data       soft-tree inputs scaled to [0, 1]
+topology        soft-tree topologies and their structure prior
+soft_trees      ``SoftTrees``: batched differentiable trees and their potential
+soft_posterior  ``SoftTreePosterior``
+
+Layer: above ``torchtree.core``; imports nothing from steps, samplers or faces.
+"""

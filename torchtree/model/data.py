@@ -1,0 +1,401 @@
+"""Validated training data.
+
+All input checking of the library lives here, so that every sampler and estimator
+sees clean tensors and a user sees one clear ``ValueError`` naming the problem
+instead of a stack trace from deep inside a kernel.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+from torchtree.core.validate import check_choice
+
+__all__ = ["Data", "as_feature_matrix", "encode_class_labels", "resolve_device"]
+
+_TASKS = ("classification", "regression")
+
+
+def _to_numpy(obj: Any, name: str) -> np.ndarray:
+    """Convert numpy arrays, torch tensors (any device) and pandas-like objects."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().numpy()
+    try:
+        arr = np.asarray(obj)
+    except Exception as exc:  # pragma: no cover - exotic inputs
+        raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
+    return arr
+
+
+def _is_missing(v) -> bool:
+    """None, NaN or a pandas NA among labels of any type."""
+    if v is None:
+        return True
+    try:
+        return bool(v != v)  # NaN (float or numpy)
+    except TypeError:  # pandas.NA: its comparisons are NA, whose truth value is undefined
+        return True
+
+
+def check_no_missing_labels(yn: np.ndarray, name: str = "y") -> None:
+    """ValueError naming the first missing label (None / NaN / NA) of an object label array."""
+    if yn.dtype.kind != "O":
+        return  # float labels: NaN is refused with the other non-finite values
+    bad = [i for i, v in enumerate(yn.tolist()) if _is_missing(v)]
+    if len(bad):
+        raise ValueError(f"{name} has {len(bad)} missing label(s) (None / NaN); the first is at row {int(bad[0])}")
+
+
+def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes: Optional[Sequence] = None):
+    """Class labels to codes ``0..K-1``.
+
+    Parameters
+    ----------
+    yn : numpy.ndarray [N], labels of any type (strings, ints, integral floats)
+    n_classes : int, optional, labels are already codes ``0..n_classes-1``
+    classes : sequence [K], optional, the label of each code (fixes the coding)
+
+    Returns
+    -------
+    (codes int64 [N], classes numpy.ndarray [K]); without ``n_classes`` or ``classes``
+    the classes are the sorted distinct labels, at least two of them.
+    """
+    check_no_missing_labels(yn)
+    if classes is not None:
+        classes_arr = np.asarray(classes)
+        lookup = {c: i for i, c in enumerate(classes_arr.tolist())}
+        try:
+            codes = np.array([lookup[v] for v in yn.tolist()], dtype=np.int64)
+        except KeyError as exc:
+            raise ValueError(f"label {exc.args[0]!r} is not in the given classes") from exc
+        return codes, classes_arr
+    if yn.dtype.kind == "f":
+        if not np.isfinite(yn).all():
+            raise ValueError("y contains NaN or infinite labels")
+        if not np.all(yn == np.round(yn)):
+            raise ValueError(
+                "continuous (non-integer) labels given for classification; "
+                "use task='regression' (BayesianTreeRegressor) for real-valued targets"
+            )
+        yn = yn.astype(np.int64)
+    if n_classes is not None:
+        if yn.dtype.kind not in "iub":
+            raise ValueError("n_classes requires integer labels 0..n_classes-1")
+        yi = yn.astype(np.int64)
+        if yi.min() < 0 or yi.max() >= n_classes:
+            raise ValueError(f"labels must lie in 0..{n_classes - 1} when n_classes={n_classes}")
+        return yi, np.arange(n_classes)
+    classes_arr, codes = np.unique(yn, return_inverse=True)
+    if len(classes_arr) < 2:
+        raise ValueError(
+            "y has a single class; pass n_classes (or classes) to fit a classifier anyway, "
+            "e.g. torchtree.Data(X, y, n_classes=K) to a sampler's run()"
+        )
+    return codes.astype(np.int64), classes_arr
+
+
+def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X") -> np.ndarray:
+    """Validate a feature matrix and return it as a float64 numpy array.
+
+    Parameters
+    ----------
+    X : array-like [N, D]
+        Numbers only; a 1-D input is refused (ambiguous) rather than guessed.
+    n_features : int, optional
+        If given, ``D`` must equal it (test data vs. training data).
+    name : str
+        Name used in error messages.
+
+    Returns
+    -------
+    numpy.ndarray [N, D], float64
+    """
+    arr = _to_numpy(X, name)
+    if arr.dtype == object or arr.dtype.kind in "USb" and arr.dtype.kind != "b":
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name} must be numeric; could not convert: {exc}") from exc
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D [n_samples, n_features], got shape {tuple(arr.shape)}"
+            + (" (reshape a single feature with X.reshape(-1, 1))" if arr.ndim == 1 else "")
+        )
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} has zero rows")
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} has zero features")
+    arr = arr.astype(np.float64, copy=False)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        kind = "NaN" if np.isnan(arr[r, c]) else "infinite"
+        raise ValueError(
+            f"{name} contains {int(bad.sum())} non-finite value(s); first is {kind} at row {r}, column {c}"
+        )
+    if n_features is not None and arr.shape[1] != n_features:
+        raise ValueError(f"{name} has {arr.shape[1]} features but the model was fitted with {n_features}")
+    return arr
+
+
+class Data:
+    """Validated training data for Bayesian trees.
+
+    Parameters
+    ----------
+    X : array-like [N, D]
+        Features (numpy, torch on any device, pandas, nested lists). NaN/inf are errors;
+        constant features are allowed (they are never split on).
+    y : array-like [N]
+        Labels. Classification: any discrete labels (ints with gaps, strings, bools),
+        mapped to ``0..K-1`` (``classes_`` maps back). Regression: finite floats.
+    task : {"classification", "regression"}, optional
+        Inferred when omitted: float labels with non-integer values mean regression
+        only if ``task="regression"`` is given; otherwise they are refused, as
+        scikit-learn refuses continuous labels for a classifier.
+    n_classes : int, optional
+        Number of classes when labels are already ``0..K-1`` ints; allows a single
+        observed class and classes absent from the training data.
+    classes : sequence, optional
+        Explicit class list (its order defines the codes).
+    dtype : torch.dtype
+        Floating dtype of ``X`` (float32 by default).
+    device : str or torch.device, optional
+
+    Attributes
+    ----------
+    X : Tensor [N, D] float
+    y : Tensor [N] long (classification) or float64 (regression)
+    n_classes : int or None
+    classes_ : numpy.ndarray [K] or None
+    task : str
+    feature_min, feature_max : Tensor [D]
+    sorted_values : Tensor [D, U] float, distinct values per feature, padded with +inf
+    n_unique : Tensor [D] long
+    X_rank : Tensor [N, D] long, rank of ``X[n, d]`` among ``sorted_values[d]``
+    """
+
+    def __init__(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        task: Optional[str] = None,
+        n_classes: Optional[int] = None,
+        classes: Optional[Sequence] = None,
+        dtype: torch.dtype = torch.float32,
+        device: Optional[str | torch.device] = None,
+    ) -> None:
+        if task is not None:
+            check_choice("task", task, _TASKS)
+        Xn = as_feature_matrix(X, name="X")
+        yn = _to_numpy(y, "y")
+        if yn.ndim == 2 and yn.shape[1] == 1:
+            yn = yn[:, 0]
+        if yn.ndim != 1:
+            raise ValueError(f"y must be 1-D [n_samples], got shape {tuple(yn.shape)}")
+        if yn.shape[0] != Xn.shape[0]:
+            raise ValueError(f"X has {Xn.shape[0]} rows but y has {yn.shape[0]} labels")
+        if task is None:
+            task = "classification"
+        self.task = task
+        dev = torch.device(device) if device is not None else None
+        if task == "classification":
+            codes, self.classes_ = encode_class_labels(yn, n_classes, classes)
+            self.n_classes = len(self.classes_)
+            self.y = torch.as_tensor(codes, dtype=torch.long, device=dev)
+        else:
+            if n_classes is not None or classes is not None:
+                raise ValueError("n_classes/classes only apply to classification")
+            try:
+                yf = yn.astype(np.float64)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"regression targets must be numeric: {exc}") from exc
+            if not np.isfinite(yf).all():
+                raise ValueError(f"y contains {int((~np.isfinite(yf)).sum())} non-finite regression target(s)")
+            self.classes_ = None
+            self.n_classes = None
+            self.y = torch.as_tensor(yf, dtype=torch.float64, device=dev)
+        self.X = torch.as_tensor(Xn, dtype=dtype, device=dev)
+        self._build_ranks(Xn, dev)
+
+    # ------------------------------------------------------------------ labels
+    def decode_labels(self, codes: Any) -> np.ndarray:
+        """Map class codes ``0..K-1`` back to the original labels.
+
+        Parameters
+        ----------
+        codes : array-like [M] of int
+
+        Returns
+        -------
+        numpy.ndarray [M]
+        """
+        if self.classes_ is None:
+            raise ValueError("decode_labels only applies to classification data")
+        return self.classes_[_to_numpy(codes, "codes").astype(np.int64)]
+
+    # ---------------------------------------------------------------- features
+    def _build_ranks(self, Xn: np.ndarray, dev) -> None:
+        n, d = Xn.shape
+        # Dense ranks let the samplers compare in integer space and enumerate the
+        # intervals between consecutive distinct values (the optimal proposal and
+        # the exact evidence both need them).
+        uniq = [np.unique(Xn[:, j]) for j in range(d)]
+        n_unique = np.array([len(u) for u in uniq], dtype=np.int64)
+        umax = int(n_unique.max())
+        sv = np.full((d, umax), np.inf, dtype=np.float64)
+        ranks = np.empty((n, d), dtype=np.int64)
+        for j, u in enumerate(uniq):
+            sv[j, : len(u)] = u
+            ranks[:, j] = np.searchsorted(u, Xn[:, j])
+        self.sorted_values = torch.as_tensor(sv, dtype=self.X.dtype, device=dev)
+        self.n_unique = torch.as_tensor(n_unique, device=dev)
+        self.X_rank = torch.as_tensor(ranks, device=dev)
+        self.feature_min = self.X.min(0).values
+        self.feature_max = self.X.max(0).values
+
+    @property
+    def n(self) -> int:
+        """Number of data points ``N``."""
+        return self.X.shape[0]
+
+    @property
+    def d(self) -> int:
+        """Number of features ``D``."""
+        return self.X.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the tensors."""
+        return self.X.device
+
+    @property
+    def is_classification(self) -> bool:
+        """True for classification data."""
+        return self.task == "classification"
+
+    def check_X(self, X: Any) -> torch.Tensor:
+        """Validate test features against this training data.
+
+        Parameters
+        ----------
+        X : array-like [M, D]
+
+        Returns
+        -------
+        Tensor [M, D] on this data's device and dtype.
+        """
+        if isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[1] == self.d and X.shape[0] > 0:
+            if not torch.isfinite(X).all():
+                as_feature_matrix(X, self.d)  # raises with the location of the bad value
+            return X.to(device=self.device, dtype=self.X.dtype)
+        arr = as_feature_matrix(X, self.d)
+        return torch.as_tensor(arr, dtype=self.X.dtype, device=self.device)
+
+    def encode_y(self, y: Any) -> torch.Tensor:
+        """Encode test labels with the training coding.
+
+        Parameters
+        ----------
+        y : array-like [M]
+
+        Returns
+        -------
+        Tensor [M]: long codes (classification) or float64 (regression).
+        """
+        yn = _to_numpy(y, "y")
+        if yn.ndim != 1:
+            raise ValueError(f"y must be 1-D, got shape {tuple(yn.shape)}")
+        if self.task == "regression":
+            yf = yn.astype(np.float64)
+            if not np.isfinite(yf).all():
+                raise ValueError("y contains non-finite regression targets")
+            return torch.as_tensor(yf, dtype=torch.float64, device=self.device)
+        lookup = {c: i for i, c in enumerate(self.classes_.tolist())}
+        try:
+            codes = [lookup[v] for v in yn.tolist()]
+        except KeyError as exc:
+            raise ValueError(f"label {exc.args[0]!r} was not seen in training (classes: {self.classes_.tolist()})") from exc
+        return torch.as_tensor(codes, dtype=torch.long, device=self.device)
+
+    def to(self, device) -> "Data":
+        """Return a copy of this data on ``device`` (tensors moved, metadata shared)."""
+        out = object.__new__(Data)
+        out.__dict__.update(self.__dict__)
+        for name in ("X", "y", "sorted_values", "n_unique", "X_rank", "feature_min", "feature_max"):
+            setattr(out, name, getattr(self, name).to(device))
+        return out
+
+    def subset(self, index: Any) -> "Data":
+        """Rows ``index`` of this data, keeping the class coding (K and classes_).
+
+        Parameters
+        ----------
+        index : LongTensor [M] or boolean mask [N]
+        """
+        idx = torch.as_tensor(index, device=self.device)
+        y = self.y[idx].cpu().numpy()
+        if self.task == "classification":
+            return Data(self.X[idx], y, n_classes=self.n_classes, dtype=self.X.dtype, device=self.device)._with_classes(self.classes_)
+        return Data(self.X[idx], y, task="regression", dtype=self.X.dtype, device=self.device)
+
+    def _with_classes(self, classes_: np.ndarray) -> "Data":
+        self.classes_ = classes_
+        return self
+
+    def __repr__(self) -> str:
+        extra = f", n_classes={self.n_classes}" if self.n_classes else ""
+        return f"Data(n={self.n}, d={self.d}, task={self.task!r}{extra}, device={self.device})"
+
+
+def coerce_data(data) -> "Data":
+    """A sampler's ``data`` argument as :class:`Data`.
+
+    Parameters
+    ----------
+    data : Data, or a pair ``(X, y)`` of array-likes (validated as ``Data(X, y)`` does)
+
+    Returns
+    -------
+    Data
+
+    Raises
+    ------
+    TypeError
+        Anything else.
+    """
+    if isinstance(data, Data):
+        return data
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        return Data(*data)
+    raise TypeError(f"data must be a torchtree.Data or a pair (X, y), got {type(data).__name__}")
+
+
+def resolve_device(device) -> torch.device:
+    """The device a sampler runs on.
+
+    Parameters
+    ----------
+    device : str, torch.device or None
+        ``"auto"`` or None: CUDA when available, else CPU.
+
+    Returns
+    -------
+    torch.device
+
+    Raises
+    ------
+    ValueError
+        CUDA was asked for but is not available.
+    """
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was requested but CUDA is not available")
+    return dev

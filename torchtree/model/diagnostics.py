@@ -1,0 +1,211 @@
+"""Convergence diagnostics and export to ArviZ.
+
+* :func:`rhat`, :func:`chain_ess` — split R-hat and multi-chain effective sample
+  size of ``draws [chains, n]`` (the estimators ``torchtree.samplers.mcmc`` reports);
+* :func:`weighted_ess` — Kish's effective sample size of importance weights;
+* :func:`tree_sizes` — leaves and depth of each tree in a posterior with weights;
+* :func:`to_arviz` — an ArviZ ``InferenceData`` of a posterior (ArviZ is optional:
+  ``pip install arviz``).
+
+What goes where in :func:`to_arviz`:
+
+* a posterior whose ``info["trace"]`` holds per-chain traces (MCMC:
+  ``{"n_leaves": [chains, draws], "log_posterior": [chains, draws], ...}``) gives
+  them as the ``posterior`` group, ``log_posterior`` also as ``sample_stats.lp``;
+  R-hat / ESS / trace plots then work as for any MCMC run;
+* a weighted posterior (SMC, DCC) gives one chain over its distinct trees (or
+  topologies): ``posterior.n_leaves`` and ``posterior.depth`` with
+  ``sample_stats.weight`` / ``sample_stats.log_weight`` (normalised). ArviZ's
+  MCMC diagnostics do not apply to weighted draws: use the weights (e.g.
+  ``numpy.average(n_leaves, weights=weight)``) or resample first.
+
+``attrs`` carry the sampler name, task, log evidence, ESS and particle count.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+
+__all__ = ["rhat", "chain_ess", "weighted_ess", "tree_sizes", "posterior_traces", "to_arviz"]
+
+ARVIZ_MISSING = "torchtree.model.diagnostics.to_arviz needs ArviZ, which is not installed: pip install arviz (or pip install 'torchtree[all]')"
+
+
+def _as_draws(x) -> np.ndarray:
+    a = np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
+    if a.ndim == 1:
+        a = a[None, :]
+    if a.ndim != 2:
+        raise ValueError(f"draws must be [chains, draws], got shape {a.shape}")
+    return a
+
+
+def rhat(draws) -> float:
+    """Split R-hat (Gelman et al., BDA3 sec. 11.4) of ``draws [chains, n]`` (or ``[n]``).
+
+    Each chain is split in halves, so one chain gives a usable value. ``nan`` for
+    fewer than 4 draws per chain or constant draws. Values above about 1.01 say the
+    chains have not mixed.
+    """
+    a = _as_draws(draws)
+    n = a.shape[1] // 2
+    if n < 2:
+        return float("nan")
+    s = np.concatenate([a[:, :n], a[:, a.shape[1] - n:]], 0)
+    w = s.var(1, ddof=1).mean()
+    b = n * s.mean(1).var(ddof=1)
+    if not w > 0:
+        return float("nan")
+    return float(np.sqrt(((n - 1) / n * w + b / n) / w))
+
+
+def chain_ess(draws) -> float:
+    """Effective sample size of ``draws [chains, n]`` pooled over chains.
+
+    Multi-chain autocorrelation (Stan's estimator) truncated with Geyer's initial
+    monotone positive-pair sequence; ``nan`` for fewer than 4 draws or constant draws.
+    """
+    a = _as_draws(draws)
+    m, n = a.shape
+    if n < 4:
+        return float("nan")
+    x = a - a.mean(1, keepdims=True)
+    nfft = 1 << (2 * n - 1).bit_length()
+    f = np.fft.rfft(x, nfft, axis=1)
+    acov = np.fft.irfft(f * np.conj(f), nfft, axis=1)[:, :n] / n
+    w = (acov[:, 0] * n / (n - 1)).mean()
+    var_hat = (n - 1) / n * w + (a.mean(1).var(ddof=1) if m > 1 else 0.0)
+    if not var_hat > 0:
+        return float("nan")
+    rho = 1.0 - (w - acov.mean(0)) / var_hat
+    rho[0] = 1.0
+    npair = n // 2
+    pairs = rho[: 2 * npair].reshape(npair, 2).sum(1)
+    pos = np.nonzero(pairs <= 0)[0]
+    k = pos[0] if pos.size else npair
+    pairs = np.minimum.accumulate(pairs[:k]) if k else pairs[:0]
+    tau = max(-1.0 + 2.0 * pairs.sum(), 1.0 / math.log10(max(m * n, 10)))
+    return float(m * n / tau)
+
+
+def weighted_ess(weights) -> float:
+    """Kish's effective sample size ``(sum w)^2 / sum w^2`` of non-negative weights."""
+    w = np.asarray(weights.detach().cpu() if isinstance(weights, torch.Tensor) else weights, dtype=np.float64).reshape(-1)
+    if w.size == 0 or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+        raise ValueError("weights must be finite, non-negative and not all zero")
+    return float(w.sum() ** 2 / (w ** 2).sum())
+
+
+def tree_sizes(posterior) -> Dict[str, np.ndarray]:
+    """Leaves, depth and normalised weight of each (distinct) tree of a posterior.
+
+    Works for ``TreePosterior`` (hard trees) and for posteriors over soft-tree
+    topologies (``SoftTreePosterior``: one row per topology).
+
+    Returns
+    -------
+    dict with ``n_leaves`` [Q], ``depth`` [Q] (float64) and ``weight`` [Q] (sums to 1).
+    """
+    w = posterior.weights
+    w = np.asarray(w.detach().cpu() if isinstance(w, torch.Tensor) else w, dtype=np.float64)
+    trees = getattr(posterior, "trees", None)
+    if trees is not None and hasattr(trees, "n_leaves"):
+        leaves = trees.n_leaves().double().cpu().numpy()
+        depth = trees.max_depth().double().cpu().numpy()
+    elif hasattr(posterior, "topologies"):
+        leaves = np.asarray([t.n_leaves for t in posterior.topologies], dtype=np.float64)
+        depth = np.asarray([t.depth for t in posterior.topologies], dtype=np.float64)
+    else:
+        raise TypeError(f"cannot read tree sizes from {type(posterior).__name__}")
+    return {"n_leaves": leaves, "depth": depth, "weight": w / w.sum()}
+
+
+def posterior_traces(posterior) -> Optional[Dict[str, np.ndarray]]:
+    """Per-chain traces ``{name: [chains, draws]}`` from ``posterior.info["trace"]``, or None."""
+    trace = getattr(posterior, "info", {}).get("trace")
+    if not isinstance(trace, dict) or not trace:
+        return None
+    out = {}
+    for k, v in trace.items():
+        a = np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v, dtype=np.float64)
+        if a.ndim == 1:
+            a = a[None, :]
+        if a.ndim < 2:
+            raise ValueError(f"info['trace'][{k!r}] must be [chains, draws, ...], got shape {a.shape}")
+        out[str(k)] = a
+    return out
+
+
+def _attrs(posterior) -> Dict[str, Any]:
+    info = getattr(posterior, "info", {}) or {}
+    attrs: Dict[str, Any] = {"inference_library": "torchtree"}
+    try:
+        from torchtree._version import __version__
+
+        attrs["inference_library_version"] = __version__
+    except ImportError:  # pragma: no cover
+        pass
+    for key in ("sampler", "method"):
+        if isinstance(info.get(key), str):
+            attrs["sampler"] = info[key]
+            break
+    for key in ("task", "log_evidence", "ess", "n_particles"):
+        try:
+            v = getattr(posterior, key, None)
+        except Exception:  # a property that cannot be computed for this posterior
+            v = None
+        if isinstance(v, (int, float, str)) and not isinstance(v, bool):
+            attrs[key] = v
+    return attrs
+
+
+def _from_dict(az, groups: Dict[str, Dict[str, np.ndarray]], attrs: Dict[str, Any]):
+    params = inspect.signature(az.from_dict).parameters
+    if "posterior" in params:  # ArviZ 0.x: one keyword per group
+        return az.from_dict(**groups, attrs=attrs)
+    # ArviZ >= 1.0: a dict of groups, returns an xarray DataTree
+    return az.from_dict(groups, attrs=attrs)  # pragma: no cover - depends on the installed ArviZ
+
+
+def to_arviz(posterior):
+    """The posterior as an ArviZ ``InferenceData`` (see the module docstring for the layout).
+
+    Parameters
+    ----------
+    posterior : TreePosterior or SoftTreePosterior
+
+    Returns
+    -------
+    arviz.InferenceData (an ``xarray.DataTree`` with ArviZ >= 1.0)
+
+    Raises
+    ------
+    ImportError
+        ArviZ is not installed.
+    """
+    try:
+        import arviz as az
+    except ImportError as exc:
+        raise ImportError(ARVIZ_MISSING) from exc
+    attrs = _attrs(posterior)
+    traces = posterior_traces(posterior)
+    if traces is not None:
+        groups: Dict[str, Dict[str, np.ndarray]] = {"posterior": dict(traces)}
+        if "log_posterior" in traces:
+            groups["sample_stats"] = {"lp": traces["log_posterior"]}
+        attrs["weighted"] = 0
+        return _from_dict(az, groups, attrs)
+    sizes = tree_sizes(posterior)
+    w = sizes["weight"]
+    with np.errstate(divide="ignore"):
+        lw = np.log(w)
+    groups = {
+        "posterior": {"n_leaves": sizes["n_leaves"][None, :], "depth": sizes["depth"][None, :]},
+        "sample_stats": {"weight": w[None, :], "log_weight": lw[None, :]},
+    }
+    attrs["weighted"] = 1
+    return _from_dict(az, groups, attrs)

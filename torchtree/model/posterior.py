@@ -1,0 +1,402 @@
+"""``TreePosterior``: a weighted set of trees and everything a user asks of it."""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+
+from torchtree.model.data import as_feature_matrix
+from torchtree.kernels.forest import mixture_over_leaves
+from torchtree.model.likelihoods import likelihood_from_config
+from torchtree.model.trees import INTERNAL, HardTrees
+from torchtree.core.validate import check_int, check_real
+
+__all__ = ["TreePosterior", "dedupe_trees"]
+
+
+def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
+    """Merge identical trees, adding their weights.
+
+    Resampling leaves many exact copies; predicting once per distinct tree is
+    the same mixture at a fraction of the cost.
+
+    Parameters
+    ----------
+    trees : HardTrees [P]
+    log_weights : Tensor [P] (normalised or not)
+
+    Returns
+    -------
+    (HardTrees [Q], log_weights [Q] float64, inverse [P])
+    """
+    used = torch.arange(trees.capacity, device=trees.device)[None] < trees.n_nodes[:, None]
+    if trees.threshold.dtype == torch.float64:
+        thr_bits = trees.threshold.view(torch.int64)
+    else:
+        thr_bits = trees.threshold.float().view(torch.int32).long()
+    key = torch.cat(
+        [
+            torch.where(used, trees.feature.long(), -2),
+            torch.where(used, thr_bits, 0),
+            torch.where(used, trees.left.long(), -2),
+            torch.where(used, trees.right.long(), -2),
+            trees.n_nodes[:, None],
+        ],
+        1,
+    )
+    _, inv = torch.unique(key, dim=0, return_inverse=True)
+    Q = int(inv.max()) + 1
+    first = torch.full((Q,), trees.n_trees, dtype=torch.long, device=trees.device)
+    first.scatter_reduce_(0, inv, torch.arange(trees.n_trees, device=trees.device), "amin")
+    lw = log_weights.double()
+    mx = lw.max()
+    agg = torch.zeros(Q, dtype=torch.float64, device=lw.device).index_add_(0, inv, torch.exp(lw - mx))
+    return trees.take(first), agg.log() + mx, inv
+
+
+class TreePosterior:
+    """Weighted trees approximating a posterior over decision trees.
+
+    Parameters
+    ----------
+    trees : HardTrees [P]
+    log_weights : Tensor [P]
+        Unnormalised log weights (normalised internally, float64).
+    likelihood : DirichletMultinomial or NormalInverseGamma
+        Gives the leaf posterior predictive from the stored leaf statistics.
+    n_features : int
+    classes : numpy array [K] or None
+        Original class labels (classification).
+    log_evidence : float, optional
+        Estimate of ``log p(Y | X)``.
+    info : dict, optional
+        Sampler diagnostics (ESS, per-island evidence, acceptance rates, ...).
+    dedupe : bool
+        Merge identical trees (weights added) to speed up prediction.
+    """
+
+    def __init__(
+        self,
+        trees: HardTrees,
+        log_weights: torch.Tensor,
+        likelihood,
+        n_features: int,
+        classes: Optional[np.ndarray] = None,
+        log_evidence: Optional[float] = None,
+        info: Optional[Dict[str, Any]] = None,
+        dedupe: bool = True,
+    ) -> None:
+        if log_weights.shape != (trees.n_trees,):
+            raise ValueError(f"log_weights must have shape [{trees.n_trees}], got {tuple(log_weights.shape)}")
+        lw = log_weights.double()
+        if not bool(torch.isfinite(lw).any()):
+            raise ValueError("all posterior weights are zero")
+        self.n_particles = trees.n_trees
+        lw_norm = lw - torch.logsumexp(lw, 0)
+        self.ess = float(1.0 / torch.exp(2 * lw_norm).sum())
+        if dedupe:
+            trees, lw_norm, _ = dedupe_trees(trees, lw_norm)
+        self.trees = trees
+        self.log_weights = lw_norm - torch.logsumexp(lw_norm, 0)
+        self.likelihood = likelihood
+        self.n_features = int(n_features)
+        self.classes_ = None if classes is None else np.asarray(classes)
+        self.log_evidence = None if log_evidence is None else float(log_evidence)
+        self.info: Dict[str, Any] = dict(info or {})
+        self._table = None
+        self._used = None
+
+    # --------------------------------------------------------------- basics
+    @property
+    def task(self) -> str:
+        """"classification" or "regression"."""
+        return self.likelihood.task
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """Normalised weights ``[Q]`` float64 of the distinct trees."""
+        return torch.exp(self.log_weights)
+
+    def __len__(self) -> int:
+        return self.trees.n_trees
+
+    def _X(self, X) -> torch.Tensor:
+        if isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[1] == self.n_features and bool(torch.isfinite(X).all()) and X.shape[0] > 0:
+            return X.to(device=self.trees.device, dtype=self.trees.threshold.dtype)
+        arr = as_feature_matrix(X, self.n_features)
+        return torch.as_tensor(arr, dtype=self.trees.threshold.dtype, device=self.trees.device)
+
+    def _mixture_rows(self, X: torch.Tensor, chunk_pairs: int = 1 << 23):
+        """Yield (tree slice, gathered predictive rows [q, M, S]) in chunks of trees."""
+        M = X.shape[0]
+        step = max(1, chunk_pairs // max(M, 1))
+        for s in range(0, self.trees.n_trees, step):
+            sub = self.trees.take(torch.arange(s, min(s + step, self.trees.n_trees), device=self.trees.device))
+            yield slice(s, s + sub.n_trees), sub.predict(X, self.likelihood)
+
+    def _mixture(self, X: torch.Tensor, leaf_fn, out_dim: int, chunk_points: int = 1 << 16) -> torch.Tensor:
+        """``sum_q w_q leaf_fn(predictive row of q's leaf at x_m, m)``: ``[M, out_dim]`` float64.
+
+        Routes each point once per distinct node of the whole forest (see
+        ``torchtree.kernels.forest``), in chunks of points to bound memory.
+        """
+        t = self.trees
+        if self._table is None:
+            self._table = self.likelihood.predictive_table(t.stats)
+            self._used = t.status != 0
+        parts = []
+        for s in range(0, X.shape[0], chunk_points):
+            Xc = X[s : s + chunk_points]
+            parts.append(
+                mixture_over_leaves(
+                    t.feature, t.threshold, t.left, t.right, t.depth, self._used, self.weights,
+                    self._table, Xc, lambda rows, pts, s=s: leaf_fn(rows, pts + s), out_dim,
+                )
+            )
+        return torch.cat(parts)
+
+    # ------------------------------------------------------------ prediction
+    def predict_proba(self, X) -> np.ndarray:
+        """Posterior predictive class probabilities.
+
+        Parameters
+        ----------
+        X : array-like [M, D]
+
+        Returns
+        -------
+        numpy.ndarray [M, K]
+        """
+        if self.task != "classification":
+            raise ValueError("predict_proba applies to classification; use predict / predict_interval")
+        return self._proba(self._X(X)).cpu().numpy()
+
+    def _proba(self, X: torch.Tensor) -> torch.Tensor:
+        K = int(self.trees.stats.shape[-1])
+        return self._mixture(X, lambda rows, pts: rows, K)
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted labels (classification: most probable class, in the original
+        labels) or posterior predictive means (regression).
+
+        Parameters
+        ----------
+        X : array-like [M, D]
+
+        Returns
+        -------
+        numpy.ndarray [M]
+        """
+        Xt = self._X(X)
+        if self.task == "classification":
+            codes = self._proba(Xt).argmax(1).cpu().numpy()
+            return self.classes_[codes] if self.classes_ is not None else codes
+        return self._mean(Xt).cpu().numpy()
+
+    def _mean(self, X: torch.Tensor) -> torch.Tensor:
+        return self._mixture(X, lambda rows, pts: rows[:, 1:2], 1)[:, 0]
+
+    def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
+        """Equal-tailed posterior predictive interval (regression).
+
+        Monte Carlo over the mixture of leaf Student-t predictives.
+
+        Parameters
+        ----------
+        X : array-like [M, D]
+        level : float in (0, 1)
+        n_draws : int
+        seed : int
+
+        Returns
+        -------
+        numpy.ndarray [M, 2] lower and upper bounds.
+        """
+        if self.task != "regression":
+            raise ValueError("predict_interval applies to regression")
+        level = check_real("level", level, 0.0, 1.0, high_open=True)
+        n_draws = check_int("n_draws", n_draws, 1)
+        Xt = self._X(X)
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        trees_idx = torch.multinomial(self.weights.cpu().float(), n_draws, replacement=True, generator=g).to(Xt.device)
+        sub = self.trees.take(trees_idx)
+        rows = sub.predict(Xt, self.likelihood).double()  # [n_draws, M, 3]
+        df, loc, scale = rows[..., 0], rows[..., 1], rows[..., 2]
+        # Student-t draw = Normal / sqrt(Chi2/df)
+        z = torch.randn(rows.shape[:2], generator=g, dtype=torch.float64).to(Xt.device)
+        # Chi2(df) = 2 Gamma(df / 2), drawn from the seeded generator.
+        chi2 = 2 * torch._standard_gamma((df / 2).cpu(), generator=g).to(Xt.device)
+        draws = loc + scale * z / torch.sqrt(chi2 / df)
+        q = torch.tensor([(1 - level) / 2, 1 - (1 - level) / 2], dtype=torch.float64, device=Xt.device)
+        return torch.quantile(draws, q, dim=0).T.cpu().numpy()
+
+    def log_predictive(self, X, y) -> float:
+        """Mean log posterior predictive density of test data, ``mean_n log p(y_n | x_n, D)``.
+
+        Parameters
+        ----------
+        X : array-like [M, D]
+        y : array-like [M] (original labels for classification)
+
+        Returns
+        -------
+        float
+        """
+        Xt = self._X(X)
+        yt = self._encode_y(y, Xt.shape[0]).to(Xt.device)
+        lik = self.likelihood
+        dens = self._mixture(Xt, lambda rows, pts: lik.log_prob_rows(rows, yt[pts]).exp()[:, None], 1)
+        return float(dens[:, 0].log().mean())
+
+    def accuracy(self, X, y) -> float:
+        """Fraction of test points whose predicted class equals ``y``."""
+        if self.task != "classification":
+            raise ValueError("accuracy applies to classification")
+        pred = self.predict(X)
+        yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
+        if yn.shape[0] != pred.shape[0]:
+            raise ValueError(f"X has {pred.shape[0]} rows but y has {yn.shape[0]}")
+        return float(np.mean(pred == yn))
+
+    def rmse(self, X, y) -> float:
+        """Root mean squared error of the posterior predictive mean (regression)."""
+        pred = self.predict(X)
+        yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y, dtype=np.float64)
+        return float(np.sqrt(np.mean((pred - yn) ** 2)))
+
+    def _encode_y(self, y, M: int) -> torch.Tensor:
+        yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
+        if yn.ndim != 1 or yn.shape[0] != M:
+            raise ValueError(f"y must be 1-D with {M} entries, got shape {yn.shape}")
+        if self.task == "regression":
+            return torch.as_tensor(yn.astype(np.float64))
+        if self.classes_ is None:
+            return torch.as_tensor(yn.astype(np.int64))
+        lookup = {c: i for i, c in enumerate(self.classes_.tolist())}
+        try:
+            return torch.as_tensor([lookup[v] for v in yn.tolist()], dtype=torch.long)
+        except KeyError as exc:
+            raise ValueError(f"label {exc.args[0]!r} was not seen in training") from exc
+
+    # -------------------------------------------------------------- summary
+    def summary(self) -> Dict[str, Any]:
+        """Weighted tree-size statistics, feature usage and sampler diagnostics.
+
+        Returns
+        -------
+        dict with ``n_particles``, ``n_distinct_trees``, ``ess``, ``log_evidence``,
+        ``leaves_mean``, ``leaves_max``, ``depth_mean``, ``depth_max``,
+        ``feature_usage`` (weighted mean number of splits per feature), ``map_tree``
+        (index of the heaviest tree) and the sampler's ``info``.
+        """
+        w = self.weights
+        leaves = self.trees.n_leaves().double()
+        depth = self.trees.max_depth().double()
+        internal = self.trees.status == INTERNAL
+        f = torch.where(internal, self.trees.feature.long(), torch.full_like(self.trees.feature.long(), self.n_features))
+        usage = torch.zeros(self.trees.n_trees, self.n_features + 1, dtype=torch.float64, device=w.device)
+        usage.scatter_add_(1, f, torch.ones_like(f, dtype=torch.float64))
+        out = {
+            "n_particles": self.n_particles,
+            "n_distinct_trees": self.trees.n_trees,
+            "ess": self.ess,
+            "log_evidence": self.log_evidence,
+            "leaves_mean": float((w * leaves).sum()),
+            "leaves_max": int(leaves.max()),
+            "depth_mean": float((w * depth).sum()),
+            "depth_max": int(depth.max()),
+            "feature_usage": (w[:, None] * usage[:, : self.n_features]).sum(0).cpu().numpy(),
+            "map_tree": int(torch.argmax(w)),
+        }
+        out.update({k: v for k, v in self.info.items() if k not in out})
+        return out
+
+    def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
+        """Graphviz DOT text of tree ``i`` (default: the heaviest tree)."""
+        i = int(torch.argmax(self.weights)) if i is None else int(i)
+        if not 0 <= i < self.trees.n_trees:
+            raise IndexError(f"tree index {i} out of range [0, {self.trees.n_trees})")
+        t = self.trees
+        n = int(t.n_nodes[i])
+        names = feature_names if feature_names is not None else [f"x{d}" for d in range(self.n_features)]
+        if len(names) != self.n_features:
+            raise ValueError(f"feature_names has {len(names)} names; the data has {self.n_features} features")
+        table = self.likelihood.predictive_table(t.stats[i, :n]).cpu()
+        lines = ["digraph tree {", '  node [shape=box, fontname="Helvetica"];']
+        for node in range(n):
+            if int(t.status[i, node]) == INTERNAL:
+                lines.append(f'  n{node} [label="{names[int(t.feature[i, node])]} <= {float(t.threshold[i, node]):.6g}"];')
+                lines.append(f'  n{node} -> n{int(t.left[i, node])} [label="yes"];')
+                lines.append(f'  n{node} -> n{int(t.right[i, node])} [label="no"];')
+            else:
+                if self.task == "classification":
+                    probs = ", ".join(f"{float(p):.2f}" for p in table[node])
+                    cnt = int(t.stats[i, node].sum())
+                    lines.append(f'  n{node} [label="n={cnt}\\np=[{probs}]", style=rounded];')
+                else:
+                    cnt = int(t.stats[i, node, 0])
+                    lines.append(f'  n{node} [label="n={cnt}\\nmean={float(table[node, 1]):.4g}", style=rounded];')
+        lines.append("}")
+        return "\n".join(lines)
+
+    # --------------------------------------------------------------- save
+    def save(self, path: str) -> None:
+        """Write plain tensors and metadata (atomic: temporary file + rename)."""
+        payload = {
+            "format": "torchtree.TreePosterior/1",
+            "trees": {k: v.cpu() for k, v in self.trees.as_dict().items()},
+            "log_weights": self.log_weights.cpu(),
+            "likelihood": self.likelihood.config(),
+            "n_features": self.n_features,
+            "classes": None if self.classes_ is None else self.classes_.tolist(),
+            "log_evidence": self.log_evidence,
+            "n_particles": self.n_particles,
+            "ess": self.ess,
+            "info": _plain(self.info),
+        }
+        tmp = f"{path}.tmp-{os.getpid()}"
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str, device=None) -> "TreePosterior":
+        """Read a posterior written by :meth:`save` (``torch.load(weights_only=True)``)."""
+        payload = torch.load(path, map_location=device or "cpu", weights_only=True)
+        if not isinstance(payload, dict) or payload.get("format") != "torchtree.TreePosterior/1":
+            raise ValueError(f"{path} is not a torchtree posterior file")
+        trees = HardTrees.from_dict(payload["trees"])
+        obj = cls(
+            trees,
+            payload["log_weights"],
+            likelihood_from_config(payload["likelihood"]),
+            payload["n_features"],
+            classes=None if payload["classes"] is None else np.asarray(payload["classes"]),
+            log_evidence=payload["log_evidence"],
+            info=payload["info"],
+            dedupe=False,
+        )
+        obj.n_particles, obj.ess = payload["n_particles"], payload["ess"]
+        return obj
+
+    def __repr__(self) -> str:
+        ev = "None" if self.log_evidence is None else f"{self.log_evidence:.4f}"
+        return f"TreePosterior(task={self.task!r}, n_particles={self.n_particles}, distinct={self.trees.n_trees}, ess={self.ess:.1f}, log_evidence={ev})"
+
+
+def _plain(obj):
+    """Reduce diagnostics to what ``torch.load(weights_only=True)`` accepts."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, np.ndarray):
+        return torch.as_tensor(obj)
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    if obj is None or isinstance(obj, (int, float, str, bool)):
+        return obj
+    return str(obj)

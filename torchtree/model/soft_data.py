@@ -1,0 +1,249 @@
+"""Input handling for the soft-tree samplers: plain tensors or ``torchtree.Data``.
+
+Soft splits act on inputs min-max scaled to [0, 1] with the *training* ranges
+(paper 004, Sec. 2.3; thresholds have a Beta(1, 1) prior on (0, 1)). This module
+turns whatever the user passed into a :class:`SoftData` record: scaled float inputs,
+labels, task, class count and the ranges needed to scale test inputs the same way.
+It does not validate beyond what the soft samplers need; full validation lives in
+``torchtree.Data``, which is accepted as is.
+
+Signed splits (``signed=True``, not in the paper): the scaled inputs ``x`` are followed
+by their mirror images ``1 - x``, so a split's weights on the simplex over the ``2 D``
+columns give ``x . (w+ - w-) + sum(w-)``: any direction in the L1 ball, with the
+projection still in [0, 1] where the Beta threshold prior lives. The paper's simplex
+weights alone only reach directions with non-negative coefficients.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+import numpy as np
+import torch
+
+from torchtree.model.data import as_feature_matrix, encode_class_labels
+from torchtree.core.validate import check_choice
+
+__all__ = ["SoftData", "as_soft_data", "mirror_columns", "scale_inputs", "FLOAT_DTYPES"]
+
+# the float dtypes the soft-tree kernels and samplers run in
+FLOAT_DTYPES = (torch.float32, torch.float64)
+
+
+@dataclass
+class SoftData:
+    """Training data prepared for soft trees.
+
+    Attributes
+    ----------
+    X : Tensor [N, D'] float, scaled to [0, 1] with ``feature_min`` / ``feature_max``;
+        ``D' = D``, or ``2 D`` with ``signed`` (columns ``x`` then ``1 - x``)
+    y : Tensor [N]: long class codes (classification) or float (regression)
+    task : str, "classification" or "regression"
+    n_classes : int or None
+    feature_min, feature_max : Tensor [D]
+    classes : numpy array [K] or None, original labels of codes 0..K-1 (from ``Data``)
+    signed : bool, whether ``X`` carries the mirrored columns (signed splits)
+    """
+
+    X: torch.Tensor
+    y: torch.Tensor
+    task: str
+    n_classes: Optional[int]
+    feature_min: torch.Tensor
+    feature_max: torch.Tensor
+    classes: Optional[Any] = None
+    signed: bool = False
+
+    @property
+    def n_features(self) -> int:
+        """D', the columns the splits weigh (``2 D`` with signed splits)."""
+        return int(self.X.shape[1])
+
+    @property
+    def n_input_features(self) -> int:
+        """D, the columns of the raw inputs."""
+        return int(self.feature_min.numel())
+
+    def check_X(self, X: Any) -> torch.Tensor:
+        """Validate raw test inputs against the training features.
+
+        Parameters
+        ----------
+        X : array-like [M, D], same ``D`` as the training data, finite numbers
+
+        Returns
+        -------
+        Tensor [M, D] (raw, not scaled)
+        """
+        D = self.n_input_features
+        if isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[1] == D:
+            if X.is_floating_point() and torch.isfinite(X).all():
+                return X
+        return torch.as_tensor(as_feature_matrix(X.cpu() if isinstance(X, torch.Tensor) else X, D))
+
+    def scale(self, X: torch.Tensor) -> torch.Tensor:
+        """Scale new raw inputs [M, D] with the training ranges, [M, D']."""
+        Xs = scale_inputs(X, self.feature_min, self.feature_max, self.X.dtype)
+        return mirror_columns(Xs) if self.signed else Xs
+
+
+def scale_inputs(
+    X: torch.Tensor, feature_min: torch.Tensor, feature_max: torch.Tensor, dtype=torch.float32
+) -> torch.Tensor:
+    """Min-max scale ``X [M, D]`` to the training range; constant features map to 0.5.
+
+    Test points outside the training range fall outside [0, 1]; soft splits handle
+    that without clipping.
+    """
+    X = torch.as_tensor(X)
+    lo = feature_min.to(device=X.device, dtype=torch.float64)
+    span = feature_max.to(device=X.device, dtype=torch.float64) - lo
+    Xs = (X.to(torch.float64) - lo) / torch.where(span > 0, span, torch.ones_like(span))
+    Xs = torch.where(span > 0, Xs, torch.full_like(Xs, 0.5))
+    return Xs.to(dtype)
+
+
+def mirror_columns(Xs: torch.Tensor) -> torch.Tensor:
+    """``[Xs, 1 - Xs]``: scaled inputs [M, D] and their mirror images, [M, 2 D]."""
+    return torch.cat([Xs, 1 - Xs], dim=1)
+
+
+def _infer_task(y: torch.Tensor) -> str:
+    if y.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool):
+        return "classification"
+    return "regression"
+
+
+def as_soft_data(
+    data: Any,
+    y: Any = None,
+    *,
+    task: Optional[str] = None,
+    n_classes: Optional[int] = None,
+    dtype: torch.dtype = torch.float32,
+    device: Optional[torch.device] = None,
+    signed: bool = False,
+) -> SoftData:
+    """Coerce ``data`` (and ``y``) into :class:`SoftData`.
+
+    Parameters
+    ----------
+    data : torchtree.Data, SoftData, tuple (X, y), or Tensor/array/DataFrame X [N, D]
+        Anything with ``.X`` and ``.y`` attributes is read as a ``torchtree.Data``
+        (its ``task``, ``n_classes``, ``feature_min`` and ``feature_max`` are used
+        when present).
+    y : Tensor/array [N], optional
+        Labels when ``data`` is a bare feature matrix. Integer, boolean or string
+        labels mean classification, floating labels regression, unless ``task`` says
+        otherwise. Bare class labels are coded as ``torchtree.Data`` codes them (the
+        sorted distinct labels, or ``0..n_classes-1`` when ``n_classes`` is given);
+        ``SoftData.classes`` maps the codes back.
+    task : {"classification", "regression"}, optional
+    n_classes : int, optional
+    dtype : torch.dtype, float dtype of the scaled inputs
+    device : torch.device, optional
+    signed : bool
+        Append the mirrored columns ``1 - x`` for signed splits (see the module
+        docstring).
+
+    Returns
+    -------
+    SoftData
+
+    Raises
+    ------
+    ValueError
+        Bad inputs, or a ``SoftData`` prepared with the other ``signed`` setting.
+    """
+    check_choice("dtype", dtype, FLOAT_DTYPES)
+    if isinstance(data, SoftData):
+        if data.signed != bool(signed):
+            raise ValueError(f"this SoftData was prepared with signed={data.signed}, the model asks for "
+                             f"signed_splits={bool(signed)}")
+        return data
+    fmin = fmax = classes = None
+    if hasattr(data, "X") and hasattr(data, "y"):
+        classes = getattr(data, "classes_", None)
+        X, yy = data.X, data.y
+        task = task or getattr(data, "task", None)
+        n_classes = n_classes or getattr(data, "n_classes", None)
+        fmin = getattr(data, "feature_min", None)
+        fmax = getattr(data, "feature_max", None)
+    elif isinstance(data, (tuple, list)) and len(data) == 2 and y is None:
+        X, yy = data
+    else:
+        X, yy = data, y
+    if yy is None:
+        raise ValueError("labels y are required (pass torchtree.Data, (X, y) or X and y)")
+    if not isinstance(X, torch.Tensor):
+        # pandas frames, lists, numpy arrays of any numeric dtype: validated as Data does.
+        # A C-ordered copy: a frame's values are column-major (and may be read-only), and
+        # strides change the rounding of the routing matmuls, so the draws
+        X = torch.from_numpy(np.array(as_feature_matrix(X), order="C"))
+    if not isinstance(yy, torch.Tensor):
+        yn = np.asarray(yy)
+        if yn.dtype.kind in "USO":  # labels that are not numbers (strings, objects): classes
+            if task == "regression":
+                raise ValueError(f"regression needs numeric y, got dtype {yn.dtype}")
+            task = "classification"
+            if classes is None:
+                codes, classes = encode_class_labels(yn, n_classes)
+                yn, n_classes = codes, len(classes)
+        yy = torch.as_tensor(np.array(yn))  # a copy: a pandas Series' values may be read-only
+    if device is not None:
+        X, yy = X.to(device), yy.to(device)
+    if X.dim() != 2:
+        raise ValueError(f"X must be 2-D [N, D], got shape {tuple(X.shape)}")
+    if yy.dim() != 1 or yy.shape[0] != X.shape[0]:
+        raise ValueError(f"y must be 1-D with {X.shape[0]} entries, got shape {tuple(yy.shape)}")
+    if not torch.isfinite(X.to(torch.float64)).all():
+        raise ValueError("X contains NaN or infinite values")
+    task = task or _infer_task(yy)
+    check_choice("task", task, ("classification", "regression"))
+    if task == "classification":
+        if classes is None:
+            # bare labels ({2, 4}, {-1, 1}, ...) get the coding torchtree.Data uses:
+            # codes of the sorted distinct labels, which predict() maps back
+            codes, classes = encode_class_labels(yy.cpu().numpy(), n_classes)
+            yy = torch.as_tensor(codes, device=yy.device)
+            n_classes = len(classes)
+        yy = yy.long()
+        if yy.min() < 0:
+            raise ValueError("class labels must be codes 0..K-1")
+        n_classes = int(n_classes) if n_classes else int(yy.max().item()) + 1
+    else:
+        yy = yy.to(torch.float64 if yy.dtype == torch.float64 else dtype)
+        if not torch.isfinite(yy).all():
+            raise ValueError("y contains NaN or infinite values")
+        n_classes = None
+    Xd = X.to(torch.float64)
+    fmin = torch.as_tensor(fmin, device=X.device).to(torch.float64) if fmin is not None else Xd.min(0).values
+    fmax = torch.as_tensor(fmax, device=X.device).to(torch.float64) if fmax is not None else Xd.max(0).values
+    Xs = scale_inputs(X, fmin, fmax, dtype)
+    return SoftData(
+        X=mirror_columns(Xs) if signed else Xs,
+        y=yy,
+        task=task,
+        n_classes=n_classes,
+        feature_min=fmin,
+        feature_max=fmax,
+        classes=classes,
+        signed=bool(signed),
+    )
+
+
+def train_test_split(
+    X: torch.Tensor, y: torch.Tensor, test_fraction: float = 0.3, seed: int = 0
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Shuffle with a fixed seed and split ``(X, y)`` into train and test parts.
+
+    Returns
+    -------
+    X_train [N - M, D], y_train, X_test [M, D], y_test with ``M = round(test_fraction N)``.
+    """
+    g = torch.Generator().manual_seed(int(seed))
+    perm = torch.randperm(X.shape[0], generator=g)
+    n_test = int(round(test_fraction * X.shape[0]))
+    te, tr = perm[:n_test], perm[n_test:]
+    return X[tr], y[tr], X[te], y[te]

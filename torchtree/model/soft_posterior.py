@@ -1,0 +1,414 @@
+"""Posterior over soft trees: draws per topology, weighted by evidence times topology prior.
+
+The DCC-Tree output (paper 004, eq. 46-48) is a mixture over topologies ``m`` with
+weights ``w_m ∝ Z_m p(m)`` of local posteriors ``p_m(theta_m)``, each represented by
+MCMC draws. Predictions average the per-draw predictive over draws, then over
+topologies with these weights (Theorem 8). A single-topology HMC / NUTS run is the
+special case ``M = 1``.
+
+It is a ``torchtree.TreePosterior`` (same methods and return types: numpy arrays from
+``predict_proba`` / ``predict`` / ``predict_interval``, mean ``log_predictive``,
+``accuracy``, ``rmse``, ``summary``, ``to_dot``, ``save`` / ``load``), but holds soft
+trees: ``weights`` are per topology, and draws replace hard trees.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from torchtree.model.posterior import TreePosterior
+from torchtree.core.validate import check_int, check_real
+
+from torchtree.model.soft_data import SoftData
+from torchtree.model.topology import Topology, node_depth
+from torchtree.model.soft_trees import SoftTreeHyper, SoftTrees
+
+__all__ = ["SoftTreePosterior"]
+
+
+class SoftTreePosterior(TreePosterior):
+    """Weighted set of soft-tree posterior draws over one or more topologies.
+
+    Parameters
+    ----------
+    data : SoftData
+        Training data (classification leaves are integrated out, so the predictive
+        needs the training soft counts).
+    hyper : SoftTreeHyper (resolved)
+    sharpness : float, split sharpness ``h`` used for prediction
+    topologies : sequence of Topology, length M
+    draws : sequence of Tensor [S_m, P_m]
+        Compact unconstrained draws of each topology (see ``ParamLayout.compact_index``).
+    log_evidence_m : Tensor [M], optional
+        ``log Z_m``; ``None`` gives equal weight to every topology.
+    log_prior_m : Tensor [M], optional, ``log p(m)`` (zeros if omitted)
+    info : dict, optional, run diagnostics kept for :meth:`summary`
+    """
+
+    def __init__(
+        self,
+        data: SoftData,
+        hyper: SoftTreeHyper,
+        sharpness: float,
+        topologies: Sequence[Topology],
+        draws: Sequence[torch.Tensor],
+        log_evidence_m: Optional[torch.Tensor] = None,
+        log_prior_m: Optional[torch.Tensor] = None,
+        info: Optional[Dict] = None,
+    ) -> None:
+        if len(topologies) != len(draws):
+            raise ValueError("one draw tensor per topology is required")
+        self.data = data
+        self.hyper = hyper
+        self.sharpness = float(sharpness)
+        self.topologies: List[Topology] = list(topologies)
+        self.draws: List[torch.Tensor] = [d.detach() for d in draws]
+        M = len(self.topologies)
+        self._log_z = None if log_evidence_m is None else torch.as_tensor(log_evidence_m, dtype=torch.float64).cpu()
+        self.log_prior_m = (
+            torch.zeros(M, dtype=torch.float64)
+            if log_prior_m is None
+            else torch.as_tensor(log_prior_m, dtype=torch.float64).cpu()
+        )
+        self.info = dict(info or {})
+        # TreePosterior's constructor needs hard trees; the state it would set is
+        # replaced by the per-topology draws above (every public method is overridden).
+        self.classes_ = None if data.classes is None else np.asarray(data.classes)
+        self.n_features = data.n_input_features
+        self.n_particles = int(sum(int(d.shape[0]) for d in self.draws))
+
+    def __len__(self) -> int:
+        return self.n_particles
+
+    def __repr__(self) -> str:
+        ev = "None" if self.log_evidence is None else f"{self.log_evidence:.4f}"
+        return (
+            f"SoftTreePosterior(task={self.task!r}, topologies={len(self.topologies)}, "
+            f"draws={self.n_particles}, log_evidence={ev})"
+        )
+
+    # ----------------------------------------------------------------- weights
+    @property
+    def task(self) -> str:
+        """"classification" or "regression"."""
+        return self.data.task
+
+    @property
+    def topology_log_evidence(self) -> torch.Tensor:
+        """``log Z_m`` per topology, Tensor [M] float64 (NaN when not estimated)."""
+        if self._log_z is None:
+            return torch.full((len(self.topologies),), float("nan"), dtype=torch.float64)
+        return self._log_z
+
+    @property
+    def log_weights(self) -> torch.Tensor:
+        """Normalised log weights ``log w_m``, [M] float64."""
+        if self._log_z is None:
+            lw = torch.zeros(len(self.topologies), dtype=torch.float64)
+        else:
+            lw = torch.nan_to_num(self._log_z + self.log_prior_m, nan=-float("inf"))
+        return lw - torch.logsumexp(lw, 0)
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """``w_m = Z_m p(m) / sum_m' Z_m' p(m')``, Tensor [M] float64."""
+        return self.log_weights.exp()
+
+    @property
+    def log_evidence(self) -> Optional[float]:
+        """``log sum_m Z_m p(m)`` over the topologies found (None without evidence)."""
+        if self._log_z is None:
+            return None
+        return float(torch.logsumexp(torch.nan_to_num(self._log_z + self.log_prior_m, nan=-float("inf")), 0))
+
+    # ----------------------------------------------------------------- prediction
+    def _model(self, m: int, n: int) -> SoftTrees:
+        return SoftTrees(
+            self.data, [self.topologies[m]], n_chains=n, sharpness=self.sharpness, hyper=self.hyper,
+            dtype=self.data.X.dtype,
+        )
+
+    def _thinned_draws(self, m: int, max_draws: Optional[int]) -> torch.Tensor:
+        """Stored draws of topology ``m``, evenly thinned to at most ``max_draws``, [S, P_m]."""
+        d = self.draws[m]
+        if max_draws is not None and d.shape[0] > check_int("max_draws", max_draws, 1):
+            d = d[torch.linspace(0, d.shape[0] - 1, max_draws).round().long()]
+        return d
+
+    def _topology_prediction(self, m: int, X: torch.Tensor, max_draws: Optional[int]) -> torch.Tensor:
+        if self.draws[m].shape[0] == 0:
+            raise ValueError(f"topology {m} ({self.topologies[m].key()}) has no draws to predict with")
+        d = self._thinned_draws(m, max_draws)
+        model = self._model(m, d.shape[0])
+        theta = torch.zeros(d.shape[0], model.n_params, dtype=model.X.dtype, device=model.X.device)
+        theta[:, model.compact_index(0)] = d.to(theta)
+        with torch.no_grad():
+            return model.predict(X, theta)  # [S, N, C] or [S, N]
+
+    def predict_draws(self, X, topology: int = 0, max_draws: Optional[int] = None) -> torch.Tensor:
+        """Per-draw predictions of one topology.
+
+        Parameters
+        ----------
+        X : Tensor [N, D] raw inputs
+        topology : int, index into :attr:`topologies`
+        max_draws : int, optional, evenly thinned subset
+
+        Returns
+        -------
+        Tensor [S, N, C] class probabilities or [S, N] regression means.
+        """
+        return self._topology_prediction(self._topology_index(topology), self.data.check_X(X), max_draws)
+
+    def _mixture(self, X, max_draws: Optional[int], min_weight: float = 1e-8) -> torch.Tensor:
+        X = self.data.check_X(X)
+        w = self.weights
+        out = None
+        for m in range(len(self.topologies)):
+            if w[m] < min_weight * w.max() or self.draws[m].shape[0] == 0:
+                continue
+            pm = self._topology_prediction(m, X, max_draws).to(torch.float64).mean(0) * w[m]
+            out = pm if out is None else out + pm
+        return out / w[w >= min_weight * w.max()].sum()
+
+    def _proba_t(self, X, max_draws: Optional[int] = 200) -> torch.Tensor:
+        if self.task != "classification":
+            raise ValueError("predict_proba applies to classification; use predict / predict_interval")
+        return self._mixture(X, max_draws)
+
+    def predict_proba(self, X, max_draws: Optional[int] = 200) -> np.ndarray:
+        """Posterior predictive class probabilities (classification).
+
+        Parameters
+        ----------
+        X : array-like [M, D] raw inputs
+        max_draws : int, optional, draws used per topology (evenly thinned)
+
+        Returns
+        -------
+        numpy.ndarray [M, K]
+        """
+        return self._proba_t(X, max_draws).cpu().numpy()
+
+    def predict(self, X, max_draws: Optional[int] = 200) -> np.ndarray:
+        """Most probable class (original labels when known) or posterior-mean output.
+
+        Returns
+        -------
+        numpy.ndarray [M]
+        """
+        if self.task == "classification":
+            codes = self._proba_t(X, max_draws).argmax(-1).cpu().numpy()
+            return self.classes_[codes] if self.classes_ is not None else codes
+        return self._mixture(X, max_draws).cpu().numpy()
+
+    def _draw_sets(self, X, max_draws):
+        """(weight, mean [S, M], variance [S, 1]) per topology (regression)."""
+        X = self.data.check_X(X)
+        w = self.weights
+        for m in range(len(self.topologies)):
+            if self.draws[m].shape[0] == 0 or w[m] == 0:
+                continue
+            mean = self._topology_prediction(m, X, max_draws).to(torch.float64)
+            var = torch.exp(self._thinned_draws(m, max_draws)[:, -1].to(torch.float64)).unsqueeze(-1)  # log variance is last
+            yield w[m], mean, var
+
+    def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
+        """Equal-tailed posterior predictive interval (regression), by Monte Carlo.
+
+        Draws a topology by weight, one of its stored draws, then ``y`` from the
+        Gaussian with that draw's soft-tree mean and variance.
+
+        Parameters
+        ----------
+        X : array-like [M, D] raw inputs
+        level : float in (0, 1)
+        n_draws : int, Monte Carlo draws per point
+        seed : int
+
+        Returns
+        -------
+        numpy.ndarray [M, 2] lower and upper bounds.
+        """
+        if self.task != "regression":
+            raise ValueError("predict_interval applies to regression")
+        level = check_real("level", level, 0.0, 1.0, high_open=True)
+        n_draws = check_int("n_draws", n_draws, 1)
+        g = torch.Generator().manual_seed(int(seed))
+        sets = list(self._draw_sets(X, None))
+        w = torch.stack([s[0] for s in sets])
+        pick = torch.multinomial(w.float(), n_draws, replacement=True, generator=g)
+        out = []
+        for k, (_, mean, var) in enumerate(sets):
+            n_k = int((pick == k).sum())
+            if n_k == 0:
+                continue
+            j = torch.randint(0, mean.shape[0], (n_k,), generator=g)
+            out.append(mean[j] + var[j].sqrt() * torch.randn(n_k, mean.shape[1], generator=g, dtype=torch.float64))
+        draws = torch.cat(out)
+        q = torch.tensor([(1 - level) / 2, 1 - (1 - level) / 2], dtype=torch.float64)
+        return torch.quantile(draws, q, dim=0).T.numpy()
+
+    def log_predictive(self, X, y, max_draws: Optional[int] = 200) -> float:
+        """Mean over points of the log posterior predictive density of ``y`` at ``X``.
+
+        Regression uses the Gaussian mixture over draws (leaf mean, draw's variance).
+        """
+        X = self.data.check_X(X)
+        # original label values (strings, {2, 4}, ...) are mapped through classes_,
+        # exactly as TreePosterior does; unseen labels raise a ValueError
+        yt = self._encode_y(y, X.shape[0])
+        if self.task == "classification":
+            p = self._proba_t(X, max_draws)
+            return float(torch.log(p[torch.arange(len(yt)), yt.long()].clamp_min(1e-300)).mean())
+        logs = []
+        for wm, mean, var in self._draw_sets(X, max_draws):
+            lp = -0.5 * torch.log(2 * math.pi * var) - 0.5 * (yt.to(torch.float64) - mean) ** 2 / var
+            logs.append(torch.logsumexp(lp, 0) - math.log(lp.shape[0]) + torch.log(wm))
+        return float(torch.logsumexp(torch.stack(logs), 0).mean())
+
+    # ----------------------------------------------------------------- reporting
+    def summary(self) -> Dict:
+        """Topologies with weights, evidence, leaves, depth and feature usage."""
+        rows = []
+        w = self.weights
+        lz = self.topology_log_evidence
+        for m, t in enumerate(self.topologies):
+            rows.append(
+                {
+                    "topology": t.key(),
+                    "weight": float(w[m]),
+                    "log_evidence": float(lz[m]),
+                    "log_prior": float(self.log_prior_m[m]),
+                    "n_leaves": t.n_leaves,
+                    "depth": t.depth,
+                    "n_draws": int(self.draws[m].shape[0]),
+                }
+            )
+        rows.sort(key=lambda r: -r["weight"])
+        top = max(range(len(self.topologies)), key=lambda m: float(w[m]))
+        usage = self.feature_usage(top) if self.data.n_features > 1 else torch.ones(1)
+        return {
+            "n_topologies": len(self.topologies),
+            "log_evidence": self.log_evidence,
+            "expected_leaves": float(sum(w[m] * t.n_leaves for m, t in enumerate(self.topologies))),
+            "topologies": rows,
+            "feature_usage_top": usage.tolist(),
+            **{k: v for k, v in self.info.items() if isinstance(v, (int, float, str))},
+        }
+
+    def _topology_index(self, i: int) -> int:
+        """``i`` checked against the topologies (no wrap-around of negative indices)."""
+        i = int(i)
+        if not 0 <= i < len(self.topologies):
+            raise IndexError(f"topology index {i} out of range [0, {len(self.topologies)})")
+        return i
+
+    def feature_usage(self, topology: int = 0) -> torch.Tensor:
+        """Mean split weight per feature over the nodes and draws of a topology, [D].
+
+        With signed splits a feature's usage is the sum of the weights on it and on
+        its mirror image ``1 - x``.
+        """
+        topology = self._topology_index(topology)
+        d = self.draws[topology]
+        model = self._model(topology, max(d.shape[0], 1))
+        theta = torch.zeros(d.shape[0], model.n_params, dtype=model.X.dtype)
+        theta[:, model.compact_index(0)] = d.to(theta)
+        w = model.constrain(theta)["weights"][:, list(self.topologies[topology].internal)]
+        usage = w.mean((0, 1)) if w.numel() else torch.zeros(model.layout.n_features)
+        return usage[: self.n_features] + usage[self.n_features:] if self.data.signed else usage
+
+    def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
+        """Graphviz DOT text of topology ``i`` (default: the heaviest) with posterior-mean
+        thresholds (on the [0, 1]-scaled inputs) and each node's heaviest feature
+        (``1-name`` for a mirrored column of signed splits)."""
+        i = int(torch.argmax(self.weights)) if i is None else self._topology_index(i)
+        names = list(feature_names) if feature_names is not None else [f"x{k}" for k in range(self.n_features)]
+        if len(names) != self.n_features:
+            raise ValueError(f"feature_names has {len(names)} names; the data has {self.n_features} features")
+        if self.data.signed:
+            names = names + [f"1-{n}" for n in names]
+        t = self.topologies[i]
+        d = self.draws[i]
+        model = self._model(i, max(d.shape[0], 1))
+        theta = torch.zeros(max(d.shape[0], 1), model.n_params, dtype=model.X.dtype)
+        if d.shape[0]:
+            theta[:, model.compact_index(0)] = d.to(theta)
+        c = model.constrain(theta)
+        w, tau = c["weights"].mean(0), c["thresholds"].mean(0)
+        lines = ["digraph soft_tree {", "  node [shape=box];"]
+        for n in t.internal:
+            f = int(w[n].argmax())
+            lines.append(f'  n{n} [label="{names[f]} (w={float(w[n, f]):.2f}) > {float(tau[n]):.3f}"];')
+            lines += [f"  n{n} -> n{2 * n + 1} [label=no];", f"  n{n} -> n{2 * n + 2} [label=yes];"]
+        for l in t.leaves:
+            lines.append(f'  n{l} [label="leaf {l} (depth {node_depth(l)})", shape=ellipse];')
+        lines.append("}")
+        return "\n".join(lines)
+
+    FORMAT = "torchtree.SoftTreePosterior/1"
+
+    def save(self, path: str) -> None:
+        """Write the posterior to ``path`` atomically (plain tensors, numbers, strings,
+        lists and dicts, tagged with :attr:`FORMAT`; readable with ``weights_only=True``)."""
+        from torchtree.io.checkpoint import atomic_save
+        from torchtree.model.posterior import _plain
+
+        d = self.data
+        atomic_save(
+            {
+                "format": self.FORMAT,
+                "data": {
+                    "X": d.X.cpu(), "y": d.y.cpu(), "task": d.task, "n_classes": d.n_classes,
+                    "feature_min": d.feature_min.cpu(), "feature_max": d.feature_max.cpu(),
+                    "classes": None if d.classes is None else np.asarray(d.classes).tolist(),
+                    "signed": d.signed,
+                },
+                "hyper": _plain(asdict(self.hyper)),
+                "sharpness": self.sharpness,
+                "topologies": [list(t.internal) for t in self.topologies],
+                "draws": [x.cpu() for x in self.draws],
+                "log_evidence_m": self._log_z,
+                "log_prior_m": self.log_prior_m,
+                "info": {k: v for k, v in self.info.items() if isinstance(v, (int, float, str, bool))},
+            },
+            path,
+        )
+
+    @classmethod
+    def load(cls, path: str, device=None) -> "SoftTreePosterior":
+        """Read a posterior written by :meth:`save` (``torch.load(weights_only=True)``).
+
+        Raises
+        ------
+        FileNotFoundError
+            No file at ``path``.
+        ValueError
+            The file is not a soft-tree posterior written by :meth:`save` (another
+            format, e.g. a hard ``TreePosterior`` file, or an unreadable file).
+        """
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such file")
+        try:
+            s = torch.load(path, map_location=device or "cpu", weights_only=True)
+        except Exception as exc:  # truncated, not torch.save, or arbitrary objects
+            raise ValueError(f"{path} is not a readable torchtree soft-tree posterior file "
+                             f"({type(exc).__name__})") from exc
+        if not isinstance(s, dict) or s.get("format") != cls.FORMAT:
+            found = s.get("format") if isinstance(s, dict) else type(s).__name__
+            hint = " (use torchtree.TreePosterior.load for hard-tree posteriors)" if found == "torchtree.TreePosterior/1" else ""
+            raise ValueError(f"{path} is not a torchtree soft-tree posterior file: format {found!r}, "
+                             f"expected {cls.FORMAT!r}{hint}")
+        data = dict(s["data"])
+        if data.get("classes") is not None:
+            data["classes"] = np.asarray(data["classes"])
+        return cls(
+            SoftData(**data), SoftTreeHyper(**s["hyper"]), s["sharpness"],
+            [Topology(tuple(t)) for t in s["topologies"]], s["draws"], s["log_evidence_m"], s["log_prior_m"], s["info"],
+        )

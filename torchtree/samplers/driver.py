@@ -1,0 +1,216 @@
+"""The one ``run()`` every sampler goes through, and the run-level helpers samplers share.
+
+:func:`run` owns what is the same for every method: the data and its device, the seed
+(``None`` = fresh randomness, an int reproduces), the backend (opened by name and closed
+again), the checkpoint (fingerprint, load, atomic saves, resume), the monitors (one
+dispatch, rank-gated, type-checked), the time budget and the loop itself. A sampler only
+supplies ``init`` / ``step`` / ``finalize`` (see :mod:`torchtree.samplers.protocol`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, Optional
+
+import torch
+
+from torchtree.core.random import seed_to_int
+from torchtree.core.validate import check_backend
+from torchtree.io.checkpoint import Checkpointer, fingerprint
+from torchtree.model.data import Data, coerce_data, resolve_device
+from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
+from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoint
+
+__all__ = ["run", "RunContext", "checkpointer", "default_likelihood", "seed_key", "describe", "default_memory_limit", "on_device",
+           "opened_backend"]
+
+
+def default_likelihood(data: Data):
+    """Dirichlet-multinomial(alpha=5) for classification, data-scaled NIG for regression."""
+    if data.task == "classification":
+        return DirichletMultinomial(5.0)
+    return NormalInverseGamma.default_for(data.y)
+
+
+def seed_key(seed):
+    """What of ``seed`` identifies a run in a checkpoint fingerprint: the seed itself, or
+    ``"drawn"`` for None / a ``torch.Generator`` (the drawn seed is then stored in the
+    checkpoint and reused on resume)."""
+    if seed is None or isinstance(seed, torch.Generator):
+        return "drawn"
+    return seed_to_int(seed)
+
+
+def describe(obj) -> Any:
+    """A plain, exact description of a prior or likelihood (``config()`` where it has one)."""
+    cfg = getattr(obj, "config", None)
+    if callable(cfg):
+        try:
+            return cfg()
+        except Exception:  # pragma: no cover - fall back to the repr
+            pass
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))
+
+
+def default_memory_limit(dev: torch.device) -> int:
+    """Half the GPU's memory, or half the machine's physical memory (bytes)."""
+    if dev.type == "cuda":
+        free, total = torch.cuda.mem_get_info(dev)
+        return int(0.5 * total)
+    try:
+        return int(0.5 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 8 << 30
+
+
+def on_device(data: Data, device) -> Data:
+    """``data`` on the run's device: ``device`` (``"auto"`` = CUDA if present), or the data's own
+    device when ``device`` is None."""
+    dev = resolve_device(device) if device is not None else data.device
+    return data if data.device == dev else data.to(dev)
+
+
+@contextlib.contextmanager
+def opened_backend(backend) -> Iterator[Any]:
+    """The run's backend: ``None`` stays None, a name is opened here and closed on exit
+    (``torchtree.distributed.get_backend``), a Backend object is used as it is."""
+    check_backend(backend)
+    if not isinstance(backend, str):
+        yield backend
+        return
+    from torchtree.distributed import get_backend
+
+    opened = get_backend(backend)
+    try:
+        yield opened
+    finally:
+        opened.close()  # destroys only a process group that get_backend opened
+
+
+@dataclass
+class RunContext:
+    """What a sampler's ``init`` / ``step`` / ``finalize`` may use of the run.
+
+    Attributes
+    ----------
+    data : Data, on ``device``
+    device : torch.device
+    seed : int, the run's seed (drawn once when the caller gave None; stored in checkpoints)
+    backend : Backend or None; ``rank`` / ``world_size`` from it (0 / 1 without)
+    monitor : Monitor (rank-gated); ``watch`` is False when nobody listens, so that a step
+        can skip computing its report
+    t0 : float, ``time.perf_counter()`` at the start of the run
+    resumed_at : int or None, the step a checkpoint resumed at
+    extra : dict, per-sampler run objects (the likelihood, a grower, ...)
+    """
+
+    data: Data
+    device: torch.device
+    seed: int
+    backend: Any = None
+    monitor: Monitor = field(default_factory=NullMonitor)
+    t0: float = 0.0
+    resumed_at: Optional[int] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int:
+        return 0 if self.backend is None else int(self.backend.rank)
+
+    @property
+    def world_size(self) -> int:
+        return 1 if self.backend is None else int(self.backend.world_size)
+
+    @property
+    def watch(self) -> bool:
+        return not isinstance(self.monitor, NullMonitor)
+
+    def seconds(self) -> float:
+        """Wall seconds since the start of the run."""
+        return time.perf_counter() - self.t0
+
+
+def checkpointer(sampler, data: Data, settings: Dict[str, Any], key, backend) -> Checkpointer:
+    """The run's :class:`~torchtree.io.checkpoint.Checkpointer` (disabled without a path).
+
+    Its fingerprint hashes the sampler's name, the config's result settings, ``settings``
+    (what else decides the result: the prior, the likelihood, ...), the seed key, the data and
+    the number of ranks: a checkpoint of any other run is refused.
+    """
+    cfg = sampler.config
+    path = getattr(cfg, "checkpoint", None)
+    fp = None
+    if path is not None:
+        world = 1 if backend is None else int(backend.world_size)
+        fp = fingerprint(sampler.name, {"config": cfg.result_settings(), **settings}, key, data.X, data.y, world)
+    return Checkpointer(path, getattr(cfg, "checkpoint_every", 1), backend=backend, fingerprint=fp)
+
+
+def run(sampler, data, *, seed=None, monitor=None, backend=None):
+    """Run ``sampler`` on ``data`` through its ``init`` / ``step`` / ``finalize``.
+
+    Parameters
+    ----------
+    sampler : an object with ``name``, ``config`` and the three functions of
+        :class:`~torchtree.samplers.protocol.Sampler`; optionally ``prepare(data, device)``
+        (-> Data; default: ``Data`` on the device), ``settings(ctx)`` (more of what decides the
+        result, e.g. the prior's description), ``start_info(ctx)``, ``end_info(posterior)``
+        and ``restore(saved, ctx)`` (default: ``init`` then the state class's
+        ``from_state_dict``).
+        Run settings read from ``sampler.config`` when present: ``device``, ``checkpoint``,
+        ``checkpoint_every``, ``max_seconds``.
+    data : Data or (X, y)
+    seed : int, torch.Generator or None
+        None draws a fresh seed (kept in the checkpoint, so a resumed run continues it).
+    monitor : Monitor, list of Monitors or None
+    backend : Backend, name or None (a name is opened and closed here)
+
+    Returns
+    -------
+    What ``finalize`` returns (a posterior).
+    """
+    cfg = sampler.config
+    t0 = time.perf_counter()
+    with opened_backend(backend) as be:
+        data = coerce_data(data) if not hasattr(sampler, "prepare") else data
+        device = getattr(cfg, "device", None)
+        data = sampler.prepare(data, device) if hasattr(sampler, "prepare") else on_device(data, device)
+        rank = None if be is None else int(be.rank)
+        ctx = RunContext(data=data, device=data.device, seed=0, backend=be, monitor=as_monitor(monitor, rank=rank),
+                         t0=t0)
+        if hasattr(sampler, "setup"):
+            sampler.setup(ctx)
+        settings = sampler.settings(ctx) if hasattr(sampler, "settings") else {}
+        ck = checkpointer(sampler, data, settings, seed_key(seed), be)
+        saved = ck.load() if ck.enabled else None
+        ctx.seed = int(saved["seed"]) if saved is not None else seed_to_int(seed)
+        if saved is None:
+            state = sampler.init(ctx)
+        else:
+            state = sampler.restore(saved["state"], ctx)
+            ctx.resumed_at = int(state.step)
+        start = {"sampler": sampler.name, **(sampler.start_info(ctx) if hasattr(sampler, "start_info") else {})}
+        if ctx.resumed_at is not None:
+            start["resumed_at_step"] = ctx.resumed_at
+        mon = ctx.monitor
+        mon.on_start(start)
+        budget = getattr(cfg, "max_seconds", None)
+        while not state.done:
+            if budget is not None and ctx.seconds() >= budget:
+                break
+            step = int(state.step)
+            state, info = sampler.step(state, ctx)
+            if info:
+                mon.on_step(step, info)
+            if ck.enabled and ck.maybe_save(step, lambda: {"seed": ctx.seed, "state": state.state_dict()},
+                                            last=state.done):
+                notify_checkpoint(mon, step)
+        post = sampler.finalize(state, ctx)
+        end = {"seconds": ctx.seconds(), "posterior": post}
+        if hasattr(sampler, "end_info"):
+            end.update(sampler.end_info(post))
+        mon.on_end(end)
+        return post

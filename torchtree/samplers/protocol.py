@@ -1,0 +1,193 @@
+"""The sampler contract: a typed settings object and three pure-ish functions.
+
+A sampler is
+
+* a :class:`SamplerConfig` (frozen dataclass of its settings, validated in one place;
+  :func:`option` attaches the help text, the choices and whether a setting decides the
+  result, so the estimators, the CLI and the checkpoint fingerprint all read the same table);
+* ``init(ctx) -> state``: the starting state on ``ctx.data`` (a :class:`SamplerState`);
+* ``step(state, ctx) -> (state, info)``: one transition; ``info`` is a dict of scalars for
+  the monitors (``ctx.watch`` says whether anyone listens); ``state.done`` ends the run;
+* ``finalize(state, ctx) -> posterior``.
+
+Everything else about a run (device, seed, backend, checkpoints, monitors, time budget,
+threads) belongs to :func:`torchtree.samplers.driver.run`. docs/writing_a_sampler.md walks
+through a toy method.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from torchtree.core.validate import check_bool, check_choice, check_int, check_real
+
+__all__ = ["SamplerConfig", "SamplerState", "Option", "option", "Sampler", "config_class_of"]
+
+_MISSING = dataclasses.MISSING
+
+
+def option(default: Any = _MISSING, *, help: str, choices: Optional[Sequence] = None, low: Optional[float] = None,
+           high: Optional[float] = None, low_open: bool = False, high_open: bool = False, result: bool = True,
+           cli: bool = True) -> Any:
+    """A field of a :class:`SamplerConfig` with its documentation.
+
+    Parameters
+    ----------
+    default : the default value (a value, or None)
+    help : str, one line for ``--help`` and the docs
+    choices : sequence, optional; the allowed values
+    low, high : float, optional; bounds of a number (inclusive unless ``low_open`` / ``high_open``)
+    result : bool
+        Whether the setting decides the result (it enters the checkpoint fingerprint);
+        False for the device, the checkpoint path, bounds on memory and the like.
+    cli : bool
+        Whether ``torchtree fit`` offers it as an option.
+    """
+    meta = {"help": help, "choices": None if choices is None else tuple(choices), "low": low, "high": high,
+            "low_open": low_open, "high_open": high_open, "result": result, "cli": cli}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting of a sampler, as the faces see it."""
+
+    name: str
+    default: Any
+    type: Any
+    help: str
+    choices: Optional[Tuple]
+    low: Optional[float]
+    high: Optional[float]
+    result: bool
+    cli: bool
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """Base of every sampler's settings (subclass it as a frozen dataclass).
+
+    Subclasses declare their fields with :func:`option`; construction checks choices and bounds,
+    then calls :meth:`check` for what a table cannot say (one setting against another).
+    """
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in fields(self):
+            meta = f.metadata
+            value = getattr(self, f.name)
+            if not meta or value is None:
+                continue
+            kind = _base_type(hints.get(f.name))
+            if meta.get("choices") is not None:
+                value = check_choice(f.name, value, meta["choices"])
+            elif kind is bool:
+                value = check_bool(f.name, value)
+            elif kind is int:
+                value = check_int(f.name, value, int(meta["low"]) if meta.get("low") is not None else -(1 << 62),
+                                  None if meta.get("high") is None else int(meta["high"]))
+            elif kind is float:
+                value = check_real(f.name, value, meta.get("low"), meta.get("high"), low_open=meta["low_open"],
+                                   high_open=meta["high_open"])
+            object.__setattr__(self, f.name, value)
+        self.check()
+
+    def check(self) -> None:
+        """Checks between settings (override); raise ``ValueError`` naming the settings."""
+
+    @classmethod
+    def options(cls) -> List[Option]:
+        """The settings, in declaration order, with their help, choices and bounds."""
+        hints = typing.get_type_hints(cls)
+        out = []
+        for f in fields(cls):
+            meta = f.metadata or {}
+            default = f.default if f.default is not _MISSING else None
+            out.append(Option(f.name, default, hints.get(f.name), meta.get("help", ""), meta.get("choices"),
+                              meta.get("low"), meta.get("high"), meta.get("result", True), meta.get("cli", True)))
+        return out
+
+    def result_settings(self) -> Dict[str, Any]:
+        """The settings that decide the result (what the checkpoint fingerprint hashes)."""
+        return {o.name: getattr(self, o.name) for o in self.options() if o.result}
+
+    def replace(self, **changes: Any) -> "SamplerConfig":
+        """A copy with some settings changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def config_class_of(cls) -> Optional[type]:
+    """The :class:`SamplerConfig` subclass that ``cls``'s constructor takes, or None.
+
+    A subclass that overrides ``__init__`` with its own parameters (and declares no config of
+    its own) takes what its signature says, not its parent's config.
+    """
+    for base in cls.__mro__:
+        if "config_class" in vars(base):
+            return base.config_class if cls.__init__ is base.__init__ else None
+    return None
+
+
+def _base_type(hint):
+    """``int`` for ``int`` and ``Optional[int]`` (likewise float, bool); None otherwise."""
+    if hint in (int, float, bool):
+        return hint
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if len(args) == 1 and args[0] in (int, float, bool) else None
+
+
+class SamplerState:
+    """Base of a sampler's state: a dataclass of tensors, numbers and nested states.
+
+    ``state_dict()`` gives plain containers that ``torch.load(weights_only=True)`` reads back;
+    ``load_state_dict()`` rebuilds the state. ``step`` counts the transitions done and ``done``
+    ends the run.
+    """
+
+    step: int
+    done: bool
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The state as tensors, numbers, strings, lists and dicts (a checkpoint saves this)."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, SamplerState):
+                v = v.state_dict()
+            elif isinstance(v, torch.Tensor):
+                v = v.clone()
+            out[f.name] = v
+        return out
+
+    @classmethod
+    def from_state_dict(cls, saved: Dict[str, Any], device: Optional[torch.device] = None) -> "SamplerState":
+        """Rebuild a state from :meth:`state_dict` (tensors moved to ``device``)."""
+        hints = typing.get_type_hints(cls)
+        kw = {}
+        for f in fields(cls):
+            v = saved[f.name]
+            t = hints.get(f.name)
+            if isinstance(t, type) and issubclass(t, SamplerState):
+                v = t.from_state_dict(v, device)
+            elif isinstance(v, torch.Tensor) and device is not None:
+                v = v.to(device)
+            kw[f.name] = v
+        return cls(**kw)
+
+
+@typing.runtime_checkable
+class Sampler(typing.Protocol):
+    """What :func:`torchtree.samplers.driver.run` needs of a sampler."""
+
+    name: str
+    config: SamplerConfig
+
+    def init(self, ctx) -> SamplerState: ...
+
+    def step(self, state: SamplerState, ctx) -> Tuple[SamplerState, Dict[str, Any]]: ...
+
+    def finalize(self, state: SamplerState, ctx) -> Any: ...

@@ -1,0 +1,316 @@
+"""Top-down particle filtering for Bayesian decision trees (paper 001).
+
+Stage ``i`` targets the posterior under the prior truncated at stage ``i``.
+Every particle grows its tree node by node (``expansion="node"``: the oldest
+open leaf, i.e. breadth-first; since children are appended, that is node ``i``
+at stage ``i``) or layer by layer (``expansion="layer"``: every open leaf of the
+shallowest open depth). Incremental weights:
+
+* ``prior``: ``l(Y_left) l(Y_right) / l(Y_node)`` on a split, 1 on a stop;
+* ``empirical``: the same times ``(U - 1) gap / range`` (prior over proposal
+  density of the cut, U distinct values in the node);
+* ``optimal``: the normaliser of the one-step optimal proposal over
+  ``l(Y_node)`` (sec. 3.1).
+
+The running product of the mean incremental weights estimates ``p(Y | X)``.
+Islands are independent filters sharing ``n_particles`` equally; their evidence
+is combined by log-mean-exp and their posteriors averaged.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+from torchtree.core.resampling import RESAMPLERS, get_resampler
+from torchtree.model.posterior import TreePosterior
+from torchtree.model.priors import make_prior
+from torchtree.model.trees import LEAF, OPEN
+from torchtree.samplers import driver
+from torchtree.samplers.driver import default_likelihood, default_memory_limit, describe
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
+from torchtree.samplers.smc_engine import canonical_ancestors, island_ancestors, island_posterior, island_weights_step
+from torchtree.steps.growth import PROPOSALS, Grower, GrowthState
+
+__all__ = ["TopDownSMC", "TopDownConfig", "TopDownState", "default_likelihood", "canonical_ancestors"]
+
+EXPANSIONS = ("node", "layer")
+REDISTRIBUTIONS = ("auto", "alltoall", "rotational")
+
+
+@dataclass(frozen=True)
+class TopDownConfig(SamplerConfig):
+    """Settings of :class:`TopDownSMC` (see its docstring)."""
+
+    n_particles: int = option(100, help="particles in total, across islands (and ranks)", low=1)
+    n_islands: int = option(1, help="independent filters sharing n_particles equally (must divide it)", low=1)
+    proposal: str = option("prior", help="how a node's split is proposed", choices=PROPOSALS)
+    expansion: str = option("node", help="one node per stage (breadth-first) or a whole layer", choices=EXPANSIONS)
+    resampling: str = option("multinomial", help="resampling scheme", choices=tuple(RESAMPLERS))
+    ess_threshold: float = option(0.1, help="resample an island when its ESS < ess_threshold x its particles",
+                                  low=0.0, high=1.0)
+    use_likelihood: bool = option(True, help="False samples the prior (labels ignored)")
+    device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
+                                   result=False)
+    redistribution: str = option("auto", help="how resampled particles move between ranks",
+                                 choices=REDISTRIBUTIONS, result=False)
+    max_stages: int = option(100000, help="safety bound on the number of stages", low=1, result=False)
+    max_memory_bytes: Optional[int] = option(None, help="bound on the node-data pool (bytes)", low=1, result=False)
+    checkpoint: Optional[str] = option(None, help="checkpoint file (resume when it exists)", result=False)
+    checkpoint_every: int = option(1, help="save after every k-th stage", low=1, result=False)
+
+    def check(self) -> None:
+        if self.n_particles % self.n_islands:
+            raise ValueError(f"n_islands ({self.n_islands}) must be >= 1 and divide n_particles ({self.n_particles})")
+
+
+@dataclass
+class TopDownState(SamplerState):
+    """A top-down SMC run between two stages.
+
+    Attributes
+    ----------
+    step : int, the next stage
+    done : bool, no open node is left
+    particles : GrowthState (rows of node uids ``[P, C]``, ``n_nodes [P]``)
+    logw : Tensor [P] float64, island-major log-weights
+    logz : Tensor [I] float64, each island's log-evidence so far
+    n_resample, resample_steps : int, islands resampled / stages with a resampling
+    resample_seconds : float
+    grower : Grower, the node table the particles point into (saved with them)
+    """
+
+    step: int
+    done: bool
+    particles: GrowthState
+    logw: torch.Tensor
+    logz: torch.Tensor
+    n_resample: int
+    resample_steps: int
+    resample_seconds: float
+    grower: Any
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"stage": self.step, "done": self.done, "logw": self.logw.clone(), "logz": self.logz.clone(),
+                "n_resample": self.n_resample, "resample_steps": self.resample_steps,
+                "growth": self.grower.state_dict(self.particles)}
+
+
+class TopDownSMC:
+    """Top-down SMC sampler over decision trees (Lakshminarayanan, Roy & Teh, 2013).
+
+    Parameters
+    ----------
+    prior : ChipmanPrior or "chipman", optional
+        Default ``ChipmanPrior(0.95, 0.5)``.
+    likelihood : DirichletMultinomial or NormalInverseGamma, optional
+        Default chosen from the data (see :func:`default_likelihood`).
+    n_particles : int
+        Particles in total, across islands (and ranks).
+    n_islands : int
+        Independent filters sharing ``n_particles`` equally (must divide it).
+    proposal : {"prior", "empirical", "optimal"}
+    expansion : {"node", "layer"}
+    resampling : {"multinomial", "systematic", "stratified", "residual"}
+    ess_threshold : float in [0, 1]
+        Resample an island when its ESS < ``ess_threshold`` x its particles.
+    device : str or torch.device, optional
+        ``"auto"`` = CUDA if present. Default: the data's device.
+    backend : torchtree.distributed.Backend or str, optional
+        Multi-rank runs (``"gloo"``/``"mpi"``/... resolve with
+        ``torchtree.distributed.get_backend``). Each rank holds ``n_particles /
+        world_size`` particles (global indices ``rank * n_local + i``) and every rank
+        returns the same global posterior; results do not depend on the number of
+        ranks. See :mod:`torchtree.samplers.topdown_dist` for the layouts and costs.
+    redistribution : {"auto", "alltoall", "rotational"}
+        How resampled particles move between ranks (``torchtree.distributed.redistribute``).
+    max_stages : int
+        Safety bound on the number of stages.
+    use_likelihood : bool
+        False runs the same sampler with the labels ignored (samples the prior).
+    max_memory_bytes : int, optional
+        Bound on the node-data pool; exceeding it raises ``MemoryError`` with advice
+        instead of crashing. Default: half the physical memory (CPU) or of the GPU.
+    checkpoint : str, optional
+        Path of a checkpoint file (see :mod:`torchtree.io.checkpoint`). When it exists,
+        :meth:`run` resumes from it and returns exactly what an uninterrupted run
+        with the same seed returns (on the same kind of device); it is (re)written every ``checkpoint_every``
+        stages and at the end, so re-running a finished run returns its posterior
+        at once. A checkpoint of another run (other data, settings, seed or number
+        of ranks) raises :class:`~torchtree.io.checkpoint.CheckpointError`. With
+        ``seed=None`` the seed drawn by the first run is stored and reused. A
+        multi-rank run writes ``checkpoint.rank{r}`` files plus
+        ``checkpoint.manifest.json`` and must resume with the same number of ranks.
+        Each save holds the particles and the node table (all node records created
+        so far and the live point lists), so choose ``checkpoint_every`` so that
+        saves stay a small part of the run. None (default): no checkpoints, no cost.
+    checkpoint_every : int
+        Save after every ``checkpoint_every``-th stage (stages ``k-1, 2k-1, ...``).
+    """
+
+
+    name = "TopDownSMC"
+
+    config_class = TopDownConfig
+
+    def __init__(self, prior=None, likelihood=None, *, backend=None, **settings: Any) -> None:
+        self.config = TopDownConfig(**settings)
+        self.backend = backend
+        self.prior = make_prior(prior)
+        if not hasattr(self.prior, "split_prob"):
+            # top-down growth decides node by node: it needs per-node split probabilities
+            raise ValueError(f"TopDownSMC needs a prior with per-node split probabilities (ChipmanPrior), got "
+                             f"{self.prior!r}; the Poisson prior works with MCMC and SMCSampler "
+                             f"(method='mcmc' / 'smc-moves')")
+        self.likelihood = likelihood
+
+    def __getattr__(self, name: str):
+        # the settings read as attributes (smc.n_particles), as before the config existed
+        config = self.__dict__.get("config")
+        if config is not None and name in TopDownConfig.__dataclass_fields__:
+            return getattr(config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    # ------------------------------------------------------------------ run
+    def run(self, data, *, seed=None, monitor=None, backend=None) -> TreePosterior:
+        """Run the particle filter on ``data``.
+
+        Parameters
+        ----------
+        data : Data, or a pair (X, y)
+        seed : int or torch.Generator, optional (None: fresh randomness)
+        monitor : Monitor or list of Monitors, optional
+            Receives per-stage ``smc/ess``, ``smc/log_evidence``, ``smc/resampled``,
+            ``trees/leaves_mean``, ``trees/leaves_max``, ``trees/depth_mean``,
+            ``trees/depth_max``, ``smc/open_nodes``, ``smc/distinct_nodes``, ``time/seconds``.
+        backend : Backend or name, optional; default the one given at construction
+
+        Returns
+        -------
+        TreePosterior with ``log_evidence`` and ``info`` (per-island evidence,
+        stages, resampling count).
+        """
+        backend = self.backend if backend is None else backend
+        with driver.opened_backend(backend) as be:
+            if be is not None and be.world_size > 1:
+                from torchtree.samplers.topdown_dist import run_distributed
+
+                return run_distributed(self, driver.coerce_data(data), be, seed=seed, monitor=monitor)
+            return driver.run(self, data, seed=seed, monitor=monitor, backend=be)
+
+    @property
+    def backend(self):
+        return self.__dict__.get("_backend")
+
+    @backend.setter
+    def backend(self, value) -> None:
+        driver.check_backend(value)
+        self.__dict__["_backend"] = value
+
+    # ------------------------------------------------------------ protocol
+    def setup(self, ctx: driver.RunContext) -> None:
+        """Resolve the likelihood for the data (default: :func:`default_likelihood`)."""
+        lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
+        if lik.task != ctx.data.task:
+            raise ValueError(f"likelihood {lik!r} is for {lik.task} but the data is {ctx.data.task}")
+        ctx.extra["likelihood"] = lik
+
+    def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
+        """What decides the result besides the config: the prior, the likelihood, the task."""
+        return {"prior": describe(self.prior), "likelihood": describe(ctx.extra["likelihood"]), "task": ctx.data.task}
+
+    def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
+        c = self.config
+        info = {"n_particles": c.n_particles, "n_islands": c.n_islands, "proposal": c.proposal,
+                "expansion": c.expansion, "n": ctx.data.n, "d": ctx.data.d, "n_steps": None}
+        if ctx.resumed_at is not None:
+            info["resumed_at_stage"] = ctx.resumed_at
+        return info
+
+    def _grower(self, ctx: driver.RunContext) -> Grower:
+        c = self.config
+        grower = Grower(self.prior, ctx.extra["likelihood"], ctx.data, c.proposal, ctx.seed, c.use_likelihood)
+        grower.table.limit_bytes = c.max_memory_bytes or default_memory_limit(ctx.device)
+        return grower
+
+    def init(self, ctx: driver.RunContext) -> TopDownState:
+        """P root-only trees; stage 0's target is the root-only tree, weighted by l(Y) of all the data."""
+        c, dev = self.config, ctx.device
+        grower = self._grower(ctx)
+        lik = ctx.extra["likelihood"]
+        root_ll = float(lik.log_marginal(grower.table.stats[0])) if c.use_likelihood else 0.0
+        return TopDownState(step=0, done=False, particles=grower.init_state(c.n_particles),
+                            logw=torch.zeros(c.n_particles, dtype=torch.float64, device=dev),
+                            logz=torch.full((c.n_islands,), root_ll, dtype=torch.float64, device=dev),
+                            n_resample=0, resample_steps=0, resample_seconds=0.0, grower=grower)
+
+    def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> TopDownState:
+        """The state a checkpoint holds."""
+        grower = self._grower(ctx)
+        particles = grower.load_state_dict(saved["growth"])
+        return TopDownState(step=int(saved["stage"]), done=bool(saved["done"]), particles=particles,
+                            logw=saved["logw"].to(ctx.device), logz=saved["logz"].to(ctx.device),
+                            n_resample=int(saved["n_resample"]), resample_steps=int(saved["resample_steps"]),
+                            resample_seconds=0.0, grower=grower)
+
+    def step(self, state: TopDownState, ctx: driver.RunContext) -> Tuple[TopDownState, Optional[dict]]:
+        """Expand one stage's nodes, weigh, resample the islands whose ESS fell too low."""
+        c, stage, grower, particles = self.config, state.step, state.grower, state.particles
+        if stage >= c.max_stages:
+            raise RuntimeError(f"TopDownSMC did not finish within max_stages={c.max_stages}")
+        if c.expansion == "node":
+            pp = (particles.n_nodes > stage).nonzero().squeeze(1)
+            nn = torch.full_like(pp, stage)
+        else:
+            pp, nn = (grower.slot_status(particles) == OPEN).nonzero(as_tuple=True)
+        if pp.numel() == 0:
+            state.done = True
+            return state, None
+        P, I = c.n_particles, c.n_islands
+        m = P // I
+        gidx = torch.arange(P, device=ctx.device)
+        res = grower.expand(particles, pp, nn, gidx[pp], stage)
+        incr = torch.zeros(P, dtype=torch.float64, device=ctx.device).index_add_(0, pp, res.log_weight)
+        state.logw, state.logz, ess = island_weights_step(state.logw, state.logz, incr, I, m)
+        need = (ess < c.ess_threshold * m).nonzero().squeeze(1).tolist()
+        if need:
+            ts = time.perf_counter()
+            anc = island_ancestors(state.logw, need, m, get_resampler(c.resampling), ctx.seed, stage)
+            particles.take_(anc)
+            state.n_resample += len(need)
+            if grower.table.needs_compaction():
+                grower.table.compact(grower.open_uids(particles))
+            state.resample_seconds += time.perf_counter() - ts
+            state.resample_steps += 1
+        state.step = stage + 1
+        if not ctx.watch:
+            return state, None
+        return state, {"smc/ess": float(ess.min()),
+                       "smc/log_evidence": float(torch.logsumexp(state.logz, 0) - math.log(I)),
+                       "smc/resampled": len(need), "smc/open_nodes": int(pp.numel()),
+                       "smc/distinct_nodes": res.n_distinct, **tree_report(grower, particles),
+                       "time/seconds": ctx.seconds()}
+
+    def finalize(self, state: TopDownState, ctx: driver.RunContext) -> TreePosterior:
+        """Islands weighted equally, each normalised."""
+        info = {"sampler": self.name, "proposal": self.config.proposal, "expansion": self.config.expansion,
+                "n_stages": state.step, "n_resample": state.n_resample, "seconds": ctx.seconds(),
+                "resample_seconds": state.resample_seconds, "resample_steps": state.resample_steps}
+        return island_posterior(state.grower.to_trees(state.particles), state.logw, state.logz,
+                                ctx.extra["likelihood"], ctx.data, info)
+
+    def end_info(self, post: TreePosterior) -> Dict[str, Any]:
+        return {"log_evidence": post.log_evidence, "n_stages": post.info.get("n_stages")}
+
+
+def tree_report(grower: Grower, particles: GrowthState) -> Dict[str, float]:
+    """Leaves and depth of the particles' trees (mean and max), for the monitors."""
+    st = grower.slot_status(particles)
+    is_leaf = (st == OPEN) | (st == LEAF)
+    leaves = is_leaf.sum(1).double()
+    depth = torch.where(is_leaf, grower.table.depth[particles.node_uid.long()], 0).amax(1).double()
+    return {"trees/leaves_mean": float(leaves.mean()), "trees/leaves_max": float(leaves.max()),
+            "trees/depth_mean": float(depth.mean()), "trees/depth_max": float(depth.max())}

@@ -1,0 +1,575 @@
+"""Top-down growth of a batch of trees: the data partition and one expansion step.
+
+This is the model-level machinery shared by prior sampling and the top-down SMC
+sampler (paper 001). It never loops over particles or points.
+
+Data partition. Every node has a ``uid``; copies of a particle made by
+resampling share uids, so the data of a node is stored once per uid, not once
+per particle, in a :class:`NodeTable` (flat buffer of training-point indices),
+and a particle is just a row of node uids (:class:`GrowthState`).
+A node's list is materialised lazily, when the node is expanded, by filtering
+its parent's list with the node's rule; children of particles that die before
+their expansion are never materialised. One stage therefore costs work
+proportional to the data in the *distinct* nodes being expanded plus
+``O(log)`` per particle, at most the paper's ``O(sum_p N_p)`` (sec. 3.2).
+
+Scoring. For each distinct (node, dimension) that some particle needs, the
+node's values in that dimension are sorted once (segmented sort keyed by the
+precomputed global ranks) with cumulative label statistics; a particle's cut is
+then scored with a binary search. The one-step optimal proposal scores every
+interval between consecutive distinct values of every varying dimension of a
+distinct node once, however many particles share the node.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from torchtree.kernels.segments import exclusive_cumsum, ragged_arange, rank_within, segment_minmax, segmented_searchsorted
+from torchtree.core.random import keyed_uniform
+from torchtree.model.trees import INTERNAL, LEAF, OPEN, HardTrees
+from torchtree.core.validate import check_choice
+
+__all__ = ["NodeTable", "GrowthState", "Grower", "PROPOSALS", "ExpansionResult"]
+
+PROPOSALS = ("prior", "empirical", "optimal")
+
+# Purpose codes for keyed random streams (stream = stage * 8 + purpose).
+_U_STOP, _U_DIM, _U_CUT, _U_INTERVAL = 0, 1, 2, 3
+
+
+class NodeTable:
+    """Node records and training-point lists, keyed by node uid, shared by all particles.
+
+    A particle is a row of uids (see :class:`GrowthState`); copies made by
+    resampling share uids, so resampling copies 4 bytes per node and a node's
+    data is stored once however many particles hold it. An open node's uid
+    carries its data rule (parent uid, feature, threshold, side); expanding it
+    gives the expanding particle a new *decided* uid (split or stopped) while
+    copies that have not expanded it yet keep the open one.
+
+    Parameters
+    ----------
+    n_points : int
+        N, the number of training points.
+    root_stats : Tensor [S]
+        Sufficient statistics of all the data.
+    threshold_dtype : torch.dtype
+        Dtype of cut locations (the data's).
+    """
+
+    _RECORDS = {
+        "depth": (torch.int32, 0), "status": (torch.int8, OPEN), "feature": (torch.int32, -1),
+        "left": (torch.int32, -1), "right": (torch.int32, -1), "pslot": (torch.int32, -1),
+        "rparent": (torch.long, -1), "rfeat": (torch.long, 0), "rside": (torch.bool, False),
+        "off": (torch.long, -1), "cnt": (torch.long, 0),
+    }
+
+    def __init__(self, n_points: int, root_stats: torch.Tensor, threshold_dtype: torch.dtype) -> None:
+        dev = root_stats.device
+        self.device = dev
+        self.n_points = n_points
+        self.buf = torch.arange(n_points, dtype=torch.int32, device=dev)
+        self.size = n_points
+        cap = 4096
+        for name, (dt, fill) in self._RECORDS.items():
+            setattr(self, name, torch.full((cap,), fill, dtype=dt, device=dev))
+        self.threshold = torch.zeros(cap, dtype=threshold_dtype, device=dev)
+        self.rthr = torch.zeros(cap, dtype=torch.float64, device=dev)
+        self.stats = torch.zeros(cap, root_stats.shape[-1], dtype=root_stats.dtype, device=dev)
+        self.off[0], self.cnt[0], self.stats[0] = 0, n_points, root_stats  # uid 0 = the root
+        self.n_uids = 1
+        self.live_after_gc = n_points
+        self.limit_bytes: Optional[int] = None
+
+    # ------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Everything the table holds, as plain tensors and ints (for checkpoints).
+
+        Records are cut to the allocated uids and the point buffer to its used part
+        (copies, so a checkpoint does not carry the spare capacity).
+        """
+        n = self.n_uids
+        out = {"n_points": self.n_points, "size": self.size, "n_uids": n, "live_after_gc": self.live_after_gc,
+               "buf": self.buf[: self.size].clone()}
+        for name in tuple(self._RECORDS) + ("threshold", "rthr", "stats"):
+            out[name] = getattr(self, name)[:n].clone()
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (the same data); capacities are rebuilt, records past
+        the allocated uids are at their defaults as :meth:`new` expects."""
+        if int(state["n_points"]) != self.n_points:
+            raise ValueError(f"node table of {state['n_points']} points cannot be restored on data of {self.n_points}")
+        dev = self.device
+        n = int(state["n_uids"])
+        cap = max(4096, n)
+        for name, (dt, fill) in self._RECORDS.items():
+            a = torch.full((cap,), fill, dtype=dt, device=dev)
+            a[:n] = state[name].to(device=dev, dtype=dt)
+            setattr(self, name, a)
+        for name in ("threshold", "rthr", "stats"):
+            old = getattr(self, name)
+            a = torch.zeros((cap,) + tuple(old.shape[1:]), dtype=old.dtype, device=dev)
+            a[:n] = state[name].to(device=dev, dtype=old.dtype)
+            setattr(self, name, a)
+        self.n_uids = n
+        self.size = int(state["size"])
+        self.buf = state["buf"].to(device=dev, dtype=torch.int32).clone()
+        self.live_after_gc = int(state["live_after_gc"])
+
+    def _reserve(self, need: int) -> None:
+        cap = self.depth.numel()
+        if need <= cap:
+            return
+        new = cap
+        while new < need:
+            new *= 2
+        for name, (dt, fill) in self._RECORDS.items():
+            old = getattr(self, name)
+            setattr(self, name, torch.cat([old, torch.full((new - cap,), fill, dtype=dt, device=self.device)]))
+        self.threshold = torch.cat([self.threshold, torch.zeros(new - cap, dtype=self.threshold.dtype, device=self.device)])
+        self.rthr = torch.cat([self.rthr, torch.zeros(new - cap, dtype=torch.float64, device=self.device)])
+        self.stats = torch.cat([self.stats, torch.zeros(new - cap, self.stats.shape[1], dtype=self.stats.dtype, device=self.device)])
+
+    def new(self, k: int) -> torch.Tensor:
+        """Allocate ``k`` fresh uids (records at their defaults); returns LongTensor [k]."""
+        self._reserve(self.n_uids + k)
+        uids = torch.arange(self.n_uids, self.n_uids + k, device=self.device)
+        self.n_uids += k
+        return uids
+
+    def _append(self, idx: torch.Tensor) -> int:
+        need = self.size + idx.numel()
+        if need > self.buf.numel():
+            new = max(need, 2 * self.buf.numel())
+            if self.limit_bytes is not None and new * self.buf.element_size() > self.limit_bytes:
+                new = need
+                if new * self.buf.element_size() > self.limit_bytes:
+                    raise MemoryError(
+                        f"the node-data pool would need {new * 4 / 2**30:.2f} GiB (limit "
+                        f"{self.limit_bytes / 2**30:.2f} GiB): too many distinct particles x data points; "
+                        "reduce n_particles, use more islands or ranks, or raise max_memory_bytes"
+                    )
+            buf = torch.empty(new, dtype=self.buf.dtype, device=self.device)
+            buf[: self.size] = self.buf[: self.size]
+            self.buf = buf
+        start = self.size
+        self.buf[start:need] = idx
+        self.size = need
+        return start
+
+    def materialise(self, uids: torch.Tensor, X: torch.Tensor) -> None:
+        """Make sure the point lists of distinct open ``uids`` exist (their parents' must)."""
+        todo = uids[self.off[uids] < 0]
+        if todo.numel() == 0:
+            return
+        par = self.rparent[todo]
+        if bool((self.off[par] < 0).any()):
+            raise RuntimeError("internal error: a node's parent data was freed before the node was expanded")
+        seg, pos = ragged_arange(self.cnt[par])
+        idx = self.buf[self.off[par][seg] + pos].long()
+        xv = X[idx, self.rfeat[todo][seg]]
+        go_right = xv > self.rthr[todo][seg].to(X.dtype)
+        keep = go_right == self.rside[todo][seg]
+        kept = idx[keep]
+        counts = torch.bincount(seg[keep], minlength=todo.numel())
+        if not bool((counts == self.cnt[todo]).all()):
+            raise RuntimeError("internal error: node counts disagree with the data partition")
+        start = self._append(kept.to(self.buf.dtype))
+        self.off[todo] = start + exclusive_cumsum(counts)
+
+    def gather(self, uids: torch.Tensor):
+        """Flatten the point lists of materialised ``uids``: ``(seg [T], idx [T])``."""
+        off, cnt = self.off[uids], self.cnt[uids]
+        seg, pos = ragged_arange(cnt)
+        return seg, self.buf[off[seg] + pos].long()
+
+    def needs_compaction(self, factor: float = 3.0) -> bool:
+        """True once the buffer holds ``factor`` x the live size at the last compaction."""
+        return self.size >= factor * max(self.live_after_gc, self.n_points)
+
+    def compact(self, open_uids: torch.Tensor) -> None:
+        """Drop the point lists that no open node needs.
+
+        Parameters
+        ----------
+        open_uids : LongTensor [k] uids of all open nodes of all particles
+        """
+        open_u = torch.unique(open_uids)
+        unmat = open_u[self.off[open_u] < 0]
+        keep = torch.unique(torch.cat([open_u[self.off[open_u] >= 0], self.rparent[unmat]]))
+        _, idx = self.gather(keep)
+        counts = self.cnt[keep]
+        self.off.fill_(-1)
+        self.buf = idx.to(torch.int32)
+        self.size = idx.numel()
+        self.off[keep] = exclusive_cumsum(counts)
+        self.live_after_gc = max(self.size, 1)
+
+
+@dataclass
+class GrowthState:
+    """Particles as rows of node uids into a shared :class:`NodeTable`.
+
+    Attributes
+    ----------
+    node_uid : IntTensor [P, C]
+        uid of the node at each slot (slots ``>= n_nodes`` are unused).
+    n_nodes : LongTensor [P]
+    """
+
+    node_uid: torch.Tensor
+    n_nodes: torch.Tensor
+
+    @property
+    def n_particles(self) -> int:
+        """P."""
+        return self.node_uid.shape[0]
+
+    def reserve(self, needed: int) -> None:
+        """Grow the slot capacity by doubling so ``needed`` nodes fit."""
+        C = self.node_uid.shape[1]
+        if needed <= C:
+            return
+        new = C
+        while new < needed:
+            new *= 2
+        pad = torch.zeros(self.n_particles, new - C, dtype=self.node_uid.dtype, device=self.node_uid.device)
+        self.node_uid = torch.cat([self.node_uid, pad], 1)
+
+    def take_(self, index: torch.Tensor) -> None:
+        """In-place resampling ``self[i] = self[index[i]]``, copying only moved rows."""
+        moved = (index != torch.arange(index.numel(), device=index.device)).nonzero().squeeze(1)
+        if moved.numel():
+            src = index[moved]
+            width = int(self.n_nodes.max())
+            self.node_uid[moved, :width] = self.node_uid[src, :width]
+            self.n_nodes[moved] = self.n_nodes[src]
+
+
+@dataclass
+class ExpansionResult:
+    """Outcome of one expansion step for ``A`` (particle, node) pairs."""
+
+    log_weight: torch.Tensor  # [A] float64 incremental log weight
+    split: torch.Tensor  # [A] bool
+    n_distinct: int  # distinct nodes scored
+
+
+class _Sorted:
+    """Points of distinct (node, dim) groups sorted by value, with cumulative statistics.
+
+    Attributes
+    ----------
+    seg, rank, idx : LongTensor [T]  group, value rank and point index, sorted by (group, value)
+    start, end : LongTensor [G]      slice of each group
+    cum : Tensor [T + 1, S]          cum[t] = statistics of the first t sorted points
+    cand, cand_seg : LongTensor [E]  interval candidates: positions e with vals[e] < vals[e + 1]
+                                     in the same group, and their groups
+    """
+
+    def __init__(self, pool: NodeTable, g_uid: torch.Tensor, g_dim: torch.Tensor, data, pstats: torch.Tensor):
+        seg, idx = pool.gather(g_uid)
+        R = int(data.n_unique.max()) + 1
+        D = data.X_rank.shape[1]
+        # Flat 1-D gathers: torch's 2-D advanced indexing is several times slower.
+        ranks = data.X_rank.view(-1).index_select(0, idx * D + g_dim.index_select(0, seg))
+        keys, order = torch.sort(seg * R + ranks)
+        self.seg = keys // R
+        self.rank = keys - self.seg * R
+        self.idx = idx.index_select(0, order)
+        self.g_dim = g_dim
+        self.data = data
+        cnt = pool.cnt[g_uid]
+        self.start = exclusive_cumsum(cnt)
+        self.end = self.start + cnt
+        T = self.idx.numel()
+        self.cum = torch.zeros(T + 1, pstats.shape[1], dtype=pstats.dtype, device=pstats.device)
+        if T:
+            torch.cumsum(pstats.index_select(0, self.idx), 0, out=self.cum[1:])
+        # Boundary candidates: last element of a run of equal values, not last of its group.
+        nxt = torch.zeros(T, dtype=torch.bool, device=idx.device)
+        if T > 1:
+            nxt[:-1] = (self.seg[1:] == self.seg[:-1]) & (self.rank[1:] != self.rank[:-1])
+        self.cand = nxt.nonzero().squeeze(1)
+        self.cand_seg = self.seg[self.cand]
+        n_cand = torch.bincount(self.cand_seg, minlength=g_uid.numel())
+        self.cand_start = exclusive_cumsum(n_cand)
+        self.n_cand = n_cand
+        self._vals = None
+
+    def val_at(self, pos: torch.Tensor) -> torch.Tensor:
+        """Feature values at sorted positions ``pos`` (from the rank table, no point gather)."""
+        if self._vals is not None:
+            return self._vals[pos]
+        sv = self.data.sorted_values
+        return sv.view(-1)[self.g_dim[self.seg[pos]] * sv.shape[1] + self.rank[pos]]
+
+    @property
+    def vals(self) -> torch.Tensor:
+        """All sorted values ``[T]`` (computed on first use)."""
+        if self._vals is None:
+            sv = self.data.sorted_values
+            self._vals = sv.view(-1).index_select(0, self.g_dim.index_select(0, self.seg) * sv.shape[1] + self.rank)
+        return self._vals
+
+    def left_stats_at(self, g: torch.Tensor, n_left: torch.Tensor) -> torch.Tensor:
+        """Statistics of the first ``n_left`` sorted points of group ``g``: ``[Q, S]``."""
+        s = self.start[g]
+        return self.cum[s + n_left] - self.cum[s]
+
+
+class Grower:
+    """Expands open nodes of a batch of trees under the Chipman prior.
+
+    Parameters
+    ----------
+    prior : ChipmanPrior
+    likelihood : DirichletMultinomial or NormalInverseGamma
+    data : Data
+    proposal : {"prior", "empirical", "optimal"}
+    seed : int
+        Run seed for the keyed random streams.
+    use_likelihood : bool
+        False samples from the prior (the weights ignore the labels).
+    """
+
+    def __init__(self, prior, likelihood, data, proposal: str = "prior", seed: int = 0, use_likelihood: bool = True) -> None:
+        check_choice("proposal", proposal, PROPOSALS)
+        self.prior, self.lik, self.data = prior, likelihood, data
+        self.proposal, self.seed = proposal, seed
+        self.use_likelihood = use_likelihood
+        self.pstats = likelihood.point_stats(data.y, data.n_classes).to(likelihood.stats_dtype)
+        # Class counts are integers: cumulate them exactly in int32 (regression stays float64).
+        self.cum_stats = self.pstats.int() if likelihood.task == "classification" else self.pstats.double()
+        self.table = NodeTable(data.n, self.pstats.sum(0), data.X.dtype)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self, state: "GrowthState") -> dict:
+        """The particles and the node table as plain tensors (for checkpoints)."""
+        return {"node_uid": state.node_uid.clone(), "n_nodes": state.n_nodes.clone(), "table": self.table.state_dict()}
+
+    def load_state_dict(self, saved: dict) -> "GrowthState":
+        """Restore the node table from :meth:`state_dict`; returns the particles."""
+        self.table.load_state_dict(saved["table"])
+        dev = self.data.device
+        return GrowthState(saved["node_uid"].to(device=dev, dtype=torch.int32).clone(),
+                           saved["n_nodes"].to(device=dev, dtype=torch.long).clone())
+
+    def init_state(self, n_particles: int, capacity: int = 32) -> GrowthState:
+        """P single-root trees (uid 0, open)."""
+        dev = self.data.device
+        return GrowthState(
+            torch.zeros(n_particles, capacity, dtype=torch.int32, device=dev),
+            torch.ones(n_particles, dtype=torch.long, device=dev),
+        )
+
+    def slot_status(self, state: GrowthState) -> torch.Tensor:
+        """Status of every slot ``[P, C]`` (UNUSED beyond ``n_nodes``)."""
+        used = torch.arange(state.node_uid.shape[1], device=state.node_uid.device)[None] < state.n_nodes[:, None]
+        st = self.table.status[state.node_uid.long()]
+        return torch.where(used, st, torch.zeros_like(st))
+
+    def open_uids(self, state: GrowthState) -> torch.Tensor:
+        """uids of all open nodes of all particles (with repeats) ``[k]``."""
+        return state.node_uid.long()[self.slot_status(state) == OPEN]
+
+    def to_trees(self, state: GrowthState) -> HardTrees:
+        """Materialise the particles as :class:`HardTrees` (trimmed to the largest tree)."""
+        width = max(int(state.n_nodes.max()), 1)
+        uid = state.node_uid[:, :width].long()
+        used = torch.arange(width, device=uid.device)[None] < state.n_nodes[:, None]
+        t = self.table
+
+        def g(field, fill):
+            v = getattr(t, field)[uid]
+            return torch.where(used, v, torch.full_like(v, fill))
+
+        stats = t.stats[uid] * used[..., None].to(t.stats.dtype)
+        return HardTrees(
+            feature=g("feature", -1), threshold=g("threshold", 0), left=g("left", -1), right=g("right", -1),
+            parent=g("pslot", -1), depth=g("depth", 0), status=g("status", 0), stats=stats,
+            n_nodes=state.n_nodes.clone(),
+        )
+
+    def _loglik(self, stats: torch.Tensor, totals: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if not self.use_likelihood:
+            return torch.zeros(stats.shape[:-1], dtype=torch.float64, device=stats.device)
+        if hasattr(self.lik, "log_marginal_counts"):  # integral counts: table lookup
+            return self.lik.log_marginal_counts(stats if stats.dtype in (torch.int32, torch.int64) else stats.long(), self.data.n, totals)
+        return self.lik.log_marginal(stats)
+
+    # ---------------------------------------------------------------- expand
+    def expand(self, state: GrowthState, pp: torch.Tensor, nn: torch.Tensor, gidx: torch.Tensor, stage: int) -> ExpansionResult:
+        """Consider the open nodes at slots ``(pp[a], nn[a])`` for splitting.
+
+        Parameters
+        ----------
+        state : GrowthState, modified in place
+        pp, nn : LongTensor [A]
+            Particle and slot of each pair, sorted by particle.
+        gidx : LongTensor [A]
+            Global index of each pair's particle (keys the random draws).
+        stage : int
+
+        Returns
+        -------
+        ExpansionResult
+        """
+        data, t = self.data, self.table
+        uid = state.node_uid[pp, nn].long()
+        uu, inv = torch.unique(uid, return_inverse=True)
+        U = uu.numel()
+        t.materialise(uu, data.X)
+        # Per distinct node: data extent in every dimension.
+        seg, idx = t.gather(uu)
+        lo, hi = segment_minmax(data.X[idx], seg, U)
+        varying = hi > lo
+        nvary = varying.sum(1)
+        psplit_u = self.prior.split_prob(t.depth[uu])
+        pstat_u = t.stats[uu]
+        lp_u = self._loglik(pstat_u)
+        u_stop = keyed_uniform(self.seed, stage * 8 + _U_STOP, gidx, nn)
+        if self.proposal == "optimal":
+            split, logw, sp, feat, thr, left, n_left = self._choose_optimal(uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop)
+        else:
+            split, logw, sp, feat, thr, left, n_left = self._choose_local(uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop)
+        self._apply(state, pp, nn, uid, split, sp, feat, thr, left, n_left)
+        return ExpansionResult(logw, split, U)
+
+    def _choose_local(self, uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop):
+        """Prior and empirical proposals: stop/split as the prior, dimension uniform."""
+        data, t = self.data, self.table
+        A = inv.numel()
+        split = (nvary[inv] > 0) & (u_stop < psplit_u[inv])
+        sp = split.nonzero().squeeze(1)
+        logw = torch.zeros(A, dtype=torch.float64, device=inv.device)
+        if sp.numel() == 0:
+            return split, logw, sp, None, None, None, None
+        k = inv[sp]
+        u_dim = keyed_uniform(self.seed, stage * 8 + _U_DIM, gidx[sp], nn[sp])
+        # The kth varying dimension, k uniform in [0, nvary).
+        kth = (u_dim * nvary[k].double()).long().clamp(max=nvary[k] - 1)
+        cumv = torch.cumsum(varying.int(), 1)
+        feat = torch.searchsorted(cumv[k], (kth + 1).int()[:, None]).squeeze(1)
+        u_cut = keyed_uniform(self.seed, stage * 8 + _U_CUT, gidx[sp], nn[sp])
+        lo_f, hi_f = lo[k, feat], hi[k, feat]
+        # Sort only the distinct (node, dim) groups that some particle asked for.
+        gk, ginv = torch.unique(k * data.d + feat, return_inverse=True)
+        srt = _Sorted(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)
+        if self.proposal == "prior":
+            thr = lo_f.double() + u_cut * (hi_f - lo_f).double()
+            thr = _below(thr.to(data.X.dtype), hi_f)
+            n_left = segmented_searchsorted(srt.vals, srt.start[ginv], srt.end[ginv], thr, right=True)
+            extra = 0.0
+        else:  # empirical: an interval between adjacent distinct values, then uniform in it
+            u_int = keyed_uniform(self.seed, stage * 8 + _U_INTERVAL, gidx[sp], nn[sp])
+            nc = srt.n_cand[ginv]
+            j = (u_int * nc.double()).long().clamp(max=nc - 1)
+            e = srt.cand[srt.cand_start[ginv] + j]
+            v0, v1 = srt.val_at(e), srt.val_at(e + 1)
+            thr = _below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1)
+            thr = torch.maximum(thr, v0)
+            n_left = e + 1 - srt.start[ginv]
+            # prior density 1/range over proposal density 1/((U-1) gap)
+            extra = torch.log(nc.double()) + torch.log((v1 - v0).double()) - torch.log((hi_f - lo_f).double())
+        left = srt.left_stats_at(ginv, n_left).to(pstat_u.dtype)
+        right = pstat_u[k] - left
+        logw[sp] = self._loglik(left) + self._loglik(right) - lp_u[k] + extra
+        return split, logw, sp, feat, thr, left, n_left
+
+    def _choose_optimal(self, uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop):
+        """One-step optimal proposal (eq. 6-7, sec. 3.1), scored once per distinct node."""
+        data, t = self.data, self.table
+        dev = inv.device
+        U = uu.numel()
+        gu, gd = varying.nonzero(as_tuple=True)  # every (distinct node, varying dim) group
+        srt = _Sorted(t, uu[gu], gd, data, self.cum_stats)
+        e, g = srt.cand, srt.cand_seg
+        s0 = srt.start[g]
+        left_all = srt.cum.index_select(0, e + 1) - srt.cum.index_select(0, s0)
+        node_of = gu.index_select(0, g)
+        right_all = pstat_u.to(left_all.dtype).index_select(0, node_of) - left_all
+        vals = srt.vals
+        gap = (vals.index_select(0, e + 1) - vals.index_select(0, e)).double()
+        # log range per group, added per candidate: log(gap / range_d)
+        log_rng = torch.log((hi - lo).double()[gu, gd]).index_select(0, g)
+        n_l = e + 1 - s0
+        n_r = t.cnt[uu].index_select(0, node_of) - n_l
+        cand_lw = torch.log(gap) - log_rng + self._loglik(left_all, n_l) + self._loglik(right_all, n_r)
+        # Segmented logsumexp over the candidates of each distinct node.
+        mx = torch.full((U,), -math.inf, dtype=torch.float64, device=dev).scatter_reduce(0, node_of, cand_lw, "amax")
+        ssum = torch.zeros(U, dtype=torch.float64, device=dev).index_add_(0, node_of, torch.exp(cand_lw - mx[node_of]))
+        lse = mx + ssum.log()
+        has = nvary > 0
+        log_split = torch.where(has, psplit_u.log() - torch.log(nvary.clamp(min=1).double()) + lse, torch.full_like(lse, -math.inf))
+        log_stop = torch.where(has, torch.log1p(-psplit_u) + lp_u, lp_u)
+        logz = torch.logaddexp(log_stop, log_split)
+        split = u_stop >= torch.exp(log_stop - logz)[inv]
+        logw = (logz - lp_u)[inv] if self.use_likelihood else torch.zeros(inv.numel(), dtype=torch.float64, device=dev)
+        sp = split.nonzero().squeeze(1)
+        if sp.numel() == 0:
+            return split, logw, sp, None, None, None, None
+        # Candidates are grouped by node: cumulative probabilities within each
+        # node, then one binary search per particle.
+        cprob = torch.cumsum(torch.exp(cand_lw - lse[node_of]), 0)
+        ncand = torch.bincount(node_of, minlength=U)
+        cstart = exclusive_cumsum(ncand)
+        cpad = torch.cat([torch.zeros(1, dtype=cprob.dtype, device=dev), cprob])
+        base, tot = cpad[cstart], cpad[cstart + ncand] - cpad[cstart]
+        k = inv[sp]
+        u_int = keyed_uniform(self.seed, stage * 8 + _U_INTERVAL, gidx[sp], nn[sp])
+        j = segmented_searchsorted(cprob, cstart[k], cstart[k] + ncand[k], base[k] + u_int * tot[k], right=False)
+        c = cstart[k] + torch.minimum(j, ncand[k] - 1)
+        ec = e[c]
+        feat = gd[g[c]]
+        u_cut = keyed_uniform(self.seed, stage * 8 + _U_CUT, gidx[sp], nn[sp])
+        v0, v1 = srt.val_at(ec), srt.val_at(ec + 1)
+        thr = torch.maximum(_below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1), v0)
+        return split, logw, sp, feat, thr, left_all[c].to(pstat_u.dtype), ec + 1 - s0[c]
+
+    # ----------------------------------------------------------------- apply
+    def _apply(self, state, pp, nn, uid, split, sp, feat, thr, left, n_left) -> None:
+        t = self.table
+        A = pp.numel()
+        decided = t.new(A)
+        t.depth[decided] = t.depth[uid]
+        t.stats[decided] = t.stats[uid]
+        t.pslot[decided] = t.pslot[uid]
+        t.cnt[decided] = t.cnt[uid]  # point count travels with the node (multi-rank export)
+        t.status[decided] = torch.where(split, INTERNAL, LEAF).to(torch.int8)
+        state.node_uid[pp, nn] = decided.to(torch.int32)
+        k = sp.numel()
+        if k == 0:
+            return
+        ps, ns, us, ds = pp[sp], nn[sp], uid[sp], decided[sp]
+        per_tree = torch.bincount(ps, minlength=state.n_particles)
+        state.reserve(int((state.n_nodes + 2 * per_tree).max()))
+        c0 = state.n_nodes[ps] + 2 * rank_within(ps)  # pairs are sorted by particle
+        t.feature[ds] = feat.to(torch.int32)
+        t.threshold[ds] = thr.to(t.threshold.dtype)
+        t.left[ds] = c0.to(torch.int32)
+        t.right[ds] = (c0 + 1).to(torch.int32)
+        kids = t.new(2 * k)
+        kl, kr = kids[:k], kids[k:]
+        pstat = t.stats[us]
+        for kid, st, side, cnt, slot in ((kl, left, False, n_left, c0), (kr, pstat - left, True, t.cnt[us] - n_left, c0 + 1)):
+            t.depth[kid] = t.depth[us] + 1
+            t.stats[kid] = st
+            t.pslot[kid] = ns.to(torch.int32)
+            t.rparent[kid], t.rfeat[kid], t.rthr[kid] = us, feat.long(), thr.double()
+            t.rside[kid] = side
+            t.cnt[kid] = cnt.long()
+            state.node_uid[ps, slot] = kid.to(torch.int32)
+        state.n_nodes += 2 * per_tree
+
+
+def _below(thr: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+    """Keep cuts strictly below ``upper`` after rounding to the data dtype, so the
+    right child is never empty."""
+    upper = upper.to(thr.dtype)
+    return torch.where(thr < upper, thr, torch.nextafter(upper, torch.full_like(upper, -math.inf)))
