@@ -28,10 +28,10 @@ import torch
 from torchtree.core.resampling import RESAMPLERS, get_resampler
 from torchtree.model.posterior import TreePosterior
 from torchtree.model.priors import make_prior
-from torchtree.model.trees import LEAF, OPEN
 from torchtree.samplers import driver
 from torchtree.samplers.driver import default_likelihood, default_memory_limit, describe
 from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
+from torchtree.samplers.topdown_particles import expansion_pairs, tree_report
 from torchtree.samplers.smc_engine import canonical_ancestors, island_ancestors, island_posterior, island_weights_step
 from torchtree.steps.growth import PROPOSALS, Grower, GrowthState
 
@@ -261,11 +261,7 @@ class TopDownSMC:
         c, stage, grower, particles = self.config, state.step, state.grower, state.particles
         if stage >= c.max_stages:
             raise RuntimeError(f"TopDownSMC did not finish within max_stages={c.max_stages}")
-        if c.expansion == "node":
-            pp = (particles.n_nodes > stage).nonzero().squeeze(1)
-            nn = torch.full_like(pp, stage)
-        else:
-            pp, nn = (grower.slot_status(particles) == OPEN).nonzero(as_tuple=True)
+        pp, nn = expansion_pairs(grower, particles, c.expansion, stage)
         if pp.numel() == 0:
             state.done = True
             return state, None
@@ -304,13 +300,3 @@ class TopDownSMC:
 
     def end_info(self, post: TreePosterior) -> Dict[str, Any]:
         return {"log_evidence": post.log_evidence, "n_stages": post.info.get("n_stages")}
-
-
-def tree_report(grower: Grower, particles: GrowthState) -> Dict[str, float]:
-    """Leaves and depth of the particles' trees (mean and max), for the monitors."""
-    st = grower.slot_status(particles)
-    is_leaf = (st == OPEN) | (st == LEAF)
-    leaves = is_leaf.sum(1).double()
-    depth = torch.where(is_leaf, grower.table.depth[particles.node_uid.long()], 0).amax(1).double()
-    return {"trees/leaves_mean": float(leaves.mean()), "trees/leaves_max": float(leaves.max()),
-            "trees/depth_mean": float(depth.mean()), "trees/depth_max": float(depth.max())}

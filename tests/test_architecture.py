@@ -1,0 +1,176 @@
+"""The architecture, checked from the source: layers, import direction, cycles, file sizes.
+
+Layers, lowest first (docs/architecture.md). A module may import from its own layer and
+the layers below it, never from a layer above; no import cycle anywhere, with imports
+inside functions counted too (a lazy import is still a dependency).
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"torchtree": ROOT / "torchtree", "torchtree.kernels": ROOT / "kernels",
+            "torchtree.distributed": ROOT / "distributed"}
+
+# layer -> module prefixes; a module belongs to the layer of its longest matching prefix
+LAYERS = [
+    ("base", ["torchtree.kernels", "torchtree.distributed", "torchtree.datasets", "torchtree._version"]),
+    ("core", ["torchtree.core", "torchtree.io", "torchtree.monitor"]),
+    ("model", ["torchtree.model"]),
+    ("steps", ["torchtree.steps"]),
+    ("samplers", ["torchtree.samplers"]),
+    ("faces", ["torchtree", "torchtree.estimators", "torchtree.cli", "torchtree.pyro", "torchtree.soft",
+               "torchtree.testing", "torchtree.__main__", "torchtree._aliases"]),
+]
+# packages at the bottom that must not depend on each other or on anything above
+ISOLATED = ["torchtree.kernels", "torchtree.distributed"]
+MAX_LINES = 600
+
+
+def modules():
+    """module name -> (path, is_package) for every module of the three source folders."""
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            is_pkg = parts[-1] == "__init__"
+            if is_pkg:
+                parts = parts[:-1]
+            out[".".join([pkg, *parts])] = (path, is_pkg)
+    return out
+
+
+def imports(name, path, is_pkg, known):
+    """Modules of ours that ``name`` imports (at any depth of its code)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def layer_of(name):
+    best, rank = "", None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and len(p) > len(best):
+                best, rank = p, i
+    return rank
+
+
+def graph():
+    mods = modules()
+    return {n: imports(n, p, pkg, mods) for n, (p, pkg) in mods.items()}
+
+
+def cycles(edges):
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def test_every_module_has_a_layer():
+    missing = sorted(n for n in modules() if layer_of(n) is None)
+    assert not missing, f"modules outside every layer (add them to LAYERS): {missing}"
+
+
+def test_imports_point_down():
+    bad = []
+    for name, deps in graph().items():
+        for dep in deps:
+            if layer_of(dep) > layer_of(name):
+                bad.append(f"{name} ({LAYERS[layer_of(name)][0]}) imports {dep} ({LAYERS[layer_of(dep)][0]})")
+    assert not bad, "upward imports:\n" + "\n".join(sorted(bad))
+
+
+def test_bottom_packages_stand_alone():
+    bad = []
+    for name, deps in graph().items():
+        for pkg in ISOLATED:
+            if name == pkg or name.startswith(pkg + "."):
+                bad += [f"{name} imports {d}" for d in deps if not (d == pkg or d.startswith(pkg + "."))]
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_no_import_cycles():
+    found = cycles(graph())
+    assert not found, f"import cycles: {found}"
+
+
+def test_files_stay_focused():
+    long = {str(p.relative_to(ROOT)): n for p, _ in modules().values()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+def test_the_checker_finds_upward_imports_and_cycles():
+    """The checks above can fail: a made-up graph with an upward import and a cycle."""
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
+    assert cycles(edges) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    assert layer_of("torchtree.model.data") < layer_of("torchtree.samplers.topdown")
+    assert layer_of("torchtree.kernels.hashing") == 0 and layer_of("torchtree.estimators") == len(LAYERS) - 1
+
+
+@pytest.mark.parametrize("old,new", [("torchtree.topdown", "torchtree.samplers.topdown"),
+                                     ("torchtree.soft.dcc", "torchtree.samplers.dcc.sampler"),
+                                     ("torchtree.data", "torchtree.model.data")])
+def test_old_module_paths_still_import_with_a_warning(old, new):
+    import importlib
+    import sys
+
+    import torchtree  # noqa: F401  (installs the alias finder)
+
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=new.replace(".", r"\.")):
+        mod = importlib.import_module(old)
+    assert mod is importlib.import_module(new)
