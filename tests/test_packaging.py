@@ -1,13 +1,22 @@
-"""Packaging: a non-editable ``pip install .`` must ship every subpackage.
+"""Packaging: a non-editable install must ship every module.
 
 ``pyproject.toml`` lists packages explicitly (``kernels/`` and ``distributed/`` are
 mapped into ``torchtree``), so a new subpackage that is not listed works in the
-editable development install but is missing from wheels. This test finds every
-folder with an ``__init__.py`` and checks that it is listed.
+editable development install but is missing from wheels. One test finds every folder
+with Python files and checks that it is a listed package; another builds the wheel,
+installs it into a fresh virtual environment and runs an example from outside the
+checkout.
 """
+import os
 import re
+import subprocess
+import sys
+import sysconfig
 import tomllib
+import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,8 +28,10 @@ def test_every_subpackage_is_listed_in_pyproject():
     found = set()
     for pkg, folder in mapping.items():
         base = ROOT / folder
-        for init in base.rglob("__init__.py"):
-            rel = init.parent.relative_to(base)
+        # every folder that holds Python files: one without __init__.py is a defect too
+        # (setuptools would leave it out of the wheel)
+        for folder in {f.parent for f in base.rglob("*.py")}:
+            rel = folder.relative_to(base)
             if any(part.startswith((".", "_")) or part == "tests" for part in rel.parts):
                 continue
             found.add(".".join([pkg, *rel.parts]) if rel.parts else pkg)
@@ -28,3 +39,52 @@ def test_every_subpackage_is_listed_in_pyproject():
     missing = sorted(p for p in found if p not in listed)
     assert not missing, f"pyproject.toml [tool.setuptools] packages lacks {missing}"
     assert re.match(r"^torchtree", min(listed))
+
+
+def test_every_source_folder_is_a_package():
+    for folder in ("torchtree", "kernels", "distributed"):
+        for sub in {f.parent for f in (ROOT / folder).rglob("*.py")}:
+            if "__pycache__" in sub.parts:
+                continue
+            assert (sub / "__init__.py").exists(), f"{sub.relative_to(ROOT)} has Python files but no __init__.py"
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
+    """Build the wheel, install it (no dependencies) into a fresh venv whose only other
+    packages are this environment's third-party ones, then run an example that needs
+    torchtree.datasets and torchtree.pyro from a directory outside the checkout."""
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(wheels), str(ROOT)], check=True, capture_output=True, text=True, timeout=300)
+    (wheel,) = wheels.glob("torchtree-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    ours = {str(p.relative_to(ROOT)) for d in ("torchtree",) for p in (ROOT / d).rglob("*.py")}
+    ours |= {"torchtree/kernels/" + p.name for p in (ROOT / "kernels").glob("*.py")}
+    ours |= {"torchtree/distributed/" + p.name for p in (ROOT / "distributed").glob("*.py")}
+    missing = sorted(f for f in ours if f not in names)
+    assert not missing, f"the wheel lacks {missing}"
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    fresh_python = venv / "bin" / "python"
+    fresh_site = Path(subprocess.run([str(fresh_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                     check=True, capture_output=True, text=True).stdout.strip())
+    # the dependencies (torch, pyro, ...) come from this environment's site-packages, added as a
+    # plain path: its .pth files (the editable install of the checkout among them) are not run
+    (fresh_site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(fresh_site), str(wheel)],
+                   check=True, capture_output=True, text=True, timeout=300)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["OMP_NUM_THREADS"] = "1"
+    where = subprocess.run([str(fresh_python), "-c", "import torchtree, torchtree.datasets.synthetic; print(torchtree.__file__)"],
+                           cwd=outside, env=env, check=True, capture_output=True, text=True, timeout=120)
+    assert where.stdout.strip().startswith(str(fresh_site)), where.stdout
+    script = outside / "pyro_soft_tree.py"
+    script.write_text((ROOT / "examples" / "pyro_soft_tree.py").read_text())
+    done = subprocess.run([str(fresh_python), str(script), "--smoke"], cwd=outside, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "[batched NUTS]" in done.stdout
