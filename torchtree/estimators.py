@@ -69,10 +69,11 @@ def _accepted(cls) -> set:
     constructor's parameters."""
     from torchtree.samplers.protocol import config_class_of
 
+    sig = inspect.signature(cls.__init__)
     config = config_class_of(cls)
     if config is not None:
-        return {o.name for o in config.options()} | {"prior", "likelihood", "backend"}
-    sig = inspect.signature(cls.__init__)
+        # the settings come from the config; the model objects and the backend from the signature
+        return {o.name for o in config.options()} | {p for p in ("prior", "likelihood", "backend") if p in sig.parameters}
     return {p for p in sig.parameters if p != "self"}
 
 

@@ -149,11 +149,14 @@ def _option_kwargs(param: inspect.Parameter, doc: Tuple[str, str] = ("", ""), no
 def _config_options(config_class) -> List[Tuple[str, Dict[str, Any]]]:
     """Options from a sampler's typed config (``SamplerConfig.options()``): help, choices and
     defaults come from the one table the sampler validates against."""
+    from torchtree.samplers.protocol import base_type
+
     out = []
     for opt in config_class.options():
         if opt.name in RESERVED or not opt.cli:
             continue
-        param = inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=opt.default, annotation=opt.type)
+        kind = base_type(opt.type) or opt.type  # Optional[float] -> float
+        param = inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=opt.default, annotation=kind)
         kind = "{" + ", ".join(f'"{c}"' for c in opt.choices) + "}" if opt.choices else ""
         kw = _option_kwargs(param, (kind, opt.help))
         if kw is not None:

@@ -198,9 +198,12 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
         mon = ctx.monitor
         mon.on_start(start)
         budget = getattr(cfg, "max_seconds", None)
+        stepped = False
         while not state.done:
-            if budget is not None and ctx.seconds() >= budget:
+            # the budget is checked between steps; one step always runs, so there is an answer
+            if budget is not None and stepped and ctx.seconds() >= budget:
                 break
+            stepped = True
             step = int(state.step)
             state, info = sampler.step(state, ctx)
             if info:

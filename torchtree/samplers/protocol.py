@@ -25,7 +25,7 @@ import torch
 
 from torchtree.core.validate import check_bool, check_choice, check_int, check_real
 
-__all__ = ["SamplerConfig", "SamplerState", "Option", "option", "Sampler", "config_class_of"]
+__all__ = ["SamplerConfig", "SamplerState", "Option", "option", "Sampler", "config_class_of", "base_type"]
 
 _MISSING = dataclasses.MISSING
 
@@ -82,7 +82,7 @@ class SamplerConfig:
             value = getattr(self, f.name)
             if not meta or value is None:
                 continue
-            kind = _base_type(hints.get(f.name))
+            kind = base_type(hints.get(f.name))
             if meta.get("choices") is not None:
                 value = check_choice(f.name, value, meta["choices"])
             elif kind is bool:
@@ -132,7 +132,7 @@ def config_class_of(cls) -> Optional[type]:
     return None
 
 
-def _base_type(hint):
+def base_type(hint):
     """``int`` for ``int`` and ``Optional[int]`` (likewise float, bool); None otherwise."""
     if hint in (int, float, bool):
         return hint
