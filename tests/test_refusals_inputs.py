@@ -294,3 +294,23 @@ def test_values_that_merge_below_the_columns_resolution_are_left_alone():
     y = (X[:, 0] > 0.5).astype(int)
     data = Data(X, y)
     assert torch.equal(data.X, torch.as_tensor(X, dtype=torch.float32))
+
+
+def test_cli_names_the_column_float32_cannot_hold(tmp_path, capsys):
+    k = np.arange(4.0).repeat(15)
+    rows = np.c_[np.linspace(0, 1, 60).round(4), 1e8 + k, (k >= 2).astype(int)]
+    path = _write(tmp_path / "big.csv", ["small", "big", "label"], rows.tolist())
+    assert main(["fit", str(path), "--out", str(tmp_path / "p.pt"), *QUIET]) == 2
+    err = capsys.readouterr().err
+    assert "column 1 ('big')" in err and "float32" in err and "Traceback" not in err
+
+
+def test_read_only_frame_values_are_copied_not_shared():
+    X, y = _blobs()
+    ro = X.copy()
+    ro.flags.writeable = False  # what pandas' copy-on-write hands out
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        data = Data(ro, y, dtype=torch.float64)
+    data.X[0, 0] = 5.0
+    assert ro[0, 0] == X[0, 0]

@@ -140,7 +140,8 @@ def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes
 _FEW_CLASSES = 100
 
 
-def check_class_count(n_classes: int, n_rows: int, name: str = "y") -> None:
+def check_class_count(n_classes: int, n_rows: int, name: str = "y",
+                      advice: str = "use task='regression' (BayesianTreeRegressor; --task regression on the command line)") -> None:
     """ValueError for more classes than a classifier can learn from.
 
     More classes than half the rows means most classes have fewer than two examples:
@@ -152,12 +153,12 @@ def check_class_count(n_classes: int, n_rows: int, name: str = "y") -> None:
     n_classes : int, distinct labels inferred from the data
     n_rows : int
     name : str, the labels' name in the message
+    advice : str, what to do instead, in the caller's words
     """
     if n_classes > _FEW_CLASSES and 2 * n_classes > n_rows:
         raise ValueError(
             f"{name} has {n_classes} classes for {n_rows} rows: most classes would have fewer than 2 examples, "
-            "nothing a classifier can learn from. This looks like a regression target? use task='regression' "
-            "(BayesianTreeRegressor; --task regression on the command line)"
+            f"nothing a classifier can learn from. This looks like a regression target? {advice}"
         )
 
 
@@ -253,6 +254,9 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X")
     if arr.shape[1] == 0:
         raise ValueError(f"{name} has zero features")
     arr = arr.astype(np.float64, copy=False)
+    if not arr.flags.writeable:
+        # a pandas frame's values may be read-only; torch warns about (and would share) them
+        arr = arr.copy()
     bad = ~np.isfinite(arr)
     if bad.any():
         r, c = np.argwhere(bad)[0]
