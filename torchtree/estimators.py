@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import warnings
 from typing import Any, Dict, Optional
 
 import numpy as np
 
-from torchtree.model.data import Data
+from torchtree.model.data import Data, _frame_columns
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.priors import make_prior
 
@@ -155,7 +156,35 @@ class _BayesianTreeBase:
         return {k: v for k, v in out.items() if v is not None}
 
     def set_params(self, **params: Any) -> "_BayesianTreeBase":
-        """Set parameters; unknown names become sampler options."""
+        """Set parameters, as scikit-learn's ``set_params`` does.
+
+        Parameters
+        ----------
+        **params
+            Estimator parameters (``method``, ``prior``, ``alpha``, ...) and options of
+            the sampler of ``method`` (the new one when ``method`` is among ``params``).
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            A name that is neither (a typo such as ``n_partciles`` would otherwise
+            surface only at ``fit``), listing the valid names; nothing is set then.
+        """
+        own = set(self.get_params()) - set(self.sampler_options)
+        method = params.get("method", self.method)
+        try:
+            options, why = _accepted(get_method(method)), ""
+        except ValueError as exc:
+            options, why = set(), f" ({exc})"
+        unknown = [k for k in params if k not in own and k not in options]
+        if unknown:
+            raise ValueError(
+                f"invalid parameter(s) {', '.join(map(repr, unknown))} for {type(self).__name__} with "
+                f"method={method!r}{why}; valid parameters: {', '.join(sorted(own | options))}")
         for k, v in params.items():
             if k in self.get_params() and k not in self.sampler_options:
                 setattr(self, k, v)
@@ -223,8 +252,11 @@ class _BayesianTreeBase:
             raise ValueError(f"method {self.method!r} does not take {unknown}; it takes {sorted(accepted - {'prior', 'likelihood'})}")
         # Hyperparameters the estimator owns go to samplers that take them by name
         # (e.g. DCC builds its own soft-tree priors from alpha / alpha_split / beta_split).
+        # Settings that reach the sampler through the prior / likelihood object are not
+        # passed by name as well: make_prior refuses a prior object plus changed settings.
+        by_object = {n for n, how in model_settings(cls).items() if how == "object"}
         for name, value in self._hyperparameters().items():
-            if name in accepted and name not in kwargs:
+            if name in accepted and name not in kwargs and name not in by_object:
                 kwargs[name] = value
         if "prior" in accepted:
             kwargs["prior"] = self._make_prior()
@@ -247,16 +279,51 @@ class _BayesianTreeBase:
 
         Returns
         -------
-        self, with ``posterior_`` (TreePosterior), ``log_evidence_``, ``n_features_in_``
-        and, for classifiers, ``classes_``.
+        self, with ``posterior_`` (TreePosterior), ``log_evidence_``, ``n_features_in_``,
+        ``feature_names_in_`` when ``X`` is a DataFrame with string column names (then
+        ``predict*``, ``score`` and ``log_predictive`` take a frame's columns by name and
+        refuse unknown or missing names) and, for classifiers, ``classes_``.
         """
         data = self._make_data(X, y)
         sampler = self._build_sampler(data)
         self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
         self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
         self.n_features_in_ = data.d
+        names = _frame_columns(X)
+        if names is not None and all(isinstance(c, str) for c in names):
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_  # refitted on data without names
         self.data_ = data
         return self
+
+    def _check_columns(self, X):
+        """``X`` with its columns in the training order when the estimator was fitted on
+        named columns (a pandas DataFrame), as scikit-learn matches ``feature_names_in_``.
+
+        Raises
+        ------
+        ValueError
+            ``X`` is a frame whose column names are not those seen at ``fit``.
+        """
+        fitted = getattr(self, "feature_names_in_", None)
+        if fitted is None:
+            return X
+        fitted = list(fitted)
+        names = _frame_columns(X)
+        if names is None or not all(isinstance(c, str) for c in names):
+            warnings.warn(f"X has no feature names, but this {type(self).__name__} was fitted with feature names "
+                          f"{fitted}; its columns are taken in that order", UserWarning, stacklevel=3)
+            return X
+        unknown = [c for c in names if c not in fitted]
+        missing = [c for c in fitted if c not in names]
+        dup = sorted({c for c in names if names.count(c) > 1})
+        if unknown or missing or dup:
+            raise ValueError(
+                "X's columns do not match the feature names seen at fit"
+                + (f"; unknown: {unknown}" if unknown else "") + (f"; missing: {missing}" if missing else "")
+                + (f"; duplicated: {dup}" if dup else "") + f" (fitted on {fitted})")
+        return X if names == fitted else X[fitted]
 
     @staticmethod
     def _target(X, y) -> np.ndarray:
@@ -277,12 +344,12 @@ class _BayesianTreeBase:
     def predict(self, X) -> np.ndarray:
         """Predicted labels (classifier) or posterior predictive means (regressor): ``[M]``."""
         self._check_fitted()
-        return self.posterior_.predict(X)
+        return self.posterior_.predict(self._check_columns(X))
 
     def log_predictive(self, X, y) -> float:
         """Mean log posterior predictive density of ``(X, y)``."""
         self._check_fitted()
-        return self.posterior_.log_predictive(X, self._target(X, y))
+        return self.posterior_.log_predictive(self._check_columns(X), self._target(X, y))
 
 
 class BayesianTreeClassifier(_BayesianTreeBase):
@@ -339,12 +406,12 @@ class BayesianTreeClassifier(_BayesianTreeBase):
     def predict_proba(self, X) -> np.ndarray:
         """Posterior predictive class probabilities ``[M, K]`` (columns follow ``classes_``)."""
         self._check_fitted()
-        return self.posterior_.predict_proba(X)
+        return self.posterior_.predict_proba(self._check_columns(X))
 
     def score(self, X, y) -> float:
         """Accuracy on ``(X, y)``."""
         self._check_fitted()
-        return self.posterior_.accuracy(X, self._target(X, y))
+        return self.posterior_.accuracy(self._check_columns(X), self._target(X, y))
 
 
 class BayesianTreeRegressor(_BayesianTreeBase):
@@ -383,7 +450,7 @@ class BayesianTreeRegressor(_BayesianTreeBase):
     def predict_interval(self, X, level: float = 0.9) -> np.ndarray:
         """Equal-tailed posterior predictive interval ``[M, 2]``."""
         self._check_fitted()
-        return self.posterior_.predict_interval(X, level=level)
+        return self.posterior_.predict_interval(self._check_columns(X), level=level)
 
     def score(self, X, y) -> float:
         """Coefficient of determination R^2 of the predictive mean."""

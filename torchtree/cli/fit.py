@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from typing import Any, List, Tuple
@@ -20,11 +21,19 @@ def _split(y: np.ndarray, test_size: float, seed: int, stratify: bool) -> Tuple[
     if test_size <= 0:
         return np.arange(n), np.arange(0)
     if stratify:
+        # Rows grouped by class with one stable sort (O(N log N); one scan per class was
+        # O(N K)). Classes in sorted order, each class's rows ascending and one permutation
+        # per class: the same draws, hence the same split, as the per-class scans gave.
+        # A single-row class is skipped: it stays in training and permutation(1) draws nothing.
+        _, inv = np.unique(y, return_inverse=True)
+        order = np.argsort(inv.reshape(-1), kind="stable")
+        counts = np.bincount(inv.reshape(-1))
+        starts = np.cumsum(counts) - counts
         test = []
-        for c in np.unique(y):
-            idx = np.flatnonzero(y == c)
-            idx = idx[rng.permutation(len(idx))]
-            k = min(int(round(test_size * len(idx))), len(idx) - 1)
+        for s, m in zip(starts[counts > 1].tolist(), counts[counts > 1].tolist()):
+            idx = order[s : s + m]
+            idx = idx[rng.permutation(m)]
+            k = min(int(round(test_size * m)), m - 1)
             test.append(idx[:k])
         te = np.sort(np.concatenate(test)) if test else np.arange(0)
     else:
@@ -35,6 +44,23 @@ def _split(y: np.ndarray, test_size: float, seed: int, stratify: bool) -> Tuple[
     if len(tr) == 0:
         raise ValueError(f"--test-size {test_size} leaves no training rows")
     return tr, te
+
+
+def _check_classes(y: np.ndarray, path: str, target: str) -> None:
+    """The class checks of ``torchtree.Data``, before the split and in the command line's words.
+
+    Raises
+    ------
+    ValueError
+        A single class, or more classes than half the rows (likely a real-valued target).
+    """
+    from torchtree.model.data import check_class_count
+
+    classes = np.unique(y)
+    if len(classes) < 2:
+        raise ValueError(f"{path}: target {target!r} has a single class ({str(classes[0])!r}); a classifier needs "
+                         "at least two (pick another --target, or --task regression for a numeric target)")
+    check_class_count(len(classes), len(y), name=f"{path}: target {target!r}", advice="use --task regression")
 
 
 def _cmd_fit(args) -> int:
@@ -50,6 +76,8 @@ def _cmd_fit(args) -> int:
     task = args.task or infer_task(table.y)
     y = parse_target(table.y, task, table.lines, table.path, f"target {table.target_name!r}")
     X = table.X
+    if task == "classification":
+        _check_classes(y, args.data, table.target_name)
     if args.test:
         test = read_csv(args.test, target=table.target_name if args.target is None else args.target)
         if test.feature_names != table.feature_names:
@@ -106,7 +134,15 @@ def _cmd_fit(args) -> int:
         ("method", f"{args.method} ({cls.__name__}){' ' + opts if opts else ''}, device {device}, seed {args.seed}"),
     ]
     t0 = time.perf_counter()
-    model.fit(Xtr, ytr)
+    try:
+        model.fit(Xtr, ytr)
+    except ValueError as exc:
+        # the estimator sees a bare array: put the file's column names into "X column j"
+        named = re.sub(r"\bX column (\d+)\b", lambda m: f"{args.data}: column {m[1]} ({table.feature_names[int(m[1])]!r})"
+                       if int(m[1]) < len(table.feature_names) else m[0], str(exc))
+        if named == str(exc):
+            raise
+        raise ValueError(named) from exc
     secs = time.perf_counter() - t0
     post = model.posterior_
     info = getattr(post, "info", {}) or {}

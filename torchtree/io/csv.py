@@ -20,6 +20,7 @@ import gzip
 import io
 import math
 import os
+import zlib
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -76,7 +77,18 @@ def _open_text(path: str):
 
 
 def _rows(path: str) -> Iterator[Tuple[int, List[str]]]:
-    """(line number, stripped fields) of every non-blank row, header included."""
+    """(line number, stripped fields) of every non-blank row, header included.
+
+    A ``.gz`` file that is cut short or is not gzip data is a ``ValueError`` naming
+    the path (gzip raises EOFError / BadGzipFile / zlib.error part-way through).
+    """
+    try:
+        yield from _rows_of(path)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ValueError(f"{path}: damaged/truncated gzip file ({exc})") from None
+
+
+def _rows_of(path: str) -> Iterator[Tuple[int, List[str]]]:
     with _open_text(path) as fh:
         try:
             first = fh.readline()
@@ -250,13 +262,27 @@ def read_csv(
     )
 
 
+def _is_missing_cell(s) -> bool:
+    """An empty cell or a NaN (``nan``, ``NaN``, ...): a missing value, never a label."""
+    s = str(s).strip()
+    if s == "":
+        return True
+    try:
+        return math.isnan(float(s))
+    except ValueError:
+        return False
+
+
 def infer_task(y: np.ndarray) -> str:
     """``"regression"`` for a numeric target with a non-integer value, else ``"classification"``.
+
+    Missing cells (empty, ``nan``) do not count: :func:`parse_target` refuses them.
 
     Parameters
     ----------
     y : numpy.ndarray [N] of str (as read by :func:`read_csv`)
     """
+    y = [s for s in y if not _is_missing_cell(s)]
     try:
         v = np.asarray([float(s) for s in y], dtype=np.float64)
     except ValueError:
@@ -279,7 +305,18 @@ def parse_target(y: np.ndarray, task: str, lines: Optional[np.ndarray] = None, p
     -------
     numpy.ndarray [N]: float64 (regression); int64 when every label is an integer
     (``"3"`` or ``"3.0"``), else str (classification).
+
+    Raises
+    ------
+    ValueError
+        A missing target (an empty cell or ``nan``: it would otherwise become a class
+        of its own), naming the line (or row) and the column.
     """
+    for i, s in enumerate(y):
+        if _is_missing_cell(s):
+            where = f"line {int(lines[i])}: " if lines is not None else f"row {i + 1}: "
+            where = f"{path}: {where}" if path else where
+            raise ValueError(f"{where}{name} is missing ({str(s)!r}); drop the row or fill in its target")
     if task == "regression":
         out = np.empty(len(y), dtype=np.float64)
         for i, s in enumerate(y):
@@ -316,7 +353,8 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
     """Read the features a fitted model takes from a CSV file, ignoring its target column.
 
     By name when the file has every training feature column (other columns, such
-    as the target, are ignored and may hold anything); otherwise by count:
+    as the target, are ignored and may hold anything); an error when it has only
+    some of them; when it has none of them, by count:
     ``n_features`` columns are all features, ``n_features + 1`` columns are the
     features and the target (the column named ``target_name``, else the last).
     When the target column is present, ``Table.y`` holds it (as strings).
@@ -329,6 +367,16 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
     path = os.fspath(path)
     header = read_header(path)
     names = list(feature_names) if feature_names else None
+    if (names and any(n in header for n in names) and not all(n in header for n in names)
+            and len(header) in (n_features, n_features + 1)):
+        # taking the columns by position (the count fits) would pair some features with
+        # other columns' values
+        missing = [n for n in names if n not in header]
+        extra = [h for h in header if h not in names and h != target_name]
+        raise ValueError(
+            f"{path}: only some of the model's feature columns are present: missing {', '.join(map(repr, missing))}"
+            + (f"; not used in training: {', '.join(map(repr, extra))}" if extra else "")
+            + f" (the model takes {', '.join(map(repr, names))})")
     if names and all(n in header for n in names):
         table = read_csv(path, has_target=False, features=names)
         if target_name and target_name in header:

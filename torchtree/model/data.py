@@ -6,6 +6,7 @@ instead of a stack trace from deep inside a kernel.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 
 from torchtree.core.validate import check_choice
 
-__all__ = ["Data", "as_feature_matrix", "encode_class_labels", "resolve_device"]
+__all__ = ["Data", "as_feature_matrix", "encode_class_labels", "check_class_count", "resolve_device"]
 
 _TASKS = ("classification", "regression")
 
@@ -27,6 +28,44 @@ def _to_numpy(obj: Any, name: str) -> np.ndarray:
     except Exception as exc:  # pragma: no cover - exotic inputs
         raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
     return arr
+
+
+def _frame_columns(obj: Any) -> Optional[list]:
+    """Column names of a pandas-like frame (an object with ``columns`` and ``dtypes``), else None."""
+    cols = getattr(obj, "columns", None)
+    if cols is None or not hasattr(obj, "dtypes") or isinstance(obj, (np.ndarray, torch.Tensor)):
+        return None
+    try:
+        return list(cols)
+    except TypeError:  # pragma: no cover - exotic frames
+        return None
+
+
+def _column(j: int, names: Optional[Sequence] = None) -> str:
+    """``column j`` or ``column j ('name')`` for error messages."""
+    if names is not None and j < len(names):
+        return f"column {j} ({names[j]!r})"
+    return f"column {j}"
+
+
+def _check_no_categoricals(obj: Any, name: str) -> None:
+    """ValueError for pandas categorical columns.
+
+    A tree would split on the category codes, whose order follows each frame's own
+    category list: meaningless for unordered categories, and for ordered ones the
+    codes of a test frame need not match those of the training frame. So every
+    categorical column is refused, ordered or not, and the user converts it.
+    """
+    names = _frame_columns(obj)
+    if names is None:
+        return
+    for j, dt in enumerate(obj.dtypes):
+        if getattr(dt, "name", None) == "category":
+            raise ValueError(
+                f"{name} {_column(j, names)} is a pandas categorical: trees would split on its category codes, "
+                "which mean nothing as numbers; convert it first: .astype(float) when its categories are "
+                "meaningful numbers, .cat.codes for an ordered scale coded the same way at training and prediction"
+            )
 
 
 def _is_missing(v) -> bool:
@@ -88,12 +127,96 @@ def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes
             raise ValueError(f"labels must lie in 0..{n_classes - 1} when n_classes={n_classes}")
         return yi, np.arange(n_classes)
     classes_arr, codes = np.unique(yn, return_inverse=True)
+    check_class_count(len(classes_arr), len(yn))
     if len(classes_arr) < 2:
         raise ValueError(
             "y has a single class; pass n_classes (or classes) to fit a classifier anyway, "
             "e.g. torchtree.Data(X, y, n_classes=K) to a sampler's run()"
         )
     return codes.astype(np.int64), classes_arr
+
+
+#: Below this many classes every class count is cheap, so toy data with one row per class stays allowed.
+_FEW_CLASSES = 100
+
+
+def check_class_count(n_classes: int, n_rows: int, name: str = "y",
+                      advice: str = "use task='regression' (BayesianTreeRegressor; --task regression on the command line)") -> None:
+    """ValueError for more classes than a classifier can learn from.
+
+    More classes than half the rows means most classes have fewer than two examples:
+    such labels are almost always a real-valued target read as classes (and the
+    leaves' class counts grow as rows x classes, which is what ran out of memory).
+
+    Parameters
+    ----------
+    n_classes : int, distinct labels inferred from the data
+    n_rows : int
+    name : str, the labels' name in the message
+    advice : str, what to do instead, in the caller's words
+    """
+    if n_classes > _FEW_CLASSES and 2 * n_classes > n_rows:
+        raise ValueError(
+            f"{name} has {n_classes} classes for {n_rows} rows: most classes would have fewer than 2 examples, "
+            f"nothing a classifier can learn from. This looks like a regression target? {advice}"
+        )
+
+
+def _memory_bytes(device: Optional[torch.device] = None) -> Optional[int]:
+    """Total memory of ``device`` (physical RAM for the CPU) in bytes, or None if unknown."""
+    if device is not None and device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[1])
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not a POSIX system
+        return None
+
+
+def _check_float_storage(uniq: Sequence[np.ndarray], dtype: torch.dtype, Xn: np.ndarray,
+                         names: Optional[Sequence] = None) -> None:
+    """ValueError for feature columns that ``dtype`` (float32 by default) cannot hold faithfully.
+
+    The hard-tree samplers compare ``X`` in ``dtype`` with thresholds taken from its
+    values, so a value beyond the dtype's range (it becomes inf) or distinct values that
+    round to the same number (no split can separate them: 1e8 and 1e8 + 1 in float32)
+    would change the answer in silence. Values that merge only below the resolution the
+    column would have after centring (differences under ``eps * (max - min)``, e.g.
+    0.3 and 0.1 + 0.2) are left alone: centring could not separate them either.
+
+    Parameters
+    ----------
+    uniq : sequence [D] of sorted distinct float64 values per column
+    dtype : torch floating dtype ``X`` is stored in
+    Xn : numpy.ndarray [N, D] float64 (to locate a value out of range)
+    names : column names, optional (for the message)
+    """
+    if dtype == torch.float64:
+        return
+    fi = torch.finfo(dtype)
+    for j, u in enumerate(uniq):
+        c = torch.as_tensor(u).to(dtype).double().numpy()
+        if np.isinf(c[0]) or np.isinf(c[-1]):
+            row = int(np.argmax(np.isinf(torch.as_tensor(Xn[:, j]).to(dtype).numpy())))
+            raise ValueError(
+                f"X {_column(j, names)} has a value at row {row} ({Xn[row, j]:.6g}) beyond the {str(dtype)[6:]} "
+                f"range (+-{fi.max:.3g}) the trees store features in; rescale the column"
+            )
+        if len(u) < 2:
+            continue
+        starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+        if len(starts) == len(u):
+            continue
+        ends = np.r_[starts[1:], len(u)] - 1
+        span = u[ends] - u[starts]
+        bad = span > fi.eps * (u[-1] - u[0])
+        if bad.any():
+            g = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"X {_column(j, names)} has {len(u)} distinct values but only {len(starts)} remain in "
+                f"{str(dtype)[6:]}, the precision the trees store features in ({float(u[starts[g]])!r} and "
+                f"{float(u[ends[g]])!r} become equal, so no split could separate them); centre or scale the column "
+                f"(e.g. subtract its median {float(np.median(Xn[:, j]))!r}) before fitting"
+            )
 
 
 def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X") -> np.ndarray:
@@ -112,6 +235,7 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X")
     -------
     numpy.ndarray [N, D], float64
     """
+    _check_no_categoricals(X, name)
     arr = _to_numpy(X, name)
     if arr.dtype == object or arr.dtype.kind in "USb" and arr.dtype.kind != "b":
         try:
@@ -130,6 +254,9 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X")
     if arr.shape[1] == 0:
         raise ValueError(f"{name} has zero features")
     arr = arr.astype(np.float64, copy=False)
+    if not arr.flags.writeable:
+        # a pandas frame's values may be read-only; torch warns about (and would share) them
+        arr = arr.copy()
     bad = ~np.isfinite(arr)
     if bad.any():
         r, c = np.argwhere(bad)[0]
@@ -149,10 +276,18 @@ class Data:
     ----------
     X : array-like [N, D]
         Features (numpy, torch on any device, pandas, nested lists). NaN/inf are errors;
-        constant features are allowed (they are never split on).
+        constant features are allowed (they are never split on). Refused as well, with
+        the column named: a value beyond the range of ``dtype`` and a column whose
+        distinct values ``dtype`` cannot tell apart (1e8 and 1e8 + 1 in float32; centre
+        or scale such a column), since the trees compare features in ``dtype``; and
+        pandas categorical columns, ordered or not (their codes follow each frame's
+        category list; convert them explicitly).
     y : array-like [N]
         Labels. Classification: any discrete labels (ints with gaps, strings, bools),
-        mapped to ``0..K-1`` (``classes_`` maps back). Regression: finite floats.
+        mapped to ``0..K-1`` (``classes_`` maps back); more than half as many inferred
+        classes as rows (and over 100) is refused as a likely regression target, and so
+        are class counts whose one-hot leaf statistics would not fit in the device's
+        memory. Regression: finite floats.
     task : {"classification", "regression"}, optional
         Inferred when omitted: float labels with non-integer values mean regression
         only if ``task="regression"`` is given; otherwise they are refused, as
@@ -220,8 +355,16 @@ class Data:
             self.classes_ = None
             self.n_classes = None
             self.y = torch.as_tensor(yf, dtype=torch.float64, device=dev)
+        if task == "classification":
+            need = 12 * Xn.shape[0] * self.n_classes  # one-hot int64 rows, then their float32 copy
+            have = _memory_bytes(dev)
+            if have is not None and need > have:
+                raise ValueError(
+                    f"y has {self.n_classes} classes: the leaves' class counts of {Xn.shape[0]} rows would need "
+                    f"about {need:.3g} bytes, more than the {have:.3g} bytes of memory of {dev or 'the CPU'}"
+                )
         self.X = torch.as_tensor(Xn, dtype=dtype, device=dev)
-        self._build_ranks(Xn, dev)
+        self._build_ranks(Xn, dev, _frame_columns(X))
 
     # ------------------------------------------------------------------ labels
     def decode_labels(self, codes: Any) -> np.ndarray:
@@ -240,12 +383,16 @@ class Data:
         return self.classes_[_to_numpy(codes, "codes").astype(np.int64)]
 
     # ---------------------------------------------------------------- features
-    def _build_ranks(self, Xn: np.ndarray, dev) -> None:
+    def _build_ranks(self, Xn: np.ndarray, dev, names: Optional[Sequence] = None) -> None:
         n, d = Xn.shape
         # Dense ranks let the samplers compare in integer space and enumerate the
         # intervals between consecutive distinct values (the optimal proposal and
         # the exact evidence both need them).
         uniq = [np.unique(Xn[:, j]) for j in range(d)]
+        # The samplers compare X and thresholds in X's dtype, not through these float64
+        # ranks; splitting on ranks would change every sampler and every prediction, so
+        # data the dtype cannot hold is refused instead.
+        _check_float_storage(uniq, self.X.dtype, Xn, names)
         n_unique = np.array([len(u) for u in uniq], dtype=np.int64)
         umax = int(n_unique.max())
         sv = np.full((d, umax), np.inf, dtype=np.float64)
