@@ -82,6 +82,22 @@ def _accepted(cls) -> set:
 _PRIOR_SETTINGS = ("prior", "alpha_split", "beta_split", "poisson_lambda")
 _LIKELIHOOD_SETTINGS = ("alpha", "mu0", "kappa0", "a0", "b0")
 
+#: One line per model setting: the CLI's help text and the estimators' documentation read it
+#: (the samplers' own settings are described by their configs).
+MODEL_SETTINGS_HELP = {
+    "prior": "tree structure prior: chipman (split probability alpha_split (1 + depth)^-beta_split) "
+             "or poisson (zero-truncated Poisson number of leaves, paper 002)",
+    "alpha_split": "Chipman prior: probability that the root splits (default: 0.95)",
+    "beta_split": "Chipman prior: how fast the split probability falls with depth (default: 0.5)",
+    "poisson_lambda": "Poisson prior: rate of the number of leaves (default: 5)",
+    "alpha": "Dirichlet concentration of each leaf's class probabilities, total over the K classes (default: 5)",
+    "mu0": "prior mean of a leaf's value (default: the mean of the targets)",
+    "kappa0": "prior strength of a leaf's mean, in pseudo-observations (default: 0.1)",
+    "a0": "shape of the inverse-gamma prior of a leaf's noise variance (default: 2)",
+    "b0": "scale of the inverse-gamma prior of a leaf's noise variance (default: half the targets' variance "
+          "times max(a0 - 1, 0.5))",
+}
+
 
 def model_settings(cls) -> Dict[str, str]:
     """How a sampler class uses the estimators' prior and leaf-model settings.

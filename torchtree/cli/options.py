@@ -184,16 +184,20 @@ def sampler_options(cls) -> List[Tuple[str, Dict[str, Any]]]:
 
 def _estimator_options() -> List[Tuple[str, Dict[str, Any], str]]:
     """Options of the estimators (prior, likelihood): ``[(name, kwargs, task or "")]``."""
-    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, _BayesianTreeBase
+    from torchtree.estimators import (MODEL_SETTINGS_HELP, BayesianTreeClassifier, BayesianTreeRegressor,
+                                      _BayesianTreeBase)
 
     out, seen = [], set()
     for cls, task in ((_BayesianTreeBase, ""), (BayesianTreeClassifier, "classification"), (BayesianTreeRegressor, "regression")):
-        docs = _param_docs(cls)
-        docs.update({k: v for k, v in _param_docs(BayesianTreeClassifier).items() if k not in docs})
         for name, p in inspect.signature(cls.__init__).parameters.items():
             if name in ESTIMATOR_RESERVED or name in seen or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 continue
-            kw = _option_kwargs(p, docs.get(name, ("", "")), f"[{task} only]" if task else "")
+            kind = '{"chipman", "poisson"}' if name == "prior" else ""
+            help_text = MODEL_SETTINGS_HELP.get(name, "")
+            if "(default" in help_text:
+                # the table states the effective default; argparse's "(default: None)" would contradict it
+                p = p.replace(default=None) if p.default is not None and not isinstance(p.default, str) else p
+            kw = _option_kwargs(p, (kind, help_text), f"[{task} only]" if task else "")
             if kw is not None:
                 seen.add(name)
                 out.append((name, kw, task))
