@@ -56,6 +56,19 @@ def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
     return trees.take(first), agg.log() + mx, inv
 
 
+def check_interval(task: str, level, n_draws) -> tuple:
+    """The arguments of a ``predict_interval``, checked: ``(level, n_draws)``."""
+    if task != "regression":
+        raise ValueError("predict_interval applies to regression")
+    return check_real("level", level, 0.0, 1.0, high_open=True), check_int("n_draws", n_draws, 1)
+
+
+def equal_tailed(draws: torch.Tensor, level: float) -> np.ndarray:
+    """Equal-tailed interval of predictive draws ``[S, M]`` float64: ``[M, 2]`` (lower, upper)."""
+    q = torch.tensor([(1 - level) / 2, 1 - (1 - level) / 2], dtype=torch.float64, device=draws.device)
+    return torch.quantile(draws, q, dim=0).T.cpu().numpy()
+
+
 class TreePosterior:
     """Weighted trees approximating a posterior over decision trees.
 
@@ -214,10 +227,7 @@ class TreePosterior:
         -------
         numpy.ndarray [M, 2] lower and upper bounds.
         """
-        if self.task != "regression":
-            raise ValueError("predict_interval applies to regression")
-        level = check_real("level", level, 0.0, 1.0, high_open=True)
-        n_draws = check_int("n_draws", n_draws, 1)
+        level, n_draws = check_interval(self.task, level, n_draws)
         Xt = self._X(X)
         g = torch.Generator(device="cpu").manual_seed(seed)
         trees_idx = torch.multinomial(self.weights.cpu().float(), n_draws, replacement=True, generator=g).to(Xt.device)
@@ -228,9 +238,7 @@ class TreePosterior:
         z = torch.randn(rows.shape[:2], generator=g, dtype=torch.float64).to(Xt.device)
         # Chi2(df) = 2 Gamma(df / 2), drawn from the seeded generator.
         chi2 = 2 * torch._standard_gamma((df / 2).cpu(), generator=g).to(Xt.device)
-        draws = loc + scale * z / torch.sqrt(chi2 / df)
-        q = torch.tensor([(1 - level) / 2, 1 - (1 - level) / 2], dtype=torch.float64, device=Xt.device)
-        return torch.quantile(draws, q, dim=0).T.cpu().numpy()
+        return equal_tailed(loc + scale * z / torch.sqrt(chi2 / df), level)
 
     def log_predictive(self, X, y) -> float:
         """Mean log posterior predictive density of test data, ``mean_n log p(y_n | x_n, D)``.

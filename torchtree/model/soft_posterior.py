@@ -21,8 +21,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from torchtree.model.posterior import TreePosterior
-from torchtree.core.validate import check_int, check_real
+from torchtree.model.posterior import TreePosterior, check_interval, equal_tailed
+from torchtree.core.validate import check_int
 
 from torchtree.model.soft_data import SoftData
 from torchtree.model.topology import Topology, node_depth
@@ -235,10 +235,7 @@ class SoftTreePosterior(TreePosterior):
         -------
         numpy.ndarray [M, 2] lower and upper bounds.
         """
-        if self.task != "regression":
-            raise ValueError("predict_interval applies to regression")
-        level = check_real("level", level, 0.0, 1.0, high_open=True)
-        n_draws = check_int("n_draws", n_draws, 1)
+        level, n_draws = check_interval(self.task, level, n_draws)
         g = torch.Generator().manual_seed(int(seed))
         sets = list(self._draw_sets(X, None))
         w = torch.stack([s[0] for s in sets])
@@ -250,9 +247,7 @@ class SoftTreePosterior(TreePosterior):
                 continue
             j = torch.randint(0, mean.shape[0], (n_k,), generator=g)
             out.append(mean[j] + var[j].sqrt() * torch.randn(n_k, mean.shape[1], generator=g, dtype=torch.float64))
-        draws = torch.cat(out)
-        q = torch.tensor([(1 - level) / 2, 1 - (1 - level) / 2], dtype=torch.float64)
-        return torch.quantile(draws, q, dim=0).T.numpy()
+        return equal_tailed(torch.cat(out), level)
 
     def log_predictive(self, X, y, max_draws: Optional[int] = 200) -> float:
         """Mean over points of the log posterior predictive density of ``y`` at ``X``.
