@@ -139,6 +139,32 @@ def test_two_ranks_give_the_one_rank_answer():
         _same(post, one)
 
 
+def test_two_ranks_share_rank_0s_fresh_seed_and_one_budget():
+    """seed=None draws on rank 0 only (both ranks then hold the same stumps), and a time budget
+    stops both ranks after the same step (no rank waits in a collective for the other)."""
+    X, y = _data()
+    a, b = run_threads(2, lambda be: PriorStumps(n_steps=3, batch_size=8, backend=be).run((X, y), seed=None))
+    _same(a, b)
+    a, b = run_threads(2, lambda be: PriorStumps(n_steps=10**6, batch_size=8, backend=be, max_seconds=0.05)
+                       .run((X, y), seed=0), timeout=60)
+    _same(a, b)
+    assert 1 <= a.info["n_steps"] < 10**6
+
+
+def test_ranks_with_other_settings_refuse_together():
+    X, y = _data()
+    errors = []
+
+    def job(be):
+        try:
+            PriorStumps(n_steps=2 + be.rank, batch_size=8, backend=be).run((X, y), seed=0)
+        except ValueError as exc:
+            errors.append(str(exc))
+
+    run_threads(2, job)
+    assert len(errors) == 2 and all("ranks disagree" in e for e in errors)
+
+
 def test_time_budget_stops_between_steps():
     X, y = _data()
     post = PriorStumps(n_steps=1000, batch_size=8, max_seconds=1e-9).run((X, y), seed=0)

@@ -149,6 +149,30 @@ def checkpointer(sampler, data: Data, settings: Dict[str, Any], key, backend) ->
     return Checkpointer(path, getattr(cfg, "checkpoint_every", 1), backend=backend, fingerprint=fp)
 
 
+def _agree(sampler, data: Data, settings: Dict[str, Any], ctx: RunContext) -> int:
+    """Multi-rank set-up: every rank runs the same job, with rank 0's seed.
+
+    One ``all_gather`` of (seed, hash of the settings and the data's shape); a rank whose hash
+    differs makes every rank raise the same ``ValueError`` instead of sampling a mixture.
+    """
+    what = fingerprint(sampler.name, {"config": sampler.config.result_settings(), **settings}, data.n, data.d, data.task)
+    mine = torch.tensor([[ctx.seed, int(what[:15], 16)]], dtype=torch.int64)
+    table = ctx.backend.all_gather(mine).view(-1, 2)
+    if bool((table[:, 1] != table[0, 1]).any()):
+        raise ValueError(f"ranks disagree on the {sampler.name} settings or the data's shape; every rank must run "
+                         "the same sampler on the same full training data")
+    return int(table[0, 0])
+
+
+def _over_budget(ctx: RunContext, budget: float) -> bool:
+    """Whether the time budget is spent; on several ranks the slowest rank's clock decides for all,
+    so that every rank stops after the same step."""
+    spent = ctx.seconds() >= budget
+    if ctx.world_size == 1:
+        return spent
+    return bool(ctx.backend.all_reduce(torch.tensor([int(spent)], dtype=torch.int64), "max").item())
+
+
 def run(sampler, data, *, seed=None, monitor=None, backend=None):
     """Run ``sampler`` on ``data`` through its ``init`` / ``step`` / ``finalize``.
 
@@ -187,6 +211,8 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
         ck = checkpointer(sampler, data, settings, seed_key(seed), be)
         saved = ck.load() if ck.enabled else None
         ctx.seed = int(saved["seed"]) if saved is not None else seed_to_int(seed)
+        if ctx.world_size > 1:
+            ctx.seed = _agree(sampler, data, settings, ctx)
         if saved is None:
             state = sampler.init(ctx)
         else:
@@ -201,7 +227,7 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
         stepped = False
         while not state.done:
             # the budget is checked between steps; one step always runs, so there is an answer
-            if budget is not None and stepped and ctx.seconds() >= budget:
+            if budget is not None and stepped and _over_budget(ctx, budget):
                 break
             stepped = True
             step = int(state.step)
