@@ -5,6 +5,8 @@ and calls:
 
 * :func:`ncopies_from_log_weights` -- how many copies of each local particle (distributed
   prefix sum in exact integer arithmetic; identical on 1 rank or P);
+* :func:`global_stats` -- log-sum-exp and ESS of log-weights over all ranks, exact (fixed-point
+  integer sums), so identical on any number of ranks;
 * :func:`harmonize_capacity` -- agree on the largest tree capacity and pad (Alg. 6 Max + Pad);
 * :func:`redistribute` -- the new population, ``N/P`` particles per rank
   (``method="gather" | "sequential" | "rotational" | "alltoall" | "auto"``).
@@ -31,6 +33,7 @@ from .blocks import (
     pad_block,
     take_rows,
 )
+from .exact import fixed_bits, fixed_sums, global_stats
 from .ncopies import (
     fixed_point_weights,
     global_ess,
@@ -83,6 +86,9 @@ __all__ = [
     "global_log_sum_exp",
     "global_ess",
     "fixed_point_weights",
+    "fixed_bits",
+    "fixed_sums",
+    "global_stats",
     "ncopies_from_log_weights",
     "METHODS",
     "ancestors_from_ncopies",

@@ -104,6 +104,8 @@ class RunContext:
         can skip computing its report
     t0 : float, ``time.perf_counter()`` at the start of the run
     resumed_at : int or None, the step a checkpoint resumed at
+    checkpoint_every : int or None, save after steps ``k-1, 2k-1, ...`` (None: no
+        checkpoints); a step that runs several transitions ends at these points
     extra : dict, per-sampler run objects (the likelihood, a grower, ...)
     """
 
@@ -114,6 +116,7 @@ class RunContext:
     monitor: Monitor = field(default_factory=NullMonitor)
     t0: float = 0.0
     resumed_at: Optional[int] = None
+    checkpoint_every: Optional[int] = None
     extra: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -195,6 +198,13 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
     Returns
     -------
     What ``finalize`` returns (a posterior).
+
+    Notes
+    -----
+    ``step`` usually runs one transition (``state.step`` += 1). It may run several (a
+    latency-bound sampler amortising the per-call cost): the driver then reports its
+    ``info`` and saves the checkpoint under the last transition's index, so such a step
+    should end where a report is due and at ``ctx.checkpoint_every`` boundaries.
     """
     cfg = sampler.config
     t0 = time.perf_counter()
@@ -209,6 +219,7 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
             sampler.setup(ctx)
         settings = sampler.settings(ctx) if hasattr(sampler, "settings") else {}
         ck = checkpointer(sampler, data, settings, seed_key(seed), be)
+        ctx.checkpoint_every = ck.every if ck.enabled else None
         saved = ck.load() if ck.enabled else None
         ctx.seed = int(saved["seed"]) if saved is not None else seed_to_int(seed)
         if ctx.world_size > 1:
@@ -232,6 +243,9 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
             stepped = True
             step = int(state.step)
             state, info = sampler.step(state, ctx)
+            # A step may run several transitions (``state.step`` counts them): its report and
+            # its checkpoint belong to the last one it ran.
+            step = max(step, int(state.step) - 1)
             if info:
                 mon.on_step(step, info)
             if ck.enabled and ck.maybe_save(step, lambda: {"seed": ctx.seed, "state": state.state_dict()},

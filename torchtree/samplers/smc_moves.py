@@ -89,7 +89,7 @@ from torchtree.distributed import (
 )
 from torchtree.model.priors import make_prior
 from torchtree.samplers.driver import default_likelihood
-from torchtree.samplers.mcmc import _snapshot, check_move_probs
+from torchtree.steps.moves import check_move_probs, snapshot_trees as _snapshot
 from torchtree.monitor import NullMonitor, as_monitor
 from torchtree.steps.moves import N_SLOTS, TreeModel, TreeState, check_cut_proposal, draw_moves, propose, sample_prior_state
 from torchtree.model.posterior import TreePosterior, dedupe_trees

@@ -62,11 +62,12 @@ from torchtree.model.priors import ChipmanPrior
 from torchtree.core.random import keyed_uniform
 from torchtree.model.target import TreeModel, _bit_of, _choose, _cut
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, UNUSED, HardTrees
-from torchtree.core.validate import check_choice
+from torchtree.core.validate import check_choice, check_probabilities
 
 __all__ = [
     "MOVES", "GROW", "PRUNE", "CHANGE", "SWAP", "N_SLOTS", "TreeModel", "TreeState", "Proposal",
     "propose", "draw_moves", "sample_prior_state", "subtree_mask", "check_state", "CUT_PROPOSALS", "check_cut_proposal",
+    "check_move_probs", "snapshot_trees",
 ]
 
 MOVES = ("grow", "prune", "change", "swap")
@@ -253,6 +254,21 @@ def draw_moves(u_kind: torch.Tensor, move_probs: Sequence[float]) -> torch.Tenso
     cp = torch.tensor(list(move_probs), dtype=torch.float64, device=u_kind.device).cumsum(0)
     cp = cp / cp[-1]
     return torch.searchsorted(cp, u_kind.double().contiguous(), right=True).clamp(max=3)
+
+
+def check_move_probs(move_probs: Sequence[float]) -> tuple:
+    """Validate mixture probabilities (grow, prune, change, swap); returns them normalised (4 floats)."""
+    mp = check_probabilities("move_probs (grow, prune, change, swap)", move_probs, 4)
+    if (mp[0] > 0) != (mp[1] > 0):
+        raise ValueError("grow and prune must both have positive probability (each is the other's reverse move)")
+    return mp
+
+
+def snapshot_trees(trees: HardTrees) -> HardTrees:
+    """Copy of ``trees`` [P] without the moves' per-node caches (``extra``): what a posterior keeps."""
+    return HardTrees(trees.feature.clone(), trees.threshold.clone(), trees.left.clone(), trees.right.clone(),
+                     trees.parent.clone(), trees.depth.clone(), trees.status.clone(), trees.stats.clone(),
+                     trees.n_nodes.clone())
 
 
 CUT_PROPOSALS = ("prior", "data", "informed")
