@@ -4,8 +4,9 @@ A run interrupted after iteration k and resumed from its checkpoint equals the
 uninterrupted run bit for bit (trees, log-weights, log evidence, predictive
 probabilities, ESS trace): the checkpoint holds the trees with their caches and
 every piece of sampler state, and there is no generator state (all draws are keyed).
-Interruptions: an exception from a private test hook (in process), and a real
-subprocess killed with SIGKILL after its checkpoint of iteration k appeared.
+Interruptions: an exception from a monitor's ``on_checkpoint`` / ``on_step`` hook
+(``smc_moves_cases.stop_after``, in process), and a real subprocess killed with SIGKILL
+after its checkpoint of iteration k appeared.
 Multi-rank resume (per-rank files + manifest) is covered in test_smc_moves_dist.py.
 """
 
@@ -23,7 +24,7 @@ import pytest
 import torch
 
 from torchtree.io.checkpoint import CheckpointError, load_checkpoint
-from torchtree.samplers.smc_moves import SMCSampler, _StopForTest
+from torchtree.samplers.smc_moves import SMCSampler
 
 WORKERS = Path(__file__).parent / "_dist_workers"
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,12 +52,8 @@ def _check(got: dict, ref: dict) -> None:
 
 
 def _stopped(name: str, path: str, k: int, **kw) -> None:
-    SMCSampler._stop_after = k
-    try:
-        with pytest.raises(_StopForTest):
-            sc.run_case(name, checkpoint=path, **kw)
-    finally:
-        SMCSampler._stop_after = None
+    with pytest.raises(sc.Stop):
+        sc.run_case(name, checkpoint=path, monitor=sc.stop_after(k), **kw)
 
 
 @pytest.mark.parametrize("name", ["weights_multinomial", "mh_stratified", "tempering_residual", "poisson", "regression"])
@@ -88,7 +85,7 @@ def test_checkpoint_every_two(tmp_path):
 def test_checkpoint_holds_plain_tensors_only(tmp_path):
     path = str(tmp_path / "run.ckpt")
     _stopped("tempering_residual", path, 1)
-    state = torch.load(path, weights_only=True)["state"]["sampler_state"]  # no pickled code
+    state = torch.load(path, weights_only=True)["state"]["sampler_state"]["state"]  # no pickled code
     assert state["iteration"] == 1 and isinstance(state["trees"]["extra.bits"], torch.Tensor)
     assert state["ll"].shape == (sc.N_PARTICLES,) and 0.0 < state["phi"] < 1.0
 

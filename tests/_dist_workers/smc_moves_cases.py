@@ -7,6 +7,7 @@ particles are resampled (and move between ranks) often.
 
 from __future__ import annotations
 
+from torchtree.monitor import CallbackMonitor
 from torchtree.samplers.smc_moves import SMCSampler
 
 from worker_common import estimator_result, posterior_result, toy_data
@@ -31,11 +32,11 @@ CASES = {
 data = toy_data  # (Data, query points) with ties in one feature
 
 
-def run_case(name: str, backend=None, **extra) -> dict:
+def run_case(name: str, backend=None, monitor=None, **extra) -> dict:
     """Fit one case; returns what the test compares (plain tensors, floats and lists)."""
     task, kw = CASES[name]
     d, Xq = data(task)
-    post = SMCSampler(n_particles=N_PARTICLES, backend=backend, **{**kw, **extra}).run(d, seed=SEED)
+    post = SMCSampler(n_particles=N_PARTICLES, backend=backend, **{**kw, **extra}).run(d, seed=SEED, monitor=monitor)
     pred = post.predict_proba(Xq) if task == "classification" else post.predict(Xq)
     info = {k: post.info[k] for k in ("n_resample", "final_ess", "ess_trace", "temperatures", "accept_fraction")}
     info["particle_counts"] = post.info["particle_counts"]
@@ -47,3 +48,23 @@ def run_estimator(backend=None) -> dict:
     """The sklearn-style face with ``method="smc-moves", backend=``."""
     return estimator_result(backend, data("classification")[1], method="smc-moves", n_particles=N_PARTICLES,
                             n_iterations=4, ess_threshold=0.9, random_state=SEED)
+
+
+class Stop(RuntimeError):
+    """Raised by :func:`stop_after` to interrupt a run (a crash after a checkpoint)."""
+
+
+def stop_after(k: int) -> CallbackMonitor:
+    """A monitor that stops a run after iteration ``k``: at its checkpoint when one is saved
+    there, else before the next iteration's report (so the checkpoint on disk is the last
+    one at or before ``k``). Acts on every rank, so that all ranks stop at the same point."""
+
+    def at_checkpoint(step):
+        if step >= k:
+            raise Stop(f"stopped after iteration {step} (its checkpoint is on disk)")
+
+    def at_step(step, info):
+        if step > k:
+            raise Stop(f"stopped before reporting iteration {step}")
+
+    return CallbackMonitor(on_checkpoint=at_checkpoint, on_step=at_step, all_ranks=True)

@@ -27,6 +27,9 @@ class Slow(Monitor):
 
     def on_step(self, step, values):
         time.sleep(0.1)
+
+    def on_checkpoint(self, step):
+        # called once the checkpoint of ``step`` is on disk
         if step == self.block_at:
             print(f"blocking at {step}", flush=True)
             time.sleep(600)

@@ -9,7 +9,7 @@ For every sub-world of the given sizes (default 2,4; ranks 0..s-1, a real sub-gr
 sub-communicator) run every case of ``smc_moves_cases`` and the estimator, and save the
 results to ``OUT/rank{r}.pt`` for the test to compare with the one-process run. With
 ``CKPT_DIR``, also on the largest sub-world: a checkpointed run stopped after iteration 2
-(test hook), then resumed from its per-rank checkpoint files. Finally, on the whole world,
+(a monitor raising on every rank), then resumed from its per-rank checkpoint files. Finally, on the whole world,
 ``examples/bench_paper002.py --smoke --backend KIND`` (its ``main``, in this process); rank 0
 writes what it printed to ``OUT/example.txt``.
 """
@@ -22,7 +22,6 @@ import sys
 import smc_moves_cases as sc
 from worker_common import worker_main
 
-from torchtree.samplers.smc_moves import SMCSampler
 
 
 def main() -> int:
@@ -32,14 +31,10 @@ def main() -> int:
         if ckpt_dir is None or size != max(sizes):
             return
         path = os.path.join(ckpt_dir, f"{sys.argv[1]}_run.ckpt")
-        SMCSampler._stop_after = 2
         try:
-            sc.run_case("tempering_residual", b, checkpoint=path)
-        except RuntimeError as exc:
-            if "test hook" not in str(exc):
-                raise
-        finally:
-            SMCSampler._stop_after = None
+            sc.run_case("tempering_residual", b, checkpoint=path, monitor=sc.stop_after(2))
+        except sc.Stop:
+            pass
         results[(size, "resumed")] = sc.run_case("tempering_residual", b, checkpoint=path)
 
     return worker_main(sc, sc.WORLD_SIZES, "bench_paper002.py",

@@ -24,7 +24,8 @@ from torchtree.model.data import Data, coerce_data, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoint
 
-__all__ = ["run", "RunContext", "checkpointer", "default_likelihood", "seed_key", "describe", "default_memory_limit", "on_device",
+__all__ = ["run", "RunContext", "checkpointer", "default_likelihood", "seed_key", "describe", "default_memory_limit",
+           "on_device",
            "opened_backend"]
 
 

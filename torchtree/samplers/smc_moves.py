@@ -37,7 +37,8 @@ temperature search round) plus the resampling's when it resamples.
 
 Exactness. The result does not depend on the number of ranks: the same seed gives
 bit-identical particles, weights, log evidence and predictions on 1, 2 or 8 ranks.
-Sums of weights are taken in exact integer arithmetic: each weight is turned into
+Sums of weights are taken in exact integer arithmetic
+(:func:`torchtree.distributed.exact.global_stats`): each weight is turned into
 the fixed-point integer ``round(2^B exp(logw - max))`` by
 :func:`torchtree.distributed.fixed_point_weights` (a pure function of the element,
 ``B = 62 - ceil(log2 N)``), and int64 sums are associative. Weights below
@@ -61,136 +62,136 @@ caches, log-weights, tempering log-likelihoods, the log evidence, the temperatur
 the iteration and the traces (plain tensors and lists, loaded with
 ``weights_only=True``); there is no generator state to keep since every draw is
 keyed. A later ``run`` with the same settings, data and seed (and world size)
-resumes after the saved iteration; a different run's checkpoint is a
+resumes after the saved iteration (the driver, :func:`torchtree.samplers.driver.run`,
+owns the checkpoint file; :class:`SMCSamplerState` is what it saves); a different run's checkpoint is a
 :class:`~torchtree.io.checkpoint.CheckpointError`. Multi-rank runs write one file per
 rank plus a manifest (:class:`~torchtree.io.checkpoint.Checkpointer`).
 """
 from __future__ import annotations
 
 import math
-import re
-import time
-import zlib
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from torchtree.io.checkpoint import Checkpointer, fingerprint
-from torchtree.model.data import coerce_data, resolve_device
+from torchtree.core.random import derive_seed, keyed_uniform
+from torchtree.core.resampling import RESAMPLERS, get_resampler
 from torchtree.distributed import (
     METHODS as REDISTRIBUTION_METHODS,
     BlockLayout,
     LocalBackend,
     ancestors_from_ncopies,
-    fixed_point_weights,
-    get_backend,
     ncopies_from_log_weights,
     redistribute,
 )
-from torchtree.model.priors import make_prior
-from torchtree.samplers.driver import default_likelihood
-from torchtree.steps.moves import check_move_probs, snapshot_trees as _snapshot
-from torchtree.monitor import NullMonitor, as_monitor
-from torchtree.steps.moves import N_SLOTS, TreeModel, TreeState, check_cut_proposal, draw_moves, propose, sample_prior_state
+from torchtree.distributed.exact import global_stats
 from torchtree.model.posterior import TreePosterior, dedupe_trees
-from torchtree.core.random import derive_seed, keyed_uniform, seed_to_int
-from torchtree.core.resampling import RESAMPLERS, get_resampler
+from torchtree.model.priors import ChipmanPrior, make_prior
 from torchtree.model.trees import HardTrees
-from torchtree.core.validate import check_backend, check_choice, check_int, check_real
+from torchtree.samplers import driver
+from torchtree.samplers.driver import default_likelihood, describe
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
+from torchtree.steps.moves import (CUT_PROPOSALS, N_SLOTS, TreeModel, TreeState, check_move_probs, draw_moves, propose,
+                                   sample_prior_state, snapshot_trees)
 
-__all__ = ["SMCSampler", "per_particle_accuracy"]
+__all__ = ["SMCSampler", "SMCSamplerConfig", "SMCSamplerState", "per_particle_accuracy"]
 
-_LN2 = math.log(2.0)
 _LL_KEY = "smc.log_likelihood"  # per-particle tempering state travelling with the trees
 
 
-class _StopForTest(RuntimeError):
-    """Raised by the private test hook ``SMCSampler._stop_after``."""
+@dataclass(frozen=True)
+class SMCSamplerConfig(SamplerConfig):
+    """Settings of :class:`SMCSampler` (see its docstring)."""
+
+    n_particles: int = option(1024, help="N, particles over all ranks (a multiple of the number of ranks)", low=1)
+    n_iterations: int = option(10, help="K, move-reweight-resample iterations", low=0)
+    move_probs: Tuple[float, float, float, float] = option(
+        (0.25, 0.25, 0.25, 0.25), help="probabilities of grow, prune, change, swap (normalised)")
+    resampling: str = option("multinomial", help="resampling scheme", choices=tuple(RESAMPLERS))
+    ess_threshold: float = option(0.5, help="resample when ESS < ess_threshold x n_particles (paper: 0.5)",
+                                  low=0.0, high=1.0)
+    mh_step: bool = option(False, help="resample-move variant: accept/reject every proposal with the MH ratio "
+                                       "(weights then stay constant after the initial step)")
+    use_likelihood: bool = option(True, help="False targets the prior (labels ignored)")
+    init_prior: Optional[Union[str, ChipmanPrior]] = option(
+        None, help="initial proposal q_0: 'chipman' (in Python also a ChipmanPrior; default: the target's "
+                   "Chipman prior, or ChipmanPrior() for a Poisson target)")
+    tempering: bool = option(False, help="likelihood tempering from power 0 to 1 with MH moves, instead of "
+                                         "reweighting by eq. 5b")
+    device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
+                                   result=False)
+    redistribution: str = option("auto", help="how resampled particles travel between ranks (same result for all)",
+                                 choices=tuple(REDISTRIBUTION_METHODS), result=False)
+    checkpoint: Optional[str] = option(None, help="checkpoint file (resume when it exists)", result=False)
+    checkpoint_every: int = option(1, help="save after every k-th iteration", low=1, result=False)
+    cut_proposal: str = option("informed", help="how grow / change moves draw a cut: uniform on the node's range "
+                                                "(prior), among the gaps between distinct values (data), or one of "
+                                                "16 cells by the likelihood of the split (informed)",
+                               choices=CUT_PROPOSALS)
+
+    def check(self) -> None:
+        object.__setattr__(self, "move_probs", check_move_probs(self.move_probs))
+        ip = make_prior(self.init_prior) if isinstance(self.init_prior, str) else self.init_prior
+        if ip is not None and getattr(ip, "name", None) != "chipman":
+            raise ValueError("init_prior must be a ChipmanPrior (the initial proposal must be easy to sample)")
 
 
-# ------------------------------------------------------------------ exact global reductions
-def _fixed_bits(n_total: int) -> int:
-    return 62 - max(0, math.ceil(math.log2(max(n_total, 1))))
+@dataclass
+class SMCSamplerState(SamplerState):
+    """This rank's share of an SMC-with-moves run between two iterations.
 
-
-def _fixed_sums(x: torch.Tensor, m: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row sums of ``round(2^bits exp(x - m))`` and of ``round(2^bits exp(2 (x - m)))``.
-
-    Parameters
+    Attributes
     ----------
-    x : float64 Tensor [R, n]
-    m : float64 Tensor [R], the global row maxima (finite)
-    bits : int
-
-    Returns
-    -------
-    (int64 [R], int64 [R]); exact, so partial sums from any partition add up to the same total.
+    step : int, the next iteration; done : bool, all ``n_iterations`` ran
+    particles : TreeState [n] (this rank's ``n = n_particles / world_size`` trees with their caches)
+    logw : float64 Tensor [n], log-weights
+    ll : float64 Tensor [n] or None, each tree's log-likelihood (tempering only)
+    log_z : float, log evidence so far; phi : float, the likelihood power (1 without tempering)
+    n_resample : int, resampling steps so far
+    moved, ess, phis : lists of floats, per iteration: fraction of particles moved, ESS
+        (and the initial ESS first, without tempering), likelihood power
     """
-    z = x - m[:, None]
-    R, n = z.shape
-    q = fixed_point_weights(z.reshape(-1), bits).view(R, n).sum(1)
-    q2 = fixed_point_weights((2.0 * z).reshape(-1), bits).view(R, n).sum(1)
-    return q, q2
+
+    step: int
+    done: bool
+    particles: TreeState
+    logw: torch.Tensor
+    ll: Optional[torch.Tensor]
+    log_z: float
+    phi: float
+    n_resample: int
+    moved: List[float]
+    ess: List[float]
+    phis: List[float]
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"iteration": int(self.step) - 1, "done": bool(self.done),
+                "trees": {key: v.detach().cpu() for key, v in self.particles.trees.as_dict().items()},
+                "logw": self.logw.detach().cpu(), "ll": None if self.ll is None else self.ll.detach().cpu(),
+                "n_resample": int(self.n_resample), "log_z": float(self.log_z), "phi": float(self.phi),
+                "moved": [float(v) for v in self.moved], "ess": [float(v) for v in self.ess],
+                "phis": [float(v) for v in self.phis]}
+
+    @classmethod
+    def from_state_dict(cls, saved: Dict[str, Any], device=None) -> "SMCSamplerState":
+        return cls(step=int(saved["iteration"]) + 1, done=bool(saved["done"]),
+                   particles=TreeState(HardTrees.from_dict({k: v.to(device) for k, v in saved["trees"].items()})),
+                   logw=saved["logw"].to(device), ll=None if saved["ll"] is None else saved["ll"].to(device),
+                   log_z=saved["log_z"], phi=saved["phi"], n_resample=saved["n_resample"],
+                   moved=list(saved["moved"]), ess=list(saved["ess"]), phis=list(saved["phis"]))
 
 
-def _global_stats(backend, n_total: int, lws: torch.Tensor, maxes: Sequence[float] = (),
-                  sums: Sequence[int] = ()):
-    """Log-sum-exp and ESS of each row of ``lws`` over all ranks, bit-identical on any partition.
-
-    Parameters
-    ----------
-    backend : Backend
-    n_total : int, N (global particles)
-    lws : float64 Tensor [R, n], this rank's rows of R global log-weight vectors
-    maxes : floats reduced with ``max`` in the same collective (e.g. tree capacity)
-    sums : ints reduced with ``sum`` in the same collective (e.g. accepted moves)
-
-    Returns
-    -------
-    lse : list of R floats, ``log sum_i exp(lws[r, i])`` (``-inf`` if every weight is zero)
-    ess : list of R floats, ``(sum w)^2 / sum w^2`` (0 if every weight is zero)
-    maxes : list of floats
-    sums : list of ints
-
-    Notes
-    -----
-    Two collectives: one ``all_reduce(max)`` of ``R + len(maxes)`` float64, one
-    ``all_reduce(sum)`` of ``2R + len(sums)`` int64. The sums are exact integers (see the
-    module notes), so the result is a pure function of the global log-weights.
-    """
-    R = lws.shape[0]
-    loc = lws.max(1).values if lws.shape[1] else torch.full((R,), -math.inf, dtype=torch.float64)
-    head = torch.cat([loc.double().cpu(), torch.tensor([float(v) for v in maxes], dtype=torch.float64)])
-    head = backend.all_reduce(head, "max")
-    M = head[:R]
-    bits = _fixed_bits(n_total)
-    fin = torch.isfinite(M)
-    q, q2 = _fixed_sums(lws, torch.where(fin, M, torch.zeros_like(M)).to(lws.device), bits)
-    q = torch.where(fin.to(q.device), q, torch.zeros_like(q))
-    q2 = torch.where(fin.to(q.device), q2, torch.zeros_like(q2))
-    ints = torch.cat([q.cpu(), q2.cpu(), torch.tensor([int(v) for v in sums], dtype=torch.int64)])
-    ints = backend.all_reduce(ints, "sum").tolist()
-    lse, ess = [], []
-    for r in range(R):
-        s1, s2 = int(ints[r]), int(ints[R + r])
-        if s1 <= 0 or not bool(fin[r]):
-            lse.append(-math.inf)
-            ess.append(0.0)
-        else:
-            lse.append(float(M[r]) + math.log(s1) - bits * _LN2)
-            ess.append(s1 * s1 / (s2 << bits))
-    return lse, ess, head[R:].tolist(), [int(v) for v in ints[2 * R:]]
-
-
-def _next_temperature(backend, n_total: int, logw: torch.Tensor, ll: torch.Tensor, phi: float, target_ess: float,
+def _next_temperature(stats, logw: torch.Tensor, ll: torch.Tensor, phi: float, target_ess: float,
                       steps_left: int, grid: int = 16, rounds: int = 5) -> float:
     """Next likelihood power: about the largest one whose reweighting keeps ESS >= ``target_ess``,
     but at least an equal share of what is left so that 1 is reached in time.
 
     A grid search (``grid`` candidates per round, ``rounds`` rounds: resolution
     ``(1 - phi) grid^-rounds``) that evaluates all candidates of a round in the two
-    collectives of :func:`_global_stats`; like a bisection it assumes the ESS falls with
-    the step.
+    collectives of ``stats`` (:func:`torchtree.distributed.exact.global_stats` over the
+    rows ``logw + d ll``, logw and ll [n] float64); like a bisection it assumes the ESS
+    falls with the step.
     """
     floor = phi + (1.0 - phi) / steps_left
     span = 1.0 - phi
@@ -199,20 +200,12 @@ def _next_temperature(backend, n_total: int, logw: torch.Tensor, ll: torch.Tenso
         cands = [lo + (hi - lo) * (i + 1) / grid for i in range(grid)]
         cands[-1] = hi
         d = torch.tensor(cands, dtype=torch.float64, device=logw.device)
-        _, ess, _, _ = _global_stats(backend, n_total, logw[None, :] + d[:, None] * ll[None, :])
+        _, ess, _, _ = stats(logw[None, :] + d[:, None] * ll[None, :])
         if rnd == 0 and ess[-1] >= target_ess:
             return 1.0
         f = next((i for i, e in enumerate(ess) if e < target_ess), grid - 1)
         lo, hi = (cands[f - 1] if f > 0 else lo), cands[f]
     return max(phi + lo, floor)
-
-
-def _settings_text(smc, data, lik, world_size: int) -> str:
-    text = repr((type(smc).__name__, smc.n_particles, smc.n_iterations, tuple(smc.move_probs), smc.resampling,
-                 smc.ess_threshold, smc.mh_step, repr(smc.prior), repr(lik), smc.use_likelihood,
-                 repr(smc.init_prior), smc.tempering, data.n, data.d, data.task, getattr(data, "n_classes", None),
-                 world_size) + ((smc.cut_proposal,) if smc.cut_proposal != "prior" else ()))
-    return re.sub(r" at 0x[0-9a-fA-F]+", "", text)
 
 
 class SMCSampler:
@@ -255,7 +248,7 @@ class SMCSampler:
         particles closer to posterior tree sizes; eq. 4b's initial weights
         ``pi(t_0) / q_0(t_0)`` keep the target exact.
     device : str or torch.device, optional
-        Default: the data's device.
+        ``"auto"`` = CUDA if present. Default: the data's device.
     backend : torchtree.distributed.Backend or its name, optional
         Multi-rank run (see the module notes); ``None`` is one process. Every rank
         calls :meth:`run` with the same settings and the full training data. A name
@@ -283,59 +276,51 @@ class SMCSampler:
         ``examples/bench_paper002.py``.
     """
 
-    #: private test hook: raise after the iteration with this index (after its checkpoint)
-    _stop_after: Optional[int] = None
+    name = "SMCSampler"
 
-    def __init__(self, prior=None, likelihood=None, *, n_particles: int = 1024, n_iterations: int = 10,
-                 move_probs: Sequence[float] = (0.25, 0.25, 0.25, 0.25), resampling: str = "multinomial",
-                 ess_threshold: float = 0.5, mh_step: bool = False, alpha_split: float = 0.95,
-                 beta_split: float = 0.5, poisson_lambda: float = 5.0, use_likelihood: bool = True,
-                 init_prior=None, tempering: bool = False, device=None, backend=None,
-                 redistribution: str = "auto", checkpoint: Optional[str] = None, checkpoint_every: int = 1,
-                 cut_proposal: str = "informed") -> None:
-        n_particles = check_int("n_particles", n_particles, 1)
-        n_iterations = check_int("n_iterations", n_iterations, 0)
-        check_choice("resampling", resampling, RESAMPLERS)
-        ess_threshold = check_real("ess_threshold", ess_threshold, 0.0, 1.0, low_open=False)
-        check_backend(backend)
+    config_class = SMCSamplerConfig
+
+    def __init__(self, prior=None, likelihood=None, *, alpha_split: float = 0.95, beta_split: float = 0.5,
+                 poisson_lambda: float = 5.0, backend=None, **settings: Any) -> None:
+        self.config = SMCSamplerConfig(**settings)
+        driver.check_backend(backend)
         if backend is not None and not isinstance(backend, str):  # a name is resolved in run()
-            if n_particles % int(backend.world_size):
+            if self.config.n_particles % int(backend.world_size):
                 raise ValueError(
-                    f"n_particles ({n_particles}) must be divisible by the number of ranks ({backend.world_size}): "
-                    "every rank holds n_particles / world_size particles")
-        check_choice("redistribution", redistribution, REDISTRIBUTION_METHODS)
-        checkpoint_every = check_int("checkpoint_every", checkpoint_every, 1)
+                    f"n_particles ({self.config.n_particles}) must be divisible by the number of ranks "
+                    f"({backend.world_size}): every rank holds n_particles / world_size particles")
+        self.backend = backend
         self.prior = make_prior(prior, alpha_split, beta_split, poisson_lambda)
         self.likelihood = likelihood
-        self.n_particles, self.n_iterations = n_particles, n_iterations
-        self.move_probs = check_move_probs(move_probs)
-        self.resampling, self.ess_threshold = resampling, ess_threshold
-        self.mh_step = bool(mh_step)
-        self.use_likelihood = bool(use_likelihood)
-        if isinstance(init_prior, str):  # "chipman" (e.g. from the command line)
-            init_prior = make_prior(init_prior)
-        if init_prior is not None and getattr(init_prior, "name", None) != "chipman":
-            raise ValueError("init_prior must be a ChipmanPrior (the initial proposal must be easy to sample)")
-        self.init_prior = init_prior
-        self.tempering = bool(tempering)
-        self.device, self.backend = device, backend
-        self.redistribution = redistribution
-        self.checkpoint, self.checkpoint_every = checkpoint, int(checkpoint_every)
-        self.cut_proposal = check_cut_proposal(cut_proposal)
 
-    def run(self, data, *, seed=None, monitor=None) -> TreePosterior:
+    def __getattr__(self, name: str):
+        # the settings read as attributes (smc.n_particles), as before the config existed
+        config = self.__dict__.get("config")
+        if config is not None and name in SMCSamplerConfig.__dataclass_fields__:
+            return getattr(config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def init_prior(self) -> Optional[ChipmanPrior]:
+        """The initial proposal's prior (a name resolved), or None for the default."""
+        ip = self.config.init_prior
+        return make_prior(ip) if isinstance(ip, str) else ip
+
+    def run(self, data, *, seed=None, monitor=None, backend=None) -> TreePosterior:
         """Run the sampler on ``data`` (on every rank, with the full data, in a multi-rank run).
 
         Parameters
         ----------
-        data : Data
-        seed : int or torch.Generator, optional
+        data : Data, or a pair (X, y)
+        seed : int or torch.Generator, optional (None: fresh randomness)
             In a multi-rank run rank 0's value is used by every rank.
         monitor : Monitor or list of Monitors, optional
             Receives per iteration ``smc/ess``, ``smc/log_evidence``, ``smc/resampled``,
             ``smc/accept`` (fraction of particles that moved), ``smc/temperature``,
             ``trees/leaves_mean``, ``trees/leaves_max``, ``trees/depth_mean`` (all global
-            over ranks), ``time/seconds``. Written by rank 0 only.
+            over ranks), ``time/seconds``. Written by rank 0 only (unless a monitor asks
+            for all ranks).
+        backend : Backend or name, optional; default the one given at construction
 
         Returns
         -------
@@ -360,211 +345,190 @@ class SMCSampler:
         CheckpointError
             ``checkpoint`` holds another run's state (other data, settings, seed or world size).
         """
-        t0 = time.perf_counter()
-        data = coerce_data(data)
-        dev = resolve_device(self.device) if self.device is not None else data.device
-        if data.device != dev:
-            data = data.to(dev)
-        if isinstance(self.backend, str):
-            backend = get_backend(self.backend)
-            try:
-                return self._run(data, backend, seed, monitor, t0)
-            finally:
-                backend.close()  # destroys only a process group that get_backend opened
-        return self._run(data, self.backend if self.backend is not None else LocalBackend(), seed, monitor, t0)
+        return driver.run(self, data, seed=seed, monitor=monitor, backend=self.backend if backend is None else backend)
 
-    def _run(self, data, backend, seed, monitor, t0: float) -> TreePosterior:
-        W, rank = int(backend.world_size), int(backend.rank)
-        if W > 1 and self.redistribution in ("gather", "sequential"):
-            raise ValueError(f"redistribution={self.redistribution!r} runs on one rank; this run has {W} "
+    # ------------------------------------------------------------ protocol
+    def setup(self, ctx: driver.RunContext) -> None:
+        """Check the settings against the ranks; the likelihood, the target, this rank's particles."""
+        c, W = self.config, ctx.world_size
+        if W > 1 and c.redistribution in ("gather", "sequential"):
+            raise ValueError(f"redistribution={c.redistribution!r} runs on one rank; this run has {W} "
                              "(use 'auto', 'alltoall' or 'rotational')")
-        P, K, dev = self.n_particles, self.n_iterations, data.device
-        if P % W:
-            raise ValueError(f"n_particles ({P}) must be divisible by the number of ranks ({W})")
-        n = P // W
-        g0 = rank * n
-        lik = self.likelihood if self.likelihood is not None else default_likelihood(data)
-        model = TreeModel(self.prior, lik, data, self.use_likelihood)
-        seed_i = seed_to_int(seed)
-        if W > 1:  # one set-up collective: rank 0's seed, and a check that every rank runs the same job
-            h = zlib.crc32(_settings_text(self, data, lik, W).encode())
-            table = backend.all_gather(torch.tensor([[seed_i, h]], dtype=torch.int64))
-            if bool((table[:, 1] != table[0, 1]).any()):
-                raise ValueError("ranks disagree on the SMCSampler settings or the data's shape; "
-                                 "every rank must run the same sampler on the same full training data")
-            seed_i = int(table[0, 0])
-        ck = Checkpointer(self.checkpoint, self.checkpoint_every, backend=backend if W > 1 else None,
-                          fingerprint=self._fingerprint(data, lik, seed, W) if self.checkpoint else None)
-        mon = as_monitor(monitor, rank=rank)
-        watch = not isinstance(mon, NullMonitor)
-        mp = self.move_probs
-        gidx = torch.arange(g0, g0 + n, device=dev)
-        tempered = self.tempering and self.use_likelihood
-        resample_fn = get_resampler(self.resampling)
-        mon.on_start({"sampler": "SMCSampler", "n_particles": P, "n_iterations": K, "mh_step": self.mh_step,
-                      "n": data.n, "d": data.d, "prior": repr(self.prior), "world_size": W})
-        S = {"n_resample": 0, "moved": [], "ess": [], "phis": [], "log_z": 0.0, "phi": 0.0 if tempered else 1.0}
-        ll = None
+        if c.n_particles % W:
+            raise ValueError(f"n_particles ({c.n_particles}) must be divisible by the number of ranks ({W})")
+        lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
+        n = c.n_particles // W
+        ctx.extra.update(likelihood=lik, model=TreeModel(self.prior, lik, ctx.data, c.use_likelihood),
+                         # the exact reductions run through a backend also on one process
+                         backend=ctx.backend if ctx.backend is not None else LocalBackend(),
+                         n_local=n, gidx=torch.arange(ctx.rank * n, (ctx.rank + 1) * n, device=ctx.device),
+                         tempered=c.tempering and c.use_likelihood)
 
-        def stats(rows, maxes=(), sums=()):
-            return _global_stats(backend, P, torch.stack(rows), maxes, sums)
+    def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
+        """What decides the result besides the config: the prior, the likelihood, the task."""
+        return {"prior": describe(self.prior), "likelihood": describe(ctx.extra["likelihood"]), "task": ctx.data.task}
 
-        def harmonize(cap: float) -> None:
-            state.trees.reserve(int(cap))
+    def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
+        c = self.config
+        return {"n_particles": c.n_particles, "n_iterations": c.n_iterations, "mh_step": c.mh_step, "n": ctx.data.n,
+                "d": ctx.data.d, "prior": repr(self.prior), "world_size": ctx.world_size, "n_steps": c.n_iterations}
 
-        def resample(step: int) -> None:
-            nonlocal state, ll
-            g = torch.Generator(device="cpu").manual_seed(derive_seed(seed_i, 3, step))
-            if self.resampling in ("systematic", "multinomial"):
-                nc = ncopies_from_log_weights(logw, backend, method=self.resampling, generator=g)
-            else:  # every rank draws the same global ancestors from the gathered log-weights
-                full = backend.all_gather(logw.cpu()) if W > 1 else logw.cpu()
-                anc = torch.sort(resample_fn(g, full, P)).values
-                nc = torch.bincount(anc, minlength=P)[g0:g0 + n].to(dev)
-            if W == 1:
-                anc = ancestors_from_ncopies(nc.to(dev))
-                state.take_(anc)
-                if ll is not None:
-                    ll = ll.index_select(0, anc)
-            else:
-                block = state.trees.as_dict()
-                if ll is not None:
-                    block[_LL_KEY] = ll
-                out = redistribute(block, nc, backend, method=self.redistribution)
-                if ll is not None:
-                    ll = out.pop(_LL_KEY)
-                state = TreeState(HardTrees.from_dict(out))
-            S["n_resample"] += 1
+    def _stats(self, ctx: driver.RunContext, rows: List[torch.Tensor], maxes=(), sums=()):
+        """:func:`~torchtree.distributed.exact.global_stats` of the weight vectors ``rows`` (each [n])."""
+        return global_stats(ctx.extra["backend"], self.config.n_particles, torch.stack(rows), maxes, sums)
 
-        saved = ck.load()
-        if saved is not None:
-            start = int(saved["iteration"]) + 1
-            seed_i = int(saved["seed"])
-            state = TreeState(HardTrees.from_dict({k: v.to(dev) for k, v in saved["trees"].items()}))
-            logw = saved["logw"].to(dev)
-            ll = saved["ll"].to(dev) if tempered else None
-            for key in ("n_resample", "log_z", "phi"):
-                S[key] = saved[key]
-            S["moved"], S["ess"], S["phis"] = list(saved["moved"]), list(saved["ess"]), list(saved["phis"])
-            if state.n_trees != n:
-                raise ValueError(f"checkpoint holds {state.n_trees} particles on this rank, expected {n}")
+    def init(self, ctx: driver.RunContext) -> SMCSamplerState:
+        """Particles from the Chipman prior weighted by eq. 4b (flat under tempering); resampled
+        at once when their ESS is already too low."""
+        c, model, P = self.config, ctx.extra["model"], self.config.n_particles
+        tempered = ctx.extra["tempered"]
+        ctx.extra["useed"] = derive_seed(ctx.seed, 2)
+        particles, log_q0 = sample_prior_state(model, ctx.extra["n_local"], derive_seed(ctx.seed, 1),
+                                               ctx.extra["gidx"], draw_prior=self.init_prior)
+        ll = particles.log_likelihood(model) if tempered else None
+        logw = particles.log_posterior(model) - log_q0  # eq. 4b
+        if tempered:
+            logw = logw - ll  # the first target is the prior (likelihood power 0)
+        st = SMCSamplerState(step=0, done=c.n_iterations == 0, particles=particles, logw=logw, ll=ll, log_z=0.0,
+                             phi=0.0 if tempered else 1.0, n_resample=0, moved=[], ess=[], phis=[])
+        (lse,), (e,), (cap,), _ = self._stats(ctx, [logw], maxes=[particles.trees.capacity])
+        particles.trees.reserve(int(cap))  # every rank runs the same shapes
+        st.log_z = lse - math.log(P)
+        if not tempered:
+            st.ess.append(e)
+            if e < c.ess_threshold * P:
+                self._resample(st, ctx, 0)
+                st.logw = torch.zeros_like(st.logw)
+        return st
+
+    def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> SMCSamplerState:
+        """The state a checkpoint holds (this rank's file)."""
+        ctx.extra["useed"] = derive_seed(ctx.seed, 2)
+        st = SMCSamplerState.from_state_dict(saved, ctx.device)
+        if st.particles.n_trees != ctx.extra["n_local"]:
+            raise ValueError(f"checkpoint holds {st.particles.n_trees} particles on this rank, expected "
+                             f"{ctx.extra['n_local']}")
+        return st
+
+    def _resample(self, st: SMCSamplerState, ctx: driver.RunContext, step: int) -> None:
+        """Resample by ``st.logw`` (in place); copies in canonical order, the same on any number of ranks."""
+        c, P, W, dev = self.config, self.config.n_particles, ctx.world_size, ctx.device
+        backend, n = ctx.extra["backend"], ctx.extra["n_local"]
+        g = torch.Generator(device="cpu").manual_seed(derive_seed(ctx.seed, 3, step))
+        if c.resampling in ("systematic", "multinomial"):
+            nc = ncopies_from_log_weights(st.logw, backend, method=c.resampling, generator=g)
+        else:  # every rank draws the same global ancestors from the gathered log-weights
+            full = backend.all_gather(st.logw.cpu()) if W > 1 else st.logw.cpu()
+            anc = torch.sort(get_resampler(c.resampling)(g, full, P)).values
+            g0 = ctx.rank * n
+            nc = torch.bincount(anc, minlength=P)[g0:g0 + n].to(dev)
+        if W == 1:
+            anc = ancestors_from_ncopies(nc.to(dev))
+            st.particles.take_(anc)
+            if st.ll is not None:
+                st.ll = st.ll.index_select(0, anc)
         else:
-            start = 0
-            state, log_q0 = sample_prior_state(model, n, derive_seed(seed_i, 1), gidx, draw_prior=self.init_prior)
-            ll = state.log_likelihood(model) if tempered else None
-            logw = state.log_posterior(model) - log_q0  # eq. 4b
-            if tempered:
-                logw = logw - ll  # the first target is the prior (likelihood power 0)
-            (lse,), (e,), (cap,), _ = stats([logw], maxes=[state.trees.capacity])
-            harmonize(cap)
-            S["log_z"] = lse - math.log(P)
-            if not tempered:
-                S["ess"].append(e)
-                if e < self.ess_threshold * P:
-                    resample(0)
-                    logw = torch.zeros_like(logw)
+            block = st.particles.trees.as_dict()
+            if st.ll is not None:
+                block[_LL_KEY] = st.ll
+            out = redistribute(block, nc, backend, method=c.redistribution)
+            if st.ll is not None:
+                st.ll = out.pop(_LL_KEY)
+            st.particles = TreeState(HardTrees.from_dict(out))
+        st.n_resample += 1
 
-        useed = derive_seed(seed_i, 2)
-        slots = torch.arange(N_SLOTS, device=dev)
-        for k in range(start, K):
-            res = False
-            phi = S["phi"]
-            if tempered:
-                # Reweight to the next temperature, resample, then move with an MH kernel at it.
-                new_phi = 1.0 if k == K - 1 else _next_temperature(backend, P, logw, ll, phi, self.ess_threshold * P, K - k)
-                new_logw = logw + (new_phi - phi) * ll
-                (l0, l1), (_, e), (cap,), _ = stats([logw, new_logw], maxes=[state.trees.capacity])
-                harmonize(cap)
-                S["log_z"] += l1 - l0
-                logw, phi = new_logw, new_phi
-                S["phi"] = phi
-                S["ess"].append(e)
-                if e < self.ess_threshold * P:
-                    resample(k + 1)
-                    logw, res = torch.zeros_like(logw), True
-            u = keyed_uniform(useed, k, gidx[:, None], slots)
-            kind = draw_moves(u[:, 0], mp)
-            prop = propose(state, model, kind, u, mp, self.cut_proposal)
-            if tempered:
-                la = prop.log_target_ratio - (1.0 - phi) * prop.log_lik_ratio + prop.log_q_ratio
-                acc = prop.valid & (torch.log(u[:, 4]) < la)
-                ll = ll + torch.where(acc, prop.log_lik_ratio, torch.zeros_like(ll))
-                new_logw = logw
-            elif self.mh_step:
-                acc = torch.log(u[:, 4]) < prop.log_accept_ratio
-                new_logw = logw
+    def step(self, st: SMCSamplerState, ctx: driver.RunContext) -> Tuple[SMCSamplerState, Optional[dict]]:
+        """One iteration: (tempering: reweight to the next power, resample) move, reweight, resample."""
+        c, model, mp = self.config, ctx.extra["model"], self.config.move_probs
+        k, K, P = int(st.step), c.n_iterations, c.n_particles
+        tempered, res, phi = ctx.extra["tempered"], False, st.phi
+        if tempered:
+            # Reweight to the next temperature, resample, then move with an MH kernel at it.
+            if k == K - 1:
+                new_phi = 1.0
             else:
-                acc = prop.valid
-                new_logw = logw + torch.where(acc, prop.log_target_ratio + prop.log_q_ratio, torch.zeros_like(logw))
-            state.accept_(prop, acc)
-            leaves = state.trees.n_leaves()
-            depth = state.trees.max_depth()
-            (l0, l1), (_, e), (cap, lmax), (n_acc, lsum, dsum) = stats(
-                [logw, new_logw], maxes=[state.trees.capacity, float(leaves.max())],
-                sums=[int(acc.sum()), int(leaves.sum()), int(depth.sum())])
-            harmonize(cap)
-            if not tempered:
-                S["log_z"] += l1 - l0
-                S["ess"].append(e)
-            logw = new_logw
-            # No resampling after the last reweighting: predictions use the weights.
-            if not tempered and k < K - 1 and e < self.ess_threshold * P:
-                resample(k + 1)
-                logw, res = torch.zeros_like(logw), True
-            S["phis"].append(phi)
-            S["moved"].append(n_acc / P)
-            ck.maybe_save(k, lambda: self._checkpoint_state(k, seed_i, state, logw, ll, S), last=(k == K - 1))
-            if watch:
-                mon.on_step(k, {"smc/ess": S["ess"][-1], "smc/log_evidence": S["log_z"], "smc/resampled": int(res),
-                                "smc/accept": S["moved"][-1], "smc/temperature": phi,
-                                "trees/leaves_mean": lsum / P, "trees/leaves_max": lmax,
-                                "trees/depth_mean": dsum / P, "time/seconds": time.perf_counter() - t0})
-            if self._stop_after is not None and k == self._stop_after:
-                raise _StopForTest(f"stopped after iteration {k} (test hook)")
+                stats = lambda lws: global_stats(ctx.extra["backend"], P, lws)  # noqa: E731
+                new_phi = _next_temperature(stats, st.logw, st.ll, phi, c.ess_threshold * P, K - k)
+            new_logw = st.logw + (new_phi - phi) * st.ll
+            (l0, l1), (_, e), (cap,), _ = self._stats(ctx, [st.logw, new_logw], maxes=[st.particles.trees.capacity])
+            st.particles.trees.reserve(int(cap))
+            st.log_z += l1 - l0
+            st.logw, phi = new_logw, new_phi
+            st.phi = phi
+            st.ess.append(e)
+            if e < c.ess_threshold * P:
+                self._resample(st, ctx, k + 1)
+                st.logw, res = torch.zeros_like(st.logw), True
+        u = keyed_uniform(ctx.extra["useed"], k, ctx.extra["gidx"][:, None],
+                          torch.arange(N_SLOTS, device=ctx.device))
+        kind = draw_moves(u[:, 0], mp)
+        prop = propose(st.particles, model, kind, u, mp, c.cut_proposal)
+        if tempered:
+            la = prop.log_target_ratio - (1.0 - phi) * prop.log_lik_ratio + prop.log_q_ratio
+            acc = prop.valid & (torch.log(u[:, 4]) < la)
+            st.ll = st.ll + torch.where(acc, prop.log_lik_ratio, torch.zeros_like(st.ll))
+            new_logw = st.logw
+        elif c.mh_step:
+            acc = torch.log(u[:, 4]) < prop.log_accept_ratio
+            new_logw = st.logw
+        else:
+            acc = prop.valid
+            new_logw = st.logw + torch.where(acc, prop.log_target_ratio + prop.log_q_ratio, torch.zeros_like(st.logw))
+        st.particles.accept_(prop, acc)
+        trees = st.particles.trees
+        leaves, depth = trees.n_leaves(), trees.max_depth()
+        (l0, l1), (_, e), (cap, lmax), (n_acc, lsum, dsum) = self._stats(
+            ctx, [st.logw, new_logw], maxes=[trees.capacity, float(leaves.max())],
+            sums=[int(acc.sum()), int(leaves.sum()), int(depth.sum())])
+        trees.reserve(int(cap))
+        if not tempered:
+            st.log_z += l1 - l0
+            st.ess.append(e)
+        st.logw = new_logw
+        # No resampling after the last reweighting: predictions use the weights.
+        if not tempered and k < K - 1 and e < c.ess_threshold * P:
+            self._resample(st, ctx, k + 1)
+            st.logw, res = torch.zeros_like(st.logw), True
+        st.phis.append(phi)
+        st.moved.append(n_acc / P)
+        st.step, st.done = k + 1, k + 1 >= K
+        if not ctx.watch:
+            return st, None
+        return st, {"smc/ess": st.ess[-1], "smc/log_evidence": st.log_z, "smc/resampled": int(res),
+                    "smc/accept": st.moved[-1], "smc/temperature": phi, "trees/leaves_mean": lsum / P,
+                    "trees/leaves_max": lmax, "trees/depth_mean": dsum / P, "time/seconds": ctx.seconds()}
 
-        # ------------------------------------------------------------- the global posterior
-        (_,), (final_ess,), (cap,), _ = stats([logw], maxes=[state.trees.capacity])
-        snap = _snapshot(state.trees)
+    def finalize(self, st: SMCSamplerState, ctx: driver.RunContext) -> TreePosterior:
+        """The global posterior, the same on every rank: every rank's trees gathered, identical trees merged."""
+        c, P, W, dev, data = self.config, self.config.n_particles, ctx.world_size, ctx.device, ctx.data
+        (_,), (final_ess,), (cap,), _ = self._stats(ctx, [st.logw], maxes=[st.particles.trees.capacity])
+        snap = snapshot_trees(st.particles.trees)
         snap.reserve(int(cap))
         if W > 1:
+            backend = ctx.extra["backend"]
             d = snap.as_dict()
             layout = BlockLayout(d)
             snap = HardTrees.from_dict(layout.unpack(backend.all_gather(layout.pack(d))))
-            logw_all = backend.all_gather(logw.cpu()).to(dev)
+            logw_all = backend.all_gather(st.logw.cpu()).to(dev)
         else:
-            logw_all = logw
+            logw_all = st.logw
         trees, lw_d, inv = dedupe_trees(snap, logw_all)
         counts = torch.bincount(inv, minlength=trees.n_trees)
-        elapsed = time.perf_counter() - t0
-        moved = S["moved"]
-        info = {"sampler": "SMCSampler", "n_particles": P, "n_iterations": K, "mh_step": self.mh_step,
-                "prior": repr(self.prior), "resampling": self.resampling, "ess_threshold": self.ess_threshold,
-                "n_resample": S["n_resample"], "final_ess": final_ess, "ess_trace": list(S["ess"]),
-                "tempering": bool(tempered), "temperatures": list(S["phis"]),
+        moved, tempered = st.moved, ctx.extra["tempered"]
+        info = {"sampler": self.name, "n_particles": P, "n_iterations": c.n_iterations, "mh_step": c.mh_step,
+                "prior": repr(self.prior), "resampling": c.resampling, "ess_threshold": c.ess_threshold,
+                "n_resample": st.n_resample, "final_ess": final_ess, "ess_trace": list(st.ess),
+                "tempering": bool(tempered), "temperatures": list(st.phis),
                 "accept_fraction": float(sum(moved) / len(moved)) if moved else float("nan"),
-                "particle_counts": counts.cpu(), "seconds": elapsed, "world_size": W, "rank": rank,
-                "resumed_from": start - 1 if saved is not None else None}
-        post = TreePosterior(trees, lw_d, lik, data.d, classes=data.classes_, log_evidence=S["log_z"], info=info,
-                             dedupe=False)
+                "particle_counts": counts.cpu(), "seconds": ctx.seconds(), "world_size": W, "rank": ctx.rank,
+                "resumed_from": None if ctx.resumed_at is None else ctx.resumed_at - 1}
+        post = TreePosterior(trees, lw_d, ctx.extra["likelihood"], data.d, classes=data.classes_,
+                             log_evidence=st.log_z, info=info, dedupe=False)
         post.n_particles = P
-        mon.on_end({"log_evidence": S["log_z"], "seconds": elapsed, "final_ess": final_ess, "posterior": post})
         return post
 
-    # ---------------------------------------------------------------------- checkpoints
-    def _fingerprint(self, data, lik, seed, world_size: int) -> str:
-        # numpy integers are seeds like ints (they were all "generator": another seed's
-        # checkpoint resumed); a torch.Generator's drawn seed is stored in the checkpoint
-        s = None if seed is None else ("generator" if isinstance(seed, torch.Generator) else seed_to_int(seed))
-        return fingerprint(_settings_text(self, data, lik, world_size), s, data.X, data.y)
-
-    @staticmethod
-    def _checkpoint_state(k: int, seed_i: int, state: TreeState, logw, ll, S: dict) -> dict:
-        return {"iteration": int(k), "seed": int(seed_i),
-                "trees": {key: v.detach().cpu() for key, v in state.trees.as_dict().items()},
-                "logw": logw.detach().cpu(), "ll": None if ll is None else ll.detach().cpu(),
-                "n_resample": int(S["n_resample"]), "log_z": float(S["log_z"]), "phi": float(S["phi"]),
-                "moved": [float(v) for v in S["moved"]], "ess": [float(v) for v in S["ess"]],
-                "phis": [float(v) for v in S["phis"]]}
+    def end_info(self, post: TreePosterior) -> Dict[str, Any]:
+        return {"log_evidence": post.log_evidence, "final_ess": post.info["final_ess"]}
 
 
 def per_particle_accuracy(posterior: TreePosterior, X, y, weighted: bool = False) -> float:
