@@ -25,8 +25,7 @@ from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoint
 
 __all__ = ["run", "RunContext", "checkpointer", "default_likelihood", "seed_key", "describe", "default_memory_limit",
-           "on_device",
-           "opened_backend"]
+           "on_device", "opened_backend"]
 
 
 def default_likelihood(data: Data):

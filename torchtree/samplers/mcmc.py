@@ -156,6 +156,17 @@ class HostMCMCState(SamplerState):
     version: int
     snap_version: int
 
+    @classmethod
+    def from_state_dict(cls, saved: Dict[str, Any], chain: HostChain) -> "HostMCMCState":  # type: ignore[override]
+        """Rebuild from :meth:`state_dict`; ``chain``: a fresh HostChain of the run's model and
+        move probabilities (the arrays are loaded into it)."""
+        chain.load_state_dict(saved["chain"])
+        return cls(step=int(saved["step"]), done=bool(saved["done"]), chain=chain,
+                   proposed=saved["proposed"].numpy().copy(), accepted=saved["accepted"].numpy().copy(),
+                   snaps=unpack_snapshots(saved["snaps"]), counts=list(saved["counts"]),
+                   trace_leaves=list(saved["trace_leaves"]), trace_lp=list(saved["trace_lp"]),
+                   version=int(saved["version"]), snap_version=int(saved["snap_version"]))
+
     def state_dict(self) -> Dict[str, Any]:
         return {"step": int(self.step), "done": bool(self.done), "chain": self.chain.state_dict(),
                 "proposed": torch.from_numpy(self.proposed.copy()), "accepted": torch.from_numpy(self.accepted.copy()),
@@ -335,13 +346,7 @@ class MCMC:
         ctx.extra["useed"] = derive_seed(ctx.seed, 2)
         if not ctx.extra["host"]:
             return MCMCState.from_state_dict(saved, ctx.device)
-        chain = HostChain(ctx.extra["model"], self.config.move_probs)
-        chain.load_state_dict(saved["chain"])
-        return HostMCMCState(step=int(saved["step"]), done=bool(saved["done"]), chain=chain,
-                             proposed=saved["proposed"].numpy().copy(), accepted=saved["accepted"].numpy().copy(),
-                             snaps=unpack_snapshots(saved["snaps"]), counts=list(saved["counts"]),
-                             trace_leaves=list(saved["trace_leaves"]), trace_lp=list(saved["trace_lp"]),
-                             version=int(saved["version"]), snap_version=int(saved["snap_version"]))
+        return HostMCMCState.from_state_dict(saved, HostChain(ctx.extra["model"], self.config.move_probs))
 
     def step(self, state, ctx: driver.RunContext) -> Tuple[Any, Optional[dict]]:
         """The iterations up to the next monitor report or checkpoint (or the end)."""

@@ -69,6 +69,7 @@ rank plus a manifest (:class:`~torchtree.io.checkpoint.Checkpointer`).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -371,7 +372,8 @@ class SMCSampler:
     def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
         c = self.config
         return {"n_particles": c.n_particles, "n_iterations": c.n_iterations, "mh_step": c.mh_step, "n": ctx.data.n,
-                "d": ctx.data.d, "prior": repr(self.prior), "world_size": ctx.world_size, "n_steps": c.n_iterations}
+                "d": ctx.data.d, "prior": repr(self.prior), "world_size": ctx.world_size, "n_steps": c.n_iterations,
+                "total": c.n_iterations}  # steps to expect (one report each): a progress bar's length
 
     def _stats(self, ctx: driver.RunContext, rows: List[torch.Tensor], maxes=(), sums=()):
         """:func:`~torchtree.distributed.exact.global_stats` of the weight vectors ``rows`` (each [n])."""
@@ -447,7 +449,7 @@ class SMCSampler:
             if k == K - 1:
                 new_phi = 1.0
             else:
-                stats = lambda lws: global_stats(ctx.extra["backend"], P, lws)  # noqa: E731
+                stats = functools.partial(global_stats, ctx.extra["backend"], P)
                 new_phi = _next_temperature(stats, st.logw, st.ll, phi, c.ess_threshold * P, K - k)
             new_logw = st.logw + (new_phi - phi) * st.ll
             (l0, l1), (_, e), (cap,), _ = self._stats(ctx, [st.logw, new_logw], maxes=[st.particles.trees.capacity])
