@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy import stats as sps
 
+from torchtree.monitor import Monitor
 from torchtree.soft import NUTS
 from torchtree.samplers.soft_chains import ChainState, draw, make_kernel
 from torchtree.steps.hmc import HMCState, hmc_init, leapfrog
@@ -380,8 +381,11 @@ def test_depth_one_and_thinning():
     assert torch.equal(runs[1].n_steps, runs[0].n_steps[2::3])
 
 
-class _Rec:
+class _Rec(Monitor):
+    # a Monitor: the chain loops check their monitor with as_monitor (an object with only
+    # on_step used to be accepted there and nowhere else)
     def __init__(self):
+        super().__init__()
         self.steps = []
 
     def on_step(self, step, d):

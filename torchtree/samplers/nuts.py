@@ -25,7 +25,9 @@ from torchtree.model.data import resolve_device
 from torchtree.core.validate import check_choice, check_int, check_real
 
 from torchtree.steps.adaptation import sharpness_schedule
-from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, notify, warmup
+from torchtree.core.random import seed_to_int
+from torchtree.monitor import as_monitor
+from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
 from torchtree.model.soft_data import FLOAT_DTYPES, as_soft_data
 from torchtree.steps.soft_init import INIT_MODES, informed_start
 from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights
@@ -84,7 +86,9 @@ class NUTS:
     evidence : bool, estimate ``log Z`` of the topology with LAIS after sampling
         (needs ``n_samples >= 2``)
     n_proposals : int, LAIS pseudo-samples per draw
-    device : str ("auto" = CUDA if present), dtype : torch.dtype
+    device : str, optional; None (default): the data's device (CPU for numpy input),
+        "auto": CUDA if present
+    dtype : torch.dtype
     n_leapfrog : int, leapfrog steps per HMC iteration (HMC only)
     compile : bool, run the soft-tree potential through ``torch.compile``; with NUTS
         (lockstep), each leapfrog step and its bookkeeping run as one compiled call
@@ -137,7 +141,7 @@ class NUTS:
         signed_splits: Optional[bool] = None,
         evidence: bool = False,
         n_proposals: int = 5,
-        device: Any = "auto",
+        device: Any = None,
         dtype: torch.dtype = torch.float32,
         n_leapfrog: int = 10,
         compile: bool = False,
@@ -182,7 +186,7 @@ class NUTS:
         potential_and_grad: Callable,
         init: torch.Tensor,
         *,
-        seed: Optional[int] = 0,
+        seed: Optional[int] = None,
         monitor=None,
         coord_mask: Optional[torch.Tensor] = None,
         sharpness_schedule_: Optional[list] = None,
@@ -197,7 +201,7 @@ class NUTS:
         ----------
         potential_and_grad : callable [B, P] -> (U [B], grad [B, P])
         init : Tensor [B, P], initial positions
-        seed : int, optional
+        seed : int, optional; None draws a fresh seed (an int reproduces)
         monitor : Monitor or list, optional (``hmc/...`` tags every iteration)
         coord_mask : BoolTensor [B, P], optional, frozen coordinates are False
         sharpness_schedule_, set_sharpness : optional warm-up annealing hooks
@@ -212,10 +216,11 @@ class NUTS:
         MCMCResult
         """
         t0 = time.perf_counter()
-        gen = generator or torch.Generator(device=init.device).manual_seed(0 if seed is None else int(seed))
+        gen = generator or torch.Generator(device=init.device).manual_seed(seed_to_int(seed))
         kernel = self._kernel(compact, fused)
-        notify(monitor, "on_start", {
-            "method": self.kind, "n_chains": int(init.shape[0]), "n_samples": self.n_samples,
+        monitor = as_monitor(monitor)
+        monitor.on_start({
+            "sampler": type(self).__name__, "method": self.kind, "n_chains": int(init.shape[0]), "n_samples": self.n_samples,
             "n_warmup": self.n_warmup,
         })
         chains, wstats = warmup(
@@ -229,7 +234,7 @@ class NUTS:
             asynchronous=self.asynchronous,
         )
         seconds = time.perf_counter() - t0
-        notify(monitor, "on_end", {
+        monitor.on_end({
             "hmc/accept": float(trace.accept_prob.mean()) if trace.accept_prob.numel() else float("nan"),
             "hmc/divergences": int(trace.is_divergent.sum()),
             "hmc/step_size": float(chains.step_size.mean()),
@@ -240,13 +245,17 @@ class NUTS:
     # ----------------------------------------------------------------- soft trees
     def model(self, data, y=None, generator: Optional[torch.Generator] = None) -> SoftTrees:
         """The :class:`SoftTrees` batch this sampler runs on ``data`` (one topology)."""
-        sd = as_soft_data(data, y, dtype=self.dtype, device=resolve_device(self.device),
-                          signed=self.hyper.signed_splits)
+        sd = self._soft_data(data, y)
         h0 = self.h_init if self.h_init is not None and self.init == "prior" else self.sharpness
         return SoftTrees(
             sd, [self.topology], n_chains=self.n_chains, sharpness=h0, hyper=self.hyper,
             dtype=self.dtype, generator=generator, compile=self.compile and not self._fuses_steps,
         )
+
+    def _soft_data(self, data, y=None):
+        """``data`` as SoftData on the run's device (None: the data's own device)."""
+        dev = None if self.device is None else resolve_device(self.device)
+        return as_soft_data(data, y, dtype=self.dtype, device=dev, signed=self.hyper.signed_splits)
 
     @property
     def _fuses_steps(self) -> bool:
@@ -255,14 +264,14 @@ class NUTS:
         too (that would cost a second compilation for a few calls per window)."""
         return self.compile and self.kind == "nuts" and not self.asynchronous
 
-    def run(self, data, y=None, *, seed: Optional[int] = 0, monitor=None) -> SoftTreePosterior:
+    def run(self, data, y=None, *, seed: Optional[int] = None, monitor=None) -> SoftTreePosterior:
         """Sample the soft tree of one topology on ``data``.
 
         Parameters
         ----------
         data : torchtree.Data, (X, y), or Tensor X [N, D] (with ``y``)
         y : Tensor [N], optional
-        seed : int, optional
+        seed : int, optional; None (default) draws a fresh seed, an int reproduces
         monitor : Monitor or list, optional
 
         Returns
@@ -270,9 +279,10 @@ class NUTS:
         SoftTreePosterior with one topology (``n_chains * n_samples`` draws) and, with
         ``evidence=True``, its LAIS log evidence.
         """
-        dev = resolve_device(self.device)
-        gen = torch.Generator(device=dev).manual_seed(0 if seed is None else int(seed))
-        model = self.model(data, y, generator=gen)
+        sd = self._soft_data(data, y)
+        dev = sd.X.device
+        gen = torch.Generator(device=dev).manual_seed(seed_to_int(seed))
+        model = self.model(sd, generator=gen)
         if self.init == "data":
             model.theta.data = informed_start(model, generator=gen)
         sched = None

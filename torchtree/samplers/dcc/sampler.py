@@ -39,7 +39,9 @@ from torchtree.model.priors import check_split_prior
 from torchtree.core.validate import check_choice, check_int, check_probabilities, check_real
 
 from torchtree.steps.adaptation import sharpness_schedule
-from torchtree.samplers.soft_chains import ChainState, draw, make_kernel, notify, warmup
+from torchtree.core.random import seed_to_int
+from torchtree.monitor import NullMonitor, as_monitor
+from torchtree.samplers.soft_chains import ChainState, draw, make_kernel, warmup
 from torchtree.steps.hmc import hmc_init
 from torchtree.model.soft_data import FLOAT_DTYPES, as_soft_data
 from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights
@@ -183,7 +185,7 @@ class DCC:
         extended); resuming a different run's checkpoint raises
         ``torchtree.io.checkpoint.CheckpointError``.
     checkpoint_every : int, save every this many DCC iterations
-    device : str, "auto" = CUDA when present
+    device : str, optional; None (default): the data's device (CPU for numpy input), "auto": CUDA when present
     dtype : torch.dtype
     asynchronous : bool
         Draw the ``n_samples`` NUTS draws of each visit with
@@ -243,7 +245,7 @@ class DCC:
         n_warmup_warm: Optional[int] = None,
         max_seconds: Optional[float] = None,
         clock: str = "wall",
-        device: Any = "auto",
+        device: Any = None,
         dtype: torch.dtype = torch.float32,
         checkpoint: Optional[str] = None,
         checkpoint_every: int = 1,
@@ -402,7 +404,7 @@ class DCC:
                 r.pseudo_logw.append(lw[m].reshape(-1).cpu())
 
     # ----------------------------------------------------------------- main loop
-    def run(self, data, y=None, *, seed: Optional[int] = 0, monitor=None) -> SoftTreePosterior:
+    def run(self, data, y=None, *, seed: Optional[int] = None, monitor=None) -> SoftTreePosterior:
         """Run DCC-Tree on ``data``.
 
         Parameters
@@ -410,6 +412,8 @@ class DCC:
         data : torchtree.Data, (X, y), or Tensor X [N, D] (with ``y``)
         y : Tensor [N], optional
         seed : int, optional
+            None (default) draws a fresh seed (kept in the checkpoint, so a resumed run
+            continues it); an int reproduces.
         monitor : Monitor or list, optional
             Receives ``on_start``, ``on_step`` (tags ``dcc/...`` once per iteration and
             ``hmc/...`` per NUTS iteration, with the running NUTS iteration count as
@@ -423,10 +427,13 @@ class DCC:
         cpu0 = time.process_time()
         timer = time.process_time if self.clock == "cpu" else time.perf_counter
         c_start = timer()
-        dev = resolve_device(self.device)
-        sd = as_soft_data(data, y, dtype=self.dtype, device=dev, signed=self.hyper.signed_splits)
+        sd = as_soft_data(data, y, dtype=self.dtype, device=None if self.device is None else resolve_device(self.device),
+                          signed=self.hyper.signed_splits)
+        dev = sd.X.device
         self.hyper = self.hyper.resolve(sd)
-        seed = 0 if seed is None else int(seed)
+        monitor = as_monitor(monitor)
+        watch = not isinstance(monitor, NullMonitor)
+        seed = seed_to_int(seed)
         gen = torch.Generator(device=dev).manual_seed(seed)
         rgen = torch.Generator().manual_seed(seed + 1)  # CPU draws for bookkeeping
         rng = _pyrandom.Random(seed)
@@ -446,8 +453,8 @@ class DCC:
 
         for t in sample_prior_topologies(self.n_initial, self.alpha_split, self.beta_split, self.max_depth, rng):
             propose(t)
-        notify(monitor, "on_start", {
-            "method": "dcc", "n_iterations": self.n_iterations, "n_chains": self.n_chains,
+        monitor.on_start({
+            "sampler": "DCC", "method": "dcc", "n_iterations": self.n_iterations, "n_chains": self.n_chains,
             "n_samples": self.n_samples, "n_warmup": self.n_warmup, "n_discovered": len(records),
         })
         hmc_step = [0]
@@ -578,7 +585,7 @@ class DCC:
             c_start = timer() - float(saved["elapsed_budget"])
             prev["wall"], prev["cpu"] = float(saved["elapsed_wall"]), float(saved["elapsed_cpu"])
             start_it = int(saved["iteration"]) + 1
-            notify(monitor, "on_step", start_it - 1, {"dcc/resumed_from_iteration": start_it - 1})
+            monitor.on_step(start_it - 1, {"dcc/resumed_from_iteration": start_it - 1})
 
         done = start_it - 1  # last completed iteration
         last_saved = done if saved is not None else None
@@ -615,10 +622,10 @@ class DCC:
             for r in chosen:
                 r.selected += 1
                 propose(propose_topology(r.topology, rng, self.move_probs, self.max_depth)[0], r.topology)
-            if monitor is not None:
+            if watch:
                 lz = acc.log_evidence[slots]
                 lp = torch.tensor([r.log_prior for r in active], dtype=torch.float64)
-                notify(monitor, "on_step", it, {
+                monitor.on_step(it, {
                     "dcc/n_active": len(active),
                     "dcc/n_discovered": len(records),
                     "dcc/selected": ",".join(r.topology.key() for r in chosen),
@@ -652,7 +659,7 @@ class DCC:
         post = self._posterior(sd, records, acc, stats)
         # final values under their own names, as the other samplers write them (the
         # dcc/ tags are per-iteration series; repeating them here added a point)
-        notify(monitor, "on_end", {
+        monitor.on_end({
             "log_evidence": post.log_evidence, "n_active": len(post.topologies),
             "topology_log_evidence": post.topology_log_evidence, "seconds": stats["seconds"], "posterior": post,
         })

@@ -1,0 +1,91 @@
+"""Run-level semantics the soft-tree samplers share with the hard-tree ones (issue 19):
+``seed=None`` is fresh randomness and an int reproduces, ``device=None`` is the data's
+device, ``on_start`` names the sampler, and monitors go through ``as_monitor`` (a bad
+monitor is a TypeError, not silently ignored)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchtree.monitor import CallbackMonitor
+from torchtree.soft import DCC, HMC, NUTS
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 2, generator=g)
+    y = (X[:, 0] > 0.5).long()
+    return X, y
+
+
+def _dcc(**kw):
+    return DCC(n_iterations=2, n_initial=5, n_chains=2, n_samples=3, n_warmup=5, n_warmup_warm=3, n_parallel=1,
+               activation_threshold=1, max_depth=2, max_tree_depth=4, **kw)
+
+
+def _nuts(cls=NUTS, **kw):
+    return cls(n_chains=2, n_samples=4, n_warmup=6, depth=1, max_tree_depth=4, n_leapfrog=3, **kw)
+
+
+def _draws(post):
+    return torch.cat([d.reshape(-1) for d in post.draws])
+
+
+@pytest.mark.parametrize("make", [_dcc, _nuts, lambda: _nuts(HMC)], ids=["dcc", "nuts", "hmc"])
+def test_seed_none_is_fresh_and_an_int_reproduces(make):
+    data = _data()
+    a, b = make().run(data, seed=7), make().run(data, seed=7)
+    assert torch.equal(_draws(a), _draws(b))
+    c, d = make().run(data), make().run(data, seed=None)
+    assert not torch.equal(_draws(c), _draws(d))
+
+
+def test_estimator_random_state_none_is_fresh():
+    from torchtree import BayesianTreeClassifier
+
+    X, y = _data()
+    kw = dict(n_iterations=2, n_initial=5, n_chains=2, n_samples=3, n_warmup=5, n_warmup_warm=3, n_parallel=1,
+              activation_threshold=1, max_depth=2, max_tree_depth=4)
+    p1 = BayesianTreeClassifier(method="dcc", random_state=None, **kw).fit(X, y).predict_proba(X)
+    p2 = BayesianTreeClassifier(method="dcc", random_state=None, **kw).fit(X, y).predict_proba(X)
+    assert not (p1 == p2).all()
+
+
+@pytest.mark.parametrize("make", [_dcc, _nuts], ids=["dcc", "nuts"])
+def test_device_default_is_the_datas(make):
+    assert make().device is None
+    post = make().run(_data(), seed=0)
+    assert post.data.X.device == torch.device("cpu")
+
+
+@pytest.mark.parametrize("make,name,method", [(_dcc, "DCC", "dcc"), (_nuts, "NUTS", "nuts"),
+                                              (lambda: _nuts(HMC), "HMC", "hmc")], ids=["dcc", "nuts", "hmc"])
+def test_on_start_names_the_sampler(make, name, method):
+    seen = {}
+    make().run(_data(), seed=0, monitor=CallbackMonitor(on_start=seen.update))
+    assert seen["sampler"] == name and seen["method"] == method
+
+
+@pytest.mark.parametrize("make", [_dcc, _nuts], ids=["dcc", "nuts"])
+def test_a_bad_monitor_is_a_type_error(make):
+    with pytest.raises(TypeError, match="monitor must be"):
+        make().run(_data(), seed=0, monitor=object())
+    with pytest.raises(TypeError, match="monitor must be"):
+        make().run(_data(), seed=0, monitor=[CallbackMonitor(), "not a monitor"])
+
+
+def test_the_chain_loops_check_their_monitor_too():
+    from torchtree.samplers.soft_chains import make_kernel, warmup
+
+    def gaussian(x):
+        return 0.5 * (x * x).sum(1), x
+
+    with pytest.raises(TypeError, match="monitor must be"):
+        warmup(make_kernel("hmc", n_leapfrog=2), gaussian, torch.zeros(2, 3), 2, monitor=42)
+
+
+def test_monitor_lists_reach_every_member():
+    a, b = [], []
+    _nuts().run(_data(), seed=0, monitor=[CallbackMonitor(on_step=lambda s, i: a.append(s)),
+                                          CallbackMonitor(on_step=lambda s, i: b.append(s))])
+    assert a and a == b
