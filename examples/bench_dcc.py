@@ -538,7 +538,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     overrides = {}
-    defaults = DCC().__dict__
+    defaults = {o.name: o.default for o in DCC.config_class.options()}  # DCCConfig's table
     for item in args.set:
         k, v = item.split("=", 1)
         if v in ("True", "False"):

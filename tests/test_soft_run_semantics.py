@@ -19,8 +19,9 @@ def _data():
 
 
 def _dcc(**kw):
-    return DCC(n_iterations=2, n_initial=5, n_chains=2, n_samples=3, n_warmup=5, n_warmup_warm=3, n_parallel=1,
-               activation_threshold=1, max_depth=2, max_tree_depth=4, **kw)
+    base = dict(n_iterations=2, n_initial=5, n_chains=2, n_samples=3, n_warmup=5, n_warmup_warm=3, n_parallel=1,
+                activation_threshold=1, max_depth=2, max_tree_depth=4)
+    return DCC(**{**base, **kw})
 
 
 def _nuts(cls=NUTS, **kw):
@@ -89,3 +90,33 @@ def test_monitor_lists_reach_every_member():
     _nuts().run(_data(), seed=0, monitor=[CallbackMonitor(on_step=lambda s, i: a.append(s)),
                                           CallbackMonitor(on_step=lambda s, i: b.append(s))])
     assert a and a == b
+
+
+def test_dcc_time_budget_reads_its_clock_saves_and_resumes(tmp_path, monkeypatch):
+    """max_seconds counts the clock the config names (driver.CLOCKS); a run stopped by it
+    saves its last iteration (even between two regular saves) and a later run without the
+    budget resumes there and ends where an uninterrupted run ends."""
+    from torchtree.io.checkpoint import load_checkpoint
+    from torchtree.samplers import driver
+
+    now = [0.0]
+    monkeypatch.setitem(driver.CLOCKS, "cpu", lambda: now[0])
+
+    def tick(step, info):  # every DCC iteration costs 10 "CPU seconds"
+        if "dcc/n_active" in info:
+            now[0] += 10.0
+
+    data = _data()
+    ref = _dcc(n_iterations=3).run(data, seed=4)
+    # the wall clock does not see the fake CPU time: all 3 iterations
+    walled = _dcc(n_iterations=3, max_seconds=5.0, clock="wall").run(data, seed=4, monitor=CallbackMonitor(on_step=tick))
+    assert walled.info["iterations"] == 3
+    path = str(tmp_path / "dcc.ckpt")
+    saved = []
+    post = _dcc(n_iterations=3, max_seconds=5.0, clock="cpu", checkpoint=path, checkpoint_every=5).run(
+        data, seed=4, monitor=CallbackMonitor(on_step=tick, on_checkpoint=saved.append))
+    assert post.info["iterations"] == 1 and saved == [0] and load_checkpoint(path)["step"] == 0
+    resumed = _dcc(n_iterations=3, checkpoint=path, checkpoint_every=5).run(data, seed=4)
+    assert resumed.info["iterations"] == 3 and resumed.info["resumed_from_iteration"] == 0
+    assert torch.equal(_draws(resumed), _draws(ref))
+    assert torch.equal(resumed.topology_log_evidence, ref.topology_log_evidence)

@@ -70,9 +70,12 @@ def _accepted(cls) -> set:
     from torchtree.samplers.protocol import config_class_of
 
     config = config_class_of(cls)
-    if config is not None:
-        return {o.name for o in config.options()} | {"prior", "likelihood", "backend"}
     sig = inspect.signature(cls.__init__)
+    if config is not None:
+        # the config's fields, and the model objects the constructor takes besides them
+        # (TopDownSMC: prior, likelihood, backend; DCC builds its own priors: none)
+        own = {n for n, p in sig.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        return {o.name for o in config.options()} | own
     return {p for p in sig.parameters if p != "self"}
 
 

@@ -58,7 +58,10 @@ def _help_and_choices(doc: Tuple[str, str]) -> Tuple[str, Optional[List[str]]]:
 def _annotation_kind(annotation: Any) -> Optional[type]:
     if annotation is inspect.Parameter.empty:
         return None
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", None) or str(annotation)
+    # a class by its name; a typing form (Optional[float], from a config's type hints) by its
+    # full text: its __name__ is only "Optional"
+    text = annotation if isinstance(annotation, str) else (annotation.__name__ if isinstance(annotation, type)
+                                                          else str(annotation))
     text = str(text)
     if re.search(r"\bfloat\b", text):
         return float
