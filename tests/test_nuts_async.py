@@ -452,5 +452,9 @@ def test_soft_tree_rows_compaction_and_samplers():
     assert math.isfinite(post.log_evidence) and post.info["grad_evals"] > 0
     # a checkpoint of an asynchronous run does not resume a lockstep one
     kw = dict(n_iterations=2, max_depth=2, h_init=0.2, h_final=0.1)
-    fp = [DCC(**kw, asynchronous=a)._fingerprint(post.data, 0) for a in (False, True)]
+    # (the fingerprint is the driver's: DCCConfig's result settings, the data and the seed)
+    from torchtree.samplers import driver
+
+    fp = [driver.checkpointer(DCC(**kw, asynchronous=a, checkpoint="unused.ckpt"), post.data, {}, 0, None).fingerprint
+          for a in (False, True)]
     assert fp[0] != fp[1]

@@ -54,7 +54,7 @@ from torchtree.samplers.dcc.records import (
     warm_start_chains,
 )
 from torchtree.samplers.dcc.utility import dcc_utility
-from torchtree.samplers.protocol import SamplerState
+from torchtree.samplers.protocol import SamplerState, SettingsAsAttributes
 from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
 from torchtree.steps.adaptation import sharpness_schedule
 from torchtree.steps.hmc import hmc_init
@@ -113,7 +113,7 @@ class DCCState(SamplerState):
         }
 
 
-class DCC:
+class DCC(SettingsAsAttributes):
     """Divide-Conquer-Combine sampler over soft-tree topologies (``method="dcc"``).
 
     Settings: :class:`~torchtree.samplers.dcc.config.DCCConfig` (keyword arguments here,
@@ -161,21 +161,6 @@ class DCC:
     def __init__(self, **settings: Any) -> None:
         self.config = DCCConfig(**settings)
         _ = self.hyper  # the overrides are checked now, not at the first run
-
-    def __getattr__(self, name: str):
-        # the settings read as attributes (dcc.n_chains), as before the config existed
-        config = self.__dict__.get("config")
-        if config is not None and name in DCCConfig.__dataclass_fields__:
-            return getattr(config, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # a setting assigned as an attribute (dcc.local_posterior = "draws") replaces the
-        # config by a validated copy, so the config stays the one description of the run
-        if name in DCCConfig.__dataclass_fields__ and "config" in self.__dict__:
-            self.__dict__["config"] = self.config.replace(**{name: value})
-        else:
-            object.__setattr__(self, name, value)
 
     @property
     def hyper(self) -> SoftTreeHyper:
