@@ -124,7 +124,7 @@ class _BayesianTreeBase:
         beta_split: Optional[float] = None,
         poisson_lambda: Optional[float] = None,
         random_state: Optional[int] = 0,
-        device: Optional[str] = "cpu",
+        device: Optional[str] = None,
         monitor: Any = None,
         **sampler_options: Any,
     ) -> None:
@@ -304,9 +304,10 @@ class BayesianTreeClassifier(_BayesianTreeBase):
     poisson_lambda : float, optional
         Rate of the Poisson prior (default 5).
     random_state : int, optional
-        Seed of the sampler.
-    device : str
-        ``"cpu"``, ``"cuda"`` or ``"auto"``.
+        Seed of the sampler (default 0); None draws a fresh seed for every fit.
+    device : str, optional
+        ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA if present). None (default): the
+        data's device, as for every sampler (the CPU for numpy input).
     monitor : Monitor, optional
     **sampler_options
         Passed to the sampler by name (``n_particles``, ``n_islands``, ``proposal``,
