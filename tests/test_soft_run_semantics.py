@@ -120,3 +120,10 @@ def test_dcc_time_budget_reads_its_clock_saves_and_resumes(tmp_path, monkeypatch
     assert resumed.info["iterations"] == 3 and resumed.info["resumed_from_iteration"] == 0
     assert torch.equal(_draws(resumed), _draws(ref))
     assert torch.equal(resumed.topology_log_evidence, ref.topology_log_evidence)
+
+
+def test_nuts_on_start_total_counts_its_steps():
+    seen, steps = {}, []
+    _nuts(thin=2).run(_data(), seed=0, monitor=CallbackMonitor(on_start=seen.update,
+                                                               on_step=lambda s, i: steps.append(s)))
+    assert seen["total"] == len(steps) == 6 + 4 * 2

@@ -306,7 +306,9 @@ class NUTS(SettingsAsAttributes):
 
     def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
         c = self.config
-        return {"method": self.kind, "n_chains": c.n_chains, "n_samples": c.n_samples, "n_warmup": c.n_warmup}
+        # total: the on_step calls to expect (one per warm-up and per sampling iteration)
+        return {"method": self.kind, "n_chains": c.n_chains, "n_samples": c.n_samples, "n_warmup": c.n_warmup,
+                "total": c.n_warmup + c.n_samples * c.thin}
 
     def init(self, ctx: driver.RunContext) -> NUTSState:
         """The chains' starting positions: prior draws, or data-informed splits."""

@@ -255,7 +255,9 @@ class DCC(SettingsAsAttributes):
     def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
         c = self.config
         info = {"method": "dcc", "n_iterations": c.n_iterations, "n_chains": c.n_chains, "n_samples": c.n_samples,
-                "n_warmup": c.n_warmup, "n_discovered": ctx.extra["n_discovered"], "total": c.n_iterations}
+                "n_warmup": c.n_warmup, "n_discovered": ctx.extra["n_discovered"]}
+        # no "total": on_step also carries the hmc/... tags of every NUTS iteration, whose
+        # number is not known in advance, so a progress bar counts steps without a total
         if ctx.resumed_at is not None:
             info["resumed_from_iteration"] = ctx.resumed_at - 1
         return info
