@@ -127,3 +127,53 @@ def test_nuts_on_start_total_counts_its_steps():
     _nuts(thin=2).run(_data(), seed=0, monitor=CallbackMonitor(on_start=seen.update,
                                                                on_step=lambda s, i: steps.append(s)))
     assert seen["total"] == len(steps) == 6 + 4 * 2
+
+
+def test_dcc_seed_none_checkpoint_keeps_the_drawn_seed(tmp_path):
+    """seed=None draws a seed once; the checkpoint keeps it, so the resumed run continues
+    the same run (and equals an uninterrupted run with that seed)."""
+    from torchtree.io.checkpoint import load_checkpoint
+
+    class Stop(Exception):
+        pass
+
+    def stop(step):
+        if step == 1:
+            raise Stop
+
+    data, path = _data(), str(tmp_path / "dcc.ckpt")
+    with pytest.raises(Stop):
+        _dcc(n_iterations=3, checkpoint=path).run(data, monitor=CallbackMonitor(on_checkpoint=stop))
+    drawn = load_checkpoint(path)["state"]["sampler_state"]["seed"]
+    resumed = _dcc(n_iterations=3, checkpoint=path).run(data)
+    assert resumed.info["resumed_from_iteration"] == 1
+    ref = _dcc(n_iterations=3).run(data, seed=drawn)
+    assert torch.equal(_draws(resumed), _draws(ref))
+
+
+@pytest.mark.parametrize("cls", [DCC, NUTS, HMC])
+def test_cli_help_comes_from_the_config(cls):
+    """Every option has help text, without docstring debris (raw types, Sphinx roles,
+    cut sentences)."""
+    from torchtree.cli.options import sampler_options
+    from torchtree.samplers.protocol import config_class_of
+
+    assert config_class_of(cls) is cls.config_class
+    opts = dict(sampler_options(cls))
+    assert {"n_chains", "dtype", "asynchronous", "signed_splits"} <= set(opts)
+    for name, kw in opts.items():
+        text = kw["help"]
+        assert text and not text.startswith(("int,", "float,", "bool,", "(default")), (name, text)
+        assert ":class:" not in text and ":func:" not in text and "``" not in text and "..." not in text, (name, text)
+
+
+def test_soft_gradient_kernel_imports_nothing_above_kernels():
+    import ast
+    from pathlib import Path
+
+    import torchtree.kernels.soft_gradient as kernel
+
+    tree = ast.parse(Path(kernel.__file__).read_text())
+    mods = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    mods += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert all(not m.startswith("torchtree") or m.startswith("torchtree.kernels") for m in mods), mods
