@@ -364,6 +364,7 @@ class NUTS(SettingsAsAttributes):
             acc.update(lw.reshape(1, -1))
             log_z = acc.log_evidence
         info = {
+            "sampler": self.name,  # as in the hard-tree posteriors' info
             "method": self.kind,
             "seconds": ctx.seconds(),
             "accept": float(trace.accept_prob.mean()),

@@ -492,7 +492,7 @@ class DCC(SettingsAsAttributes):
             tops.append(r.topology)
             draws.append(d)
         slots = torch.tensor([r.slot for r in active], dtype=torch.long)
-        info = dict(stats)
+        info = {"sampler": self.name, **stats}  # "sampler" as in the hard-tree posteriors' info
         info["n_discovered"] = len(records)
         info["selected_counts"] = ",".join(f"{r.topology.key()}:{r.selected}" for r in active)
         info["local_posterior"] = c.local_posterior
