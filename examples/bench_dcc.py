@@ -81,6 +81,7 @@ import torch
 
 from torchtree.datasets.synthetic import cgm, cgm_mean, wu, wu_mean
 from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor
+from torchtree.monitor import Monitor
 from torchtree.soft import DCC, NUTS, SoftTreeHyper
 from torchtree.model.soft_data import train_test_split
 
@@ -273,10 +274,11 @@ def run_dcc(name: str, data_dir: str, seed: int, max_seconds: float, overrides: 
     }
 
 
-class _PhaseClock:
+class _PhaseClock(Monitor):
     """Monitor that notes the wall and CPU clocks when sampling starts (after warm-up)."""
 
     def __init__(self):
+        super().__init__()  # a Monitor: samplers reject objects without the three hooks
         self.mark = None
 
     def on_step(self, step, d):
@@ -538,7 +540,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     overrides = {}
-    defaults = DCC().__dict__
+    defaults = {o.name: o.default for o in DCC.config_class.options()}  # DCCConfig's table
     for item in args.set:
         k, v = item.split("=", 1)
         if v in ("True", "False"):

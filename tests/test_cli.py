@@ -305,7 +305,8 @@ def test_dcc_lists_only_the_model_options_it_uses(files, tmp_path, capsys):
     for flag in ("--prior", "--mu0", "--kappa0", "--a0", "--b0", "--poisson-lambda"):
         assert f"{flag} " not in text, flag
     flat = " ".join(text.split())
-    assert "--alpha-split X float, Chipman structure prior (paper: 0.95, 1.0) (default: 0.95)" in flat
+    # the help comes from DCCConfig's option(help=...): no raw types ("float, ...") any more
+    assert "--alpha-split X Chipman structure prior: split probability alpha at the root (paper: 0.95) (default: 0.95)" in flat
     assert "(default: 1.0)" in flat.split("--beta-split X", 1)[1][:120]
     assert "--alpha X Dirichlet-multinomial total concentration (default: the number of classes" in flat
     with pytest.raises(SystemExit) as exc:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from torchtree.io.checkpoint import CheckpointError, load_checkpoint
+from torchtree.monitor import CallbackMonitor
 from torchtree.soft import DCC
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,15 +63,15 @@ def test_interrupted_run_resumes_identically(tmp_path, task, local_posterior, wa
     path = str(tmp_path / "dcc.ckpt")
     first = _dcc(checkpoint=path, **kw)
 
-    def stop(it):
+    def stop(it):  # after iteration 1 and its checkpoint
         if it == 1:
             raise _Interrupt
 
-    first._after_iteration = stop
     with pytest.raises(_Interrupt):
-        first.run((X, y), seed=3)
+        first.run((X, y), seed=3, monitor=CallbackMonitor(on_checkpoint=stop))
     saved = load_checkpoint(path)  # weights_only=True: plain tensors and containers
-    assert saved["step"] == 1 and saved["state"]["sampler_state"]["iteration"] == 1
+    # the driver's checkpoint: {"seed", "state": DCCState.state_dict()}
+    assert saved["step"] == 1 and saved["state"]["sampler_state"]["state"]["iteration"] == 1
     resumed = _dcc(checkpoint=path, **kw).run((X, y), seed=3)
     assert resumed.info["resumed_from_iteration"] == 1
     _assert_same(ref, resumed, X, y)
@@ -89,13 +90,12 @@ def test_checkpoint_every_and_mismatch(tmp_path):
     path = str(tmp_path / "dcc.ckpt")
     first = _dcc(checkpoint=path, checkpoint_every=2)
 
-    def stop(it):
-        if it == 2:  # iteration 2 ran but was not saved (saves after 1, 3, ...)
+    def stop(it, info):
+        if it == 2 and "dcc/n_active" in info:  # iteration 2 ran but was not saved (saves after 1, 3, ...)
             raise _Interrupt
 
-    first._after_iteration = stop
     with pytest.raises(_Interrupt):
-        first.run((X, y), seed=1)
+        first.run((X, y), seed=1, monitor=CallbackMonitor(on_step=stop))
     assert load_checkpoint(path)["step"] == 1
     _assert_same(ref, _dcc(checkpoint=path, checkpoint_every=2).run((X, y), seed=1), X, y)
     # another seed, other data or other settings: a clear error, not a silent mix
@@ -112,6 +112,7 @@ def test_checkpoint_every_and_mismatch(tmp_path):
 _SCRIPT = textwrap.dedent("""
     import sys, time, torch
     sys.path.insert(0, {root!r})
+    from torchtree.monitor import CallbackMonitor
     from torchtree.soft import DCC
     g = torch.Generator().manual_seed(0)
     X = torch.rand(50, 2, generator=g, dtype=torch.float64)
@@ -120,13 +121,14 @@ _SCRIPT = textwrap.dedent("""
     dcc = DCC(n_iterations=4, n_initial=8, n_chains=2, n_samples=4, n_warmup=10, n_warmup_warm=6, n_parallel=2,
               activation_threshold=2, max_depth=2, n_proposals=2, max_tree_depth=4, h_init=0.1, h_final=0.05,
               device="cpu", warm_start=True, checkpoint=sys.argv[1])
-    if len(sys.argv) > 2:  # pause after iteration 2 so the parent can SIGKILL us there
+    mon = None
+    if len(sys.argv) > 2:  # pause after iteration 2's checkpoint so the parent can SIGKILL us there
         def pause(it):
             if it == 2:
                 print("PAUSED", flush=True)
                 time.sleep(600)
-        dcc._after_iteration = pause
-    post = dcc.run((X, y), seed=5)
+        mon = CallbackMonitor(on_checkpoint=pause)
+    post = dcc.run((X, y), seed=5, monitor=mon)
     torch.save({{"draws": post.draws, "lz": post.topology_log_evidence, "pred": torch.as_tensor(post.predict(X))}},
                sys.argv[1] + ".out")
 """)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy import stats as sps
 
+from torchtree.monitor import Monitor
 from torchtree.soft import NUTS
 from torchtree.samplers.soft_chains import ChainState, draw, make_kernel
 from torchtree.steps.hmc import HMCState, hmc_init, leapfrog
@@ -380,8 +381,11 @@ def test_depth_one_and_thinning():
     assert torch.equal(runs[1].n_steps, runs[0].n_steps[2::3])
 
 
-class _Rec:
+class _Rec(Monitor):
+    # a Monitor: the chain loops check their monitor with as_monitor (an object with only
+    # on_step used to be accepted there and nowhere else)
     def __init__(self):
+        super().__init__()
         self.steps = []
 
     def on_step(self, step, d):
@@ -448,5 +452,9 @@ def test_soft_tree_rows_compaction_and_samplers():
     assert math.isfinite(post.log_evidence) and post.info["grad_evals"] > 0
     # a checkpoint of an asynchronous run does not resume a lockstep one
     kw = dict(n_iterations=2, max_depth=2, h_init=0.2, h_final=0.1)
-    fp = [DCC(**kw, asynchronous=a)._fingerprint(post.data, 0) for a in (False, True)]
+    # (the fingerprint is the driver's: DCCConfig's result settings, the data and the seed)
+    from torchtree.samplers import driver
+
+    fp = [driver.checkpointer(DCC(**kw, asynchronous=a, checkpoint="unused.ckpt"), post.data, {}, 0, None).fingerprint
+          for a in (False, True)]
     assert fp[0] != fp[1]

@@ -73,8 +73,10 @@ def _accepted(cls) -> set:
     sig = inspect.signature(cls.__init__)
     config = config_class_of(cls)
     if config is not None:
-        # the settings come from the config; the model objects and the backend from the signature
-        return {o.name for o in config.options()} | {p for p in ("prior", "likelihood", "backend") if p in sig.parameters}
+        # the config's fields, and the model objects the constructor takes besides them
+        # (TopDownSMC: prior, likelihood, backend; DCC builds its own priors: none)
+        own = {n for n, p in sig.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        return {o.name for o in config.options()} | own
     return {p for p in sig.parameters if p != "self"}
 
 
@@ -139,7 +141,7 @@ class _BayesianTreeBase:
         beta_split: Optional[float] = None,
         poisson_lambda: Optional[float] = None,
         random_state: Optional[int] = 0,
-        device: Optional[str] = "cpu",
+        device: Optional[str] = None,
         monitor: Any = None,
         **sampler_options: Any,
     ) -> None:
@@ -385,9 +387,10 @@ class BayesianTreeClassifier(_BayesianTreeBase):
     poisson_lambda : float, optional
         Rate of the Poisson prior (default 5).
     random_state : int, optional
-        Seed of the sampler.
-    device : str
-        ``"cpu"``, ``"cuda"`` or ``"auto"``.
+        Seed of the sampler (default 0); None draws a fresh seed for every fit.
+    device : str, optional
+        ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA if present). None (default): the
+        data's device, as for every sampler (the CPU for numpy input).
     monitor : Monitor, optional
     **sampler_options
         Passed to the sampler by name (``n_particles``, ``n_islands``, ``proposal``,

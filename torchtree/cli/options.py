@@ -58,8 +58,10 @@ def _help_and_choices(doc: Tuple[str, str]) -> Tuple[str, Optional[List[str]]]:
 def _annotation_kind(annotation: Any) -> Optional[type]:
     if annotation is inspect.Parameter.empty:
         return None
-    # a class by its name; typing constructs by their full text (``Optional[int]``'s __name__ is "Optional")
-    text = annotation if isinstance(annotation, str) else annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    # a class by its name; a typing form (Optional[float], from a config's type hints) by its
+    # full text: its __name__ is only "Optional"
+    text = annotation if isinstance(annotation, str) else (annotation.__name__ if isinstance(annotation, type)
+                                                          else str(annotation))
     text = str(text)
     if re.search(r"\bfloat\b", text):
         return float

@@ -9,7 +9,9 @@ posterior       ``TreePosterior``: a weighted set of hard trees
 diagnostics     R-hat, ESS, tree-size summaries, ArviZ export
 soft_data       soft-tree inputs scaled to [0, 1]
 topology        soft-tree topologies and their structure prior
-soft_trees      ``SoftTrees``: batched differentiable trees and their potential
+soft_params     ``SoftTreeHyper`` (hyperparameters), ``ParamLayout`` (the blocks of theta)
+soft_trees      ``SoftTrees``: batched differentiable trees and their potential (its
+                hand-derived gradient is ``torchtree.kernels.soft_gradient``)
 soft_posterior  ``SoftTreePosterior``
 
 Layer: above ``torchtree.core``; imports nothing from steps, samplers or faces.

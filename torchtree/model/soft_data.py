@@ -56,6 +56,11 @@ class SoftData:
     signed: bool = False
 
     @property
+    def device(self) -> torch.device:
+        """Where the data (and so a run on it) lives."""
+        return self.X.device
+
+    @property
     def n_features(self) -> int:
         """D', the columns the splits weigh (``2 D`` with signed splits)."""
         return int(self.X.shape[1])

@@ -34,172 +34,25 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import Any, List, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
+from torchtree.kernels.soft_gradient import compiled_core, disable_compiled, potential_and_grad_core
 from torchtree.kernels.soft_routing import (
     dirichlet_multinomial_loglik,
-    effective_thresholds,
     gaussian_soft_loglik,
-    routing_backward,
-    routing_forward,
-    sharpness_view,
     soft_class_counts,
     soft_routing,
 )
-from torchtree.core.validate import check_bool, check_int, check_real
+from torchtree.core.validate import check_int
 
-from torchtree.model.soft_data import SoftData, as_soft_data
+from torchtree.model.soft_data import as_soft_data
+from torchtree.model.soft_params import ParamLayout, SoftTreeHyper
 from torchtree.model.topology import Topology
 
 __all__ = ["SoftTreeHyper", "ParamLayout", "SoftTrees"]
-
-
-@dataclass(frozen=True)
-class SoftTreeHyper:
-    """Prior and likelihood hyperparameters of soft trees.
-
-    Parameters
-    ----------
-    split_concentration : float
-        Symmetric Dirichlet concentration of split weights (1 = uniform simplex).
-    threshold_a, threshold_b : float
-        Beta prior of thresholds (paper: Beta(1, 1)).
-    alpha : float or None
-        Dirichlet-multinomial total concentration (``alpha / K`` per class);
-        ``None`` means ``K`` (1 per class, as in the DCC-Tree code).
-    mu_mean, mu_var : float or None
-        Normal prior of regression leaf means; ``None`` means the training mean and
-        variance of ``y`` (a data-dependent default).
-    sigma_shape, sigma_scale : float or None
-        Inverse-gamma prior of the regression noise *variance*; ``sigma_scale=None``
-        means ``0.15 * var(y)`` (prior mean ``0.3 var(y)`` at shape 1.5).
-    signed_splits : bool
-        Not in the paper: split weights on the simplex over the scaled inputs and
-        their mirror images ``1 - x`` (``2 D`` weights per node), so a split can weigh
-        features with either sign (:mod:`torchtree.model.soft_data`). ``False`` is the
-        paper's model.
-    """
-
-    split_concentration: float = 1.0
-    threshold_a: float = 1.0
-    threshold_b: float = 1.0
-    alpha: Optional[float] = None
-    mu_mean: Optional[float] = None
-    mu_var: Optional[float] = None
-    sigma_shape: float = 1.5
-    sigma_scale: Optional[float] = None
-    signed_splits: bool = False
-
-    def __post_init__(self) -> None:
-        # frozen: store the checked value as a plain bool (numpy booleans are accepted)
-        object.__setattr__(self, "signed_splits", check_bool("signed_splits", self.signed_splits))
-        for name in ("split_concentration", "threshold_a", "threshold_b", "sigma_shape"):
-            check_real(name, getattr(self, name), 0.0)
-        for name in ("alpha", "mu_var", "sigma_scale"):
-            if getattr(self, name) is not None:
-                check_real(name, getattr(self, name), 0.0)
-        if self.mu_mean is not None:
-            check_real("mu_mean", self.mu_mean)
-
-    @classmethod
-    def with_overrides(cls, hyper: Optional["SoftTreeHyper"] = None, **overrides: Any) -> "SoftTreeHyper":
-        """``hyper`` (default: the defaults) with the non-``None`` keyword values replaced.
-
-        The samplers' ``alpha=`` / ``split_concentration=`` / ``signed_splits=``
-        shortcuts go through here.
-        """
-        given = {k: (v if k == "signed_splits" else float(v)) for k, v in overrides.items() if v is not None}
-        return replace(hyper or cls(), **given)
-
-    def resolve(self, data: SoftData) -> "SoftTreeHyper":
-        """Fill the data-dependent defaults from ``data``."""
-        h = self
-        if data.task == "classification":
-            if h.alpha is None:
-                h = replace(h, alpha=float(data.n_classes))
-        else:
-            y = data.y.to(torch.float64)
-            var = float(y.var()) if y.numel() > 1 else 1.0
-            var = var if var > 0 else 1.0
-            if h.mu_mean is None:
-                h = replace(h, mu_mean=float(y.mean()))
-            if h.mu_var is None:
-                h = replace(h, mu_var=var)
-            if h.sigma_scale is None:
-                h = replace(h, sigma_scale=0.15 * var)
-        return h
-
-
-@dataclass(frozen=True)
-class ParamLayout:
-    """Offsets of the blocks of ``theta`` for padded depth ``depth``.
-
-    Attributes
-    ----------
-    depth, n_features : int
-    regression : bool
-    """
-
-    depth: int
-    n_features: int
-    regression: bool
-
-    @cached_property
-    def n_internal(self) -> int:
-        """I = 2**depth - 1."""
-        return (1 << self.depth) - 1
-
-    @cached_property
-    def n_leaves(self) -> int:
-        """L = 2**depth."""
-        return 1 << self.depth
-
-    @cached_property
-    def n_free_weights(self) -> int:
-        """D - 1 free simplex coordinates per node."""
-        return self.n_features - 1
-
-    @cached_property
-    def u_offset(self) -> int:
-        """Start of the threshold block."""
-        return self.n_internal * self.n_free_weights
-
-    @cached_property
-    def mu_offset(self) -> int:
-        """Start of the leaf-mean block (regression)."""
-        return self.u_offset + self.n_internal
-
-    @cached_property
-    def s_offset(self) -> int:
-        """Position of the log-variance (regression)."""
-        return self.mu_offset + self.n_leaves
-
-    @cached_property
-    def size(self) -> int:
-        """P."""
-        return self.s_offset + 1 if self.regression else self.mu_offset
-
-    def compact_index(self, topology: Topology) -> torch.Tensor:
-        """LongTensor [P_m]: padded coordinates that are active for ``topology``.
-
-        The order (node-major weights, thresholds, leaf means in leaf order, log
-        variance) does not depend on the padded depth, so a topology's compact vector
-        is the same whichever batch it is sampled in.
-        """
-        Dw = self.n_free_weights
-        idx: List[int] = []
-        for i in topology.internal:
-            idx += range(i * Dw, (i + 1) * Dw)
-        idx += [self.u_offset + i for i in topology.internal]
-        if self.regression:
-            idx += [self.mu_offset + s for s in topology.leaf_slots(self.depth)]
-            idx.append(self.s_offset)
-        return torch.tensor(idx, dtype=torch.long)
 
 
 class SoftTrees(nn.Module):
@@ -526,19 +379,20 @@ class SoftTrees(nn.Module):
         An autograd graph of the potential has ~150 small ops whose bookkeeping, not
         arithmetic, dominates on a CPU at NUTS batch sizes. The chain rule here is:
         likelihood -> ``dL/dphi`` (digamma differences for eq. 8, residuals for eq. 9)
-        -> :func:`routing_backward` -> ``dL/dw, dL/dtau`` -> through
+        -> ``routing_backward`` -> ``dL/dw, dL/dtau`` -> through
         ``w = softmax([z, 0])`` (``dw_j/dz_i = w_j (delta_ij - w_i)``) and
         ``tau = logistic(u)``; prior terms are differentiated in closed form.
-        With ``compile=True`` the same function runs through ``torch.compile``
-        (one fused kernel set per tree depth; falls back to eager if compilation fails).
+        The code is :func:`torchtree.kernels.soft_gradient.potential_and_grad_core`; with
+        ``compile=True`` it runs through ``torch.compile`` (one fused kernel set per tree
+        depth; falls back to eager if compilation fails).
         """
         core, tensors, consts = self.fused_parts(rows, theta.dtype)
-        fn = _compiled_core() if self.compile else None
+        fn = compiled_core() if self.compile else None
         if fn is not None:
             try:
                 return fn(theta, *tensors, consts)
             except Exception as exc:  # pragma: no cover - no compiler toolchain, unsupported backend
-                _COMPILED["failed"] = True
+                disable_compiled()
                 warnings.warn(f"torch.compile of the soft-tree potential failed ({type(exc).__name__}: {exc}); "
                               "using the eager implementation", RuntimeWarning)
         return core(theta, *tensors, consts)
@@ -562,7 +416,7 @@ class SoftTrees(nn.Module):
         node_mask, _, h = self._rows(rows)
         nm, cmf = self._float_masks(rows, dtype or self.X.dtype)
         target = self.y_onehot if self.task == "classification" else self.y
-        return _potential_and_grad_core, (self.X, target, nm, cmf, node_mask, h), self._consts
+        return potential_and_grad_core, (self.X, target, nm, cmf, node_mask, h), self._consts
 
     @torch.no_grad()
     def log_density_chunked(
@@ -646,106 +500,3 @@ class SoftTrees(nn.Module):
         if self.task == "classification":
             return torch.matmul(phi, self.leaf_class_probs(theta))
         return torch.matmul(phi, self.constrain(theta)["mu"].unsqueeze(-1)).squeeze(-1)
-
-
-def _potential_and_grad_core(theta, X, target, nm, cmf, node_mask, h, consts):
-    """Closed-form potential and gradient of soft trees (see
-    :meth:`SoftTrees.potential_and_grad_analytic`); a pure function of tensors and
-    constants so that ``torch.compile`` can fuse it once per tree depth.
-
-    Parameters
-    ----------
-    theta : Tensor [B, P]
-    X : Tensor [N, D] scaled inputs
-    target : Tensor [N, C] one-hot labels or [N] regression targets
-    nm : Tensor [B, I] float node mask; cmf : Tensor [B, P] float coordinate mask
-    node_mask : BoolTensor [B, I]
-    h : Tensor [] or [B], sharpness
-    consts : (SoftTreeHyper, ParamLayout, task, n_classes, include_likelihood)
-
-    Returns
-    -------
-    (U [B], grad [B, P])
-    """
-    hp, lay, task, n_classes, include_likelihood = consts
-    B, I, D, L = theta.shape[0], lay.n_internal, lay.n_features, lay.n_leaves
-    Dw = D - 1
-    dt = theta.dtype
-    z = theta[:, : lay.u_offset].reshape(B, I, Dw)
-    log_w = torch.log_softmax(torch.cat((z, torch.zeros(B, I, 1, dtype=dt, device=theta.device)), -1), -1)
-    w = log_w.exp()
-    u = theta[:, lay.u_offset : lay.mu_offset]
-    tau = torch.sigmoid(u)
-    # ---- prior (log density of theta) and its gradient
-    ta, tb = hp.threshold_a, hp.threshold_b
-    logbeta = math.lgamma(ta) + math.lgamma(tb) - math.lgamma(ta + tb)
-    lp = (nm * (ta * torch.nn.functional.logsigmoid(u) + tb * torch.nn.functional.logsigmoid(-u))).sum(-1)
-    lp = lp - logbeta * nm.sum(-1)
-    g_u = nm * (ta * (1 - tau) - tb * tau)
-    a = hp.split_concentration
-    if D > 1:
-        const = math.lgamma(D * a) - D * math.lgamma(a)
-        lp = lp + (nm * (const + a * log_w.sum(-1))).sum(-1)
-        g_z = nm.unsqueeze(-1) * (a * (1 - D * w[..., :Dw]))
-    if lay.regression:
-        lm = cmf[:, lay.mu_offset : lay.s_offset]
-        mu = theta[:, lay.mu_offset : lay.s_offset]
-        s = theta[:, lay.s_offset]
-        inv = torch.exp(-s)
-        dmu = mu - hp.mu_mean
-        lp = lp + (lm * (-0.5 * math.log(2 * math.pi * hp.mu_var) - 0.5 * dmu * dmu / hp.mu_var)).sum(-1)
-        g_mu = -lm * dmu / hp.mu_var
-        sa, sb = hp.sigma_shape, hp.sigma_scale
-        lp = lp + sa * math.log(sb) - math.lgamma(sa) - sa * s - sb * inv
-        g_s = -sa + sb * inv
-    # ---- likelihood and its gradient through the routing
-    ll = torch.zeros(B, dtype=dt, device=theta.device)
-    if include_likelihood:
-        hv = sharpness_view(h if h.dtype == dt else h.to(dt))
-        # node-major layout: phi [B, L, N] (see routing_forward)
-        phi, right, left = routing_forward(X, w, effective_thresholds(tau, node_mask), hv)
-        N = X.shape[0]
-        if task == "classification":
-            C = n_classes
-            ac = hp.alpha / C
-            counts = torch.matmul(phi.reshape(B * L, N), target).reshape(B, L, C)
-            tot = counts.sum(-1)
-            ll = (math.lgamma(hp.alpha) - torch.lgamma(tot + hp.alpha)
-                  + (torch.lgamma(counts + ac) - math.lgamma(ac)).sum(-1)).sum(-1)
-            dcounts = torch.digamma(counts + ac) - torch.digamma(tot + hp.alpha).unsqueeze(-1)
-            G = torch.matmul(dcounts.reshape(B * L, C), target.transpose(0, 1)).reshape(B, L, N)
-        else:
-            pred = torch.matmul(mu.unsqueeze(-2), phi).squeeze(-2)  # [B, N]
-            resid = pred - target.to(dt)
-            sse = (resid * resid).sum(-1)
-            ll = -0.5 * N * (math.log(2 * math.pi) + s) - 0.5 * inv * sse
-            r = resid * inv.unsqueeze(-1)  # [B, N]
-            G = -mu.unsqueeze(-1) * r.unsqueeze(-2)  # [B, L, N]
-            g_mu = g_mu - torch.matmul(phi, r.unsqueeze(-1)).squeeze(-1)
-            g_s = g_s - 0.5 * N + 0.5 * inv * sse
-        g_w, g_tau = routing_backward(G, phi, right, left, X, hv)
-        g_u = g_u + nm * g_tau * tau * (1 - tau)
-        if D > 1:
-            g_z = g_z + w[..., :Dw] * (g_w[..., :Dw] - (w * g_w).sum(-1, keepdim=True))
-    parts = [g_z.reshape(B, -1)] if D > 1 else []
-    parts.append(g_u)
-    if lay.regression:
-        parts += [g_mu, g_s.unsqueeze(-1)]
-    grad = torch.cat(parts, -1) * cmf
-    return -(ll + lp), -grad
-
-
-_COMPILED: dict = {"fn": None, "failed": False}
-
-
-def _compiled_core():
-    """``torch.compile(_potential_and_grad_core, dynamic=True)``, built once per process."""
-    if _COMPILED["failed"]:
-        return None
-    if _COMPILED["fn"] is None:
-        try:
-            _COMPILED["fn"] = torch.compile(_potential_and_grad_core, dynamic=True)
-        except Exception:  # pragma: no cover
-            _COMPILED["failed"] = True
-            return None
-    return _COMPILED["fn"]

@@ -13,7 +13,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import torch
 
@@ -24,8 +24,8 @@ from torchtree.model.data import Data, coerce_data, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoint
 
-__all__ = ["run", "RunContext", "checkpointer", "default_likelihood", "seed_key", "describe", "default_memory_limit",
-           "on_device", "opened_backend"]
+__all__ = ["run", "RunContext", "CLOCKS", "checkpointer", "default_likelihood", "seed_key", "describe",
+           "default_memory_limit", "on_device", "opened_backend"]
 
 
 def default_likelihood(data: Data):
@@ -90,6 +90,11 @@ def opened_backend(backend) -> Iterator[Any]:
         opened.close()  # destroys only a process group that get_backend opened
 
 
+#: What a config's ``clock`` setting may name: the clock its ``max_seconds`` budget reads.
+#: "cpu" (this process's CPU time) keeps a budget meaningful on a shared machine.
+CLOCKS: Dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 @dataclass
 class RunContext:
     """What a sampler's ``init`` / ``step`` / ``finalize`` may use of the run.
@@ -107,6 +112,10 @@ class RunContext:
     checkpoint_every : int or None, save after steps ``k-1, 2k-1, ...`` (None: no
         checkpoints); a step that runs several transitions ends at these points
     extra : dict, per-sampler run objects (the likelihood, a grower, ...)
+    clock : callable, the budget's clock (``CLOCKS[config.clock]``, wall time by default)
+    c0 : float, ``clock()`` at the start of the run
+    budget_before : float, seconds of ``clock`` that earlier segments of a resumed run spent
+        (the restored state's ``elapsed_budget``; 0 for a fresh run)
     """
 
     data: Data
@@ -118,6 +127,9 @@ class RunContext:
     resumed_at: Optional[int] = None
     checkpoint_every: Optional[int] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+    clock: Callable[[], float] = time.perf_counter
+    c0: float = 0.0
+    budget_before: float = 0.0
 
     @property
     def rank(self) -> int:
@@ -132,8 +144,12 @@ class RunContext:
         return not isinstance(self.monitor, NullMonitor)
 
     def seconds(self) -> float:
-        """Wall seconds since the start of the run."""
+        """Wall seconds since the start of the run (this segment of it)."""
         return time.perf_counter() - self.t0
+
+    def budget_seconds(self) -> float:
+        """Seconds of the budget's clock spent by the whole run, earlier segments included."""
+        return self.budget_before + self.clock() - self.c0
 
 
 def checkpointer(sampler, data: Data, settings: Dict[str, Any], key, backend) -> Checkpointer:
@@ -170,7 +186,7 @@ def _agree(sampler, data: Data, settings: Dict[str, Any], ctx: RunContext) -> in
 def _over_budget(ctx: RunContext, budget: float) -> bool:
     """Whether the time budget is spent; on several ranks the slowest rank's clock decides for all,
     so that every rank stops after the same step."""
-    spent = ctx.seconds() >= budget
+    spent = ctx.budget_seconds() >= budget
     if ctx.world_size == 1:
         return spent
     return bool(ctx.backend.all_reduce(torch.tensor([int(spent)], dtype=torch.int64), "max").item())
@@ -188,7 +204,11 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
         and ``restore(saved, ctx)`` (default: ``init`` then the state class's
         ``from_state_dict``).
         Run settings read from ``sampler.config`` when present: ``device``, ``checkpoint``,
-        ``checkpoint_every``, ``max_seconds``.
+        ``checkpoint_every``, ``max_seconds`` and ``clock`` (``"wall"`` or ``"cpu"``, what
+        ``max_seconds`` measures; see :data:`CLOCKS`). The budget counts the earlier segments
+        of a resumed run when the state carries ``elapsed_budget`` (seconds, kept up to date
+        by ``step``); a run stopped by its budget saves its last step, so that running it
+        again resumes there.
     data : Data or (X, y)
     seed : int, torch.Generator or None
         None draws a fresh seed (kept in the checkpoint, so a resumed run continues it).
@@ -207,14 +227,15 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
     should end where a report is due and at ``ctx.checkpoint_every`` boundaries.
     """
     cfg = sampler.config
-    t0 = time.perf_counter()
+    clock = CLOCKS[getattr(cfg, "clock", None) or "wall"]
+    t0, c0 = time.perf_counter(), clock()
     with opened_backend(backend) as be:
         data = coerce_data(data) if not hasattr(sampler, "prepare") else data
         device = getattr(cfg, "device", None)
         data = sampler.prepare(data, device) if hasattr(sampler, "prepare") else on_device(data, device)
         rank = None if be is None else int(be.rank)
         ctx = RunContext(data=data, device=data.device, seed=0, backend=be, monitor=as_monitor(monitor, rank=rank),
-                         t0=t0)
+                         t0=t0, clock=clock, c0=c0)
         if hasattr(sampler, "setup"):
             sampler.setup(ctx)
         settings = sampler.settings(ctx) if hasattr(sampler, "settings") else {}
@@ -229,16 +250,21 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
         else:
             state = sampler.restore(saved["state"], ctx)
             ctx.resumed_at = int(state.step)
+            ctx.budget_before = float(getattr(state, "elapsed_budget", 0.0))
         start = {"sampler": sampler.name, **(sampler.start_info(ctx) if hasattr(sampler, "start_info") else {})}
         if ctx.resumed_at is not None:
             start["resumed_at_step"] = ctx.resumed_at
         mon = ctx.monitor
         mon.on_start(start)
         budget = getattr(cfg, "max_seconds", None)
-        stepped = False
+        payload = lambda: {"seed": ctx.seed, "state": state.state_dict()}  # noqa: E731 (reads the current state)
+        last_saved = None if ctx.resumed_at is None else ctx.resumed_at - 1
+        stopped, stepped = False, False
         while not state.done:
-            # the budget is checked between steps; one step always runs, so there is an answer
-            if budget is not None and stepped and _over_budget(ctx, budget):
+            # the budget is checked between steps: a fresh run always makes one step (so there is
+            # an answer), a resumed run whose earlier segments spent the budget makes none
+            if budget is not None and (stepped or ctx.resumed_at is not None) and _over_budget(ctx, budget):
+                stopped = True
                 break
             stepped = True
             step = int(state.step)
@@ -248,9 +274,13 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
             step = max(step, int(state.step) - 1)
             if info:
                 mon.on_step(step, info)
-            if ck.enabled and ck.maybe_save(step, lambda: {"seed": ctx.seed, "state": state.state_dict()},
-                                            last=state.done):
+            if ck.enabled and ck.maybe_save(step, payload, last=state.done):
+                last_saved = step
                 notify_checkpoint(mon, step)
+        if stopped and ck.enabled and int(state.step) > 0 and last_saved != int(state.step) - 1:
+            # the budget ended the run between two saves: keep its last step
+            ck.save(int(state.step) - 1, payload())
+            notify_checkpoint(mon, int(state.step) - 1)
         post = sampler.finalize(state, ctx)
         end = {"seconds": ctx.seconds(), "posterior": post}
         if hasattr(sampler, "end_info"):

@@ -5,7 +5,8 @@ Two ways in:
 * ``NUTS(...).run(data, seed=..., monitor=...)`` samples the soft tree of one
   topology (``topology=`` or a full tree of ``depth=``) with ``n_chains`` chains and
   returns a :class:`~torchtree.model.soft_posterior.SoftTreePosterior` (optionally with a
-  LAIS evidence estimate);
+  LAIS evidence estimate). It goes through :func:`torchtree.samplers.driver.run` (seed,
+  device, monitors) with two steps: warm-up, then sampling;
 * ``NUTS(...).sample(potential_and_grad, init, seed=...)`` samples any batched
   potential ``[B, P] -> ([B], [B, P])`` and returns an :class:`MCMCResult`.
 
@@ -17,23 +18,26 @@ each chain at its own pace instead (see :mod:`torchtree.steps.nuts_async`).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 
+from torchtree.core.random import seed_to_int
 from torchtree.model.data import resolve_device
-from torchtree.core.validate import check_choice, check_int, check_real
-
-from torchtree.steps.adaptation import sharpness_schedule
-from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, notify, warmup
-from torchtree.model.soft_data import FLOAT_DTYPES, as_soft_data
-from torchtree.steps.soft_init import INIT_MODES, informed_start
-from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights
+from torchtree.model.soft_data import FLOAT_DTYPES, SoftData, as_soft_data
 from torchtree.model.soft_posterior import SoftTreePosterior
-from torchtree.model.topology import Topology
 from torchtree.model.soft_trees import SoftTreeHyper, SoftTrees
+from torchtree.model.topology import Topology
+from torchtree.monitor import as_monitor
+from torchtree.samplers import driver
+from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, SettingsAsAttributes, option
+from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
+from torchtree.steps.adaptation import sharpness_schedule
+from torchtree.steps.soft_init import INIT_MODES, informed_start
 
-__all__ = ["MCMCResult", "NUTS", "HMC"]
+__all__ = ["MCMCResult", "NUTS", "HMC", "NUTSConfig", "NUTSState"]
 
 # default of ``NUTS(asynchronous=...)``: chosen by measurement (not faster on the
 # soft-tree benchmark), see the class docstring
@@ -59,122 +63,145 @@ class MCMCResult(NamedTuple):
     seconds: float
 
 
-class NUTS:
-    """Batched multinomial NUTS with per-chain adaptation, on soft trees.
+@dataclass(frozen=True)
+class NUTSConfig(SamplerConfig):
+    """Settings of :class:`NUTS` and :class:`HMC` (their docstring says more on a few)."""
 
-    Parameters
-    ----------
-    n_chains : int
-    n_samples : int, kept draws per chain
-    n_warmup : int
-    thin : int
-    depth : int, full-tree depth when ``topology`` is not given
-    topology : Topology or iterable of internal node ids, optional
-    sharpness : float, final split sharpness ``h`` (``h_final``)
-    h_init : float, optional, start of the warm-up annealing (default: no annealing)
-    max_tree_depth : int
-    target_accept : float
-    max_energy_error : float, divergence threshold
-    hyper : SoftTreeHyper, optional
-    alpha : float, optional, Dirichlet-multinomial total concentration
-    split_concentration : float, optional
-    signed_splits : bool, optional
-        Split weights over the inputs and their mirror images ``1 - x`` (not in
-        the paper; see :class:`~torchtree.model.soft_trees.SoftTreeHyper`).
-    evidence : bool, estimate ``log Z`` of the topology with LAIS after sampling
-        (needs ``n_samples >= 2``)
-    n_proposals : int, LAIS pseudo-samples per draw
-    device : str ("auto" = CUDA if present), dtype : torch.dtype
-    n_leapfrog : int, leapfrog steps per HMC iteration (HMC only)
-    compile : bool, run the soft-tree potential through ``torch.compile``; with NUTS
-        (lockstep), each leapfrog step and its bookkeeping run as one compiled call
-        (``nuts_step(fused=...)``), which removes most of the per-step overhead of small
-        batches; costs 20-60 s of compilation once per process and tree depth
-    asynchronous : bool, NUTS only (default False)
-        Sampling phase without a barrier between transitions: each chain starts its
-        next transition as soon as its trajectory ends, so a transition no longer
-        costs the deepest chain's trajectory
-        (:func:`torchtree.steps.nuts_async.nuts_draw_async`). Same kernel, same
-        stationary distribution; draws differ from ``False`` (lockstep
-        :func:`torchtree.steps.nuts.nuts_step`) because random numbers are consumed in
-        another order. Warm-up is always in lockstep. Ignored by :class:`HMC`.
-        Not the default because it was not faster where measured
-        (``examples/bench_dcc.py --only-throughput [--nuts-async]``, 32 chains, one
-        CPU thread): sampling phase 36-40 vs 31-33 CPU s on WU, 9.5-10.5 vs 9.1-13.3
-        on iris. With chains this small a tick's bookkeeping costs about as much as
-        a gradient, and on WU one chain needs the depth cap in almost every
-        transition, so there is little waiting to remove (iris: ~30% fewer batched
-        steps, eaten by the bookkeeping). It pays when gradients are expensive
-        relative to ~100 small tensor operations and the deepest chain changes from
-        transition to transition.
-    init : {"prior", "data"}
-        Chains start from prior draws ("prior") or from randomised greedy splits of the
-        training data (``"data"``, :func:`torchtree.steps.soft_init.informed_start`); the
-        target is the same either way. With ``"data"`` the warm-up runs at the final
-        sharpness (``h_init`` is ignored): annealing from a soft start moved CGM
-        chains started in the true partition out of it.
-    """
+    n_chains: int = option(4, help="chains, sampled in one batch", low=1)
+    n_samples: int = option(500, help="kept draws per chain", low=1)
+    n_warmup: int = option(500, help="warm-up (adaptation) iterations", low=0)
+    thin: int = option(1, help="keep every thin-th draw", low=1)
+    depth: int = option(2, help="depth of the full tree sampled when no topology is given", low=1)
+    topology: Optional[Topology] = option(None, help="the topology: a Topology or its internal node ids "
+                                          "(default: the full tree of depth)", cli=False)
+    sharpness: float = option(0.05, help="split sharpness h of the target", low=0.0, low_open=True)
+    h_init: Optional[float] = option(None, help="split sharpness at the start of the warm-up, annealed to "
+                                     "sharpness (default: no annealing)", low=0.0, low_open=True)
+    max_tree_depth: int = option(10, help="NUTS trajectory depth cap", low=1)
+    target_accept: float = option(0.8, help="acceptance rate the step-size adaptation aims at",
+                                  low=0.0, high=1.0, low_open=True, high_open=True)
+    max_energy_error: float = option(1000.0, help="energy error that marks a divergent transition",
+                                     low=0.0, low_open=True)
+    hyper: Optional[SoftTreeHyper] = option(None, help="soft-tree prior and likelihood hyperparameters "
+                                            "(alpha, split_concentration, signed_splits override it)", cli=False)
+    alpha: Optional[float] = option(None, help="Dirichlet-multinomial total concentration (default: the number of "
+                                    "classes, or hyper's value)", low=0.0, low_open=True)
+    split_concentration: Optional[float] = option(None, help="Dirichlet prior of split weights (default: 1, or "
+                                                  "hyper's value)", low=0.0, low_open=True)
+    signed_splits: Optional[bool] = option(None, help="splits weigh the inputs and their mirror images 1 - x, so "
+                                           "either sign (not in the paper; default: off, or hyper's value)")
+    evidence: bool = option(False, help="estimate the topology's log evidence with LAIS after sampling")
+    n_proposals: int = option(5, help="LAIS pseudo-samples per draw", low=1)
+    device: Optional[str] = option(None, help="torch device (default: the data's; 'auto': CUDA if present)",
+                                   result=False)
+    dtype: torch.dtype = option(torch.float32, help="float dtype of the scaled inputs and the parameters",
+                                choices=FLOAT_DTYPES)
+    n_leapfrog: int = option(10, help="leapfrog steps per HMC iteration (HMC only)", low=1)
+    compile: bool = option(False, help="run the potential (lockstep NUTS: each leapfrog step) through "
+                           "torch.compile; 20-60 s of compilation per process and tree depth")
+    asynchronous: bool = option(ASYNC_DEFAULT, help="NUTS sampling phase with every chain at its own pace "
+                                "(warm-up stays in lockstep)")
+    init: str = option("prior", help="where the chains start: prior draws, or splits fitted to the data "
+                       "(then the warm-up runs at sharpness)", choices=INIT_MODES)
 
-    kind = "nuts"
-
-    def __init__(
-        self,
-        n_chains: int = 4,
-        n_samples: int = 500,
-        n_warmup: int = 500,
-        thin: int = 1,
-        *,
-        depth: int = 2,
-        topology: Any = None,
-        sharpness: float = 0.05,
-        h_init: Optional[float] = None,
-        max_tree_depth: int = 10,
-        target_accept: float = 0.8,
-        max_energy_error: float = 1000.0,
-        hyper: Optional[SoftTreeHyper] = None,
-        alpha: Optional[float] = None,
-        split_concentration: Optional[float] = None,
-        signed_splits: Optional[bool] = None,
-        evidence: bool = False,
-        n_proposals: int = 5,
-        device: Any = "auto",
-        dtype: torch.dtype = torch.float32,
-        n_leapfrog: int = 10,
-        compile: bool = False,
-        asynchronous: bool = ASYNC_DEFAULT,
-        init: str = "prior",
-    ) -> None:
-        self.n_chains = check_int("n_chains", n_chains, 1)
-        self.n_samples = check_int("n_samples", n_samples, 1)
-        self.n_warmup = check_int("n_warmup", n_warmup, 0)
-        self.thin = check_int("thin", thin, 1)
-        self.topology = Topology.coerce(topology if topology is not None else check_int("depth", depth, 1))
-        if self.topology.n_internal == 0:
+    def check(self) -> None:
+        if self.topology is not None:
+            object.__setattr__(self, "topology", Topology.coerce(self.topology))
+        if self.tree_topology().n_internal == 0:
             raise ValueError("the topology needs at least one split (depth >= 1)")
-        self.sharpness = check_real("sharpness", sharpness, 0.0)
-        self.h_init = None if h_init is None else check_real("h_init", h_init, 0.0)
-        self.max_tree_depth = check_int("max_tree_depth", max_tree_depth, 1)
-        self.n_leapfrog = check_int("n_leapfrog", n_leapfrog, 1)
-        self.target_accept = check_real("target_accept", target_accept, 0.0, 1.0, high_open=True)
-        self.max_energy_error = check_real("max_energy_error", max_energy_error, 0.0)
-        self.hyper = SoftTreeHyper.with_overrides(
-            hyper, alpha=alpha, split_concentration=split_concentration, signed_splits=signed_splits)
-        self.evidence = bool(evidence)
         if self.evidence and self.n_samples < 2:
             raise ValueError(f"evidence=True needs n_samples >= 2 (LAIS builds its proposals from the draws), "
                              f"got n_samples={self.n_samples}")
-        self.n_proposals = check_int("n_proposals", n_proposals, 1)
-        self.device = device
-        self.dtype = check_choice("dtype", dtype, FLOAT_DTYPES)
-        self.compile = bool(compile)
-        self.asynchronous = bool(asynchronous)
-        self.init = check_choice("init", init, INIT_MODES)
+
+    def tree_topology(self) -> Topology:
+        """``topology``, or the full tree of ``depth``."""
+        return self.topology if self.topology is not None else Topology.coerce(self.depth)
+
+    def soft_hyper(self) -> SoftTreeHyper:
+        """``hyper`` with the ``alpha`` / ``split_concentration`` / ``signed_splits`` overrides."""
+        return SoftTreeHyper.with_overrides(self.hyper, alpha=self.alpha, split_concentration=self.split_concentration,
+                                            signed_splits=self.signed_splits)
+
+
+@dataclass
+class NUTSState(SamplerState):
+    """A soft-tree NUTS / HMC run: ``step`` 0 before warm-up, 1 before sampling, 2 done.
+
+    Attributes
+    ----------
+    model : SoftTrees, the batch of ``n_chains`` trees of one topology
+    generator : torch.Generator on the run's device
+    position : Tensor [C, P], the starting positions (before warm-up)
+    chains : ChainState or None, the adapted chains (after warm-up)
+    warmup_stats : dict or None, ``accept_prob [C]`` and ``divergences [C]`` of warm-up
+    trace : SampleTrace or None, the kept draws ``[S, C, P]`` (after sampling)
+    """
+
+    step: int
+    done: bool
+    model: SoftTrees
+    generator: torch.Generator
+    position: torch.Tensor
+    chains: Optional[ChainState] = None
+    warmup_stats: Optional[dict] = None
+    trace: Optional[SampleTrace] = None
+
+
+class NUTS(SettingsAsAttributes):
+    """Batched multinomial NUTS with per-chain adaptation, on soft trees.
+
+    Settings: :class:`NUTSConfig` (``n_chains``, ``n_samples``, ``n_warmup`` and ``thin``
+    may be given by position), readable as attributes.
+
+    ``compile``: the soft-tree potential runs through ``torch.compile``; with lockstep
+    NUTS each leapfrog step and its bookkeeping run as one compiled call
+    (``nuts_step(fused=...)``), which removes most of the per-step overhead of small
+    batches; it costs 20-60 s of compilation once per process and tree depth.
+
+    ``asynchronous`` (NUTS only, default False): the sampling phase runs without a barrier
+    between transitions, each chain starting its next transition as soon as its trajectory
+    ends (:func:`torchtree.steps.nuts_async.nuts_draw_async`). Same kernel, same stationary
+    distribution; the draws differ from lockstep ones because random numbers are consumed
+    in another order. Warm-up is always in lockstep. Not the default because it was not
+    faster where measured (``examples/bench_dcc.py --only-throughput [--nuts-async]``, 32
+    chains, one CPU thread): sampling phase 36-40 vs 31-33 CPU s on WU, 9.5-10.5 vs
+    9.1-13.3 on iris. With chains this small a tick's bookkeeping costs about as much as a
+    gradient, and on WU one chain needs the depth cap in almost every transition, so there
+    is little waiting to remove. It pays when gradients are expensive relative to ~100
+    small tensor operations and the deepest chain changes from transition to transition.
+
+    ``init="data"``: chains start from randomised greedy splits of the training data
+    (:func:`torchtree.steps.soft_init.informed_start`); the target is the same. The warm-up
+    then runs at the final sharpness (``h_init`` is ignored): annealing from a soft start
+    moved CGM chains started in the true partition out of it.
+    """
+
+    kind = "nuts"
+    config_class = NUTSConfig
+
+    def __init__(self, n_chains: int = 4, n_samples: int = 500, n_warmup: int = 500, thin: int = 1,
+                 **settings: Any) -> None:
+        self.config = NUTSConfig(n_chains=n_chains, n_samples=n_samples, n_warmup=n_warmup, thin=thin, **settings)
+        _ = self.hyper  # the overrides are checked now, not at the first run
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def topology(self) -> Topology:
+        """The sampled topology (``topology``, or the full tree of ``depth``)."""
+        return self.config.tree_topology()
+
+    @property
+    def hyper(self) -> SoftTreeHyper:
+        """``hyper`` with the overrides (data-dependent defaults still unresolved)."""
+        return self.config.soft_hyper()
 
     def _kernel(self, compact: float = 0.0, fused: Optional[Callable] = None):
-        return make_kernel(
-            self.kind, max_tree_depth=self.max_tree_depth, n_leapfrog=self.n_leapfrog,
-            max_energy_error=self.max_energy_error, compact=compact, fused=fused,
-        )
+        c = self.config
+        return make_kernel(self.kind, max_tree_depth=c.max_tree_depth, n_leapfrog=c.n_leapfrog,
+                           max_energy_error=c.max_energy_error, compact=compact, fused=fused)
 
     # ----------------------------------------------------------------- generic
     def sample(
@@ -182,7 +209,7 @@ class NUTS:
         potential_and_grad: Callable,
         init: torch.Tensor,
         *,
-        seed: Optional[int] = 0,
+        seed: Optional[int] = None,
         monitor=None,
         coord_mask: Optional[torch.Tensor] = None,
         sharpness_schedule_: Optional[list] = None,
@@ -197,7 +224,7 @@ class NUTS:
         ----------
         potential_and_grad : callable [B, P] -> (U [B], grad [B, P])
         init : Tensor [B, P], initial positions
-        seed : int, optional
+        seed : int, optional; None draws a fresh seed (an int reproduces)
         monitor : Monitor or list, optional (``hmc/...`` tags every iteration)
         coord_mask : BoolTensor [B, P], optional, frozen coordinates are False
         sharpness_schedule_, set_sharpness : optional warm-up annealing hooks
@@ -212,40 +239,35 @@ class NUTS:
         MCMCResult
         """
         t0 = time.perf_counter()
-        gen = generator or torch.Generator(device=init.device).manual_seed(0 if seed is None else int(seed))
+        c = self.config
+        gen = generator or torch.Generator(device=init.device).manual_seed(seed_to_int(seed))
         kernel = self._kernel(compact, fused)
-        notify(monitor, "on_start", {
-            "method": self.kind, "n_chains": int(init.shape[0]), "n_samples": self.n_samples,
-            "n_warmup": self.n_warmup,
-        })
+        monitor = as_monitor(monitor)
+        monitor.on_start({"sampler": self.name, "method": self.kind, "n_chains": int(init.shape[0]),
+                          "n_samples": c.n_samples, "n_warmup": c.n_warmup})
         chains, wstats = warmup(
-            kernel, potential_and_grad, init, self.n_warmup, generator=gen, coord_mask=coord_mask,
-            target_accept=self.target_accept, sharpness=sharpness_schedule_, set_sharpness=set_sharpness,
+            kernel, potential_and_grad, init, c.n_warmup, generator=gen, coord_mask=coord_mask,
+            target_accept=c.target_accept, sharpness=sharpness_schedule_, set_sharpness=set_sharpness,
             monitor=monitor,
         )
         chains, trace = draw(
-            kernel, potential_and_grad, chains, self.n_samples, generator=gen, thin=self.thin,
-            monitor=monitor, step_offset=self.n_warmup, refresh=sharpness_schedule_ is not None,
-            asynchronous=self.asynchronous,
+            kernel, potential_and_grad, chains, c.n_samples, generator=gen, thin=c.thin,
+            monitor=monitor, step_offset=c.n_warmup, refresh=sharpness_schedule_ is not None,
+            asynchronous=c.asynchronous,
         )
         seconds = time.perf_counter() - t0
-        notify(monitor, "on_end", {
-            "hmc/accept": float(trace.accept_prob.mean()) if trace.accept_prob.numel() else float("nan"),
-            "hmc/divergences": int(trace.is_divergent.sum()),
-            "hmc/step_size": float(chains.step_size.mean()),
-            "seconds": seconds,
-        })
+        monitor.on_end({**_summary(trace, chains), "seconds": seconds})
         return MCMCResult(trace.positions, trace, chains, wstats, seconds)
 
     # ----------------------------------------------------------------- soft trees
     def model(self, data, y=None, generator: Optional[torch.Generator] = None) -> SoftTrees:
         """The :class:`SoftTrees` batch this sampler runs on ``data`` (one topology)."""
-        sd = as_soft_data(data, y, dtype=self.dtype, device=resolve_device(self.device),
-                          signed=self.hyper.signed_splits)
-        h0 = self.h_init if self.h_init is not None and self.init == "prior" else self.sharpness
+        c = self.config
+        sd = self.prepare(data if y is None else (data, y), c.device)
+        h0 = c.h_init if c.h_init is not None and c.init == "prior" else c.sharpness
         return SoftTrees(
-            sd, [self.topology], n_chains=self.n_chains, sharpness=h0, hyper=self.hyper,
-            dtype=self.dtype, generator=generator, compile=self.compile and not self._fuses_steps,
+            sd, [self.topology], n_chains=c.n_chains, sharpness=h0, hyper=self.hyper,
+            dtype=c.dtype, generator=generator, compile=c.compile and not self._fuses_steps,
         )
 
     @property
@@ -253,71 +275,122 @@ class NUTS:
         """Whether every potential evaluation on a hot path goes through the fused,
         compiled NUTS step (lockstep NUTS), so the potential itself need not be compiled
         too (that would cost a second compilation for a few calls per window)."""
-        return self.compile and self.kind == "nuts" and not self.asynchronous
+        return self.config.compile and self.kind == "nuts" and not self.config.asynchronous
 
-    def run(self, data, y=None, *, seed: Optional[int] = 0, monitor=None) -> SoftTreePosterior:
-        """Sample the soft tree of one topology on ``data``.
+    def run(self, data, y=None, *, seed: Optional[int] = None, monitor=None) -> SoftTreePosterior:
+        """Sample the soft tree of one topology on ``data`` (through :func:`torchtree.samplers.driver.run`).
 
         Parameters
         ----------
         data : torchtree.Data, (X, y), or Tensor X [N, D] (with ``y``)
         y : Tensor [N], optional
-        seed : int, optional
+        seed : int, optional; None (default) draws a fresh seed, an int reproduces
         monitor : Monitor or list, optional
+            Receives ``on_start``, ``on_step`` (``hmc/...`` tags every NUTS iteration,
+            warm-up then sampling) and ``on_end``.
 
         Returns
         -------
         SoftTreePosterior with one topology (``n_chains * n_samples`` draws) and, with
         ``evidence=True``, its LAIS log evidence.
         """
-        dev = resolve_device(self.device)
-        gen = torch.Generator(device=dev).manual_seed(0 if seed is None else int(seed))
-        model = self.model(data, y, generator=gen)
-        if self.init == "data":
+        if y is not None:
+            data = (data, y)
+        return driver.run(self, data, seed=seed, monitor=monitor)
+
+    # ------------------------------------------------------------ protocol
+    def prepare(self, data, device) -> SoftData:
+        """``data`` as SoftData (inputs scaled to [0, 1]) on ``device`` (None: the data's own)."""
+        dev = None if device is None else resolve_device(device)
+        return as_soft_data(data, dtype=self.config.dtype, device=dev, signed=self.hyper.signed_splits)
+
+    def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
+        c = self.config
+        # total: the on_step calls to expect (one per warm-up and per sampling iteration)
+        return {"method": self.kind, "n_chains": c.n_chains, "n_samples": c.n_samples, "n_warmup": c.n_warmup,
+                "total": c.n_warmup + c.n_samples * c.thin}
+
+    def init(self, ctx: driver.RunContext) -> NUTSState:
+        """The chains' starting positions: prior draws, or data-informed splits."""
+        gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed)
+        model = self.model(ctx.data, generator=gen)
+        if self.config.init == "data":
             model.theta.data = informed_start(model, generator=gen)
-        sched = None
+        return NUTSState(step=0, done=False, model=model, generator=gen, position=model.theta.data)
+
+    def step(self, state: NUTSState, ctx: driver.RunContext) -> Tuple[NUTSState, None]:
+        """Step 0: warm-up (with the sharpness annealing); step 1: sampling."""
+        c, model = self.config, state.model
+        kernel = self._kernel(0.5, model.fused_parts if c.compile else None)
         # a data-informed start is already in a sharp partition; annealing from a soft
         # start would move the chains out of it, so it applies to prior starts only
-        if self.init == "prior" and self.h_init is not None and self.h_init != self.sharpness:
-            sched = sharpness_schedule(self.n_warmup, self.h_init, self.sharpness)
-        res = self.sample(
-            model.potential_and_grad, model.theta.data, monitor=monitor, coord_mask=model.coord_mask,
-            sharpness_schedule_=sched, set_sharpness=model.set_sharpness, generator=gen, compact=0.5,
-            fused=model.fused_parts if self.compile else None,
-        )
-        model.set_sharpness(self.sharpness)
+        sched = None
+        if c.init == "prior" and c.h_init is not None and c.h_init != c.sharpness:
+            sched = sharpness_schedule(c.n_warmup, c.h_init, c.sharpness)
+        if state.step == 0:
+            state.chains, state.warmup_stats = warmup(
+                kernel, model.potential_and_grad, state.position, c.n_warmup, generator=state.generator,
+                coord_mask=model.coord_mask, target_accept=c.target_accept, sharpness=sched,
+                set_sharpness=model.set_sharpness, monitor=ctx.monitor,
+            )
+        else:
+            state.chains, state.trace = draw(
+                kernel, model.potential_and_grad, state.chains, c.n_samples, generator=state.generator, thin=c.thin,
+                monitor=ctx.monitor, step_offset=c.n_warmup, refresh=sched is not None, asynchronous=c.asynchronous,
+            )
+            state.done = True
+        state.step += 1
+        return state, None  # the hmc/... tags went out per NUTS iteration
+
+    def finalize(self, state: NUTSState, ctx: driver.RunContext) -> SoftTreePosterior:
+        """The draws (compact coordinates of the topology) and, with ``evidence``, LAIS's log Z."""
+        c, model, trace, gen = self.config, state.model, state.trace, state.generator
+        model.set_sharpness(c.sharpness)
+        samples = trace.positions  # [S, C, P]
         idx = model.compact_index(0)
-        draws = res.samples[:, :, idx].reshape(-1, idx.numel()).cpu()
+        draws = samples[:, :, idx].reshape(-1, idx.numel()).cpu()
         log_z = None
-        if self.evidence and res.samples.shape[0] > 1:
+        if c.evidence and samples.shape[0] > 1:
             acc = EvidenceAccumulator(1)
             mask = model.coord_mask[:1]
-            C, T, P = self.n_chains, res.samples.shape[0], model.n_params
-            K = C * T * self.n_proposals
-            rows = torch.zeros(K, dtype=torch.long, device=dev)
+            C, T, P = c.n_chains, samples.shape[0], model.n_params
+            K = C * T * c.n_proposals
+            rows = torch.zeros(K, dtype=torch.long, device=ctx.device)
             lw = lais_log_weights(
-                res.samples.permute(1, 0, 2).unsqueeze(0), mask,
+                samples.permute(1, 0, 2).unsqueeze(0), mask,
                 lambda xi: model.log_density_chunked(xi.reshape(K, P), rows).reshape(1, K),
-                self.n_proposals, gen,
+                c.n_proposals, gen,
             )
             acc.update(lw.reshape(1, -1))
             log_z = acc.log_evidence
         info = {
+            "sampler": self.name,  # as in the hard-tree posteriors' info
             "method": self.kind,
-            "seconds": res.seconds,
-            "accept": float(res.trace.accept_prob.mean()),
-            "divergences": int(res.trace.is_divergent.sum()),
-            "step_size": float(res.chains.step_size.mean()),
-            "mean_tree_depth": float(res.trace.tree_depth.float().mean()),
-            "grad_evals": int(res.trace.n_steps.sum()),
+            "seconds": ctx.seconds(),
+            "accept": float(trace.accept_prob.mean()),
+            "divergences": int(trace.is_divergent.sum()),
+            "step_size": float(state.chains.step_size.mean()),
+            "mean_tree_depth": float(trace.tree_depth.float().mean()),
+            "grad_evals": int(trace.n_steps.sum()),
         }
-        return SoftTreePosterior(model.data, model.hyper, self.sharpness, [self.topology], [draws], log_z, None, info)
+        return SoftTreePosterior(model.data, model.hyper, c.sharpness, [self.topology], [draws], log_z, None, info)
+
+    def end_info(self, post: SoftTreePosterior) -> Dict[str, Any]:
+        return {"hmc/accept": post.info["accept"], "hmc/divergences": post.info["divergences"],
+                "hmc/step_size": post.info["step_size"]}
+
+
+def _summary(trace: SampleTrace, chains: ChainState) -> Dict[str, float]:
+    """The end-of-run monitor values of a sampling phase."""
+    return {"hmc/accept": float(trace.accept_prob.mean()) if trace.accept_prob.numel() else float("nan"),
+            "hmc/divergences": int(trace.is_divergent.sum()), "hmc/step_size": float(chains.step_size.mean())}
 
 
 class HMC(NUTS):
     """Batched static HMC (``n_leapfrog`` steps, jittered step size) on soft trees.
 
-    Same parameters as :class:`NUTS` plus ``n_leapfrog`` (``max_tree_depth`` unused).
+    Same settings as :class:`NUTS` (``n_leapfrog`` is HMC's; ``max_tree_depth`` and
+    ``asynchronous`` are unused).
     """
 
     kind = "hmc"

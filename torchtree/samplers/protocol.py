@@ -25,7 +25,8 @@ import torch
 
 from torchtree.core.validate import check_bool, check_choice, check_int, check_real
 
-__all__ = ["SamplerConfig", "SamplerState", "Option", "option", "Sampler", "config_class_of", "base_type"]
+__all__ = ["SamplerConfig", "SamplerState", "Option", "option", "Sampler", "config_class_of", "base_type",
+           "SettingsAsAttributes"]
 
 _MISSING = dataclasses.MISSING
 
@@ -130,6 +131,28 @@ def config_class_of(cls) -> Optional[type]:
         if "config_class" in vars(base):
             return base.config_class if cls.__init__ is base.__init__ else None
     return None
+
+
+class SettingsAsAttributes:
+    """Mixin for a sampler class with a ``config_class``: its settings read as attributes
+    (``sampler.n_chains``), and assigning one (``sampler.n_chains = 8``) replaces
+    ``sampler.config`` by a validated copy, so the config stays the one description of the
+    run (the checkpoint fingerprint, the CLI and the estimators read it)."""
+
+    config_class: type
+
+    def __getattr__(self, name: str):
+        config = self.__dict__.get("config")
+        if config is not None and name in type(config).__dataclass_fields__:
+            return getattr(config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        config = self.__dict__.get("config")
+        if config is not None and name in type(config).__dataclass_fields__:
+            self.__dict__["config"] = config.replace(**{name: value})
+        else:
+            object.__setattr__(self, name, value)
 
 
 def base_type(hint):

@@ -15,7 +15,9 @@ runs in lockstep, since adaptation updates every chain once per iteration).
 
 Monitor hooks: ``monitor.on_step(step, dict)`` is called every ``monitor_every``
 iterations with scalar summaries tagged ``hmc/...`` (step size, acceptance,
-divergences, tree depth, leapfrog steps, sharpness, phase).
+divergences, tree depth, leapfrog steps, sharpness, phase). ``monitor`` goes through
+:func:`torchtree.monitor.as_monitor` like every sampler's (a bad object is a TypeError,
+not silently ignored); with no monitor the summaries are not computed at all.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
+from torchtree.monitor import NullMonitor, as_monitor
 from torchtree.steps.adaptation import (
     dual_averaging_init,
     dual_averaging_update,
@@ -37,7 +40,7 @@ from torchtree.steps.hmc import HMCState, PotentialAndGrad, hmc_init, hmc_step
 from torchtree.steps.nuts import nuts_step
 from torchtree.steps.nuts_async import nuts_draw_async
 
-__all__ = ["ChainState", "SampleTrace", "make_kernel", "nuts_settings", "warmup", "draw", "notify"]
+__all__ = ["ChainState", "SampleTrace", "make_kernel", "nuts_settings", "warmup", "draw"]
 
 
 class ChainState(NamedTuple):
@@ -118,19 +121,6 @@ def nuts_settings(kernel: Kernel) -> Optional[Dict[str, Any]]:
     return None
 
 
-def notify(monitor, hook: str, *args) -> None:
-    """Call ``monitor.<hook>(*args)`` on a monitor, a list of monitors, or nothing."""
-    if monitor is None:
-        return
-    if isinstance(monitor, (list, tuple)):
-        for m in monitor:
-            notify(m, hook, *args)
-        return
-    fn = getattr(monitor, hook, None)
-    if fn is not None:
-        fn(*args)
-
-
 def _summary(info, step_size: torch.Tensor, prefix: str) -> Dict[str, float]:
     out = {
         f"{prefix}/step_size": float(step_size.mean()),
@@ -194,6 +184,8 @@ def warmup(
     """
     B, P = position.shape
     dev, dt = position.device, position.dtype
+    monitor = as_monitor(monitor)
+    watch = not isinstance(monitor, NullMonitor)  # the summaries cost a sync per iteration
     mask = torch.ones(B, P, dtype=torch.bool, device=dev) if coord_mask is None else coord_mask
     fmask = mask.to(dt)
     inv_mass = fmask.clone() if inv_mass is None else inv_mass * fmask
@@ -230,12 +222,12 @@ def warmup(
             welford = welford_init(position)
             new_eps = find_reasonable_step_size(state, potential_and_grad, inv_mass, torch.exp(da.log_step), generator)
             da = dual_averaging_init(new_eps)
-        if monitor is not None and (i % monitor_every == 0 or i == n_warmup - 1):
+        if watch and (i % monitor_every == 0 or i == n_warmup - 1):
             d = _summary(info, eps, prefix)
             d[f"{prefix}/phase"] = "warmup"
             if sharpness is not None:
                 d[f"{prefix}/sharpness"] = float(sharpness[i])
-            notify(monitor, "on_step", step_offset + i, d)
+            monitor.on_step(step_offset + i, d)
     final_eps = torch.exp(da.log_step_avg) if n_warmup > 0 else step_size
     final_eps = torch.where(torch.isfinite(final_eps), final_eps, step_size)
     stats = {"accept_prob": acc_sum / max(acc_n, 1), "divergences": divergences}
@@ -282,12 +274,14 @@ def draw(
     (ChainState, SampleTrace) with ``S = n_samples``.
     """
     state, eps, inv_mass = chains
+    monitor = as_monitor(monitor)
+    watch = not isinstance(monitor, NullMonitor)
     if refresh:
         state = hmc_init(state.position, potential_and_grad)
     settings = nuts_settings(kernel) if asynchronous else None
     if settings is not None:
         return _draw_async(potential_and_grad, state, eps, inv_mass, n_samples, thin, generator, settings,
-                           monitor, monitor_every, step_offset, prefix)
+                           monitor if watch else None, monitor_every, step_offset, prefix)
     pos, pot, acc, div, depth, nst = [], [], [], [], [], []
     for i in range(n_samples * thin):
         state, info = kernel(state, potential_and_grad, eps, inv_mass, generator=generator)
@@ -298,10 +292,10 @@ def draw(
             div.append(info.is_divergent)
             depth.append(getattr(info, "tree_depth", torch.zeros_like(info.n_steps)))
             nst.append(info.n_steps)
-        if monitor is not None and (i % monitor_every == 0 or i == n_samples * thin - 1):
+        if watch and (i % monitor_every == 0 or i == n_samples * thin - 1):
             d = _summary(info, eps, prefix)
             d[f"{prefix}/phase"] = "sample"
-            notify(monitor, "on_step", step_offset + i, d)
+            monitor.on_step(step_offset + i, d)
     B, P = state.position.shape
     dev, dt = state.position.device, state.position.dtype
 
@@ -330,7 +324,7 @@ def _draw_async(potential_and_grad, state, eps, inv_mass, n_samples, thin, gener
         # the same tags as the lockstep loop, iteration i = every chain's transition i
         if i % monitor_every == 0 or i == n_total - 1:
             acc, div, depth, steps = stats.tolist()
-            notify(monitor, "on_step", step_offset + i, {
+            monitor.on_step(step_offset + i, {
                 f"{prefix}/step_size": step_mean, f"{prefix}/accept": acc / B,
                 f"{prefix}/divergences": int(div), f"{prefix}/n_steps": steps / B,
                 f"{prefix}/tree_depth": depth / B, f"{prefix}/phase": "sample",

@@ -1,20 +1,15 @@
 """Soft decision trees with batched HMC / NUTS, LAIS evidence and DCC-Tree (paper 004).
 
-Modules (one concept each):
+The face of the soft-tree family: one import for what lives in the layers below.
 
-topology     heap-indexed topologies, Chipman structure prior, grow / prune / stay
-trees        ``SoftTrees``: batched soft trees (chains x topologies) and their potential
-hmc          batched HMC state, leapfrog, HMC step
-nuts         batched iterative multinomial NUTS step
-adaptation   dual averaging, Welford mass matrix, Stan windows, sharpness annealing
-chains       warm-up and sampling loops (functional driver)
-sampler      ``HMC`` / ``NUTS`` classes (``run(data)`` on soft trees, ``sample(potential)``)
-lais         layered adaptive importance sampling evidence
-utility      DCC utility (exploitation, exploration, optimism)
-dcc          ``DCC``: the DCC-Tree algorithm
-posterior    ``SoftTreePosterior`` (a ``TreePosterior``)
-pyro_model   Pyro modules (imported lazily by ``torchtree.pyro``)
-inputs       data coercion and [0, 1] scaling
+model     ``SoftTrees`` (torchtree.model.soft_trees), ``SoftTreeHyper`` / ``ParamLayout``
+          (model.soft_params), ``Topology`` (model.topology), ``SoftData`` (model.soft_data),
+          ``SoftTreePosterior`` (model.soft_posterior); the hand-derived gradient is
+          torchtree.kernels.soft_gradient
+steps     HMC and NUTS transitions (steps.hmc, steps.nuts, steps.nuts_async), adaptation
+samplers  ``NUTS`` / ``HMC`` with ``NUTSConfig`` (samplers.nuts; warm-up and draw loops in
+          samplers.soft_chains), ``DCC`` with ``DCCConfig`` (samplers.dcc: sampler, config,
+          records, lais, utility); both run through torchtree.samplers.driver.run
 """
 from torchtree.steps.adaptation import (
     DualAveragingState,
@@ -29,13 +24,14 @@ from torchtree.steps.adaptation import (
     welford_variance,
 )
 from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
+from torchtree.samplers.dcc.config import DCCConfig
 from torchtree.samplers.dcc.sampler import DCC
 from torchtree.steps.hmc import HMCInfo, HMCState, hmc_init, hmc_step, kinetic_energy, leapfrog, sample_momentum
 from torchtree.model.soft_data import SoftData, as_soft_data, train_test_split
 from torchtree.samplers.dcc.lais import EvidenceAccumulator, chain_covariance, lais_log_weights
 from torchtree.steps.nuts import NUTSInfo, nuts_init, nuts_step
 from torchtree.model.soft_posterior import SoftTreePosterior
-from torchtree.samplers.nuts import HMC, NUTS, MCMCResult
+from torchtree.samplers.nuts import HMC, NUTS, MCMCResult, NUTSConfig
 from torchtree.model.topology import Topology, propose_topology, sample_prior_topologies
 from torchtree.model.soft_trees import ParamLayout, SoftTreeHyper, SoftTrees
 from torchtree.samplers.dcc.utility import dcc_utility, exploitation_term, exploration_term
@@ -48,7 +44,7 @@ __all__ = [
     "find_reasonable_step_size", "sharpness_schedule", "warmup_windows", "welford_init", "welford_update",
     "welford_variance",
     "ChainState", "SampleTrace", "make_kernel", "warmup", "draw",
-    "HMC", "NUTS", "MCMCResult", "DCC", "SoftTreePosterior",
+    "HMC", "NUTS", "NUTSConfig", "MCMCResult", "DCC", "DCCConfig", "SoftTreePosterior",
     "lais_log_weights", "chain_covariance", "EvidenceAccumulator",
     "dcc_utility", "exploitation_term", "exploration_term",
     "SoftData", "as_soft_data", "train_test_split",

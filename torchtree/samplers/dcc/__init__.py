@@ -1,4 +1,12 @@
-"""DCC-Tree (paper 004): topology search, LAIS evidence, utility, the sampler."""
-from torchtree.samplers.dcc.sampler import DCC
+"""DCC-Tree (paper 004): topology search, LAIS evidence, utility, the sampler.
 
-__all__ = ["DCC"]
+config    ``DCCConfig``: the settings table (help, choices, bounds)
+records   per-topology bookkeeping, its checkpoint form, warm-start inheritance
+lais      layered adaptive importance sampling evidence
+utility   the utility that picks the topologies to refine (eq. 10)
+sampler   ``DCC`` (init / step / finalize through the driver) and ``DCCState``
+"""
+from torchtree.samplers.dcc.config import DCCConfig
+from torchtree.samplers.dcc.sampler import DCC, DCCState
+
+__all__ = ["DCC", "DCCConfig", "DCCState"]

@@ -1,0 +1,111 @@
+"""``DCCConfig``: the settings of :class:`~torchtree.samplers.dcc.sampler.DCC`, in one table.
+
+The estimators' parameters, ``torchtree fit --method dcc``'s options and help, and the
+checkpoint fingerprint (the settings with ``result=True``) all read this table
+(:mod:`torchtree.samplers.protocol`). Symbols in the help (T, T0, N_c, ...) are those of
+paper 004 (Alg. 1, Table 5).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+from torchtree.core.validate import check_probabilities
+from torchtree.model.soft_data import FLOAT_DTYPES
+from torchtree.model.soft_trees import SoftTreeHyper
+from torchtree.samplers.protocol import SamplerConfig, option
+from torchtree.steps.soft_init import INIT_MODES
+
+__all__ = ["DCCConfig", "LOCAL_POSTERIORS", "LAIS_FORMS", "CLOCK_NAMES"]
+
+LOCAL_POSTERIORS = ("weighted", "chains", "draws")
+LAIS_FORMS = ("spatial", "basic")
+CLOCK_NAMES = ("wall", "cpu")
+
+
+@dataclass(frozen=True)
+class DCCConfig(SamplerConfig):
+    """Settings of :class:`~torchtree.samplers.dcc.sampler.DCC` (its docstring explains them)."""
+
+    # n_iterations only bounds the loop: not fingerprinted, so a finished checkpointed run
+    # can be extended by resuming it with a larger value
+    n_iterations: int = option(60, help="T, DCC iterations (paper: 500)", low=1, result=False)
+    n_initial: int = option(100, help="T0, topologies drawn from the Chipman prior at the start", low=1)
+    n_chains: int = option(8, help="N_c, NUTS chains per topology (paper code: 16)", low=1)
+    n_samples: int = option(20, help="N_s, NUTS draws per chain at each visit of a topology (paper: 100)", low=1)
+    n_warmup: int = option(150, help="N_init, warm-up iterations of a newly active topology (paper: 1000-5000)",
+                           low=0)
+    activation_threshold: int = option(5, help="C0, proposals a topology needs to become active", low=1)
+    n_proposals: int = option(5, help="N_M, LAIS pseudo-samples per NUTS draw (paper: 10)", low=1)
+    n_parallel: int = option(4, help="topologies refined together per iteration (1: the paper's algorithm)", low=1)
+    max_depth: int = option(5, help="deepest leaf a topology may have", low=1)
+    alpha_split: float = option(0.95, help="Chipman structure prior: split probability alpha at the root (paper: 0.95)",
+                                low=0.0, high=1.0, low_open=True, high_open=True)
+    beta_split: float = option(1.0, help="Chipman structure prior: depth decay beta, p(split) = alpha (1 + depth)^-beta",
+                               low=0.0)
+    # kept unnormalised: propose_topology scales by their sum, and dividing here would move
+    # rounding and so change the draws of earlier runs
+    move_probs: Tuple[float, float, float] = option(
+        (0.6, 0.3, 0.1), help="weights of the grow, prune and stay moves of the global topology proposal")
+    delta: float = option(0.5, help="utility: weight of exploration against exploitation (eq. 10)", low=0.0, high=1.0)
+    optimism: float = option(1.0, help="utility: weight of the optimism boost of rarely refined topologies", low=0.0)
+    kappa: float = option(0.0, help="utility: weight of the weight variance in the exploitation term")
+    look_ahead: float = option(1000.0, help="utility: further weights the exploration term looks ahead to",
+                               low=0.0, low_open=True)
+    h_init: float = option(0.05, help="split sharpness at the start of a warm-up (annealed to h_final)",
+                           low=0.0, low_open=True)
+    h_final: float = option(0.025, help="split sharpness of the target (after warm-up)", low=0.0, low_open=True)
+    max_tree_depth: int = option(6, help="NUTS trajectory depth cap", low=1)
+    target_accept: float = option(0.8, help="acceptance rate the step-size adaptation aims at",
+                                  low=0.0, high=1.0, low_open=True, high_open=True)
+    lais_form: str = option("spatial", help="LAIS proposal form", choices=LAIS_FORMS)
+    hyper: Optional[SoftTreeHyper] = option(None, help="soft-tree prior and likelihood hyperparameters "
+                                            "(alpha, split_concentration, signed_splits override it)", cli=False)
+    alpha: Optional[float] = option(None, help="Dirichlet-multinomial total concentration (default: the number of "
+                                    "classes, or hyper's value)", low=0.0, low_open=True)
+    split_concentration: Optional[float] = option(None, help="Dirichlet prior of split weights (default: 1, or "
+                                                  "hyper's value)", low=0.0, low_open=True)
+    signed_splits: Optional[bool] = option(None, help="splits weigh the inputs and their mirror images 1 - x, so "
+                                           "either sign (not in the paper; default: off, or hyper's value)")
+    max_predict_draws: int = option(200, help="draws per topology kept in the posterior", low=1)
+    local_posterior: str = option("weighted", help="each topology's posterior: LAIS pseudo-samples resampled by "
+                                  "weight, NUTS draws weighted per chain by its evidence, or plain draws",
+                                  choices=LOCAL_POSTERIORS)
+    warm_start: bool = option(False, help="start a new topology's chains from those of the topology that proposed "
+                              "it, with the shorter warm-up n_warmup_warm (not in the paper)")
+    compile: bool = option(False, help="run each NUTS leapfrog step as one torch.compile-d call (2-4x faster "
+                           "steps on a CPU after 20-60 s of compilation per tree depth)")
+    n_warmup_warm: Optional[int] = option(None, help="warm-up iterations of a warm-started topology "
+                                          "(default: max(30, n_warmup // 3))", low=0)
+    max_seconds: Optional[float] = option(None, help="stop after this many seconds of the clock (default: no "
+                                          "limit), summed over resumed segments; the result then depends on the "
+                                          "machine's speed",
+                                          low=0.0, low_open=True, result=False)
+    clock: str = option("wall", help="what max_seconds measures: wall time, or this process's CPU time",
+                        choices=CLOCK_NAMES, result=False)
+    device: Optional[str] = option(None, help="torch device (default: the data's; 'auto': CUDA if present)",
+                                   result=False)
+    dtype: torch.dtype = option(torch.float32, help="float dtype of the scaled inputs and the parameters",
+                                choices=FLOAT_DTYPES)
+    checkpoint: Optional[str] = option(None, help="checkpoint file (resume when it exists)", result=False)
+    checkpoint_every: int = option(1, help="save after every k-th iteration", low=1, result=False)
+    asynchronous: bool = option(False, help="draw each visit's NUTS samples with every chain at its own pace "
+                                "(warm-up stays in lockstep)")
+    init: str = option("prior", help="where a topology's chains start: prior draws, or splits fitted to the data "
+                       "(then the warm-up runs at h_final)", choices=INIT_MODES)
+
+    def check(self) -> None:
+        check_probabilities("move_probs (grow, prune, stay)", self.move_probs, 3)
+        object.__setattr__(self, "move_probs", tuple(float(p) for p in self.move_probs))
+
+    @property
+    def warmup_warm(self) -> int:
+        """The warm-up length of a warm-started topology (``n_warmup_warm`` or its default)."""
+        return self.n_warmup_warm if self.n_warmup_warm is not None else max(30, self.n_warmup // 3)
+
+    def soft_hyper(self) -> SoftTreeHyper:
+        """``hyper`` with the ``alpha`` / ``split_concentration`` / ``signed_splits`` overrides."""
+        return SoftTreeHyper.with_overrides(self.hyper, alpha=self.alpha, split_concentration=self.split_concentration,
+                                            signed_splits=self.signed_splits)
