@@ -14,7 +14,18 @@
   detected (steps disagree) instead of resuming from a mixture, and resuming with
   a different world size raises a clear error.
 * :class:`Checkpointer` bundles this for samplers (``checkpoint=path,
-  checkpoint_every=k``).
+  checkpoint_every=k``), and skips saves that would cost more than a small share
+  of the run's time (see its ``min_seconds``).
+* Content checksum: checkpoints and saved posteriors carry a sha256 of their
+  tensors and fields (:func:`seal`); loading recomputes it (:func:`verify_checksum`)
+  and refuses a file whose content was damaged or edited. The checksum detects
+  corruption and casual edits; it is not a signature (whoever edits a file can
+  recompute it). Files written before checksums existed have none and still load
+  (their tree structure is still validated by the posterior loaders).
+* A Ctrl-C (SIGINT) that arrives while a file is being written is held back until
+  the file is complete and renamed into place, then raised as ``KeyboardInterrupt``:
+  an interrupted write inside ``torch.save`` surfaced as a ``RuntimeError`` from
+  torch's zip writer instead.
 
 Examples
 --------
@@ -24,9 +35,13 @@ Examples
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import signal
 import tempfile
+import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
@@ -44,9 +59,14 @@ __all__ = [
     "Checkpointer",
     "CheckpointError",
     "fingerprint",
+    "content_checksum",
+    "seal",
+    "verify_checksum",
+    "read_payload",
 ]
 
 FORMAT = "torchtree.checkpoint/1"
+CHECKSUM_KEY = "checksum"
 MANIFEST_FORMAT = "torchtree.checkpoint-manifest/1"
 
 
@@ -102,6 +122,76 @@ def fingerprint(*parts: Any) -> str:
     return h.hexdigest()[:16]
 
 
+def content_checksum(payload: Dict[str, Any]) -> str:
+    """sha256 of every field of ``payload`` except its own ``"checksum"`` entry.
+
+    Parameters
+    ----------
+    payload : dict
+        Tensors, numpy arrays, numbers, strings and (nested) lists, tuples, dicts.
+
+    Returns
+    -------
+    str
+        ``"sha256:<64 hex digits>"``.
+    """
+    h = hashlib.sha256()
+    _feed(h, {k: v for k, v in payload.items() if k != CHECKSUM_KEY})
+    return "sha256:" + h.hexdigest()
+
+
+def seal(payload: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of ``payload`` with its :func:`content_checksum` under ``"checksum"``.
+
+    Parameters
+    ----------
+    payload : dict
+        What is about to be saved (the exact objects: the checksum covers them
+        as :func:`torch.load` gives them back).
+
+    Returns
+    -------
+    dict
+    """
+    out = dict(payload)
+    out[CHECKSUM_KEY] = content_checksum(out)
+    return out
+
+
+def verify_checksum(payload: Any, path: str, what: str = "checkpoint") -> bool:
+    """Check the checksum that :func:`seal` stored in ``payload``.
+
+    Parameters
+    ----------
+    payload : object
+        What :func:`torch.load` read from ``path``.
+    path : str
+        Named in the error.
+    what : str
+        What the file is ("checkpoint", "posterior file", ...), for the error.
+
+    Returns
+    -------
+    bool
+        True when the checksum matched; False when ``payload`` has none (a file
+        written before torchtree stored checksums, accepted as it was).
+
+    Raises
+    ------
+    CheckpointError
+        The stored checksum differs from the content: the file was damaged or edited.
+    """
+    if not isinstance(payload, dict) or CHECKSUM_KEY not in payload:
+        return False
+    stored = payload[CHECKSUM_KEY]
+    if not isinstance(stored, str) or content_checksum(payload) != stored:
+        raise CheckpointError(
+            f"{path}: this {what} is damaged or edited: its content does not match the checksum stored "
+            "when it was saved; use an intact copy or produce it again"
+        )
+    return True
+
+
 def _fsync_dir(directory: str) -> None:
     """Make the rename itself durable (best effort; not possible on every platform)."""
     try:
@@ -116,25 +206,61 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold back SIGINT for the duration of the block, then raise it.
+
+    A ``KeyboardInterrupt`` raised inside ``torch.save`` leaves torch's zip writer
+    half-written and its ``__exit__`` replaces the interrupt with a ``RuntimeError``
+    (the CLI then printed a traceback and exited 1). Deferring the signal lets the
+    write and rename finish, so the interrupt arrives with a complete file in place.
+    Python only lets the main thread install handlers; elsewhere, and when SIGINT is
+    ignored or handled by someone else's handler, nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+    except (ValueError, OSError):
+        previous = None
+    if previous is not signal.default_int_handler:
+        yield
+        return
+    caught = []
+
+    def hold(signum, frame):
+        caught.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def _atomic_write(path: str, write: Callable[[Any], None], mode: str) -> None:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"{path}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, mode) as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+    with _sigint_deferred():
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(directory)
+            with os.fdopen(fd, mode) as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        _fsync_dir(directory)
 
 
 def atomic_save(obj: Any, path: str) -> None:
@@ -156,24 +282,70 @@ def atomic_write_text(text: str, path: str) -> None:
     _atomic_write(path, lambda fh: fh.write(text), "w")
 
 
-def load_checkpoint(path: str, map_location: Any = "cpu") -> Any:
-    """Read a checkpoint written by :func:`atomic_save` (``torch.load(weights_only=True)``).
+def _reason(exc: BaseException) -> str:
+    """A short cause for a failed ``torch.load``, without torch's advice to load with
+    ``weights_only=False`` (wrong for a damaged file, unsafe for a foreign one)."""
+    first = str(exc).splitlines()[0].strip() if str(exc).strip() else ""
+    if "weights" in first.lower() or len(first) > 160:
+        first = ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def read_payload(path: str, what: str = "checkpoint", map_location: Any = "cpu") -> Any:
+    """``torch.load(path, weights_only=True)`` with errors that name the file, and the
+    content checksum verified (:func:`verify_checksum`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    what : str
+        What the file should be ("checkpoint", "torchtree posterior file", ...), for errors.
+    map_location : torch.device or str
+
+    Returns
+    -------
+    The object that was saved.
 
     Raises
     ------
     FileNotFoundError
         No file at ``path``.
     CheckpointError
-        The file is not a readable checkpoint (truncated, not written by torch.save,
-        or holding objects other than tensors and plain containers).
+        Empty, truncated or damaged file, a file not written by ``torch.save``, one
+        holding objects other than tensors and plain containers, or one whose content
+        does not match its checksum.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such checkpoint")
+        raise FileNotFoundError(f"{path}: no such {what}")
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise CheckpointError(f"{path}: not a readable {what}: the file is empty (damaged or truncated)")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, OSError, ...
+        # "from None": the chained torch error would advise weights_only=False.
+        raise CheckpointError(
+            f"{path}: not a readable {what}: the file is damaged, truncated or not written by torchtree ({_reason(exc)})"
+        ) from None
+    verify_checksum(payload, path, what)
+    return payload
+
+
+def load_checkpoint(path: str, map_location: Any = "cpu") -> Any:
+    """Read a checkpoint written by :func:`atomic_save` (``torch.load(weights_only=True)``).
+
+    A checkpoint saved with a content checksum (:func:`seal`) is verified.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    CheckpointError
+        The file is not a readable checkpoint (empty, truncated, not written by
+        torch.save, or holding objects other than tensors and plain containers),
+        or its content does not match its checksum (damaged or edited).
+    """
+    return read_payload(path, "checkpoint", map_location)
 
 
 # ----------------------------------------------------------------------------- multi-rank
@@ -223,7 +395,7 @@ def save_rank_checkpoint(state: Any, path: str, *, rank: int = 0, world_size: in
     rank, world_size = int(rank), int(world_size)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, {world_size})")
-    atomic_save({"format": FORMAT, "rank": rank, "world_size": world_size, "step": step, "state": state}, rank_path(path, rank))
+    atomic_save(seal({"format": FORMAT, "rank": rank, "world_size": world_size, "step": step, "state": state}), rank_path(path, rank))
     _barrier(backend)
     if rank == 0:
         manifest = {
@@ -291,22 +463,52 @@ def load_rank_checkpoint(path: str, *, rank: int = 0, world_size: int = 1, backe
     return payload["state"]
 
 
+def _min_seconds_from_env() -> Optional[float]:
+    """``TORCHTREE_CHECKPOINT_MIN_SECONDS``: a number, or unset / ``auto`` for None."""
+    raw = os.environ.get("TORCHTREE_CHECKPOINT_MIN_SECONDS", "").strip()
+    if raw in ("", "auto"):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f"TORCHTREE_CHECKPOINT_MIN_SECONDS must be a number >= 0 or 'auto', got {raw!r}")
+    return value
+
+
 class Checkpointer:
     """Periodic checkpoints for a sampler loop (``checkpoint=path, checkpoint_every=k``).
 
     One process writes ``path`` (atomic); a multi-rank run (``backend`` with
     ``world_size > 1``) writes rank files plus a manifest.
 
+    Saving costs time (``torch.save`` and ``fsync``: milliseconds to seconds), so
+    a save that is due by step is skipped when it comes too soon after the previous
+    one (see ``min_seconds``); the save after the last step (``last=True``) always
+    happens. Every save holds the complete state, so a run resumed from whichever
+    save came last ends exactly as an uninterrupted run does.
+
     Parameters
     ----------
     path : str or None
         None disables checkpointing (every method becomes a no-op).
     every : int
-        Save when ``(step + 1) % every == 0``.
+        A save is due when ``(step + 1) % every == 0``.
     backend : torchtree.distributed.Backend, optional
     fingerprint : str, optional
         Identifies the run (see :func:`fingerprint`); stored with every save and
         checked by :meth:`load`.
+    min_seconds : float or None
+        Least time between the end of one save and the start of the next:
+        ``0`` saves at every due step; a number skips due saves sooner than
+        that; ``None`` (default) is cost-aware: it measures each save and skips due
+        saves sooner than ``COST_RATIO`` (19) times the last save's duration, so
+        that saving takes at most about 5% of the run's time. The environment
+        variable ``TORCHTREE_CHECKPOINT_MIN_SECONDS`` replaces the default (a number,
+        or ``auto``); the test suite sets it to 0. Multi-rank runs save at every
+        due step whatever this says (skipping by each rank's clock would let ranks
+        disagree on which steps they save).
 
     Examples
     --------
@@ -317,7 +519,12 @@ class Checkpointer:
     ...     ck.maybe_save(step, lambda: {"step": step, "logw": logw, "trees": trees.as_dict()})
     """
 
-    def __init__(self, path: Optional[str], every: int = 1, backend=None, fingerprint: Optional[str] = None) -> None:
+    #: With ``min_seconds=None``: skip due saves sooner than this many times the
+    #: last save's duration (save time / run time <= 1 / (1 + COST_RATIO)).
+    COST_RATIO = 19.0
+
+    def __init__(self, path: Optional[str], every: int = 1, backend=None, fingerprint: Optional[str] = None,
+                 min_seconds: Optional[float] = None) -> None:
         if path is not None and int(every) < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {every}")
         if path is not None and not os.fspath(path):
@@ -326,6 +533,14 @@ class Checkpointer:
         self.every = int(every)
         self.backend = backend
         self.fingerprint = fingerprint
+        if min_seconds is None:
+            min_seconds = _min_seconds_from_env()
+        elif not (isinstance(min_seconds, (int, float)) and min_seconds >= 0):
+            raise ValueError(f"min_seconds must be a number >= 0 or None, got {min_seconds!r}")
+        self.min_seconds = None if min_seconds is None else float(min_seconds)
+        self._last_end: Optional[float] = None
+        self._last_cost = 0.0
+        self.n_skipped = 0
 
     @property
     def enabled(self) -> bool:
@@ -357,15 +572,30 @@ class Checkpointer:
         """Write ``state`` for ``step`` now."""
         if self.path is None:
             return
+        t0 = time.perf_counter()
         state = {"fingerprint": self.fingerprint, "sampler_state": state}
         if self.distributed:
             save_rank_checkpoint(state, self.path, step=int(step), backend=self.backend)
         else:
-            atomic_save({"format": FORMAT, "rank": 0, "world_size": 1, "step": int(step), "state": state}, self.path)
+            atomic_save(seal({"format": FORMAT, "rank": 0, "world_size": 1, "step": int(step), "state": state}), self.path)
+        self._last_end = time.perf_counter()
+        self._last_cost = self._last_end - t0
+
+    def too_soon(self) -> bool:
+        """Whether a save due now would come too soon after the previous one (see
+        ``min_seconds``)."""
+        if self._last_end is None or self.distributed:
+            return False
+        wait = self.COST_RATIO * self._last_cost if self.min_seconds is None else self.min_seconds
+        return time.perf_counter() - self._last_end < wait
 
     def maybe_save(self, step: int, state_fn: Callable[[], Any], last: bool = False) -> bool:
-        """Save ``state_fn()`` when ``step`` is due (or ``last``); returns whether it saved."""
+        """Save ``state_fn()`` when ``step`` is due (or ``last``) and not too soon after
+        the previous save (see ``min_seconds``); returns whether it saved."""
         if self.path is None or ((int(step) + 1) % self.every and not last):
+            return False
+        if not last and self.too_soon():
+            self.n_skipped += 1
             return False
         self.save(step, state_fn())
         return True
@@ -427,4 +657,4 @@ class Checkpointer:
         return state["sampler_state"]
 
     def __repr__(self) -> str:
-        return f"Checkpointer(path={self.path!r}, every={self.every})"
+        return f"Checkpointer(path={self.path!r}, every={self.every}, min_seconds={self.min_seconds!r})"

@@ -1,7 +1,6 @@
 """``TreePosterior``: a weighted set of trees and everything a user asks of it."""
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -356,17 +355,32 @@ class TreePosterior:
             "ess": self.ess,
             "info": _plain(self.info),
         }
-        tmp = f"{path}.tmp-{os.getpid()}"
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
+        from .checkpoint import atomic_save, seal
+
+        atomic_save(seal(payload), path)
 
     @classmethod
     def load(cls, path: str, device=None) -> "TreePosterior":
-        """Read a posterior written by :meth:`save` (``torch.load(weights_only=True)``)."""
-        payload = torch.load(path, map_location=device or "cpu", weights_only=True)
+        """Read a posterior written by :meth:`save` (``torch.load(weights_only=True)``).
+
+        The content checksum written by :meth:`save` is verified and the trees'
+        structure is validated (files of earlier versions have no checksum: they load
+        when their structure is valid).
+
+        Raises
+        ------
+        FileNotFoundError
+            No file at ``path``.
+        ValueError
+            (``torchtree.checkpoint.CheckpointError``) an empty, truncated or damaged
+            file, a file of another kind, or one whose content was edited.
+        """
+        from .checkpoint import read_payload
+
+        payload = read_payload(path, "torchtree posterior file", device or "cpu")
         if not isinstance(payload, dict) or payload.get("format") != "torchtree.TreePosterior/1":
             raise ValueError(f"{path} is not a torchtree posterior file")
-        trees = HardTrees.from_dict(payload["trees"])
+        trees = _checked_trees(payload, path)
         obj = cls(
             trees,
             payload["log_weights"],
@@ -383,6 +397,38 @@ class TreePosterior:
     def __repr__(self) -> str:
         ev = "None" if self.log_evidence is None else f"{self.log_evidence:.4f}"
         return f"TreePosterior(task={self.task!r}, n_particles={self.n_particles}, distinct={self.trees.n_trees}, ess={self.ess:.1f}, log_evidence={ev})"
+
+
+def _checked_trees(payload: Dict[str, Any], path: str) -> HardTrees:
+    """The trees of a loaded posterior payload, refused unless well formed.
+
+    The checksum catches damage and casual edits of files that have one; this catches
+    the rest (files of earlier versions, edits that recomputed the checksum) before a
+    bad pointer or feature index routes points wrongly or out of bounds.
+    """
+    from .checkpoint import CheckpointError
+
+    def bad(why: str) -> CheckpointError:
+        return CheckpointError(f"{path}: this posterior file is damaged or edited: {why}")
+
+    try:
+        trees = HardTrees.from_dict(payload["trees"])
+        n_features = int(payload["n_features"])
+        lw = payload["log_weights"]
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        raise bad(f"missing or malformed field ({type(exc).__name__}: {exc})") from None
+    if not isinstance(lw, torch.Tensor) or lw.shape != (trees.n_trees,) or bool(torch.isnan(lw).any()):
+        raise bad(f"log_weights must be {trees.n_trees} numbers")
+    try:
+        trees.validate()
+    except (AssertionError, IndexError, RuntimeError) as exc:
+        raise bad(f"tree structure: {exc}") from None
+    internal = trees.status == INTERNAL
+    if bool((internal & (trees.feature >= n_features)).any()):
+        raise bad(f"a split uses a feature index >= n_features ({n_features})")
+    if bool(torch.isnan(trees.threshold[internal]).any()):
+        raise bad("a split threshold is NaN")
+    return trees
 
 
 def _plain(obj):
