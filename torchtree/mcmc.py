@@ -216,7 +216,7 @@ class MCMC:
         else:
             state = TreeState.roots(model, P)
         total, mp = self.n_iterations, self.move_probs
-        start_info = {"sampler": "MCMC", "n_chains": P, "n_iterations": total, "n_warmup": self.n_warmup,
+        start_info = {"sampler": "MCMC", "n_chains": P, "n_iterations": total, "total": total, "n_warmup": self.n_warmup,
                       "thin": self.thin, "n": data.n, "d": data.d, "prior": repr(self.prior),
                       "engine": "host" if host else "batched"}
         if saved is not None:

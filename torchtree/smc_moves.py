@@ -399,7 +399,7 @@ class SMCSampler:
         gidx = torch.arange(g0, g0 + n, device=dev)
         tempered = self.tempering and self.use_likelihood
         resample_fn = get_resampler(self.resampling)
-        mon.on_start({"sampler": "SMCSampler", "n_particles": P, "n_iterations": K, "mh_step": self.mh_step,
+        mon.on_start({"sampler": "SMCSampler", "n_particles": P, "n_iterations": K, "total": K, "mh_step": self.mh_step,
                       "n": data.n, "d": data.d, "prior": repr(self.prior), "world_size": W})
         S = {"n_resample": 0, "moved": [], "ess": [], "phis": [], "log_z": 0.0, "phi": 0.0 if tempered else 1.0}
         ll = None

@@ -216,7 +216,7 @@ class NUTS:
         kernel = self._kernel(compact, fused)
         notify(monitor, "on_start", {
             "method": self.kind, "n_chains": int(init.shape[0]), "n_samples": self.n_samples,
-            "n_warmup": self.n_warmup,
+            "n_warmup": self.n_warmup, "total": self.n_warmup + self.n_samples * self.thin,
         })
         chains, wstats = warmup(
             kernel, potential_and_grad, init, self.n_warmup, generator=gen, coord_mask=coord_mask,
