@@ -15,6 +15,7 @@ import numpy as np
 
 from .data import Data
 from .likelihoods import DirichletMultinomial, NormalInverseGamma
+from .posterior import attach_feature_names
 from .priors import make_prior
 
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "register_method", "get_method",
@@ -245,6 +246,7 @@ class _BayesianTreeBase:
         data = self._make_data(X, y)
         sampler = self._build_sampler(data)
         self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
+        attach_feature_names(self.posterior_, X, getattr(self, "feature_names_in_", None))
         self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
         self.n_features_in_ = data.d
         self.data_ = data

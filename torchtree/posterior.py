@@ -12,7 +12,7 @@ from .likelihoods import likelihood_from_config
 from .trees import INTERNAL, HardTrees
 from .validate import check_int, check_real
 
-__all__ = ["TreePosterior", "dedupe_trees"]
+__all__ = ["TreePosterior", "PosteriorSummary", "dedupe_trees", "attach_feature_names"]
 
 
 def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
@@ -53,6 +53,77 @@ def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
     mx = lw.max()
     agg = torch.zeros(Q, dtype=torch.float64, device=lw.device).index_add_(0, inv, torch.exp(lw - mx))
     return trees.take(first), agg.log() + mx, inv
+
+
+class PosteriorSummary(dict):
+    """The dict of :meth:`TreePosterior.summary` with a readable ``repr``.
+
+    Dict access is unchanged (``s["feature_usage"]`` is the array it always was);
+    ``s["feature_names"]`` labels its entries, and printing the summary shows the
+    scalars and the feature usage as a table, as ``torchtree summary`` does.
+    """
+
+    def __repr__(self) -> str:
+        rows, tables = [], []
+        for k, v in self.items():
+            if k == "feature_names":
+                continue
+            if isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) and k.startswith("feature_usage"):
+                tables.append((k, np.asarray(v.cpu() if isinstance(v, torch.Tensor) else v, dtype=np.float64)))
+            elif isinstance(v, float):
+                rows.append((k, f"{v:.6g}"))
+            elif isinstance(v, (int, str, bool, type(None))):
+                text = str(v)
+                rows.append((k, text if len(text) <= 60 else text[:57] + "..."))
+            elif isinstance(v, (list, tuple)) and 0 < len(v) <= 6 and all(isinstance(e, (int, float)) for e in v):
+                rows.append((k, "[" + ", ".join(f"{e:.6g}" for e in v) + "]"))
+            elif isinstance(v, (list, tuple)):
+                rows.append((k, f"[{len(v)} entries]" + (f" first: {v[0]}" if v and len(str(v[0])) <= 100 else "")))
+            else:
+                rows.append((k, f"<{type(v).__name__}>"))
+        width = max((len(k) for k, _ in rows), default=0)
+        lines = [f"{type(self).__name__}:"] + [f"  {k:<{width}}  {v}" for k, v in rows]
+        for key, u in tables:
+            names = self.get("feature_names")
+            if names is None or len(names) != len(u):
+                names = [f"x{d}" for d in range(len(u))]
+            names = [str(n) for n in names]
+            nw = max((len(n) for n in names), default=1)
+            top = max(float(u.max()) if u.size else 0.0, 1e-12)
+            lines.append(f"  {key} (per feature, most used first):")
+            for j in np.argsort(-u, kind="stable"):
+                lines.append(f"    {names[j]:<{nw}}  {u[j]:8.3f}  {'#' * int(round(20 * u[j] / top))}")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p, cycle) -> None:  # IPython / Jupyter
+        p.text(repr(self))
+
+
+def _names_of(X) -> Optional[list]:
+    """Column names of a table (pandas DataFrame or anything with string ``columns``)."""
+    cols = getattr(X, "columns", None)
+    if cols is None:
+        return None
+    names = list(cols)
+    return [str(c) for c in names] if names and all(isinstance(c, str) for c in names) else None
+
+
+def attach_feature_names(posterior, X, names=None) -> None:
+    """Give ``posterior`` the feature names of the training table ``X`` (its string
+    column names), or ``names``; used by :meth:`TreePosterior.summary` and saved with it.
+
+    Parameters
+    ----------
+    posterior : TreePosterior or SoftTreePosterior
+    X : array-like
+        The training features as passed to ``fit``.
+    names : sequence of str, optional
+        Names to use instead of ``X``'s columns.
+    """
+    names = list(names) if names is not None else _names_of(X)
+    n = getattr(posterior, "n_features", None)
+    if names is not None and (n is None or len(names) == int(n)):
+        posterior.feature_names = [str(v) for v in names]
 
 
 class TreePosterior:
@@ -104,6 +175,7 @@ class TreePosterior:
         self.classes_ = None if classes is None else np.asarray(classes)
         self.log_evidence = None if log_evidence is None else float(log_evidence)
         self.info: Dict[str, Any] = dict(info or {})
+        self.feature_names: Optional[list] = None
         self._table = None
         self._used = None
 
@@ -280,15 +352,17 @@ class TreePosterior:
             raise ValueError(f"label {exc.args[0]!r} was not seen in training") from exc
 
     # -------------------------------------------------------------- summary
-    def summary(self) -> Dict[str, Any]:
+    def summary(self) -> "PosteriorSummary":
         """Weighted tree-size statistics, feature usage and sampler diagnostics.
 
         Returns
         -------
-        dict with ``n_particles``, ``n_distinct_trees``, ``ess``, ``log_evidence``,
-        ``leaves_mean``, ``leaves_max``, ``depth_mean``, ``depth_max``,
-        ``feature_usage`` (weighted mean number of splits per feature), ``map_tree``
-        (index of the heaviest tree) and the sampler's ``info``.
+        PosteriorSummary (a dict; printing it shows a table) with ``n_particles``,
+        ``n_distinct_trees``, ``ess``, ``log_evidence``, ``leaves_mean``, ``leaves_max``,
+        ``depth_mean``, ``depth_max``, ``feature_usage`` (weighted mean number of splits
+        per feature, an array), ``feature_names`` (its labels: the training table's
+        column names, else ``x0, x1, ...``), ``map_tree`` (index of the heaviest tree)
+        and the sampler's ``info``.
         """
         w = self.weights
         leaves = self.trees.n_leaves().double()
@@ -307,10 +381,11 @@ class TreePosterior:
             "depth_mean": float((w * depth).sum()),
             "depth_max": int(depth.max()),
             "feature_usage": (w[:, None] * usage[:, : self.n_features]).sum(0).cpu().numpy(),
+            "feature_names": list(getattr(self, "feature_names", None) or [f"x{d}" for d in range(self.n_features)]),
             "map_tree": int(torch.argmax(w)),
         }
         out.update({k: v for k, v in self.info.items() if k not in out})
-        return out
+        return PosteriorSummary(out)
 
     def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
         """Graphviz DOT text of tree ``i`` (default: the heaviest tree)."""
@@ -355,6 +430,8 @@ class TreePosterior:
             "ess": self.ess,
             "info": _plain(self.info),
         }
+        if getattr(self, "feature_names", None) is not None:
+            payload["feature_names"] = list(self.feature_names)
         from .checkpoint import atomic_save, seal
 
         atomic_save(seal(payload), path)
@@ -392,6 +469,9 @@ class TreePosterior:
             dedupe=False,
         )
         obj.n_particles, obj.ess = payload["n_particles"], payload["ess"]
+        names = payload.get("feature_names")
+        if isinstance(names, list) and len(names) == obj.n_features:
+            obj.feature_names = [str(v) for v in names]
         return obj
 
     def __repr__(self) -> str:

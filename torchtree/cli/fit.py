@@ -10,6 +10,7 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
+from ..posterior import attach_feature_names
 from .common import _flag, _fmt, _resolve_device, _say
 from .report import _n_features, _schema, _sizes, load_posterior
 
@@ -134,6 +135,7 @@ def _cmd_fit(args) -> int:
         "data": os.path.basename(args.data),
     }
     post.info["cli"] = json.dumps(schema)
+    attach_feature_names(post, None, table.feature_names)
     saved_to, status = _save_or_rescue(post, args.out)
     if len(yte):
         rows.extend(_evaluate(post, task, Xte, yte, ytr, debug=getattr(args, "debug", False)))

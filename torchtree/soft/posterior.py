@@ -293,14 +293,18 @@ class SoftTreePosterior(TreePosterior):
         rows.sort(key=lambda r: -r["weight"])
         top = max(range(len(self.topologies)), key=lambda m: float(w[m]))
         usage = self.feature_usage(top) if self.data.n_features > 1 else torch.ones(1)
-        return {
+        from torchtree.posterior import PosteriorSummary
+
+        names = getattr(self, "feature_names", None)
+        return PosteriorSummary({
             "n_topologies": len(self.topologies),
             "log_evidence": self.log_evidence,
             "expected_leaves": float(sum(w[m] * t.n_leaves for m, t in enumerate(self.topologies))),
             "topologies": rows,
             "feature_usage_top": usage.tolist(),
+            "feature_names": list(names) if names is not None and len(names) == len(usage) else [f"x{d}" for d in range(len(usage))],
             **{k: v for k, v in self.info.items() if isinstance(v, (int, float, str))},
-        }
+        })
 
     def _topology_index(self, i: int) -> int:
         """``i`` checked against the topologies (no wrap-around of negative indices)."""
