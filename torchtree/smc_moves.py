@@ -88,6 +88,7 @@ from .distributed import (
     redistribute,
 )
 from .mcmc import _snapshot, check_move_probs, default_likelihood, make_prior
+from .memory import check_tree_memory, hard_tree_bytes
 from .monitor import NullMonitor, as_monitor
 from .moves import N_SLOTS, TreeModel, TreeState, check_cut_proposal, draw_moves, propose, sample_prior_state
 from .posterior import TreePosterior, dedupe_trees
@@ -380,6 +381,8 @@ class SMCSampler:
         if P % W:
             raise ValueError(f"n_particles ({P}) must be divisible by the number of ranks ({W})")
         n = P // W
+        if W == 1:  # a refusal on one rank only would leave the others waiting in a collective
+            check_tree_memory("SMCSampler", n, data, "n_particles", per_tree=2 * hard_tree_bytes(data.n, data.n_classes or 3))
         g0 = rank * n
         lik = self.likelihood if self.likelihood is not None else default_likelihood(data)
         model = TreeModel(self.prior, lik, data, self.use_likelihood)

@@ -28,6 +28,7 @@ from .checkpoint import Checkpointer, fingerprint
 from .data import Data, coerce_data, resolve_device
 from .growth import PROPOSALS, Grower
 from .likelihoods import DirichletMultinomial, NormalInverseGamma
+from .memory import check_tree_memory
 from .monitor import NullMonitor, as_monitor
 from .posterior import TreePosterior
 from .priors import make_prior
@@ -224,6 +225,7 @@ class TopDownSMC:
         mon = as_monitor(monitor, rank=None if backend is None else backend.rank)
         P, I = self.n_particles, self.n_islands
         m = P // I
+        check_tree_memory("TopDownSMC", P, data, "n_particles", capacity=0, caches=False, per_tree=2 * 4 * 32 + 80)
         grower = Grower(self.prior, lik, data, self.proposal, seed_i, self.use_likelihood)
         grower.table.limit_bytes = self.max_memory_bytes or _default_memory_limit(dev)
         gidx = torch.arange(P, device=dev)

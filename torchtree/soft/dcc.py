@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from torchtree.data import resolve_device
+from torchtree.memory import check_memory, lais_bytes
 from torchtree.priors import check_split_prior
 from torchtree.validate import check_choice, check_int, check_probabilities, check_real
 
@@ -425,6 +426,7 @@ class DCC:
         c_start = timer()
         dev = resolve_device(self.device)
         sd = as_soft_data(data, y, dtype=self.dtype, device=dev, signed=self.hyper.signed_splits)
+        check_memory("DCC's evidence (LAIS) for the one-split tree", lais_bytes(1, self.n_chains, self.n_samples, self.n_proposals, sd.n_features + 4), "n_chains, n_samples or n_proposals (or use fewer features)", device=dev)
         self.hyper = self.hyper.resolve(sd)
         seed = 0 if seed is None else int(seed)
         gen = torch.Generator(device=dev).manual_seed(seed)

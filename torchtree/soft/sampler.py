@@ -22,6 +22,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import torch
 
 from torchtree.data import resolve_device
+from torchtree.memory import check_soft_memory
 from torchtree.validate import check_choice, check_int, check_real
 
 from .adaptation import sharpness_schedule
@@ -242,6 +243,7 @@ class NUTS:
         """The :class:`SoftTrees` batch this sampler runs on ``data`` (one topology)."""
         sd = as_soft_data(data, y, dtype=self.dtype, device=resolve_device(self.device),
                           signed=self.hyper.signed_splits)
+        check_soft_memory(type(self).__name__, self.n_chains, sd, self.topology, self.n_samples, "n_chains (or n_samples)")
         h0 = self.h_init if self.h_init is not None and self.init == "prior" else self.sharpness
         return SoftTrees(
             sd, [self.topology], n_chains=self.n_chains, sharpness=h0, hyper=self.hyper,
