@@ -354,3 +354,20 @@ def test_fit_out_failing_after_the_fit_is_rescued(tmp_path, capsys, monkeypatch)
     assert rc == 1 and len(rescued) == 1
     assert f"could not save the posterior to {out}" in err and f"saved it to {rescued[0]} instead" in err
     assert TreePosterior.load(rescued[0]).n_features == 3
+
+
+def test_cli_summary_and_predict_refuse_an_edited_posterior(post, tmp_path, capsys):
+    from torchtree.cli import main
+
+    path = str(tmp_path / "post.pt")
+    post.save(path)
+
+    def stats(p):
+        p["trees"]["stats"][0, 0, 0] += 1.0
+    _edit(path, stats)
+    assert main(["summary", path]) == 2
+    err = capsys.readouterr().err
+    assert f"torchtree: error: {path}: this posterior file is damaged or edited" in err and "Traceback" not in err
+    open(path, "wb").close()
+    assert main(["predict", path, _csv(tmp_path)]) == 2
+    assert "the file is empty" in capsys.readouterr().err
