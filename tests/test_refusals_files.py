@@ -367,7 +367,7 @@ def test_cli_summary_and_predict_refuse_an_edited_posterior(post, tmp_path, caps
     _edit(path, stats)
     assert main(["summary", path]) == 2
     err = capsys.readouterr().err
-    assert f"torchtree: error: {path}: this posterior file is damaged or edited" in err and "Traceback" not in err
+    assert f"torchtree: error: {path}: this torchtree posterior file is damaged or edited" in err and "Traceback" not in err
     open(path, "wb").close()
     assert main(["predict", path, _csv(tmp_path)]) == 2
     assert "the file is empty" in capsys.readouterr().err
