@@ -24,6 +24,7 @@ import torch
 
 from torchtree.model.diagnostics import chain_ess, rhat  # noqa: F401  (re-exported: the MCMC diagnostics)
 from torchtree.model.likelihoods import DirichletMultinomial
+from torchtree.core.memory import check_tree_memory
 from torchtree.monitor import NullMonitor, as_monitor, notify_checkpoint
 from torchtree.steps.moves import (_MAX_DEPTH, CHANGE, GROW, MOVES, N_SLOTS, PRUNE, SWAP, TreeModel, TreeState, check_cut_proposal,
                     draw_moves, propose, sample_prior_state)
@@ -198,6 +199,8 @@ class MCMC:
         model = TreeModel(self.prior, lik, data, self.use_likelihood)
         P, dev = self.n_chains, data.device
         host = self.engine == "host" or (self.engine == "auto" and P == 1)
+        check_tree_memory("MCMC", P, data, "n_chains (or n_samples)", kept_per_tree=0 if host else self.n_samples,
+                          per_tree=0 if host else min(_BLOCK, self.n_iterations) * N_SLOTS * 8)  # a block of uniforms
         ck = self._checkpointer(data, lik, seed, host)
         saved = ck.load() if ck.enabled else None
         seed_i = int(saved["seed"]) if saved is not None else seed_to_int(seed)
@@ -210,7 +213,7 @@ class MCMC:
         else:
             state = TreeState.roots(model, P)
         total, mp = self.n_iterations, self.move_probs
-        start_info = {"sampler": "MCMC", "n_chains": P, "n_iterations": total, "n_warmup": self.n_warmup,
+        start_info = {"sampler": "MCMC", "n_chains": P, "n_iterations": total, "total": total, "n_warmup": self.n_warmup,
                       "thin": self.thin, "n": data.n, "d": data.d, "prior": repr(self.prior),
                       "engine": "host" if host else "batched"}
         if saved is not None:

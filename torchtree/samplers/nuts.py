@@ -23,6 +23,7 @@ import torch
 
 from torchtree.model.data import resolve_device
 from torchtree.core.validate import check_choice, check_int, check_real
+from torchtree.core.memory import check_soft_memory
 
 from torchtree.steps.adaptation import sharpness_schedule
 from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, notify, warmup
@@ -216,7 +217,7 @@ class NUTS:
         kernel = self._kernel(compact, fused)
         notify(monitor, "on_start", {
             "method": self.kind, "n_chains": int(init.shape[0]), "n_samples": self.n_samples,
-            "n_warmup": self.n_warmup,
+            "n_warmup": self.n_warmup, "total": self.n_warmup + self.n_samples * self.thin,
         })
         chains, wstats = warmup(
             kernel, potential_and_grad, init, self.n_warmup, generator=gen, coord_mask=coord_mask,
@@ -242,6 +243,7 @@ class NUTS:
         """The :class:`SoftTrees` batch this sampler runs on ``data`` (one topology)."""
         sd = as_soft_data(data, y, dtype=self.dtype, device=resolve_device(self.device),
                           signed=self.hyper.signed_splits)
+        check_soft_memory(type(self).__name__, self.n_chains, sd, self.topology, self.n_samples, "n_chains (or n_samples)")
         h0 = self.h_init if self.h_init is not None and self.init == "prior" else self.sharpness
         return SoftTrees(
             sd, [self.topology], n_chains=self.n_chains, sharpness=h0, hyper=self.hyper,

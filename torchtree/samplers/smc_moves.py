@@ -97,6 +97,7 @@ from torchtree.core.random import derive_seed, keyed_uniform, seed_to_int
 from torchtree.core.resampling import RESAMPLERS, get_resampler
 from torchtree.model.trees import HardTrees
 from torchtree.core.validate import check_backend, check_choice, check_int, check_real
+from torchtree.core.memory import check_tree_memory, hard_tree_bytes
 
 __all__ = ["SMCSampler", "per_particle_accuracy"]
 
@@ -382,6 +383,8 @@ class SMCSampler:
         if P % W:
             raise ValueError(f"n_particles ({P}) must be divisible by the number of ranks ({W})")
         n = P // W
+        if W == 1:  # a refusal on one rank only would leave the others waiting in a collective
+            check_tree_memory("SMCSampler", n, data, "n_particles", per_tree=2 * hard_tree_bytes(data.n, data.n_classes or 3))
         g0 = rank * n
         lik = self.likelihood if self.likelihood is not None else default_likelihood(data)
         model = TreeModel(self.prior, lik, data, self.use_likelihood)
@@ -401,7 +404,7 @@ class SMCSampler:
         gidx = torch.arange(g0, g0 + n, device=dev)
         tempered = self.tempering and self.use_likelihood
         resample_fn = get_resampler(self.resampling)
-        mon.on_start({"sampler": "SMCSampler", "n_particles": P, "n_iterations": K, "mh_step": self.mh_step,
+        mon.on_start({"sampler": "SMCSampler", "n_particles": P, "n_iterations": K, "total": K, "mh_step": self.mh_step,
                       "n": data.n, "d": data.d, "prior": repr(self.prior), "world_size": W})
         S = {"n_resample": 0, "moved": [], "ess": [], "phis": [], "log_z": 0.0, "phi": 0.0 if tempered else 1.0}
         ll = None

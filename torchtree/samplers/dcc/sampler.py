@@ -37,6 +37,7 @@ import torch
 from torchtree.model.data import resolve_device
 from torchtree.model.priors import check_split_prior
 from torchtree.core.validate import check_choice, check_int, check_probabilities, check_real
+from torchtree.core.memory import check_memory, lais_bytes
 
 from torchtree.steps.adaptation import sharpness_schedule
 from torchtree.samplers.soft_chains import ChainState, draw, make_kernel, notify, warmup
@@ -425,6 +426,7 @@ class DCC:
         c_start = timer()
         dev = resolve_device(self.device)
         sd = as_soft_data(data, y, dtype=self.dtype, device=dev, signed=self.hyper.signed_splits)
+        check_memory("DCC's evidence (LAIS) for the one-split tree", lais_bytes(1, self.n_chains, self.n_samples, self.n_proposals, sd.n_features + 4), "n_chains, n_samples or n_proposals (or use fewer features)", device=dev)
         self.hyper = self.hyper.resolve(sd)
         seed = 0 if seed is None else int(seed)
         gen = torch.Generator(device=dev).manual_seed(seed)
