@@ -63,3 +63,11 @@ def test_soft_posterior_summary_has_names_and_table():
     s = post.summary()
     assert isinstance(s, dict) and s["feature_names"] == ["x0", "x1", "x2"]
     assert "feature_usage_top" in repr(s) and "topologies" in repr(s)
+
+
+def test_refit_on_an_array_drops_the_old_names():
+    X, y = _table()
+    est = BayesianTreeClassifier(method="smc", n_particles=30, random_state=0).fit(X, y)
+    assert est.posterior_.summary()["feature_names"] == ["age", "income", "noise"]
+    est.fit(X.to_numpy(), y)
+    assert est.posterior_.summary()["feature_names"] == ["x0", "x1", "x2"]

@@ -246,7 +246,7 @@ class _BayesianTreeBase:
         data = self._make_data(X, y)
         sampler = self._build_sampler(data)
         self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
-        attach_feature_names(self.posterior_, X, getattr(self, "feature_names_in_", None))
+        attach_feature_names(self.posterior_, X)
         self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
         self.n_features_in_ = data.d
         self.data_ = data

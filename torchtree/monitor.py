@@ -437,7 +437,7 @@ class ProgressMonitor(Monitor):
     def on_start(self, info: Mapping[str, Any]) -> None:
         from tqdm.auto import tqdm
 
-        total = self.total if self.total is not None else info.get("total")
+        total = self.total if self.total is not None else info.get("total", info.get("n_steps"))
         self._total = int(total) if isinstance(total, (int, float)) and total > 0 else None
         desc = self.desc if not (self.all_ranks and self.rank is not None) else f"{self.desc} [rank {self.rank}]"
         self.bar = tqdm(
