@@ -4,8 +4,15 @@ Every test runs with one torch intra-op thread: results of the batched kernels t
 not depend on the machine's core count, and parallel test workers do not oversubscribe
 the CI machine's two cores. The previous thread count is restored afterwards.
 """
+import os
+
 import pytest
 import torch
+
+# Checkpoint tests stop and resume runs right after the saves of given steps; the default
+# cost-aware Checkpointer would skip saves by the clock. Child processes inherit this.
+# Tests of the cost-aware default pass min_seconds explicitly or unset it.
+os.environ.setdefault("TORCHTREE_CHECKPOINT_MIN_SECONDS", "0")
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ import numpy as np
 
 from torchtree.model.data import Data, _frame_columns
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
+from torchtree.model.posterior import attach_feature_names
 from torchtree.model.priors import make_prior
 
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "register_method", "get_method",
@@ -305,6 +306,7 @@ class _BayesianTreeBase:
         data = self._make_data(X, y)
         sampler = self._build_sampler(data)
         self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
+        attach_feature_names(self.posterior_, X)
         self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
         self.n_features_in_ = data.d
         names = _frame_columns(X)

@@ -370,7 +370,11 @@ class ProgressMonitor(Monitor):
     Parameters
     ----------
     total : int, optional
-        Number of steps; if None, ``on_start``'s ``info["total"]`` is used.
+        Number of steps; if None, ``on_start``'s ``info["total"]`` is used (the
+        samplers that know their number of steps in advance send it). With a total,
+        the bar follows the ``step`` argument of ``on_step`` (position ``step + 1``),
+        so a sampler that reports every ``monitor_every`` steps still shows
+        "6000/6000" and an ETA; without one it counts ``on_step`` calls.
     desc : str
         Bar label.
     disable : bool, optional
@@ -415,6 +419,7 @@ class ProgressMonitor(Monitor):
         self.mininterval = mininterval
         self.disable = self._resolve_disable(disable)
         self.bar = None
+        self._total = None
         self._last_postfix = -math.inf
 
     def _resolve_disable(self, disable: bool | None) -> bool:
@@ -441,7 +446,8 @@ class ProgressMonitor(Monitor):
     def on_start(self, info: Mapping[str, Any]) -> None:
         from tqdm.auto import tqdm
 
-        total = self.total if self.total is not None else info.get("total")
+        total = self.total if self.total is not None else info.get("total", info.get("n_steps"))
+        self._total = int(total) if isinstance(total, (int, float)) and total > 0 else None
         desc = self.desc if not (self.all_ranks and self.rank is not None) else f"{self.desc} [rank {self.rank}]"
         self.bar = tqdm(
             total=total,
@@ -463,7 +469,11 @@ class ProgressMonitor(Monitor):
         if now - self._last_postfix >= self.mininterval:
             self._last_postfix = now
             self.bar.set_postfix(self._postfix(list(_flatten(info))), refresh=False)
-        self.bar.update(1)
+        if self._total is None:
+            self.bar.update(1)
+        else:
+            # never backwards, never past the total (nested samplers report their own steps)
+            self.bar.update(max(0, min(int(step) + 1, self._total) - self.bar.n))
 
     def on_end(self, info: Mapping[str, Any]) -> None:
         if self.bar is not None and not self.disable:

@@ -10,6 +10,7 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
+from torchtree.model.posterior import attach_feature_names
 from torchtree.cli.common import _flag, _fmt, _resolve_device, _say
 from torchtree.cli.report import _n_features, _schema, _sizes, load_posterior
 
@@ -121,6 +122,7 @@ def _cmd_fit(args) -> int:
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(out_dir):
         raise FileNotFoundError(f"--out {args.out}: directory {out_dir} does not exist")
+    _check_writable(args.out, "--out")
 
     n_cls = ""
     if task == "classification":
@@ -168,16 +170,68 @@ def _cmd_fit(args) -> int:
         "data": os.path.basename(args.data),
     }
     post.info["cli"] = json.dumps(schema)
-    post.save(args.out)
+    attach_feature_names(post, None, table.feature_names)
+    saved_to, status = _save_or_rescue(post, args.out)
     if len(yte):
         rows.extend(_evaluate(post, task, Xte, yte, ytr, debug=getattr(args, "debug", False)))
     if sizes:
         rows.append(("trees", f"leaves mean {sizes['leaves_mean']:.2f} (max {sizes['leaves_max']}), depth mean {sizes['depth_mean']:.2f} (max {sizes['depth_max']})"))
-    rows.append(("saved", args.out + (f"; TensorBoard run in {args.logdir}" if args.logdir else "")))
+    rows.append(("saved", saved_to + (f"; TensorBoard run in {args.logdir}" if args.logdir else "")))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
-    return 0
+    return status
+
+
+def _check_writable(path: str, option: str) -> None:
+    """Refuse, before any work, an output path that cannot be written.
+
+    Creating (and removing) a file in the directory is the only test that holds
+    everywhere: permission bits say nothing of read-only mounts, ACLs, or root.
+    """
+    import tempfile
+
+    if os.path.isdir(path):
+        raise ValueError(f"{option} {path}: is a directory; give a file name")
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".torchtree-write-test-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(f"{option} {path}: cannot write in directory {directory} ({exc.strerror or exc}); "
+                         "choose another path") from None
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"{option} {path}: the file exists and cannot be overwritten; choose another path")
+
+
+def _save_or_rescue(post, path: str) -> Tuple[str, int]:
+    """Save ``post`` to ``path``; if that fails after the fit, save it to a new file in the
+    working directory (else the system's temporary directory) so that the result is
+    not lost, and say where. Returns (where it was saved, exit status)."""
+    import tempfile
+
+    try:
+        post.save(path)
+        return path, 0
+    except (OSError, RuntimeError) as exc:  # torch's zip writer raises RuntimeError
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    for directory in (os.getcwd(), tempfile.gettempdir()):
+        rescue = None
+        try:
+            fd, rescue = tempfile.mkstemp(prefix="torchtree-posterior-", suffix=".pt", dir=directory)
+            os.close(fd)
+            post.save(rescue)
+        except (OSError, RuntimeError):
+            if rescue is not None and os.path.exists(rescue):
+                os.unlink(rescue)
+            continue
+        print(f"torchtree: error: could not save the posterior to {path} ({error}); "
+              f"saved it to {rescue} instead", file=sys.stderr)
+        return rescue, 1
+    print(f"torchtree: error: could not save the posterior to {path} ({error}), nor to a temporary file; "
+          "the result is lost", file=sys.stderr)
+    return "nowhere", 1
 
 
 def _evaluate(post, task: str, Xte, yte, ytr, debug: bool = False) -> List[Tuple[str, str]]:

@@ -57,10 +57,13 @@ def load_posterior(path: str):
         raise FileNotFoundError(f"{path}: no such file")
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path}: is a directory, not a posterior file")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{path}: not a torchtree posterior file: the file is empty (damaged or truncated)")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise ValueError(f"{path}: not a torchtree posterior file (torch.load cannot read it as plain tensors: {type(exc).__name__})") from exc
+        raise ValueError(f"{path}: not a torchtree posterior file: damaged, truncated or of another kind "
+                         f"(torch.load cannot read it as plain tensors: {type(exc).__name__})") from None
     if isinstance(payload, dict) and payload.get("format") == POSTERIOR_FORMAT:
         return TreePosterior.load(path)
     if isinstance(payload, dict) and "topologies" in payload and "draws" in payload:

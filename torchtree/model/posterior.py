@@ -1,7 +1,6 @@
 """``TreePosterior``: a weighted set of trees and everything a user asks of it."""
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -13,7 +12,7 @@ from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
 from torchtree.core.validate import check_int, check_real
 
-__all__ = ["TreePosterior", "dedupe_trees"]
+__all__ = ["TreePosterior", "PosteriorSummary", "dedupe_trees", "attach_feature_names"]
 
 
 def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
@@ -69,6 +68,77 @@ def equal_tailed(draws: torch.Tensor, level: float) -> np.ndarray:
     return torch.quantile(draws, q, dim=0).T.cpu().numpy()
 
 
+class PosteriorSummary(dict):
+    """The dict of :meth:`TreePosterior.summary` with a readable ``repr``.
+
+    Dict access is unchanged (``s["feature_usage"]`` is the array it always was);
+    ``s["feature_names"]`` labels its entries, and printing the summary shows the
+    scalars and the feature usage as a table, as ``torchtree summary`` does.
+    """
+
+    def __repr__(self) -> str:
+        rows, tables = [], []
+        for k, v in self.items():
+            if k == "feature_names":
+                continue
+            if isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) and k.startswith("feature_usage"):
+                tables.append((k, np.asarray(v.cpu() if isinstance(v, torch.Tensor) else v, dtype=np.float64)))
+            elif isinstance(v, float):
+                rows.append((k, f"{v:.6g}"))
+            elif isinstance(v, (int, str, bool, type(None))):
+                text = str(v)
+                rows.append((k, text if len(text) <= 60 else text[:57] + "..."))
+            elif isinstance(v, (list, tuple)) and 0 < len(v) <= 6 and all(isinstance(e, (int, float)) for e in v):
+                rows.append((k, "[" + ", ".join(f"{e:.6g}" for e in v) + "]"))
+            elif isinstance(v, (list, tuple)):
+                rows.append((k, f"[{len(v)} entries]" + (f" first: {v[0]}" if v and len(str(v[0])) <= 100 else "")))
+            else:
+                rows.append((k, f"<{type(v).__name__}>"))
+        width = max((len(k) for k, _ in rows), default=0)
+        lines = [f"{type(self).__name__}:"] + [f"  {k:<{width}}  {v}" for k, v in rows]
+        for key, u in tables:
+            names = self.get("feature_names")
+            if names is None or len(names) != len(u):
+                names = [f"x{d}" for d in range(len(u))]
+            names = [str(n) for n in names]
+            nw = max((len(n) for n in names), default=1)
+            top = max(float(u.max()) if u.size else 0.0, 1e-12)
+            lines.append(f"  {key} (per feature, most used first):")
+            for j in np.argsort(-u, kind="stable"):
+                lines.append(f"    {names[j]:<{nw}}  {u[j]:8.3f}  {'#' * int(round(20 * u[j] / top))}")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p, cycle) -> None:  # IPython / Jupyter
+        p.text(repr(self))
+
+
+def _names_of(X) -> Optional[list]:
+    """Column names of a table (pandas DataFrame or anything with string ``columns``)."""
+    cols = getattr(X, "columns", None)
+    if cols is None:
+        return None
+    names = list(cols)
+    return [str(c) for c in names] if names and all(isinstance(c, str) for c in names) else None
+
+
+def attach_feature_names(posterior, X, names=None) -> None:
+    """Give ``posterior`` the feature names of the training table ``X`` (its string
+    column names), or ``names``; used by :meth:`TreePosterior.summary` and saved with it.
+
+    Parameters
+    ----------
+    posterior : TreePosterior or SoftTreePosterior
+    X : array-like
+        The training features as passed to ``fit``.
+    names : sequence of str, optional
+        Names to use instead of ``X``'s columns.
+    """
+    names = list(names) if names is not None else _names_of(X)
+    n = getattr(posterior, "n_features", None)
+    if names is not None and (n is None or len(names) == int(n)):
+        posterior.feature_names = [str(v) for v in names]
+
+
 class TreePosterior:
     """Weighted trees approximating a posterior over decision trees.
 
@@ -118,6 +188,7 @@ class TreePosterior:
         self.classes_ = None if classes is None else np.asarray(classes)
         self.log_evidence = None if log_evidence is None else float(log_evidence)
         self.info: Dict[str, Any] = dict(info or {})
+        self.feature_names: Optional[list] = None
         self._table = None
         self._used = None
 
@@ -289,15 +360,17 @@ class TreePosterior:
             raise ValueError(f"label {exc.args[0]!r} was not seen in training") from exc
 
     # -------------------------------------------------------------- summary
-    def summary(self) -> Dict[str, Any]:
+    def summary(self) -> "PosteriorSummary":
         """Weighted tree-size statistics, feature usage and sampler diagnostics.
 
         Returns
         -------
-        dict with ``n_particles``, ``n_distinct_trees``, ``ess``, ``log_evidence``,
-        ``leaves_mean``, ``leaves_max``, ``depth_mean``, ``depth_max``,
-        ``feature_usage`` (weighted mean number of splits per feature), ``map_tree``
-        (index of the heaviest tree) and the sampler's ``info``.
+        PosteriorSummary (a dict; printing it shows a table) with ``n_particles``,
+        ``n_distinct_trees``, ``ess``, ``log_evidence``, ``leaves_mean``, ``leaves_max``,
+        ``depth_mean``, ``depth_max``, ``feature_usage`` (weighted mean number of splits
+        per feature, an array), ``feature_names`` (its labels: the training table's
+        column names, else ``x0, x1, ...``), ``map_tree`` (index of the heaviest tree)
+        and the sampler's ``info``.
         """
         w = self.weights
         leaves = self.trees.n_leaves().double()
@@ -316,10 +389,11 @@ class TreePosterior:
             "depth_mean": float((w * depth).sum()),
             "depth_max": int(depth.max()),
             "feature_usage": (w[:, None] * usage[:, : self.n_features]).sum(0).cpu().numpy(),
+            "feature_names": list(getattr(self, "feature_names", None) or [f"x{d}" for d in range(self.n_features)]),
             "map_tree": int(torch.argmax(w)),
         }
         out.update({k: v for k, v in self.info.items() if k not in out})
-        return out
+        return PosteriorSummary(out)
 
     def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
         """Graphviz DOT text of tree ``i`` (default: the heaviest tree)."""
@@ -364,17 +438,34 @@ class TreePosterior:
             "ess": self.ess,
             "info": _plain(self.info),
         }
-        tmp = f"{path}.tmp-{os.getpid()}"
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
+        if getattr(self, "feature_names", None) is not None:
+            payload["feature_names"] = list(self.feature_names)
+        from torchtree.io.checkpoint import atomic_save, seal
+
+        atomic_save(seal(payload), path)
 
     @classmethod
     def load(cls, path: str, device=None) -> "TreePosterior":
-        """Read a posterior written by :meth:`save` (``torch.load(weights_only=True)``)."""
-        payload = torch.load(path, map_location=device or "cpu", weights_only=True)
+        """Read a posterior written by :meth:`save` (``torch.load(weights_only=True)``).
+
+        The content checksum written by :meth:`save` is verified and the trees'
+        structure is validated (files of earlier versions have no checksum: they load
+        when their structure is valid).
+
+        Raises
+        ------
+        FileNotFoundError
+            No file at ``path``.
+        ValueError
+            (``torchtree.io.checkpoint.CheckpointError``) an empty, truncated or damaged
+            file, a file of another kind, or one whose content was edited.
+        """
+        from torchtree.io.checkpoint import read_payload
+
+        payload = read_payload(path, "torchtree posterior file", device or "cpu")
         if not isinstance(payload, dict) or payload.get("format") != "torchtree.TreePosterior/1":
             raise ValueError(f"{path} is not a torchtree posterior file")
-        trees = HardTrees.from_dict(payload["trees"])
+        trees = _checked_trees(payload, path)
         obj = cls(
             trees,
             payload["log_weights"],
@@ -386,11 +477,46 @@ class TreePosterior:
             dedupe=False,
         )
         obj.n_particles, obj.ess = payload["n_particles"], payload["ess"]
+        names = payload.get("feature_names")
+        if isinstance(names, list) and len(names) == obj.n_features:
+            obj.feature_names = [str(v) for v in names]
         return obj
 
     def __repr__(self) -> str:
         ev = "None" if self.log_evidence is None else f"{self.log_evidence:.4f}"
         return f"TreePosterior(task={self.task!r}, n_particles={self.n_particles}, distinct={self.trees.n_trees}, ess={self.ess:.1f}, log_evidence={ev})"
+
+
+def _checked_trees(payload: Dict[str, Any], path: str) -> HardTrees:
+    """The trees of a loaded posterior payload, refused unless well formed.
+
+    The checksum catches damage and casual edits of files that have one; this catches
+    the rest (files of earlier versions, edits that recomputed the checksum) before a
+    bad pointer or feature index routes points wrongly or out of bounds.
+    """
+    from torchtree.io.checkpoint import CheckpointError
+
+    def bad(why: str) -> CheckpointError:
+        return CheckpointError(f"{path}: this posterior file is damaged or edited: {why}")
+
+    try:
+        trees = HardTrees.from_dict(payload["trees"])
+        n_features = int(payload["n_features"])
+        lw = payload["log_weights"]
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        raise bad(f"missing or malformed field ({type(exc).__name__}: {exc})") from None
+    if not isinstance(lw, torch.Tensor) or lw.shape != (trees.n_trees,) or bool(torch.isnan(lw).any()):
+        raise bad(f"log_weights must be {trees.n_trees} numbers")
+    try:
+        trees.validate()
+    except (AssertionError, IndexError, RuntimeError) as exc:
+        raise bad(f"tree structure: {exc}") from None
+    internal = trees.status == INTERNAL
+    if bool((internal & (trees.feature >= n_features)).any()):
+        raise bad(f"a split uses a feature index >= n_features ({n_features})")
+    if bool(torch.isnan(trees.threshold[internal]).any()):
+        raise bad("a split threshold is NaN")
+    return trees
 
 
 def _plain(obj):

@@ -288,14 +288,18 @@ class SoftTreePosterior(TreePosterior):
         rows.sort(key=lambda r: -r["weight"])
         top = max(range(len(self.topologies)), key=lambda m: float(w[m]))
         usage = self.feature_usage(top) if self.data.n_features > 1 else torch.ones(1)
-        return {
+        from torchtree.model.posterior import PosteriorSummary
+
+        names = getattr(self, "feature_names", None)
+        return PosteriorSummary({
             "n_topologies": len(self.topologies),
             "log_evidence": self.log_evidence,
             "expected_leaves": float(sum(w[m] * t.n_leaves for m, t in enumerate(self.topologies))),
             "topologies": rows,
             "feature_usage_top": usage.tolist(),
+            "feature_names": list(names) if names is not None and len(names) == len(usage) else [f"x{d}" for d in range(len(usage))],
             **{k: v for k, v in self.info.items() if isinstance(v, (int, float, str))},
-        }
+        })
 
     def _topology_index(self, i: int) -> int:
         """``i`` checked against the topologies (no wrap-around of negative indices)."""
@@ -352,11 +356,11 @@ class SoftTreePosterior(TreePosterior):
     def save(self, path: str) -> None:
         """Write the posterior to ``path`` atomically (plain tensors, numbers, strings,
         lists and dicts, tagged with :attr:`FORMAT`; readable with ``weights_only=True``)."""
-        from torchtree.io.checkpoint import atomic_save
+        from torchtree.io.checkpoint import atomic_save, seal
         from torchtree.model.posterior import _plain
 
         d = self.data
-        atomic_save(
+        atomic_save(seal(
             {
                 "format": self.FORMAT,
                 "data": {
@@ -372,7 +376,7 @@ class SoftTreePosterior(TreePosterior):
                 "log_evidence_m": self._log_z,
                 "log_prior_m": self.log_prior_m,
                 "info": {k: v for k, v in self.info.items() if isinstance(v, (int, float, str, bool))},
-            },
+            }),
             path,
         )
 
@@ -388,22 +392,36 @@ class SoftTreePosterior(TreePosterior):
             The file is not a soft-tree posterior written by :meth:`save` (another
             format, e.g. a hard ``TreePosterior`` file, or an unreadable file).
         """
+        from torchtree.io.checkpoint import CheckpointError, read_payload
+
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file")
-        try:
-            s = torch.load(path, map_location=device or "cpu", weights_only=True)
-        except Exception as exc:  # truncated, not torch.save, or arbitrary objects
-            raise ValueError(f"{path} is not a readable torchtree soft-tree posterior file "
-                             f"({type(exc).__name__})") from exc
+        # empty, truncated or damaged files, and content that fails its checksum
+        s = read_payload(path, "torchtree soft-tree posterior file", device or "cpu")
         if not isinstance(s, dict) or s.get("format") != cls.FORMAT:
             found = s.get("format") if isinstance(s, dict) else type(s).__name__
             hint = " (use torchtree.TreePosterior.load for hard-tree posteriors)" if found == "torchtree.TreePosterior/1" else ""
             raise ValueError(f"{path} is not a torchtree soft-tree posterior file: format {found!r}, "
                              f"expected {cls.FORMAT!r}{hint}")
-        data = dict(s["data"])
-        if data.get("classes") is not None:
-            data["classes"] = np.asarray(data["classes"])
-        return cls(
-            SoftData(**data), SoftTreeHyper(**s["hyper"]), s["sharpness"],
-            [Topology(tuple(t)) for t in s["topologies"]], s["draws"], s["log_evidence_m"], s["log_prior_m"], s["info"],
-        )
+        try:
+            data = dict(s["data"])
+            if data.get("classes") is not None:
+                data["classes"] = np.asarray(data["classes"])
+            topologies = [Topology(tuple(t)) for t in s["topologies"]]
+            draws = s["draws"]
+            if len(draws) != len(topologies):
+                raise ValueError(f"{len(draws)} draw tensors for {len(topologies)} topologies")
+            for m, x in enumerate(draws):
+                if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point() or not bool(torch.isfinite(x).all()):
+                    raise ValueError(f"the draws of topology {m} are not a finite 2-D float tensor")
+            for key in ("log_evidence_m", "log_prior_m"):
+                v = s[key]
+                if v is not None and torch.as_tensor(v).numel() != len(topologies):
+                    raise ValueError(f"{key} has {torch.as_tensor(v).numel()} entries for {len(topologies)} topologies")
+            return cls(
+                SoftData(**data), SoftTreeHyper(**s["hyper"]), s["sharpness"],
+                topologies, draws, s["log_evidence_m"], s["log_prior_m"], s["info"],
+            )
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+            raise CheckpointError(f"{path}: this soft-tree posterior file is damaged or edited "
+                                  f"({type(exc).__name__}: {exc})") from None

@@ -27,6 +27,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from torchtree.core.memory import check_tree_memory
+
 from torchtree.core.random import derive_seed, keyed_uniform
 from torchtree.model.diagnostics import chain_ess, rhat  # noqa: F401  (re-exported: the MCMC diagnostics)
 from torchtree.model.posterior import TreePosterior
@@ -307,7 +309,10 @@ class MCMC:
         lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
         ctx.extra["likelihood"] = lik
         ctx.extra["model"] = TreeModel(self.prior, lik, ctx.data, self.config.use_likelihood)
-        ctx.extra["host"] = self.engine == "host" or (self.engine == "auto" and self.config.n_chains == 1)
+        ctx.extra["host"] = host = self.engine == "host" or (self.engine == "auto" and self.config.n_chains == 1)
+        check_tree_memory("MCMC", self.config.n_chains, ctx.data, "n_chains (or n_samples)",
+                          kept_per_tree=0 if host else self.config.n_samples,
+                          per_tree=0 if host else min(_BLOCK, self.n_iterations) * N_SLOTS * 8)  # a block of uniforms
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
         """What decides the result besides the config: the prior, the likelihood, the task."""
@@ -315,7 +320,7 @@ class MCMC:
 
     def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
         c = self.config
-        info = {"n_chains": c.n_chains, "n_iterations": self.n_iterations, "n_warmup": self.n_warmup, "thin": c.thin,
+        info = {"n_chains": c.n_chains, "n_iterations": self.n_iterations, "total": self.n_iterations, "n_warmup": self.n_warmup, "thin": c.thin,
                 "n": ctx.data.n, "d": ctx.data.d, "prior": repr(self.prior),
                 "engine": "host" if ctx.extra["host"] else "batched"}
         if ctx.resumed_at is not None:

@@ -23,6 +23,8 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 
+from torchtree.core.memory import check_soft_memory
+
 from torchtree.core.random import seed_to_int
 from torchtree.model.data import resolve_device
 from torchtree.model.soft_data import FLOAT_DTYPES, SoftData, as_soft_data
@@ -312,6 +314,8 @@ class NUTS(SettingsAsAttributes):
 
     def init(self, ctx: driver.RunContext) -> NUTSState:
         """The chains' starting positions: prior draws, or data-informed splits."""
+        check_soft_memory(type(self).__name__, self.config.n_chains, ctx.data, self.config.tree_topology(), self.config.n_samples,
+                          "n_chains (or n_samples)")
         gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed)
         model = self.model(ctx.data, generator=gen)
         if self.config.init == "data":

@@ -76,6 +76,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
+from torchtree.core.memory import check_tree_memory, hard_tree_bytes
+
 from torchtree.core.random import derive_seed, keyed_uniform
 from torchtree.core.resampling import RESAMPLERS, get_resampler
 from torchtree.distributed import (
@@ -359,6 +361,9 @@ class SMCSampler:
             raise ValueError(f"n_particles ({c.n_particles}) must be divisible by the number of ranks ({W})")
         lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
         n = c.n_particles // W
+        if W == 1:  # one rank alone would refuse while the others wait in a collective
+            check_tree_memory("SMCSampler", n, ctx.data, "n_particles",
+                              per_tree=2 * hard_tree_bytes(ctx.data.n, ctx.data.n_classes or 3))
         ctx.extra.update(likelihood=lik, model=TreeModel(self.prior, lik, ctx.data, c.use_likelihood),
                          # the exact reductions run through a backend also on one process
                          backend=ctx.backend if ctx.backend is not None else LocalBackend(),

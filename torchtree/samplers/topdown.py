@@ -25,6 +25,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from torchtree.core.memory import check_tree_memory
 from torchtree.core.resampling import RESAMPLERS, get_resampler
 from torchtree.model.posterior import TreePosterior
 from torchtree.model.priors import make_prior
@@ -239,6 +240,7 @@ class TopDownSMC:
     def init(self, ctx: driver.RunContext) -> TopDownState:
         """P root-only trees; stage 0's target is the root-only tree, weighted by l(Y) of all the data."""
         c, dev = self.config, ctx.device
+        check_tree_memory("TopDownSMC", c.n_particles, ctx.data, "n_particles", capacity=0, caches=False, per_tree=2 * 4 * 32 + 80)
         grower = self._grower(ctx)
         lik = ctx.extra["likelihood"]
         root_ll = float(lik.log_marginal(grower.table.stats[0])) if c.use_likelihood else 0.0

@@ -25,6 +25,7 @@ from typing import Callable, Optional
 
 import torch
 
+from torchtree.core.memory import check_memory, lais_bytes
 from torchtree.core.validate import check_choice
 
 __all__ = ["lais_log_weights", "chain_covariance", "EvidenceAccumulator"]
@@ -101,6 +102,9 @@ def lais_log_weights(
     """
     check_choice("form", form, ("spatial", "basic"))
     G, C, T, P = draws.shape
+    # P x P covariances per chain: with thousands of features they outgrow any machine
+    check_memory(f"LAIS evidence of {G} topologies x {C} chains with {P} parameters", lais_bytes(G, C, T, n_proposals, P),
+                 "n_chains, n_samples or n_proposals (or use fewer features or a smaller max_depth)", device=draws.device)
     nu = draws.to(torch.float64)
     Sigma = chain_covariance(nu, mask, shrinkage)
     L = torch.linalg.cholesky(Sigma)  # [G, C, P, P]

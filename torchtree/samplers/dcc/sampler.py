@@ -34,6 +34,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from torchtree.core.memory import check_memory, lais_bytes
+
 from torchtree.model.data import resolve_device
 from torchtree.model.soft_data import SoftData, as_soft_data
 from torchtree.model.soft_posterior import SoftTreePosterior
@@ -201,6 +203,9 @@ class DCC(SettingsAsAttributes):
     def setup(self, ctx: driver.RunContext) -> None:
         """The run's resolved hyperparameters and warm-up schedules."""
         c = self.config
+        check_memory("DCC's evidence (LAIS) for the one-split tree",
+                     lais_bytes(1, c.n_chains, c.n_samples, c.n_proposals, ctx.data.n_features + 4),
+                     "n_chains, n_samples or n_proposals (or use fewer features)", device=ctx.device)
         ctx.extra["hyper"] = self.hyper.resolve(ctx.data)
         informed = c.init == "data"
         # a data-informed start is already a sharp partition: no annealing

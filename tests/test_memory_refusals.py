@@ -1,0 +1,96 @@
+"""Settings whose memory cannot exist are refused before anything is allocated
+(issue #20): ``n_particles=10**8`` / ``n_chains=10**8`` failed in the allocator (or the
+process was OOM-killed) after minutes; DCC's evidence on a wide table asked for 78 GB.
+Each sampler estimates a lower bound of its memory first and raises a ValueError naming
+the setting to lower."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import torchtree.core.memory as memory
+from torchtree import MCMC, Data, SMCSampler, TopDownSMC
+from torchtree.soft import DCC, NUTS
+from torchtree.samplers.dcc.lais import lais_log_weights
+
+GiB = 1 << 30
+
+
+def _data(n=100, d=4):
+    g = np.random.default_rng(0)
+    X = g.normal(size=(n, d))
+    return X, (X[:, 0] > 0).astype(int)
+
+
+@pytest.fixture
+def four_gib(monkeypatch):
+    """A machine with 4 GiB free, whatever this one has."""
+    monkeypatch.setenv("TORCHTREE_MEMORY_LIMIT", "4G")
+
+
+@pytest.mark.parametrize("make, setting", [
+    (lambda: TopDownSMC(n_particles=10**8), "n_particles"),
+    (lambda: MCMC(n_chains=10**8, n_samples=10), "n_chains"),
+    (lambda: SMCSampler(n_particles=10**8, n_iterations=2), "n_particles"),
+])
+def test_huge_hard_tree_batches_are_refused_at_once(four_gib, make, setting):
+    X, y = _data()
+    t = time.perf_counter()
+    with pytest.raises(ValueError, match=rf"needs at least .* GiB of memory but 4\.0 GiB is available.*lower {setting}"):
+        make().run(Data(X, y), seed=0)
+    assert time.perf_counter() - t < 1.0
+
+
+def test_refused_without_a_cap_too():
+    """10**11 particles exceed any machine (tens of TB), cap or no cap."""
+    X, y = _data()
+    with pytest.raises(ValueError, match="lower n_particles"):
+        TopDownSMC(n_particles=10**11).run(Data(X, y), seed=0)
+
+
+def test_nuts_chains_are_refused(four_gib):
+    X, y = _data(2000)
+    t = time.perf_counter()
+    with pytest.raises(ValueError, match=r"NUTS .*lower n_chains"):
+        NUTS(n_chains=10**6, n_samples=10, n_warmup=10, depth=3).run(X, y, seed=0)
+    assert time.perf_counter() - t < 1.0
+
+
+def test_dcc_on_a_wide_table_is_refused_before_sampling(four_gib):
+    X, y = _data(50, 10_000)
+    t = time.perf_counter()
+    with pytest.raises(ValueError, match=r"DCC's evidence .*lower n_chains, n_samples or n_proposals \(or use fewer features\)"):
+        DCC(n_iterations=2).run((X, y), seed=0)
+    assert time.perf_counter() - t < 1.0
+
+
+def test_lais_refuses_covariances_that_do_not_fit(four_gib):
+    G, C, T, P = 2, 8, 20, 20_000  # 2 x 8 covariances of 20k x 20k: 48 GiB each kind
+    draws = torch.zeros(G, C, T, P).expand(G, C, T, P)  # no memory behind it
+    mask = torch.ones(G, P, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"LAIS evidence of 2 topologies x 8 chains with 20000 parameters"):
+        lais_log_weights(draws, mask, lambda xi: xi.sum(-1))
+
+
+def test_ordinary_runs_pass_the_check(four_gib):
+    X, y = _data()
+    post = MCMC(n_chains=4, n_samples=20, n_warmup=5).run(Data(X, y), seed=0)
+    assert len(post) > 0
+
+
+def test_available_bytes_and_limit_parsing(monkeypatch):
+    monkeypatch.delenv("TORCHTREE_MEMORY_LIMIT", raising=False)
+    free = memory.available_bytes()
+    assert free is None or free > 0
+    for raw, want in (("8G", 8 * GiB), ("512MiB", 512 << 20), ("1000", 1000), ("1.5g", int(1.5 * GiB))):
+        monkeypatch.setenv("TORCHTREE_MEMORY_LIMIT", raw)
+        assert memory.available_bytes() == (want if free is None else min(free, want))
+    monkeypatch.setenv("TORCHTREE_MEMORY_LIMIT", "lots")
+    with pytest.raises(ValueError, match="TORCHTREE_MEMORY_LIMIT"):
+        memory.available_bytes()
+    with pytest.raises(ValueError, match="lower n_things"):
+        memory.check_memory("a run", 2e9, "n_things", limit=1e9)
+    memory.check_memory("a run", 1e9, "n_things", limit=2e9)  # fits: no error
