@@ -16,6 +16,7 @@ the cases (and their ids) are the same on every run. A case is a :class:`Case`:
 from __future__ import annotations
 
 import gzip
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -469,5 +470,100 @@ def cli_predict() -> List[Case]:
     return out
 
 
+# --------------------------------------------------------------- random combinations
+#: cell values a random mutation draws from (CSV text; the API pool holds Python objects)
+TOKENS = ("nan", "NaN", "inf", "-Infinity", "1e39", "-1e39", "1e-320", "1e308", "1e400", "", "abc", "true", "0x1F",
+          "1_000", "  3  ", "+5", "-0", "1e8", "\u0661", "\U0001f642", '"q"', "1,5", "--", "None")
+VALUES = (np.nan, np.inf, -np.inf, 1e39, -1e39, 1e-320, 1e300, 1e8, -0.0, "abc", "2.5", "", None, True, b"1", [1.0],
+          {"k": 1}, 1j, 2**70)
+
+
+def cli_random() -> List[Case]:
+    """Random CSV files: a random table (rows, columns, label kind, delimiter), then one to
+    three mutations drawn at random (a cell, a field dropped or added, a blank or duplicated
+    row, a duplicate or missing header, a cut at a random byte). Any clean refusal is fine;
+    it must name the file."""
+    rng = np.random.default_rng(20_7)
+    out = []
+    for i in range(64):
+        m = METHODS[i % 4]
+        n, d = int(rng.integers(2, 31)), int(rng.integers(1, 5))
+        X = rng.normal(size=(n, d)).round(int(rng.integers(1, 6)))
+        kind = ("str", "int", "float")[int(rng.integers(3))]
+        y = (np.where(X[:, 0] > 0, "a", "b") if kind == "str" else (X[:, 0] > 0).astype(int) if kind == "int"
+             else (X[:, 0] + rng.normal(size=n)).round(3))
+        header = [f"c{j}" for j in range(d)] + ["t"]
+        rows = _cells(X, y)
+        cut = None
+        muts = []
+        for _ in range(int(rng.integers(1, 4))):
+            kind_m = ("cell", "cell", "target", "drop", "add", "blank", "dup-row", "dup-header", "no-header", "cut")[
+                int(rng.integers(10))]
+            r = int(rng.integers(len(rows))) if rows else 0
+            muts.append(kind_m)
+            if kind_m in ("cell", "target") and rows:
+                rows[r][int(rng.integers(d)) if kind_m == "cell" else d] = TOKENS[int(rng.integers(len(TOKENS)))]
+            elif kind_m == "drop" and rows and len(rows[r]) > 1:
+                rows[r].pop(int(rng.integers(len(rows[r]))))
+            elif kind_m == "add" and rows:
+                rows[r].append(TOKENS[int(rng.integers(len(TOKENS)))])
+            elif kind_m == "blank" and rows:
+                rows.insert(r, [""])
+            elif kind_m == "dup-row" and rows:
+                rows.insert(r, list(rows[r]))
+            elif kind_m == "dup-header" and d > 1:
+                header[int(rng.integers(1, d))] = header[0]
+            elif kind_m == "no-header" and rows:
+                header = rows.pop(0)
+            elif kind_m == "cut":
+                cut = float(rng.uniform(0.1, 0.95))
+        data = _csv(header, rows, delim=(",", ";", "\t")[int(rng.integers(3))])
+        if cut is not None:
+            data = data[: int(len(data) * cut)]
+        cid = f"{i:02d}-{m}-{'+'.join(muts)}"
+        fname = f"random{i:02d}.csv"
+        argv = ["fit", f"@/{fname}", "--method", m, "--quiet", "--device", "cpu", "--out", f"@/{cid}.pt", *CLI_OPTS[m]]
+        then = {"argv": ["predict", f"@/{cid}.pt", f"@/{fname}", "--quiet", "--out", f"@/{cid}.pred.csv"],
+                "out": f"@/{cid}.pred.csv"}
+        out.append(Case(cid, {"kind": "cli", "id": cid, "argv": argv, "then_predict": then}, "either", re.escape(fname),
+                        None, {fname: data}))
+    return out
+
+
+def api_random() -> List[Case]:
+    """Random arrays: a random shape and dtype (float, int, bool, object, strings, a DataFrame),
+    cells set to values drawn at random (NaN, 1e39, words, None, lists, complex, 2**70, ...),
+    random labels (strings, ints, floats, one class), random prediction inputs. Any clean
+    refusal is fine; it must name X or y."""
+    import pandas as pd
+
+    rng = np.random.default_rng(20_8)
+    out = []
+    for i in range(96):
+        m = METHODS[i % 4]
+        est = ("clf", "reg")[int(rng.integers(2))]
+        n, d = int(rng.integers(1, 31)), int(rng.integers(1, 5))
+        X = rng.normal(size=(n, d)).round(3)
+        dt = ("float64", "float32", "int64", "bool", "object", "str", "frame")[int(rng.integers(7))]
+        Z = X.astype(object) if dt in ("object", "frame") else X.astype(dt)
+        muts = []
+        for _ in range(int(rng.integers(0, 3))):
+            v = VALUES[int(rng.integers(len(VALUES)))]
+            r, c = int(rng.integers(n)), int(rng.integers(d))
+            if Z.dtype != object:
+                Z = Z.astype(object)
+            Z[r, c] = v
+            muts.append(type(v).__name__ if not isinstance(v, float) else repr(v))
+        if dt == "frame":
+            Z = pd.DataFrame(Z, columns=[f"f{j}" for j in range(d)])
+        lab = ("str", "int", "float", "one", "bool")[int(rng.integers(5))]
+        y = {"str": np.where(X[:, 0] > 0, "p", "q"), "int": (X[:, 0] > 0).astype(int) * 3,
+             "float": X[:, 0] + rng.normal(size=n), "one": np.zeros(n, dtype=int), "bool": X[:, 0] > 0}[lab]
+        Xp = X[: int(rng.integers(1, n + 1))] if rng.random() < 0.7 else rng.normal(size=(3, int(rng.integers(1, 5))))
+        cid = f"{i:02d}-{m}-{est}-{n}x{d}-{dt}-{lab}" + (f"-{'+'.join(muts)}" if muts else "")
+        out.append(_api(cid, m, est, Z, y, "either", r"\b(X|y)\b", X_predict=Xp))
+    return out
+
+
 GROUPS = {"api_values": api_values, "api_types": api_types, "api_labels": api_labels, "api_predict": api_predict,
-          "cli_fit": cli_fit, "cli_predict": cli_predict}
+          "cli_fit": cli_fit, "cli_predict": cli_predict, "cli_random": cli_random, "api_random": api_random}
