@@ -116,7 +116,12 @@ def _run_batch(cases: List[_fuzz_cases.Case], tmp: Path, case_seconds: int = CAS
                     proc.kill()
                     proc.wait()
                     killed = True
-        lines = [json.loads(x) for x in res.read_text().splitlines()] if res.exists() else []
+        lines = []
+        for x in res.read_text().splitlines() if res.exists() else []:
+            try:
+                lines.append(json.loads(x))
+            except json.JSONDecodeError:  # the last line of a worker killed while writing it
+                pass
         running = None
         for rec in lines:
             if "start" in rec:
