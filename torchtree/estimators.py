@@ -303,13 +303,18 @@ class _BayesianTreeBase:
         ``predict*``, ``score`` and ``log_predictive`` take a frame's columns by name and
         refuse unknown or missing names) and, for classifiers, ``classes_``.
         """
+        names = _frame_columns(X)
+        if names is not None and all(isinstance(c, str) for c in names):
+            dup = sorted({c for c in names if names.count(c) > 1})
+            if dup:  # predict* takes a frame's columns by name: which of two 'a' columns is 'a'?
+                raise ValueError(f"X has duplicate column names {dup}; columns are matched by name at prediction, "
+                                 "so give every column its own name")
         data = self._make_data(X, y)
         sampler = self._build_sampler(data)
         self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
         attach_feature_names(self.posterior_, X)
         self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
         self.n_features_in_ = data.d
-        names = _frame_columns(X)
         if names is not None and all(isinstance(c, str) for c in names):
             self.feature_names_in_ = np.asarray(names, dtype=object)
         elif hasattr(self, "feature_names_in_"):

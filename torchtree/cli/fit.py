@@ -139,9 +139,11 @@ def _cmd_fit(args) -> int:
     try:
         model.fit(Xtr, ytr)
     except ValueError as exc:
-        # the estimator sees a bare array: put the file's column names into "X column j"
+        # the estimator sees bare arrays: put the file's column names into "X column j",
+        # and the target column's name for "y"
         named = re.sub(r"\bX column (\d+)\b", lambda m: f"{args.data}: column {m[1]} ({table.feature_names[int(m[1])]!r})"
                        if int(m[1]) < len(table.feature_names) else m[0], str(exc))
+        named = re.sub(r"^y\b", f"{args.data}: target {table.target_name!r}", named)
         if named == str(exc):
             raise
         raise ValueError(named) from exc

@@ -366,6 +366,9 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
     """
     path = os.fspath(path)
     header = read_header(path)
+    dup = sorted({h for h in header if header.count(h) > 1})
+    if dup:  # before matching names: a duplicate would read as a missing feature column
+        raise ValueError(f"{path}: duplicate column name(s) in the header: {', '.join(dup)}")
     names = list(feature_names) if feature_names else None
     if (names and any(n in header for n in names) and not all(n in header for n in names)
             and len(header) in (n_features, n_features + 1)):

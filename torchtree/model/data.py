@@ -115,7 +115,7 @@ def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes
             raise ValueError("y contains NaN or infinite labels")
         if not np.all(yn == np.round(yn)):
             raise ValueError(
-                "continuous (non-integer) labels given for classification; "
+                "y has continuous (non-integer) labels, given for classification; "
                 "use task='regression' (BayesianTreeRegressor) for real-valued targets"
             )
         yn = yn.astype(np.int64)
@@ -126,7 +126,12 @@ def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes
         if yi.min() < 0 or yi.max() >= n_classes:
             raise ValueError(f"labels must lie in 0..{n_classes - 1} when n_classes={n_classes}")
         return yi, np.arange(n_classes)
-    classes_arr, codes = np.unique(yn, return_inverse=True)
+    try:
+        classes_arr, codes = np.unique(yn, return_inverse=True)
+    except TypeError:  # labels of types that cannot be sorted together (an int among strings)
+        kinds = sorted({type(v).__name__ for v in yn.tolist()})
+        raise ValueError(f"y mixes label types ({', '.join(kinds)}) that cannot be ordered as one set of classes; "
+                         "give labels of one type (e.g. y.astype(str))") from None
     check_class_count(len(classes_arr), len(yn))
     if len(classes_arr) < 2:
         raise ValueError(
@@ -160,6 +165,22 @@ def check_class_count(n_classes: int, n_rows: int, name: str = "y",
             f"{name} has {n_classes} classes for {n_rows} rows: most classes would have fewer than 2 examples, "
             f"nothing a classifier can learn from. This looks like a regression target? {advice}"
         )
+
+
+def _check_target_magnitude(yf: np.ndarray) -> None:
+    """ValueError for regression targets too large for float64 sums of squares.
+
+    The leaf statistics are sums of squared deviations from the mean, and squares of sums
+    of them; the mean itself is rounded, so even equal targets deviate by up to
+    ``eps * |y|``. All of it stays finite while ``(N * max|y|)^2`` does (``|y|`` up to about
+    ``1e154 / N``); beyond, the default leaf prior and the marginal likelihoods overflow.
+    """
+    big = float(np.abs(yf).max())
+    with np.errstate(over="ignore"):
+        ok = np.isfinite(np.square(np.float64(len(yf)) * big))  # numpy: inf, not OverflowError
+    if not ok:
+        raise ValueError(f"y is too large for float64 sums of squares (max |y| = {big:.3g} over {len(yf)} targets); "
+                         "rescale y (e.g. divide it by a power of ten)")
 
 
 def _memory_bytes(device: Optional[torch.device] = None) -> Optional[int]:
@@ -219,6 +240,20 @@ def _check_float_storage(uniq: Sequence[np.ndarray], dtype: torch.dtype, Xn: np.
             )
 
 
+def _first_non_number(arr: np.ndarray, names: Optional[Sequence] = None) -> str:
+    """``"row i, column j ('name') holds 'abc': "`` for the first cell of a 2-D array that
+    ``float()`` refuses (what a user must fix), else ``""``."""
+    if arr.ndim != 2:
+        return ""
+    for j in range(arr.shape[1]):
+        for i, v in enumerate(arr[:, j].tolist()):
+            try:
+                float(v)
+            except (TypeError, ValueError):
+                return f"row {i}, {_column(j, names)} holds {v!r}: "
+    return ""
+
+
 def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X") -> np.ndarray:
     """Validate a feature matrix and return it as a float64 numpy array.
 
@@ -237,11 +272,12 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X")
     """
     _check_no_categoricals(X, name)
     arr = _to_numpy(X, name)
-    if arr.dtype == object or arr.dtype.kind in "USb" and arr.dtype.kind != "b":
+    if arr.dtype == object or arr.dtype.kind in "US":
         try:
             arr = arr.astype(np.float64)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name} must be numeric; could not convert: {exc}") from exc
+            raise ValueError(f"{name} must be numeric; {_first_non_number(arr, _frame_columns(X))}could not "
+                             f"convert: {exc}") from exc
     if arr.dtype.kind not in "biuf":
         raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
     if arr.ndim != 2:
@@ -287,7 +323,9 @@ class Data:
         mapped to ``0..K-1`` (``classes_`` maps back); more than half as many inferred
         classes as rows (and over 100) is refused as a likely regression target, and so
         are class counts whose one-hot leaf statistics would not fit in the device's
-        memory. Regression: finite floats.
+        memory. Labels of types that cannot be sorted together (an int among strings) are
+        refused. Regression: finite floats whose sums of squares fit in float64
+        (``(N * max|y|)^2`` finite).
     task : {"classification", "regression"}, optional
         Inferred when omitted: float labels with non-integer values mean regression
         only if ``task="regression"`` is given; otherwise they are refused, as
@@ -349,9 +387,10 @@ class Data:
             try:
                 yf = yn.astype(np.float64)
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"regression targets must be numeric: {exc}") from exc
+                raise ValueError(f"y must be numeric for regression: {exc}") from exc
             if not np.isfinite(yf).all():
                 raise ValueError(f"y contains {int((~np.isfinite(yf)).sum())} non-finite regression target(s)")
+            _check_target_magnitude(yf)
             self.classes_ = None
             self.n_classes = None
             self.y = torch.as_tensor(yf, dtype=torch.float64, device=dev)
