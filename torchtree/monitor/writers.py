@@ -1,0 +1,269 @@
+"""Monitors that write: TensorBoard event files and progress bars (see :mod:`torchtree.monitor`)."""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+from torchtree.monitor.base import Monitor, _flatten, _is_scalar, _is_vector, _markdown_table, _scalar_values
+
+__all__ = ["TensorBoardMonitor", "ProgressMonitor", "DEFAULT_PROGRESS_KEYS"]
+
+# ----------------------------------------------------------------------------
+
+
+class TensorBoardMonitor(Monitor):
+    """Write a run to TensorBoard event files.
+
+    Scalars (python numbers, 0-d / one-element tensors) become scalar
+    summaries, 1-D tensors and arrays histograms, strings text. Tags are
+    written as the sampler names them, behind ``prefix`` if given. ``on_start``
+    writes the configuration as a text table (tag ``start``); ``on_end``
+    writes the final scalars at the last step, a text table (tag ``summary``)
+    and closes the file.
+
+    Parameters
+    ----------
+    logdir : str or os.PathLike
+        Directory of the event files; with ``all_ranks=True`` each rank writes
+        to ``logdir/rank{r}`` (TensorBoard shows them as separate runs).
+    prefix : str, optional
+        Prepended to every tag as ``prefix/tag``.
+    histograms : bool
+        Write 1-D tensors as histograms (they can be large); otherwise skip them.
+    flush_secs : float
+        How often the writer flushes to disk.
+    all_ranks : bool
+        Write on every rank, not only on rank 0.
+    """
+
+    def __init__(
+        self,
+        logdir: str | os.PathLike,
+        prefix: str | None = None,
+        histograms: bool = True,
+        flush_secs: float = 30,
+        *,
+        all_ranks: bool = False,
+    ) -> None:
+        super().__init__(all_ranks=all_ranks)
+        self.logdir = os.fspath(logdir)
+        self.prefix = prefix.strip("/") if prefix else None
+        self.histograms = bool(histograms)
+        self.flush_secs = flush_secs
+        self._writer = None
+        self._last_step = 0
+
+    @property
+    def run_dir(self) -> str:
+        """The directory this monitor writes to (depends on the bound rank)."""
+        if self.all_ranks and self.rank is not None:
+            return os.path.join(self.logdir, f"rank{self.rank}")
+        return self.logdir
+
+    @property
+    def writer(self):
+        """The ``SummaryWriter``, created on first use (lazily: gated ranks never create files)."""
+        if self._writer is None:
+            # Imported here: tensorboard takes seconds to import and most runs do not need it.
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=self.run_dir, flush_secs=self.flush_secs)
+        return self._writer
+
+    def _tag(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def _write(self, items: Sequence[tuple[str, Any]], step: int) -> None:
+        w = self.writer
+        scalars = [(t, v) for t, v in items if _is_scalar(v)]
+        for tag, value in _scalar_values(scalars).items():
+            w.add_scalar(self._tag(tag), value, global_step=step)
+        for tag, value in items:
+            if isinstance(value, str):
+                w.add_text(self._tag(tag), value, global_step=step)
+            elif self.histograms and _is_vector(value):
+                if isinstance(value, Tensor):
+                    arr = value.detach().to("cpu", torch.float64).reshape(-1).numpy()
+                else:
+                    arr = np.asarray(value, dtype=np.float64).reshape(-1)
+                # numpy's histogram rejects non-finite ranges and empty input.
+                arr = arr[np.isfinite(arr)]
+                if arr.size:
+                    w.add_histogram(self._tag(tag), arr, global_step=step)
+
+    def on_start(self, info: Mapping[str, Any]) -> None:
+        items = list(_flatten(info))
+        self.writer.add_text(self._tag("start"), _markdown_table(items), global_step=0)
+        vectors = [(t, v) for t, v in items if _is_vector(v)]
+        if vectors:
+            self._write(vectors, 0)
+
+    def on_step(self, step: int, info: Mapping[str, Any]) -> None:
+        self._last_step = int(step)
+        self._write(list(_flatten(info)), self._last_step)
+
+    def on_end(self, info: Mapping[str, Any]) -> None:
+        items = list(_flatten(info))
+        self._write(items, self._last_step)
+        self.writer.add_text(self._tag("summary"), _markdown_table(items), global_step=self._last_step)
+        self.close()
+
+    def flush(self) -> None:
+        """Push pending events to disk."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __repr__(self) -> str:
+        return f"TensorBoardMonitor(logdir={self.logdir!r}, prefix={self.prefix!r})"
+
+
+# ----------------------------------------------------------------------------
+# ProgressMonitor
+# ----------------------------------------------------------------------------
+
+#: Tags whose last path component is one of these are shown by default.
+DEFAULT_PROGRESS_KEYS = ("ess", "log_evidence", "accept_rate", "acceptance_rate", "step_size", "log_likelihood", "leaves_mean")
+
+
+class ProgressMonitor(Monitor):
+    """A tqdm progress bar with a few scalars in its postfix.
+
+    Parameters
+    ----------
+    total : int, optional
+        Number of steps; if None, ``on_start``'s ``info["total"]`` is used (the
+        samplers that know their number of steps in advance send it). With a total,
+        the bar follows the ``step`` argument of ``on_step`` (position ``step + 1``),
+        so a sampler that reports every ``monitor_every`` steps still shows
+        "6000/6000" and an ETA; without one it counts ``on_step`` calls.
+    desc : str
+        Bar label.
+    disable : bool, optional
+        None: disabled when the output stream is not a terminal; True / False
+        force it off / on.
+    keys : sequence of str, optional
+        Tags to show in the postfix (displayed by their last ``/`` component).
+        None shows up to ``max_keys`` tags whose last component is in
+        ``DEFAULT_PROGRESS_KEYS``, or else the first scalar tags of the step.
+    max_keys : int
+        At most this many postfix entries when ``keys`` is None.
+    file : file-like, optional
+        Output stream (default ``sys.stderr``).
+    leave : bool
+        Keep the bar on screen after the run.
+    mininterval : float
+        Seconds between postfix refreshes (fetching tensor values syncs CUDA).
+    all_ranks : bool
+        Show a bar on every rank (labelled with the rank).
+    """
+
+    def __init__(
+        self,
+        total: int | None = None,
+        desc: str = "torchtree",
+        disable: bool | None = None,
+        keys: Sequence[str] | None = None,
+        *,
+        max_keys: int = 4,
+        file=None,
+        leave: bool = True,
+        mininterval: float = 0.5,
+        all_ranks: bool = False,
+    ) -> None:
+        super().__init__(all_ranks=all_ranks)
+        self.total = total
+        self.desc = desc
+        self.keys = list(keys) if keys is not None else None
+        self.max_keys = max_keys
+        self.file = file
+        self.leave = leave
+        self.mininterval = mininterval
+        self.disable = self._resolve_disable(disable)
+        self.bar = None
+        self._total = None
+        self._last_postfix = -math.inf
+
+    def _resolve_disable(self, disable: bool | None) -> bool:
+        if disable is not None:
+            return bool(disable)
+        stream = self.file if self.file is not None else sys.stderr
+        try:
+            return not stream.isatty()
+        except (AttributeError, ValueError):
+            return True
+
+    def _choose_keys(self, items: Sequence[tuple[str, Any]]) -> list[str]:
+        if self.keys is not None:
+            return self.keys
+        scalar_tags = [t for t, v in items if _is_scalar(v)]
+        chosen = [t for t in scalar_tags if t.rsplit("/", 1)[-1] in DEFAULT_PROGRESS_KEYS]
+        return (chosen or scalar_tags)[: self.max_keys]
+
+    def _postfix(self, items: Sequence[tuple[str, Any]]) -> dict[str, str]:
+        wanted = set(self._choose_keys(items))
+        picked = [(t, v) for t, v in items if t in wanted and _is_scalar(v)]
+        return {t.rsplit("/", 1)[-1]: f"{v:.4g}" for t, v in _scalar_values(picked).items()}
+
+    def on_start(self, info: Mapping[str, Any]) -> None:
+        from tqdm.auto import tqdm
+
+        total = self.total if self.total is not None else info.get("total", info.get("n_steps"))
+        self._total = int(total) if isinstance(total, (int, float)) and total > 0 else None
+        desc = self.desc if not (self.all_ranks and self.rank is not None) else f"{self.desc} [rank {self.rank}]"
+        self.bar = tqdm(
+            total=total,
+            desc=desc,
+            disable=self.disable,
+            file=self.file if self.file is not None else sys.stderr,
+            leave=self.leave,
+            dynamic_ncols=True,
+            position=self.rank if (self.all_ranks and self.rank) else None,
+        )
+        self._last_postfix = -math.inf
+
+    def on_step(self, step: int, info: Mapping[str, Any]) -> None:
+        if self.bar is None:
+            self.on_start({})
+        if self.disable:
+            return
+        now = time.monotonic()
+        if now - self._last_postfix >= self.mininterval:
+            self._last_postfix = now
+            self.bar.set_postfix(self._postfix(list(_flatten(info))), refresh=False)
+        if self._total is None:
+            self.bar.update(1)
+        else:
+            # never backwards, never past the total (nested samplers report their own steps)
+            self.bar.update(max(0, min(int(step) + 1, self._total) - self.bar.n))
+
+    def on_end(self, info: Mapping[str, Any]) -> None:
+        if self.bar is not None and not self.disable:
+            post = self._postfix(list(_flatten(info)))
+            if post:
+                self.bar.set_postfix(post, refresh=False)
+        self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __repr__(self) -> str:
+        return f"ProgressMonitor(total={self.total!r}, desc={self.desc!r}, disable={self.disable})"
+
+
+# ----------------------------------------------------------------------------
+# composition and coercion
