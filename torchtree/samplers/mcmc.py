@@ -36,7 +36,7 @@ from torchtree.model.priors import make_prior
 from torchtree.model.trees import HardTrees
 from torchtree.samplers import driver
 from torchtree.samplers.driver import default_likelihood, describe
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, option, SettingsAsAttributes
 from torchtree.steps.host_moves import HostChain, host_trees, pack_snapshots, unpack_snapshots
 from torchtree.steps.moves import (CUT_PROPOSALS, MOVES, N_SLOTS, TreeModel, TreeState, check_move_probs, draw_moves,
                                    propose, sample_prior_state, snapshot_trees)
@@ -177,7 +177,7 @@ class HostMCMCState(SamplerState):
                 "version": int(self.version), "snap_version": int(self.snap_version)}
 
 
-class MCMC:
+class MCMC(SettingsAsAttributes):
     """Chipman et al. (1998) Metropolis-Hastings sampler, many chains as one batch.
 
     Parameters
@@ -254,12 +254,6 @@ class MCMC:
         self.prior = make_prior(prior, alpha_split, beta_split, poisson_lambda)
         self.likelihood = likelihood
 
-    def __getattr__(self, name: str):
-        # the settings read as attributes (mcmc.n_chains), as before the config existed
-        config = self.__dict__.get("config")
-        if config is not None and name in MCMCConfig.__dataclass_fields__:
-            return getattr(config, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def n_warmup(self) -> int:

@@ -94,7 +94,7 @@ from torchtree.model.priors import ChipmanPrior, make_prior
 from torchtree.model.trees import HardTrees
 from torchtree.samplers import driver
 from torchtree.samplers.driver import default_likelihood, describe
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, option, SettingsAsAttributes
 from torchtree.steps.moves import (CUT_PROPOSALS, N_SLOTS, TreeModel, TreeState, check_move_probs, draw_moves, propose,
                                    sample_prior_state, snapshot_trees)
 
@@ -211,7 +211,7 @@ def _next_temperature(stats, logw: torch.Tensor, ll: torch.Tensor, phi: float, t
     return max(phi + lo, floor)
 
 
-class SMCSampler:
+class SMCSampler(SettingsAsAttributes):
     """Sequential Monte Carlo sampler with tree moves (Drousiotis, Varsi et al., Alg. 4).
 
     Parameters
@@ -296,12 +296,6 @@ class SMCSampler:
         self.prior = make_prior(prior, alpha_split, beta_split, poisson_lambda)
         self.likelihood = likelihood
 
-    def __getattr__(self, name: str):
-        # the settings read as attributes (smc.n_particles), as before the config existed
-        config = self.__dict__.get("config")
-        if config is not None and name in SMCSamplerConfig.__dataclass_fields__:
-            return getattr(config, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def init_prior(self) -> Optional[ChipmanPrior]:

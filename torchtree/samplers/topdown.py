@@ -31,7 +31,7 @@ from torchtree.model.posterior import TreePosterior
 from torchtree.model.priors import make_prior
 from torchtree.samplers import driver
 from torchtree.samplers.driver import default_likelihood, default_memory_limit, describe
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, option, SettingsAsAttributes
 from torchtree.samplers.topdown_particles import expansion_pairs, tree_report
 from torchtree.samplers.smc_engine import canonical_ancestors, island_ancestors, island_posterior, island_weights_step
 from torchtree.steps.growth import PROPOSALS, Grower, GrowthState
@@ -100,7 +100,7 @@ class TopDownState(SamplerState):
                 "growth": self.grower.state_dict(self.particles)}
 
 
-class TopDownSMC:
+class TopDownSMC(SettingsAsAttributes):
     """Top-down SMC sampler over decision trees (Lakshminarayanan, Roy & Teh, 2013).
 
     Parameters
@@ -168,12 +168,6 @@ class TopDownSMC:
                              f"(method='mcmc' / 'smc-moves')")
         self.likelihood = likelihood
 
-    def __getattr__(self, name: str):
-        # the settings read as attributes (smc.n_particles), as before the config existed
-        config = self.__dict__.get("config")
-        if config is not None and name in TopDownConfig.__dataclass_fields__:
-            return getattr(config, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ------------------------------------------------------------------ run
     def run(self, data, *, seed=None, monitor=None, backend=None) -> TreePosterior:
