@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --upgrade pip "setuptools>=77" wheel  # the packaging test builds the wheel without build isolation
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q $(TORCH_PIN)
 	$(BIN)/python -m pip install -q -e ".[test,mpi]"
 	touch $@
