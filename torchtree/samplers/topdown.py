@@ -32,7 +32,7 @@ from torchtree.model.priors import make_prior
 from torchtree.samplers import driver
 from torchtree.samplers.driver import default_likelihood, default_memory_limit, describe
 from torchtree.samplers.protocol import SamplerConfig, SamplerState, option, SettingsAsAttributes
-from torchtree.samplers.topdown_particles import expansion_pairs, tree_report
+from torchtree.samplers.topdown_particles import expansion_pairs, gather_trees, layout_for, move_particles, tree_report
 from torchtree.samplers.smc_engine import canonical_ancestors, island_ancestors, island_posterior, island_weights_step
 from torchtree.steps.growth import PROPOSALS, Grower, GrowthState
 
@@ -82,6 +82,10 @@ class TopDownState(SamplerState):
     n_resample, resample_steps : int, islands resampled / stages with a resampling
     resample_seconds : float
     grower : Grower, the node table the particles point into (saved with them)
+    layout : {"single", "islands", "gathered"}, how the particles are laid out over ranks
+        (see :mod:`torchtree.samplers.topdown_dist`); ``logw`` is this rank's ``[P / W]`` in
+        ``"islands"`` (with ``logz`` its ``[I / W]`` islands), the global ``[P]`` otherwise
+    received : int, particles this rank received from other ranks
     """
 
     step: int
@@ -93,6 +97,8 @@ class TopDownState(SamplerState):
     resample_steps: int
     resample_seconds: float
     grower: Any
+    layout: str = "single"
+    received: int = 0
 
     def state_dict(self) -> Dict[str, Any]:
         return {"stage": self.step, "done": self.done, "logw": self.logw.clone(), "logz": self.logz.clone(),
@@ -189,12 +195,7 @@ class TopDownSMC(SettingsAsAttributes):
         stages, resampling count).
         """
         backend = self.backend if backend is None else backend
-        with driver.opened_backend(backend) as be:
-            if be is not None and be.world_size > 1:
-                from torchtree.samplers.topdown_dist import run_distributed
-
-                return run_distributed(self, driver.coerce_data(data), be, seed=seed, monitor=monitor)
-            return driver.run(self, data, seed=seed, monitor=monitor, backend=be)
+        return driver.run(self, data, seed=seed, monitor=monitor, backend=backend)
 
     @property
     def backend(self):
@@ -221,57 +222,101 @@ class TopDownSMC(SettingsAsAttributes):
         c = self.config
         info = {"n_particles": c.n_particles, "n_islands": c.n_islands, "proposal": c.proposal,
                 "expansion": c.expansion, "n": ctx.data.n, "d": ctx.data.d, "n_steps": None}
+        if ctx.world_size > 1:
+            info.update(world_size=ctx.world_size, layout=ctx.extra["layout"])
         if ctx.resumed_at is not None:
             info["resumed_at_stage"] = ctx.resumed_at
         return info
 
     def _grower(self, ctx: driver.RunContext) -> Grower:
         c = self.config
+        # every rank checks divisibility alike, so all of them raise the same error
+        ctx.extra["layout"] = "single" if ctx.world_size == 1 else layout_for(c.n_particles, c.n_islands, ctx.world_size)
         grower = Grower(self.prior, ctx.extra["likelihood"], ctx.data, c.proposal, ctx.seed, c.use_likelihood)
         grower.table.limit_bytes = c.max_memory_bytes or default_memory_limit(ctx.device)
         return grower
 
+    def _weights_shape(self, ctx: driver.RunContext) -> Tuple[int, int]:
+        """(particles, islands) in this rank's weight vector: its own in the islands layout,
+        the global ones otherwise (the gathered layout keeps global weights on every rank)."""
+        c = self.config
+        if ctx.extra["layout"] == "islands":
+            return c.n_particles // ctx.world_size, c.n_islands // ctx.world_size
+        return c.n_particles, c.n_islands
+
     def init(self, ctx: driver.RunContext) -> TopDownState:
-        """P root-only trees; stage 0's target is the root-only tree, weighted by l(Y) of all the data."""
+        """P root-only trees (``P / W`` on each of ``W`` ranks); stage 0's target is the
+        root-only tree, weighted by l(Y) of all the data."""
         c, dev = self.config, ctx.device
-        check_tree_memory("TopDownSMC", c.n_particles, ctx.data, "n_particles", capacity=0, caches=False, per_tree=2 * 4 * 32 + 80)
         grower = self._grower(ctx)
+        n_local = c.n_particles // ctx.world_size
+        check_tree_memory("TopDownSMC", n_local, ctx.data, "n_particles", capacity=0, caches=False, per_tree=2 * 4 * 32 + 80)
         lik = ctx.extra["likelihood"]
         root_ll = float(lik.log_marginal(grower.table.stats[0])) if c.use_likelihood else 0.0
-        return TopDownState(step=0, done=False, particles=grower.init_state(c.n_particles),
-                            logw=torch.zeros(c.n_particles, dtype=torch.float64, device=dev),
-                            logz=torch.full((c.n_islands,), root_ll, dtype=torch.float64, device=dev),
-                            n_resample=0, resample_steps=0, resample_seconds=0.0, grower=grower)
+        n_w, n_isl = self._weights_shape(ctx)
+        return TopDownState(step=0, done=False, particles=grower.init_state(n_local),
+                            logw=torch.zeros(n_w, dtype=torch.float64, device=dev),
+                            logz=torch.full((n_isl,), root_ll, dtype=torch.float64, device=dev),
+                            n_resample=0, resample_steps=0, resample_seconds=0.0, grower=grower,
+                            layout=ctx.extra["layout"])
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> TopDownState:
-        """The state a checkpoint holds."""
+        """The state a checkpoint holds (on several ranks: this rank's file)."""
         grower = self._grower(ctx)
         particles = grower.load_state_dict(saved["growth"])
         return TopDownState(step=int(saved["stage"]), done=bool(saved["done"]), particles=particles,
                             logw=saved["logw"].to(ctx.device), logz=saved["logz"].to(ctx.device),
                             n_resample=int(saved["n_resample"]), resample_steps=int(saved["resample_steps"]),
-                            resample_seconds=0.0, grower=grower)
+                            resample_seconds=0.0, grower=grower, layout=ctx.extra["layout"])
 
     def step(self, state: TopDownState, ctx: driver.RunContext) -> Tuple[TopDownState, Optional[dict]]:
-        """Expand one stage's nodes, weigh, resample the islands whose ESS fell too low."""
+        """Expand one stage's nodes, weigh, resample the islands whose ESS fell too low.
+
+        On several ranks every rank expands its own particles; the ``"gathered"`` layout then
+        shares the incremental weights (one ``all_gather``), the ``"islands"`` layout only the
+        number of nodes still open (one ``all_reduce`` of one integer), so that all ranks run
+        the same stages and end together. A rank whose trees are finished keeps the weight
+        bookkeeping of its islands with zero increments, as the one-process filter does.
+        """
         c, stage, grower, particles = self.config, state.step, state.grower, state.particles
         if stage >= c.max_stages:
             raise RuntimeError(f"TopDownSMC did not finish within max_stages={c.max_stages}")
         pp, nn = expansion_pairs(grower, particles, c.expansion, stage)
-        if pp.numel() == 0:
+        if state.layout == "single" and pp.numel() == 0:
             state.done = True
             return state, None
-        P, I = c.n_particles, c.n_islands
-        m = P // I
-        gidx = torch.arange(P, device=ctx.device)
-        res = grower.expand(particles, pp, nn, gidx[pp], stage)
-        incr = torch.zeros(P, dtype=torch.float64, device=ctx.device).index_add_(0, pp, res.log_weight)
+        n_local, dev = particles.n_particles, ctx.device
+        incr = torch.zeros(n_local, dtype=torch.float64, device=dev)
+        distinct = 0
+        if pp.numel():
+            gidx = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=dev)
+            res = grower.expand(particles, pp, nn, gidx[pp], stage)
+            incr.index_add_(0, pp, res.log_weight)
+            distinct = res.n_distinct
+        n_open, width = pp.numel(), 0
+        if state.layout == "gathered":
+            allm = ctx.backend.all_gather(torch.cat([incr, torch.tensor(
+                [pp.numel(), int(particles.n_nodes.max())], dtype=torch.float64, device=dev)])).view(-1, n_local + 2)
+            n_open, width = int(allm[:, n_local].sum()), int(allm[:, n_local + 1].max())
+            incr = allm[:, :n_local].reshape(-1)
+        elif state.layout == "islands":
+            n_open = int(ctx.backend.all_reduce(torch.tensor([pp.numel()], dtype=torch.int64), "sum").item())
+        if n_open == 0:
+            state.done = True
+            return state, None
+        n_w, I = self._weights_shape(ctx)
+        m = c.n_particles // c.n_islands
         state.logw, state.logz, ess = island_weights_step(state.logw, state.logz, incr, I, m)
         need = (ess < c.ess_threshold * m).nonzero().squeeze(1).tolist()
         if need:
             ts = time.perf_counter()
-            anc = island_ancestors(state.logw, need, m, get_resampler(c.resampling), ctx.seed, stage)
-            particles.take_(anc)
+            first = ctx.rank * I if state.layout == "islands" else 0
+            anc = island_ancestors(state.logw, need, m, get_resampler(c.resampling), ctx.seed, stage,
+                                   first_island=first)
+            if state.layout == "gathered":
+                state.received += move_particles(grower, particles, anc, width, ctx.backend, c.redistribution)
+            else:
+                particles.take_(anc)
             state.n_resample += len(need)
             if grower.table.needs_compaction():
                 grower.table.compact(grower.open_uids(particles))
@@ -282,17 +327,33 @@ class TopDownSMC(SettingsAsAttributes):
             return state, None
         return state, {"smc/ess": float(ess.min()),
                        "smc/log_evidence": float(torch.logsumexp(state.logz, 0) - math.log(I)),
-                       "smc/resampled": len(need), "smc/open_nodes": int(pp.numel()),
-                       "smc/distinct_nodes": res.n_distinct, **tree_report(grower, particles),
+                       "smc/resampled": len(need), "smc/open_nodes": int(n_open),
+                       "smc/distinct_nodes": distinct, **tree_report(grower, particles),
                        "time/seconds": ctx.seconds()}
 
     def finalize(self, state: TopDownState, ctx: driver.RunContext) -> TreePosterior:
-        """Islands weighted equally, each normalised."""
+        """Islands weighted equally, each normalised; on several ranks every rank returns the
+        global posterior (the trees and, in the islands layout, the weights are gathered)."""
         info = {"sampler": self.name, "proposal": self.config.proposal, "expansion": self.config.expansion,
                 "n_stages": state.step, "n_resample": state.n_resample, "seconds": ctx.seconds(),
                 "resample_seconds": state.resample_seconds, "resample_steps": state.resample_steps}
-        return island_posterior(state.grower.to_trees(state.particles), state.logw, state.logz,
-                                ctx.extra["likelihood"], ctx.data, info)
+        lik, particles = ctx.extra["likelihood"], state.particles
+        if state.layout == "single":
+            return island_posterior(state.grower.to_trees(particles), state.logw, state.logz, lik, ctx.data, info)
+        be, W = ctx.backend, ctx.world_size
+        logw, logz, n_resample = state.logw, state.logz, state.n_resample
+        n_w, I = logw.numel(), logz.numel()
+        fin = be.all_gather(torch.cat([logw, logz, torch.tensor([n_resample, int(particles.n_nodes.max())],
+                                                                dtype=torch.float64, device=ctx.device)]))
+        fin = fin.view(W, n_w + I + 2)
+        width = max(int(fin[:, n_w + I + 1].max()), 1)
+        if state.layout == "islands":
+            logw, logz = fin[:, :n_w].reshape(-1), fin[:, n_w:n_w + I].reshape(-1)
+            n_resample = int(fin[:, n_w + I].sum())
+        trees = gather_trees(state.grower, particles, be, width)
+        info.update(n_resample=n_resample, world_size=W, rank=ctx.rank, layout=state.layout,
+                    redistribution=self.config.redistribution, particles_received=state.received)
+        return island_posterior(trees, logw, logz, lik, ctx.data, info)
 
     def end_info(self, post: TreePosterior) -> Dict[str, Any]:
         return {"log_evidence": post.log_evidence, "n_stages": post.info.get("n_stages")}
