@@ -28,6 +28,7 @@ from typing import Optional
 
 import torch
 
+from torchtree.steps.split_candidates import STAGE_CHUNK_BYTES, SortedCandidates, node_batches
 from torchtree.kernels.segments import exclusive_cumsum, ragged_arange, rank_within, segment_minmax, segmented_searchsorted
 from torchtree.core.random import keyed_uniform
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, HardTrees
@@ -39,7 +40,6 @@ PROPOSALS = ("prior", "empirical", "optimal")
 
 # Purpose codes for keyed random streams (stream = stage * 8 + purpose).
 _U_STOP, _U_DIM, _U_CUT, _U_INTERVAL = 0, 1, 2, 3
-
 
 class NodeTable:
     """Node records and training-point lists, keyed by node uid, shared by all particles.
@@ -260,69 +260,6 @@ class ExpansionResult:
     n_distinct: int  # distinct nodes scored
 
 
-class _Sorted:
-    """Points of distinct (node, dim) groups sorted by value, with cumulative statistics.
-
-    Attributes
-    ----------
-    seg, rank, idx : LongTensor [T]  group, value rank and point index, sorted by (group, value)
-    start, end : LongTensor [G]      slice of each group
-    cum : Tensor [T + 1, S]          cum[t] = statistics of the first t sorted points
-    cand, cand_seg : LongTensor [E]  interval candidates: positions e with vals[e] < vals[e + 1]
-                                     in the same group, and their groups
-    """
-
-    def __init__(self, pool: NodeTable, g_uid: torch.Tensor, g_dim: torch.Tensor, data, pstats: torch.Tensor):
-        seg, idx = pool.gather(g_uid)
-        R = int(data.n_unique.max()) + 1
-        D = data.X_rank.shape[1]
-        # Flat 1-D gathers: torch's 2-D advanced indexing is several times slower.
-        ranks = data.X_rank.view(-1).index_select(0, idx * D + g_dim.index_select(0, seg))
-        keys, order = torch.sort(seg * R + ranks)
-        self.seg = keys // R
-        self.rank = keys - self.seg * R
-        self.idx = idx.index_select(0, order)
-        self.g_dim = g_dim
-        self.data = data
-        cnt = pool.cnt[g_uid]
-        self.start = exclusive_cumsum(cnt)
-        self.end = self.start + cnt
-        T = self.idx.numel()
-        self.cum = torch.zeros(T + 1, pstats.shape[1], dtype=pstats.dtype, device=pstats.device)
-        if T:
-            torch.cumsum(pstats.index_select(0, self.idx), 0, out=self.cum[1:])
-        # Boundary candidates: last element of a run of equal values, not last of its group.
-        nxt = torch.zeros(T, dtype=torch.bool, device=idx.device)
-        if T > 1:
-            nxt[:-1] = (self.seg[1:] == self.seg[:-1]) & (self.rank[1:] != self.rank[:-1])
-        self.cand = nxt.nonzero().squeeze(1)
-        self.cand_seg = self.seg[self.cand]
-        n_cand = torch.bincount(self.cand_seg, minlength=g_uid.numel())
-        self.cand_start = exclusive_cumsum(n_cand)
-        self.n_cand = n_cand
-        self._vals = None
-
-    def val_at(self, pos: torch.Tensor) -> torch.Tensor:
-        """Feature values at sorted positions ``pos`` (from the rank table, no point gather)."""
-        if self._vals is not None:
-            return self._vals[pos]
-        sv = self.data.sorted_values
-        return sv.view(-1)[self.g_dim[self.seg[pos]] * sv.shape[1] + self.rank[pos]]
-
-    @property
-    def vals(self) -> torch.Tensor:
-        """All sorted values ``[T]`` (computed on first use)."""
-        if self._vals is None:
-            sv = self.data.sorted_values
-            self._vals = sv.view(-1).index_select(0, self.g_dim.index_select(0, self.seg) * sv.shape[1] + self.rank)
-        return self._vals
-
-    def left_stats_at(self, g: torch.Tensor, n_left: torch.Tensor) -> torch.Tensor:
-        """Statistics of the first ``n_left`` sorted points of group ``g``: ``[Q, S]``."""
-        s = self.start[g]
-        return self.cum[s + n_left] - self.cum[s]
-
-
 class Grower:
     """Expands open nodes of a batch of trees under the Chipman prior.
 
@@ -425,9 +362,19 @@ class Grower:
         uu, inv = torch.unique(uid, return_inverse=True)
         U = uu.numel()
         t.materialise(uu, data.X)
-        # Per distinct node: data extent in every dimension.
-        seg, idx = t.gather(uu)
-        lo, hi = segment_minmax(data.X[idx], seg, U)
+        # Per distinct node: data extent in every dimension (in batches of nodes: the gather is
+        # [sum of node sizes, D]).
+        D = data.X.shape[1]
+        batches = node_batches(t.cnt[uu].double() * (16 + 8 * D), STAGE_CHUNK_BYTES)
+        if len(batches) == 1:
+            seg, idx = t.gather(uu)
+            lo, hi = segment_minmax(data.X[idx], seg, U)
+        else:
+            lo = torch.empty(U, D, dtype=data.X.dtype, device=data.X.device)
+            hi = torch.empty_like(lo)
+            for b0, b1 in batches:
+                seg, idx = t.gather(uu[b0:b1])
+                lo[b0:b1], hi[b0:b1] = segment_minmax(data.X[idx], seg, b1 - b0)
         varying = hi > lo
         nvary = varying.sum(1)
         psplit_u = self.prior.split_prob(t.depth[uu])
@@ -460,7 +407,7 @@ class Grower:
         lo_f, hi_f = lo[k, feat], hi[k, feat]
         # Sort only the distinct (node, dim) groups that some particle asked for.
         gk, ginv = torch.unique(k * data.d + feat, return_inverse=True)
-        srt = _Sorted(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)
+        srt = SortedCandidates(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)
         if self.proposal == "prior":
             thr = lo_f.double() + u_cut * (hi_f - lo_f).double()
             thr = _below(thr.to(data.X.dtype), hi_f)
@@ -483,12 +430,41 @@ class Grower:
         return split, logw, sp, feat, thr, left, n_left
 
     def _choose_optimal(self, uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop):
-        """One-step optimal proposal (eq. 6-7, sec. 3.1), scored once per distinct node."""
+        """One-step optimal proposal (eq. 6-7, sec. 3.1), scored once per distinct node, in
+        batches of distinct nodes whose sorted candidate tables fit ``STAGE_CHUNK_BYTES``."""
+        S = pstat_u.shape[1] if pstat_u.dim() == 2 else 1
+        cost = self.table.cnt[uu].double() * nvary.double() * (96 + 16 * S)
+        batches = node_batches(cost, STAGE_CHUNK_BYTES)
+        if len(batches) == 1:
+            return self._choose_optimal_batch(uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u,
+                                              lp_u, u_stop)
+        A, dev = inv.numel(), inv.device
+        split = torch.zeros(A, dtype=torch.bool, device=dev)
+        logw = torch.zeros(A, dtype=torch.float64, device=dev)
+        parts = []
+        for b0, b1 in batches:
+            rows = ((inv >= b0) & (inv < b1)).nonzero().squeeze(1)
+            if rows.numel() == 0:
+                continue
+            r = slice(b0, b1)
+            got = self._choose_optimal_batch(uu[r], inv[rows] - b0, gidx[rows], nn[rows], stage, lo[r], hi[r],
+                                             varying[r], nvary[r], psplit_u[r], pstat_u[r], lp_u[r], u_stop[rows])
+            split[rows], logw[rows] = got[0], got[1]
+            if got[2].numel():
+                parts.append((rows[got[2]],) + tuple(got[3:]))
+        if not parts:
+            return split, logw, split.nonzero().squeeze(1), None, None, None, None
+        sp = torch.cat([p[0] for p in parts])
+        order = torch.argsort(sp)  # pairs in ascending order, as one batch returns them
+        return (split, logw, sp[order]) + tuple(torch.cat([p[i] for p in parts])[order] for i in range(1, 5))
+
+    def _choose_optimal_batch(self, uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop):
+        """:meth:`_choose_optimal` for one batch of distinct nodes ``uu`` and the pairs on them."""
         data, t = self.data, self.table
         dev = inv.device
         U = uu.numel()
         gu, gd = varying.nonzero(as_tuple=True)  # every (distinct node, varying dim) group
-        srt = _Sorted(t, uu[gu], gd, data, self.cum_stats)
+        srt = SortedCandidates(t, uu[gu], gd, data, self.cum_stats)
         e, g = srt.cand, srt.cand_seg
         s0 = srt.start[g]
         left_all = srt.cum.index_select(0, e + 1) - srt.cum.index_select(0, s0)

@@ -1,0 +1,101 @@
+"""Per-stage tables of the top-down growth: sorted split candidates, and node batches.
+
+:class:`SortedCandidates` sorts the points of (node, dimension) groups by value and keeps the
+cumulative statistics, so every boundary between two distinct values is a candidate split
+whose left / right statistics are one subtraction away (the empirical and optimal
+proposals score them). :func:`node_batches` cuts a stage's distinct nodes into batches whose
+temporaries fit :data:`STAGE_CHUNK_BYTES`.
+
+Layer: a step's helpers; imports kernels only.
+"""
+from __future__ import annotations
+
+import torch
+
+from torchtree.kernels.segments import exclusive_cumsum
+
+__all__ = ["SortedCandidates", "node_batches", "STAGE_CHUNK_BYTES"]
+
+#: Bytes of temporaries one stage may hold per batch of distinct nodes: the data extents and the
+#: optimal proposal's sorted candidate tables are built for a batch of nodes at a time, so a
+#: stage with many large distinct nodes (a million rows, weights spread over many particles)
+#: does not need ``sum of node sizes x D`` entries at once. Small data fits in one batch and
+#: is computed exactly as without batching.
+STAGE_CHUNK_BYTES = 256 << 20
+
+
+def node_batches(cost: torch.Tensor, budget: float):
+    """Contiguous ranges ``(start, end)`` of nodes, each holding the nodes whose cumulative
+    ``cost [U]`` starts in one multiple of ``budget``: a batch costs at most ``budget`` plus its
+    last node."""
+    U = cost.numel()
+    if U == 0 or float(cost.sum()) <= budget:
+        return [(0, U)]
+    start_cost = torch.cumsum(cost.double(), 0) - cost.double()
+    batch = torch.div(start_cost, float(budget), rounding_mode="floor").long()
+    counts = torch.unique_consecutive(batch, return_counts=True)[1]
+    ends = torch.cumsum(counts, 0).tolist()
+    return list(zip([0] + ends[:-1], ends))
+
+
+class SortedCandidates:
+    """Points of distinct (node, dim) groups sorted by value, with cumulative statistics.
+
+    Attributes
+    ----------
+    seg, rank, idx : LongTensor [T]  group, value rank and point index, sorted by (group, value)
+    start, end : LongTensor [G]      slice of each group
+    cum : Tensor [T + 1, S]          cum[t] = statistics of the first t sorted points
+    cand, cand_seg : LongTensor [E]  interval candidates: positions e with vals[e] < vals[e + 1]
+                                     in the same group, and their groups
+    """
+
+    def __init__(self, pool, g_uid: torch.Tensor, g_dim: torch.Tensor, data, pstats: torch.Tensor):
+        seg, idx = pool.gather(g_uid)
+        R = int(data.n_unique.max()) + 1
+        D = data.X_rank.shape[1]
+        # Flat 1-D gathers: torch's 2-D advanced indexing is several times slower.
+        ranks = data.X_rank.view(-1).index_select(0, idx * D + g_dim.index_select(0, seg))
+        keys, order = torch.sort(seg * R + ranks)
+        self.seg = keys // R
+        self.rank = keys - self.seg * R
+        self.idx = idx.index_select(0, order)
+        self.g_dim = g_dim
+        self.data = data
+        cnt = pool.cnt[g_uid]
+        self.start = exclusive_cumsum(cnt)
+        self.end = self.start + cnt
+        T = self.idx.numel()
+        self.cum = torch.zeros(T + 1, pstats.shape[1], dtype=pstats.dtype, device=pstats.device)
+        if T:
+            torch.cumsum(pstats.index_select(0, self.idx), 0, out=self.cum[1:])
+        # Boundary candidates: last element of a run of equal values, not last of its group.
+        nxt = torch.zeros(T, dtype=torch.bool, device=idx.device)
+        if T > 1:
+            nxt[:-1] = (self.seg[1:] == self.seg[:-1]) & (self.rank[1:] != self.rank[:-1])
+        self.cand = nxt.nonzero().squeeze(1)
+        self.cand_seg = self.seg[self.cand]
+        n_cand = torch.bincount(self.cand_seg, minlength=g_uid.numel())
+        self.cand_start = exclusive_cumsum(n_cand)
+        self.n_cand = n_cand
+        self._vals = None
+
+    def val_at(self, pos: torch.Tensor) -> torch.Tensor:
+        """Feature values at sorted positions ``pos`` (from the rank table, no point gather)."""
+        if self._vals is not None:
+            return self._vals[pos]
+        sv = self.data.sorted_values
+        return sv.view(-1)[self.g_dim[self.seg[pos]] * sv.shape[1] + self.rank[pos]]
+
+    @property
+    def vals(self) -> torch.Tensor:
+        """All sorted values ``[T]`` (computed on first use)."""
+        if self._vals is None:
+            sv = self.data.sorted_values
+            self._vals = sv.view(-1).index_select(0, self.g_dim.index_select(0, self.seg) * sv.shape[1] + self.rank)
+        return self._vals
+
+    def left_stats_at(self, g: torch.Tensor, n_left: torch.Tensor) -> torch.Tensor:
+        """Statistics of the first ``n_left`` sorted points of group ``g``: ``[Q, S]``."""
+        s = self.start[g]
+        return self.cum[s + n_left] - self.cum[s]
