@@ -30,6 +30,7 @@ import torch
 from torchtree.core.memory import check_tree_memory
 
 from torchtree.core.random import derive_seed, keyed_uniform
+from torchtree.distributed import BlockLayout
 from torchtree.model.diagnostics import chain_ess, rhat  # noqa: F401  (re-exported: the MCMC diagnostics)
 from torchtree.model.posterior import TreePosterior
 from torchtree.model.priors import make_prior
@@ -188,8 +189,11 @@ class MCMC(SettingsAsAttributes):
         Default from the data (Dirichlet-multinomial alpha=5, or data-scaled NIG).
     alpha_split, beta_split, poisson_lambda : float
         Prior hyperparameters when ``prior`` is given by name.
-    backend : None
-        Multi-rank runs are not supported yet (chains are independent: split them).
+    backend : torchtree.distributed.Backend or str, optional
+        Multi-rank runs: each of the ``W`` ranks runs ``n_chains / W`` chains (global chain
+        indices ``rank * n_chains / W + i`` key their random numbers), and every rank returns
+        the global posterior, the same as a one-process run with the same seed. Needs the
+        batched engine; monitors see rank 0's chains.
     n_chains : int
         Chains run together as one batch.
     n_samples : int
@@ -248,9 +252,8 @@ class MCMC(SettingsAsAttributes):
     def __init__(self, prior=None, likelihood=None, *, alpha_split: float = 0.95, beta_split: float = 0.5,
                  poisson_lambda: float = 5.0, backend=None, **settings: Any) -> None:
         self.config = MCMCConfig(**settings)
-        if backend is not None:
-            raise NotImplementedError("multi-rank MCMC is not implemented yet; run independent chains per rank")
-        self.backend = None
+        driver.check_backend(backend)
+        self.backend = backend
         self.prior = make_prior(prior, alpha_split, beta_split, poisson_lambda)
         self.likelihood = likelihood
 
@@ -284,7 +287,7 @@ class MCMC(SettingsAsAttributes):
             Receives ``mcmc/accept/<move>`` (running acceptance rate per move type),
             ``mcmc/accept``, ``mcmc/log_posterior_mean``, ``trees/leaves_mean``,
             ``trees/depth_mean``, ``time/seconds`` every ``monitor_every`` iterations.
-        backend : None (multi-rank MCMC is not implemented)
+        backend : Backend or name, optional; default the one given at construction
 
         Returns
         -------
@@ -293,9 +296,8 @@ class MCMC(SettingsAsAttributes):
             ``log_evidence`` is None. ``info`` holds acceptance rates, R-hat and ESS
             of the number of leaves and of the log posterior, iterations per second.
         """
-        if backend is not None:
-            raise NotImplementedError("multi-rank MCMC is not implemented yet; run independent chains per rank")
-        return driver.run(self, data, seed=seed, monitor=monitor)
+        backend = self.backend if backend is None else backend
+        return driver.run(self, data, seed=seed, monitor=monitor, backend=backend)
 
     # ------------------------------------------------------------ protocol
     def setup(self, ctx: driver.RunContext) -> None:
@@ -303,8 +305,17 @@ class MCMC(SettingsAsAttributes):
         lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
         ctx.extra["likelihood"] = lik
         ctx.extra["model"] = TreeModel(self.prior, lik, ctx.data, self.config.use_likelihood)
-        ctx.extra["host"] = host = self.engine == "host" or (self.engine == "auto" and self.config.n_chains == 1)
-        check_tree_memory("MCMC", self.config.n_chains, ctx.data, "n_chains (or n_samples)",
+        W, n_chains = ctx.world_size, self.config.n_chains
+        if n_chains % W:
+            raise ValueError(f"n_chains ({n_chains}) must be divisible by the number of ranks ({W}): every rank "
+                             "runs n_chains / world_size chains")
+        if W > 1 and self.engine == "host":
+            raise ValueError("engine='host' runs a single chain in one process; a multi-rank run needs "
+                             "engine='batched' (or 'auto')")
+        n_local = n_chains // W
+        ctx.extra["chains"] = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local)  # global chain indices
+        ctx.extra["host"] = host = self.engine == "host" or (self.engine == "auto" and n_chains == 1)
+        check_tree_memory("MCMC", n_local, ctx.data, "n_chains (or n_samples)",
                           kept_per_tree=0 if host else self.config.n_samples,
                           per_tree=0 if host else min(_BLOCK, self.n_iterations) * N_SLOTS * 8)  # a block of uniforms
 
@@ -325,10 +336,11 @@ class MCMC(SettingsAsAttributes):
         """Every chain at the root-only tree or at a prior draw; nothing kept yet."""
         c, model = self.config, ctx.extra["model"]
         ctx.extra["useed"] = derive_seed(ctx.seed, 2)
+        gidx = ctx.extra["chains"]
         if c.init == "prior":
-            chains, _ = sample_prior_state(model, c.n_chains, derive_seed(ctx.seed, 1))
+            chains, _ = sample_prior_state(model, gidx.numel(), derive_seed(ctx.seed, 1), index=gidx.to(ctx.device))
         else:
-            chains = TreeState.roots(model, c.n_chains)
+            chains = TreeState.roots(model, gidx.numel())
         if ctx.extra["host"]:
             chain = HostChain(model, c.move_probs)
             t = chains.trees.to("cpu")
@@ -379,7 +391,7 @@ class MCMC(SettingsAsAttributes):
         if cached is None or cached[0] != b0:
             host = ctx.extra["host"]
             dev = torch.device("cpu") if host else ctx.device
-            gidx = torch.arange(self.config.n_chains, device=dev)
+            gidx = ctx.extra["chains"].to(dev)
             its = torch.arange(b0, min(b0 + _BLOCK, self.n_iterations), device=dev)
             slots = torch.arange(N_SLOTS, device=dev)
             U = keyed_uniform(ctx.extra["useed"], 0, gidx[None, :, None], its[:, None, None] * N_SLOTS + slots)
@@ -448,14 +460,17 @@ class MCMC(SettingsAsAttributes):
             lp = np.asarray(state.trace_lp)[None]
         else:
             trees = HardTrees.cat(state.kept)
+            proposed, accepted = state.proposed, state.accepted
+            leaves = torch.stack(state.trace_leaves, 1).double()  # [chains, draws]
+            lp = torch.stack(state.trace_lp, 1)
+            if ctx.world_size > 1:
+                trees, proposed, accepted, leaves, lp = _gather_chains(ctx, trees, proposed, accepted, leaves, lp)
             logw = torch.zeros(trees.n_trees, dtype=torch.float64)
             n_kept = trees.n_trees
-            proposed, accepted = state.proposed, state.accepted
-            leaves = torch.stack(state.trace_leaves, 1).double().cpu().numpy()  # [chains, draws]
-            lp = torch.stack(state.trace_lp, 1).cpu().numpy()
+            leaves, lp = leaves.cpu().numpy(), lp.cpu().numpy()
         elapsed, total = ctx.seconds(), self.n_iterations
         info = {"sampler": self.name, "engine": "host" if ctx.extra["host"] else "batched", "n_chains": c.n_chains,
-                "n_samples": c.n_samples, "n_warmup": self.n_warmup, "thin": c.thin, "keep": c.keep,
+                "world_size": ctx.world_size, "n_samples": c.n_samples, "n_warmup": self.n_warmup, "thin": c.thin, "keep": c.keep,
                 "n_iterations": total, "prior": repr(self.prior), "move_probs": list(c.move_probs),
                 "seconds": elapsed, "iterations_per_second": total / max(elapsed, 1e-12)}
         info.update(_accept_info(proposed, accepted))
@@ -470,6 +485,26 @@ class MCMC(SettingsAsAttributes):
 
     def end_info(self, post: TreePosterior) -> Dict[str, Any]:
         return {k: v for k, v in post.info.items() if k.startswith(("accept", "rhat", "ess"))}
+
+
+def _gather_chains(ctx: driver.RunContext, trees: HardTrees, proposed, accepted, leaves, lp):
+    """Every rank's kept draws and traces, in the one-process order (draw-major, then global
+    chain), and the summed move counters: collective, the same on every rank."""
+    be, W = ctx.backend, ctx.world_size
+    n = ctx.extra["chains"].numel()
+    cap = int(be.all_reduce(torch.tensor([trees.capacity], dtype=torch.int64), "max").item())
+    if trees.capacity != cap:
+        trees = trees.with_capacity(cap)
+    d = trees.as_dict()
+    layout = BlockLayout(d)
+    every = HardTrees.from_dict(layout.unpack(be.all_gather(layout.pack(d))))  # [W * K * n], rank-major
+    K = trees.n_trees // n
+    order = torch.arange(W * K * n).view(W, K, n).permute(1, 0, 2).reshape(-1)
+    every = every.take(order.to(every.feature.device))
+    counts = be.all_reduce(torch.stack([proposed, accepted]).cpu(), "sum").to(proposed.device)
+    leaves_all = be.all_gather(leaves.cpu()).view(W * n, -1)
+    lp_all = be.all_gather(lp.cpu()).view(W * n, -1)
+    return every, counts[0], counts[1], leaves_all, lp_all
 
 
 def _accept_info(proposed: torch.Tensor, accepted: torch.Tensor) -> dict:
