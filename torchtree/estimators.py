@@ -13,6 +13,7 @@ import warnings
 from typing import Any, Dict, Optional
 
 import numpy as np
+import torch
 
 from torchtree.model.data import Data, _frame_columns
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
@@ -99,7 +100,12 @@ MODEL_SETTINGS_HELP = {
     "a0": "shape of the inverse-gamma prior of a leaf's noise variance (default: 2)",
     "b0": "scale of the inverse-gamma prior of a leaf's noise variance (default: half the targets' variance "
           "times max(a0 - 1, 0.5))",
+    "hyper": "evidence: choose the leaf prior (alpha or b0) and beta_split by the evidence of top-down SMC pilot "
+             "runs, keeping those you set; fixed: the defaults above (default: evidence)",
 }
+
+#: what ``hyper=`` may be (a DCC ``SoftTreeHyper`` object is also passed through to DCC)
+HYPER_MODES = ("evidence", "fixed")
 
 
 def model_settings(cls) -> Dict[str, str]:
@@ -144,9 +150,11 @@ class _BayesianTreeBase:
         random_state: Optional[int] = 0,
         device: Optional[str] = None,
         monitor: Any = None,
+        hyper: Any = "evidence",
         **sampler_options: Any,
     ) -> None:
         self.method = method
+        self.hyper = hyper
         self.prior = prior
         self.alpha_split = alpha_split
         self.beta_split = beta_split
@@ -159,7 +167,7 @@ class _BayesianTreeBase:
     # ------------------------------------------------------------ sklearn API
     def get_params(self, deep: bool = True) -> Dict[str, Any]:
         """Estimator parameters (the constructor's, sampler options flattened in)."""
-        out = {k: getattr(self, k) for k in ("method", "prior", "alpha_split", "beta_split", "poisson_lambda", "random_state", "device", "monitor")}
+        out = {k: getattr(self, k) for k in ("method", "prior", "alpha_split", "beta_split", "poisson_lambda", "random_state", "device", "monitor", "hyper")}
         out.update(self._extra_params())
         out.update(self.sampler_options)
         return out
@@ -228,9 +236,38 @@ class _BayesianTreeBase:
 
     # ---------------------------------------------------------------- fitting
     def _make_prior(self):
-        # settings left at None take make_prior's defaults (those of the samplers)
+        # settings left at None take make_prior's defaults (those of the samplers), or the
+        # values chosen by evidence (hyper="evidence")
         given = {n: getattr(self, n) for n in _PRIOR_SETTINGS[1:] if getattr(self, n) is not None}
-        return make_prior(self.prior, **given)
+        tuned = {n: v for n, v in getattr(self, "_tuned", {}).items() if n in _PRIOR_SETTINGS and n not in given}
+        return make_prior(self.prior, **given, **tuned)
+
+    def _tuned_value(self, name: str):
+        """The user's setting ``name``, else the value chosen by evidence, else None."""
+        own = getattr(self, name, None)
+        return own if own is not None else getattr(self, "_tuned", {}).get(name)
+
+    def _search_hyperparameters(self, cls, data: Data):
+        """``hyper="evidence"``: the leaf prior and ``beta_split`` chosen by the evidence of top-down
+        SMC pilots (:func:`torchtree.samplers.hyper.choose_by_evidence`), for methods that take
+        the estimator's prior and likelihood objects; None where nothing is searched."""
+        if isinstance(self.hyper, str) and self.hyper not in HYPER_MODES:
+            raise ValueError(f"hyper must be one of {HYPER_MODES} (or a DCC SoftTreeHyper), got {self.hyper!r}")
+        used = model_settings(cls)
+        if (self.hyper != "evidence" or used.get("prior") != "object" or used.get("b0") != "object"
+                or "likelihood" in self.sampler_options):
+            return None
+        from torchtree.samplers.hyper import choose_by_evidence
+
+        fixed = {"alpha": getattr(self, "alpha", None), "b0": getattr(self, "b0", None)}
+        seed = self.random_state if self.random_state is not None else int(torch.seed() % (2 ** 31))
+        # a Poisson or user-built prior has no beta_split to search
+        kw = {"alpha_split": 0.95 if self.alpha_split is None else self.alpha_split,
+              "beta_split": 0.5 if self.beta_split is None else self.beta_split,
+              "search_split": self.prior == "chipman" and self.beta_split is None}
+        if data.task == "regression":
+            kw.update(a0=self.a0, kappa0=self.kappa0, mu0=self.mu0)
+        return choose_by_evidence(data, fixed=fixed, seed=int(seed), **kw)
 
     def _make_likelihood(self, data: Data):
         raise NotImplementedError
@@ -277,6 +314,8 @@ class _BayesianTreeBase:
         for name, value in self._hyperparameters().items():
             if name in accepted and name not in kwargs and name not in by_object:
                 kwargs[name] = value
+        if not isinstance(self.hyper, str) and self.hyper is not None and "hyper" in accepted:
+            kwargs["hyper"] = self.hyper  # a sampler's own hyperparameter object (DCC's SoftTreeHyper)
         if "prior" in accepted:
             kwargs["prior"] = self._make_prior()
         if "likelihood" in accepted and "likelihood" not in kwargs:
@@ -310,8 +349,15 @@ class _BayesianTreeBase:
                 raise ValueError(f"X has duplicate column names {dup}; columns are matched by name at prediction, "
                                  "so give every column its own name")
         data = self._make_data(X, y)
+        cls = get_method(self.method)
+        self._check_model_settings(cls)
+        search = self._search_hyperparameters(cls, data)
+        self._tuned = dict(search.chosen) if search is not None else {}
         sampler = self._build_sampler(data)
         self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
+        self.hyper_search_ = search
+        if search is not None and isinstance(getattr(self.posterior_, "info", None), dict):
+            self.posterior_.info["hyper"] = search.as_dict()
         attach_feature_names(self.posterior_, X)
         self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
         self.n_features_in_ = data.d
@@ -421,7 +467,8 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         return {"alpha": self.alpha}
 
     def _make_likelihood(self, data: Data):
-        return DirichletMultinomial(5.0 if self.alpha is None else self.alpha)
+        alpha = self._tuned_value("alpha")
+        return DirichletMultinomial(5.0 if alpha is None else alpha)
 
     def fit(self, X, y) -> "BayesianTreeClassifier":
         """As the base ``fit``; also sets ``classes_`` [K], the original labels in ``predict_proba``'s column order."""
@@ -470,7 +517,7 @@ class BayesianTreeRegressor(_BayesianTreeBase):
             mu0=default.mu0 if self.mu0 is None else self.mu0,
             kappa0=self.kappa0,
             a0=self.a0,
-            b0=default.b0 if self.b0 is None else self.b0,
+            b0=default.b0 if self._tuned_value("b0") is None else self._tuned_value("b0"),
         )
 
     def predict_interval(self, X, level: float = 0.9) -> np.ndarray:
