@@ -65,7 +65,8 @@ def test_estimator_uses_the_chosen_values_and_keeps_the_users():
     chosen = reg.hyper_search_.chosen
     assert set(chosen) == {"b0", "beta_split"}
     assert reg.posterior_.likelihood.b0 == chosen["b0"]
-    assert reg.posterior_.info["hyper"]["chosen"] == chosen
+    assert reg.posterior_.info["hyper_search"]["chosen"] == chosen
+    assert "evidence: b0=" in repr(reg.posterior_.summary())
     assert chosen["b0"] < 0.5 * float(np.var(y, ddof=1))  # below the fixed default's noise scale
     mine = BayesianTreeRegressor(n_particles=50, b0=1.0, beta_split=1.0).fit(X, y)
     assert mine.hyper_search_.chosen == {}

@@ -357,7 +357,9 @@ class _BayesianTreeBase:
         self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
         self.hyper_search_ = search
         if search is not None and isinstance(getattr(self.posterior_, "info", None), dict):
-            self.posterior_.info["hyper"] = search.as_dict()
+            chosen = ", ".join(f"{k}={v:.4g}" for k, v in search.chosen.items()) or "nothing left to choose"
+            self.posterior_.info["hyper"] = f"evidence: {chosen}"
+            self.posterior_.info["hyper_search"] = search.as_dict()
         attach_feature_names(self.posterior_, X)
         self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
         self.n_features_in_ = data.d
