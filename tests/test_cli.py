@@ -488,3 +488,17 @@ def test_predict_out_in_a_missing_directory_names_the_users_path(fitted, files, 
     assert main(["predict", str(fitted["cls"]), str(files["cls"]), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"{out}: directory {out.parent} does not exist" in err and ".tmp-" not in err
+
+
+def test_demo_reports_the_one_time_start_up_on_its_own_line():
+    """The demo pays one-time costs before its table (issue #22, item 4): a start-up line comes
+    first, then one row per configuration plus CART."""
+    import io
+
+    from torchtree.cli.bench import demo
+
+    buf = io.StringIO()
+    rows = demo(seed=0, out=buf)
+    text = buf.getvalue().splitlines()
+    assert text[1].startswith("one-time start-up")
+    assert len(rows) in (3, 4) and all(r[2] >= 0 for r in rows)
