@@ -46,7 +46,7 @@ REDISTRIBUTIONS = ("auto", "alltoall", "rotational")
 class TopDownConfig(SamplerConfig):
     """Settings of :class:`TopDownSMC` (see its docstring)."""
 
-    n_particles: int = option(100, help="particles in total, across islands (and ranks)", low=1)
+    n_particles: int = option(1000, help="particles in total, across islands (and ranks)", low=1)
     n_islands: int = option(1, help="independent filters sharing n_particles equally (must divide it)", low=1)
     proposal: str = option("prior", help="how a node's split is proposed", choices=PROPOSALS)
     expansion: str = option("node", help="one node per stage (breadth-first) or a whole layer", choices=EXPANSIONS)
