@@ -59,3 +59,20 @@ def test_monitor_on_rank_zero_and_clear_errors():
     with pytest.raises(ValueError, match="engine='host'"):
         run_threads(2, lambda b: MCMC(n_chains=2, n_samples=5, engine="host", backend=b).run(data, seed=0),
                     timeout=60)
+
+
+def test_unconverged_chains_warn_and_converged_ones_do_not():
+    """A short run from the root on separable data is far from converged (R-hat / ESS off
+    their limits): a UserWarning names the diagnostics. Prior-only chains of one-split data
+    mix fast: no warning."""
+    data = _data()
+    with pytest.warns(UserWarning, match="unconverged"):
+        MCMC(n_chains=2, n_samples=30, n_warmup=0).run(data, seed=0)
+    X = np.linspace(0, 1, 4)[:, None]
+    flat = Data(X, (X[:, 0] > 0.5).astype(int))
+    import warnings as _w
+
+    with _w.catch_warnings():
+        _w.simplefilter("error", UserWarning)
+        post = MCMC(n_chains=4, n_samples=2000, use_likelihood=False, prior="poisson").run(flat, seed=0)
+    assert post.info["rhat_leaves"] <= 1.1 and post.info["ess_leaves"] >= 100

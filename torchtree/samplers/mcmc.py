@@ -21,6 +21,7 @@ draws of all chains; the traces themselves are in ``info["trace"]``
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -477,6 +478,7 @@ class MCMC(SettingsAsAttributes):
         info.update(rhat_leaves=rhat(leaves), ess_leaves=chain_ess(leaves),
                     rhat_log_posterior=rhat(lp), ess_log_posterior=chain_ess(lp),
                     trace={"n_leaves": leaves, "log_posterior": lp})
+        _warn_if_unconverged(info, n_kept // max(c.n_chains, 1))
         dev = ctx.device
         post = TreePosterior(trees.to(dev), logw.to(dev), lik, data.d, classes=data.classes_, log_evidence=None,
                              info=info)
@@ -505,6 +507,23 @@ def _gather_chains(ctx: driver.RunContext, trees: HardTrees, proposed, accepted,
     leaves_all = be.all_gather(leaves.cpu()).view(W * n, -1)
     lp_all = be.all_gather(lp.cpu()).view(W * n, -1)
     return every, counts[0], counts[1], leaves_all, lp_all
+
+
+#: convergence limits of the warning: split-R-hat above RHAT_LIMIT, or an effective sample size
+#: below ESS_LIMIT (of the number of leaves or of the log posterior, over all chains)
+RHAT_LIMIT, ESS_LIMIT = 1.1, 100.0
+
+
+def _warn_if_unconverged(info: dict, draws_per_chain: int) -> None:
+    """A ``UserWarning`` naming the diagnostics when the chains look unconverged."""
+    bad = [f"{k} {info[k]:.2f}" for k in ("rhat_leaves", "rhat_log_posterior")
+           if np.isfinite(info.get(k, np.nan)) and info[k] > RHAT_LIMIT]
+    bad += [f"{k} {info[k]:.1f}" for k in ("ess_leaves", "ess_log_posterior")
+            if np.isfinite(info.get(k, np.nan)) and info[k] < ESS_LIMIT]
+    if bad and draws_per_chain >= 4:
+        warnings.warn(f"MCMC chains look unconverged ({', '.join(bad)}; limits R-hat <= {RHAT_LIMIT}, "
+                      f"ESS >= {ESS_LIMIT:.0f}): predictions may depend on the seed. Run more chains "
+                      "(n_chains), longer ones (n_samples, n_warmup), or use method='smc'", UserWarning, stacklevel=4)
 
 
 def _accept_info(proposed: torch.Tensor, accepted: torch.Tensor) -> dict:
