@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {
     "smc": dict(method="smc", n_particles=1000),
     "smc-defaults": dict(),
+    "smc-empirical": dict(method="smc", n_particles=1000, proposal="empirical"),
     "mcmc": dict(method="mcmc", n_chains=4, n_samples=500, n_warmup=500),
     "smc-moves": dict(method="smc-moves", n_particles=1024, n_iterations=10),
     "dcc": dict(method="dcc", max_seconds=300.0, clock="cpu"),
