@@ -84,7 +84,7 @@ from torchtree.model.posterior import TreePosterior
 from torchtree.core.random import seed_to_int
 from torchtree.core.resampling import get_resampler
 from torchtree.model.data import resolve_device
-from torchtree.samplers.driver import checkpointer, default_likelihood, describe, seed_key
+from torchtree.samplers.driver import checkpointer, default_likelihood, describe, run_threads, seed_key
 from torchtree.samplers.driver import default_memory_limit as _default_memory_limit
 from torchtree.samplers.smc_engine import island_ancestors, island_posterior, island_weights_step
 from torchtree.samplers.topdown_particles import (EXPORT_FIELDS, expansion_pairs, export_particles, gather_trees,
@@ -152,7 +152,18 @@ def run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePoste
     ValueError
         On every rank alike: ``n_particles`` not divisible by the world size, or ranks that
         disagree on the settings or the data's shape.
+
+    Notes
+    -----
+    Runs with ``smc.n_threads`` intra-op threads (``"auto"``: per rank, the cores divided by
+    the ranks on the node; see :func:`torchtree.samplers.driver.run_threads`).
     """
+    with run_threads(smc.config, data.n, backend.world_size):
+        return _run_distributed(smc, data, backend, seed=seed, monitor=monitor)
+
+
+def _run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePosterior:
+    """:func:`run_distributed` under its thread setting."""
     t0 = time.perf_counter()
     W, r = backend.world_size, backend.rank
     P, I = smc.n_particles, smc.n_islands
