@@ -13,6 +13,8 @@ The rule of ``"auto"`` (:func:`choose_threads`):
   Intel MPI, ``PMIX_LOCAL_SIZE`` / ``PMI_LOCAL_SIZE``, ``SLURM_NTASKS_PER_NODE``);
 * at most one thread per :data:`WORK_PER_THREAD` units of work (data rows x particles or
   chains on this rank), so that small runs use one thread;
+* no more than the cores the rest of the machine leaves idle (the cores minus the one-minute
+  load average, ``os.getloadavg``), so that a busy machine gets one thread;
 * never more than torch is set to when the run starts (``torch.get_num_threads()``, which
   follows ``OMP_NUM_THREADS``) nor more than ``OMP_NUM_THREADS``: the environment is a cap.
 
@@ -102,7 +104,7 @@ def env_thread_cap(environ: Optional[Mapping[str, str]] = None) -> Optional[int]
 
 
 def choose_threads(setting: ThreadSetting, work_size: int, local_world_size: int = 1, cpu_count: int = 1,
-                   cap: Optional[int] = None) -> int:
+                   cap: Optional[int] = None, load: Optional[float] = None) -> int:
     """The intra-op thread count for a run (pure: reads nothing of the machine).
 
     Parameters
@@ -117,6 +119,9 @@ def choose_threads(setting: ThreadSetting, work_size: int, local_world_size: int
         Cores available to the process.
     cap : int, optional
         Upper bound for ``"auto"`` (``OMP_NUM_THREADS``, torch's current setting).
+    load : float, optional
+        The machine's load average: ``"auto"`` shares the ``cpu_count - load`` idle cores
+        among the local ranks.
 
     Returns
     -------
@@ -125,7 +130,10 @@ def choose_threads(setting: ThreadSetting, work_size: int, local_world_size: int
     setting = check_threads(setting)
     if setting != AUTO:
         return setting
-    cores = max(1, int(cpu_count) // max(1, int(local_world_size)))
+    cores = int(cpu_count)
+    if load is not None:
+        cores = min(cores, cores - int(load))
+    cores = max(1, cores // max(1, int(local_world_size)))
     by_work = max(1, int(work_size) // WORK_PER_THREAD)
     n = min(cores, by_work)
     if cap is not None:
@@ -148,7 +156,11 @@ def resolve_threads(setting: ThreadSetting, work_size: int, world_size: int = 1)
     if local is None:
         local = max(1, int(world_size))
     caps = [c for c in (env_thread_cap(), torch.get_num_threads()) if c is not None]
-    return choose_threads(setting, work_size, local, available_cpus(), min(caps) if caps else None)
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        load = None
+    return choose_threads(setting, work_size, local, available_cpus(), min(caps) if caps else None, load)
 
 
 @contextlib.contextmanager

@@ -263,7 +263,7 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
         rank = None if be is None else int(be.rank)
         ctx = RunContext(data=data, device=data.device, seed=0, backend=be, monitor=as_monitor(monitor, rank=rank),
                          t0=t0, clock=clock, c0=c0)
-        with run_threads(cfg, data.n, ctx.world_size) as n_threads:
+        with run_threads(cfg, int(data.X.shape[0]), ctx.world_size) as n_threads:
             ctx.n_threads = n_threads
             return _run_loop(sampler, ctx, seed)
 
