@@ -194,9 +194,10 @@ def test_the_multi_rank_path_runs_under_the_policy(monkeypatch):
         world_size, rank = 2, 0
 
     seen = []
-    monkeypatch.setattr(topdown_dist, "_run_distributed", lambda *a, **k: seen.append(torch.get_num_threads()))
+    monkeypatch.setattr(topdown_dist, "_run_distributed",
+                        lambda *a, n_threads, **k: seen.append((torch.get_num_threads(), n_threads)))
     topdown_dist.run_distributed(_smc(n_threads=2), _as_data(), TwoRanks())
-    assert seen == [2] and torch.get_num_threads() == 1
+    assert seen == [(2, 2)] and torch.get_num_threads() == 1
 
 
 def _as_data():

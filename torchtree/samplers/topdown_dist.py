@@ -158,11 +158,11 @@ def run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePoste
     Runs with ``smc.n_threads`` intra-op threads (``"auto"``: per rank, the cores divided by
     the ranks on the node; see :func:`torchtree.samplers.driver.run_threads`).
     """
-    with run_threads(smc.config, data.n, backend.world_size):
-        return _run_distributed(smc, data, backend, seed=seed, monitor=monitor)
+    with run_threads(smc.config, data.n, backend.world_size) as n_threads:
+        return _run_distributed(smc, data, backend, seed=seed, monitor=monitor, n_threads=n_threads)
 
 
-def _run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePosterior:
+def _run_distributed(smc, data, backend, *, seed=None, monitor=None, n_threads=1) -> TreePosterior:
     """:func:`run_distributed` under its thread setting."""
     t0 = time.perf_counter()
     W, r = backend.world_size, backend.rank
@@ -201,7 +201,8 @@ def _run_distributed(smc, data, backend, *, seed=None, monitor=None) -> TreePost
     resample_fn = get_resampler(smc.resampling)
     method = getattr(smc, "redistribution", "auto")
     mon.on_start({"sampler": "TopDownSMC", "n_particles": P, "n_islands": I, "proposal": smc.proposal,
-                  "expansion": smc.expansion, "n": data.n, "d": data.d, "world_size": W, "layout": layout})
+                  "expansion": smc.expansion, "n": data.n, "d": data.d, "world_size": W, "layout": layout,
+                  "n_threads": n_threads})
     timing = {"resample_seconds": 0.0, "resample_steps": 0 if saved is None else int(saved["resample_steps"]), "received": 0}
 
     def save(step: int, fields: dict, last: bool = False) -> None:
