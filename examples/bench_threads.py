@@ -15,6 +15,11 @@ Usage::
     python examples/bench_threads.py | tee examples/results/bench_threads.txt
     python examples/bench_threads.py --datasets magic04 --particles 2000 --repeats 3 --busy 2
     python examples/bench_threads.py --smoke     # seconds, for the test suite (no busy processes)
+    python examples/bench_threads.py --sweep | tee examples/results/bench_threads_sweep.txt
+
+``--sweep`` instead fits synthetic data (8 features, a noisy interaction) of growing rows x
+particles at 1 and 2 threads as the machine is: where a second thread starts to pay, which
+``torchtree.core.threads.WORK_PER_THREAD`` is chosen from.
 """
 from __future__ import annotations
 
@@ -50,6 +55,34 @@ def fit(data: Data, M: int, threads, seed: int = 0) -> dict:
     post = smc.run(data, seed=seed, monitor=CallbackMonitor(on_start=start.update))
     return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "threads": start["n_threads"],
             "log_evidence": post.log_evidence}
+
+
+SWEEP = ((50_000, 100), (50_000, 500), (200_000, 100), (200_000, 500), (1_000_000, 100))
+
+
+def synthetic(n: int, seed: int = 0) -> Data:
+    """``n`` rows, 8 uniform-normal features, label = sign of x0 + x1 x2 + noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 8))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] + rng.normal(size=n) > 0).astype(np.int64)
+    return Data(X, y)
+
+
+def sweep(sizes, settings, repeats: int) -> list:
+    """Fits of synthetic data at each (rows, particles) in ``sizes`` and each thread setting."""
+    rows = []
+    print(f"{'rows':>8s} {'M':>5s} {'work':>8s} {'n_thr':>5s} {'cpu s':>8s} {'wall s':>8s} {'load':>6s}")
+    for n, M in sizes:
+        data = synthetic(n)
+        for threads in settings:
+            runs = [fit(data, M, threads) for _ in range(repeats)]
+            cpu = float(np.median([r["cpu_s"] for r in runs]))
+            wall = float(np.median([r["wall_s"] for r in runs]))
+            rows.append({"rows": n, "M": M, "n_threads": str(threads), "threads_used": runs[0]["threads"],
+                         "cpu_s": cpu, "wall_s": wall, "load_average": os.getloadavg()[0]})
+            print(f"{n:8d} {M:5d} {n * M:8.1e} {str(threads):>5s} {cpu:8.2f} {wall:8.2f} {os.getloadavg()[0]:6.2f}",
+                  flush=True)
+    return rows
 
 
 def spin(n: int) -> list:
@@ -94,6 +127,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="fits per setting; the median is reported")
     ap.add_argument("--busy", type=int, default=2, help="busy-loop processes for the busy condition (0: skip it)")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
+    ap.add_argument("--sweep", action="store_true", help="synthetic rows x particles sweep at 1 and 2 threads")
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite (magic04, 800 rows, M=20, idle only)")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -101,6 +135,13 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs (affinity {len(os.sched_getaffinity(0))}), "
           f"torch default threads {torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
           f"top-down SMC M={args.particles}, 5 islands, median of {args.repeats}")
+    if args.sweep:
+        rows = sweep(SWEEP, [t for t in args.threads if t != "auto"], args.repeats)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"torch": torch.__version__, "sweep": rows}, fh, indent=1)
+        print("bench_threads: done")
+        return 0
     print(f"{'dataset':10s} {'box':5s} {'n_thr':>5s} {'used':>4s} {'cpu s':>8s} {'wall s':>8s} {'load':>6s} {'log Z':>12s}")
     rows = measure(args.datasets, args.particles, args.threads, args.repeats, "idle", args.smoke)
     if args.busy:
