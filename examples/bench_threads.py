@@ -134,7 +134,7 @@ def main(argv=None) -> int:
         args.datasets, args.particles, args.repeats, args.busy = ["magic04"], 20, 1, 0
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs (affinity {len(os.sched_getaffinity(0))}), "
           f"torch default threads {torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
-          f"top-down SMC M={args.particles}, 5 islands, median of {args.repeats}")
+          f"top-down SMC{'' if args.sweep else f' M={args.particles}'}, 5 islands, median of {args.repeats}")
     if args.sweep:
         rows = sweep(SWEEP, [t for t in args.threads if t != "auto"], args.repeats)
         if args.json:

@@ -4,8 +4,8 @@
 (``None`` = fresh randomness, an int reproduces), the backend (opened by name and closed
 again), the intra-op threads (``config.n_threads``, :mod:`torchtree.core.threads`), the
 checkpoint (fingerprint, load, atomic saves, resume), the monitors (one dispatch, rank-gated,
-type-checked), the time budget and the loop itself. A sampler only
-supplies ``init`` / ``step`` / ``finalize`` (see :mod:`torchtree.samplers.protocol`).
+type-checked), the time budget and the loop itself. A sampler only supplies ``init`` /
+``step`` / ``finalize`` (see :mod:`torchtree.samplers.protocol`).
 """
 from __future__ import annotations
 
@@ -231,8 +231,8 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
         ``from_state_dict``).
         Run settings read from ``sampler.config`` when present: ``device``, ``n_threads``
         (torch intra-op threads during the run, see :func:`run_threads`; the previous count is
-        restored afterwards), ``checkpoint``, ``checkpoint_every``, ``max_seconds`` and ``clock`` (``"wall"`` or ``"cpu"``, what
-        ``max_seconds`` measures; see :data:`CLOCKS`). The budget counts the earlier segments
+        restored afterwards), ``checkpoint``, ``checkpoint_every``, ``max_seconds`` and
+        ``clock`` (``"wall"`` or ``"cpu"``, what ``max_seconds`` measures; see :data:`CLOCKS`). The budget counts the earlier segments
         of a resumed run when the state carries ``elapsed_budget`` (seconds, kept up to date
         by ``step``); a run stopped by its budget saves its last step, so that running it
         again resumes there.
