@@ -7,14 +7,13 @@ times the CPU time and more). ``"auto"`` therefore gives one thread unless the w
 
 The rule of ``"auto"`` (:func:`choose_threads`):
 
-* the cores this process may run on (``os.sched_getaffinity``, else ``os.cpu_count()``),
-  divided by the ranks on this node (``LOCAL_WORLD_SIZE`` from ``torchrun``,
+* the cores this process may run on (``os.sched_getaffinity``, else ``os.cpu_count()``) less
+  those the one-minute load average (``os.getloadavg``) says are busy, so that a busy machine
+  gets one thread, divided by the ranks on this node (``LOCAL_WORLD_SIZE`` from ``torchrun``,
   ``OMPI_COMM_WORLD_LOCAL_SIZE`` from Open MPI, ``MPI_LOCALNRANKS`` from MPICH's hydra and
   Intel MPI, ``PMIX_LOCAL_SIZE`` / ``PMI_LOCAL_SIZE``, ``SLURM_NTASKS_PER_NODE``);
 * at most one thread per :data:`WORK_PER_THREAD` units of work (data rows x particles or
   chains on this rank), so that small runs use one thread;
-* no more than the cores the rest of the machine leaves idle (the cores minus the one-minute
-  load average, ``os.getloadavg``), so that a busy machine gets one thread;
 * never more than torch is set to when the run starts (``torch.get_num_threads()``, which
   follows ``OMP_NUM_THREADS``) nor more than ``OMP_NUM_THREADS``: the environment is a cap.
 
