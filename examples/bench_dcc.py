@@ -79,6 +79,8 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
+from torchtree.cli.options import parse_threads
+from torchtree.core.threads import resolve_threads
 from torchtree.datasets.synthetic import cgm, cgm_mean, wu, wu_mean
 from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor
 from torchtree.monitor import Monitor
@@ -297,7 +299,7 @@ def _throughput_data(model_name: str, data_dir: str):
 def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_chains: int = 32, n_warmup: int = 100,
                n_samples: int = 100, depth: int = 2, h: float = 0.05, max_tree_depth: int = 8,
                pyro_jit: bool = False, asynchronous: bool = False, compile: bool = False,
-               pyro_seeds=(0,)) -> dict:
+               pyro_seeds=(0,), n_threads=1) -> dict:
     """Chain-iterations per second: ``torchtree.soft.NUTS`` with ``n_chains`` chains in one
     batch vs ``pyro.infer.MCMC(pyro.infer.NUTS(model))`` (one chain per seed in
     ``pyro_seeds``, run one after the other) on the same soft tree.
@@ -319,7 +321,7 @@ def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_ch
     D = Xtr.shape[1]
     # ours --------------------------------------------------------------------------
     ours = NUTS(n_chains=n_chains, n_samples=n_samples, n_warmup=n_warmup, depth=depth, sharpness=h, hyper=hp,
-                max_tree_depth=max_tree_depth, asynchronous=asynchronous, compile=compile)
+                max_tree_depth=max_tree_depth, asynchronous=asynchronous, compile=compile, n_threads=n_threads)
     clock = _PhaseClock()
     t0, c0 = time.perf_counter(), time.process_time()
     post = ours.run((Xtr, ytr), seed=0, monitor=clock)
@@ -509,7 +511,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-seconds", type=float, default=270.0, help="time cap of each DCC loop")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="cpu",
                     help="what --max-seconds measures (cpu: this process's CPU time, for shared machines)")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is fastest on shared cores)")
+    ap.add_argument("--threads", type=parse_threads, default="auto",
+                    help="torch intra-op threads: auto (torchtree's policy, README 'Threads': 1 for these sizes) or N")
     ap.add_argument("--set", nargs="*", default=[], help="DCC overrides, e.g. n_iterations=20 n_chains=4")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--only-throughput", action="store_true", help="only batched NUTS vs Pyro NUTS")
@@ -538,7 +541,10 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", default=None, help="write a markdown results table to this file")
     ap.add_argument("--smoke", action="store_true", help="tiny configuration (< 1 min) for the example tests")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    # "auto": the policy for this script's largest runs (rows x chains), small work: one thread
+    threads = resolve_threads(args.threads, 20_000 * max(32, args.throughput_chains))
+    torch.set_num_threads(threads)  # Pyro and predictions; the samplers get n_threads below
+    print(f"threads: {threads} (--threads {args.threads})", flush=True)
     overrides = {}
     defaults = {o.name: o.default for o in DCC.config_class.options()}  # DCCConfig's table
     for item in args.set:
@@ -551,7 +557,9 @@ def main(argv=None) -> int:
             overrides[k] = type(defaults[k])(float(v))
         else:
             overrides[k] = float(v)
-    tp = dict(n_chains=args.throughput_chains, n_warmup=args.throughput_iters[0], n_samples=args.throughput_iters[1])
+    overrides["n_threads"] = threads
+    tp = dict(n_chains=args.throughput_chains, n_warmup=args.throughput_iters[0], n_samples=args.throughput_iters[1],
+              n_threads=threads)
     baselines = BASELINES
     if args.smoke:
         args.baselines, baselines = True, SMOKE_BASELINES
@@ -591,7 +599,8 @@ def main(argv=None) -> int:
         print(f"{'data':8s} {'method':>6s} {'split':>5s} {'metric':>6s} {'train':>7s} {'test':>7s} {'cpu s':>7s}")
         for name in args.datasets:
             for method, options in baselines.items():
-                rows = [run_baseline(name, args.data_dir, method, options, split) for split in args.split_seeds]
+                rows = [run_baseline(name, args.data_dir, method, dict(options, n_threads=threads), split)
+                        for split in args.split_seeds]
                 for r in rows:
                     print(f"{name:8s} {method:>6s} {r['split_seed']:5d} {r['metric']:>6s} {r['train']:7.4f} "
                           f"{r['test']:7.4f} {r['fit_cpu_seconds']:7.1f}", flush=True)

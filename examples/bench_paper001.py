@@ -25,6 +25,8 @@ import time
 import numpy as np
 import torch
 
+from torchtree.cli.options import parse_threads
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.environ.get("TORCHTREE_DATA", os.path.join(HERE, "..", "..", "shared", "data"))
 
@@ -77,15 +79,18 @@ def cart(Xtr, ytr, Xte, yte, alpha=5.0):
     }
 
 
-def smc(Xtr, ytr, Xte, yte, M, proposal, expansion="node", n_islands=5, seed=0):
-    """One top-down SMC run with the paper's settings."""
+def smc(Xtr, ytr, Xte, yte, M, proposal, expansion="node", n_islands=5, seed=0, threads="auto"):
+    """One top-down SMC run with the paper's settings (``threads``: the sampler's ``n_threads``)."""
     from torchtree import ChipmanPrior, Data, DirichletMultinomial, TopDownSMC
+    from torchtree.monitor import CallbackMonitor
 
     data = Data(Xtr, ytr)
     sampler = TopDownSMC(ChipmanPrior(0.95, 0.5), DirichletMultinomial(5.0), n_particles=M, n_islands=n_islands,
-                         proposal=proposal, expansion=expansion, resampling="multinomial", ess_threshold=0.1)
+                         proposal=proposal, expansion=expansion, resampling="multinomial", ess_threshold=0.1,
+                         n_threads=threads)
+    used = {}
     t0, c0 = time.perf_counter(), time.process_time()
-    post = sampler.run(data, seed=seed)
+    post = sampler.run(data, seed=seed, monitor=CallbackMonitor(on_start=used.update))
     fit_s, fit_cpu = time.perf_counter() - t0, time.process_time() - c0
     t0, c0 = time.perf_counter(), time.process_time()
     proba = post.predict_proba(Xte)
@@ -97,6 +102,7 @@ def smc(Xtr, ytr, Xte, yte, M, proposal, expansion="node", n_islands=5, seed=0):
         "accuracy": float((proba.argmax(1) == codes).mean()),
         "log_predictive": float(np.log(proba[np.arange(len(codes)), codes]).mean()),
         "log_evidence": post.log_evidence, "distinct_trees": len(post), "stages": post.info["n_stages"],
+        "threads": used.get("n_threads"),
     }
 
 
@@ -108,17 +114,18 @@ def main(argv=None):
     ap.add_argument("--optimal-particles", nargs="+", type=int, default=[10, 50, 100],
                     help="M for the (costlier) optimal proposal")
     ap.add_argument("--splits", nargs="+", type=int, default=[0], help="magic04 split seeds")
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=parse_threads, default="auto",
+                    help="torch intra-op threads of the fits: auto (torchtree's policy, README 'Threads') or N")
     ap.add_argument("--out", default="bench_paper001.json")
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test-suite")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads != "auto":
+        torch.set_num_threads(args.threads)  # predictions and CART too
     if args.smoke:
         args.datasets, args.particles, args.optimal_particles, args.splits = ["magic04"], [20], [5], [0]
     rows = []
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-    hdr = (f"{'dataset':10s} {'split':>5s} {'method':22s} {'M':>5s} {'fit s':>7s} {'fit cpu':>7s} {'pred s':>7s} "
+    print(f"torch {torch.__version__}, threads {args.threads} (torch's default here: {torch.get_num_threads()})")
+    hdr = (f"{'dataset':10s} {'split':>5s} {'method':22s} {'M':>5s} {'thr':>3s} {'fit s':>7s} {'fit cpu':>7s} {'pred s':>7s} "
            f"{'pred cpu':>8s} {'acc':>7s} {'log p':>8s} {'log Z':>9s}")
     print(hdr)
     for ds in args.datasets:
@@ -129,17 +136,18 @@ def main(argv=None):
             runs = [cart(Xtr, ytr, Xte, yte)]
             for prop in args.proposals:
                 for M in (args.optimal_particles if prop == "optimal" else args.particles):
-                    runs.append(smc(Xtr, ytr, Xte, yte, M, prop))
+                    runs.append(smc(Xtr, ytr, Xte, yte, M, prop, threads=args.threads))
             for r in runs:
                 r.update(dataset=ds, split=split)
                 rows.append(r)
                 lz = "" if r["log_evidence"] is None else f"{r['log_evidence']:9.1f}"
                 fc = f"{r['fit_cpu_s']:7.2f}" if "fit_cpu_s" in r else f"{'-':>7s}"
                 pc = f"{r['predict_cpu_s']:8.3f}" if "predict_cpu_s" in r else f"{'-':>8s}"
-                print(f"{ds:10s} {split:5d} {r['method']:22s} {str(r['M'] or '-'):>5s} {r['fit_s']:7.2f} {fc} {r['predict_s']:7.3f} "
+                print(f"{ds:10s} {split:5d} {r['method']:22s} {str(r['M'] or '-'):>5s} {str(r.get('threads') or '-'):>3s} "
+                      f"{r['fit_s']:7.2f} {fc} {r['predict_s']:7.3f} "
                       f"{pc} {r['accuracy']:7.4f} {r['log_predictive']:8.4f} {lz}", flush=True)
     with open(args.out, "w") as fh:
-        json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(), "rows": rows}, fh, indent=1)
+        json.dump({"torch": torch.__version__, "threads": args.threads, "rows": rows}, fh, indent=1)
     print(f"wrote {args.out}")
     return 0
 

@@ -52,7 +52,7 @@ with prior-cut settings otherwise: heart 78.02, diabetes 73.96, abalone 25.99, s
 A script, not a timed test. Data are read from CSV at run time (header row, last
 column = label); ``--smoke`` falls back to a synthetic data set when the CSVs are absent.
 """
-# smoke-expect: ^\S+\s+smc-moves N=64\s+\d+\.\d+
+# smoke-expect: ^\S+\s+smc-moves N=64\s+\d+\s+\d+\.\d+
 # smoke-expect: ^bench_paper002: done
 from __future__ import annotations
 
@@ -67,6 +67,8 @@ import numpy as np
 import torch
 
 import torchtree as tt
+from torchtree.cli.options import parse_threads
+from torchtree.monitor import CallbackMonitor
 from torchtree.samplers.mcmc import MCMC
 from torchtree.samplers.smc_moves import SMCSampler, per_particle_accuracy
 
@@ -132,10 +134,12 @@ def methods(N: int, K: int, quick: bool, poisson: bool, backend=None, cut_propos
     return rows
 
 
-def run_one(name, factory, data, Xt, yt, seed):
+def run_one(name, factory, data, Xt, yt, seed, threads="auto"):
     sampler = factory()
+    sampler.n_threads = threads
+    used = {}
     t0, c0 = time.perf_counter(), time.process_time()
-    post = sampler.run(data, seed=seed)
+    post = sampler.run(data, seed=seed, monitor=CallbackMonitor(on_start=used.update))
     sec, cpu = time.perf_counter() - t0, time.process_time() - c0
     row = {
         "method": name,
@@ -146,6 +150,7 @@ def run_one(name, factory, data, Xt, yt, seed):
         "cpu_seconds": cpu,
         "leaves_mean": post.summary()["leaves_mean"],
         "distinct_trees": len(post),
+        "threads": used.get("n_threads"),
     }
     info = post.info
     if "final_ess" in info:
@@ -167,7 +172,8 @@ def main(argv=None):
     ap.add_argument("--datasets", nargs="*", default=list(DATASETS))
     ap.add_argument("--particles", type=int, default=1024, help="N (paper: 1024)")
     ap.add_argument("--iterations", type=int, default=10, help="K (paper: 10)")
-    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    ap.add_argument("--threads", type=parse_threads, default="auto",
+                    help="torch intra-op threads of the fits: auto (torchtree's policy, README 'Threads') or N")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--splits", type=int, default=1, help="random 70/30 splits (seeds seed..seed+splits-1); the paper averages 10")
     ap.add_argument("--quick", action="store_true", help="skip the N=256 row")
@@ -182,8 +188,8 @@ def main(argv=None):
                          "default: each sampler's own (SMC with moves: informed, MCMC: prior)")
     ap.add_argument("--out", default="bench_paper002.json")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads != "auto":
+        torch.set_num_threads(args.threads)  # predictions too
     if args.smoke:
         args.particles, args.iterations, args.splits, args.quick = 64, 5, 2, True
         args.only = args.only or ["smc-moves"]
@@ -192,14 +198,14 @@ def main(argv=None):
     rank = backend.rank if backend is not None else 0
     world = backend.world_size if backend is not None else 1
     say = print if rank == 0 else (lambda *a, **k: None)
-    meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+    meta = {"torch": torch.__version__, "threads": args.threads, "cpu_count": os.cpu_count(),
             "platform": platform.platform(), "load_average": os.getloadavg(), "N": args.particles, "K": args.iterations,
             "split": "70/30, numpy default_rng(seed + k).permutation", "seed": args.seed, "splits": args.splits,
             "backend": args.backend, "world_size": world, "cut_proposal": args.cut_proposal, "argv": sys.argv[1:] if argv is None else list(argv)}
     results = []
     say(f"threads={meta['threads']} load={tuple(round(x, 1) for x in meta['load_average'])} splits={args.splits} "
         f"ranks={world} ({args.backend})")
-    header = (f"{'dataset':<18}{'method':<26}{'acc %':>13}{'tree acc %':>13}{'log p':>8}{'sec':>8}{'cpu s':>8}{'ESS':>7}"
+    header = (f"{'dataset':<18}{'method':<26}{'thr':>4}{'acc %':>13}{'tree acc %':>13}{'log p':>8}{'sec':>8}{'cpu s':>8}{'ESS':>7}"
               f"{'it/s':>8}{'paper %':>9}")
     say(header)
     say("-" * len(header))
@@ -214,7 +220,7 @@ def main(argv=None):
                 continue
             rows = []
             for k, (data, Xt, yt) in enumerate(splits):
-                row = run_one(name, factory, data, Xt, yt, args.seed + k)
+                row = run_one(name, factory, data, Xt, yt, args.seed + k, args.threads)
                 row.update(dataset=ds, split=k, paper_smc_accuracy=PAPER_TABLE1.get(ds))
                 rows.append(row)
             results.extend(rows)
@@ -229,7 +235,8 @@ def main(argv=None):
 
             ess = f"{stat('final_ess')[0]:.0f}" if "final_ess" in rows[0] else "-"
             its = f"{stat('iterations_per_second')[0]:.0f}" if "iterations_per_second" in rows[0] else "-"
-            say(f"{ds:<18}{name:<26}{pm('accuracy'):>13}{pm('per_particle_accuracy'):>13}"
+            thr = ",".join(sorted({str(r["threads"]) for r in rows}))
+            say(f"{ds:<18}{name:<26}{thr:>4}{pm('accuracy'):>13}{pm('per_particle_accuracy'):>13}"
                 f"{stat('log_pred')[0]:>8.3f}{stat('seconds')[0]:>8.2f}{stat('cpu_seconds')[0]:>8.2f}{ess:>7}{its:>8}"
                 f"{PAPER_TABLE1.get(ds, float('nan')):>9.2f}", flush=True)
     if rank == 0:

@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
+from torchtree.core.threads import check_threads, resolve_threads, using_threads
 from torchtree.model.data import Data, _frame_columns
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.posterior import attach_feature_names
@@ -151,6 +152,7 @@ class _BayesianTreeBase:
         device: Optional[str] = None,
         monitor: Any = None,
         hyper: Any = "evidence",
+        n_threads: Any = "auto",
         **sampler_options: Any,
     ) -> None:
         self.method = method
@@ -162,12 +164,14 @@ class _BayesianTreeBase:
         self.random_state = random_state
         self.device = device
         self.monitor = monitor
+        self.n_threads = n_threads
         self.sampler_options = dict(sampler_options)
 
     # ------------------------------------------------------------ sklearn API
     def get_params(self, deep: bool = True) -> Dict[str, Any]:
         """Estimator parameters (the constructor's, sampler options flattened in)."""
-        out = {k: getattr(self, k) for k in ("method", "prior", "alpha_split", "beta_split", "poisson_lambda", "random_state", "device", "monitor", "hyper")}
+        out = {k: getattr(self, k) for k in ("method", "prior", "alpha_split", "beta_split", "poisson_lambda", "random_state", "device", "monitor",
+                                              "hyper", "n_threads")}
         out.update(self._extra_params())
         out.update(self.sampler_options)
         return out
@@ -267,7 +271,7 @@ class _BayesianTreeBase:
               "search_split": self.prior == "chipman" and self.beta_split is None}
         if data.task == "regression":
             kw.update(a0=self.a0, kappa0=self.kappa0, mu0=self.mu0)
-        return choose_by_evidence(data, fixed=fixed, seed=int(seed), **kw)
+        return choose_by_evidence(data, fixed=fixed, seed=int(seed), n_threads=self.n_threads, **kw)
 
     def _make_likelihood(self, data: Data):
         raise NotImplementedError
@@ -322,6 +326,8 @@ class _BayesianTreeBase:
             kwargs["likelihood"] = self._make_likelihood(data)
         if "device" in accepted and self.device is not None:
             kwargs["device"] = self.device
+        if "n_threads" in accepted:
+            kwargs["n_threads"] = self.n_threads
         return cls(**kwargs)
 
     def _make_data(self, X, y) -> Data:
@@ -348,13 +354,18 @@ class _BayesianTreeBase:
             if dup:  # predict* takes a frame's columns by name: which of two 'a' columns is 'a'?
                 raise ValueError(f"X has duplicate column names {dup}; columns are matched by name at prediction, "
                                  "so give every column its own name")
+        check_threads(self.n_threads)
         data = self._make_data(X, y)
         cls = get_method(self.method)
         self._check_model_settings(cls)
         search = self._search_hyperparameters(cls, data)
         self._tuned = dict(search.chosen) if search is not None else {}
         sampler = self._build_sampler(data)
-        self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
+        if "n_threads" in _accepted(type(sampler)):
+            self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
+        else:  # a registered sampler outside the protocol: the estimator applies the setting
+            with using_threads(resolve_threads(self.n_threads, data.n)):
+                self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
         self.hyper_search_ = search
         if search is not None and isinstance(getattr(self.posterior_, "info", None), dict):
             chosen = ", ".join(f"{k}={v:.4g}" for k, v in search.chosen.items()) or "nothing left to choose"
@@ -447,6 +458,11 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA if present). None (default): the
         data's device, as for every sampler (the CPU for numpy input).
     monitor : Monitor, optional
+    n_threads : "auto" or int
+        torch intra-op threads during ``fit`` (the previous count is restored after it).
+        ``"auto"`` (default): one thread unless the work (rows x particles or chains) is
+        large, then at most the cores divided by the ranks on the node and never more than
+        ``OMP_NUM_THREADS``; see the README section "Threads".
     **sampler_options
         Passed to the sampler by name (``n_particles``, ``n_islands``, ``proposal``,
         ``expansion``, ``resampling``, ``ess_threshold``, ``n_chains``, ...); a

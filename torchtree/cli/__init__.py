@@ -4,7 +4,7 @@ Subcommands::
 
     torchtree fit DATA.csv [--target COL] [--method smc|smc-moves|mcmc|dcc] [sampler options]
                   [--task classification|regression] [--test-size 0.3 | --test TEST.csv]
-                  [--device auto] [--logdir DIR] [--out posterior.pt] [--seed N]
+                  [--device auto] [--threads auto|N] [--logdir DIR] [--out posterior.pt] [--seed N]
     torchtree predict posterior.pt DATA.csv [--proba] [--level 0.9] [--out preds.csv]
     torchtree summary posterior.pt [--dot [--tree I]]
     torchtree demo [--seed N]
@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from torchtree.cli.bench import _cmd_bench, _cmd_demo, demo
 from torchtree.cli.common import USER_ERRORS, _flag
 from torchtree.cli.fit import _cmd_fit, _cmd_predict
-from torchtree.cli.options import _estimator_options, _peek, sampler_options
+from torchtree.cli.options import _estimator_options, _peek, parse_threads, sampler_options
 from torchtree.cli.report import _cmd_summary, load_posterior
 
 __all__ = ["main", "demo", "build_parser", "sampler_options", "load_posterior"]
@@ -63,8 +63,8 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     p = sub.add_parser(
         "fit", parents=[common], formatter_class=_Formatter, allow_abbrev=False,
         usage="torchtree fit DATA.csv [--target COL] [--method METHOD] [--task TASK] [--test-size FRAC | --test TEST.csv]\n"
-              "                     [--device DEVICE] [--logdir DIR] [--out FILE] [--seed N] [--checkpoint FILE]\n"
-              "                     [model and sampler options]",
+              "                     [--device DEVICE] [--threads N] [--logdir DIR] [--out FILE] [--seed N]\n"
+              "                     [--checkpoint FILE] [model and sampler options]",
         help="sample a posterior over trees from a CSV file and save it",
         description=(
             "Sample a posterior over decision trees from DATA.csv, print a short report and save\n"
@@ -81,6 +81,9 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     g.add_argument("--test-size", type=float, default=0.3, metavar="FRAC", help="fraction held out for testing, 0 for none (default: 0.3)")
     g.add_argument("--test", metavar="TEST.csv", help="test data in a separate file (same columns)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, or auto = CUDA when present (default: auto)")
+    p.add_argument("--threads", default="auto", type=parse_threads, metavar="N",
+                   help="torch intra-op threads while sampling: an integer >= 1, or auto = 1 for small work, at most "
+                        "the cores / ranks on the node for large work, capped by OMP_NUM_THREADS (default: auto)")
     p.add_argument("--logdir", metavar="DIR", help="write a TensorBoard run to DIR")
     p.add_argument("--out", default="posterior.pt", metavar="FILE", help="where to save the posterior (default: posterior.pt)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of the test split (default: 0)")
@@ -99,7 +102,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     used = model_settings(cls) if cls is not None else None
     est = p.add_argument_group("model options (prior and leaf likelihood)")
     taken = {"data", "target", "method", "task", "test_size", "test", "device", "logdir", "out", "seed", "quiet", "debug",
-             "checkpoint", "checkpoint_every"}
+             "checkpoint", "checkpoint_every", "threads", "n_threads"}
     est_tasks: Dict[str, str] = {}
     for name, kw, task in _estimator_options():
         if used is not None and used.get(name) != "object":

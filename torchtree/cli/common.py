@@ -11,11 +11,11 @@ USER_ERRORS = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryEr
 
 
 #: Constructor parameters that are not command-line options (objects, or set by the CLI itself).
-RESERVED = {"self", "prior", "likelihood", "backend", "monitor", "device", "seed", "random_state", "hyper", "data", "method", "checkpoint", "checkpoint_every"}
+RESERVED = {"self", "prior", "likelihood", "backend", "monitor", "device", "seed", "random_state", "hyper", "data", "method", "checkpoint", "checkpoint_every", "n_threads"}
 
 
 #: Estimator parameters that the CLI sets itself.
-ESTIMATOR_RESERVED = {"self", "method", "random_state", "device", "monitor"}
+ESTIMATOR_RESERVED = {"self", "method", "random_state", "device", "monitor", "n_threads"}
 
 
 POSTERIOR_FORMAT = "torchtree.TreePosterior/1"

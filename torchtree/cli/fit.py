@@ -118,7 +118,8 @@ def _cmd_fit(args) -> int:
     if args.logdir:
         monitors.append(TensorBoardMonitor(args.logdir))
     Est = BayesianTreeClassifier if task == "classification" else BayesianTreeRegressor
-    model = Est(args.method, random_state=args.seed, device=device, monitor=monitors, **est_kw, **smp_kw)
+    model = Est(args.method, random_state=args.seed, device=device, monitor=monitors, n_threads=args.threads,
+                **est_kw, **smp_kw)
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(out_dir):
         raise FileNotFoundError(f"--out {args.out}: directory {out_dir} does not exist")

@@ -96,6 +96,16 @@ def _optional(conv):
     return parse
 
 
+def parse_threads(text: str):
+    """``--threads``: ``auto`` or an integer >= 1 (an argparse error otherwise: exit status 2)."""
+    from torchtree.core.threads import check_threads
+
+    try:
+        return check_threads(int(text) if text.strip().lstrip("+-").isdigit() else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer >= 1, got {text!r}") from None
+
+
 def _parse_dtype(text: str):
     import torch
 

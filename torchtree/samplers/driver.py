@@ -2,9 +2,10 @@
 
 :func:`run` owns what is the same for every method: the data and its device, the seed
 (``None`` = fresh randomness, an int reproduces), the backend (opened by name and closed
-again), the checkpoint (fingerprint, load, atomic saves, resume), the monitors (one
-dispatch, rank-gated, type-checked), the time budget and the loop itself. A sampler only
-supplies ``init`` / ``step`` / ``finalize`` (see :mod:`torchtree.samplers.protocol`).
+again), the intra-op threads (``config.n_threads``, :mod:`torchtree.core.threads`), the
+checkpoint (fingerprint, load, atomic saves, resume), the monitors (one dispatch, rank-gated,
+type-checked), the time budget and the loop itself. A sampler only supplies ``init`` /
+``step`` / ``finalize`` (see :mod:`torchtree.samplers.protocol`).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any, Callable, Dict, Iterator, Optional
 import torch
 
 from torchtree.core.random import seed_to_int
+from torchtree.core.threads import resolve_threads, using_threads
 from torchtree.core.validate import check_backend
 from torchtree.io.checkpoint import Checkpointer, fingerprint
 from torchtree.model.data import Data, coerce_data, resolve_device
@@ -25,7 +27,7 @@ from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoint
 
 __all__ = ["run", "RunContext", "CLOCKS", "checkpointer", "default_likelihood", "seed_key", "describe",
-           "default_memory_limit", "on_device", "opened_backend"]
+           "default_memory_limit", "on_device", "opened_backend", "work_size", "run_threads"]
 
 
 def default_likelihood(data: Data):
@@ -90,6 +92,28 @@ def opened_backend(backend) -> Iterator[Any]:
         opened.close()  # destroys only a process group that get_backend opened
 
 
+def work_size(config, n_rows: int, world_size: int = 1) -> int:
+    """Units of work on one rank for the thread policy: data rows x the particles (or chains)
+    this rank holds (``config.n_particles`` or ``config.n_chains``; 1 when it has neither)."""
+    units = 1
+    for name in ("n_particles", "n_chains"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            units = value
+            break
+    return int(n_rows) * max(1, units // max(1, int(world_size)))
+
+
+@contextlib.contextmanager
+def run_threads(config, n_rows: int, world_size: int = 1) -> Iterator[int]:
+    """The run's intra-op threads: ``config.n_threads`` (``"auto"`` when absent) resolved by
+    :func:`torchtree.core.threads.resolve_threads` for this rank's work, set for the block and
+    restored after it (on an exception too). Yields the thread count."""
+    n = resolve_threads(getattr(config, "n_threads", "auto"), work_size(config, n_rows, world_size), world_size)
+    with using_threads(n):
+        yield n
+
+
 #: What a config's ``clock`` setting may name: the clock its ``max_seconds`` budget reads.
 #: "cpu" (this process's CPU time) keeps a budget meaningful on a shared machine.
 CLOCKS: Dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -116,6 +140,7 @@ class RunContext:
     c0 : float, ``clock()`` at the start of the run
     budget_before : float, seconds of ``clock`` that earlier segments of a resumed run spent
         (the restored state's ``elapsed_budget``; 0 for a fresh run)
+    n_threads : int, the torch intra-op threads the run uses (set for its duration)
     """
 
     data: Data
@@ -130,6 +155,7 @@ class RunContext:
     clock: Callable[[], float] = time.perf_counter
     c0: float = 0.0
     budget_before: float = 0.0
+    n_threads: int = 1
 
     @property
     def rank(self) -> int:
@@ -203,9 +229,10 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
         result, e.g. the prior's description), ``start_info(ctx)``, ``end_info(posterior)``
         and ``restore(saved, ctx)`` (default: ``init`` then the state class's
         ``from_state_dict``).
-        Run settings read from ``sampler.config`` when present: ``device``, ``checkpoint``,
-        ``checkpoint_every``, ``max_seconds`` and ``clock`` (``"wall"`` or ``"cpu"``, what
-        ``max_seconds`` measures; see :data:`CLOCKS`). The budget counts the earlier segments
+        Run settings read from ``sampler.config`` when present: ``device``, ``n_threads``
+        (torch intra-op threads during the run, see :func:`run_threads`; the previous count is
+        restored afterwards), ``checkpoint``, ``checkpoint_every``, ``max_seconds`` and
+        ``clock`` (``"wall"`` or ``"cpu"``, what ``max_seconds`` measures; see :data:`CLOCKS`). The budget counts the earlier segments
         of a resumed run when the state carries ``elapsed_budget`` (seconds, kept up to date
         by ``step``); a run stopped by its budget saves its last step, so that running it
         again resumes there.
@@ -236,54 +263,63 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
         rank = None if be is None else int(be.rank)
         ctx = RunContext(data=data, device=data.device, seed=0, backend=be, monitor=as_monitor(monitor, rank=rank),
                          t0=t0, clock=clock, c0=c0)
-        if hasattr(sampler, "setup"):
-            sampler.setup(ctx)
-        settings = sampler.settings(ctx) if hasattr(sampler, "settings") else {}
-        ck = checkpointer(sampler, data, settings, seed_key(seed), be)
-        ctx.checkpoint_every = ck.every if ck.enabled else None
-        saved = ck.load() if ck.enabled else None
-        ctx.seed = int(saved["seed"]) if saved is not None else seed_to_int(seed)
-        if ctx.world_size > 1:
-            ctx.seed = _agree(sampler, data, settings, ctx)
-        if saved is None:
-            state = sampler.init(ctx)
-        else:
-            state = sampler.restore(saved["state"], ctx)
-            ctx.resumed_at = int(state.step)
-            ctx.budget_before = float(getattr(state, "elapsed_budget", 0.0))
-        start = {"sampler": sampler.name, **(sampler.start_info(ctx) if hasattr(sampler, "start_info") else {})}
-        if ctx.resumed_at is not None:
-            start["resumed_at_step"] = ctx.resumed_at
-        mon = ctx.monitor
-        mon.on_start(start)
-        budget = getattr(cfg, "max_seconds", None)
-        payload = lambda: {"seed": ctx.seed, "state": state.state_dict()}  # noqa: E731 (reads the current state)
-        last_saved = None if ctx.resumed_at is None else ctx.resumed_at - 1
-        stopped, stepped = False, False
-        while not state.done:
-            # the budget is checked between steps: a fresh run always makes one step (so there is
-            # an answer), a resumed run whose earlier segments spent the budget makes none
-            if budget is not None and (stepped or ctx.resumed_at is not None) and _over_budget(ctx, budget):
-                stopped = True
-                break
-            stepped = True
-            step = int(state.step)
-            state, info = sampler.step(state, ctx)
-            # A step may run several transitions (``state.step`` counts them): its report and
-            # its checkpoint belong to the last one it ran.
-            step = max(step, int(state.step) - 1)
-            if info:
-                mon.on_step(step, info)
-            if ck.enabled and ck.maybe_save(step, payload, last=state.done):
-                last_saved = step
-                notify_checkpoint(mon, step)
-        if stopped and ck.enabled and int(state.step) > 0 and last_saved != int(state.step) - 1:
-            # the budget ended the run between two saves: keep its last step
-            ck.save(int(state.step) - 1, payload())
-            notify_checkpoint(mon, int(state.step) - 1)
-        post = sampler.finalize(state, ctx)
-        end = {"seconds": ctx.seconds(), "posterior": post}
-        if hasattr(sampler, "end_info"):
-            end.update(sampler.end_info(post))
-        mon.on_end(end)
-        return post
+        with run_threads(cfg, int(data.X.shape[0]), ctx.world_size) as n_threads:
+            ctx.n_threads = n_threads
+            return _run_loop(sampler, ctx, seed)
+
+
+def _run_loop(sampler, ctx: RunContext, seed):
+    """:func:`run` after the set-up of its data, backend and threads."""
+    cfg, data, be = sampler.config, ctx.data, ctx.backend
+    if hasattr(sampler, "setup"):
+        sampler.setup(ctx)
+    settings = sampler.settings(ctx) if hasattr(sampler, "settings") else {}
+    ck = checkpointer(sampler, data, settings, seed_key(seed), be)
+    ctx.checkpoint_every = ck.every if ck.enabled else None
+    saved = ck.load() if ck.enabled else None
+    ctx.seed = int(saved["seed"]) if saved is not None else seed_to_int(seed)
+    if ctx.world_size > 1:
+        ctx.seed = _agree(sampler, data, settings, ctx)
+    if saved is None:
+        state = sampler.init(ctx)
+    else:
+        state = sampler.restore(saved["state"], ctx)
+        ctx.resumed_at = int(state.step)
+        ctx.budget_before = float(getattr(state, "elapsed_budget", 0.0))
+    start = {"sampler": sampler.name, **(sampler.start_info(ctx) if hasattr(sampler, "start_info") else {}),
+             "n_threads": ctx.n_threads}
+    if ctx.resumed_at is not None:
+        start["resumed_at_step"] = ctx.resumed_at
+    mon = ctx.monitor
+    mon.on_start(start)
+    budget = getattr(cfg, "max_seconds", None)
+    payload = lambda: {"seed": ctx.seed, "state": state.state_dict()}  # noqa: E731 (reads the current state)
+    last_saved = None if ctx.resumed_at is None else ctx.resumed_at - 1
+    stopped, stepped = False, False
+    while not state.done:
+        # the budget is checked between steps: a fresh run always makes one step (so there is
+        # an answer), a resumed run whose earlier segments spent the budget makes none
+        if budget is not None and (stepped or ctx.resumed_at is not None) and _over_budget(ctx, budget):
+            stopped = True
+            break
+        stepped = True
+        step = int(state.step)
+        state, info = sampler.step(state, ctx)
+        # A step may run several transitions (``state.step`` counts them): its report and
+        # its checkpoint belong to the last one it ran.
+        step = max(step, int(state.step) - 1)
+        if info:
+            mon.on_step(step, info)
+        if ck.enabled and ck.maybe_save(step, payload, last=state.done):
+            last_saved = step
+            notify_checkpoint(mon, step)
+    if stopped and ck.enabled and int(state.step) > 0 and last_saved != int(state.step) - 1:
+        # the budget ended the run between two saves: keep its last step
+        ck.save(int(state.step) - 1, payload())
+        notify_checkpoint(mon, int(state.step) - 1)
+    post = sampler.finalize(state, ctx)
+    end = {"seconds": ctx.seconds(), "posterior": post}
+    if hasattr(sampler, "end_info"):
+        end.update(sampler.end_info(post))
+    mon.on_end(end)
+    return post

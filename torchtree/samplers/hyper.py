@@ -63,10 +63,10 @@ class EvidenceSearch:
                 "n_rows": self.n_rows, "n_particles": self.n_particles, "seconds": self.seconds}
 
 
-def _pilot_evidence(data: Data, prior, likelihood, n_particles: int, seed: int) -> float:
+def _pilot_evidence(data: Data, prior, likelihood, n_particles: int, seed: int, n_threads="auto") -> float:
     from torchtree.samplers.topdown import TopDownSMC
 
-    post = TopDownSMC(prior, likelihood, n_particles=n_particles).run(data, seed=seed)
+    post = TopDownSMC(prior, likelihood, n_particles=n_particles, n_threads=n_threads).run(data, seed=seed)
     return float(post.log_evidence)
 
 
@@ -83,7 +83,7 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
                        search_split: bool = True, n_particles: int = 100,
                        max_rows: int = 5000, seed: int = 0, alpha_grid: Sequence[float] = ALPHA_GRID,
                        noise_grid: Sequence[float] = NOISE_GRID,
-                       beta_split_grid: Sequence[float] = BETA_SPLIT_GRID) -> EvidenceSearch:
+                       beta_split_grid: Sequence[float] = BETA_SPLIT_GRID, n_threads="auto") -> EvidenceSearch:
     """Choose the leaf prior and the split prior's depth decay by the evidence of pilot runs.
 
     Parameters
@@ -98,6 +98,7 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
     max_rows : int, pilots run on a random subset of this many rows when the data has more
     seed : int, the pilots' common seed
     alpha_grid, noise_grid, beta_split_grid : the values tried
+    n_threads : "auto" or int, the pilots' thread setting
 
     Returns
     -------
@@ -126,7 +127,7 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
         name, given = "b0", fixed.get("b0")
         grid = [max(a0 - 1.0, 0.5) * f * var for f in noise_grid]
     if given is None:
-        curve = [(v, _pilot_evidence(pilot, ChipmanPrior(alpha_split, beta), leaf(v), n_particles, seed))
+        curve = [(v, _pilot_evidence(pilot, ChipmanPrior(alpha_split, beta), leaf(v), n_particles, seed, n_threads))
                  for v in grid]
         search.curves[name] = curve
         best_leaf = max(curve, key=lambda p: p[1])[0]
@@ -138,7 +139,7 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
         for b in beta_split_grid:
             known = [p for p in search.curves.get(name, []) if p[0] == best_leaf] if b == beta else []
             lz = known[0][1] if known else _pilot_evidence(pilot, ChipmanPrior(alpha_split, b), leaf(best_leaf),
-                                                           n_particles, seed)
+                                                           n_particles, seed, n_threads)
             curve.append((b, lz))
         search.curves["beta_split"] = curve
         search.chosen["beta_split"] = max(curve, key=lambda p: p[1])[0]

@@ -19,10 +19,11 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from torchtree.core.threads import check_threads
 from torchtree.core.validate import check_bool, check_choice, check_int, check_real
 
 __all__ = ["SamplerConfig", "SamplerState", "Option", "option", "Sampler", "config_class_of", "base_type",
@@ -33,7 +34,7 @@ _MISSING = dataclasses.MISSING
 
 def option(default: Any = _MISSING, *, help: str, choices: Optional[Sequence] = None, low: Optional[float] = None,
            high: Optional[float] = None, low_open: bool = False, high_open: bool = False, result: bool = True,
-           cli: bool = True) -> Any:
+           cli: bool = True, check: Optional[Callable[[str, Any], Any]] = None, kw_only: bool = False) -> Any:
     """A field of a :class:`SamplerConfig` with its documentation.
 
     Parameters
@@ -46,11 +47,16 @@ def option(default: Any = _MISSING, *, help: str, choices: Optional[Sequence] = 
         Whether the setting decides the result (it enters the checkpoint fingerprint);
         False for the device, the checkpoint path, bounds on memory and the like.
     cli : bool
-        Whether ``torchtree fit`` offers it as an option.
+        Whether ``torchtree fit`` offers it as an option (generated from the table).
+    check : callable ``(name, value) -> value``, optional
+        Validation for a value the table cannot describe; raises ``ValueError`` naming ``name``.
+    kw_only : bool
+        Keyword-only in the constructor (a base class's field then leaves the positional
+        order of its subclasses' fields alone).
     """
     meta = {"help": help, "choices": None if choices is None else tuple(choices), "low": low, "high": high,
-            "low_open": low_open, "high_open": high_open, "result": result, "cli": cli}
-    return field(default=default, metadata=meta)
+            "low_open": low_open, "high_open": high_open, "result": result, "cli": cli, "check": check}
+    return field(default=default, metadata=meta, kw_only=kw_only)
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,16 @@ class SamplerConfig:
 
     Subclasses declare their fields with :func:`option`; construction checks choices and bounds,
     then calls :meth:`check` for what a table cannot say (one setting against another).
+
+    Every config has the run-level ``n_threads`` (keyword-only): torch intra-op threads during
+    the run, ``"auto"`` (:func:`torchtree.core.threads.choose_threads`) or an int >= 1. It does
+    not decide the result, so it is outside the checkpoint fingerprint: a run may resume with
+    another thread count.
     """
+
+    n_threads: Union[str, int] = option("auto", help="torch intra-op threads: 'auto' (1 for small work; cores / "
+                                        "local ranks for large) or an integer >= 1", result=False, cli=False,
+                                        check=lambda name, v: check_threads(v, name), kw_only=True)
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -84,7 +99,9 @@ class SamplerConfig:
             if not meta or value is None:
                 continue
             kind = base_type(hints.get(f.name))
-            if meta.get("choices") is not None:
+            if meta.get("check") is not None:
+                value = meta["check"](f.name, value)
+            elif meta.get("choices") is not None:
                 value = check_choice(f.name, value, meta["choices"])
             elif kind is bool:
                 value = check_bool(f.name, value)
