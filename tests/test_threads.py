@@ -187,17 +187,20 @@ def test_auto_on_small_work_runs_with_one_thread():
         torch.set_num_threads(1)
 
 
-def test_the_multi_rank_path_runs_under_the_policy(monkeypatch):
-    from torchtree.samplers import topdown_dist
+def test_the_multi_rank_path_runs_under_the_policy():
+    """A multi-rank top-down run goes through the same driver: thread-ranks (one process) all
+    run at the run's setting and the previous count is back afterwards."""
+    from pathlib import Path
 
-    class TwoRanks:
-        world_size, rank = 2, 0
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "_dist_workers"))
+    from thread_backend import run_threads
 
-    seen = []
-    monkeypatch.setattr(topdown_dist, "_run_distributed",
-                        lambda *a, n_threads, **k: seen.append((torch.get_num_threads(), n_threads)))
-    topdown_dist.run_distributed(_smc(n_threads=2), _as_data(), TwoRanks())
-    assert seen == [(2, 2)] and torch.get_num_threads() == 1
+    seen, mon = _seen_threads()
+    data = _as_data()
+    run_threads(2, lambda b: _smc(n_threads=2, backend=b).run(data, seed=0, monitor=mon if b.rank == 0 else None),
+                timeout=60)
+    assert seen and seen[0][2] == 2 and all(t == 2 for _, t, _ in seen)
+    assert torch.get_num_threads() == 1
 
 
 def _as_data():
@@ -319,11 +322,13 @@ def test_cli_fit_passes_threads(tmp_path, capsys, monkeypatch):
     real_run = TopDownSMC.run
 
     def run(self, *a, **k):
-        seen.append(self.n_threads)
+        seen.append((self.n_particles, self.n_threads))
         return real_run(self, *a, **k)
 
     monkeypatch.setattr(TopDownSMC, "run", run)
     out = str(tmp_path / "p.pt")
     assert main(["fit", str(csv), "--n-particles", "10", "--threads", "2", "--out", out, "-q"]) == 0
     assert main(["fit", str(csv), "--n-particles", "10", "--out", out, "-q"]) == 0
-    assert seen == [2, "auto"]
+    # the fits (10 particles; the hyperparameter pilots before each run with the same setting)
+    assert [t for n, t in seen if n == 10] == [2, "auto"]
+    assert {t for n, t in seen if n != 10} == {2, "auto"}
