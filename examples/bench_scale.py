@@ -136,7 +136,10 @@ def main(argv=None) -> None:
     ap.add_argument("--sizes", nargs="+", type=int, default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--d", type=int, default=10)
     ap.add_argument("--wide", action="store_true", help="also one D = 100 row at N = 10^5")
-    ap.add_argument("--threads", nargs="+", default=["1", "2"], help="thread counts (ints or 'auto')")
+    ap.add_argument("--threads", nargs="+", default=["1", "2", "auto"], help="thread counts (ints or 'auto')")
+    ap.add_argument("--multi-thread-max-n", type=int, default=100_000,
+                    help="thread settings other than 1 run only up to this N (2 threads on a shared 2-core box "
+                         "cost 10-20x the CPU time: examples/results/bench_threads.txt)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per fit before it is given up")
     ap.add_argument("--forest-max-n", type=int, default=100_000, help="largest N the random forest is fit at")
@@ -162,6 +165,8 @@ def main(argv=None) -> None:
             base_cache[(n, d)] = _baselines(n, d, a.seed, a.forest_max_n)
         b = base_cache[(n, d)]
         for t in a.threads:
+            if t != "1" and n > a.multi_thread_max_n:
+                continue
             r = _run_case(m, n, d, t, a.seed, a.timeout)
             results[(m, n, d, t)] = r
             fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
