@@ -428,7 +428,7 @@ class DCC(SettingsAsAttributes):
         c = self.config
         return SoftTrees(
             ctx.data, [r.topology for r in recs], n_chains=c.n_chains, sharpness=h,
-            hyper=ctx.extra["hyper"], dtype=c.dtype, generator=gen, compile=c.compile and c.asynchronous,
+            hyper=ctx.extra["hyper"], dtype=ctx.data.X.dtype, generator=gen, compile=c.compile and c.asynchronous,
         )
 
     def _kernel(self, model: SoftTrees):
