@@ -30,7 +30,7 @@ import math
 import random as _pyrandom
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -62,10 +62,21 @@ from torchtree.steps.adaptation import sharpness_schedule
 from torchtree.steps.hmc import hmc_init
 from torchtree.steps.soft_init import informed_start
 
-__all__ = ["DCC", "DCCConfig", "DCCState"]
+__all__ = ["DCC", "DCCConfig", "DCCState", "MIN_DRAWS"]
+
+#: Draws per chain a visit needs to count when a time budget cuts its sampling: LAIS builds
+#: each chain's proposal covariance from its draws, and one draw has none.
+MIN_DRAWS = 2
 
 # the names the records' helpers had when they lived here (tests and notebooks import them)
 _Record, _compact_keys, _inherit = Record, compact_keys, inherit
+
+
+def _new_stats() -> Dict[str, int]:
+    """The run's counters; ``warmups_cut`` / ``visits_cut``: topologies whose warm-up or
+    refinement the time budget cut (left out, see :meth:`DCC._activate_batch`)."""
+    return {"nuts_iterations": 0, "divergences": 0, "grad_evals": 0, "warmups": 0, "warmups_cut": 0,
+            "visits_cut": 0}
 
 
 @dataclass
@@ -225,7 +236,7 @@ class DCC(SettingsAsAttributes):
                          generator=torch.Generator(device=ctx.device).manual_seed(ctx.seed),
                          bookkeeping=torch.Generator().manual_seed(ctx.seed + 1),  # CPU draws for bookkeeping
                          rng=_pyrandom.Random(ctx.seed), hmc_step=0,
-                         stats={"nuts_iterations": 0, "divergences": 0, "grad_evals": 0, "warmups": 0})
+                         stats=_new_stats())
         for t in sample_prior_topologies(c.n_initial, c.alpha_split, c.beta_split, c.max_depth, state.rng):
             self._propose(state, t)
         ctx.extra["n_discovered"] = len(state.records)
@@ -248,7 +259,7 @@ class DCC(SettingsAsAttributes):
             r = record_from_state(d, ctx.device)
             records[r.topology] = r
         step = int(saved["iteration"]) + 1
-        stats = {"nuts_iterations": 0, "divergences": 0, "grad_evals": 0, "warmups": 0}
+        stats = _new_stats()
         stats.update(saved["stats"])
         ctx.extra["before"] = (float(saved["elapsed_wall"]), float(saved["elapsed_cpu"]))
         ctx.extra["n_discovered"] = len(records)
@@ -275,10 +286,15 @@ class DCC(SettingsAsAttributes):
         new = [r for r in records.values() if not r.active and r.proposed >= c.activation_threshold]
         if not any(r.active for r in records.values()) and not new:
             new = [max(records.values(), key=lambda r: r.proposed)]
+        stop = self._stop(ctx)
         if new:
-            self._activate(state, ctx, new)
+            self._activate(state, ctx, new, stop)
         acc = state.evidence
         active = [r for r in records.values() if r.active]
+        if not active or (stop is not None and stop()):
+            # the budget ran out in the activations: no refinement (its draws would be cut
+            # at once); the driver ends the run after this step
+            return self._end_iteration(state, ctx, it), None
         slots = torch.tensor([r.slot for r in active])
         util = dcc_utility(
             acc.log_evidence[slots], acc.log_var_w[slots], acc.logw_mean[slots], acc.logw_std[slots],
@@ -296,18 +312,20 @@ class DCC(SettingsAsAttributes):
         )
         chains, tr = draw(self._kernel(model), model.potential_and_grad, chains, c.n_samples,
                           generator=state.generator, monitor=ctx.monitor, step_offset=state.hmc_step,
-                          asynchronous=c.asynchronous)
-        state.hmc_step += c.n_samples
+                          asynchronous=c.asynchronous, stop=stop)
+        state.hmc_step += tr.positions.shape[0]
         self._track(state, tr)
+        if tr.positions.shape[0] < MIN_DRAWS:
+            # cut by the budget before LAIS had draws to build proposals from: this visit
+            # leaves the topologies as they were
+            state.stats["visits_cut"] += len(chosen)
+            return self._end_iteration(state, ctx, it), None
         self._store(model, chosen, chains, tr.positions)
         self._evidence(model, chosen, tr.positions, acc, state.generator)
         for r in chosen:
             r.selected += 1
             self._propose(state, propose_topology(r.topology, state.rng, c.move_probs, c.max_depth)[0], r.topology)
-        state.step = it + 1
-        state.done = state.step >= c.n_iterations
-        state.elapsed_budget = ctx.budget_seconds()
-        state.elapsed_wall, state.elapsed_cpu = self._elapsed(ctx)
+        self._end_iteration(state, ctx, it)
         if not ctx.watch:
             return state, None
         lz = acc.log_evidence[slots]
@@ -339,6 +357,11 @@ class DCC(SettingsAsAttributes):
             stats["resumed_from_iteration"] = ctx.resumed_at - 1
         # kept for inspection (per-topology chains, draws, pseudo-samples, counts)
         self.records_, self.evidence_ = state.records, state.evidence
+        if not any(r.active for r in state.records.values()):
+            raise ValueError(
+                f"DCC: max_seconds={self.config.max_seconds} ({self.config.clock} clock) ran out before any topology "
+                f"finished its warm-up ({self.config.n_warmup} iterations of {self.config.n_chains} chains) and "
+                f"{MIN_DRAWS} draws; raise max_seconds (or lower n_warmup, n_chains or n_parallel)")
         return self._posterior(ctx.data, state.records, state.evidence, stats)
 
     def end_info(self, post: SoftTreePosterior) -> Dict[str, Any]:
@@ -348,6 +371,22 @@ class DCC(SettingsAsAttributes):
                 "topology_log_evidence": post.topology_log_evidence, "seconds": post.info["seconds"]}
 
     # ----------------------------------------------------------------- helpers
+    def _end_iteration(self, state: DCCState, ctx: driver.RunContext, it: int) -> DCCState:
+        """Count iteration ``it`` as done and bring the clocks up to date."""
+        state.step = it + 1
+        state.done = state.step >= self.config.n_iterations
+        state.elapsed_budget = ctx.budget_seconds()
+        state.elapsed_wall, state.elapsed_cpu = self._elapsed(ctx)
+        return state
+
+    def _stop(self, ctx: driver.RunContext) -> Optional[Callable[[], bool]]:
+        """The budget test the warm-ups and draws ask after every NUTS transition (None
+        without ``max_seconds``): one read of the budget's clock, no synchronisation."""
+        budget = self.config.max_seconds
+        if budget is None:
+            return None
+        return lambda: ctx.budget_seconds() >= budget
+
     @staticmethod
     def _elapsed(ctx: driver.RunContext) -> Tuple[float, float]:
         """Wall and CPU seconds of the whole run (earlier segments of a resumed run included)."""
@@ -367,8 +406,9 @@ class DCC(SettingsAsAttributes):
         state.stats["divergences"] += int(trace.is_divergent.sum())
         state.stats["grad_evals"] += int(trace.n_steps.sum())
 
-    def _activate(self, state: DCCState, ctx: driver.RunContext, new: List[Record]) -> None:
-        """Warm up the new topologies, in batches of ``max(n_parallel, 4)`` (cold ones first)."""
+    def _activate(self, state: DCCState, ctx: driver.RunContext, new: List[Record], stop=None) -> None:
+        """Warm up the new topologies, in batches of ``max(n_parallel, 4)`` (cold ones first);
+        once ``stop()`` says the budget is spent, the remaining ones wait (inactive)."""
         c = self.config
         size = max(c.n_parallel, 4)
         records = state.records
@@ -376,10 +416,19 @@ class DCC(SettingsAsAttributes):
         cold = [r for r in new if r not in warm]
         for group, is_warm in ((cold, False), (warm, True)):
             for i in range(0, len(group), size):
-                self._activate_batch(state, ctx, group[i : i + size], is_warm)
+                if stop is not None and stop():
+                    return
+                self._activate_batch(state, ctx, group[i : i + size], is_warm, stop)
 
-    def _activate_batch(self, state: DCCState, ctx: driver.RunContext, batch: List[Record], warm: bool) -> None:
-        """Warm-up then ``n_samples`` draws of a batch of newly active topologies."""
+    def _activate_batch(self, state: DCCState, ctx: driver.RunContext, batch: List[Record], warm: bool,
+                        stop=None) -> None:
+        """Warm-up then ``n_samples`` draws of a batch of newly active topologies.
+
+        A batch whose warm-up ``stop`` cut, or whose sampling it cut before ``MIN_DRAWS``
+        draws, stays inactive and keeps no chains: unadapted chains that may still be in
+        their transient are no draws of the posterior, and LAIS needs draws to build its
+        proposals from. Its topologies keep their proposal counts (a resumed run with
+        more budget warms them up again)."""
         c, x, gen, records = self.config, ctx.extra, state.generator, state.records
         # new splits start from prior draws, so the sharpness is annealed for warm starts
         # too (a hard split gives its threshold almost no gradient to follow)
@@ -398,6 +447,7 @@ class DCC(SettingsAsAttributes):
                 self._kernel(model), model.potential_and_grad, pos, n_wu, generator=gen, coord_mask=model.coord_mask,
                 step_size=step, inv_mass=inv, target_accept=c.target_accept, monitor=ctx.monitor,
                 step_offset=state.hmc_step, sharpness=x["warm_schedule"], set_sharpness=model.set_sharpness,
+                stop=stop,
             )
         else:
             start = model.theta.data
@@ -407,16 +457,23 @@ class DCC(SettingsAsAttributes):
             ch, st = warmup(
                 self._kernel(model), model.potential_and_grad, start, n_wu, generator=gen,
                 coord_mask=model.coord_mask, target_accept=c.target_accept, sharpness=x["schedule"],
-                set_sharpness=model.set_sharpness, monitor=ctx.monitor, step_offset=state.hmc_step,
+                set_sharpness=model.set_sharpness, monitor=ctx.monitor, step_offset=state.hmc_step, stop=stop,
             )
-        state.hmc_step += n_wu
+        state.hmc_step += st["iterations"]
+        state.stats["divergences"] += int(st["divergences"].sum())
+        if not st["completed"]:
+            state.stats["warmups_cut"] += len(batch)
+            return
         model.set_sharpness(c.h_final)
         ch, tr = draw(self._kernel(model), model.potential_and_grad, ch, c.n_samples, generator=gen,
-                      monitor=ctx.monitor, step_offset=state.hmc_step, refresh=True, asynchronous=c.asynchronous)
-        state.hmc_step += c.n_samples
-        state.stats["divergences"] += int(st["divergences"].sum())
-        state.stats["warmups"] += len(batch)
+                      monitor=ctx.monitor, step_offset=state.hmc_step, refresh=True, asynchronous=c.asynchronous,
+                      stop=stop)
+        state.hmc_step += tr.positions.shape[0]
         self._track(state, tr)
+        if tr.positions.shape[0] < MIN_DRAWS:
+            state.stats["warmups_cut"] += len(batch)
+            return
+        state.stats["warmups"] += len(batch)
         acc = state.evidence
         acc.extend(len(batch))
         for r in batch:
