@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from torchtree.core.memory import check_memory, lais_bytes
+from torchtree.core.memory import check_memory
 
 from torchtree.model.data import resolve_device
 from torchtree.model.soft_data import SoftData, as_soft_data
@@ -43,7 +43,7 @@ from torchtree.model.soft_trees import SoftTreeHyper, SoftTrees
 from torchtree.model.topology import Topology, propose_topology, sample_prior_topologies
 from torchtree.samplers import driver
 from torchtree.samplers.dcc.config import DCCConfig
-from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights
+from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights, lais_memory_bytes
 from torchtree.samplers.dcc.records import (
     Record,
     compact_keys,
@@ -215,7 +215,8 @@ class DCC(SettingsAsAttributes):
         """The run's resolved hyperparameters and warm-up schedules."""
         c = self.config
         check_memory("DCC's evidence (LAIS) for the one-split tree",
-                     lais_bytes(1, c.n_chains, c.n_samples, c.n_proposals, ctx.data.n_features + 4),
+                     lais_memory_bytes(1, c.n_chains, c.n_samples, c.n_proposals, ctx.data.n_features + 4,
+                                       itemsize=ctx.data.X.element_size()),
                      "n_chains, n_samples or n_proposals (or use fewer features)", device=ctx.device)
         ctx.extra["hyper"] = self.hyper.resolve(ctx.data)
         informed = c.init == "data"

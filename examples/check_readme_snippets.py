@@ -1,0 +1,135 @@
+"""Run every ```python block of README.md and report its CPU and wall seconds.
+
+Each block runs in its own subprocess (``OMP_NUM_THREADS`` = ``--threads``, a fresh
+temporary directory as working directory, so the files a snippet writes go there). The
+blocks of the README build on each other (the soft-tree block uses the quick start's
+``X``, ``y``, ``tr``, ``te``), so the subprocess of block ``k`` first runs blocks
+``0 .. k-1`` untimed in the same namespace, then times block ``k`` alone: its CPU seconds
+(this process, all threads) and wall seconds. A block that fails or runs past
+``--timeout`` is reported as such, with the exit status.
+
+Usage::
+
+    python examples/check_readme_snippets.py                       # all blocks, 1 thread
+    python examples/check_readme_snippets.py --only 3 --threads 2
+    python examples/check_readme_snippets.py --out examples/results/readme_snippets.txt
+
+Exit status 1 when a block failed, timed out, or took more than ``--limit`` CPU or wall
+seconds (default 60: every README snippet must finish in under a minute, or say how long it
+takes next to it, see ``--allow-long``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+
+RUNNER = r"""
+import json, sys, time
+blocks = json.loads(sys.argv[1]); k = int(sys.argv[2])
+ns = {"__name__": "__main__"}
+for i in range(k):
+    exec(compile(blocks[i], f"README block {i}", "exec"), ns)
+c0, w0 = time.process_time(), time.perf_counter()
+exec(compile(blocks[k], f"README block {k}", "exec"), ns)
+print("@@TIMES@@" + json.dumps({"cpu": time.process_time() - c0, "wall": time.perf_counter() - w0}))
+"""
+
+
+def python_blocks(text: str) -> List[Tuple[int, str]]:
+    """The ```python blocks of a Markdown text.
+
+    Parameters
+    ----------
+    text : str
+
+    Returns
+    -------
+    list of (first line number, 1-based; the block's code)
+    """
+    out, lines, i = [], text.split("\n"), 0
+    while i < len(lines):
+        if re.match(r"^\s*```python\s*$", lines[i]):
+            j = i + 1
+            while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
+                j += 1
+            out.append((i + 2, "\n".join(lines[i + 1 : j])))
+            i = j
+        i += 1
+    return out
+
+
+def run_block(blocks: List[str], k: int, threads: int, timeout: float) -> dict:
+    """Run block ``k`` (after blocks ``0..k-1``, untimed) in a subprocess.
+
+    Returns
+    -------
+    dict with ``status`` ("ok", "failed", "timeout"), ``cpu`` / ``wall`` seconds of the block
+    (None unless ok), ``total_wall`` of the subprocess, and the tail of its stderr.
+    """
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="readme_snippet_") as tmp:
+        try:
+            p = subprocess.run([sys.executable, "-c", RUNNER, json.dumps(blocks), str(k)], cwd=tmp, env=env,
+                               capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"status": "timeout", "cpu": None, "wall": None, "total_wall": time.perf_counter() - t0,
+                    "stderr": ""}
+    total = time.perf_counter() - t0
+    found = [ln for ln in p.stdout.splitlines() if ln.startswith("@@TIMES@@")]
+    if p.returncode != 0 or not found:
+        return {"status": f"failed (exit {p.returncode})", "cpu": None, "wall": None, "total_wall": total,
+                "stderr": p.stderr[-2000:]}
+    t = json.loads(found[-1][len("@@TIMES@@"):])
+    return {"status": "ok", "cpu": t["cpu"], "wall": t["wall"], "total_wall": total, "stderr": ""}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--readme", default=str(ROOT / "README.md"))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per subprocess (setup blocks included)")
+    ap.add_argument("--limit", type=float, default=60.0, help="CPU / wall seconds a block may take")
+    ap.add_argument("--only", type=int, nargs="*", help="block indices to run (default: all)")
+    ap.add_argument("--out", help="also write the report to this file")
+    args = ap.parse_args(argv)
+    found = python_blocks(Path(args.readme).read_text())
+    blocks = [code for _, code in found]
+    rows, bad = [], False
+    header = (f"README.md python blocks, OMP_NUM_THREADS={args.threads}, limit {args.limit:g} s "
+              f"(CPU = this process's CPU seconds over all threads)")
+    print(header, flush=True)
+    for k, (line, code) in enumerate(found):
+        if args.only is not None and k not in args.only:
+            continue
+        r = run_block(blocks, k, args.threads, args.timeout)
+        first = next((ln.strip() for ln in code.splitlines() if ln.strip() and not ln.strip().startswith("#")), "")
+        over = r["status"] == "ok" and max(r["cpu"], r["wall"]) > args.limit
+        bad |= r["status"] != "ok" or over
+        cpu = "-" if r["cpu"] is None else f"{r['cpu']:.1f}"
+        wall = "-" if r["wall"] is None else f"{r['wall']:.1f}"
+        row = (f"block {k} (README line {line}): {r['status']}{' OVER LIMIT' if over else ''}; "
+               f"cpu {cpu} s, wall {wall} s; first line: {first[:70]}")
+        rows.append(row)
+        print(row, flush=True)
+        if r["stderr"]:
+            print("  " + r["stderr"].strip().replace("\n", "\n  "), flush=True)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(header + "\n" + "\n".join(rows) + "\n")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
