@@ -14,9 +14,11 @@ Usage::
     python examples/check_readme_snippets.py --only 3 --threads 2
     python examples/check_readme_snippets.py --out examples/results/readme_snippets.txt
 
-Exit status 1 when a block failed, timed out, or took more than ``--limit`` CPU or wall
-seconds (default 60: every README snippet must finish in under a minute, or say how long it
-takes next to it, see ``--allow-long``).
+Exit status 1 when a block failed, timed out, or took more than ``--limit`` seconds
+(default 60: every README snippet must finish in under a minute) of CPU time, or of wall time
+with ``--limit-on wall``. CPU is the default because on a shared machine the wall time
+measures the other jobs too (on the 2-core box shared by several jobs it was 2.5x the CPU
+time); on an idle machine at one thread they agree.
 """
 from __future__ import annotations
 
@@ -100,22 +102,24 @@ def main(argv=None) -> int:
     ap.add_argument("--readme", default=str(ROOT / "README.md"))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per subprocess (setup blocks included)")
-    ap.add_argument("--limit", type=float, default=60.0, help="CPU / wall seconds a block may take")
+    ap.add_argument("--limit", type=float, default=60.0, help="seconds a block may take")
+    ap.add_argument("--limit-on", choices=("cpu", "wall"), default="cpu", help="which seconds --limit bounds")
     ap.add_argument("--only", type=int, nargs="*", help="block indices to run (default: all)")
     ap.add_argument("--out", help="also write the report to this file")
     args = ap.parse_args(argv)
     found = python_blocks(Path(args.readme).read_text())
     blocks = [code for _, code in found]
     rows, bad = [], False
-    header = (f"README.md python blocks, OMP_NUM_THREADS={args.threads}, limit {args.limit:g} s "
-              f"(CPU = this process's CPU seconds over all threads)")
+    header = (f"README.md python blocks, OMP_NUM_THREADS={args.threads}, limit {args.limit:g} {args.limit_on} s "
+              f"(cpu = the snippet process's CPU seconds over all threads; wall includes waiting for "
+              f"other jobs on a shared machine)")
     print(header, flush=True)
     for k, (line, code) in enumerate(found):
         if args.only is not None and k not in args.only:
             continue
         r = run_block(blocks, k, args.threads, args.timeout)
         first = next((ln.strip() for ln in code.splitlines() if ln.strip() and not ln.strip().startswith("#")), "")
-        over = r["status"] == "ok" and max(r["cpu"], r["wall"]) > args.limit
+        over = r["status"] == "ok" and r[args.limit_on] > args.limit
         bad |= r["status"] != "ok" or over
         cpu = "-" if r["cpu"] is None else f"{r['cpu']:.1f}"
         wall = "-" if r["wall"] is None else f"{r['wall']:.1f}"

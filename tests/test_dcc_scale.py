@@ -86,3 +86,24 @@ def test_dcc_runs_on_50_by_10000_under_a_4_gib_cap(monkeypatch):
     assert len(post.topologies) >= 1 and torch.isfinite(post.topology_log_evidence).all()
     p = post.predict_proba(X[:3])
     assert np.isfinite(p).all() and np.allclose(p.sum(1), 1)
+
+
+def test_weighted_pseudo_samples_are_bounded(monkeypatch):
+    """Past PSEUDO_BYTES a topology's pseudo-samples are resampled to PSEUDO_KEEP x
+    max_predict_draws equally weighted points with the same total weight."""
+    import torchtree.samplers.dcc.sampler as dcc_sampler
+
+    monkeypatch.setattr(dcc_sampler, "PSEUDO_BYTES", 1)
+    g = np.random.default_rng(1)
+    X = g.normal(size=(80, 3))
+    y = (X[:, 0] > 0).astype(int)
+    kw = dict(n_iterations=3, n_initial=5, n_chains=2, n_samples=4, n_warmup=5, activation_threshold=1, max_depth=2,
+              n_parallel=1, max_predict_draws=7)
+    d = DCC(**kw)
+    post = d.run((X, y), seed=0)
+    for r in d.records_.values():
+        if r.active:
+            assert len(r.pseudo) == 1 and r.pseudo[0].shape[0] == dcc_sampler.PSEUDO_KEEP * 7
+            lw = r.pseudo_logw[0]
+            assert torch.allclose(lw, lw[0].expand_as(lw))
+    assert all(x.shape[0] == 7 for x in post.draws)

@@ -68,6 +68,11 @@ __all__ = ["DCC", "DCCConfig", "DCCState", "MIN_DRAWS"]
 #: each chain's proposal covariance from its draws, and one draw has none.
 MIN_DRAWS = 2
 
+#: Bytes of LAIS pseudo-samples a topology keeps for its weighted local posterior before they
+#: are resampled down to ``PSEUDO_KEEP * max_predict_draws`` (see :meth:`DCC._bound_pseudo`).
+PSEUDO_BYTES = 64 << 20
+PSEUDO_KEEP = 4
+
 # the names the records' helpers had when they lived here (tests and notebooks import them)
 _Record, _compact_keys, _inherit = Record, compact_keys, inherit
 
@@ -528,6 +533,25 @@ class DCC(SettingsAsAttributes):
                 idx = model.compact_index(m)
                 r.pseudo.append(xi[m].reshape(-1, P)[:, idx].cpu())
                 r.pseudo_logw.append(lw[m].reshape(-1).cpu())
+                self._bound_pseudo(r)
+
+    def _bound_pseudo(self, r: Record) -> None:
+        """Keep a record's weighted pseudo-samples under :data:`PSEUDO_BYTES`.
+
+        On a wide table they grow by ``C T N_M x P_m`` numbers a visit (32 MB with 10,000
+        features). Past the cap they are resampled by weight (systematic) to
+        ``PSEUDO_KEEP x max_predict_draws`` equally weighted points carrying the same total
+        weight: the same weighted measure in expectation, from which the posterior draws its
+        ``max_predict_draws``. Small problems never reach the cap (their numbers do not move)."""
+        if sum(x.numel() * x.element_size() for x in r.pseudo) <= PSEUDO_BYTES:
+            return
+        lw = torch.cat(r.pseudo_logw).double()
+        keep = PSEUDO_KEEP * self.config.max_predict_draws
+        gen = torch.Generator().manual_seed(int(r.chain_n))
+        idx = systematic_indices(lw, keep, gen)
+        total = torch.logsumexp(torch.nan_to_num(lw, nan=-float("inf")), 0)
+        r.pseudo = [torch.cat(r.pseudo)[idx]]
+        r.pseudo_logw = [torch.full((keep,), float(total) - math.log(keep), dtype=r.pseudo_logw[0].dtype)]
 
     def _posterior(self, sd, records, acc: EvidenceAccumulator, stats) -> SoftTreePosterior:
         c = self.config
