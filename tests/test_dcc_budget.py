@@ -33,17 +33,23 @@ def _long_dcc(**kw):
     return DCC(n_iterations=1000, n_warmup=20, n_initial=100, activation_threshold=2, max_depth=3, **kw)
 
 
-@pytest.mark.parametrize("clock", ["cpu", "wall"])
-def test_budget_holds_within_slack(clock):
+@pytest.mark.parametrize("clock, budget", [("cpu", 4.0), ("wall", 6.0)])
+def test_budget_holds_within_slack(clock, budget):
     X, y = _data()
-    budget = 4.0
     read = driver.CLOCKS[clock]
     t0 = read()
-    post = _long_dcc(max_seconds=budget, clock=clock).run((X, y), seed=0)
+    try:
+        post = _long_dcc(max_seconds=budget, clock=clock).run((X, y), seed=0)
+    except ValueError as exc:
+        # wall time on a loaded box may not cover even the first warm-up: then the run must
+        # say so, in time (the CPU budget always covers it: 1-2 s here)
+        assert clock == "wall" and "max_seconds" in str(exc)
+        post = None
     spent = read() - t0
     assert spent <= budget * 1.05 + SLACK, spent
-    assert post.info["iterations"] < 1000 and len(post.topologies) >= 1
-    assert np.isfinite(post.predict_proba(X[:5])).all()
+    if post is not None:
+        assert post.info["iterations"] < 1000 and len(post.topologies) >= 1
+        assert np.isfinite(post.predict_proba(X[:5])).all()
 
 
 def test_budget_spent_in_the_first_warm_up_is_a_clear_error_in_time():

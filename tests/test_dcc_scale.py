@@ -91,7 +91,7 @@ def test_dcc_runs_on_50_by_10000_under_a_4_gib_cap(monkeypatch):
 def test_weighted_pseudo_samples_are_bounded(monkeypatch):
     """Past PSEUDO_BYTES a topology's pseudo-samples are resampled to PSEUDO_KEEP x
     max_predict_draws equally weighted points with the same total weight."""
-    import torchtree.samplers.dcc.sampler as dcc_sampler
+    import torchtree.samplers.dcc.records as dcc_sampler
 
     monkeypatch.setattr(dcc_sampler, "PSEUDO_BYTES", 1)
     g = np.random.default_rng(1)

@@ -46,9 +46,11 @@ from torchtree.samplers.dcc.config import DCCConfig
 from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights, lais_memory_bytes
 from torchtree.samplers.dcc.records import (
     Record,
+    bound_pseudo,
     compact_keys,
     embed,
     inherit,
+    local_draws,
     record_from_state,
     record_state,
     store_chains,
@@ -67,11 +69,12 @@ __all__ = ["DCC", "DCCConfig", "DCCState", "MIN_DRAWS"]
 #: Draws per chain a visit needs to count when a time budget cuts its sampling: LAIS builds
 #: each chain's proposal covariance from its draws, and one draw has none.
 MIN_DRAWS = 2
+#: Pseudo-samples LAIS evaluates per call when a budget may cut it (about a NUTS transition's work)
+LAIS_CHUNK = 256
 
-#: Bytes of LAIS pseudo-samples a topology keeps for its weighted local posterior before they
-#: are resampled down to ``PSEUDO_KEEP * max_predict_draws`` (see :meth:`DCC._bound_pseudo`).
-PSEUDO_BYTES = 64 << 20
-PSEUDO_KEEP = 4
+
+class _BudgetSpent(Exception):
+    """The budget ran out inside a LAIS update (caught in :meth:`DCC._lais`)."""
 
 # the names the records' helpers had when they lived here (tests and notebooks import them)
 _Record, _compact_keys, _inherit = Record, compact_keys, inherit
@@ -170,6 +173,15 @@ class DCC(SettingsAsAttributes):
     the same seed returns. ``n_iterations`` is not fingerprinted, so a finished run can be
     extended. ``max_seconds`` makes the number of iterations, and so the result, depend on
     the machine's speed; the budget sums the segments of a resumed run.
+
+    ``max_seconds`` is asked after every NUTS transition (warm-ups, draws; every leapfrog
+    tick of asynchronous draws) and between activation batches, so a run overshoots it by
+    at most one transition plus one LAIS update (measured: examples/results/dcc_budget.txt).
+    What a cut leaves: topologies whose warm-up was cut, or whose first sampling kept fewer
+    than ``MIN_DRAWS`` draws, stay inactive and out of the posterior (no chains kept; a
+    resumed run warms them up again); a refinement cut after ``MIN_DRAWS`` or more draws
+    keeps them (LAIS runs on them), one cut before that changes nothing. A budget too small
+    for any topology to finish its warm-up raises a ``ValueError`` naming ``max_seconds``.
     """
 
     name = "DCC"
@@ -321,13 +333,15 @@ class DCC(SettingsAsAttributes):
                           asynchronous=c.asynchronous, stop=stop)
         state.hmc_step += tr.positions.shape[0]
         self._track(state, tr)
-        if tr.positions.shape[0] < MIN_DRAWS:
-            # cut by the budget before LAIS had draws to build proposals from: this visit
-            # leaves the topologies as they were
+        lais = None if tr.positions.shape[0] < MIN_DRAWS else self._lais(model, chosen, tr.positions,
+                                                                         state.generator, stop)
+        if lais is None:
+            # cut by the budget before LAIS had draws to build proposals from, or inside LAIS:
+            # this visit leaves the topologies as they were
             state.stats["visits_cut"] += len(chosen)
             return self._end_iteration(state, ctx, it), None
         self._store(model, chosen, chains, tr.positions)
-        self._evidence(model, chosen, tr.positions, acc, state.generator)
+        self._evidence(model, chosen, *lais, acc)
         for r in chosen:
             r.selected += 1
             self._propose(state, propose_topology(r.topology, state.rng, c.move_probs, c.max_depth)[0], r.topology)
@@ -479,13 +493,17 @@ class DCC(SettingsAsAttributes):
         if tr.positions.shape[0] < MIN_DRAWS:
             state.stats["warmups_cut"] += len(batch)
             return
+        lais = self._lais(model, batch, tr.positions, gen, stop)
+        if lais is None:
+            state.stats["warmups_cut"] += len(batch)
+            return
         state.stats["warmups"] += len(batch)
         acc = state.evidence
         acc.extend(len(batch))
         for r in batch:
             r.active, r.selected, r.slot = True, 1, acc.count.shape[0] - len(batch) + batch.index(r)
         self._store(model, batch, ch, tr.positions)
-        self._evidence(model, batch, tr.positions, acc, gen)
+        self._evidence(model, batch, *lais, acc)
 
     def _model(self, ctx: driver.RunContext, recs: List[Record], h: float, gen) -> SoftTrees:
         c = self.config
@@ -505,8 +523,10 @@ class DCC(SettingsAsAttributes):
         store_chains(model, recs, chains.state.position, chains.step_size, chains.inv_mass, positions,
                      self.config.n_chains)
 
-    def _evidence(self, model: SoftTrees, recs, positions: torch.Tensor, acc: EvidenceAccumulator, gen) -> None:
-        """LAIS update for the topologies of ``model`` from draws ``[T, B, P]``."""
+    def _lais(self, model: SoftTrees, recs, positions: torch.Tensor, gen, stop=None):
+        """LAIS log weights and pseudo-samples ``[G, C, T, N_M(, P)]`` of the topologies of
+        ``model`` from draws ``[T, B, P]``; None when ``stop`` (asked after every
+        ``LAIS_CHUNK`` target evaluations) says the budget ran out."""
         G, C = len(recs), self.config.n_chains
         T, B, P = positions.shape
         draws = positions.reshape(T, G, C, P).permute(1, 2, 0, 3)  # [G, C, T, P]
@@ -515,10 +535,25 @@ class DCC(SettingsAsAttributes):
         rows = (torch.arange(G, device=positions.device) * C).repeat_interleave(K)
 
         def log_target(xi):  # [G, K, P] -> [G, K]
-            return model.log_density_chunked(xi.reshape(G * K, P), rows).reshape(G, K)
+            if stop is None:  # one call (the unbudgeted numbers stay those of earlier versions)
+                return model.log_density_chunked(xi.reshape(G * K, P), rows).reshape(G, K)
+            flat, out = xi.reshape(G * K, P), []
+            for i in range(0, G * K, LAIS_CHUNK):
+                if stop():
+                    raise _BudgetSpent
+                out.append(model.log_density_chunked(flat[i : i + LAIS_CHUNK], rows[i : i + LAIS_CHUNK]))
+            return torch.cat(out).reshape(G, K)
 
-        lw, xi = lais_log_weights(draws, mask, log_target, self.config.n_proposals, gen, self.config.lais_form,
-                                  return_samples=True)
+        try:
+            return lais_log_weights(draws, mask, log_target, self.config.n_proposals, gen, self.config.lais_form,
+                                    return_samples=True)
+        except _BudgetSpent:
+            return None
+
+    def _evidence(self, model: SoftTrees, recs, lw: torch.Tensor, xi: torch.Tensor, acc: EvidenceAccumulator) -> None:
+        """Fold a LAIS update (:meth:`_lais`) into the evidence and the records."""
+        G, C = len(recs), self.config.n_chains
+        P = xi.shape[-1]
         acc.update(lw.reshape(G, -1), torch.tensor([r.slot for r in recs]))
         # per-chain evidence of this visit: how much posterior mass each chain's mode holds
         chain_lz = torch.logsumexp(lw.reshape(G, C, -1), -1) - math.log(lw[0, 0].numel())
@@ -533,25 +568,7 @@ class DCC(SettingsAsAttributes):
                 idx = model.compact_index(m)
                 r.pseudo.append(xi[m].reshape(-1, P)[:, idx].cpu())
                 r.pseudo_logw.append(lw[m].reshape(-1).cpu())
-                self._bound_pseudo(r)
-
-    def _bound_pseudo(self, r: Record) -> None:
-        """Keep a record's weighted pseudo-samples under :data:`PSEUDO_BYTES`.
-
-        On a wide table they grow by ``C T N_M x P_m`` numbers a visit (32 MB with 10,000
-        features). Past the cap they are resampled by weight (systematic) to
-        ``PSEUDO_KEEP x max_predict_draws`` equally weighted points carrying the same total
-        weight: the same weighted measure in expectation, from which the posterior draws its
-        ``max_predict_draws``. Small problems never reach the cap (their numbers do not move)."""
-        if sum(x.numel() * x.element_size() for x in r.pseudo) <= PSEUDO_BYTES:
-            return
-        lw = torch.cat(r.pseudo_logw).double()
-        keep = PSEUDO_KEEP * self.config.max_predict_draws
-        gen = torch.Generator().manual_seed(int(r.chain_n))
-        idx = systematic_indices(lw, keep, gen)
-        total = torch.logsumexp(torch.nan_to_num(lw, nan=-float("inf")), 0)
-        r.pseudo = [torch.cat(r.pseudo)[idx]]
-        r.pseudo_logw = [torch.full((keep,), float(total) - math.log(keep), dtype=r.pseudo_logw[0].dtype)]
+                bound_pseudo(r, self.config.max_predict_draws)
 
     def _posterior(self, sd, records, acc: EvidenceAccumulator, stats) -> SoftTreePosterior:
         c = self.config
@@ -560,24 +577,8 @@ class DCC(SettingsAsAttributes):
         tops, draws = [], []
         gen = torch.Generator().manual_seed(len(records))
         for r in active:
-            if c.local_posterior == "weighted" and r.pseudo:
-                # eq. 14: importance-resample the LAIS pseudo-samples
-                d = torch.cat(r.pseudo)[systematic_indices(torch.cat(r.pseudo_logw).double(), n, gen)]
-            elif c.local_posterior == "chains" and r.draws and r.chain_log_sum_w is not None:
-                # NUTS draws, each chain weighted by its own LAIS evidence (the mass of
-                # the mode it explores); draws within a chain keep equal weights
-                d = torch.cat([x.reshape(-1, x.shape[-1]) for x in r.draws])
-                chain = torch.cat(r.draw_chain)
-                per = torch.log_softmax(r.chain_log_sum_w.double(), 0)
-                counts = torch.bincount(chain, minlength=per.numel()).double()
-                d = d[systematic_indices((per[chain] - torch.log(counts[chain])).double(), n, gen)]
-            else:
-                d = torch.cat([x.reshape(-1, x.shape[-1]) for x in r.draws]) if r.draws else torch.zeros(0)
-                if d.shape[0] > n:  # evenly thinned
-                    idx = torch.linspace(0, d.shape[0] - 1, n).round().long()
-                    d = d[idx]
             tops.append(r.topology)
-            draws.append(d)
+            draws.append(local_draws(r, c.local_posterior, n, gen))
         slots = torch.tensor([r.slot for r in active], dtype=torch.long)
         info = {"sampler": self.name, **stats}  # "sampler" as in the hard-tree posteriors' info
         info["n_discovered"] = len(records)
