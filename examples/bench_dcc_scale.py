@@ -100,12 +100,20 @@ def measure(n: int, d: int, args) -> dict:
 
 
 def budget_run(n: int, d: int, seconds: float, clock: str, **settings) -> dict:
-    """``DCC(max_seconds=seconds, clock=clock, **settings)`` on ``n x d`` synthetic rows."""
+    """``DCC(max_seconds=seconds, clock=clock, **settings)`` on ``n x d`` synthetic rows: CPU and
+    wall seconds, and the run's counters (or ``error``: the budget ran out before any
+    topology was warmed up)."""
     X, y = synthetic(n, d)
     c0, w0 = time.process_time(), time.perf_counter()
-    post = DCC(max_seconds=seconds, clock=clock, **settings).run((X, y), seed=0)
+    try:
+        post = DCC(max_seconds=seconds, clock=clock, **settings).run((X, y), seed=0)
+    except ValueError as exc:
+        post, error = None, str(exc).split(";")[0]
     out = {"N": n, "D": d, "budget": seconds, "clock": clock, "cpu": time.process_time() - c0,
            "wall": time.perf_counter() - w0}
+    if post is None:
+        out["error"] = error
+        return out
     out.update({k: post.info[k] for k in ("iterations", "warmups", "warmups_cut", "visits_cut", "nuts_iterations")})
     out["topologies"] = len(post.topologies)
     return out
@@ -143,6 +151,7 @@ def main(argv=None) -> int:
     ap.add_argument("--run-seconds", type=float, default=120.0)
     ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"))
     ap.add_argument("--run-warmup", type=int, default=150, help="the run's n_warmup (DCC's default: 150)")
+    ap.add_argument("--run-settings", default="{}", help="more DCC settings for the run, as JSON")
     ap.add_argument("--readme-line", type=float, nargs="*", default=[], help="budgets for the README's DCC line")
     ap.add_argument("--out", help="append the report here")
     ap.add_argument("--smoke", action="store_true", help="a tiny grid and run (for the test-suite)")
@@ -177,12 +186,13 @@ def main(argv=None) -> int:
         print(line, flush=True)
         lines.append(line)
     if args.run_rows:
-        r = budget_run(args.run_rows, args.run_features, args.run_seconds, args.clock, n_warmup=args.run_warmup)
-        line = (f"DCC run: N={r['N']} D={r['D']} n_warmup={args.run_warmup} max_seconds={r['budget']:g} "
-                f"({r['clock']}): cpu {r['cpu']:.1f} s, "
-                f"wall {r['wall']:.1f} s, budget used {r[r['clock']] / r['budget']:.3f}; " + json.dumps(
-                    {k: r[k] for k in ("iterations", "warmups", "warmups_cut", "visits_cut", "nuts_iterations",
-                                       "topologies")}))
+        r = budget_run(args.run_rows, args.run_features, args.run_seconds, args.clock, n_warmup=args.run_warmup,
+                       **json.loads(args.run_settings))
+        what = ("ValueError: " + r["error"]) if "error" in r else json.dumps(
+            {k: r[k] for k in ("iterations", "warmups", "warmups_cut", "visits_cut", "nuts_iterations", "topologies")})
+        line = (f"DCC run: N={r['N']} D={r['D']} n_warmup={args.run_warmup} {args.run_settings} "
+                f"max_seconds={r['budget']:g} ({r['clock']}): cpu {r['cpu']:.1f} s, wall {r['wall']:.1f} s, "
+                f"budget used {r[r['clock']] / r['budget']:.3f}; {what}")
         print(line, flush=True)
         lines.append(line)
     if args.out:

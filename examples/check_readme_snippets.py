@@ -35,6 +35,10 @@ from typing import List, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# smoke-expect: ^block 1 .*: ok; cpu [0-9.]+ s, wall [0-9.]+ s
+
+SMOKE_README = "# demo\n\n```python\nx = 20\n```\n\ntext\n\n```python\nprint(x + 1)\n```\n"
+
 RUNNER = r"""
 import json, sys, time
 blocks = json.loads(sys.argv[1]); k = int(sys.argv[2])
@@ -106,8 +110,9 @@ def main(argv=None) -> int:
     ap.add_argument("--limit-on", choices=("cpu", "wall"), default="cpu", help="which seconds --limit bounds")
     ap.add_argument("--only", type=int, nargs="*", help="block indices to run (default: all)")
     ap.add_argument("--out", help="also write the report to this file")
+    ap.add_argument("--smoke", action="store_true", help="check the machinery on a two-block Markdown text")
     args = ap.parse_args(argv)
-    found = python_blocks(Path(args.readme).read_text())
+    found = python_blocks(SMOKE_README if args.smoke else Path(args.readme).read_text())
     blocks = [code for _, code in found]
     rows, bad = [], False
     header = (f"README.md python blocks, OMP_NUM_THREADS={args.threads}, limit {args.limit:g} {args.limit_on} s "
