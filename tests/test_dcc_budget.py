@@ -81,9 +81,9 @@ def test_cut_warm_up_leaves_its_topologies_inactive(monkeypatch):
     full.run((X, y), seed=0)
     n_full = sum(r.active for r in full.records_.values())
     monkeypatch.setitem(driver.CLOCKS, "cpu", _FakeClock())
-    # enough ticks for the first activation batch of 4 topologies (a reading after every warm-up
-    # and draw transition but the last of each), not for the second
-    cut = DCC(max_seconds=12, clock="cpu", **kw)
+    # enough ticks (one per leapfrog step and per transition) for the first activation batch of
+    # 4 topologies, not for the second
+    cut = DCC(max_seconds=100, clock="cpu", **kw)
     post = cut.run((X, y), seed=0)
     active = [r for r in cut.records_.values() if r.active]
     assert len(active) == len(post.topologies) == 4 < n_full
@@ -112,15 +112,18 @@ def _stopper(n):
     return stop
 
 
-def test_warmup_and_draw_stop_after_the_transition_that_spends_the_budget():
+def test_warmup_and_draw_stop_when_the_budget_is_spent():
+    """``stop`` is asked before every leapfrog step: a transition it interrupts is abandoned,
+    so the chains keep their last whole transition (for draw: the last kept draw)."""
     pg, x0 = _toy()
     k = make_kernel("nuts", max_tree_depth=4)
     g = torch.Generator().manual_seed(1)
-    ch, st = warmup(k, pg, x0, 50, generator=g, stop=_stopper(7))
-    assert st["iterations"] == 7 and not st["completed"]
-    ch, st = warmup(k, pg, x0, 10, generator=g, stop=_stopper(100))
+    ch, st = warmup(k, pg, x0, 50, generator=g, stop=_stopper(40))
+    assert 0 < st["iterations"] < 50 and not st["completed"]
+    ch, st = warmup(k, pg, x0, 10, generator=g, stop=_stopper(10**6))
     assert st["iterations"] == 10 and st["completed"]
-    _, tr = draw(k, pg, ch, 30, generator=g, stop=_stopper(5))
-    assert tr.positions.shape == (5, 4, 3)
-    _, tr = draw(k, pg, ch, 30, generator=g, stop=_stopper(5), asynchronous=True)
+    end, tr = draw(k, pg, ch, 30, generator=g, stop=_stopper(40))
+    assert 0 < tr.positions.shape[0] < 30 and tr.positions.shape[1:] == (4, 3)
+    assert torch.equal(end.state.position, tr.positions[-1])
+    _, tr = draw(k, pg, ch, 30, generator=g, stop=_stopper(40), asynchronous=True)
     assert 0 <= tr.positions.shape[0] < 30 and torch.isfinite(tr.positions).all()

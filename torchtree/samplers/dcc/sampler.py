@@ -69,8 +69,8 @@ __all__ = ["DCC", "DCCConfig", "DCCState", "MIN_DRAWS"]
 #: Draws per chain a visit needs to count when a time budget cuts its sampling: LAIS builds
 #: each chain's proposal covariance from its draws, and one draw has none.
 MIN_DRAWS = 2
-#: Pseudo-samples LAIS evaluates per call when a budget may cut it (about a NUTS transition's work)
-LAIS_CHUNK = 256
+#: Pseudo-samples LAIS evaluates per call when a budget may cut it (a few leapfrog steps' work)
+LAIS_CHUNK = 64
 
 
 class _BudgetSpent(Exception):
