@@ -1,12 +1,13 @@
 """Run every ```python block of README.md and report its CPU and wall seconds.
 
-Each block runs in its own subprocess (``OMP_NUM_THREADS`` = ``--threads``, a fresh
-temporary directory as working directory, so the files a snippet writes go there). The
-blocks of the README build on each other (the soft-tree block uses the quick start's
-``X``, ``y``, ``tr``, ``te``), so the subprocess of block ``k`` first runs blocks
-``0 .. k-1`` untimed in the same namespace, then times block ``k`` alone: its CPU seconds
-(this process, all threads) and wall seconds. A block that fails or runs past
-``--timeout`` is reported as such, with the exit status.
+The blocks run in a subprocess (``OMP_NUM_THREADS`` = ``--threads``, a fresh temporary
+directory as working directory, so the files a snippet writes go there), in order and in one
+namespace, as a reader runs them: the blocks build on each other (the soft-tree block uses the
+quick start's ``X``, ``y``, ``tr``, ``te``). Each block is timed alone (CPU seconds of the
+process, all threads, and wall seconds) under its own ``--timeout`` (an alarm inside the
+subprocess); a block that fails or runs past it is reported as such and the next one still
+runs. ``--isolated`` instead gives every block its own subprocess, which first re-runs the
+blocks before it untimed (costly: the prefix runs again for every block).
 
 Usage::
 
@@ -49,6 +50,62 @@ c0, w0 = time.process_time(), time.perf_counter()
 exec(compile(blocks[k], f"README block {k}", "exec"), ns)
 print("@@TIMES@@" + json.dumps({"cpu": time.process_time() - c0, "wall": time.perf_counter() - w0}))
 """
+
+SHARED_RUNNER = r"""
+import json, signal, sys, time, traceback
+blocks = json.loads(sys.argv[1]); timeout = float(sys.argv[2]); only = json.loads(sys.argv[3])
+ns = {"__name__": "__main__"}
+
+class Overran(BaseException):
+    pass
+
+def alarm(signum, frame):
+    raise Overran
+
+signal.signal(signal.SIGALRM, alarm)
+for k, code in enumerate(blocks):
+    c0, w0 = time.process_time(), time.perf_counter()
+    status, err = "ok", ""
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        exec(compile(code, f"README block {k}", "exec"), ns)
+    except Overran:
+        status = "timeout"
+    except BaseException as exc:
+        status, err = f"failed ({type(exc).__name__})", traceback.format_exc()[-2000:]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    print("@@TIMES@@" + json.dumps({"k": k, "status": status, "cpu": time.process_time() - c0,
+                                    "wall": time.perf_counter() - w0, "stderr": err}), flush=True)
+"""
+
+
+def run_shared(blocks: List[str], threads: int, timeout: float) -> List[dict]:
+    """Run all blocks in order in one subprocess, each under its own ``timeout``.
+
+    Returns
+    -------
+    list of dict per block: ``status``, ``cpu`` / ``wall`` seconds (None unless ok), ``stderr``
+    """
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with tempfile.TemporaryDirectory(prefix="readme_snippets_") as tmp:
+        try:
+            p = subprocess.run([sys.executable, "-c", SHARED_RUNNER, json.dumps(blocks), str(timeout), "null"],
+                               cwd=tmp, env=env, capture_output=True, text=True,
+                               timeout=timeout * len(blocks) + 120)
+            out = p.stdout
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+    got = {}
+    for ln in out.splitlines():
+        if ln.startswith("@@TIMES@@"):
+            r = json.loads(ln[len("@@TIMES@@"):])
+            ok = r["status"] == "ok"
+            got[r["k"]] = {"status": r["status"], "cpu": r["cpu"] if ok else None, "wall": r["wall"] if ok else None,
+                           "stderr": r["stderr"]}
+    return [got.get(k, {"status": "not run (the subprocess died)", "cpu": None, "wall": None, "stderr": ""})
+            for k in range(len(blocks))]
 
 
 def python_blocks(text: str) -> List[Tuple[int, str]]:
@@ -105,12 +162,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--readme", default=str(ROOT / "README.md"))
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per subprocess (setup blocks included)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="wall seconds per block (--isolated: per subprocess, "
+                    "setup blocks included)")
     ap.add_argument("--limit", type=float, default=60.0, help="seconds a block may take")
     ap.add_argument("--limit-on", choices=("cpu", "wall"), default="cpu", help="which seconds --limit bounds")
     ap.add_argument("--only", type=int, nargs="*", help="block indices to run (default: all)")
     ap.add_argument("--out", help="also write the report to this file")
     ap.add_argument("--smoke", action="store_true", help="check the machinery on a two-block Markdown text")
+    ap.add_argument("--isolated", action="store_true", help="one subprocess per block (re-running the blocks before it)")
     args = ap.parse_args(argv)
     found = python_blocks(SMOKE_README if args.smoke else Path(args.readme).read_text())
     blocks = [code for _, code in found]
@@ -119,10 +178,11 @@ def main(argv=None) -> int:
               f"(cpu = the snippet process's CPU seconds over all threads; wall includes waiting for "
               f"other jobs on a shared machine)")
     print(header, flush=True)
+    shared = None if args.isolated else run_shared(blocks, args.threads, args.timeout)
     for k, (line, code) in enumerate(found):
         if args.only is not None and k not in args.only:
             continue
-        r = run_block(blocks, k, args.threads, args.timeout)
+        r = shared[k] if shared is not None else run_block(blocks, k, args.threads, args.timeout)
         first = next((ln.strip() for ln in code.splitlines() if ln.strip() and not ln.strip().startswith("#")), "")
         over = r["status"] == "ok" and r[args.limit_on] > args.limit
         bad |= r["status"] != "ok" or over
