@@ -50,19 +50,9 @@ CASE_SECONDS = 30
 
 #: case id (regex) -> the defect; these must fail (strict) until the sampler code is fixed.
 KNOWN_DEFECTS: Dict[str, str] = {
-    # DCC keeps the targets in float64 but runs its soft trees in dtype=float32 (its default): leaf
-    # values near 1e39, or the prior variance of targets near 1e150 (~1e300), overflow there, and
-    # LAIS's linalg.cholesky (samplers/dcc/lais.py) raises _LinAlgError. DCC(dtype=torch.float64) fits.
-    r"api_values/dcc-reg-y-reg-(1e39|1e150)": "DCC in float32: a regression target of 1e39 / 1e150 overflows "
-    "the soft trees' float32 leaf parameters; linalg.cholesky raises _LinAlgError (samplers/dcc/lais.py)",
-    r"cli_fit/dcc-target-1e39-regression": "DCC in float32: a regression target of 1e39 overflows the soft trees' "
-    "float32 leaf parameters; linalg.cholesky's _LinAlgError escapes main() as a traceback",
-    # model/soft_data.py scale_inputs scales test inputs in float64, then casts to float32: a value
-    # beyond +-3.4e38 becomes inf, and the soft routing turns it into NaN (hard trees route it right).
-    r"api_predict/dcc-(clf|reg)-1e39-.*": "DCC prediction on a value beyond the float32 range (1e39) returns NaN "
-    "(soft_data.scale_inputs casts it to float32 inf, the soft routing makes NaN of it)",
-    r"cli_predict/dcc-cell-1e39-.*": "DCC prediction on a value beyond the float32 range (1e39) writes NaN "
-    "probabilities (soft_data.scale_inputs casts it to float32 inf, the soft routing makes NaN of it)",
+    # (the six DCC float32 defects of issue #20 are fixed: regression targets beyond 1e15 run in
+    # float64, model/soft_data.run_dtype; scaled inputs beyond float32's range are clamped finite,
+    # model/soft_data.scale_inputs)
 }
 
 #: what torch / numpy / the CLI say when an allocation fails (a refusal that estimates memory

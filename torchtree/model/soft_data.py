@@ -24,10 +24,26 @@ import torch
 from torchtree.model.data import as_feature_matrix, encode_class_labels
 from torchtree.core.validate import check_choice
 
-__all__ = ["SoftData", "as_soft_data", "mirror_columns", "scale_inputs", "FLOAT_DTYPES"]
+__all__ = ["SoftData", "as_soft_data", "mirror_columns", "scale_inputs", "FLOAT_DTYPES", "FLOAT32_TARGET_LIMIT",
+           "run_dtype"]
 
 # the float dtypes the soft-tree kernels and samplers run in
 FLOAT_DTYPES = (torch.float32, torch.float64)
+
+#: Regression targets larger than this in magnitude make a float32 run switch to float64:
+#: the leaf means sit at the targets' scale and the Gaussian likelihood squares them, and
+#: float32 overflows beyond 3.4e38 (a 1e39 target, or the prior variance of a 1e150 one).
+#: Below it (every ordinary data set) nothing changes.
+FLOAT32_TARGET_LIMIT = 1e15
+
+
+def run_dtype(y: torch.Tensor, task: str, dtype: torch.dtype) -> torch.dtype:
+    """The float dtype a soft-tree run on targets ``y [N]`` uses: ``dtype``, or float64 for a
+    float32 regression whose targets exceed :data:`FLOAT32_TARGET_LIMIT` in magnitude."""
+    if task == "regression" and dtype == torch.float32 and y.numel() > 0:
+        if float(y.to(torch.float64).abs().max()) > FLOAT32_TARGET_LIMIT:
+            return torch.float64
+    return dtype
 
 
 @dataclass
@@ -99,13 +115,21 @@ def scale_inputs(
     """Min-max scale ``X [M, D]`` to the training range; constant features map to 0.5.
 
     Test points outside the training range fall outside [0, 1]; soft splits handle
-    that without clipping.
+    that without clipping, up to ``1e-8`` of ``dtype``'s largest number (3.4e30 for
+    float32): a scaled value beyond it is clamped there, so that it stays finite after
+    the cast and routes like the most extreme representable value (as a hard tree routes
+    any value beyond its training range like the range's end). Returns [M, D] ``dtype``.
     """
     X = torch.as_tensor(X)
     lo = feature_min.to(device=X.device, dtype=torch.float64)
     span = feature_max.to(device=X.device, dtype=torch.float64) - lo
     Xs = (X.to(torch.float64) - lo) / torch.where(span > 0, span, torch.ones_like(span))
     Xs = torch.where(span > 0, Xs, torch.full_like(Xs, 0.5))
+    # a margin below the dtype's maximum: the routing sums weighted columns and divides
+    # by the sharpness, which must not overflow to inf - inf = NaN either
+    bound = torch.finfo(dtype).max * 1e-8
+    if bool((Xs.abs() > bound).any()):
+        Xs = Xs.clamp(-bound, bound)
     return Xs.to(dtype)
 
 
@@ -146,7 +170,8 @@ def as_soft_data(
         ``SoftData.classes`` maps the codes back.
     task : {"classification", "regression"}, optional
     n_classes : int, optional
-    dtype : torch.dtype, float dtype of the scaled inputs
+    dtype : torch.dtype, float dtype of the scaled inputs (float64 instead of float32
+        for regression targets beyond :data:`FLOAT32_TARGET_LIMIT`, see :func:`run_dtype`)
     device : torch.device, optional
     signed : bool
         Append the mirrored columns ``1 - x`` for signed splits (see the module
@@ -222,6 +247,9 @@ def as_soft_data(
         if not torch.isfinite(yy).all():
             raise ValueError("y contains NaN or infinite values")
         n_classes = None
+    dtype = run_dtype(yy, task, dtype)
+    if task == "regression" and yy.dtype != torch.float64:
+        yy = yy.to(dtype)
     Xd = X.to(torch.float64)
     fmin = torch.as_tensor(fmin, device=X.device).to(torch.float64) if fmin is not None else Xd.min(0).values
     fmax = torch.as_tensor(fmax, device=X.device).to(torch.float64) if fmax is not None else Xd.max(0).values

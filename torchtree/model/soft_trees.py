@@ -111,6 +111,8 @@ class SoftTrees(nn.Module):
         hyper = hyper or SoftTreeHyper()
         self.data = as_soft_data(data, y, task=task, n_classes=n_classes, dtype=dtype, device=dev,
                                  signed=hyper.signed_splits)
+        # the data's dtype rules: float64 when huge regression targets promoted it (run_dtype)
+        dtype = self.data.X.dtype
         dev = self.data.X.device
         self.topologies: List[Topology] = [Topology.coerce(t) for t in topologies]
         if not self.topologies:

@@ -269,7 +269,7 @@ class NUTS(SettingsAsAttributes):
         h0 = c.h_init if c.h_init is not None and c.init == "prior" else c.sharpness
         return SoftTrees(
             sd, [self.topology], n_chains=c.n_chains, sharpness=h0, hyper=self.hyper,
-            dtype=c.dtype, generator=generator, compile=c.compile and not self._fuses_steps,
+            dtype=sd.X.dtype, generator=generator, compile=c.compile and not self._fuses_steps,
         )
 
     @property

@@ -224,6 +224,7 @@ def nuts_draw_async(
     compact: float = 0.5,
     thin: int = 1,
     on_transition: Optional[Callable[[int, torch.Tensor], None]] = None,
+    stop: Optional[Callable[[], bool]] = None,
 ) -> Tuple[HMCState, AsyncNUTSDraws]:
     """Run ``n_transitions`` NUTS transitions per chain, each chain at its own pace.
 
@@ -249,6 +250,11 @@ def nuts_draw_async(
         transition, as after the first iteration of a lockstep loop); ``stats`` is
         a Tensor [4] of sums over chains for that transition: acceptance,
         divergences, tree depth, leapfrog steps.
+    stop : callable () -> bool, optional
+        Asked after every tick; True ends the run there (a time budget). Only the
+        transitions *every* chain finished are kept (``S`` = that count // ``thin``),
+        and each chain's state is then its last kept draw (gradient recomputed; the
+        input state when none was kept).
 
     Returns
     -------
@@ -289,10 +295,10 @@ def nuts_draw_async(
     out_sc = torch.zeros(B, S + 1, 7, dtype=dt, device=dev)  # potential, acc, div, depth, steps, H0, turning
     stat_buf = torch.zeros(T + 1, 4, dtype=dt, device=dev) if on_transition is not None else None
 
-    def result(final: HMCState, n_ticks: int, n_rows: int):
-        o = out_sc[:, :S].transpose(0, 1)
+    def result(final: HMCState, n_ticks: int, n_rows: int, kept: int = S):
+        o = out_sc[:, :kept].transpose(0, 1)
         return final, AsyncNUTSDraws(
-            out_pos[:, :S].transpose(0, 1), o[..., 0], o[..., 1], o[..., 2] > 0, o[..., 3].long(),
+            out_pos[:, :kept].transpose(0, 1), o[..., 0], o[..., 1], o[..., 2] > 0, o[..., 3].long(),
             o[..., 4].long(), o[..., 5], o[..., 6] > 0, n_ticks, n_rows,
         )
 
@@ -454,6 +460,13 @@ def nuts_draw_async(
             while reported < lo:
                 on_transition(reported, stat_buf[reported])
                 reported += 1
+        if stop is not None and n_live > 0 and stop():
+            kept = int(count.min()) // thin
+            if kept == 0:
+                return result(state, n_ticks, n_rows, 0)
+            last = out_pos[:, kept - 1].contiguous()
+            u_last, g_last = potential_and_grad(last)
+            return result(HMCState(last, u_last.to(dt), g_last.to(dt)), n_ticks, n_rows, kept)
 
     final = HMCState(out_v[:, _QS].contiguous(), out_s[:, _US].contiguous(), out_v[:, _GS].contiguous())
     return result(final, n_ticks, n_rows)

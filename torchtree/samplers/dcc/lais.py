@@ -17,6 +17,17 @@ Everything is batched over groups ``G`` (topologies) and chains ``C``: draws com
 ``[G, C, T, P]`` with a coordinate mask ``[G, P]``; inactive (padded) coordinates are
 neither perturbed nor counted in the Gaussian densities, so each group's evidence is
 that of its own topology.
+
+Two exact forms of the same covariance. ``Sigma_j = (1 - s) S_j + s diag(S_j)`` (plus a
+1e-9 jitter) is a diagonal plus a rank ``T - 1`` term, since ``S_j`` is the covariance of
+``T`` draws. For a few hundred parameters the dense ``P x P`` matrices and their Cholesky
+factors are cheap, and that is what runs (the recorded golden outputs use it). For more
+(``P >`` :data:`LOWRANK_MIN_PARAMS`, e.g. a wide table: 50 x 10,000 asked for 78 GB),
+:func:`lais_log_weights` uses the diagonal-plus-low-rank form instead: pseudo-samples are
+``nu + D^(1/2) e1 + U e2`` and the Gaussian densities come from the Woodbury identity with
+one ``T x T`` Cholesky factor per chain, on each topology's active coordinates only, in
+chunks of chains; memory is then linear in ``P`` (:func:`lais_memory_bytes`). Same
+proposals and weights in distribution; other random draws.
 """
 from __future__ import annotations
 
@@ -28,7 +39,44 @@ import torch
 from torchtree.core.memory import check_memory, lais_bytes
 from torchtree.core.validate import check_choice
 
-__all__ = ["lais_log_weights", "chain_covariance", "EvidenceAccumulator"]
+__all__ = ["lais_log_weights", "chain_covariance", "EvidenceAccumulator", "lais_memory_bytes", "LOWRANK_MIN_PARAMS",
+           "COVARIANCE_FORMS"]
+
+#: Above this many parameters (padded, per topology) LAIS uses the diagonal-plus-low-rank
+#: covariance form (module docstring); at or below it, the dense form.
+LOWRANK_MIN_PARAMS = 512
+COVARIANCE_FORMS = ("auto", "dense", "lowrank")
+
+
+def _use_lowrank(covariance: str, n_params: int) -> bool:
+    return covariance == "lowrank" or (covariance == "auto" and n_params > LOWRANK_MIN_PARAMS)
+
+
+def lais_memory_bytes(n_groups: int, n_chains: int, n_draws: int, n_proposals: int, n_params: int,
+                      covariance: str = "auto", itemsize: int = 4, max_elements: int = 2**24) -> int:
+    """Bytes one LAIS update needs (a lower bound of its large arrays).
+
+    Parameters
+    ----------
+    n_groups, n_chains, n_draws, n_proposals, n_params : int
+        ``G, C, T, N_M, P`` of :func:`lais_log_weights`.
+    covariance : {"auto", "dense", "lowrank"}, the form that runs (see the module docstring)
+    itemsize : int, bytes per number of the draws' dtype (the pseudo-samples it returns)
+    max_elements : int, the chunk cap of :func:`lais_log_weights`
+
+    Returns
+    -------
+    int. Dense: three ``P x P`` float64 matrices per chain plus the pseudo-samples, noise
+    and whitened copies (``3 T N_M P`` float64 per chain). Low-rank: the pseudo-samples
+    in ``itemsize`` bytes plus, per chunk of at most ``max_elements`` numbers, five float64
+    work arrays.
+    """
+    G, C, T, NM, P = (int(v) for v in (n_groups, n_chains, n_draws, n_proposals, n_params))
+    if not _use_lowrank(covariance, P):
+        return lais_bytes(G, C, T, NM, P)
+    per_chain = T * NM * P
+    chunk = max(1, min(C, max_elements // max(per_chain, 1))) * per_chain
+    return G * C * per_chain * int(itemsize) + 5 * 8 * chunk
 
 
 def chain_covariance(draws: torch.Tensor, mask: torch.Tensor, shrinkage: Optional[float] = None) -> torch.Tensor:
@@ -73,6 +121,7 @@ def lais_log_weights(
     shrinkage: Optional[float] = None,
     max_elements: int = 2**24,
     return_samples: bool = False,
+    covariance: str = "auto",
 ):
     """Log importance weights of LAIS pseudo-samples, batched over groups and chains.
 
@@ -93,6 +142,9 @@ def lais_log_weights(
     shrinkage : float, optional, see :func:`chain_covariance`
     max_elements : int, cap on the size of the pairwise-distance blocks (spatial form)
     return_samples : bool, also return the pseudo-samples
+    covariance : {"auto", "dense", "lowrank"}
+        The covariance form (module docstring); "auto": dense up to
+        :data:`LOWRANK_MIN_PARAMS` parameters, low-rank above.
 
     Returns
     -------
@@ -101,10 +153,16 @@ def lais_log_weights(
     normalised weights they are the weighted local posterior of eq. 14).
     """
     check_choice("form", form, ("spatial", "basic"))
+    check_choice("covariance", covariance, COVARIANCE_FORMS)
     G, C, T, P = draws.shape
-    # P x P covariances per chain: with thousands of features they outgrow any machine
-    check_memory(f"LAIS evidence of {G} topologies x {C} chains with {P} parameters", lais_bytes(G, C, T, n_proposals, P),
+    check_memory(f"LAIS evidence of {G} topologies x {C} chains with {P} parameters",
+                 lais_memory_bytes(G, C, T, n_proposals, P, covariance, draws.element_size(), max_elements),
                  "n_chains, n_samples or n_proposals (or use fewer features or a smaller max_depth)", device=draws.device)
+    if _use_lowrank(covariance, P):
+        log_phi, xi = _lowrank_proposals(draws, mask, n_proposals, generator, form, shrinkage, max_elements)
+        lp = log_target(xi.reshape(G, C * T * n_proposals, P)).to(torch.float64)
+        lp = torch.nan_to_num(lp.reshape(G, C, T, n_proposals), nan=-float("inf"))
+        return (lp - log_phi, xi) if return_samples else lp - log_phi
     nu = draws.to(torch.float64)
     Sigma = chain_covariance(nu, mask, shrinkage)
     L = torch.linalg.cholesky(Sigma)  # [G, C, P, P]
@@ -138,6 +196,71 @@ def lais_log_weights(
     if return_samples:
         return lp - log_phi, xi.to(draws.dtype)
     return lp - log_phi
+
+
+def _lowrank_proposals(draws, mask, n_proposals, generator, form, shrinkage, max_elements):
+    """Pseudo-samples and ``log Phi`` with ``Sigma = D + U U^T`` (exactly
+    :func:`chain_covariance`'s matrix on the active coordinates: ``U = sqrt((1 - s) / (T - 1))
+    (draws - mean)^T``, ``D`` the rest of its diagonal), one topology and chunk of chains at
+    a time, so that no ``P x P`` array exists.
+
+    Returns
+    -------
+    (log_phi [G, C, T, N_M] float64, xi [G, C, T, N_M, P] in ``draws.dtype``; inactive
+    coordinates of ``xi`` are the draws' own, as in the dense form)
+    """
+    G, C, T, P = draws.shape
+    NM, dev = n_proposals, draws.device
+    f64 = torch.float64
+    xi_out = draws.unsqueeze(3).expand(G, C, T, NM, P).clone()
+    log_phi = torch.empty(G, C, T, NM, dtype=f64, device=dev)
+    cdist_rows = max(1, max_elements // max(T, 1))
+    for g in range(G):  # topologies: a handful per call
+        act = mask[g].nonzero().squeeze(1)
+        Pa = int(act.numel())
+        step = max(1, min(C, max_elements // max(T * NM * Pa, 1)))
+        for c0 in range(0, C, step):
+            nu = draws[g, c0 : c0 + step].index_select(-1, act).to(f64)  # [c, T, Pa]
+            c = nu.shape[0]
+            xc = nu - nu.mean(1, keepdim=True)
+            s_ii = (xc * xc).sum(1) / max(T - 1, 1)  # [c, Pa], the diagonal of S
+            s = Pa / (Pa + T) if shrinkage is None else float(shrinkage)
+            floor = s_ii.clamp_min(1e-10)
+            diag = ((1 - s) * s_ii + s * floor + 1e-9 * floor).clamp_min(1e-10)  # chain_covariance's diagonal
+            d = diag - (1 - s) * s_ii  # [c, Pa] > 0: the part of the diagonal outside U U^T
+            U = math.sqrt((1 - s) / max(T - 1, 1)) * xc.transpose(1, 2)  # [c, Pa, T]
+            e1 = torch.randn(c, T, NM, Pa, generator=generator, dtype=f64, device=dev)
+            e2 = torch.randn(c, T, NM, T, generator=generator, dtype=f64, device=dev)
+            xi = nu.unsqueeze(2) + d.sqrt().view(c, 1, 1, Pa) * e1 + torch.matmul(e2, U.transpose(1, 2).unsqueeze(1))
+            del e1, e2
+            # Woodbury: Sigma^-1 = D^-1 - D^-1 U A^-1 U^T D^-1, A = I + U^T D^-1 U = La La^T
+            dinv = 1.0 / d
+            A = torch.eye(T, dtype=f64, device=dev) + torch.matmul(U.transpose(1, 2) * dinv.unsqueeze(1), U)
+            La = torch.linalg.cholesky(A)
+            M = torch.linalg.solve_triangular(La, U.transpose(1, 2) * dinv.unsqueeze(1), upper=False)  # [c, T, Pa]
+            log_det = torch.log(d).sum(-1) + 2 * torch.log(torch.diagonal(La, dim1=-2, dim2=-1)).sum(-1)  # [c]
+            const = (-0.5 * Pa * math.log(2 * math.pi) - 0.5 * log_det).view(c, 1, 1)
+            w = dinv.sqrt()
+            # centred on the chain's mean: distances do not change, and cdist's matmul form
+            # loses no digits to a large common offset
+            mean = nu.mean(1, keepdim=True)
+            xf, nc = xi.reshape(c, T * NM, Pa) - mean, nu - mean
+            if form == "basic":
+                r = (xi - nu.unsqueeze(2)).reshape(c, T * NM, Pa)
+                quad = ((r * w.unsqueeze(1)) ** 2).sum(-1) - (torch.matmul(r, M.transpose(1, 2)) ** 2).sum(-1)
+                lphi = const.view(c, 1) - 0.5 * quad.clamp_min(0.0)
+            else:
+                a, b = xf * w.unsqueeze(1), nc * w.unsqueeze(1)
+                pa, pb = torch.matmul(xf, M.transpose(1, 2)), torch.matmul(nc, M.transpose(1, 2))
+                parts = []
+                for k0 in range(0, T * NM, cdist_rows):
+                    d2 = torch.cdist(a[:, k0 : k0 + cdist_rows], b).pow(2) - torch.cdist(
+                        pa[:, k0 : k0 + cdist_rows], pb).pow(2)
+                    parts.append(torch.logsumexp(const - 0.5 * d2.clamp_min(0.0), -1))
+                lphi = torch.cat(parts, 1) - math.log(T)
+            log_phi[g, c0 : c0 + c] = lphi.reshape(c, T, NM)
+            xi_out[g, c0 : c0 + c].index_copy_(-1, act, xi.to(draws.dtype))
+    return log_phi, xi_out
 
 
 class EvidenceAccumulator:

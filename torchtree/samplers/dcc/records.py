@@ -8,6 +8,7 @@ and map a child topology's coordinates onto its parent's for warm starts.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -17,7 +18,12 @@ from torchtree.model.soft_trees import SoftTrees
 from torchtree.model.topology import Topology
 
 __all__ = ["Record", "compact_keys", "inherit", "record_state", "record_from_state", "systematic_indices",
-           "embed", "store_chains", "warm_start_chains"]
+           "embed", "store_chains", "warm_start_chains", "bound_pseudo", "PSEUDO_BYTES", "PSEUDO_KEEP", "local_draws"]
+
+#: Bytes of LAIS pseudo-samples a topology keeps for its weighted local posterior before they
+#: are resampled down to ``PSEUDO_KEEP * max_predict_draws`` (see :func:`bound_pseudo`).
+PSEUDO_BYTES = 64 << 20
+PSEUDO_KEEP = 4
 
 
 @dataclass
@@ -178,3 +184,41 @@ def warm_start_chains(model: SoftTrees, batch: List[Record], records: Dict[Topol
         pos[rows, idx], inv[rows, idx] = cpos, cinv
         steps.append(pstep.to(pos))
     return pos, inv, torch.cat(steps)
+
+
+def bound_pseudo(r: Record, max_predict_draws: int) -> None:
+    """Keep ``r``'s weighted pseudo-samples under :data:`PSEUDO_BYTES` (in place).
+
+    On a wide table they grow by ``C T N_M x P_m`` numbers a visit (32 MB with 10,000
+    features). Past the cap they are resampled by weight (systematic) to ``PSEUDO_KEEP x
+    max_predict_draws`` equally weighted points carrying the same total weight: the same
+    weighted measure in expectation, from which the posterior draws its ``max_predict_draws``.
+    Small problems never reach the cap (their numbers do not move)."""
+    if sum(x.numel() * x.element_size() for x in r.pseudo) <= PSEUDO_BYTES:
+        return
+    lw = torch.cat(r.pseudo_logw).double()
+    keep = PSEUDO_KEEP * int(max_predict_draws)
+    idx = systematic_indices(lw, keep, torch.Generator().manual_seed(int(r.chain_n)))
+    total = float(torch.logsumexp(torch.nan_to_num(lw, nan=-float("inf")), 0))
+    r.pseudo = [torch.cat(r.pseudo)[idx]]
+    r.pseudo_logw = [torch.full((keep,), total - math.log(keep), dtype=r.pseudo_logw[0].dtype)]
+
+
+def local_draws(r: Record, local_posterior: str, n: int, gen: torch.Generator) -> torch.Tensor:
+    """At most ``n`` draws ``[n, P_m]`` of ``r``'s local posterior (see ``DCC``'s
+    ``local_posterior``); ``gen`` (CPU) drives the resampling."""
+    if local_posterior == "weighted" and r.pseudo:
+        # eq. 14: importance-resample the LAIS pseudo-samples
+        return torch.cat(r.pseudo)[systematic_indices(torch.cat(r.pseudo_logw).double(), n, gen)]
+    if local_posterior == "chains" and r.draws and r.chain_log_sum_w is not None:
+        # NUTS draws, each chain weighted by its own LAIS evidence (the mass of the mode it
+        # explores); draws within a chain keep equal weights
+        d = torch.cat([x.reshape(-1, x.shape[-1]) for x in r.draws])
+        chain = torch.cat(r.draw_chain)
+        per = torch.log_softmax(r.chain_log_sum_w.double(), 0)
+        counts = torch.bincount(chain, minlength=per.numel()).double()
+        return d[systematic_indices((per[chain] - torch.log(counts[chain])).double(), n, gen)]
+    d = torch.cat([x.reshape(-1, x.shape[-1]) for x in r.draws]) if r.draws else torch.zeros(0)
+    if d.shape[0] > n:  # evenly thinned
+        d = d[torch.linspace(0, d.shape[0] - 1, n).round().long()]
+    return d

@@ -30,11 +30,11 @@ import math
 import random as _pyrandom
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from torchtree.core.memory import check_memory, lais_bytes
+from torchtree.core.memory import check_memory
 
 from torchtree.model.data import resolve_device
 from torchtree.model.soft_data import SoftData, as_soft_data
@@ -43,12 +43,14 @@ from torchtree.model.soft_trees import SoftTreeHyper, SoftTrees
 from torchtree.model.topology import Topology, propose_topology, sample_prior_topologies
 from torchtree.samplers import driver
 from torchtree.samplers.dcc.config import DCCConfig
-from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights
+from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights, lais_memory_bytes
 from torchtree.samplers.dcc.records import (
     Record,
+    bound_pseudo,
     compact_keys,
     embed,
     inherit,
+    local_draws,
     record_from_state,
     record_state,
     store_chains,
@@ -62,10 +64,27 @@ from torchtree.steps.adaptation import sharpness_schedule
 from torchtree.steps.hmc import hmc_init
 from torchtree.steps.soft_init import informed_start
 
-__all__ = ["DCC", "DCCConfig", "DCCState"]
+__all__ = ["DCC", "DCCConfig", "DCCState", "MIN_DRAWS"]
+
+#: Draws per chain a visit needs to count when a time budget cuts its sampling: LAIS builds
+#: each chain's proposal covariance from its draws, and one draw has none.
+MIN_DRAWS = 2
+#: Pseudo-samples LAIS evaluates per call when a budget may cut it (a few leapfrog steps' work)
+LAIS_CHUNK = 64
+
+
+class _BudgetSpent(Exception):
+    """The budget ran out inside a LAIS update (caught in :meth:`DCC._lais`)."""
 
 # the names the records' helpers had when they lived here (tests and notebooks import them)
 _Record, _compact_keys, _inherit = Record, compact_keys, inherit
+
+
+def _new_stats() -> Dict[str, int]:
+    """The run's counters; ``warmups_cut`` / ``visits_cut``: topologies whose warm-up or
+    refinement the time budget cut (left out, see :meth:`DCC._activate_batch`)."""
+    return {"nuts_iterations": 0, "divergences": 0, "grad_evals": 0, "warmups": 0, "warmups_cut": 0,
+            "visits_cut": 0}
 
 
 @dataclass
@@ -154,6 +173,15 @@ class DCC(SettingsAsAttributes):
     the same seed returns. ``n_iterations`` is not fingerprinted, so a finished run can be
     extended. ``max_seconds`` makes the number of iterations, and so the result, depend on
     the machine's speed; the budget sums the segments of a resumed run.
+
+    ``max_seconds`` is asked after every NUTS transition (warm-ups, draws; every leapfrog
+    tick of asynchronous draws) and between activation batches, so a run overshoots it by
+    at most one transition plus one LAIS update (measured: examples/results/dcc_budget.txt).
+    What a cut leaves: topologies whose warm-up was cut, or whose first sampling kept fewer
+    than ``MIN_DRAWS`` draws, stay inactive and out of the posterior (no chains kept; a
+    resumed run warms them up again); a refinement cut after ``MIN_DRAWS`` or more draws
+    keeps them (LAIS runs on them), one cut before that changes nothing. A budget too small
+    for any topology to finish its warm-up raises a ``ValueError`` naming ``max_seconds``.
     """
 
     name = "DCC"
@@ -204,7 +232,8 @@ class DCC(SettingsAsAttributes):
         """The run's resolved hyperparameters and warm-up schedules."""
         c = self.config
         check_memory("DCC's evidence (LAIS) for the one-split tree",
-                     lais_bytes(1, c.n_chains, c.n_samples, c.n_proposals, ctx.data.n_features + 4),
+                     lais_memory_bytes(1, c.n_chains, c.n_samples, c.n_proposals, ctx.data.n_features + 4,
+                                       itemsize=ctx.data.X.element_size()),
                      "n_chains, n_samples or n_proposals (or use fewer features)", device=ctx.device)
         ctx.extra["hyper"] = self.hyper.resolve(ctx.data)
         informed = c.init == "data"
@@ -225,7 +254,7 @@ class DCC(SettingsAsAttributes):
                          generator=torch.Generator(device=ctx.device).manual_seed(ctx.seed),
                          bookkeeping=torch.Generator().manual_seed(ctx.seed + 1),  # CPU draws for bookkeeping
                          rng=_pyrandom.Random(ctx.seed), hmc_step=0,
-                         stats={"nuts_iterations": 0, "divergences": 0, "grad_evals": 0, "warmups": 0})
+                         stats=_new_stats())
         for t in sample_prior_topologies(c.n_initial, c.alpha_split, c.beta_split, c.max_depth, state.rng):
             self._propose(state, t)
         ctx.extra["n_discovered"] = len(state.records)
@@ -248,7 +277,7 @@ class DCC(SettingsAsAttributes):
             r = record_from_state(d, ctx.device)
             records[r.topology] = r
         step = int(saved["iteration"]) + 1
-        stats = {"nuts_iterations": 0, "divergences": 0, "grad_evals": 0, "warmups": 0}
+        stats = _new_stats()
         stats.update(saved["stats"])
         ctx.extra["before"] = (float(saved["elapsed_wall"]), float(saved["elapsed_cpu"]))
         ctx.extra["n_discovered"] = len(records)
@@ -275,10 +304,15 @@ class DCC(SettingsAsAttributes):
         new = [r for r in records.values() if not r.active and r.proposed >= c.activation_threshold]
         if not any(r.active for r in records.values()) and not new:
             new = [max(records.values(), key=lambda r: r.proposed)]
+        stop = self._stop(ctx)
         if new:
-            self._activate(state, ctx, new)
+            self._activate(state, ctx, new, stop)
         acc = state.evidence
         active = [r for r in records.values() if r.active]
+        if not active or (stop is not None and stop()):
+            # the budget ran out in the activations: no refinement (its draws would be cut
+            # at once); the driver ends the run after this step
+            return self._end_iteration(state, ctx, it), None
         slots = torch.tensor([r.slot for r in active])
         util = dcc_utility(
             acc.log_evidence[slots], acc.log_var_w[slots], acc.logw_mean[slots], acc.logw_std[slots],
@@ -296,18 +330,22 @@ class DCC(SettingsAsAttributes):
         )
         chains, tr = draw(self._kernel(model), model.potential_and_grad, chains, c.n_samples,
                           generator=state.generator, monitor=ctx.monitor, step_offset=state.hmc_step,
-                          asynchronous=c.asynchronous)
-        state.hmc_step += c.n_samples
+                          asynchronous=c.asynchronous, stop=stop)
+        state.hmc_step += tr.positions.shape[0]
         self._track(state, tr)
+        lais = None if tr.positions.shape[0] < MIN_DRAWS else self._lais(model, chosen, tr.positions,
+                                                                         state.generator, stop)
+        if lais is None:
+            # cut by the budget before LAIS had draws to build proposals from, or inside LAIS:
+            # this visit leaves the topologies as they were
+            state.stats["visits_cut"] += len(chosen)
+            return self._end_iteration(state, ctx, it), None
         self._store(model, chosen, chains, tr.positions)
-        self._evidence(model, chosen, tr.positions, acc, state.generator)
+        self._evidence(model, chosen, *lais, acc)
         for r in chosen:
             r.selected += 1
             self._propose(state, propose_topology(r.topology, state.rng, c.move_probs, c.max_depth)[0], r.topology)
-        state.step = it + 1
-        state.done = state.step >= c.n_iterations
-        state.elapsed_budget = ctx.budget_seconds()
-        state.elapsed_wall, state.elapsed_cpu = self._elapsed(ctx)
+        self._end_iteration(state, ctx, it)
         if not ctx.watch:
             return state, None
         lz = acc.log_evidence[slots]
@@ -339,6 +377,11 @@ class DCC(SettingsAsAttributes):
             stats["resumed_from_iteration"] = ctx.resumed_at - 1
         # kept for inspection (per-topology chains, draws, pseudo-samples, counts)
         self.records_, self.evidence_ = state.records, state.evidence
+        if not any(r.active for r in state.records.values()):
+            raise ValueError(
+                f"DCC: max_seconds={self.config.max_seconds} ({self.config.clock} clock) ran out before any topology "
+                f"finished its warm-up ({self.config.n_warmup} iterations of {self.config.n_chains} chains) and "
+                f"{MIN_DRAWS} draws; raise max_seconds (or lower n_warmup, n_chains or n_parallel)")
         return self._posterior(ctx.data, state.records, state.evidence, stats)
 
     def end_info(self, post: SoftTreePosterior) -> Dict[str, Any]:
@@ -348,6 +391,22 @@ class DCC(SettingsAsAttributes):
                 "topology_log_evidence": post.topology_log_evidence, "seconds": post.info["seconds"]}
 
     # ----------------------------------------------------------------- helpers
+    def _end_iteration(self, state: DCCState, ctx: driver.RunContext, it: int) -> DCCState:
+        """Count iteration ``it`` as done and bring the clocks up to date."""
+        state.step = it + 1
+        state.done = state.step >= self.config.n_iterations
+        state.elapsed_budget = ctx.budget_seconds()
+        state.elapsed_wall, state.elapsed_cpu = self._elapsed(ctx)
+        return state
+
+    def _stop(self, ctx: driver.RunContext) -> Optional[Callable[[], bool]]:
+        """The budget test the warm-ups and draws ask after every NUTS transition (None
+        without ``max_seconds``): one read of the budget's clock, no synchronisation."""
+        budget = self.config.max_seconds
+        if budget is None:
+            return None
+        return lambda: ctx.budget_seconds() >= budget
+
     @staticmethod
     def _elapsed(ctx: driver.RunContext) -> Tuple[float, float]:
         """Wall and CPU seconds of the whole run (earlier segments of a resumed run included)."""
@@ -367,8 +426,9 @@ class DCC(SettingsAsAttributes):
         state.stats["divergences"] += int(trace.is_divergent.sum())
         state.stats["grad_evals"] += int(trace.n_steps.sum())
 
-    def _activate(self, state: DCCState, ctx: driver.RunContext, new: List[Record]) -> None:
-        """Warm up the new topologies, in batches of ``max(n_parallel, 4)`` (cold ones first)."""
+    def _activate(self, state: DCCState, ctx: driver.RunContext, new: List[Record], stop=None) -> None:
+        """Warm up the new topologies, in batches of ``max(n_parallel, 4)`` (cold ones first);
+        once ``stop()`` says the budget is spent, the remaining ones wait (inactive)."""
         c = self.config
         size = max(c.n_parallel, 4)
         records = state.records
@@ -376,10 +436,19 @@ class DCC(SettingsAsAttributes):
         cold = [r for r in new if r not in warm]
         for group, is_warm in ((cold, False), (warm, True)):
             for i in range(0, len(group), size):
-                self._activate_batch(state, ctx, group[i : i + size], is_warm)
+                if stop is not None and stop():
+                    return
+                self._activate_batch(state, ctx, group[i : i + size], is_warm, stop)
 
-    def _activate_batch(self, state: DCCState, ctx: driver.RunContext, batch: List[Record], warm: bool) -> None:
-        """Warm-up then ``n_samples`` draws of a batch of newly active topologies."""
+    def _activate_batch(self, state: DCCState, ctx: driver.RunContext, batch: List[Record], warm: bool,
+                        stop=None) -> None:
+        """Warm-up then ``n_samples`` draws of a batch of newly active topologies.
+
+        A batch whose warm-up ``stop`` cut, or whose sampling it cut before ``MIN_DRAWS``
+        draws, stays inactive and keeps no chains: unadapted chains that may still be in
+        their transient are no draws of the posterior, and LAIS needs draws to build its
+        proposals from. Its topologies keep their proposal counts (a resumed run with
+        more budget warms them up again)."""
         c, x, gen, records = self.config, ctx.extra, state.generator, state.records
         # new splits start from prior draws, so the sharpness is annealed for warm starts
         # too (a hard split gives its threshold almost no gradient to follow)
@@ -398,6 +467,7 @@ class DCC(SettingsAsAttributes):
                 self._kernel(model), model.potential_and_grad, pos, n_wu, generator=gen, coord_mask=model.coord_mask,
                 step_size=step, inv_mass=inv, target_accept=c.target_accept, monitor=ctx.monitor,
                 step_offset=state.hmc_step, sharpness=x["warm_schedule"], set_sharpness=model.set_sharpness,
+                stop=stop,
             )
         else:
             start = model.theta.data
@@ -407,28 +477,39 @@ class DCC(SettingsAsAttributes):
             ch, st = warmup(
                 self._kernel(model), model.potential_and_grad, start, n_wu, generator=gen,
                 coord_mask=model.coord_mask, target_accept=c.target_accept, sharpness=x["schedule"],
-                set_sharpness=model.set_sharpness, monitor=ctx.monitor, step_offset=state.hmc_step,
+                set_sharpness=model.set_sharpness, monitor=ctx.monitor, step_offset=state.hmc_step, stop=stop,
             )
-        state.hmc_step += n_wu
+        state.hmc_step += st["iterations"]
+        state.stats["divergences"] += int(st["divergences"].sum())
+        if not st["completed"]:
+            state.stats["warmups_cut"] += len(batch)
+            return
         model.set_sharpness(c.h_final)
         ch, tr = draw(self._kernel(model), model.potential_and_grad, ch, c.n_samples, generator=gen,
-                      monitor=ctx.monitor, step_offset=state.hmc_step, refresh=True, asynchronous=c.asynchronous)
-        state.hmc_step += c.n_samples
-        state.stats["divergences"] += int(st["divergences"].sum())
-        state.stats["warmups"] += len(batch)
+                      monitor=ctx.monitor, step_offset=state.hmc_step, refresh=True, asynchronous=c.asynchronous,
+                      stop=stop)
+        state.hmc_step += tr.positions.shape[0]
         self._track(state, tr)
+        if tr.positions.shape[0] < MIN_DRAWS:
+            state.stats["warmups_cut"] += len(batch)
+            return
+        lais = self._lais(model, batch, tr.positions, gen, stop)
+        if lais is None:
+            state.stats["warmups_cut"] += len(batch)
+            return
+        state.stats["warmups"] += len(batch)
         acc = state.evidence
         acc.extend(len(batch))
         for r in batch:
             r.active, r.selected, r.slot = True, 1, acc.count.shape[0] - len(batch) + batch.index(r)
         self._store(model, batch, ch, tr.positions)
-        self._evidence(model, batch, tr.positions, acc, gen)
+        self._evidence(model, batch, *lais, acc)
 
     def _model(self, ctx: driver.RunContext, recs: List[Record], h: float, gen) -> SoftTrees:
         c = self.config
         return SoftTrees(
             ctx.data, [r.topology for r in recs], n_chains=c.n_chains, sharpness=h,
-            hyper=ctx.extra["hyper"], dtype=c.dtype, generator=gen, compile=c.compile and c.asynchronous,
+            hyper=ctx.extra["hyper"], dtype=ctx.data.X.dtype, generator=gen, compile=c.compile and c.asynchronous,
         )
 
     def _kernel(self, model: SoftTrees):
@@ -442,8 +523,10 @@ class DCC(SettingsAsAttributes):
         store_chains(model, recs, chains.state.position, chains.step_size, chains.inv_mass, positions,
                      self.config.n_chains)
 
-    def _evidence(self, model: SoftTrees, recs, positions: torch.Tensor, acc: EvidenceAccumulator, gen) -> None:
-        """LAIS update for the topologies of ``model`` from draws ``[T, B, P]``."""
+    def _lais(self, model: SoftTrees, recs, positions: torch.Tensor, gen, stop=None):
+        """LAIS log weights and pseudo-samples ``[G, C, T, N_M(, P)]`` of the topologies of
+        ``model`` from draws ``[T, B, P]``; None when ``stop`` (asked after every
+        ``LAIS_CHUNK`` target evaluations) says the budget ran out."""
         G, C = len(recs), self.config.n_chains
         T, B, P = positions.shape
         draws = positions.reshape(T, G, C, P).permute(1, 2, 0, 3)  # [G, C, T, P]
@@ -452,10 +535,25 @@ class DCC(SettingsAsAttributes):
         rows = (torch.arange(G, device=positions.device) * C).repeat_interleave(K)
 
         def log_target(xi):  # [G, K, P] -> [G, K]
-            return model.log_density_chunked(xi.reshape(G * K, P), rows).reshape(G, K)
+            if stop is None:  # one call (the unbudgeted numbers stay those of earlier versions)
+                return model.log_density_chunked(xi.reshape(G * K, P), rows).reshape(G, K)
+            flat, out = xi.reshape(G * K, P), []
+            for i in range(0, G * K, LAIS_CHUNK):
+                if stop():
+                    raise _BudgetSpent
+                out.append(model.log_density_chunked(flat[i : i + LAIS_CHUNK], rows[i : i + LAIS_CHUNK]))
+            return torch.cat(out).reshape(G, K)
 
-        lw, xi = lais_log_weights(draws, mask, log_target, self.config.n_proposals, gen, self.config.lais_form,
-                                  return_samples=True)
+        try:
+            return lais_log_weights(draws, mask, log_target, self.config.n_proposals, gen, self.config.lais_form,
+                                    return_samples=True)
+        except _BudgetSpent:
+            return None
+
+    def _evidence(self, model: SoftTrees, recs, lw: torch.Tensor, xi: torch.Tensor, acc: EvidenceAccumulator) -> None:
+        """Fold a LAIS update (:meth:`_lais`) into the evidence and the records."""
+        G, C = len(recs), self.config.n_chains
+        P = xi.shape[-1]
         acc.update(lw.reshape(G, -1), torch.tensor([r.slot for r in recs]))
         # per-chain evidence of this visit: how much posterior mass each chain's mode holds
         chain_lz = torch.logsumexp(lw.reshape(G, C, -1), -1) - math.log(lw[0, 0].numel())
@@ -470,6 +568,7 @@ class DCC(SettingsAsAttributes):
                 idx = model.compact_index(m)
                 r.pseudo.append(xi[m].reshape(-1, P)[:, idx].cpu())
                 r.pseudo_logw.append(lw[m].reshape(-1).cpu())
+                bound_pseudo(r, self.config.max_predict_draws)
 
     def _posterior(self, sd, records, acc: EvidenceAccumulator, stats) -> SoftTreePosterior:
         c = self.config
@@ -478,24 +577,8 @@ class DCC(SettingsAsAttributes):
         tops, draws = [], []
         gen = torch.Generator().manual_seed(len(records))
         for r in active:
-            if c.local_posterior == "weighted" and r.pseudo:
-                # eq. 14: importance-resample the LAIS pseudo-samples
-                d = torch.cat(r.pseudo)[systematic_indices(torch.cat(r.pseudo_logw).double(), n, gen)]
-            elif c.local_posterior == "chains" and r.draws and r.chain_log_sum_w is not None:
-                # NUTS draws, each chain weighted by its own LAIS evidence (the mass of
-                # the mode it explores); draws within a chain keep equal weights
-                d = torch.cat([x.reshape(-1, x.shape[-1]) for x in r.draws])
-                chain = torch.cat(r.draw_chain)
-                per = torch.log_softmax(r.chain_log_sum_w.double(), 0)
-                counts = torch.bincount(chain, minlength=per.numel()).double()
-                d = d[systematic_indices((per[chain] - torch.log(counts[chain])).double(), n, gen)]
-            else:
-                d = torch.cat([x.reshape(-1, x.shape[-1]) for x in r.draws]) if r.draws else torch.zeros(0)
-                if d.shape[0] > n:  # evenly thinned
-                    idx = torch.linspace(0, d.shape[0] - 1, n).round().long()
-                    d = d[idx]
             tops.append(r.topology)
-            draws.append(d)
+            draws.append(local_draws(r, c.local_posterior, n, gen))
         slots = torch.tensor([r.slot for r in active], dtype=torch.long)
         info = {"sampler": self.name, **stats}  # "sampler" as in the hard-tree posteriors' info
         info["n_discovered"] = len(records)
