@@ -171,7 +171,8 @@ def test_dcc_end_to_end_regression():
     assert post.info["warmups"] == len(post.topologies)
     # the draws-based local posterior is available from the same run
     dcc.local_posterior = "draws"
-    alt = dcc._posterior(post.data, dcc.records_, dcc.evidence_, {})
+    alt = dcc._posterior(post.data, post.run_records, post.run_evidence, {})
+    assert not hasattr(dcc, "records_")  # nothing of the run lives on the sampler
     assert torch.allclose(alt.weights, post.weights)
 
 

@@ -77,22 +77,21 @@ def test_cut_warm_up_leaves_its_topologies_inactive(monkeypatch):
     X, y = _data(120, 3)
     kw = dict(n_iterations=50, n_initial=30, n_chains=2, n_samples=4, n_warmup=6, activation_threshold=1,
               max_depth=3, n_parallel=1, max_tree_depth=3)
-    full = DCC(**kw)
-    full.run((X, y), seed=0)
-    n_full = sum(r.active for r in full.records_.values())
+    full = DCC(**kw).run((X, y), seed=0)
+    n_full = sum(r.active for r in full.run_records.values())
     monkeypatch.setitem(driver.CLOCKS, "cpu", _FakeClock())
     # enough ticks (one per leapfrog step and per transition) for the first activation batch of
     # 4 topologies, not for the second
     cut = DCC(max_seconds=100, clock="cpu", **kw)
     post = cut.run((X, y), seed=0)
-    active = [r for r in cut.records_.values() if r.active]
+    active = [r for r in post.run_records.values() if r.active]
     assert len(active) == len(post.topologies) == 4 < n_full
     assert post.info["warmups"] == 4 and post.info["warmups_cut"] == 4
     for r in active:  # every kept topology has draws and an evidence estimate
         assert r.draws and torch.cat(r.draws).shape[0] >= 2
     assert torch.isfinite(post.topology_log_evidence).all()
     # inactive ones keep no chains: nothing of a cut warm-up is used
-    assert all(r.position is None and not r.draws for r in cut.records_.values() if not r.active)
+    assert all(r.position is None and not r.draws for r in post.run_records.values() if not r.active)
 
 
 def _toy():

@@ -101,7 +101,7 @@ def test_weighted_pseudo_samples_are_bounded(monkeypatch):
               n_parallel=1, max_predict_draws=7)
     d = DCC(**kw)
     post = d.run((X, y), seed=0)
-    for r in d.records_.values():
+    for r in post.run_records.values():
         if r.active:
             assert len(r.pseudo) == 1 and r.pseudo[0].shape[0] == dcc_sampler.PSEUDO_KEEP * 7
             lw = r.pseudo_logw[0]

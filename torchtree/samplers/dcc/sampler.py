@@ -375,14 +375,16 @@ class DCC(SettingsAsAttributes):
         stats["seconds"], stats["cpu_seconds"] = self._elapsed(ctx)
         if ctx.resumed_at is not None:
             stats["resumed_from_iteration"] = ctx.resumed_at - 1
-        # kept for inspection (per-topology chains, draws, pseudo-samples, counts)
-        self.records_, self.evidence_ = state.records, state.evidence
         if not any(r.active for r in state.records.values()):
             raise ValueError(
                 f"DCC: max_seconds={self.config.max_seconds} ({self.config.clock} clock) ran out before any topology "
                 f"finished its warm-up ({self.config.n_warmup} iterations of {self.config.n_chains} chains) and "
                 f"{MIN_DRAWS} draws; raise max_seconds (or lower n_warmup, n_chains or n_parallel)")
-        return self._posterior(ctx.data, state.records, state.evidence, stats)
+        post = self._posterior(ctx.data, state.records, state.evidence, stats)
+        # the run's per-topology records (chains, draws, pseudo-samples, counts) and LAIS
+        # evidence stay with its result: a sampler holds settings only
+        post.run_records, post.run_evidence = state.records, state.evidence
+        return post
 
     def end_info(self, post: SoftTreePosterior) -> Dict[str, Any]:
         # final values under their own names, as the other samplers write them (the dcc/
