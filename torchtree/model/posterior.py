@@ -7,7 +7,8 @@ import numpy as np
 import torch
 
 from torchtree.model.data import as_feature_matrix
-from torchtree.kernels.forest import mixture_over_leaves
+from torchtree.kernels.forest import mixture_over_leaves, node_region_keys
+from torchtree.core.budget import rows_per_chunk
 from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
 from torchtree.core.validate import check_int, check_real
@@ -55,11 +56,27 @@ def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
     return trees.take(first), agg.log() + mx, inv
 
 
+# Bytes per (point, node) pair of one level of the forest routing, and per (draw, point)
+# of a predictive interval; measured peaks stay below these (tests/test_predict_memory.py).
+_PAIR_BYTES = 200
+_DRAW_BYTES = 120
+# Rows per random-number block of predict_interval: a block's draws come from one stream
+# (the first block's from ``seed`` exactly as before blocks existed), so intervals do not
+# depend on the memory budget; a block is computed at once.
+INTERVAL_BLOCK = 1024
+
+
 def check_interval(task: str, level, n_draws) -> tuple:
     """The arguments of a ``predict_interval``, checked: ``(level, n_draws)``."""
     if task != "regression":
         raise ValueError("predict_interval applies to regression")
     return check_real("level", level, 0.0, 1.0, high_open=True), check_int("n_draws", n_draws, 1)
+
+
+def _block_seed(seed: int, block: int) -> int:
+    """Seed of the random stream of interval block ``block >= 1`` (distinct from every
+    plain seed's first block, and from other blocks)."""
+    return int(np.random.SeedSequence([int(seed) & ((1 << 63) - 1), int(block), 0x7EE]).generate_state(1, np.uint64)[0] >> 1)
 
 
 def equal_tailed(draws: torch.Tensor, level: float) -> np.ndarray:
@@ -220,16 +237,33 @@ class TreePosterior:
             sub = self.trees.take(torch.arange(s, min(s + step, self.trees.n_trees), device=self.trees.device))
             yield slice(s, s + sub.n_trees), sub.predict(X, self.likelihood)
 
-    def _mixture(self, X: torch.Tensor, leaf_fn, out_dim: int, chunk_points: int = 1 << 16) -> torch.Tensor:
+    def _pairs_per_row(self) -> int:
+        """Most (point, distinct node) pairs one row makes at any level of the forest
+        routing: the distinct regions of the busiest depth (at most the distinct trees)."""
+        if getattr(self, "_pairs", None) is None:
+            t = self.trees
+            used = t.status != 0
+            key = node_region_keys(t.feature, t.threshold, t.left, t.right, t.depth, used)
+            pairs = torch.unique(torch.stack([t.depth[used].long(), key[used]], 1), dim=0)
+            self._pairs = int(torch.bincount(pairs[:, 0]).max())
+        return self._pairs
+
+    def _mixture(self, X: torch.Tensor, leaf_fn, out_dim: int, chunk_points: Optional[int] = None) -> torch.Tensor:
         """``sum_q w_q leaf_fn(predictive row of q's leaf at x_m, m)``: ``[M, out_dim]`` float64.
 
         Routes each point once per distinct node of the whole forest (see
-        ``torchtree.kernels.forest``), in chunks of points to bound memory.
+        ``torchtree.kernels.forest``), in chunks of points sized by the prediction memory
+        budget (:func:`torchtree.set_memory_budget`); ``chunk_points`` overrides it. A
+        point's sum is taken in the same order whatever the chunk, so chunking changes no bit.
         """
         t = self.trees
         if self._table is None:
             self._table = self.likelihood.predictive_table(t.stats)
             self._used = t.status != 0
+        if chunk_points is None:
+            # about 25 int64 / float64 temporaries per (point, node) pair of a level
+            per_row = _PAIR_BYTES * (self._pairs_per_row() + out_dim) + 8 * (X.shape[1] + out_dim)
+            chunk_points = rows_per_chunk(per_row, f"prediction with {t.n_trees} distinct trees", device=X.device)
         parts = []
         for s in range(0, X.shape[0], chunk_points):
             Xc = X[s : s + chunk_points]
@@ -285,7 +319,11 @@ class TreePosterior:
     def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval (regression).
 
-        Monte Carlo over the mixture of leaf Student-t predictives.
+        Monte Carlo over the mixture of leaf Student-t predictives: ``n_draws`` trees
+        are drawn by weight (shared by all rows), then one ``y`` per tree and row. Rows
+        go in blocks of :data:`INTERVAL_BLOCK`; block ``b`` takes its draws from a
+        stream seeded by ``(seed, b)`` (block 0: ``seed`` itself), so the result does
+        not depend on the memory budget, and peak memory is that of one block.
 
         Parameters
         ----------
@@ -297,19 +335,36 @@ class TreePosterior:
         Returns
         -------
         numpy.ndarray [M, 2] lower and upper bounds.
+
+        Raises
+        ------
+        ValueError
+            One block of ``n_draws`` draws does not fit the prediction memory budget.
         """
         level, n_draws = check_interval(self.task, level, n_draws)
         Xt = self._X(X)
+        M = Xt.shape[0]
         g = torch.Generator(device="cpu").manual_seed(seed)
         trees_idx = torch.multinomial(self.weights.cpu().float(), n_draws, replacement=True, generator=g).to(Xt.device)
-        sub = self.trees.take(trees_idx)
-        rows = sub.predict(Xt, self.likelihood).double()  # [n_draws, M, 3]
-        df, loc, scale = rows[..., 0], rows[..., 1], rows[..., 2]
-        # Student-t draw = Normal / sqrt(Chi2/df)
-        z = torch.randn(rows.shape[:2], generator=g, dtype=torch.float64).to(Xt.device)
-        # Chi2(df) = 2 Gamma(df / 2), drawn from the seeded generator.
-        chi2 = 2 * torch._standard_gamma((df / 2).cpu(), generator=g).to(Xt.device)
-        return equal_tailed(loc + scale * z / torch.sqrt(chi2 / df), level)
+        # Route each distinct drawn tree once and gather: the same rows as routing all draws.
+        uniq, inv = torch.unique(trees_idx, return_inverse=True)
+        block = min(M, INTERVAL_BLOCK)
+        per_row = _DRAW_BYTES * n_draws + 64 * uniq.numel()
+        rows_per_chunk(per_row, f"predict_interval with n_draws={n_draws}", rows_at_once=block,
+                       device=Xt.device, also=", or lower n_draws")
+        sub = self.trees.take(uniq)
+        out = []
+        for b, s in enumerate(range(0, M, block)):
+            gb = g if b == 0 else torch.Generator(device="cpu").manual_seed(_block_seed(seed, b))
+            rows = sub.predict(Xt[s : s + block], self.likelihood)[inv].double()  # [n_draws, m, 3]
+            df, loc, scale = rows[..., 0], rows[..., 1], rows[..., 2]
+            # Student-t draw = Normal / sqrt(Chi2/df)
+            z = torch.randn(rows.shape[:2], generator=gb, dtype=torch.float64).to(Xt.device)
+            # Chi2(df) = 2 Gamma(df / 2), drawn from the seeded generator.
+            chi2 = 2 * torch._standard_gamma((df / 2).cpu(), generator=gb).to(Xt.device)
+            del rows
+            out.append(equal_tailed(loc + scale * z / torch.sqrt(chi2 / df), level))
+        return np.concatenate(out)
 
     def log_predictive(self, X, y) -> float:
         """Mean log posterior predictive density of test data, ``mean_n log p(y_n | x_n, D)``.
