@@ -80,9 +80,30 @@ def _block_seed(seed: int, block: int) -> int:
 
 
 def equal_tailed(draws: torch.Tensor, level: float) -> np.ndarray:
-    """Equal-tailed interval of predictive draws ``[S, M]`` float64: ``[M, 2]`` (lower, upper)."""
+    """Equal-tailed interval of predictive draws ``[S, M]`` float64: ``[M, 2]`` (lower, upper).
+
+    ``torch.quantile``'s linear interpolation between the two order statistics around
+    each rank, bit for bit, but the order statistics come from a partial sort (``topk``
+    of the shorter tail), several times faster than the full sort for 4000 draws.
+    """
     q = torch.tensor([(1 - level) / 2, 1 - (1 - level) / 2], dtype=torch.float64, device=draws.device)
-    return torch.quantile(draws, q, dim=0).T.cpu().numpy()
+    if bool(torch.isnan(draws).any()):
+        return torch.quantile(draws, q, dim=0).T.cpu().numpy()
+    n = draws.shape[0]
+    ranks = q * (n - 1)
+    below, above, frac = ranks.long().tolist(), ranks.ceil().long().tolist(), ranks - ranks.long()
+    d = draws.T.contiguous()
+    cols = []
+    for i in range(2):
+        b, a = below[i], above[i]
+        if b < n - 1 - b:
+            v = torch.topk(d, a + 1, dim=1, largest=False, sorted=True).values
+            lo, hi = v[:, b], v[:, a]
+        else:
+            v = torch.topk(d, n - b, dim=1, largest=True, sorted=True).values
+            lo, hi = v[:, n - 1 - b], v[:, n - 1 - a]
+        cols.append(torch.lerp(lo, hi, frac[i]))
+    return torch.stack(cols, 1).cpu().numpy()
 
 
 class PosteriorSummary(dict):
@@ -356,14 +377,17 @@ class TreePosterior:
         out = []
         for b, s in enumerate(range(0, M, block)):
             gb = g if b == 0 else torch.Generator(device="cpu").manual_seed(_block_seed(seed, b))
-            rows = sub.predict(Xt[s : s + block], self.likelihood)[inv].double()  # [n_draws, m, 3]
-            df, loc, scale = rows[..., 0], rows[..., 1], rows[..., 2]
-            # Student-t draw = Normal / sqrt(Chi2/df)
-            z = torch.randn(rows.shape[:2], generator=gb, dtype=torch.float64).to(Xt.device)
-            # Chi2(df) = 2 Gamma(df / 2), drawn from the seeded generator.
-            chi2 = 2 * torch._standard_gamma((df / 2).cpu(), generator=gb).to(Xt.device)
+            rows = sub.predict(Xt[s : s + block], self.likelihood)  # [distinct, m, 3]
+            df, loc, scale = (rows[..., j].double()[inv] for j in range(3))  # [n_draws, m] each
             del rows
-            out.append(equal_tailed(loc + scale * z / torch.sqrt(chi2 / df), level))
+            # Student-t draw = Normal / sqrt(Chi2/df); Chi2(df) = 2 Gamma(df / 2), both
+            # from the seeded generator. In place, each step the same rounding as
+            # ``loc + scale * z / sqrt(chi2 / df)``.
+            z = torch.randn(df.shape, generator=gb, dtype=torch.float64).to(Xt.device)
+            chi2 = torch._standard_gamma((df / 2).cpu(), generator=gb).to(Xt.device).mul_(2)
+            z.mul_(scale).div_(chi2.div_(df).sqrt_()).add_(loc)
+            del df, scale, loc, chi2
+            out.append(equal_tailed(z, level))
         return np.concatenate(out)
 
     def log_predictive(self, X, y) -> float:
