@@ -11,7 +11,8 @@ from torchtree.kernels.forest import mixture_over_leaves, node_region_keys
 from torchtree.core.budget import rows_per_chunk
 from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
-from torchtree.core.validate import check_int, check_real
+from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
+from torchtree.model.interval import INTERVAL_BLOCK, block_seed, check_interval, equal_tailed
 
 __all__ = ["TreePosterior", "PosteriorSummary", "dedupe_trees", "attach_feature_names"]
 
@@ -59,53 +60,9 @@ def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
 # Bytes per (point, node) pair of one level of the forest routing, and per (draw, point)
 # of a predictive interval; measured peaks stay below these (tests/test_predict_memory.py).
 _PAIR_BYTES = 200
+# /2 stores the trees compactly (torchtree.model.tree_storage); /1 files still load.
+POSTERIOR_FORMAT = "torchtree.TreePosterior/2"
 _DRAW_BYTES = 120
-# Rows per random-number block of predict_interval: a block's draws come from one stream
-# (the first block's from ``seed`` exactly as before blocks existed), so intervals do not
-# depend on the memory budget; a block is computed at once.
-INTERVAL_BLOCK = 1024
-
-
-def check_interval(task: str, level, n_draws) -> tuple:
-    """The arguments of a ``predict_interval``, checked: ``(level, n_draws)``."""
-    if task != "regression":
-        raise ValueError("predict_interval applies to regression")
-    return check_real("level", level, 0.0, 1.0, high_open=True), check_int("n_draws", n_draws, 1)
-
-
-def _block_seed(seed: int, block: int) -> int:
-    """Seed of the random stream of interval block ``block >= 1`` (distinct from every
-    plain seed's first block, and from other blocks)."""
-    return int(np.random.SeedSequence([int(seed) & ((1 << 63) - 1), int(block), 0x7EE]).generate_state(1, np.uint64)[0] >> 1)
-
-
-def equal_tailed(draws: torch.Tensor, level: float) -> np.ndarray:
-    """Equal-tailed interval of predictive draws ``[S, M]`` float64: ``[M, 2]`` (lower, upper).
-
-    ``torch.quantile``'s linear interpolation between the two order statistics around
-    each rank, bit for bit, but the order statistics come from a partial sort (``topk``
-    of the shorter tail), several times faster than the full sort for 4000 draws.
-    """
-    q = torch.tensor([(1 - level) / 2, 1 - (1 - level) / 2], dtype=torch.float64, device=draws.device)
-    if bool(torch.isnan(draws).any()):
-        return torch.quantile(draws, q, dim=0).T.cpu().numpy()
-    n = draws.shape[0]
-    ranks = q * (n - 1)
-    below, above, frac = ranks.long().tolist(), ranks.ceil().long().tolist(), ranks - ranks.long()
-    d = draws.T.contiguous()
-    cols = []
-    for i in range(2):
-        b, a = below[i], above[i]
-        if b < n - 1 - b:
-            v = torch.topk(d, a + 1, dim=1, largest=False, sorted=True).values
-            lo, hi = v[:, b], v[:, a]
-        else:
-            v = torch.topk(d, n - b, dim=1, largest=True, sorted=True).values
-            lo, hi = v[:, n - 1 - b], v[:, n - 1 - a]
-        cols.append(torch.lerp(lo, hi, frac[i]))
-    return torch.stack(cols, 1).cpu().numpy()
-
-
 class PosteriorSummary(dict):
     """The dict of :meth:`TreePosterior.summary` with a readable ``repr``.
 
@@ -197,6 +154,8 @@ class TreePosterior:
     dedupe : bool
         Merge identical trees (weights added) to speed up prediction.
     """
+
+    FORMAT = POSTERIOR_FORMAT  # of the files :meth:`save` writes
 
     def __init__(
         self,
@@ -376,7 +335,7 @@ class TreePosterior:
         sub = self.trees.take(uniq)
         out = []
         for b, s in enumerate(range(0, M, block)):
-            gb = g if b == 0 else torch.Generator(device="cpu").manual_seed(_block_seed(seed, b))
+            gb = g if b == 0 else torch.Generator(device="cpu").manual_seed(block_seed(seed, b))
             rows = sub.predict(Xt[s : s + block], self.likelihood)  # [distinct, m, 3]
             df, loc, scale = (rows[..., j].double()[inv] for j in range(3))  # [n_draws, m] each
             del rows
@@ -506,8 +465,8 @@ class TreePosterior:
     def save(self, path: str) -> None:
         """Write plain tensors and metadata (atomic: temporary file + rename)."""
         payload = {
-            "format": "torchtree.TreePosterior/1",
-            "trees": {k: v.cpu() for k, v in self.trees.as_dict().items()},
+            "format": POSTERIOR_FORMAT,
+            "trees": compact_trees(self.trees),
             "log_weights": self.log_weights.cpu(),
             "likelihood": self.likelihood.config(),
             "n_features": self.n_features,
@@ -542,7 +501,7 @@ class TreePosterior:
         from torchtree.io.checkpoint import read_payload
 
         payload = read_payload(path, "torchtree posterior file", device or "cpu")
-        if not isinstance(payload, dict) or payload.get("format") != "torchtree.TreePosterior/1":
+        if not isinstance(payload, dict) or payload.get("format") not in (POSTERIOR_FORMAT, "torchtree.TreePosterior/1"):
             raise ValueError(f"{path} is not a torchtree posterior file")
         trees = _checked_trees(payload, path)
         obj = cls(
@@ -578,8 +537,15 @@ def _checked_trees(payload: Dict[str, Any], path: str) -> HardTrees:
     def bad(why: str) -> CheckpointError:
         return CheckpointError(f"{path}: this posterior file is damaged or edited: {why}")
 
+    stored = payload.get("trees")
+    if is_compact(stored):
+        try:
+            trees = expand_trees(stored)
+        except ValueError as exc:
+            raise bad(f"tree structure: {exc}") from None
     try:
-        trees = HardTrees.from_dict(payload["trees"])
+        if not is_compact(stored):
+            trees = HardTrees.from_dict(stored)
         n_features = int(payload["n_features"])
         lw = payload["log_weights"]
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:

@@ -21,7 +21,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from torchtree.model.posterior import INTERVAL_BLOCK, TreePosterior, _block_seed, check_interval, equal_tailed
+from torchtree.model.posterior import TreePosterior
+from torchtree.model.interval import INTERVAL_BLOCK, block_seed, check_interval, equal_tailed
 from torchtree.core.budget import rows_per_chunk
 from torchtree.core.validate import check_int
 
@@ -273,7 +274,7 @@ class SoftTreePosterior(TreePosterior):
         res = []
         # Blocks of rows as in TreePosterior.predict_interval: block 0 draws from ``seed``.
         for b, s0 in enumerate(range(0, X.shape[0], block)):
-            gb = g if b == 0 else torch.Generator().manual_seed(_block_seed(seed, b))
+            gb = g if b == 0 else torch.Generator().manual_seed(block_seed(seed, b))
             out = []
             for k, (_, mean, var) in enumerate(self._draw_sets(X[s0 : s0 + block], None)):
                 n_k = int((pick == k).sum())
