@@ -9,7 +9,7 @@ A batch of trees is stored as
   (feature, threshold, children) only the internal nodes;
 * the narrowest integer type that holds each index field, and the statistics as
   integers when they are whole numbers (class counts) that convert back bit for bit;
-* no parent or depth arrays: they follow from the children.
+* no parent array: it follows from the children.
 
 :func:`expand_trees` gives back trees equal to the stored ones in every field and bit
 (dtypes and capacity included). Trees this layout cannot reproduce exactly (extra
@@ -67,23 +67,13 @@ def _same_as_before(trees: HardTrees, stride: int) -> torch.Tensor:
     return same
 
 
-def _derive_parent_depth(left: torch.Tensor, right: torch.Tensor, internal: torch.Tensor):
-    """Parent and depth arrays ``[Q, C]`` int64 implied by the children of internal nodes."""
-    Q, C = left.shape
-    parent = torch.full((Q, C), -1, dtype=torch.long)
-    depth = torch.zeros(Q, C, dtype=torch.long)
+def _derive_parent(left: torch.Tensor, right: torch.Tensor, internal: torch.Tensor) -> torch.Tensor:
+    """Parent array ``[Q, C]`` int64 implied by the children of the internal nodes."""
+    parent = torch.full(left.shape, -1, dtype=torch.long)
     p, n = internal.nonzero(as_tuple=True)
-    lch, rch = left[p, n].long(), right[p, n].long()
-    parent[p, lch] = n
-    parent[p, rch] = n
-    # children sit after their parent; one pass per level settles the depths
-    for _ in range(C):
-        new_l, new_r = depth[p, n] + 1, depth[p, n] + 1
-        if bool((depth[p, lch] == new_l).all() and (depth[p, rch] == new_r).all()):
-            break
-        depth[p, lch] = new_l
-        depth[p, rch] = new_r
-    return parent, depth
+    parent[p, left[p, n].long()] = n
+    parent[p, right[p, n].long()] = n
+    return parent
 
 
 def compact_trees(trees: HardTrees, stride: int = 0) -> Dict[str, Any]:
@@ -123,13 +113,12 @@ def compact_trees(trees: HardTrees, stride: int = 0) -> Dict[str, Any]:
     leafy = used & ~internal
     # the layout stores nothing else, so refuse anything it would not give back
     ok = all(bool((_bits(getattr(t, f))[~used] == _bits(torch.tensor(_FILL[f], dtype=getattr(t, f).dtype))).all())
-             for f in _NODE_FIELDS if f != "stats")
+             for f in ("feature", "threshold", "left", "right", "parent", "depth", "status"))
     ok = ok and bool((_bits(t.stats)[~used] == 0).all())
     ok = ok and bool((t.feature[leafy] == -1).all() and (t.left[leafy] == -1).all() and (t.right[leafy] == -1).all())
     ok = ok and bool((_bits(t.threshold)[leafy] == 0).all())
     if ok:
-        parent, depth = _derive_parent_depth(t.left, t.right, internal)
-        ok = bool((parent[used] == t.parent[used].long()).all() and (depth[used] == t.depth[used].long()).all())
+        ok = bool((_derive_parent(t.left, t.right, internal)[used] == t.parent[used].long()).all())
     if not ok:
         return raw
     stats = t.stats[used]
@@ -141,7 +130,7 @@ def compact_trees(trees: HardTrees, stride: int = 0) -> Dict[str, Any]:
                 stats = as_int
     out: Dict[str, Any] = {
         "format": COMPACT_FORMAT, "capacity": C, "n_trees": P, "dtypes": dtypes,
-        "n_nodes": _narrow(t.n_nodes), "status": t.status[used], "stats": stats,
+        "n_nodes": _narrow(t.n_nodes), "status": t.status[used], "depth": _narrow(t.depth[used]), "stats": stats,
         "feature": _narrow(t.feature[internal]), "threshold": t.threshold[internal],
         "left": _narrow(t.left[internal]), "right": _narrow(t.right[internal]),
     }
@@ -185,9 +174,10 @@ def expand_trees(d: Dict[str, Any]) -> HardTrees:
         left, right = split_field("left", -1), split_field("right", -1)
         if bool(((left[internal] <= 0) | (left[internal] >= C) | (right[internal] <= 0) | (right[internal] >= C)).any()):
             raise ValueError("child index out of range")
-        parent, depth = _derive_parent_depth(left, right, internal)
-        trees = HardTrees(feature, threshold, left, right, parent.to(dt["parent"]), depth.to(dt["depth"]), status,
-                          stats, n_nodes.to(dt["n_nodes"]))
+        depth = torch.zeros(Q, C, dtype=dt["depth"])
+        depth[used] = d["depth"].to(dt["depth"])
+        parent = _derive_parent(left, right, internal).to(dt["parent"])
+        trees = HardTrees(feature, threshold, left, right, parent, depth, status, stats, n_nodes.to(dt["n_nodes"]))
         if "index" in d:
             index = d["index"].long()
             if index.shape != (int(d["n_trees"]),) or bool((index < 0).any() or (index >= Q).any()):
