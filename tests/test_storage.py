@@ -164,3 +164,24 @@ def test_checkpoint_state_of_the_previous_layout_loads(mcmc_run):
     new = MCMCState.from_state_dict(state)
     _same_trees(old.kept[0], kept)
     _same_trees(new.kept[0], kept)
+
+
+def test_host_chain_snapshots_pack_narrow_and_exact():
+    from torchtree.steps.host_moves import pack_snapshots, unpack_snapshots
+
+    g = np.random.default_rng(0)
+    snaps = []
+    for n in (1, 5, 9):
+        snaps.append((g.integers(-1, 8, n).astype(np.int64), g.normal(size=n), g.integers(-1, n, n).astype(np.int64),
+                      g.integers(-1, n, n).astype(np.int64), g.integers(-1, n, n).astype(np.int64),
+                      g.integers(0, 4, n).astype(np.int64), g.random(n) < 0.5,
+                      g.integers(0, 300, (n, 2)).astype(np.float64)))
+    packed = pack_snapshots(snaps)
+    assert packed["fields"][0].dtype == torch.int8 and packed["fields"][7].dtype == torch.int16
+    assert packed["fields"][1].dtype == torch.float64  # thresholds stay as they are
+    old = {"lengths": packed["lengths"], "fields": [torch.from_numpy(np.concatenate([s[i] for s in snaps]))
+                                                    for i in range(8)]}  # the previous layout
+    for back in (unpack_snapshots(packed), unpack_snapshots(old)):
+        for a, b in zip(snaps, back):
+            for x, y in zip(a, b):
+                assert x.dtype == y.dtype and np.array_equal(x, y)
