@@ -76,7 +76,7 @@ def test_hard_predictions_are_bit_identical_in_tiny_chunks(cls_post, reg_post, b
     full = (post.predict_proba(Xq), post.predict(Xq), post.log_predictive(Xq, yq), rpost.predict(rX),
             rpost.log_predictive(rX, ry))
     # a budget of about 3 rows per chunk (see TreePosterior._mixture)
-    per_row = 200 * (post._pairs_per_row() + 3) + 8 * 6
+    per_row = max(200 * (p._pairs_per_row() + 3) + 8 * 6 for p in (post, rpost))
     budget(3 * per_row)
     Xt = post._X(Xq)
     assert post._mixture(Xt, lambda rows, pts: rows, 3).shape == (700, 3)
@@ -84,7 +84,7 @@ def test_hard_predictions_are_bit_identical_in_tiny_chunks(cls_post, reg_post, b
                rpost.log_predictive(rX, ry))
     for a, b in zip(full, chunked):
         assert np.array_equal(a, b)
-    budget(per_row // 2)  # not even one row fits
+    budget(200 * post._pairs_per_row() // 2)  # not even one row fits
     with pytest.raises(ValueError, match=r"set_memory_budget.*TORCHTREE_MEMORY_BUDGET"):
         post.predict_proba(Xq)
 

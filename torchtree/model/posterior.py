@@ -7,8 +7,8 @@ import numpy as np
 import torch
 
 from torchtree.model.data import as_feature_matrix
-from torchtree.kernels.forest import mixture_over_leaves, node_region_keys
-from torchtree.core.budget import rows_per_chunk
+from torchtree.kernels.forest import _bits, _rule_hash, mixture_over_leaves, node_region_keys
+from torchtree.core.budget import release_freed_memory, rows_per_chunk
 from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
 from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
@@ -218,14 +218,28 @@ class TreePosterior:
             yield slice(s, s + sub.n_trees), sub.predict(X, self.likelihood)
 
     def _pairs_per_row(self) -> int:
-        """Most (point, distinct node) pairs one row makes at any level of the forest
-        routing: the distinct regions of the busiest depth (at most the distinct trees)."""
+        """(point, distinct node) pairs one row is expected to make at the busiest level of
+        the forest routing, for inputs distributed like the training data: the distinct
+        (region, rule) nodes of a level weighted by the share of training points in their
+        region (their statistics hold the counts), twice over for safety, and never more
+        than the distinct nodes of the level (the most any row can make)."""
         if getattr(self, "_pairs", None) is None:
             t = self.trees
             used = t.status != 0
             key = node_region_keys(t.feature, t.threshold, t.left, t.right, t.depth, used)
-            pairs = torch.unique(torch.stack([t.depth[used].long(), key[used]], 1), dim=0)
-            self._pairs = int(torch.bincount(pairs[:, 0]).max())
+            internal = used & (t.feature >= 0)
+            rule = torch.where(internal, _rule_hash(key, t.feature, _bits(t.threshold)), key)
+            items = torch.stack([t.depth[used].long(), internal[used].long(), rule[used]], 1)
+            uniq, inv = torch.unique(items, dim=0, return_inverse=True)
+            first = torch.full((uniq.shape[0],), inv.numel(), dtype=torch.long, device=inv.device)
+            first.scatter_reduce_(0, inv, torch.arange(inv.numel(), device=inv.device), "amin")
+            stats = t.stats[used][first].double()
+            count = stats.sum(-1) if self.task == "classification" else stats[:, 0]
+            n_train = float(count[uniq[:, 0] == 0].max().clamp_min(1))
+            levels = int(uniq[:, 0].max()) + 1
+            share = torch.zeros(levels, dtype=torch.float64, device=count.device).index_add_(0, uniq[:, 0], count)
+            bound = torch.bincount(uniq[:, 0], minlength=levels)
+            self._pairs = int(torch.minimum(2 * share / n_train + 1, bound.double()).max().ceil())
         return self._pairs
 
     def _mixture(self, X: torch.Tensor, leaf_fn, out_dim: int, chunk_points: Optional[int] = None) -> torch.Tensor:
@@ -244,16 +258,15 @@ class TreePosterior:
             # about 25 int64 / float64 temporaries per (point, node) pair of a level
             per_row = _PAIR_BYTES * (self._pairs_per_row() + out_dim) + 8 * (X.shape[1] + out_dim)
             chunk_points = rows_per_chunk(per_row, f"prediction with {t.n_trees} distinct trees", device=X.device)
-        parts = []
+        out = torch.empty(X.shape[0], out_dim, dtype=torch.float64, device=X.device)
         for s in range(0, X.shape[0], chunk_points):
-            Xc = X[s : s + chunk_points]
-            parts.append(
-                mixture_over_leaves(
-                    t.feature, t.threshold, t.left, t.right, t.depth, self._used, self.weights,
-                    self._table, Xc, lambda rows, pts, s=s: leaf_fn(rows, pts + s), out_dim,
-                )
+            out[s : s + chunk_points] = mixture_over_leaves(
+                t.feature, t.threshold, t.left, t.right, t.depth, self._used, self.weights,
+                self._table, X[s : s + chunk_points], lambda rows, pts, s=s: leaf_fn(rows, pts + s), out_dim,
             )
-        return torch.cat(parts)
+            if chunk_points < X.shape[0]:
+                release_freed_memory()
+        return out
 
     # ------------------------------------------------------------ prediction
     def predict_proba(self, X) -> np.ndarray:
@@ -333,7 +346,9 @@ class TreePosterior:
         rows_per_chunk(per_row, f"predict_interval with n_draws={n_draws}", rows_at_once=block,
                        device=Xt.device, also=", or lower n_draws")
         sub = self.trees.take(uniq)
-        out = []
+        # one output array, filled block by block: small arrays kept between the blocks'
+        # large temporaries would fragment the heap and let its size grow with M
+        out = np.empty((M, 2))
         for b, s in enumerate(range(0, M, block)):
             gb = g if b == 0 else torch.Generator(device="cpu").manual_seed(block_seed(seed, b))
             rows = sub.predict(Xt[s : s + block], self.likelihood)  # [distinct, m, 3]
@@ -346,8 +361,10 @@ class TreePosterior:
             chi2 = torch._standard_gamma((df / 2).cpu(), generator=gb).to(Xt.device).mul_(2)
             z.mul_(scale).div_(chi2.div_(df).sqrt_()).add_(loc)
             del df, scale, loc, chi2
-            out.append(equal_tailed(z, level))
-        return np.concatenate(out)
+            out[s : s + block] = equal_tailed(z, level)
+            del z
+            release_freed_memory()
+        return out
 
     def log_predictive(self, X, y) -> float:
         """Mean log posterior predictive density of test data, ``mean_n log p(y_n | x_n, D)``.
