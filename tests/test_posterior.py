@@ -130,7 +130,7 @@ def test_save_load_round_trip(cls_post, tmp_path):
     path = str(tmp_path / "post.pt")
     post.save(path)
     raw = torch.load(path, weights_only=True)  # plain tensors and python values only
-    assert raw["format"] == "torchtree.TreePosterior/1"
+    assert raw["format"] == "torchtree.TreePosterior/2"  # compact trees (torchtree.model.tree_storage)
     back = TreePosterior.load(path)
     assert np.array_equal(back.predict_proba(X), post.predict_proba(X))
     assert np.array_equal(back.predict(X), post.predict(X))

@@ -20,6 +20,7 @@ from torchtree.samplers.topdown import TopDownSMC
 from torchtree.samplers.mcmc import MCMC
 from torchtree.samplers.smc_moves import SMCSampler
 from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, register_method
+from torchtree.core.budget import memory_budget, set_memory_budget
 
 # The soft-tree family is imported on first use (it is the heaviest part).
 _LAZY = {
@@ -63,6 +64,8 @@ __all__ = [
     "BayesianTreeClassifier",
     "BayesianTreeRegressor",
     "register_method",
+    "set_memory_budget",
+    "memory_budget",
     "multinomial",
     "systematic",
     "stratified",

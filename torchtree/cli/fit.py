@@ -271,11 +271,11 @@ def _evaluate(post, task: str, Xte, yte, ytr, debug: bool = False) -> List[Tuple
     return rows
 
 
-def _intervals(post, X: np.ndarray, level: float, chunk: int = 2048) -> np.ndarray:
-    """Predictive intervals in chunks of rows (the Monte Carlo draws are [draws, rows])."""
+def _intervals(post, X: np.ndarray, level: float) -> np.ndarray:
+    """Predictive intervals (the posterior works in blocks of rows within its memory budget)."""
     if len(X) == 0:
         return np.zeros((0, 2))
-    return np.concatenate([post.predict_interval(X[s : s + chunk], level=level) for s in range(0, len(X), chunk)])
+    return post.predict_interval(X, level=level)
 
 
 def _cmd_predict(args) -> int:

@@ -64,7 +64,7 @@ def load_posterior(path: str):
     except Exception as exc:
         raise ValueError(f"{path}: not a torchtree posterior file: damaged, truncated or of another kind "
                          f"(torch.load cannot read it as plain tensors: {type(exc).__name__})") from None
-    if isinstance(payload, dict) and payload.get("format") == POSTERIOR_FORMAT:
+    if isinstance(payload, dict) and payload.get("format") in (POSTERIOR_FORMAT, TreePosterior.FORMAT):
         return TreePosterior.load(path)
     if isinstance(payload, dict) and "topologies" in payload and "draws" in payload:
         from torchtree.model.soft_posterior import SoftTreePosterior

@@ -7,10 +7,12 @@ import numpy as np
 import torch
 
 from torchtree.model.data import as_feature_matrix
-from torchtree.kernels.forest import mixture_over_leaves
+from torchtree.kernels.forest import _bits, _rule_hash, mixture_over_leaves, node_region_keys
+from torchtree.core.budget import release_freed_memory, rows_per_chunk
 from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
-from torchtree.core.validate import check_int, check_real
+from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
+from torchtree.model.interval import INTERVAL_BLOCK, block_seed, check_interval, equal_tailed
 
 __all__ = ["TreePosterior", "PosteriorSummary", "dedupe_trees", "attach_feature_names"]
 
@@ -55,19 +57,12 @@ def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
     return trees.take(first), agg.log() + mx, inv
 
 
-def check_interval(task: str, level, n_draws) -> tuple:
-    """The arguments of a ``predict_interval``, checked: ``(level, n_draws)``."""
-    if task != "regression":
-        raise ValueError("predict_interval applies to regression")
-    return check_real("level", level, 0.0, 1.0, high_open=True), check_int("n_draws", n_draws, 1)
-
-
-def equal_tailed(draws: torch.Tensor, level: float) -> np.ndarray:
-    """Equal-tailed interval of predictive draws ``[S, M]`` float64: ``[M, 2]`` (lower, upper)."""
-    q = torch.tensor([(1 - level) / 2, 1 - (1 - level) / 2], dtype=torch.float64, device=draws.device)
-    return torch.quantile(draws, q, dim=0).T.cpu().numpy()
-
-
+# Bytes per (point, node) pair of one level of the forest routing, and per (draw, point)
+# of a predictive interval; measured peaks stay below these (tests/test_predict_memory.py).
+_PAIR_BYTES = 200
+# /2 stores the trees compactly (torchtree.model.tree_storage); /1 files still load.
+POSTERIOR_FORMAT = "torchtree.TreePosterior/2"
+_DRAW_BYTES = 120
 class PosteriorSummary(dict):
     """The dict of :meth:`TreePosterior.summary` with a readable ``repr``.
 
@@ -160,6 +155,8 @@ class TreePosterior:
         Merge identical trees (weights added) to speed up prediction.
     """
 
+    FORMAT = POSTERIOR_FORMAT  # of the files :meth:`save` writes
+
     def __init__(
         self,
         trees: HardTrees,
@@ -220,26 +217,56 @@ class TreePosterior:
             sub = self.trees.take(torch.arange(s, min(s + step, self.trees.n_trees), device=self.trees.device))
             yield slice(s, s + sub.n_trees), sub.predict(X, self.likelihood)
 
-    def _mixture(self, X: torch.Tensor, leaf_fn, out_dim: int, chunk_points: int = 1 << 16) -> torch.Tensor:
+    def _pairs_per_row(self) -> int:
+        """(point, distinct node) pairs one row is expected to make at the busiest level of
+        the forest routing, for inputs distributed like the training data: the distinct
+        (region, rule) nodes of a level weighted by the share of training points in their
+        region (their statistics hold the counts), twice over for safety, and never more
+        than the distinct nodes of the level (the most any row can make)."""
+        if getattr(self, "_pairs", None) is None:
+            t = self.trees
+            used = t.status != 0
+            key = node_region_keys(t.feature, t.threshold, t.left, t.right, t.depth, used)
+            internal = used & (t.feature >= 0)
+            rule = torch.where(internal, _rule_hash(key, t.feature, _bits(t.threshold)), key)
+            items = torch.stack([t.depth[used].long(), internal[used].long(), rule[used]], 1)
+            uniq, inv = torch.unique(items, dim=0, return_inverse=True)
+            first = torch.full((uniq.shape[0],), inv.numel(), dtype=torch.long, device=inv.device)
+            first.scatter_reduce_(0, inv, torch.arange(inv.numel(), device=inv.device), "amin")
+            stats = t.stats[used][first].double()
+            count = stats.sum(-1) if self.task == "classification" else stats[:, 0]
+            n_train = float(count[uniq[:, 0] == 0].max().clamp_min(1))
+            levels = int(uniq[:, 0].max()) + 1
+            share = torch.zeros(levels, dtype=torch.float64, device=count.device).index_add_(0, uniq[:, 0], count)
+            bound = torch.bincount(uniq[:, 0], minlength=levels)
+            self._pairs = int(torch.minimum(2 * share / n_train + 1, bound.double()).max().ceil())
+        return self._pairs
+
+    def _mixture(self, X: torch.Tensor, leaf_fn, out_dim: int, chunk_points: Optional[int] = None) -> torch.Tensor:
         """``sum_q w_q leaf_fn(predictive row of q's leaf at x_m, m)``: ``[M, out_dim]`` float64.
 
         Routes each point once per distinct node of the whole forest (see
-        ``torchtree.kernels.forest``), in chunks of points to bound memory.
+        ``torchtree.kernels.forest``), in chunks of points sized by the prediction memory
+        budget (:func:`torchtree.set_memory_budget`); ``chunk_points`` overrides it. A
+        point's sum is taken in the same order whatever the chunk, so chunking changes no bit.
         """
         t = self.trees
         if self._table is None:
             self._table = self.likelihood.predictive_table(t.stats)
             self._used = t.status != 0
-        parts = []
+        if chunk_points is None:
+            # about 25 int64 / float64 temporaries per (point, node) pair of a level
+            per_row = _PAIR_BYTES * (self._pairs_per_row() + out_dim) + 8 * (X.shape[1] + out_dim)
+            chunk_points = rows_per_chunk(per_row, f"prediction with {t.n_trees} distinct trees", device=X.device)
+        out = torch.empty(X.shape[0], out_dim, dtype=torch.float64, device=X.device)
         for s in range(0, X.shape[0], chunk_points):
-            Xc = X[s : s + chunk_points]
-            parts.append(
-                mixture_over_leaves(
-                    t.feature, t.threshold, t.left, t.right, t.depth, self._used, self.weights,
-                    self._table, Xc, lambda rows, pts, s=s: leaf_fn(rows, pts + s), out_dim,
-                )
+            out[s : s + chunk_points] = mixture_over_leaves(
+                t.feature, t.threshold, t.left, t.right, t.depth, self._used, self.weights,
+                self._table, X[s : s + chunk_points], lambda rows, pts, s=s: leaf_fn(rows, pts + s), out_dim,
             )
-        return torch.cat(parts)
+            if chunk_points < X.shape[0]:
+                release_freed_memory()
+        return out
 
     # ------------------------------------------------------------ prediction
     def predict_proba(self, X) -> np.ndarray:
@@ -285,7 +312,11 @@ class TreePosterior:
     def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval (regression).
 
-        Monte Carlo over the mixture of leaf Student-t predictives.
+        Monte Carlo over the mixture of leaf Student-t predictives: ``n_draws`` trees
+        are drawn by weight (shared by all rows), then one ``y`` per tree and row. Rows
+        go in blocks of :data:`INTERVAL_BLOCK`; block ``b`` takes its draws from a
+        stream seeded by ``(seed, b)`` (block 0: ``seed`` itself), so the result does
+        not depend on the memory budget, and peak memory is that of one block.
 
         Parameters
         ----------
@@ -297,19 +328,43 @@ class TreePosterior:
         Returns
         -------
         numpy.ndarray [M, 2] lower and upper bounds.
+
+        Raises
+        ------
+        ValueError
+            One block of ``n_draws`` draws does not fit the prediction memory budget.
         """
         level, n_draws = check_interval(self.task, level, n_draws)
         Xt = self._X(X)
+        M = Xt.shape[0]
         g = torch.Generator(device="cpu").manual_seed(seed)
         trees_idx = torch.multinomial(self.weights.cpu().float(), n_draws, replacement=True, generator=g).to(Xt.device)
-        sub = self.trees.take(trees_idx)
-        rows = sub.predict(Xt, self.likelihood).double()  # [n_draws, M, 3]
-        df, loc, scale = rows[..., 0], rows[..., 1], rows[..., 2]
-        # Student-t draw = Normal / sqrt(Chi2/df)
-        z = torch.randn(rows.shape[:2], generator=g, dtype=torch.float64).to(Xt.device)
-        # Chi2(df) = 2 Gamma(df / 2), drawn from the seeded generator.
-        chi2 = 2 * torch._standard_gamma((df / 2).cpu(), generator=g).to(Xt.device)
-        return equal_tailed(loc + scale * z / torch.sqrt(chi2 / df), level)
+        # Route each distinct drawn tree once and gather: the same rows as routing all draws.
+        uniq, inv = torch.unique(trees_idx, return_inverse=True)
+        block = min(M, INTERVAL_BLOCK)
+        per_row = _DRAW_BYTES * n_draws + 64 * uniq.numel()
+        rows_per_chunk(per_row, f"predict_interval with n_draws={n_draws}", rows_at_once=block,
+                       device=Xt.device, also=", or lower n_draws")
+        sub = self.trees.take(uniq)
+        # one output array, filled block by block: small arrays kept between the blocks'
+        # large temporaries would fragment the heap and let its size grow with M
+        out = np.empty((M, 2))
+        for b, s in enumerate(range(0, M, block)):
+            gb = g if b == 0 else torch.Generator(device="cpu").manual_seed(block_seed(seed, b))
+            rows = sub.predict(Xt[s : s + block], self.likelihood)  # [distinct, m, 3]
+            df, loc, scale = (rows[..., j].double()[inv] for j in range(3))  # [n_draws, m] each
+            del rows
+            # Student-t draw = Normal / sqrt(Chi2/df); Chi2(df) = 2 Gamma(df / 2), both
+            # from the seeded generator. In place, each step the same rounding as
+            # ``loc + scale * z / sqrt(chi2 / df)``.
+            z = torch.randn(df.shape, generator=gb, dtype=torch.float64).to(Xt.device)
+            chi2 = torch._standard_gamma((df / 2).cpu(), generator=gb).to(Xt.device).mul_(2)
+            z.mul_(scale).div_(chi2.div_(df).sqrt_()).add_(loc)
+            del df, scale, loc, chi2
+            out[s : s + block] = equal_tailed(z, level)
+            del z
+            release_freed_memory()
+        return out
 
     def log_predictive(self, X, y) -> float:
         """Mean log posterior predictive density of test data, ``mean_n log p(y_n | x_n, D)``.
@@ -427,8 +482,8 @@ class TreePosterior:
     def save(self, path: str) -> None:
         """Write plain tensors and metadata (atomic: temporary file + rename)."""
         payload = {
-            "format": "torchtree.TreePosterior/1",
-            "trees": {k: v.cpu() for k, v in self.trees.as_dict().items()},
+            "format": POSTERIOR_FORMAT,
+            "trees": compact_trees(self.trees),
             "log_weights": self.log_weights.cpu(),
             "likelihood": self.likelihood.config(),
             "n_features": self.n_features,
@@ -463,7 +518,7 @@ class TreePosterior:
         from torchtree.io.checkpoint import read_payload
 
         payload = read_payload(path, "torchtree posterior file", device or "cpu")
-        if not isinstance(payload, dict) or payload.get("format") != "torchtree.TreePosterior/1":
+        if not isinstance(payload, dict) or payload.get("format") not in (POSTERIOR_FORMAT, "torchtree.TreePosterior/1"):
             raise ValueError(f"{path} is not a torchtree posterior file")
         trees = _checked_trees(payload, path)
         obj = cls(
@@ -499,8 +554,15 @@ def _checked_trees(payload: Dict[str, Any], path: str) -> HardTrees:
     def bad(why: str) -> CheckpointError:
         return CheckpointError(f"{path}: this posterior file is damaged or edited: {why}")
 
+    stored = payload.get("trees")
+    if is_compact(stored):
+        try:
+            trees = expand_trees(stored)
+        except ValueError as exc:
+            raise bad(f"tree structure: {exc}") from None
     try:
-        trees = HardTrees.from_dict(payload["trees"])
+        if not is_compact(stored):
+            trees = HardTrees.from_dict(stored)
         n_features = int(payload["n_features"])
         lw = payload["log_weights"]
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:

@@ -21,7 +21,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from torchtree.model.posterior import TreePosterior, check_interval, equal_tailed
+from torchtree.model.posterior import TreePosterior
+from torchtree.model.interval import INTERVAL_BLOCK, block_seed, check_interval, equal_tailed
+from torchtree.core.budget import rows_per_chunk
 from torchtree.core.validate import check_int
 
 from torchtree.model.soft_data import SoftData
@@ -165,8 +167,29 @@ class SoftTreePosterior(TreePosterior):
         """
         return self._topology_prediction(self._topology_index(topology), self.data.check_X(X), max_draws)
 
-    def _mixture(self, X, max_draws: Optional[int], min_weight: float = 1e-8) -> torch.Tensor:
+    def _row_bytes(self, max_draws: Optional[int], extra_per_draw: int = 0) -> float:
+        """Bytes per input row of predicting with every topology's (thinned) draws: the
+        routing probabilities and their intermediate products (about 4 copies of
+        ``[S, L]``) and the outputs, for the largest topology."""
+        item = self.data.X.element_size()
+        C = max(int(self.data.n_classes or 1), 1)
+        worst = 0
+        for m, t in enumerate(self.topologies):
+            S = self._thinned_draws(m, max_draws).shape[0]
+            worst = max(worst, S * (4 * t.n_leaves + 2 * C + 2) * max(item, 8))
+        return worst + extra_per_draw + 8 * (self.data.n_features + C)
+
+    def _chunks(self, X, max_draws: Optional[int], what: str):
+        """``X`` checked, and slices of rows whose predictions fit the memory budget."""
         X = self.data.check_X(X)
+        step = rows_per_chunk(self._row_bytes(max_draws), what, device=X.device)
+        return X, [slice(s, s + step) for s in range(0, X.shape[0], step)]
+
+    def _mixture(self, X, max_draws: Optional[int], min_weight: float = 1e-8) -> torch.Tensor:
+        X, parts = self._chunks(X, max_draws, "soft-tree prediction")
+        return torch.cat([self._mixture_rows(X[part], max_draws, min_weight) for part in parts])
+
+    def _mixture_rows(self, X, max_draws: Optional[int], min_weight: float = 1e-8) -> torch.Tensor:
         w = self.weights
         out = None
         for m in range(len(self.topologies)):
@@ -207,6 +230,11 @@ class SoftTreePosterior(TreePosterior):
             return self.classes_[codes] if self.classes_ is not None else codes
         return self._mixture(X, max_draws).cpu().numpy()
 
+    def _draw_set_weights(self):
+        """(weight, topology index) of the topologies :meth:`_draw_sets` yields, in order."""
+        w = self.weights
+        return [(w[m], m) for m in range(len(self.topologies)) if self.draws[m].shape[0] and w[m] != 0]
+
     def _draw_sets(self, X, max_draws):
         """(weight, mean [S, M], variance [S, 1]) per topology (regression)."""
         X = self.data.check_X(X)
@@ -236,18 +264,26 @@ class SoftTreePosterior(TreePosterior):
         numpy.ndarray [M, 2] lower and upper bounds.
         """
         level, n_draws = check_interval(self.task, level, n_draws)
+        X = self.data.check_X(X)
         g = torch.Generator().manual_seed(int(seed))
-        sets = list(self._draw_sets(X, None))
-        w = torch.stack([s[0] for s in sets])
+        w = torch.stack([wm for wm, _ in self._draw_set_weights()])
         pick = torch.multinomial(w.float(), n_draws, replacement=True, generator=g)
-        out = []
-        for k, (_, mean, var) in enumerate(sets):
-            n_k = int((pick == k).sum())
-            if n_k == 0:
-                continue
-            j = torch.randint(0, mean.shape[0], (n_k,), generator=g)
-            out.append(mean[j] + var[j].sqrt() * torch.randn(n_k, mean.shape[1], generator=g, dtype=torch.float64))
-        return equal_tailed(torch.cat(out), level)
+        block = min(X.shape[0], INTERVAL_BLOCK)
+        rows_per_chunk(self._row_bytes(None, 24 * n_draws), f"predict_interval with n_draws={n_draws}",
+                       rows_at_once=block, device=X.device, also=", or lower n_draws")
+        res = []
+        # Blocks of rows as in TreePosterior.predict_interval: block 0 draws from ``seed``.
+        for b, s0 in enumerate(range(0, X.shape[0], block)):
+            gb = g if b == 0 else torch.Generator().manual_seed(block_seed(seed, b))
+            out = []
+            for k, (_, mean, var) in enumerate(self._draw_sets(X[s0 : s0 + block], None)):
+                n_k = int((pick == k).sum())
+                if n_k == 0:
+                    continue
+                j = torch.randint(0, mean.shape[0], (n_k,), generator=gb)
+                out.append(mean[j] + var[j].sqrt() * torch.randn(n_k, mean.shape[1], generator=gb, dtype=torch.float64))
+            res.append(equal_tailed(torch.cat(out), level))
+        return np.concatenate(res)
 
     def log_predictive(self, X, y, max_draws: Optional[int] = 200) -> float:
         """Mean over points of the log posterior predictive density of ``y`` at ``X``.
@@ -261,11 +297,15 @@ class SoftTreePosterior(TreePosterior):
         if self.task == "classification":
             p = self._proba_t(X, max_draws)
             return float(torch.log(p[torch.arange(len(yt)), yt.long()].clamp_min(1e-300)).mean())
-        logs = []
-        for wm, mean, var in self._draw_sets(X, max_draws):
-            lp = -0.5 * torch.log(2 * math.pi * var) - 0.5 * (yt.to(torch.float64) - mean) ** 2 / var
-            logs.append(torch.logsumexp(lp, 0) - math.log(lp.shape[0]) + torch.log(wm))
-        return float(torch.logsumexp(torch.stack(logs), 0).mean())
+        per_row = []
+        _, parts = self._chunks(X, max_draws, "soft-tree log_predictive")
+        for part in parts:
+            logs = []
+            for wm, mean, var in self._draw_sets(X[part], max_draws):
+                lp = -0.5 * torch.log(2 * math.pi * var) - 0.5 * (yt[part].to(torch.float64) - mean) ** 2 / var
+                logs.append(torch.logsumexp(lp, 0) - math.log(lp.shape[0]) + torch.log(wm))
+            per_row.append(torch.logsumexp(torch.stack(logs), 0))
+        return float(torch.cat(per_row).mean())
 
     # ----------------------------------------------------------------- reporting
     def summary(self) -> Dict:

@@ -40,6 +40,7 @@ from torchtree.samplers import driver
 from torchtree.samplers.driver import default_likelihood, describe
 from torchtree.samplers.protocol import SamplerConfig, SamplerState, option, SettingsAsAttributes
 from torchtree.steps.host_moves import HostChain, host_trees, pack_snapshots, unpack_snapshots
+from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
 from torchtree.steps.moves import (CUT_PROPOSALS, MOVES, N_SLOTS, TreeModel, TreeState, check_move_probs, draw_moves,
                                    propose, sample_prior_state, snapshot_trees)
 
@@ -117,7 +118,7 @@ class MCMCState(SamplerState):
         return {"step": int(self.step), "done": bool(self.done),
                 "trees": {k: v.clone() for k, v in self.chains.trees.as_dict().items()},
                 "proposed": self.proposed.clone(), "accepted": self.accepted.clone(),
-                "kept": self.kept[0].as_dict() if self.kept else None,
+                "kept": compact_trees(self.kept[0], stride=self.chains.trees.n_trees) if self.kept else None,
                 "trace_leaves": torch.stack(self.trace_leaves) if self.trace_leaves else None,
                 "trace_lp": torch.stack(self.trace_lp) if self.trace_lp else None}
 
@@ -129,8 +130,13 @@ class MCMCState(SamplerState):
         return cls(step=int(saved["step"]), done=bool(saved["done"]),
                    chains=TreeState(HardTrees.from_dict(saved["trees"]).to(device)),
                    proposed=saved["proposed"].to(device), accepted=saved["accepted"].to(device),
-                   kept=[] if saved["kept"] is None else [HardTrees.from_dict(saved["kept"]).to(device)],
+                   kept=[] if saved["kept"] is None else [_kept_trees(saved["kept"]).to(device)],
                    trace_leaves=trace(saved["trace_leaves"]), trace_lp=trace(saved["trace_lp"]))
+
+
+def _kept_trees(saved) -> HardTrees:
+    """The kept draws of a checkpoint: compact (deduplicated runs) or, from older files, plain."""
+    return expand_trees(saved) if is_compact(saved) else HardTrees.from_dict(saved)
 
 
 @dataclass

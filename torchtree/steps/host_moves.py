@@ -341,6 +341,24 @@ class HostChain:
         return True
 
 
+def _narrow_np(a: np.ndarray) -> np.ndarray:
+    """``a`` in the narrowest integer type that gives it back exactly (floats: when whole)."""
+    if a.size == 0 or a.dtype == np.bool_:
+        return a
+    if a.dtype.kind == "f":
+        if not np.all(np.isfinite(a)) or np.abs(a).max() >= 2 ** 31:
+            return a
+        whole = a.astype(np.int64)
+        if not np.array_equal(whole.astype(a.dtype).view(np.uint8), a.view(np.uint8)):
+            return a  # fractions, or -0.0
+        a = whole
+    lo, hi = int(a.min()), int(a.max())
+    for dt in (np.int8, np.int16, np.int32):
+        if np.iinfo(dt).min <= lo and hi <= np.iinfo(dt).max:
+            return a.astype(dt)
+    return a
+
+
 def pack_snapshots(snaps) -> dict:
     """Host snapshots as flat tensors (what a checkpoint stores).
 
@@ -351,12 +369,15 @@ def pack_snapshots(snaps) -> dict:
     Returns
     -------
     dict: ``"lengths"`` LongTensor [Q]; ``"fields"`` 8 tensors [sum n_q] (stats [sum n_q, S]),
-    the snapshots' arrays concatenated field by field (empty list when Q = 0).
+    the snapshots' arrays concatenated field by field (empty list when Q = 0), each in the
+    narrowest integer type that holds it exactly; ``"dtypes"`` their own dtypes.
     """
     lengths = torch.tensor([s[0].shape[0] for s in snaps], dtype=torch.long)
     if not snaps:
         return {"lengths": lengths, "fields": []}
-    return {"lengths": lengths, "fields": [torch.from_numpy(np.concatenate([s[i] for s in snaps])) for i in range(8)]}
+    cols = [np.concatenate([s[i] for s in snaps]) for i in range(8)]
+    return {"lengths": lengths, "fields": [torch.from_numpy(_narrow_np(c)) for c in cols],
+            "dtypes": [str(c.dtype) for c in cols]}
 
 
 def unpack_snapshots(packed: dict) -> list:
@@ -365,7 +386,9 @@ def unpack_snapshots(packed: dict) -> list:
     if not lengths:
         return []
     cuts = np.cumsum(lengths)[:-1]
-    cols = [np.split(f.numpy(), cuts) for f in packed["fields"]]
+    dtypes = packed.get("dtypes")  # absent in checkpoints of earlier versions (fields not narrowed)
+    fields = [f.numpy() if dtypes is None else f.numpy().astype(dtypes[i]) for i, f in enumerate(packed["fields"])]
+    cols = [np.split(f, cuts) for f in fields]
     return [tuple(c[q] for c in cols) for q in range(len(lengths))]
 
 
