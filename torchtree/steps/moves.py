@@ -60,7 +60,9 @@ import torch
 from torchtree.kernels.segments import rank_within
 from torchtree.model.priors import ChipmanPrior
 from torchtree.core.random import keyed_uniform
-from torchtree.model.target import TreeModel, _bit_of, _choose, _cut
+from torchtree.model.target import TreeModel, _bit_of
+from torchtree.steps import cut_proposals as cp
+from torchtree.steps.cut_proposals import CUT_PROPOSALS, choose as _choose, prior_cut as _cut
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, UNUSED, HardTrees
 from torchtree.core.validate import check_choice, check_probabilities
 
@@ -271,9 +273,6 @@ def snapshot_trees(trees: HardTrees) -> HardTrees:
                      trees.n_nodes.clone())
 
 
-CUT_PROPOSALS = ("prior", "data", "informed")
-
-
 def check_cut_proposal(cut_proposal: str) -> str:
     """Validate a ``cut_proposal`` option (see :func:`propose`)."""
     return check_choice("cut_proposal", cut_proposal, CUT_PROPOSALS)
@@ -296,10 +295,10 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
         prior's rule density); ``"data"`` a gap between consecutive distinct values of
         the dimension uniform among those in the range, then uniform in the gap (density
         ``1 / (n_gaps * gap width)`` on the same support); ``"informed"`` one of
-        ``tree_model.INFORMED_CELLS`` equal cells of the range drawn with probability
+        ``cut_proposals.INFORMED_CELLS`` equal cells of the range drawn with probability
         ``(1 - eps) softmax(score) + eps / G``, the score being the log likelihood of the
         node split at the cell's midpoint into two leaves, then uniform in the cell
-        (:meth:`TreeModel.informed_cell_logp`). The target is the same; the ratio then
+        (:func:`torchtree.steps.cut_proposals.informed_cell_logp`). The target is the same; the ratio then
         carries prior density / proposal density of the new cut and the inverse for the
         removed one.
 
@@ -340,15 +339,15 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     rng_new, rng_old, rng_swp = rng3[:P], rng3[P:2 * P], rng3[2 * P:]
     if check_cut_proposal(cut_proposal) == "data":
         # log q of the new cut and of the removed one (prune / change) under the gap proposal.
-        thr_new, r_new, lqc_new = model.gap_cut(f_new, rlo3[:P], rhi3[:P], u[:, 3])
+        thr_new, r_new, lqc_new = cp.gap_cut(model, f_new, rlo3[:P], rhi3[:P], u[:, 3])
         r_old = trees.extra["thr_rank"].gather(1, jc[:, None]).squeeze(1)
-        lqc_old = model.log_gap_density(f_old, r_old, rlo3[P:2 * P], rhi3[P:2 * P])
+        lqc_old = cp.log_gap_density(model, f_old, r_old, rlo3[P:2 * P], rhi3[P:2 * P])
     elif cut_proposal == "informed":
         # Both densities in one batched call: the new cut on (j, f_new), the old one on (j, f_old).
-        lp = model.informed_cell_logp(torch.cat([Bj, Bj]), torch.cat([f_new, f_old]), lo3[:2 * P], hi3[:2 * P])
-        thr_new, r_new, lqc_new = model.informed_cut(lp[:P], f_new, lo3[:P], hi3[:P], u[:, 3])
+        lp = cp.informed_cell_logp(model, torch.cat([Bj, Bj]), torch.cat([f_new, f_old]), lo3[:2 * P], hi3[:2 * P])
+        thr_new, r_new, lqc_new = cp.informed_cut(model, lp[:P], f_new, lo3[:P], hi3[:P], u[:, 3])
         thr_old = trees.threshold.gather(1, jc[:, None]).squeeze(1)
-        lqc_old = model.informed_log_density(lp[P:], thr_old, lo3[P:2 * P], hi3[P:2 * P])
+        lqc_old = cp.informed_log_density(lp[P:], thr_old, lo3[P:2 * P], hi3[P:2 * P])
     else:
         thr_new, _ = _cut(lo3[:P], hi3[:P], u[:, 3])
         r_new = model.threshold_rank(f_new, thr_new)
@@ -548,7 +547,7 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
         u_dim = keyed_uniform(seed, stream + 4 * level + 1, key[sp], cs)
         u_cut = keyed_uniform(seed, stream + 4 * level + 2, key[sp], cs)
         vary = root_vary.expand(sp.numel(), -1) if level == 0 else model.varying(Bsp)
-        f, thr, r, nv, rng = model.draw_rule(Bsp, vary, u_dim, u_cut)
+        f, thr, r, nv, rng = cp.draw_rule(model, Bsp, vary, u_dim, u_cut)
         log_q0.index_add_(0, ps, lps[sp] - torch.log(nv.double()) - torch.log(rng.clamp(min=1e-300)))
         t.extra["term"].view(-1)[gs] = model.internal_term(depth[sp], nv, rng)
         per_tree = torch.bincount(ps, minlength=P)
