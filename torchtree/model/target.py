@@ -40,6 +40,8 @@ __all__ = ["TreeModel", "quantile_binned"]
 _CHUNK = 1 << 18  # elements per temporary in the chunked unpack-and-multiply kernels (cache-sized)
 _WORD_CHUNK = 1 << 22  # bitset words scanned for non-zero words at once (32 MB)
 _MEMBER_CHUNK = 1 << 21  # members (node, point) per temporary: with D gathered ranks, ~200 MB at D = 10
+_TABLE_BYTES = 1 << 26  # the bucket prefix table's budget (64 MB) ...
+_MIN_BUCKETS = 16  # ... or 16 buckets per dimension, 2 bytes per value, if that is more
 
 
 def _popcount(x: torch.Tensor) -> torch.Tensor:
@@ -162,6 +164,42 @@ class TreeModel:
         self._lut = ((torch.arange(256, device=dev)[:, None] >> torch.arange(8, device=dev)) & 1).bool()
         self.XT = data.X.transpose(0, 1).float().contiguous()  # [D, N]: one feature's column per row
         self.class_of_point = data.y.long() if self.class_bits is not None else None
+        self._build_buckets(word, val)
+
+    def _build_buckets(self, word: torch.Tensor, val: torch.Tensor) -> None:
+        """The bucket prefix table: per dimension ``K_d = min(U_d, K)`` buckets of
+        consecutive distinct values (quantiles of the points when ``U_d > K``), ``K`` as
+        large as ``_TABLE_BYTES`` allows (at least ``_MIN_BUCKETS``); ``table[boff[d] + k]``
+        is the bitset of the points in buckets ``<= k`` of ``d`` (row 0: empty)."""
+        N, D, W, dev = self.N, self.D, self.W, self.X.device
+        kmax = max(_MIN_BUCKETS, _TABLE_BYTES // (8 * D * W))
+        self.bucket_of = torch.zeros(D, self.umax, dtype=torch.long, device=dev)  # bucket of each distinct value
+        firsts, lasts, counts = [], [], []
+        for d, u in enumerate(self.n_unique.tolist()):
+            if u <= kmax:
+                b = torch.arange(u, device=dev)
+            else:
+                cnt = torch.bincount(self.rank[:, d], minlength=u)
+                b = (cnt.cumsum(0) - cnt) * kmax // N
+                b = torch.cat([b.new_zeros(1), (b[1:] != b[:-1]).long().cumsum(0)])
+            self.bucket_of[d, :u] = b
+            k = int(b[-1]) + 1
+            last = torch.zeros(k, dtype=torch.long, device=dev).scatter_reduce_(0, b, torch.arange(u, device=dev), "amax", include_self=False)
+            lasts.append(last)
+            firsts.append(torch.cat([last.new_zeros(1), last[:-1] + 1]))
+            counts.append(k)
+        self.n_buckets = torch.tensor(counts, dtype=torch.long, device=dev)
+        self.boff = 1 + torch.cat([self.n_buckets.new_zeros(1), self.n_buckets.cumsum(0)[:-1]])
+        self.bucket_first = torch.cat([self.n_buckets.new_zeros(1)] + firsts)  # by table row
+        self.bucket_last = torch.cat([self.n_buckets.new_full((1,), -1)] + lasts)
+        self.bucket_flat = self.bucket_of.reshape(-1)
+        rows = self.boff[None, :] + self.bucket_of.gather(1, self.rank.t()).t()  # [N, D]
+        t = torch.zeros(1 + int(self.n_buckets.sum()), W, dtype=torch.long, device=dev)
+        t.index_put_((rows.reshape(-1), word.repeat_interleave(D)), val.repeat_interleave(D), accumulate=True)
+        for d in range(D):  # the buckets of one dimension are disjoint: a cumulative sum is a cumulative OR
+            s = int(self.boff[d])
+            t[s:s + counts[d]] = t[s:s + counts[d]].cumsum(0)
+        self.table = t
 
     # ---------------------------------------------------------------- terms
     def loglik(self, stats: torch.Tensor) -> torch.Tensor:
@@ -250,14 +288,7 @@ class TreeModel:
 
     def nonconst(self, B: torch.Tensor) -> torch.Tensor:
         """True where the node's points are not all the same feature row (it could split): ``[n, W] -> bool [n]``."""
-        n = B.shape[0]
-        lo = torch.full((n,), self.N, dtype=torch.long, device=B.device)
-        hi = torch.full((n,), -1, dtype=torch.long, device=B.device)
-        for node, pt in self.members(B):
-            r = self.row_id.index_select(0, pt)
-            lo.scatter_reduce_(0, node, r, "amin")
-            hi.scatter_reduce_(0, node, r, "amax")
-        return hi > lo
+        return self.varying(B).any(1)
 
     def rank_extents(self, B: torch.Tensor, f: Optional[torch.Tensor] = None):
         """Smallest and largest rank of each node's points, in every dimension or in ``f``.
@@ -286,10 +317,33 @@ class TreeModel:
         empty = hi < 0
         return lo.masked_fill(empty, 0), hi.masked_fill(empty, 0)
 
+    def _bucket_bits(self, rows: torch.Tensor) -> torch.Tensor:
+        """Bitsets ``[..., W]`` of the buckets at table rows ``rows [...]`` (rows >= 1)."""
+        first = self.bucket_first.index_select(0, rows.reshape(-1)).view(rows.shape) == 0
+        prev = torch.where(first, torch.zeros_like(rows), rows - 1)
+        return self.table[rows] & ~self.table[prev]
+
     def varying(self, B: torch.Tensor) -> torch.Tensor:
-        """Dimensions in which each node's data vary: ``[n, W] -> bool [n, D]``."""
-        lo, hi = self.rank_extents(B)
-        return hi > lo
+        """Dimensions in which each node's data vary: ``[n, W] -> bool [n, D]``.
+
+        A node is constant in ``d`` iff it lies inside the bucket of one of its points and,
+        for a bucket of several values, a scan of its points says so.
+        """
+        n, D = B.shape[0], self.D
+        out = torch.empty(n, D, dtype=torch.bool, device=B.device)
+        if n == 0:
+            return out
+        r0 = self.rank.index_select(0, self.first_point(B))  # [n, D] ranks of one member
+        rows = self.boff[None, :] + self.bucket_flat.index_select(0, (torch.arange(D, device=B.device) * self.umax + r0).reshape(-1)).view(n, D)
+        step = max(1, _CHUNK // (D * self.W))
+        for s in range(0, n, step):
+            out[s:s + step] = ((B[s:s + step, None, :] & ~self._bucket_bits(rows[s:s + step])) != 0).any(-1)
+        multi = self.bucket_last.index_select(0, rows.reshape(-1)).view(n, D) > self.bucket_first.index_select(0, rows.reshape(-1)).view(n, D)
+        node, dim = (~out & multi).nonzero(as_tuple=True)
+        if node.numel():
+            lo, hi = self.rank_extents(B.index_select(0, node), dim[:, None])
+            out[node, dim] = hi[:, 0] > lo[:, 0]
+        return out
 
     def extent(self, B: torch.Tensor, f: torch.Tensor):
         """Smallest and largest value of dimension ``f [n]`` among each node's points.
@@ -302,12 +356,35 @@ class TreeModel:
     def extent_ranks(self, B: torch.Tensor, f: torch.Tensor):
         """:meth:`extent` and the ranks of the two values among the distinct values of ``f``.
 
-        Returns ``(lo, hi, rank_lo, rank_hi)``, each [n].
+        Binary searches over the buckets of ``f`` (``O(W log K)``), then a scan of the
+        node's points in the end buckets when they hold several values. An empty node
+        gets rank 0. Returns ``(lo, hi, rank_lo, rank_hi)``, each [n].
         """
-        rlo, rhi = self.rank_extents(B, f[:, None])
-        rlo, rhi = rlo[:, 0], rhi[:, 0]
-        base = f * self.umax
-        return self.sorted_flat.index_select(0, base + rlo), self.sorted_flat.index_select(0, base + rhi), rlo, rhi
+        n = B.shape[0]
+        dev = B.device
+        BB, ff = torch.cat([B, B]), torch.cat([f, f])
+        want_hit = torch.arange(2 * n, device=dev) < n
+        lo = torch.zeros_like(ff)
+        hi = self.n_buckets.index_select(0, ff) - 1
+        base = self.boff.index_select(0, ff)
+        # min bucket: first k with B & T[k] != 0; max bucket: first k with B within T[k].
+        for _ in range(max(1, int(self.n_buckets.max())).bit_length() + 1):
+            mid = (lo + hi) // 2
+            X = BB & self.table.index_select(0, base + mid)
+            ok = torch.where(want_hit, (X != 0).any(1), (X == BB).all(1))
+            hi = torch.where(ok, mid, hi)
+            lo = torch.where(ok, lo, torch.minimum(mid + 1, hi))
+        rows = base + lo
+        first, last = self.bucket_first.index_select(0, rows), self.bucket_last.index_select(0, rows)
+        r = torch.where(want_hit, first, last)
+        sel = (last > first).nonzero().squeeze(1)
+        if sel.numel():
+            ext_lo, ext_hi = self.rank_extents(BB.index_select(0, sel) & self._bucket_bits(rows.index_select(0, sel)), ff[sel, None])
+            r[sel] = torch.where(want_hit.index_select(0, sel), ext_lo[:, 0], ext_hi[:, 0])
+        empty = ~(B != 0).any(1)
+        r = r.masked_fill(torch.cat([empty, empty]), 0)
+        vals = self.sorted_flat.index_select(0, ff * self.umax + r)
+        return vals[:n], vals[n:], r[:n], r[n:]
 
     def threshold_rank(self, f: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
         """Rank ``r`` with ``sorted[f, r] <= thr < sorted[f, r + 1]`` (``-1`` below the minimum)."""
@@ -318,7 +395,20 @@ class TreeModel:
 
     def split_bits(self, B: torch.Tensor, f: torch.Tensor, r: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
         """Child bitsets: the points of ``B [n, W]`` with rank ``<= r [n]`` in dimension ``f [n]``
-        (left), or the others (where ``right [n]``)."""
+        (left), or the others (where ``right [n]``). The buckets wholly below the cut come
+        from the table; the cut's own bucket, when it is split, from a scan of its points."""
+        rows = self.boff.index_select(0, f) + self.bucket_flat.index_select(0, f * self.umax + r.clamp(min=0))
+        first, last = self.bucket_first.index_select(0, rows), self.bucket_last.index_select(0, rows)
+        whole = torch.where(r == last, rows, torch.where(first == 0, torch.zeros_like(rows), rows - 1))
+        left = B & self.table.index_select(0, torch.where(r < 0, torch.zeros_like(rows), whole))
+        sel = ((r >= 0) & (r < last)).nonzero().squeeze(1)
+        if sel.numel():
+            Bb = B.index_select(0, sel) & self._bucket_bits(rows.index_select(0, sel))
+            left[sel] |= self._split_scan(Bb, f.index_select(0, sel), r.index_select(0, sel))
+        return torch.where(right[:, None], B & ~left, left)
+
+    def _split_scan(self, B: torch.Tensor, f: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        """Bitsets of the points of ``B [n, W]`` with rank ``<= r [n]`` in ``f [n]``, from the points."""
         left = torch.zeros_like(B)
         flat = left.view(-1)
         for node, pt in self.members(B):
@@ -326,7 +416,7 @@ class TreeModel:
             node, pt = node[go], pt[go]
             word, val = _bit_of(pt)
             flat.index_put_((node * self.W + word,), val, accumulate=True)  # distinct bits: a sum is an OR
-        return torch.where(right[:, None], B & ~left, left)
+        return left
 
     # ------------------------------------------------------------------ max_bins
     def on_grid(self, trees: HardTrees) -> HardTrees:
