@@ -40,8 +40,8 @@ __all__ = ["TreeModel", "quantile_binned"]
 _CHUNK = 1 << 18  # elements per temporary in the chunked unpack-and-multiply kernels (cache-sized)
 _WORD_CHUNK = 1 << 22  # bitset words scanned for non-zero words at once (32 MB)
 _MEMBER_CHUNK = 1 << 21  # members (node, point) per temporary: with D gathered ranks, ~200 MB at D = 10
-_TABLE_BYTES = 1 << 26  # the bucket prefix table's budget (64 MB) ...
-_MIN_BUCKETS = 16  # ... or 16 buckets per dimension, 2 bytes per value, if that is more
+_TABLE_BYTES = 1 << 26  # the bucket tables' budget (64 MB) ...
+_MIN_BUCKETS = 16  # ... or 16 buckets per dimension, 4 bytes per value, if that is more
 
 
 def _popcount(x: torch.Tensor) -> torch.Tensor:
@@ -172,7 +172,7 @@ class TreeModel:
         large as ``_TABLE_BYTES`` allows (at least ``_MIN_BUCKETS``); ``table[boff[d] + k]``
         is the bitset of the points in buckets ``<= k`` of ``d`` (row 0: empty)."""
         N, D, W, dev = self.N, self.D, self.W, self.X.device
-        kmax = max(_MIN_BUCKETS, _TABLE_BYTES // (8 * D * W))
+        kmax = max(_MIN_BUCKETS, _TABLE_BYTES // (16 * D * W))
         self.bucket_of = torch.zeros(D, self.umax, dtype=torch.long, device=dev)  # bucket of each distinct value
         firsts, lasts, counts = [], [], []
         for d, u in enumerate(self.n_unique.tolist()):
@@ -200,6 +200,11 @@ class TreeModel:
             s = int(self.boff[d])
             t[s:s + counts[d]] = t[s:s + counts[d]].cumsum(0)
         self.table = t
+        self._dims_by_values = torch.argsort(self.n_unique, descending=True, stable=True).tolist()
+        # outside[row]: the points not in the bucket of that row (row 0: all), to test "inside one bucket"
+        rows = torch.arange(t.shape[0], device=dev)
+        prev = torch.where(self.bucket_first == 0, torch.zeros_like(rows), rows - 1)
+        self.outside = ~t | t.index_select(0, prev)
 
     # ---------------------------------------------------------------- terms
     def loglik(self, stats: torch.Tensor) -> torch.Tensor:
@@ -255,6 +260,11 @@ class TreeModel:
                 k, bit = bits.nonzero(as_tuple=True)
                 yield rows[s:s + wstep].index_select(0, k) + r0, words[s:s + wstep].index_select(0, k) * 64 + bit
 
+    def count(self, B: torch.Tensor) -> torch.Tensor:
+        """Points in each node: ``[n, W] -> [n]`` long."""
+        step = max(1, _CHUNK // self.W)
+        return torch.cat([_popcount(B[s:s + step]).sum(1) for s in range(0, B.shape[0], step)]) if B.shape[0] else B.new_zeros(0)
+
     def node_stats(self, B: torch.Tensor) -> torch.Tensor:
         """Sufficient statistics and point count of node bitsets: ``[n, W] -> [n, S + 1]``.
 
@@ -287,8 +297,28 @@ class TreeModel:
         return w0 * 64 + b
 
     def nonconst(self, B: torch.Tensor) -> torch.Tensor:
-        """True where the node's points are not all the same feature row (it could split): ``[n, W] -> bool [n]``."""
-        return self.varying(B).any(1)
+        """True where the node's points are not all the same feature row (it could split): ``[n, W] -> bool [n]``.
+
+        Tests one dimension at a time, those with the most distinct values first, and stops
+        as soon as every node is seen to vary: most nodes settle in the first dimension.
+        """
+        out = torch.zeros(B.shape[0], dtype=torch.bool, device=B.device)
+        todo = torch.arange(B.shape[0], device=B.device)
+        r0 = self.rank.index_select(0, self.first_point(B))  # [n, D]
+        for d in self._dims_by_values:
+            if todo.numel() == 0:
+                break
+            b = B.index_select(0, todo)
+            rows = self.boff[d] + self.bucket_of[d].index_select(0, r0[todo, d])
+            v = ((b & self.outside.index_select(0, rows)) != 0).any(1)
+            multi = (self.bucket_last.index_select(0, rows) > self.bucket_first.index_select(0, rows)) & ~v
+            if bool(multi.any()):
+                sel = multi.nonzero().squeeze(1)
+                lo, hi = self.rank_extents(b.index_select(0, sel), torch.full((sel.numel(), 1), int(d), dtype=torch.long, device=B.device))
+                v[sel] = hi[:, 0] > lo[:, 0]
+            out[todo[v]] = True
+            todo = todo[~v]
+        return out
 
     def rank_extents(self, B: torch.Tensor, f: Optional[torch.Tensor] = None):
         """Smallest and largest rank of each node's points, in every dimension or in ``f``.
@@ -319,9 +349,7 @@ class TreeModel:
 
     def _bucket_bits(self, rows: torch.Tensor) -> torch.Tensor:
         """Bitsets ``[..., W]`` of the buckets at table rows ``rows [...]`` (rows >= 1)."""
-        first = self.bucket_first.index_select(0, rows.reshape(-1)).view(rows.shape) == 0
-        prev = torch.where(first, torch.zeros_like(rows), rows - 1)
-        return self.table[rows] & ~self.table[prev]
+        return ~self.outside[rows]
 
     def varying(self, B: torch.Tensor) -> torch.Tensor:
         """Dimensions in which each node's data vary: ``[n, W] -> bool [n, D]``.
@@ -337,7 +365,8 @@ class TreeModel:
         rows = self.boff[None, :] + self.bucket_flat.index_select(0, (torch.arange(D, device=B.device) * self.umax + r0).reshape(-1)).view(n, D)
         step = max(1, _CHUNK // (D * self.W))
         for s in range(0, n, step):
-            out[s:s + step] = ((B[s:s + step, None, :] & ~self._bucket_bits(rows[s:s + step])) != 0).any(-1)
+            r = rows[s:s + step]
+            out[s:s + step] = ((B[s:s + step, None, :] & self.outside.index_select(0, r.reshape(-1)).view(r.shape + (self.W,))) != 0).any(-1)
         multi = self.bucket_last.index_select(0, rows.reshape(-1)).view(n, D) > self.bucket_first.index_select(0, rows.reshape(-1)).view(n, D)
         node, dim = (~out & multi).nonzero(as_tuple=True)
         if node.numel():
