@@ -136,7 +136,9 @@ class TreeModel:
         if likelihood.task != data.task:
             raise ValueError(f"likelihood {likelihood!r} is for {likelihood.task} but the data is {data.task}")
         self.max_bins = None if max_bins is None else int(max_bins)
-        if self.max_bins is not None:
+        #: features ranked into bins (more than max_bins distinct values): their thresholds go onto the grid
+        self.binned = data.n_unique > (self.max_bins if self.max_bins is not None else data.n_unique.max())
+        if bool(self.binned.any()):
             data = quantile_binned(data, self.max_bins)
         self.prior, self.likelihood, self.data = prior, likelihood, data
         self.use_likelihood = bool(use_likelihood)
@@ -449,11 +451,13 @@ class TreeModel:
 
     # ------------------------------------------------------------------ max_bins
     def on_grid(self, trees: HardTrees) -> HardTrees:
-        """With ``max_bins``: the trees with every threshold moved down to the largest grid
-        value not above it (no training point changes route; in place); without: unchanged."""
-        if self.max_bins is None:
+        """With ``max_bins``: the trees with every threshold on a binned feature moved down
+        to the largest grid value not above it (no training point changes route; in place).
+        Features of at most ``max_bins`` values, and all without ``max_bins``: unchanged."""
+        if not bool(self.binned.any()):
             return trees
         internal = trees.status == INTERNAL
+        internal &= self.binned.index_select(0, trees.feature.long().clamp(min=0).reshape(-1)).view(internal.shape)
         p, c = internal.nonzero(as_tuple=True)
         if p.numel():
             f = trees.feature[p, c].long()

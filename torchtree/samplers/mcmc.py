@@ -75,6 +75,10 @@ class MCMCConfig(SamplerConfig):
                                              "(prior), uniform among the gaps between distinct values (data), or "
                                              "by the likelihood of the split (informed); not prior runs the "
                                              "batched engine", choices=CUT_PROPOSALS)
+    max_bins: Optional[int] = option(None, help="rank each feature into at most max_bins quantile bins and cut only "
+                                                "between bins: a change of the split prior (cuts uniform over the "
+                                                "grid's range, not the data's), for large data; None: the data "
+                                                "(the paper's model)", low=2)
 
     def check(self) -> None:
         if self.engine == "host" and self.n_chains != 1:
@@ -302,7 +306,7 @@ class MCMC(SettingsAsAttributes):
         """The likelihood (default from the data), the target and the engine of this run."""
         lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
         ctx.extra["likelihood"] = lik
-        ctx.extra["model"] = TreeModel(self.prior, lik, ctx.data, self.config.use_likelihood)
+        ctx.extra["model"] = TreeModel(self.prior, lik, ctx.data, self.config.use_likelihood, self.config.max_bins)
         ctx.extra["host"] = host = self.engine == "host" or (self.engine == "auto" and self.config.n_chains == 1)
         check_tree_memory("MCMC", self.config.n_chains, ctx.data, "n_chains (or n_samples)",
                           kept_per_tree=0 if host else self.config.n_samples,
@@ -453,6 +457,7 @@ class MCMC(SettingsAsAttributes):
             proposed, accepted = state.proposed, state.accepted
             leaves = torch.stack(state.trace_leaves, 1).double().cpu().numpy()  # [chains, draws]
             lp = torch.stack(state.trace_lp, 1).cpu().numpy()
+        trees = ctx.extra["model"].on_grid(trees)  # max_bins: thresholds onto the grid
         elapsed, total = ctx.seconds(), self.n_iterations
         info = {"sampler": self.name, "engine": "host" if ctx.extra["host"] else "batched", "n_chains": c.n_chains,
                 "n_samples": c.n_samples, "n_warmup": self.n_warmup, "thin": c.thin, "keep": c.keep,

@@ -132,6 +132,10 @@ class SMCSamplerConfig(SamplerConfig):
                                                 "(prior), among the gaps between distinct values (data), or one of "
                                                 "16 cells by the likelihood of the split (informed)",
                                choices=CUT_PROPOSALS)
+    max_bins: Optional[int] = option(None, help="rank each feature into at most max_bins quantile bins and cut only "
+                                                "between bins: a change of the split prior (cuts uniform over the "
+                                                "grid's range, not the data's), for large data; None: the data "
+                                                "(the paper's model)", low=2)
 
     def check(self) -> None:
         object.__setattr__(self, "move_probs", check_move_probs(self.move_probs))
@@ -358,7 +362,7 @@ class SMCSampler(SettingsAsAttributes):
         if W == 1:  # one rank alone would refuse while the others wait in a collective
             check_tree_memory("SMCSampler", n, ctx.data, "n_particles",
                               per_tree=2 * hard_tree_bytes(ctx.data.n, ctx.data.n_classes or 3))
-        ctx.extra.update(likelihood=lik, model=TreeModel(self.prior, lik, ctx.data, c.use_likelihood),
+        ctx.extra.update(likelihood=lik, model=TreeModel(self.prior, lik, ctx.data, c.use_likelihood, c.max_bins),
                          # the exact reductions run through a backend also on one process
                          backend=ctx.backend if ctx.backend is not None else LocalBackend(),
                          n_local=n, gidx=torch.arange(ctx.rank * n, (ctx.rank + 1) * n, device=ctx.device),
@@ -503,7 +507,7 @@ class SMCSampler(SettingsAsAttributes):
         """The global posterior, the same on every rank: every rank's trees gathered, identical trees merged."""
         c, P, W, dev, data = self.config, self.config.n_particles, ctx.world_size, ctx.device, ctx.data
         (_,), (final_ess,), (cap,), _ = self._stats(ctx, [st.logw], maxes=[st.particles.trees.capacity])
-        snap = snapshot_trees(st.particles.trees)
+        snap = ctx.extra["model"].on_grid(snapshot_trees(st.particles.trees))  # max_bins: thresholds onto the grid
         snap.reserve(int(cap))
         if W > 1:
             backend = ctx.extra["backend"]
