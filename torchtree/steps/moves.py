@@ -96,14 +96,12 @@ class TreeState:
         root = model.pstats[:, : model.S].sum(0)
         trees = HardTrees.roots(n_trees, root, capacity=capacity, threshold_dtype=model.X.dtype, status=LEAF)
         dev, C = trees.device, trees.capacity
-        bits = torch.zeros(n_trees, C, model.W, dtype=torch.long, device=dev)
-        bits[:, 0] = model.all_bits
         nonconst = model.nonconst(model.all_bits[None])[0]
         term = torch.zeros(n_trees, C, dtype=torch.float64, device=dev)
         term[:, 0] = model.leaf_term(torch.zeros((), dtype=torch.int32, device=dev), nonconst, root)
         heap = torch.zeros(n_trees, C, dtype=torch.long, device=dev)
         heap[:, 0] = 1
-        trees.extra.update(bits=bits, term=term, heap=heap, thr_rank=torch.zeros(n_trees, C, dtype=torch.long, device=dev))
+        trees.extra.update(term=term, heap=heap, thr_rank=torch.zeros(n_trees, C, dtype=torch.long, device=dev))
         return cls(trees)
 
     @property
@@ -119,6 +117,14 @@ class TreeState:
         """Sum of the leaf log marginal likelihoods of every tree, [P] float64."""
         t = self.trees
         return torch.where(t.is_leaf(), model.loglik(t.stats), torch.zeros((), dtype=torch.float64, device=t.device)).sum(1)
+
+    def node_bitsets(self, model: TreeModel) -> torch.Tensor:
+        """Bitsets of the training points in every node slot, ``[P, C, W]`` (unused slots:
+        the root's points). For tests and debugging: the moves route on demand
+        (:func:`node_bits`) rather than keep them."""
+        t, P = self.trees, self.trees.n_trees
+        slots = [node_bits(t, model, torch.full((P,), c, dtype=torch.long, device=t.device)) for c in range(t.capacity)]
+        return torch.stack(slots, 1)
 
     def take_(self, index: torch.Tensor) -> None:
         """In-place gather of particles (resampling), ``self[i] = self[index[i]]``."""
@@ -140,8 +146,6 @@ class TreeState:
             if name in nf:
                 old[rows] = nf[name].index_select(0, rows)
         t.n_nodes[rows] = n.n_nodes.index_select(0, rows)
-        sel = mask.index_select(0, prop.sub_tree)
-        t.extra["bits"][prop.sub_tree[sel], prop.sub_node[sel]] = prop.sub_bits[sel]
         pr = rows[prop.kind.index_select(0, rows) == PRUNE]
         if pr.numel():
             _compact_rows_(t, pr)
@@ -185,6 +189,40 @@ def subtree_mask(trees: HardTrees, node: torch.Tensor) -> torch.Tensor:
     return (node[:, None] >= 0) & (trees.status != UNUSED) & (depth >= dj) & ((heap >> shift) == hj)
 
 
+def node_bits(trees: HardTrees, model: TreeModel, node: torch.Tensor) -> torch.Tensor:
+    """Bitsets of the training points in ``node[p]`` of every tree, routed down from the root.
+
+    One :meth:`~torchtree.model.target.TreeModel.split_bits` per level on the path (the
+    path is read off the heap codes), ``O(depth x W)`` words plus the points of split
+    buckets, so the trees need not keep a bitset per node.
+
+    Parameters
+    ----------
+    trees : HardTrees [P] with ``extra["heap"]`` and ``extra["thr_rank"]``
+    model : TreeModel
+    node : LongTensor [P] (>= 0)
+
+    Returns
+    -------
+    LongTensor [P, W]
+    """
+    P = trees.n_trees
+    B = model.all_bits[None].expand(P, -1).clone()
+    depth = trees.depth.long()
+    dt = depth.gather(1, node[:, None]).squeeze(1)
+    ht = trees.extra["heap"].gather(1, node[:, None]).squeeze(1)
+    cur = torch.zeros_like(node)
+    for level in range(int(dt.max()) if P else 0):
+        rows = (dt > level).nonzero().squeeze(1)
+        c = cur.index_select(0, rows)
+        go_right = ((ht.index_select(0, rows) >> (dt.index_select(0, rows) - level - 1)) & 1) == 1
+        f = trees.feature[rows, c].long()
+        r = trees.extra["thr_rank"][rows, c]
+        B[rows] = model.split_bits(B.index_select(0, rows), f, r, go_right)
+        cur[rows] = torch.where(go_right, trees.right[rows, c], trees.left[rows, c]).long()
+    return B
+
+
 def check_state(state: TreeState, model: TreeModel, atol: float = 1e-6) -> None:
     """Assert that the caches agree with the trees (tests and debugging).
 
@@ -200,13 +238,10 @@ def check_state(state: TreeState, model: TreeModel, atol: float = 1e-6) -> None:
     rec = torch.zeros(P, C, model.W, dtype=torch.long, device=t.device)
     rec.view(P * C, model.W).index_put_(((torch.arange(P, device=t.device)[:, None] * C + leaves).reshape(-1), word.repeat(P)), val.repeat(P), accumulate=True)
     leaf = t.is_leaf()
-    assert bool((rec[leaf] == t.extra["bits"][leaf]).all()), "leaf bitsets differ from the routed points"
+    assert bool((rec[leaf] == state.node_bitsets(model)[leaf]).all()), "leaf bitsets differ from the routed points"
     internal = t.status == INTERNAL
     pi, ni = internal.nonzero(as_tuple=True)
-    bits = t.extra["bits"]
     if pi.numel():
-        lb, rb = bits[pi, t.left[pi, ni].long()], bits[pi, t.right[pi, ni].long()]
-        assert bool(((lb | rb) == bits[pi, ni]).all() and ((lb & rb) == 0).all()), "internal bitsets must be the union of the children's"
         r = model.threshold_rank(t.feature[pi, ni].long(), t.threshold[pi, ni])
         assert bool((r == t.extra["thr_rank"][pi, ni]).all()), "threshold ranks out of date"
     ll = torch.where(leaf, model.loglik(t.stats), torch.zeros((), dtype=torch.float64, device=t.device)).sum(1)
@@ -327,7 +362,7 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     in_old = subtree_mask(trees, j)
 
     # Phase 1: node j's data (unchanged by any move): varying dimensions, new rule, old rule's range.
-    Bj = trees.extra["bits"].view(P * C, W).index_select(0, ar * C + jc)
+    Bj = node_bits(trees, model, jc)
     vary_j = model.varying(Bj)
     nv1 = vary_j.sum(1)
     f_new, _ = _choose(vary_j, u[:, 2])
@@ -391,7 +426,7 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     cmap[sflat] = torch.arange(M, device=dev)
     Bs = torch.empty(M, W, dtype=torch.long, device=dev)
     top = (rel == 0).nonzero().squeeze(1)
-    Bs[top] = trees.extra["bits"].view(P * C, W).index_select(0, sp.index_select(0, top) * C + sc.index_select(0, top))
+    Bs[top] = Bj.index_select(0, sp.index_select(0, top))
     par_fl, f_fl = new.parent.view(-1).long(), new.feature.view(-1).long()
     r_fl, right_fl = new.extra["thr_rank"].view(-1), new.right.view(-1).long()
     for lev in range(1, height + 1):
@@ -520,13 +555,13 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
     t.status[:, 0] = OPEN
     log_q0 = torch.zeros(P, dtype=torch.float64, device=dev)
     root_vary = model.varying(model.all_bits[None])
+    # the open nodes (p-major, slots ascending, as a nonzero() of the status lists them) and their bitsets
+    po, co, B = torch.arange(P, device=dev), torch.zeros(P, dtype=torch.long, device=dev), model.all_bits[None].expand(P, -1)
     for level in range(_MAX_DEPTH + 1):
         C = t.capacity
-        po, co = (t.status == OPEN).nonzero(as_tuple=True)
         if po.numel() == 0:
             break
         g = po * C + co
-        B = t.extra["bits"].view(P * C, W).index_select(0, g)
         can = model.nonconst(B)
         depth = t.depth.view(-1).index_select(0, g)
         lps, lpn = sampler.log_split_probs(depth)
@@ -560,13 +595,16 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
         t.left[ps, cs] = n0.to(t.left.dtype)
         t.right[ps, cs] = (n0 + 1).to(t.right.dtype)
         h = t.extra["heap"][ps, cs]
+        left = model.split_bits(Bsp, f, r, torch.zeros_like(f, dtype=torch.bool))
+        children = (left, Bsp & ~left)
         for k in (0, 1):
-            cb = model.split_bits(Bsp, f, r, torch.full_like(f, k, dtype=torch.bool))
             t.status[ps, n0 + k] = OPEN
             t.depth[ps, n0 + k] = depth[sp] + 1
             t.parent[ps, n0 + k] = cs.to(t.parent.dtype)
             t.extra["heap"][ps, n0 + k] = 2 * h + k
-            t.extra["bits"][ps, n0 + k] = cb
-            t.stats[ps, n0 + k] = model.node_stats(cb)[:, : model.S].to(t.stats.dtype)
+            t.stats[ps, n0 + k] = model.node_stats(children[k])[:, : model.S].to(t.stats.dtype)
         t.n_nodes += 2 * per_tree
+        po, co = torch.cat([ps, ps]), torch.cat([n0, n0 + 1])
+        order = torch.argsort(po * (C + 1) + co)
+        po, co, B = po.index_select(0, order), co.index_select(0, order), torch.cat(children).index_select(0, order)
     return state, log_q0
