@@ -449,6 +449,35 @@ class TreeModel:
             flat.index_put_((node * self.W + word,), val, accumulate=True)  # distinct bits: a sum is an OR
         return left
 
+    def node_bits(self, trees: HardTrees, node: torch.Tensor) -> torch.Tensor:
+        """Bitsets of the training points in ``node[p]`` of every tree, routed down from the root.
+
+        One :meth:`split_bits` per level of the path (read off the heap codes), ``O(depth
+        x W)`` words plus the points of split buckets, so trees need not keep a bitset per node.
+
+        Parameters
+        ----------
+        trees : HardTrees [P] with ``extra["heap"]`` and ``extra["thr_rank"]``
+        node : LongTensor [P] (>= 0)
+
+        Returns
+        -------
+        LongTensor [P, W]
+        """
+        P = trees.n_trees
+        B = self.all_bits[None].expand(P, -1).clone()
+        dt = trees.depth.long().gather(1, node[:, None]).squeeze(1)
+        ht = trees.extra["heap"].gather(1, node[:, None]).squeeze(1)
+        cur = torch.zeros_like(node)
+        for level in range(int(dt.max()) if P else 0):
+            rows = (dt > level).nonzero().squeeze(1)
+            c = cur.index_select(0, rows)
+            go_right = ((ht.index_select(0, rows) >> (dt.index_select(0, rows) - level - 1)) & 1) == 1
+            B[rows] = self.split_bits(B.index_select(0, rows), trees.feature[rows, c].long(),
+                                      trees.extra["thr_rank"][rows, c], go_right)
+            cur[rows] = torch.where(go_right, trees.right[rows, c], trees.left[rows, c]).long()
+        return B
+
     # ------------------------------------------------------------------ max_bins
     def on_grid(self, trees: HardTrees) -> HardTrees:
         """With ``max_bins``: the trees with every threshold on a binned feature moved down

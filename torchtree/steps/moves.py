@@ -6,23 +6,27 @@ may draw a different move type. There is no Python loop over trees or points:
 the loops that remain run over tree depth levels or binary-search steps.
 
 State. A :class:`TreeState` is a :class:`~torchtree.model.trees.HardTrees` (every leaf
-``LEAF``) with four per-node fields in ``trees.extra``:
+``LEAF``) with three per-node fields in ``trees.extra``:
 
-* ``bits [P, C, W]`` int64: the training points in the node as a bitset
-  (``W = ceil(N / 64)`` words). A child's bitset is its parent's AND the
-  precomputed bitset of "points with ``x_f <= threshold``", so re-routing a subtree
-  costs ``W`` word operations per node, whatever the number of points in it;
 * ``term [P, C]`` float64: the node's additive share of the log posterior (split
   or stop probability, rule density, leaf log marginal likelihood), so that
   ``log pi(t) = sum(term) + global`` (``global``: the Poisson prior's leaf-count
   term, zero for the Chipman prior);
 * ``heap [P, C]`` int64: heap code of the node (root 1, children ``2h``,
-  ``2h + 1``): "is c below j" is one shift and compare;
+  ``2h + 1``): "is c below j" is one shift and compare, and the path from the root;
 * ``thr_rank [P, C]`` int64: rank of the threshold among the distinct values of
-  its feature (the bitset to AND with when routing).
+  its feature (what routing compares with).
 
-Data extents, rule draws and per-node log posterior terms come from
-:class:`~torchtree.model.target.TreeModel` (bitset tables built once per data set).
+A move needs the training points of one node ``j`` per tree as a bitset (``W =
+ceil(N / 64)`` int64 words): :meth:`TreeModel.node_bits` routes them down the path from the root
+(one :meth:`~torchtree.model.target.TreeModel.split_bits` per level: the bucket table's
+``W`` words plus the points of the cut's bucket), and the rewritten subtree's bitsets
+follow top-down from ``j``'s. The trees keep no bitset per node, so a batch of deep
+trees costs no ``P x C x W`` words.
+
+Data extents and per-node log posterior terms come from
+:class:`~torchtree.model.target.TreeModel`; cut draws and densities from
+:mod:`torchtree.steps.cut_proposals`.
 
 Proposal ratios (``log q(t | t') - log q(t' | t)``, exact; ``b`` = number of
 candidates, ``p_m`` = move-type probabilities, ``nv`` = varying dimensions of the
@@ -46,8 +50,8 @@ no varying dimension to grow, no candidate node) is flagged invalid: an MH kerne
 rejects it with probability one, an SMC sampler keeps the particle with an
 incremental weight of one (the kernel's atom at the current tree).
 
-Memory: ``P x C x N / 8`` bytes for the bitsets plus ``sum_d U_d x N / 8`` for the
-prefix table (a few MB on the UCI benchmarks).
+Memory: the model's ``O(N D)`` tables, the trees' ``O(P C)`` fields, and ``O(P W)``
+words of bitsets per move (the nodes ``j`` and the rewritten subtrees).
 """
 from __future__ import annotations
 
@@ -84,7 +88,7 @@ class TreeState:
 
     Parameters
     ----------
-    trees : HardTrees [P] with ``extra`` ``bits``, ``term``, ``heap``, ``thr_rank``
+    trees : HardTrees [P] with ``extra`` ``term``, ``heap``, ``thr_rank``
     """
 
     def __init__(self, trees: HardTrees) -> None:
@@ -121,9 +125,9 @@ class TreeState:
     def node_bitsets(self, model: TreeModel) -> torch.Tensor:
         """Bitsets of the training points in every node slot, ``[P, C, W]`` (unused slots:
         the root's points). For tests and debugging: the moves route on demand
-        (:func:`node_bits`) rather than keep them."""
+        (:meth:`TreeModel.node_bits`) rather than keep them."""
         t, P = self.trees, self.trees.n_trees
-        slots = [node_bits(t, model, torch.full((P,), c, dtype=torch.long, device=t.device)) for c in range(t.capacity)]
+        slots = [model.node_bits(t, torch.full((P,), c, dtype=torch.long, device=t.device)) for c in range(t.capacity)]
         return torch.stack(slots, 1)
 
     def take_(self, index: torch.Tensor) -> None:
@@ -189,46 +193,12 @@ def subtree_mask(trees: HardTrees, node: torch.Tensor) -> torch.Tensor:
     return (node[:, None] >= 0) & (trees.status != UNUSED) & (depth >= dj) & ((heap >> shift) == hj)
 
 
-def node_bits(trees: HardTrees, model: TreeModel, node: torch.Tensor) -> torch.Tensor:
-    """Bitsets of the training points in ``node[p]`` of every tree, routed down from the root.
-
-    One :meth:`~torchtree.model.target.TreeModel.split_bits` per level on the path (the
-    path is read off the heap codes), ``O(depth x W)`` words plus the points of split
-    buckets, so the trees need not keep a bitset per node.
-
-    Parameters
-    ----------
-    trees : HardTrees [P] with ``extra["heap"]`` and ``extra["thr_rank"]``
-    model : TreeModel
-    node : LongTensor [P] (>= 0)
-
-    Returns
-    -------
-    LongTensor [P, W]
-    """
-    P = trees.n_trees
-    B = model.all_bits[None].expand(P, -1).clone()
-    depth = trees.depth.long()
-    dt = depth.gather(1, node[:, None]).squeeze(1)
-    ht = trees.extra["heap"].gather(1, node[:, None]).squeeze(1)
-    cur = torch.zeros_like(node)
-    for level in range(int(dt.max()) if P else 0):
-        rows = (dt > level).nonzero().squeeze(1)
-        c = cur.index_select(0, rows)
-        go_right = ((ht.index_select(0, rows) >> (dt.index_select(0, rows) - level - 1)) & 1) == 1
-        f = trees.feature[rows, c].long()
-        r = trees.extra["thr_rank"][rows, c]
-        B[rows] = model.split_bits(B.index_select(0, rows), f, r, go_right)
-        cur[rows] = torch.where(go_right, trees.right[rows, c], trees.left[rows, c]).long()
-    return B
-
-
 def check_state(state: TreeState, model: TreeModel, atol: float = 1e-6) -> None:
     """Assert that the caches agree with the trees (tests and debugging).
 
-    Checks ``HardTrees.validate`` with the data, that every node's bitset is the set of
-    training points routed through it, and that the cached log posterior equals the
-    prior's ``log_prob`` plus the leaf log likelihoods.
+    Checks ``HardTrees.validate`` with the data, that every leaf's bitset
+    (:meth:`TreeModel.node_bits`) is the set of training points routed to it, and that the
+    cached log posterior equals the prior's ``log_prob`` plus the leaf log likelihoods.
     """
     t = state.trees
     t.validate(model.data, model.likelihood)
@@ -256,8 +226,7 @@ class Proposal:
 
     Attributes
     ----------
-    trees : HardTrees [P] proposed trees without ``extra["bits"]`` (rows with
-        ``valid == False`` are not meaningful)
+    trees : HardTrees [P] proposed trees (rows with ``valid == False`` are not meaningful)
     kind : LongTensor [P] move type (``GROW``, ``PRUNE``, ``CHANGE``, ``SWAP``)
     node : LongTensor [P] root of the rewritten subtree (grow: the leaf; swap: the parent)
     valid : BoolTensor [P] the proposed tree has positive prior density
@@ -362,7 +331,7 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     in_old = subtree_mask(trees, j)
 
     # Phase 1: node j's data (unchanged by any move): varying dimensions, new rule, old rule's range.
-    Bj = node_bits(trees, model, jc)
+    Bj = model.node_bits(trees, jc)
     vary_j = model.varying(Bj)
     nv1 = vary_j.sum(1)
     f_new, _ = _choose(vary_j, u[:, 2])
@@ -389,10 +358,10 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
         lqc_new, lqc_old = -torch.log(rng_new.clamp(min=1e-300)), -torch.log(rng_old.clamp(min=1e-300))
     valid = has & ~(is_g & (nv1 == 0))
 
-    # The proposed trees (the bitsets are not copied: only the rewritten subtree's are built).
+    # The proposed trees (only the rewritten subtree's bitsets are built, below).
     new = HardTrees(trees.feature.clone(), trees.threshold.clone(), trees.left.clone(), trees.right.clone(),
                     trees.parent.clone(), trees.depth.clone(), trees.status.clone(), trees.stats.clone(),
-                    trees.n_nodes.clone(), {k: v.clone() for k, v in trees.extra.items() if k != "bits"})
+                    trees.n_nodes.clone(), {k: v.clone() for k, v in trees.extra.items()})
     rows = (is_g & valid).nonzero().squeeze(1)
     if rows.numel():
         new.reserve(int(new.n_nodes.index_select(0, rows).max()) + 2)
