@@ -338,7 +338,10 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     feat = trees.feature.long()
     f_old = feat.gather(1, jc[:, None]).squeeze(1).clamp(min=0)
     f_swp = feat.gather(1, c[:, None]).squeeze(1).clamp(min=0)  # the rule j receives in a swap
-    lo3, hi3, rlo3, rhi3 = model.extent_ranks(torch.cat([Bj, Bj, Bj]), torch.cat([f_new, f_old, f_swp]))
+    # Extents of j in the dimensions of the new, the old and the swapped-in rule, each only
+    # where the tree's move uses it (grow / change, prune / change, swap).
+    need = torch.stack([is_g | is_c, is_p | is_c, is_s]) & has  # [3, P]
+    lo3, hi3, rlo3, rhi3 = _extents_where(model, Bj, torch.stack([f_new, f_old, f_swp]), need)
     rng3 = hi3.double() - lo3.double()
     rng_new, rng_old, rng_swp = rng3[:P], rng3[P:2 * P], rng3[2 * P:]
     if check_cut_proposal(cut_proposal) == "data":
@@ -348,7 +351,10 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
         lqc_old = cp.log_gap_density(model, f_old, r_old, rlo3[P:2 * P], rhi3[P:2 * P])
     elif cut_proposal == "informed":
         # Both densities in one batched call: the new cut on (j, f_new), the old one on (j, f_old).
-        lp = cp.informed_cell_logp(model, torch.cat([Bj, Bj]), torch.cat([f_new, f_old]), lo3[:2 * P], hi3[:2 * P])
+        lp = torch.full((2 * P, cp.INFORMED_CELLS), -math.log(cp.INFORMED_CELLS), dtype=torch.float64, device=dev)
+        rows = need[:2].reshape(-1).nonzero().squeeze(1)
+        lp[rows] = cp.informed_cell_logp(model, Bj.index_select(0, rows % P), torch.cat([f_new, f_old])[rows],
+                                         lo3[rows], hi3[rows])
         thr_new, r_new, lqc_new = cp.informed_cut(model, lp[:P], f_new, lo3[:P], hi3[:P], u[:, 3])
         thr_old = trees.threshold.gather(1, jc[:, None]).squeeze(1)
         lqc_old = cp.informed_log_density(lp[P:], thr_old, lo3[P:2 * P], hi3[P:2 * P])
@@ -447,6 +453,20 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     zero = torch.zeros_like(log_q)
     return Proposal(new, kind, j, valid, torch.where(valid, delta, zero), torch.where(valid, log_q, zero),
                     torch.where(valid, d_ll, zero), sp, sc, Bs)
+
+
+def _extents_where(model: TreeModel, B: torch.Tensor, f: torch.Tensor, need: torch.Tensor):
+    """:meth:`TreeModel.extent_ranks` of nodes ``B [P, W]`` in dimensions ``f [k, P]`` where
+    ``need [k, P]``; returns (lo, hi, rank_lo, rank_hi), each [k * P] (zero where not needed)."""
+    k, P = f.shape
+    lo = torch.zeros(k * P, dtype=model.sorted_flat.dtype, device=B.device)
+    hi, rlo, rhi = lo.clone(), torch.zeros(k * P, dtype=torch.long, device=B.device), torch.zeros(k * P, dtype=torch.long, device=B.device)
+    rows = need.reshape(-1).nonzero().squeeze(1)
+    if rows.numel():
+        out = model.extent_ranks(B.index_select(0, rows % P), f.reshape(-1).index_select(0, rows))
+        for dst, val in zip((lo, hi, rlo, rhi), out):
+            dst[rows] = val
+    return lo, hi, rlo, rhi
 
 
 def _apply_grow(t: HardTrees, rows, j, f, thr, r) -> None:
