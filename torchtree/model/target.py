@@ -393,6 +393,19 @@ class TreeModel:
         """
         n = B.shape[0]
         dev = B.device
+        is_small = self.count(B) < 4 * self.W
+        small = is_small.nonzero().squeeze(1)
+        if small.numel():
+            # small nodes: their points are cheaper to scan than log K table rows
+            big = (~is_small).nonzero().squeeze(1)
+            rlo, rhi = torch.zeros(n, dtype=torch.long, device=dev), torch.zeros(n, dtype=torch.long, device=dev)
+            a, b = self.rank_extents(B.index_select(0, small), f.index_select(0, small)[:, None])
+            rlo[small], rhi[small] = a[:, 0], b[:, 0]
+            if big.numel():
+                _, _, a, b = self.extent_ranks(B.index_select(0, big), f.index_select(0, big))
+                rlo[big], rhi[big] = a, b
+            base = f * self.umax
+            return self.sorted_flat.index_select(0, base + rlo), self.sorted_flat.index_select(0, base + rhi), rlo, rhi
         BB, ff = torch.cat([B, B]), torch.cat([f, f])
         want_hit = torch.arange(2 * n, device=dev) < n
         lo = torch.zeros_like(ff)
