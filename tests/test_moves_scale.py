@@ -189,3 +189,13 @@ def test_a_million_rows_are_not_refused():
     check_tree_memory("MCMC", 4, data, "n_chains", limit=1 * 2**30)
     with pytest.raises(ValueError, match="n_particles"):
         check_tree_memory("SMCSampler", 1024, data, "n_particles", limit=1 * 2**30)
+
+
+def test_checkpoint_of_another_max_bins_is_refused(tmp_path):
+    from torchtree.io.checkpoint import CheckpointError
+
+    data = _data(200)
+    path = str(tmp_path / "ck.pt")
+    SMCSampler(n_particles=16, n_iterations=2, checkpoint=path).run(data, seed=1)
+    with pytest.raises(CheckpointError, match="different run"):
+        SMCSampler(n_particles=16, n_iterations=2, checkpoint=path, max_bins=8).run(data, seed=1)

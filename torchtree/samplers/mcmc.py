@@ -243,6 +243,12 @@ class MCMC(SettingsAsAttributes):
         target; the MH ratio carries the proposal density ratio. Anything but
         ``"prior"`` runs the batched engine (also for one chain: the host engine
         implements ``"prior"`` only), about 20x slower per iteration for one chain.
+    max_bins : int, optional
+        Rank every feature of more than ``max_bins`` distinct values into at most
+        ``max_bins`` quantile bins and fit on them (:func:`torchtree.model.target.quantile_binned`):
+        a change of the split prior, cuts uniform over the grid's range instead of the
+        data's, and the returned thresholds of binned features are grid values. None
+        (default): the data as given, the paper's model.
     """
 
     name = "MCMC"
