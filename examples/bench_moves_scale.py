@@ -68,10 +68,11 @@ def child(method: str, n: int, threads: int, max_bins, smoke: bool) -> dict:
     from torchtree.samplers.smc_moves import SMCSampler
 
     data = tt.Data(Xtr, ytr)
+    extra = {} if max_bins is None else {"max_bins": max_bins}  # (so that releases without it run too)
     if method == "mcmc":
-        s = MCMC(n_chains=4, n_samples=50 if smoke else 500, max_bins=max_bins)
+        s = MCMC(n_chains=4, n_samples=50 if smoke else 500, **extra)
     else:
-        s = SMCSampler(n_particles=64 if smoke else 1024, n_iterations=10, max_bins=max_bins)
+        s = SMCSampler(n_particles=64 if smoke else 1024, n_iterations=10, **extra)
     c0, w0 = time.process_time(), time.perf_counter()
     post = s.run(data, seed=0)
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
