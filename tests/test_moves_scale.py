@@ -90,11 +90,15 @@ def test_kernels_match_brute_force(buckets, monkeypatch):
         assert torch.equal(child[i], ref), i
 
 
+@pytest.mark.parametrize("keep_bits", [True, False], ids=["kept-bits", "routed-bits"])
 @pytest.mark.parametrize("cut_proposal", ["prior", "data", "informed"])
-def test_tiny_buckets_keep_the_caches_exact(tiny_buckets, cut_proposal):
+def test_tiny_buckets_keep_the_caches_exact(tiny_buckets, cut_proposal, keep_bits, monkeypatch):
+    if not keep_bits:
+        monkeypatch.setattr(target, "_KEEP_BITS_BYTES", 0)
     data = _data(200)
     model = TreeModel(tt.ChipmanPrior(), tt.DirichletMultinomial(2.0), data)
     state, _ = sample_prior_state(model, 32, seed=3)
+    assert ("bits" in state.trees.extra) == keep_bits
     check_state(state, model)
     from tests.test_moves import _mh_steps
     _mh_steps(state, model, 15, seed=5, check=True, cut_proposal=cut_proposal)
@@ -110,11 +114,17 @@ def _fit(sampler, data):
                                   lambda **k: MCMC(n_chains=1, n_samples=80, **k),
                                   lambda **k: SMCSampler(n_particles=48, n_iterations=5, **k)],
                          ids=["mcmc-batched", "mcmc-host", "smc-moves"])
-def test_results_do_not_depend_on_the_bucket_tables(make, monkeypatch):
+@pytest.mark.parametrize("change", ["tiny-buckets", "routed-bits", "both"])
+def test_results_do_not_depend_on_the_tables_or_kept_bits(make, change, monkeypatch):
+    """Exact tables with kept per-node bitsets (the small-data path) against 3 buckets per
+    feature and / or bitsets routed from the root (the large-data path): same results."""
     data = _data(300)
     want = _fit(make(), data)
-    monkeypatch.setattr(target, "_TABLE_BYTES", 0)
-    monkeypatch.setattr(target, "_MIN_BUCKETS", 3)
+    if change != "routed-bits":
+        monkeypatch.setattr(target, "_TABLE_BYTES", 0)
+        monkeypatch.setattr(target, "_MIN_BUCKETS", 3)
+    if change != "tiny-buckets":
+        monkeypatch.setattr(target, "_KEEP_BITS_BYTES", 0)
     got = _fit(make(), data)
     for a, b in zip(want, got):
         assert torch.equal(a, b)

@@ -42,6 +42,7 @@ _WORD_CHUNK = 1 << 22  # bitset words scanned for non-zero words at once (32 MB)
 _MEMBER_CHUNK = 1 << 21  # members (node, point) per temporary: with D gathered ranks, ~200 MB at D = 10
 _TABLE_BYTES = 1 << 26  # the bucket tables' budget (64 MB) ...
 _MIN_BUCKETS = 16  # ... or 16 buckets per dimension, 4 bytes per value, if that is more
+_KEEP_BITS_BYTES = 1 << 26  # trees keep per-node bitsets up to this size (64 MB at 64 nodes per tree)
 
 
 def _popcount(x: torch.Tensor) -> torch.Tensor:
@@ -430,6 +431,19 @@ class TreeModel:
         vals = self.sorted_flat.index_select(0, ff * self.umax + r)
         return vals[:n], vals[n:], r[:n], r[n:]
 
+    def extent_ranks_where(self, B: torch.Tensor, f: torch.Tensor, need: torch.Tensor):
+        """:meth:`extent_ranks` of nodes ``B [P, W]`` in dimensions ``f [k, P]`` where ``need
+        [k, P]``; returns (lo, hi, rank_lo, rank_hi), each [k * P] (zero where not needed)."""
+        k, P = f.shape
+        lo = torch.zeros(k * P, dtype=self.sorted_flat.dtype, device=B.device)
+        hi, rlo, rhi = lo.clone(), torch.zeros(k * P, dtype=torch.long, device=B.device), torch.zeros(k * P, dtype=torch.long, device=B.device)
+        rows = need.reshape(-1).nonzero().squeeze(1)
+        if rows.numel():
+            out = self.extent_ranks(B.index_select(0, rows % P), f.reshape(-1).index_select(0, rows))
+            for dst, val in zip((lo, hi, rlo, rhi), out):
+                dst[rows] = val
+        return lo, hi, rlo, rhi
+
     def threshold_rank(self, f: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
         """Rank ``r`` with ``sorted[f, r] <= thr < sorted[f, r + 1]`` (``-1`` below the minimum)."""
         if f.numel() == 0:
@@ -461,6 +475,11 @@ class TreeModel:
             word, val = _bit_of(pt)
             flat.index_put_((node * self.W + word,), val, accumulate=True)  # distinct bits: a sum is an OR
         return left
+
+    def keeps_bits(self, n_trees: int) -> bool:
+        """Whether a batch of ``n_trees`` trees keeps every node's bitset: when even 64 node
+        slots per tree take at most ``_KEEP_BITS_BYTES`` (otherwise :meth:`node_bits` routes)."""
+        return n_trees * 64 * self.W * 8 <= _KEEP_BITS_BYTES
 
     def node_bits(self, trees: HardTrees, node: torch.Tensor) -> torch.Tensor:
         """Bitsets of the training points in ``node[p]`` of every tree, routed down from the root.

@@ -21,8 +21,9 @@ A move needs the training points of one node ``j`` per tree as a bitset (``W =
 ceil(N / 64)`` int64 words): :meth:`TreeModel.node_bits` routes them down the path from the root
 (one :meth:`~torchtree.model.target.TreeModel.split_bits` per level: the bucket table's
 ``W`` words plus the points of the cut's bucket), and the rewritten subtree's bitsets
-follow top-down from ``j``'s. The trees keep no bitset per node, so a batch of deep
-trees costs no ``P x C x W`` words.
+follow top-down from ``j``'s. Only when ``P x W`` is small
+(:meth:`~torchtree.model.target.TreeModel.keeps_bits`: a few chains, or small data) do the
+trees keep every node's bitset in ``extra["bits"] [P, C, W]``, which saves the routing.
 
 Data extents and per-node log posterior terms come from
 :class:`~torchtree.model.target.TreeModel`; cut draws and densities from
@@ -106,6 +107,9 @@ class TreeState:
         heap = torch.zeros(n_trees, C, dtype=torch.long, device=dev)
         heap[:, 0] = 1
         trees.extra.update(term=term, heap=heap, thr_rank=torch.zeros(n_trees, C, dtype=torch.long, device=dev))
+        if model.keeps_bits(n_trees):  # few or small trees: keep every node's bitset (no routing from the root)
+            trees.extra["bits"] = torch.zeros(n_trees, C, model.W, dtype=torch.long, device=dev)
+            trees.extra["bits"][:, 0] = model.all_bits
         return cls(trees)
 
     @property
@@ -150,6 +154,9 @@ class TreeState:
             if name in nf:
                 old[rows] = nf[name].index_select(0, rows)
         t.n_nodes[rows] = n.n_nodes.index_select(0, rows)
+        if "bits" in t.extra:
+            sel = mask.index_select(0, prop.sub_tree)
+            t.extra["bits"][prop.sub_tree[sel], prop.sub_node[sel]] = prop.sub_bits[sel]
         pr = rows[prop.kind.index_select(0, rows) == PRUNE]
         if pr.numel():
             _compact_rows_(t, pr)
@@ -331,7 +338,7 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     in_old = subtree_mask(trees, j)
 
     # Phase 1: node j's data (unchanged by any move): varying dimensions, new rule, old rule's range.
-    Bj = model.node_bits(trees, jc)
+    Bj = trees.extra["bits"][ar, jc] if "bits" in trees.extra else model.node_bits(trees, jc)
     vary_j = model.varying(Bj)
     nv1 = vary_j.sum(1)
     f_new, _ = _choose(vary_j, u[:, 2])
@@ -341,7 +348,7 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     # Extents of j in the dimensions of the new, the old and the swapped-in rule, each only
     # where the tree's move uses it (grow / change, prune / change, swap).
     need = torch.stack([is_g | is_c, is_p | is_c, is_s]) & has  # [3, P]
-    lo3, hi3, rlo3, rhi3 = _extents_where(model, Bj, torch.stack([f_new, f_old, f_swp]), need)
+    lo3, hi3, rlo3, rhi3 = model.extent_ranks_where(Bj, torch.stack([f_new, f_old, f_swp]), need)
     rng3 = hi3.double() - lo3.double()
     rng_new, rng_old, rng_swp = rng3[:P], rng3[P:2 * P], rng3[2 * P:]
     if check_cut_proposal(cut_proposal) == "data":
@@ -367,7 +374,7 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     # The proposed trees (only the rewritten subtree's bitsets are built, below).
     new = HardTrees(trees.feature.clone(), trees.threshold.clone(), trees.left.clone(), trees.right.clone(),
                     trees.parent.clone(), trees.depth.clone(), trees.status.clone(), trees.stats.clone(),
-                    trees.n_nodes.clone(), {k: v.clone() for k, v in trees.extra.items()})
+                    trees.n_nodes.clone(), {k: v.clone() for k, v in trees.extra.items() if k != "bits"})
     rows = (is_g & valid).nonzero().squeeze(1)
     if rows.numel():
         new.reserve(int(new.n_nodes.index_select(0, rows).max()) + 2)
@@ -453,20 +460,6 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     zero = torch.zeros_like(log_q)
     return Proposal(new, kind, j, valid, torch.where(valid, delta, zero), torch.where(valid, log_q, zero),
                     torch.where(valid, d_ll, zero), sp, sc, Bs)
-
-
-def _extents_where(model: TreeModel, B: torch.Tensor, f: torch.Tensor, need: torch.Tensor):
-    """:meth:`TreeModel.extent_ranks` of nodes ``B [P, W]`` in dimensions ``f [k, P]`` where
-    ``need [k, P]``; returns (lo, hi, rank_lo, rank_hi), each [k * P] (zero where not needed)."""
-    k, P = f.shape
-    lo = torch.zeros(k * P, dtype=model.sorted_flat.dtype, device=B.device)
-    hi, rlo, rhi = lo.clone(), torch.zeros(k * P, dtype=torch.long, device=B.device), torch.zeros(k * P, dtype=torch.long, device=B.device)
-    rows = need.reshape(-1).nonzero().squeeze(1)
-    if rows.numel():
-        out = model.extent_ranks(B.index_select(0, rows % P), f.reshape(-1).index_select(0, rows))
-        for dst, val in zip((lo, hi, rlo, rhi), out):
-            dst[rows] = val
-    return lo, hi, rlo, rhi
 
 
 def _apply_grow(t: HardTrees, rows, j, f, thr, r) -> None:
@@ -592,6 +585,8 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
             t.parent[ps, n0 + k] = cs.to(t.parent.dtype)
             t.extra["heap"][ps, n0 + k] = 2 * h + k
             t.stats[ps, n0 + k] = model.node_stats(children[k])[:, : model.S].to(t.stats.dtype)
+            if "bits" in t.extra:
+                t.extra["bits"][ps, n0 + k] = children[k]
         t.n_nodes += 2 * per_tree
         po, co = torch.cat([ps, ps]), torch.cat([n0, n0 + 1])
         order = torch.argsort(po * (C + 1) + co)
