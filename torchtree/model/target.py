@@ -42,7 +42,9 @@ _WORD_CHUNK = 1 << 22  # bitset words scanned for non-zero words at once (32 MB)
 _MEMBER_CHUNK = 1 << 21  # members (node, point) per temporary: with D gathered ranks, ~200 MB at D = 10
 _TABLE_BYTES = 1 << 26  # the bucket tables' budget (64 MB) ...
 _MIN_BUCKETS = 16  # ... or 16 buckets per dimension, 4 bytes per value, if that is more
-_KEEP_BITS_BYTES = 1 << 26  # trees keep per-node bitsets up to this size (64 MB at 64 nodes per tree)
+_EXACT_BYTES = 1 << 28  # but one bucket per distinct value when that takes at most 256 MB (no scans in buckets)
+_SMALL_WORK = 1 << 16  # words below which a batch takes the path of fewest operations, not of least work
+_KEEP_BITS_BYTES = 1 << 25  # trees keep per-node bitsets up to this size (32 MB at 64 nodes per tree; measured crossover)
 
 
 def _popcount(x: torch.Tensor) -> torch.Tensor:
@@ -172,10 +174,13 @@ class TreeModel:
     def _build_buckets(self, word: torch.Tensor, val: torch.Tensor) -> None:
         """The bucket prefix table: per dimension ``K_d = min(U_d, K)`` buckets of
         consecutive distinct values (quantiles of the points when ``U_d > K``), ``K`` as
-        large as ``_TABLE_BYTES`` allows (at least ``_MIN_BUCKETS``); ``table[boff[d] + k]``
-        is the bitset of the points in buckets ``<= k`` of ``d`` (row 0: empty)."""
+        large as ``_TABLE_BYTES`` allows (at least ``_MIN_BUCKETS``), or every value its own
+        bucket when that fits in ``_EXACT_BYTES``; ``table[boff[d] + k]`` is the bitset of the
+        points in buckets ``<= k`` of ``d`` (row 0: empty)."""
         N, D, W, dev = self.N, self.D, self.W, self.X.device
         kmax = max(_MIN_BUCKETS, _TABLE_BYTES // (16 * D * W))
+        if 16 * int(self.n_unique.sum()) * W <= _EXACT_BYTES:  # exact tables (one value per bucket) if they are small
+            kmax = self.umax
         self.bucket_of = torch.zeros(D, self.umax, dtype=torch.long, device=dev)  # bucket of each distinct value
         firsts, lasts, counts = [], [], []
         for d, u in enumerate(self.n_unique.tolist()):
@@ -305,6 +310,8 @@ class TreeModel:
         Tests one dimension at a time, those with the most distinct values first, and stops
         as soon as every node is seen to vary: most nodes settle in the first dimension.
         """
+        if B.shape[0] * self.D * self.W < _SMALL_WORK:  # a small batch: fewer operations at once
+            return self.varying(B).any(1)
         out = torch.zeros(B.shape[0], dtype=torch.bool, device=B.device)
         todo = torch.arange(B.shape[0], device=B.device)
         r0 = self.rank.index_select(0, self.first_point(B))  # [n, D]
@@ -394,7 +401,7 @@ class TreeModel:
         """
         n = B.shape[0]
         dev = B.device
-        is_small = self.count(B) < 4 * self.W
+        is_small = self.count(B) < 4 * self.W if n * self.W >= _SMALL_WORK else torch.zeros(n, dtype=torch.bool, device=dev)
         small = is_small.nonzero().squeeze(1)
         if small.numel():
             # small nodes: their points are cheaper to scan than log K table rows
