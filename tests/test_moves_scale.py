@@ -38,6 +38,7 @@ def _data(n=600, seed=0):
 def tiny_buckets(monkeypatch):
     """Bucket tables of at most 3 buckets per feature (every multi-value path taken)."""
     monkeypatch.setattr(target, "_TABLE_BYTES", 0)
+    monkeypatch.setattr(target, "_EXACT_BYTES", 0)
     monkeypatch.setattr(target, "_MIN_BUCKETS", 3)
 
 
@@ -58,6 +59,7 @@ def _random_nodes(N, n, seed):
 def test_kernels_match_brute_force(buckets, monkeypatch):
     if buckets == "tiny":
         monkeypatch.setattr(target, "_TABLE_BYTES", 0)
+        monkeypatch.setattr(target, "_EXACT_BYTES", 0)
         monkeypatch.setattr(target, "_MIN_BUCKETS", 3)
     data = _data()
     model = TreeModel(tt.ChipmanPrior(), tt.DirichletMultinomial(), data)
@@ -122,6 +124,7 @@ def test_results_do_not_depend_on_the_tables_or_kept_bits(make, change, monkeypa
     want = _fit(make(), data)
     if change != "routed-bits":
         monkeypatch.setattr(target, "_TABLE_BYTES", 0)
+        monkeypatch.setattr(target, "_EXACT_BYTES", 0)
         monkeypatch.setattr(target, "_MIN_BUCKETS", 3)
     if change != "tiny-buckets":
         monkeypatch.setattr(target, "_KEEP_BITS_BYTES", 0)
