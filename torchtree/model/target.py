@@ -30,7 +30,7 @@ from typing import Iterator, Optional, Tuple
 
 import torch
 
-from torchtree.kernels.segments import segmented_searchsorted
+from torchtree.kernels.segments import ragged_arange, segmented_searchsorted
 from torchtree.model.likelihoods import DirichletMultinomial
 from torchtree.model.priors import ChipmanPrior
 from torchtree.model.trees import INTERNAL, HardTrees
@@ -208,6 +208,17 @@ class TreeModel:
             s = int(self.boff[d])
             t[s:s + counts[d]] = t[s:s + counts[d]].cumsum(0)
         self.table = t
+        # The points of each dimension in rank order, and where each bucket's (and each value's) run ends:
+        # a bucket's points are a run of that order, so a scan inside one bucket costs its points only.
+        self.pts_by_rank = torch.argsort(self.rank, dim=0, stable=True).t().contiguous().reshape(-1).to(torch.int32)
+        cnt = torch.zeros(D, self.umax, dtype=torch.long, device=dev)
+        cnt.scatter_add_(1, self.rank.t(), torch.ones(D, N, dtype=torch.long, device=dev))
+        self.value_end = (cnt.cumsum(1) + N * torch.arange(D, device=dev)[:, None]).reshape(-1)  # flat positions
+        dim_of_row = torch.repeat_interleave(torch.arange(D, device=dev), self.n_buckets)
+        self.run_end = torch.cat([torch.zeros(1, dtype=torch.long, device=dev),
+                                  self.value_end.index_select(0, dim_of_row * self.umax + self.bucket_last[1:])])
+        self.run_start = torch.where(self.bucket_first > 0, self.value_end.index_select(0, (torch.cat([dim_of_row.new_zeros(1), dim_of_row]) * self.umax + self.bucket_first - 1).clamp(min=0)),
+                                     torch.cat([dim_of_row.new_zeros(1), dim_of_row]) * N)
         self._dims_by_values = torch.argsort(self.n_unique, descending=True, stable=True).tolist()
         # outside[row]: the points not in the bucket of that row (row 0: all), to test "inside one bucket"
         rows = torch.arange(t.shape[0], device=dev)
@@ -324,8 +335,8 @@ class TreeModel:
             multi = (self.bucket_last.index_select(0, rows) > self.bucket_first.index_select(0, rows)) & ~v
             if bool(multi.any()):
                 sel = multi.nonzero().squeeze(1)
-                lo, hi = self.rank_extents(b.index_select(0, sel), torch.full((sel.numel(), 1), int(d), dtype=torch.long, device=B.device))
-                v[sel] = hi[:, 0] > lo[:, 0]
+                lo, hi = self._run_extents(b.index_select(0, sel), rows.index_select(0, sel), torch.full_like(sel, int(d)))
+                v[sel] = hi > lo
             out[todo[v]] = True
             todo = todo[~v]
         return out
@@ -357,6 +368,35 @@ class TreeModel:
         empty = hi < 0
         return lo.masked_fill(empty, 0), hi.masked_fill(empty, 0)
 
+    def _run_members(self, B: torch.Tensor, start: torch.Tensor, end: torch.Tensor):
+        """The points of runs ``[start, end)`` of the rank order that are in ``B [m, W]`` (run i
+        against row i), in chunks: yields ``(i [k], point [k])``; costs the runs' lengths."""
+        lens = (end - start).clamp(min=0)
+        m, s0 = lens.numel(), 0
+        csum = lens.cumsum(0)
+        while s0 < m:
+            base = int(csum[s0 - 1]) if s0 else 0
+            s1 = max(s0 + 1, int(torch.searchsorted(csum, base + _MEMBER_CHUNK, right=True)))
+            seg, pos = ragged_arange(lens[s0:s1])
+            seg = seg + s0
+            pt = self.pts_by_rank.index_select(0, start.index_select(0, seg) + pos).long()
+            inside = ((B.view(-1).index_select(0, seg * self.W + pt // 64) >> (pt % 64)) & 1) == 1
+            yield seg[inside], pt[inside]
+            s0 = s1
+
+    def _run_extents(self, B: torch.Tensor, rows: torch.Tensor, f: torch.Tensor):
+        """Smallest and largest rank in dimension ``f [m]`` of the points of ``B [m, W]`` inside
+        the buckets at table rows ``rows [m]`` (0 where none), from the buckets' runs."""
+        m = B.shape[0]
+        lo = torch.full((m,), self.umax, dtype=torch.long, device=B.device)
+        hi = torch.full((m,), -1, dtype=torch.long, device=B.device)
+        for i, pt in self._run_members(B, self.run_start.index_select(0, rows), self.run_end.index_select(0, rows)):
+            r = self.rank_flat.index_select(0, pt * self.D + f.index_select(0, i))
+            lo.scatter_reduce_(0, i, r, "amin")
+            hi.scatter_reduce_(0, i, r, "amax")
+        empty = hi < 0
+        return lo.masked_fill(empty, 0), hi.masked_fill(empty, 0)
+
     def _bucket_bits(self, rows: torch.Tensor) -> torch.Tensor:
         """Bitsets ``[..., W]`` of the buckets at table rows ``rows [...]`` (rows >= 1)."""
         return ~self.outside[rows]
@@ -380,8 +420,8 @@ class TreeModel:
         multi = self.bucket_last.index_select(0, rows.reshape(-1)).view(n, D) > self.bucket_first.index_select(0, rows.reshape(-1)).view(n, D)
         node, dim = (~out & multi).nonzero(as_tuple=True)
         if node.numel():
-            lo, hi = self.rank_extents(B.index_select(0, node), dim[:, None])
-            out[node, dim] = hi[:, 0] > lo[:, 0]
+            lo, hi = self._run_extents(B.index_select(0, node), rows[node, dim], dim)
+            out[node, dim] = hi > lo
         return out
 
     def extent(self, B: torch.Tensor, f: torch.Tensor):
@@ -401,10 +441,10 @@ class TreeModel:
         """
         n = B.shape[0]
         dev = B.device
-        is_small = self.count(B) < 4 * self.W if n * self.W >= _SMALL_WORK else torch.zeros(n, dtype=torch.bool, device=dev)
+        is_small = 2 * self.count(B) < self.W if n * self.W >= _SMALL_WORK else torch.zeros(n, dtype=torch.bool, device=dev)
         small = is_small.nonzero().squeeze(1)
         if small.numel():
-            # small nodes: their points are cheaper to scan than log K table rows
+            # nodes of under W / 2 points: unpacking them is cheaper than log K table rows
             big = (~is_small).nonzero().squeeze(1)
             rlo, rhi = torch.zeros(n, dtype=torch.long, device=dev), torch.zeros(n, dtype=torch.long, device=dev)
             a, b = self.rank_extents(B.index_select(0, small), f.index_select(0, small)[:, None])
@@ -431,8 +471,8 @@ class TreeModel:
         r = torch.where(want_hit, first, last)
         sel = (last > first).nonzero().squeeze(1)
         if sel.numel():
-            ext_lo, ext_hi = self.rank_extents(BB.index_select(0, sel) & self._bucket_bits(rows.index_select(0, sel)), ff[sel, None])
-            r[sel] = torch.where(want_hit.index_select(0, sel), ext_lo[:, 0], ext_hi[:, 0])
+            ext_lo, ext_hi = self._run_extents(BB.index_select(0, sel), rows.index_select(0, sel), ff.index_select(0, sel))
+            r[sel] = torch.where(want_hit.index_select(0, sel), ext_lo, ext_hi)
         empty = ~(B != 0).any(1)
         r = r.masked_fill(torch.cat([empty, empty]), 0)
         vals = self.sorted_flat.index_select(0, ff * self.umax + r)
@@ -468,20 +508,15 @@ class TreeModel:
         left = B & self.table.index_select(0, torch.where(r < 0, torch.zeros_like(rows), whole))
         sel = ((r >= 0) & (r < last)).nonzero().squeeze(1)
         if sel.numel():
-            Bb = B.index_select(0, sel) & self._bucket_bits(rows.index_select(0, sel))
-            left[sel] |= self._split_scan(Bb, f.index_select(0, sel), r.index_select(0, sel))
+            # the cut's bucket: its points of rank <= r are a run of the rank order
+            fs, rs = f.index_select(0, sel), r.index_select(0, sel)
+            part = torch.zeros(sel.numel(), self.W, dtype=torch.long, device=B.device)
+            for i, pt in self._run_members(B.index_select(0, sel), self.run_start.index_select(0, rows.index_select(0, sel)),
+                                           self.value_end.index_select(0, fs * self.umax + rs)):
+                word, val = _bit_of(pt)
+                part.view(-1).index_put_((i * self.W + word,), val, accumulate=True)  # distinct bits: a sum is an OR
+            left[sel] |= part
         return torch.where(right[:, None], B & ~left, left)
-
-    def _split_scan(self, B: torch.Tensor, f: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        """Bitsets of the points of ``B [n, W]`` with rank ``<= r [n]`` in ``f [n]``, from the points."""
-        left = torch.zeros_like(B)
-        flat = left.view(-1)
-        for node, pt in self.members(B):
-            go = self.rank_flat.index_select(0, pt * self.D + f.index_select(0, node)) <= r.index_select(0, node)
-            node, pt = node[go], pt[go]
-            word, val = _bit_of(pt)
-            flat.index_put_((node * self.W + word,), val, accumulate=True)  # distinct bits: a sum is an OR
-        return left
 
     def keeps_bits(self, n_trees: int) -> bool:
         """Whether a batch of ``n_trees`` trees keeps every node's bitset: when even 64 node
