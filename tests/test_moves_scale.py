@@ -186,22 +186,22 @@ def test_quantile_bins_are_quantiles_and_keep_ties_together():
 
 def test_tables_are_linear_in_the_data():
     """No N^2 table: at N = 50,000 continuous points (where the old prefix tables took
-    ~20 GB) the model holds well under 100 MB of tensors."""
+    ~20 GB) the model holds its data and 256 MB of bucket tables, as estimated."""
     g = torch.Generator().manual_seed(0)
     X = torch.randn(50_000, 10, generator=g)
     data = tt.Data(X, (X[:, 0] > 0).long())
     model = TreeModel(tt.ChipmanPrior(), tt.DirichletMultinomial(), data)
     held = sum(v.numel() * v.element_size() for v in vars(model).values() if isinstance(v, torch.Tensor))
-    assert held < 100 * 2**20, held
-    assert held < move_model_bytes(50_000, 10, 2) * 1.5
+    assert held < 300 * 2**20, held
+    assert held < move_model_bytes(50_000, 10, 2) * 1.1
 
 
 def test_a_million_rows_are_not_refused():
     data = types.SimpleNamespace(n=700_000, d=10, n_classes=2, device=torch.device("cpu"))
-    check_tree_memory("SMCSampler", 1024, data, "n_particles", limit=8 * 2**30)
+    check_tree_memory("SMCSampler", 1024, data, "n_particles", limit=4 * 2**30)
     check_tree_memory("MCMC", 4, data, "n_chains", limit=1 * 2**30)
     with pytest.raises(ValueError, match="n_particles"):
-        check_tree_memory("SMCSampler", 1024, data, "n_particles", limit=1 * 2**30)
+        check_tree_memory("SMCSampler", 1024, data, "n_particles", limit=512 * 2**20)
 
 
 def test_checkpoint_of_another_max_bins_is_refused(tmp_path):

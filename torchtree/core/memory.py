@@ -165,19 +165,24 @@ def hard_tree_bytes(n_points: int, n_stats: int, capacity: int = 16, caches: boo
     capacity : int
         Node slots (trees start with 16 or 32 and grow).
     caches : bool
-        Include the MCMC / SMC-move caches (point bits, leaf terms, heap and rank).
+        Include the MCMC / SMC-move caches: leaf terms, heap codes and threshold ranks per
+        node, and the bitsets a move builds per tree (node ``j`` and its rewritten
+        subtree, at least 4 x ``ceil(N / 64)`` words; the trees keep no bitset per node
+        unless those are small, see :meth:`torchtree.model.target.TreeModel.keeps_bits`).
 
     Returns
     -------
     int
     """
     node = 5 * 4 + 8 + 1 + 8 * n_stats  # feature/left/right/parent/depth, threshold, status, stats
+    per_tree = 8
     if caches:
-        node += 8 * math.ceil(max(n_points, 1) / 64) + 3 * 8
-    return capacity * node + 8
+        node += 3 * 8
+        per_tree += 4 * 8 * math.ceil(max(n_points, 1) / 64)
+    return capacity * node + per_tree
 
 
-def move_model_bytes(n_points: int, n_features: int, n_stats: int, table_bytes: int = 1 << 26,
+def move_model_bytes(n_points: int, n_features: int, n_stats: int, table_bytes: int = 1 << 28,
                      min_buckets: int = 16) -> int:
     """Bytes of the moves' data tables (:class:`torchtree.model.target.TreeModel`), ``O(N D)``.
 

@@ -40,7 +40,7 @@ __all__ = ["TreeModel", "quantile_binned"]
 _CHUNK = 1 << 18  # elements per temporary in the chunked unpack-and-multiply kernels (cache-sized)
 _WORD_CHUNK = 1 << 22  # bitset words scanned for non-zero words at once (32 MB)
 _MEMBER_CHUNK = 1 << 21  # members (node, point) per temporary: with D gathered ranks, ~200 MB at D = 10
-_TABLE_BYTES = 1 << 26  # the bucket tables' budget (64 MB) ...
+_TABLE_BYTES = 1 << 28  # the bucket tables' budget (256 MB) ...
 _MIN_BUCKETS = 16  # ... or 16 buckets per dimension, 4 bytes per value, if that is more
 _EXACT_BYTES = 1 << 28  # but one bucket per distinct value when that takes at most 256 MB (no scans in buckets)
 _SMALL_WORK = 1 << 16  # words below which a batch takes the path of fewest operations, not of least work
