@@ -1,28 +1,32 @@
 """``TreeModel``: the hard-tree samplers' target (prior x leaf likelihood) and its data tables.
 
-The moves (:mod:`torchtree.steps.moves`) keep, per node, the bitset of the training
-points in it (``W = ceil(N / 64)`` int64 words); this module holds the data tables and
-the per-node computations on those bitsets: log posterior terms, class counts, data
-extents and child bitsets. How cuts are proposed lives in
+The moves (:mod:`torchtree.steps.moves`) work on node bitsets, the training points in a
+node (``W = ceil(N / 64)`` int64 words); this module holds the data tables and the
+per-node computations on those bitsets: log posterior terms, class counts, data extents,
+varying dimensions and child bitsets. How cuts are proposed lives in
 :mod:`torchtree.steps.cut_proposals`.
 
-Per-node work. A batch of node bitsets is unpacked into its members (node, point)
-in chunks (:meth:`TreeModel.members`: the non-zero words, then their set bits), so a
-node costs ``O(W)`` to scan plus ``O(n_points)`` for what is computed on its points:
-the ranks ``X_rank[point, d]`` gathered and reduced per node with ``scatter_reduce``
-(extents, varying dimensions), compared with a cut (child bitsets). Class counts are
-popcounts of the node's bitset AND the class bitsets (``O(S W)``); other statistics one
-unpacked row times the per-point statistics (``O(N)`` per node, in bounded chunks).
+Bucket tables. Each feature's distinct values are grouped into ``K_d <= K`` buckets of
+consecutive values (quantiles of the points; one value per bucket when the tables fit in
+``_EXACT_BYTES``, as on small data), and ``table[boff[d] + k]`` is the bitset of the points
+in buckets ``<= k`` (``outside``: the points not in bucket ``k``). A node lies inside one
+bucket iff ``B & outside == 0``; its lowest / highest bucket in ``d`` comes from a binary
+search over the table (``O(W log K)`` words); the exact rank inside a bucket, and a cut
+inside a bucket, from the bucket's points, a run of the points sorted by rank
+(``O(N / K)``). Nodes of few points are unpacked instead (:meth:`TreeModel.members`).
+Class counts are popcounts of the node's bitset AND the class bitsets (``O(S W)``); other
+statistics one unpacked row times the per-point statistics (``O(N)`` per node, in bounded
+chunks).
 
-Memory: ``O(N D)`` for the data and ranks, ``S W`` words of class bitsets, and
-temporaries of at most ``_MEMBER_CHUNK`` members / ``_WORD_CHUNK`` words (tens of MB)
-whatever the batch; nothing grows as ``N^2``.
+Memory: ``O(N D)``: the data, ranks and rank order, the class bitsets, and the bucket
+tables (``_TABLE_BYTES``, at least ``_MIN_BUCKETS`` per feature); temporaries of at most
+``_MEMBER_CHUNK`` members / ``_WORD_CHUNK`` words whatever the batch. Nothing grows as ``N^2``.
 
 ``max_bins``: the model can instead be built on the data ranked into at most
-``max_bins`` quantile bins per feature (:func:`quantile_binned`);
-the cuts are then uniform over the grid's range instead of the data's, and
-:meth:`TreeModel.on_grid` moves the thresholds of the returned trees down onto the grid
-(the largest grid value below them, which changes no training point's route).
+``max_bins`` quantile bins per feature (:func:`quantile_binned`); the cuts are then
+uniform over the grid's range instead of the data's, and :meth:`TreeModel.on_grid` moves
+the thresholds of binned features in the returned trees down onto the grid (the largest
+grid value below them, which changes no training point's route).
 """
 from __future__ import annotations
 
@@ -396,10 +400,6 @@ class TreeModel:
             hi.scatter_reduce_(0, i, r, "amax")
         empty = hi < 0
         return lo.masked_fill(empty, 0), hi.masked_fill(empty, 0)
-
-    def _bucket_bits(self, rows: torch.Tensor) -> torch.Tensor:
-        """Bitsets ``[..., W]`` of the buckets at table rows ``rows [...]`` (rows >= 1)."""
-        return ~self.outside[rows]
 
     def varying(self, B: torch.Tensor) -> torch.Tensor:
         """Dimensions in which each node's data vary: ``[n, W] -> bool [n, D]``.
