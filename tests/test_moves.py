@@ -111,12 +111,12 @@ def test_prior_draws_match_exact_prior_distribution():
 
 
 # ----------------------------------------------------------------------------- detailed balance
-def _class_keys(state: TreeState, n_features: int) -> torch.Tensor:
+def _class_keys(state: TreeState, model: TreeModel) -> torch.Tensor:
     """Equivalence class of each tree (cuts in the same data interval are the same tree):
     the set of its internal nodes as (points in the node, feature, points sent left),
     hashed to one int64 per tree."""
     t = state.trees
-    bits = t.extra["bits"][..., 0]  # N <= 64: one word per node
+    bits = state.node_bitsets(model)[..., 0]  # N <= 64: one word per node
     left = bits.gather(1, t.left.long().clamp(min=0))
     N = 8  # the toy data sets below have at most 8 points
     code = bits + (t.feature.long().clamp(min=0) << N) + (left << (N + 4))
@@ -154,7 +154,7 @@ def test_detailed_balance_on_enumerable_space(move_probs, cut_proposal):
     model = TreeModel(tt.ChipmanPrior(0.95, 0.5), lik, data)
     T = 60000
     state, _ = sample_prior_state(model, T, seed=21)
-    key_a = _class_keys(state, data.d)
+    key_a = _class_keys(state, model)
     leaf = state.trees.is_leaf()
     loglik_a = torch.where(leaf, lik.log_marginal(state.trees.stats), torch.zeros((), dtype=torch.float64)).sum(1)
     u = keyed_uniform(77, 0, torch.arange(T)[:, None], torch.arange(5)[None, :])
@@ -162,7 +162,7 @@ def test_detailed_balance_on_enumerable_space(move_probs, cut_proposal):
     prop = propose(state, model, kind, u, move_probs, cut_proposal)
     state.accept_(prop, torch.log(u[:, 4]) < prop.log_accept_ratio)
     check_state(state, model)
-    key_b = _class_keys(state, data.d)
+    key_b = _class_keys(state, model)
     moved = key_a != key_b
     assert int(moved.sum()) > 1000
     uniq, inv = torch.unique(torch.cat([key_a, key_b]), return_inverse=True)

@@ -19,7 +19,8 @@ from typing import Optional
 
 import torch
 
-__all__ = ["available_bytes", "check_memory", "format_bytes", "hard_tree_bytes", "check_tree_memory", "lais_bytes"]
+__all__ = ["available_bytes", "check_memory", "format_bytes", "hard_tree_bytes", "move_model_bytes", "check_tree_memory",
+           "lais_bytes"]
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -164,16 +165,46 @@ def hard_tree_bytes(n_points: int, n_stats: int, capacity: int = 16, caches: boo
     capacity : int
         Node slots (trees start with 16 or 32 and grow).
     caches : bool
-        Include the MCMC / SMC-move caches (point bits, leaf terms, heap and rank).
+        Include the MCMC / SMC-move caches: leaf terms, heap codes and threshold ranks per
+        node, and the bitsets a move builds per tree (node ``j`` and its rewritten
+        subtree, at least 4 x ``ceil(N / 64)`` words; the trees keep no bitset per node
+        unless those are small, see :meth:`torchtree.model.target.TreeModel.keeps_bits`).
 
     Returns
     -------
     int
     """
     node = 5 * 4 + 8 + 1 + 8 * n_stats  # feature/left/right/parent/depth, threshold, status, stats
+    per_tree = 8
     if caches:
-        node += 8 * math.ceil(max(n_points, 1) / 64) + 3 * 8
-    return capacity * node + 8
+        node += 3 * 8
+        per_tree += 4 * 8 * math.ceil(max(n_points, 1) / 64)
+    return capacity * node + per_tree
+
+
+def move_model_bytes(n_points: int, n_features: int, n_stats: int, table_bytes: int = 1 << 28,
+                     min_buckets: int = 16) -> int:
+    """Bytes of the moves' data tables (:class:`torchtree.model.target.TreeModel`), ``O(N D)``.
+
+    The ranks (int64) and a float32 copy of the features per value, the class bitsets and
+    the two bucket tables (``table_bytes``, or ``min_buckets`` bitsets per feature when
+    that is more). Nothing grows as ``N^2``.
+
+    Parameters
+    ----------
+    n_points, n_features, n_stats : int
+        Training points N, features D, statistics per node S.
+    table_bytes, min_buckets : int
+        The bucket tables' budget and least number of buckets per feature (the model's).
+
+    Returns
+    -------
+    int
+    """
+    n, d = max(int(n_points), 1), max(int(n_features), 1)
+    words = math.ceil(n / 64)
+    tables = max(int(table_bytes), 2 * min_buckets * d * words * 8)
+    return n * d * (8 + 4) + (n_stats + 1) * words * 8 + tables
 
 
 def check_tree_memory(what: str, n_trees: int, data, setting: str, *, capacity: int = 16, caches: bool = True,
@@ -188,7 +219,8 @@ def check_tree_memory(what: str, n_trees: int, data, setting: str, *, capacity: 
     data : torchtree.Data
     setting : str
         The setting(s) to lower.
-    capacity, caches : see :func:`hard_tree_bytes`
+    capacity, caches : see :func:`hard_tree_bytes`; with ``caches`` the moves' data tables
+        (:func:`move_model_bytes`) are counted once as well
     per_tree : int
         Further bytes per tree (log weights, blocks of uniforms, ...).
     kept_per_tree : int
@@ -198,7 +230,9 @@ def check_tree_memory(what: str, n_trees: int, data, setting: str, *, capacity: 
     """
     n, s = int(data.n), int(getattr(data, "n_classes", 0) or 3)
     each = hard_tree_bytes(n, s, capacity, caches) + per_tree + kept_per_tree * hard_tree_bytes(n, s, 4, False)
-    check_memory(f"{what} ({n_trees} x ~{format_bytes(each)})", float(n_trees) * each, setting, limit, data.device)
+    fixed = move_model_bytes(n, int(data.d), s) if caches else 0
+    check_memory(f"{what} ({n_trees} x ~{format_bytes(each)})", float(n_trees) * each + fixed, setting, limit,
+                 data.device)
 
 
 def lais_bytes(n_groups: int, n_chains: int, n_draws: int, n_proposals: int, n_params: int) -> int:

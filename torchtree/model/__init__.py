@@ -4,7 +4,8 @@ data            ``Data``: validated training data (all input checks live here)
 trees           ``HardTrees``: P trees in padded pointer arrays
 priors          ``ChipmanPrior``, ``PoissonPrior``
 likelihoods     ``DirichletMultinomial``, ``NormalInverseGamma``
-target          ``TreeModel``: prior x likelihood on one data set, bitset partitions
+target          ``TreeModel``: prior x likelihood on one data set, O(N D) data tables and
+                per-node bitset kernels; ``quantile_binned`` (``max_bins``)
 posterior       ``TreePosterior``: a weighted set of hard trees
 diagnostics     R-hat, ESS, tree-size summaries, ArviZ export
 soft_data       soft-tree inputs scaled to [0, 1]

@@ -1,37 +1,54 @@
-"""``TreeModel``: the hard-tree samplers' target (prior x leaf likelihood) and its bitset tables.
+"""``TreeModel``: the hard-tree samplers' target (prior x leaf likelihood) and its data tables.
 
-The moves (:mod:`torchtree.steps.moves`) keep, per node, the bitset of the training
-points in it (``W = ceil(N / 64)`` int64 words); this module holds the tables and
-the per-node computations on those bitsets: log posterior terms, data extents,
-rule draws and cut densities.
+The moves (:mod:`torchtree.steps.moves`) work on node bitsets, the training points in a
+node (``W = ceil(N / 64)`` int64 words); this module holds the data tables and the
+per-node computations on those bitsets: log posterior terms, class counts, data extents,
+varying dimensions and child bitsets. How cuts are proposed lives in
+:mod:`torchtree.steps.cut_proposals`.
 
-Data extents. The prior needs, per node, the number of dimensions in which its
-data vary and the data range in the split dimension. With ``pref[d, r]`` the
-bitset of the points whose value in ``d`` has rank ``<= r`` (precomputed once,
-``sum_d U_d x W`` words), a node is constant in ``d`` iff it is a subset of the
-value class of any of its points, and its minimum / maximum rank in ``d`` come from
-a binary search over ``r``. A node costs ``O(D W + W log U)`` word operations
-instead of ``O(n_points D)``; class counts / statistics come from unpacking the
-bitset and one matrix product with the per-point statistics.
+Bucket tables. Each feature's distinct values are grouped into ``K_d <= K`` buckets of
+consecutive values (quantiles of the points; one value per bucket when the tables fit in
+``_EXACT_BYTES``, as on small data), and ``table[boff[d] + k]`` is the bitset of the points
+in buckets ``<= k`` (``outside``: the points not in bucket ``k``). A node lies inside one
+bucket iff ``B & outside == 0``; its lowest / highest bucket in ``d`` comes from a binary
+search over the table (``O(W log K)`` words); the exact rank inside a bucket, and a cut
+inside a bucket, from the bucket's points, a run of the points sorted by rank
+(``O(N / K)``). Nodes of few points are unpacked instead (:meth:`TreeModel.members`).
+Class counts are popcounts of the node's bitset AND the class bitsets (``O(S W)``); other
+statistics one unpacked row times the per-point statistics (``O(N)`` per node, in bounded
+chunks).
 
-Memory: ``sum_d U_d x N / 8`` bytes for the prefix table (a few MB on the UCI
-benchmarks).
+Memory: ``O(N D)``: the data, ranks and rank order, the class bitsets, and the bucket
+tables (``_TABLE_BYTES``, at least ``_MIN_BUCKETS`` per feature); temporaries of at most
+``_MEMBER_CHUNK`` members / ``_WORD_CHUNK`` words whatever the batch. Nothing grows as ``N^2``.
+
+``max_bins``: the model can instead be built on the data ranked into at most
+``max_bins`` quantile bins per feature (:func:`quantile_binned`); the cuts are then
+uniform over the grid's range instead of the data's, and :meth:`TreeModel.on_grid` moves
+the thresholds of binned features in the returned trees down onto the grid (the largest
+grid value below them, which changes no training point's route).
 """
 from __future__ import annotations
 
-import math
+from typing import Iterator, Optional, Tuple
 
 import torch
 
-from torchtree.kernels.segments import segmented_searchsorted
+from torchtree.kernels.segments import ragged_arange, segmented_searchsorted
 from torchtree.model.likelihoods import DirichletMultinomial
 from torchtree.model.priors import ChipmanPrior
+from torchtree.model.trees import INTERNAL, HardTrees
 
-__all__ = ["TreeModel", "INFORMED_CELLS", "INFORMED_MIX"]
+__all__ = ["TreeModel", "quantile_binned"]
 
-_CHUNK = 1 << 18  # elements per temporary in the chunked bitset kernels (cache-sized)
-#: cells of a node's range scored by the ``"informed"`` cut proposal, and the uniform share mixed in
-INFORMED_CELLS, INFORMED_MIX = 16, 0.1
+_CHUNK = 1 << 18  # elements per temporary in the chunked unpack-and-multiply kernels (cache-sized)
+_WORD_CHUNK = 1 << 22  # bitset words scanned for non-zero words at once (32 MB)
+_MEMBER_CHUNK = 1 << 21  # members (node, point) per temporary: with D gathered ranks, ~200 MB at D = 10
+_TABLE_BYTES = 1 << 28  # the bucket tables' budget (256 MB) ...
+_MIN_BUCKETS = 16  # ... or 16 buckets per dimension, 4 bytes per value, if that is more
+_EXACT_BYTES = 1 << 28  # but one bucket per distinct value when that takes at most 256 MB (no scans in buckets)
+_SMALL_WORK = 1 << 16  # words below which a batch takes the path of fewest operations, not of least work
+_KEEP_BITS_BYTES = 1 << 25  # trees keep per-node bitsets up to this size (32 MB at 64 nodes per tree; measured crossover)
 
 
 def _popcount(x: torch.Tensor) -> torch.Tensor:
@@ -48,9 +65,57 @@ def _bit_of(idx: torch.Tensor):
     return idx // 64, torch.ones_like(idx) << (idx % 64)
 
 
+def quantile_binned(data, max_bins: int):
+    """``data`` with every feature of more than ``max_bins`` distinct values ranked into at
+    most ``max_bins`` quantile bins: a value goes to bin ``floor(max_bins * below / N)``
+    (``below``: the points with a smaller value, so equal values share a bin) and is replaced
+    by the largest value of its bin. Features with at most ``max_bins`` values are unchanged.
+
+    Parameters
+    ----------
+    data : Data [N, D]
+    max_bins : int >= 1
+
+    Returns
+    -------
+    Data: a copy (the same object when no feature needs binning).
+    """
+    if int(max_bins) < 1:
+        raise ValueError(f"max_bins must be at least 1, got {max_bins}")
+    nu = data.n_unique.tolist()
+    if max(nu) <= max_bins:
+        return data
+    N, D = data.X.shape
+    X, rank, sv = data.X.clone(), data.X_rank.clone(), []
+    for d in range(D):
+        vals = data.sorted_values[d, : nu[d]]
+        if nu[d] <= max_bins:
+            sv.append(vals)
+            continue
+        cnt = torch.bincount(data.X_rank[:, d], minlength=nu[d])
+        b = (cnt.cumsum(0) - cnt) * max_bins // N  # bin of each distinct value, non-decreasing
+        last = torch.ones_like(b, dtype=torch.bool)
+        last[:-1] = b[1:] != b[:-1]  # the largest value of each bin represents it
+        new_rank = torch.cat([torch.zeros(1, dtype=torch.long, device=b.device), last[:-1].long().cumsum(0)])
+        rank[:, d] = new_rank.index_select(0, data.X_rank[:, d])
+        grid = vals[last]
+        X[:, d] = grid.index_select(0, rank[:, d])
+        sv.append(grid)
+    out = object.__new__(type(data))
+    out.__dict__.update(data.__dict__)
+    umax = max(v.numel() for v in sv)
+    out.sorted_values = torch.full((D, umax), float("inf"), dtype=data.X.dtype, device=data.device)
+    for d, v in enumerate(sv):
+        out.sorted_values[d, : v.numel()] = v
+    out.X, out.X_rank = X, rank
+    out.n_unique = torch.tensor([v.numel() for v in sv], dtype=data.n_unique.dtype, device=data.device)
+    out.feature_min, out.feature_max = X.min(0).values, X.max(0).values
+    return out
+
+
 # ----------------------------------------------------------------------------- model
 class TreeModel:
-    """The samplers' target, prior x leaf likelihood on one data set, and its bitset tables.
+    """The samplers' target, prior x leaf likelihood on one data set, and its data tables.
 
     Parameters
     ----------
@@ -59,19 +124,29 @@ class TreeModel:
     data : Data
     use_likelihood : bool
         False makes the target the prior (labels ignored).
+    max_bins : int, optional
+        Fit the data ranked into at most ``max_bins`` quantile bins per feature (a
+        change of the split prior: cuts uniform over the grid's range); None: the data.
 
     Attributes
     ----------
+    data : Data, the data the target is defined on (binned when ``max_bins`` is set)
     W : int  words per bitset
     pstats : Tensor [N, S + 1] per-point sufficient statistics and a column of ones
-    pref : LongTensor [1 + sum_d U_d, W] prefix bitsets (row 0 empty; dim d starts at ``off[d]``)
-    rowbits : LongTensor [R, W] bitset of each distinct feature row
+    rank : LongTensor [N, D] rank of each value among the distinct values of its feature
+    row_id : LongTensor [N] index of each point's feature row among the distinct rows
+    class_bits : LongTensor [S, W] bitset of each class (Dirichlet-multinomial only), or None
     split_prior : ChipmanPrior for split / stop terms and initial draws
     """
 
-    def __init__(self, prior, likelihood, data, use_likelihood: bool = True) -> None:
+    def __init__(self, prior, likelihood, data, use_likelihood: bool = True, max_bins: Optional[int] = None) -> None:
         if likelihood.task != data.task:
             raise ValueError(f"likelihood {likelihood!r} is for {likelihood.task} but the data is {data.task}")
+        self.max_bins = None if max_bins is None else int(max_bins)
+        #: features ranked into bins (more than max_bins distinct values): their thresholds go onto the grid
+        self.binned = data.n_unique > (self.max_bins if self.max_bins is not None else data.n_unique.max())
+        if bool(self.binned.any()):
+            data = quantile_binned(data, self.max_bins)
         self.prior, self.likelihood, self.data = prior, likelihood, data
         self.use_likelihood = bool(use_likelihood)
         self.chipman = getattr(prior, "name", "chipman") == "chipman"
@@ -84,31 +159,13 @@ class TreeModel:
         self.S = ps.shape[1]
         self.pstats = torch.cat([ps, torch.ones(N, 1, dtype=ps.dtype, device=dev)], 1)
         self.rank = data.X_rank.long()
+        self.rank_flat = self.rank.reshape(-1)
         self.n_unique = data.n_unique.long()
         self.umax = int(self.n_unique.max())
         self.sorted_flat = data.sorted_values.reshape(-1)
-        self.off = 1 + torch.cat([torch.zeros(1, dtype=torch.long, device=dev), self.n_unique.cumsum(0)[:-1]])
         word, val = _bit_of(torch.arange(N, device=dev))
-        rows = self.off[None, :] + self.rank  # [N, D] row of "value == x[n, d]"
-        eq = torch.zeros(1 + int(self.n_unique.sum()), self.W, dtype=torch.long, device=dev)
-        eq.index_put_((rows.reshape(-1), word.repeat_interleave(D)), val.repeat_interleave(D), accumulate=True)
-        # The value classes of one dimension are disjoint, so a cumulative sum is a cumulative OR.
-        pref = torch.zeros_like(eq)
-        for d in range(D):
-            s, e = int(self.off[d]), int(self.off[d]) + int(self.n_unique[d])
-            pref[s:e] = eq[s:e].cumsum(0)
-        self.pref = pref
         _, self.row_id = torch.unique(data.X, dim=0, return_inverse=True)
-        rb = torch.zeros(int(self.row_id.max()) + 1, self.W, dtype=torch.long, device=dev)
-        rb.index_put_((self.row_id, word), val, accumulate=True)
-        self.rowbits = rb
         self.all_bits = torch.zeros(self.W, dtype=torch.long, device=dev).index_put_((word,), val, accumulate=True)
-        # noteq[off[d] + v]: the points whose value in d is not the v-th distinct value.
-        prev = torch.cat([torch.zeros(1, self.W, dtype=torch.long, device=dev), pref[:-1]])
-        first = torch.zeros(pref.shape[0], dtype=torch.bool, device=dev)
-        first[self.off] = True
-        self.noteq = ~pref | torch.where(first[:, None], torch.zeros_like(pref), prev)
-        self.pref2 = torch.cat([pref, ~pref])  # rows R + r: the complement of pref[r]
         self.class_bits = None
         if data.task == "classification" and isinstance(likelihood, DirichletMultinomial):
             cb = torch.zeros(self.S, self.W, dtype=torch.long, device=dev)
@@ -116,6 +173,61 @@ class TreeModel:
         self._lut = ((torch.arange(256, device=dev)[:, None] >> torch.arange(8, device=dev)) & 1).bool()
         self.XT = data.X.transpose(0, 1).float().contiguous()  # [D, N]: one feature's column per row
         self.class_of_point = data.y.long() if self.class_bits is not None else None
+        self._build_buckets(word, val)
+
+    def _build_buckets(self, word: torch.Tensor, val: torch.Tensor) -> None:
+        """The bucket prefix table: per dimension ``K_d = min(U_d, K)`` buckets of
+        consecutive distinct values (quantiles of the points when ``U_d > K``), ``K`` as
+        large as ``_TABLE_BYTES`` allows (at least ``_MIN_BUCKETS``), or every value its own
+        bucket when that fits in ``_EXACT_BYTES``; ``table[boff[d] + k]`` is the bitset of the
+        points in buckets ``<= k`` of ``d`` (row 0: empty)."""
+        N, D, W, dev = self.N, self.D, self.W, self.X.device
+        kmax = max(_MIN_BUCKETS, _TABLE_BYTES // (16 * D * W))
+        if 16 * int(self.n_unique.sum()) * W <= _EXACT_BYTES:  # exact tables (one value per bucket) if they are small
+            kmax = self.umax
+        self.bucket_of = torch.zeros(D, self.umax, dtype=torch.long, device=dev)  # bucket of each distinct value
+        firsts, lasts, counts = [], [], []
+        for d, u in enumerate(self.n_unique.tolist()):
+            if u <= kmax:
+                b = torch.arange(u, device=dev)
+            else:
+                cnt = torch.bincount(self.rank[:, d], minlength=u)
+                b = (cnt.cumsum(0) - cnt) * kmax // N
+                b = torch.cat([b.new_zeros(1), (b[1:] != b[:-1]).long().cumsum(0)])
+            self.bucket_of[d, :u] = b
+            k = int(b[-1]) + 1
+            last = torch.zeros(k, dtype=torch.long, device=dev).scatter_reduce_(0, b, torch.arange(u, device=dev), "amax", include_self=False)
+            lasts.append(last)
+            firsts.append(torch.cat([last.new_zeros(1), last[:-1] + 1]))
+            counts.append(k)
+        self.n_buckets = torch.tensor(counts, dtype=torch.long, device=dev)
+        self.boff = 1 + torch.cat([self.n_buckets.new_zeros(1), self.n_buckets.cumsum(0)[:-1]])
+        self.bucket_first = torch.cat([self.n_buckets.new_zeros(1)] + firsts)  # by table row
+        self.bucket_last = torch.cat([self.n_buckets.new_full((1,), -1)] + lasts)
+        self.bucket_flat = self.bucket_of.reshape(-1)
+        rows = self.boff[None, :] + self.bucket_of.gather(1, self.rank.t()).t()  # [N, D]
+        t = torch.zeros(1 + int(self.n_buckets.sum()), W, dtype=torch.long, device=dev)
+        t.index_put_((rows.reshape(-1), word.repeat_interleave(D)), val.repeat_interleave(D), accumulate=True)
+        for d in range(D):  # the buckets of one dimension are disjoint: a cumulative sum is a cumulative OR
+            s = int(self.boff[d])
+            t[s:s + counts[d]] = t[s:s + counts[d]].cumsum(0)
+        self.table = t
+        # The points of each dimension in rank order, and where each bucket's (and each value's) run ends:
+        # a bucket's points are a run of that order, so a scan inside one bucket costs its points only.
+        self.pts_by_rank = torch.argsort(self.rank, dim=0, stable=True).t().contiguous().reshape(-1).to(torch.int32)
+        cnt = torch.zeros(D, self.umax, dtype=torch.long, device=dev)
+        cnt.scatter_add_(1, self.rank.t(), torch.ones(D, N, dtype=torch.long, device=dev))
+        self.value_end = (cnt.cumsum(1) + N * torch.arange(D, device=dev)[:, None]).reshape(-1)  # flat positions
+        dim_of_row = torch.repeat_interleave(torch.arange(D, device=dev), self.n_buckets)
+        self.run_end = torch.cat([torch.zeros(1, dtype=torch.long, device=dev),
+                                  self.value_end.index_select(0, dim_of_row * self.umax + self.bucket_last[1:])])
+        self.run_start = torch.where(self.bucket_first > 0, self.value_end.index_select(0, (torch.cat([dim_of_row.new_zeros(1), dim_of_row]) * self.umax + self.bucket_first - 1).clamp(min=0)),
+                                     torch.cat([dim_of_row.new_zeros(1), dim_of_row]) * N)
+        self._dims_by_values = torch.argsort(self.n_unique, descending=True, stable=True).tolist()
+        # outside[row]: the points not in the bucket of that row (row 0: all), to test "inside one bucket"
+        rows = torch.arange(t.shape[0], device=dev)
+        prev = torch.where(self.bucket_first == 0, torch.zeros_like(rows), rows - 1)
+        self.outside = ~t | t.index_select(0, prev)
 
     # ---------------------------------------------------------------- terms
     def loglik(self, stats: torch.Tensor) -> torch.Tensor:
@@ -147,11 +259,41 @@ class TreeModel:
         return self.prior.log_prob_leaves(n_leaves)
 
     # ------------------------------------------------------------ bitset kernels
+    def members(self, B: torch.Tensor) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        """The points of node bitsets, in chunks: yields ``(node [m], point [m])`` LongTensors.
+
+        Nodes in order, each node's points ascending; a node may span several chunks.
+        Scans ``O(W)`` words per node and expands only the non-zero ones (64 bits each),
+        at most ``_WORD_CHUNK`` words and ``_MEMBER_CHUNK`` bits per temporary.
+
+        Parameters
+        ----------
+        B : LongTensor [n, W]
+        """
+        n, W = B.shape
+        rstep = max(1, _WORD_CHUNK // max(W, 1))
+        wstep = max(1, _MEMBER_CHUNK // 64)
+        for r0 in range(0, n, rstep):
+            b = B[r0:r0 + rstep]
+            rows, words = (b != 0).nonzero(as_tuple=True)
+            vals = b[rows, words]
+            for s in range(0, rows.numel(), wstep):
+                v = vals[s:s + wstep].contiguous()
+                bits = self._lut.index_select(0, v.view(torch.uint8).long()).view(-1, 64)  # little-endian bytes
+                k, bit = bits.nonzero(as_tuple=True)
+                yield rows[s:s + wstep].index_select(0, k) + r0, words[s:s + wstep].index_select(0, k) * 64 + bit
+
+    def count(self, B: torch.Tensor) -> torch.Tensor:
+        """Points in each node: ``[n, W] -> [n]`` long."""
+        step = max(1, _CHUNK // self.W)
+        return torch.cat([_popcount(B[s:s + step]).sum(1) for s in range(0, B.shape[0], step)]) if B.shape[0] else B.new_zeros(0)
+
     def node_stats(self, B: torch.Tensor) -> torch.Tensor:
         """Sufficient statistics and point count of node bitsets: ``[n, W] -> [n, S + 1]``.
 
         Class counts are popcounts of ``B & class_bits[k]``; other statistics come from
-        unpacking the bitsets and one matrix product with the per-point statistics.
+        unpacking the bitsets and one matrix product with the per-point statistics (the
+        same summation order whatever the node, so results do not depend on batching).
         """
         n = B.shape[0]
         out = torch.empty(n, self.S + 1, dtype=self.pstats.dtype, device=B.device)
@@ -178,28 +320,114 @@ class TreeModel:
         return w0 * 64 + b
 
     def nonconst(self, B: torch.Tensor) -> torch.Tensor:
-        """True where the node's points are not all the same feature row (it could split)."""
-        rb = self.rowbits.index_select(0, self.row_id.index_select(0, self.first_point(B)))
-        return ((B & ~rb) != 0).any(1)
+        """True where the node's points are not all the same feature row (it could split): ``[n, W] -> bool [n]``.
+
+        Tests one dimension at a time, those with the most distinct values first, and stops
+        as soon as every node is seen to vary: most nodes settle in the first dimension.
+        """
+        if B.shape[0] * self.D * self.W < _SMALL_WORK:  # a small batch: fewer operations at once
+            return self.varying(B).any(1)
+        out = torch.zeros(B.shape[0], dtype=torch.bool, device=B.device)
+        todo = torch.arange(B.shape[0], device=B.device)
+        r0 = self.rank.index_select(0, self.first_point(B))  # [n, D]
+        for d in self._dims_by_values:
+            if todo.numel() == 0:
+                break
+            b = B.index_select(0, todo)
+            rows = self.boff[d] + self.bucket_of[d].index_select(0, r0[todo, d])
+            v = ((b & self.outside.index_select(0, rows)) != 0).any(1)
+            multi = (self.bucket_last.index_select(0, rows) > self.bucket_first.index_select(0, rows)) & ~v
+            if bool(multi.any()):
+                sel = multi.nonzero().squeeze(1)
+                lo, hi = self._run_extents(b.index_select(0, sel), rows.index_select(0, sel), torch.full_like(sel, int(d)))
+                v[sel] = hi > lo
+            out[todo[v]] = True
+            todo = todo[~v]
+        return out
+
+    def rank_extents(self, B: torch.Tensor, f: Optional[torch.Tensor] = None):
+        """Smallest and largest rank of each node's points, in every dimension or in ``f``.
+
+        Parameters
+        ----------
+        B : LongTensor [n, W]
+        f : LongTensor [n, k], optional: the dimensions wanted per node (default all D)
+
+        Returns
+        -------
+        (lo, hi) LongTensors [n, k] (``[n, D]`` without ``f``); an empty node gets ``lo = hi = 0``.
+        """
+        n = B.shape[0]
+        k = self.D if f is None else f.shape[1]
+        lo = torch.full((n, k), self.umax, dtype=torch.long, device=B.device)
+        hi = torch.full((n, k), -1, dtype=torch.long, device=B.device)
+        for node, pt in self.members(B):
+            if f is None:
+                r = self.rank.index_select(0, pt)
+            else:
+                r = self.rank_flat.index_select(0, (pt[:, None] * self.D + f.index_select(0, node)).reshape(-1)).view(-1, k)
+            idx = node[:, None].expand(-1, k)
+            lo.scatter_reduce_(0, idx, r, "amin")
+            hi.scatter_reduce_(0, idx, r, "amax")
+        empty = hi < 0
+        return lo.masked_fill(empty, 0), hi.masked_fill(empty, 0)
+
+    def _run_members(self, B: torch.Tensor, start: torch.Tensor, end: torch.Tensor):
+        """The points of runs ``[start, end)`` of the rank order that are in ``B [m, W]`` (run i
+        against row i), in chunks: yields ``(i [k], point [k])``; costs the runs' lengths."""
+        lens = (end - start).clamp(min=0)
+        m, s0 = lens.numel(), 0
+        csum = lens.cumsum(0)
+        while s0 < m:
+            base = int(csum[s0 - 1]) if s0 else 0
+            s1 = max(s0 + 1, int(torch.searchsorted(csum, base + _MEMBER_CHUNK, right=True)))
+            seg, pos = ragged_arange(lens[s0:s1])
+            seg = seg + s0
+            pt = self.pts_by_rank.index_select(0, start.index_select(0, seg) + pos).long()
+            inside = ((B.view(-1).index_select(0, seg * self.W + pt // 64) >> (pt % 64)) & 1) == 1
+            yield seg[inside], pt[inside]
+            s0 = s1
+
+    def _run_extents(self, B: torch.Tensor, rows: torch.Tensor, f: torch.Tensor):
+        """Smallest and largest rank in dimension ``f [m]`` of the points of ``B [m, W]`` inside
+        the buckets at table rows ``rows [m]`` (0 where none), from the buckets' runs."""
+        m = B.shape[0]
+        lo = torch.full((m,), self.umax, dtype=torch.long, device=B.device)
+        hi = torch.full((m,), -1, dtype=torch.long, device=B.device)
+        for i, pt in self._run_members(B, self.run_start.index_select(0, rows), self.run_end.index_select(0, rows)):
+            r = self.rank_flat.index_select(0, pt * self.D + f.index_select(0, i))
+            lo.scatter_reduce_(0, i, r, "amin")
+            hi.scatter_reduce_(0, i, r, "amax")
+        empty = hi < 0
+        return lo.masked_fill(empty, 0), hi.masked_fill(empty, 0)
 
     def varying(self, B: torch.Tensor) -> torch.Tensor:
-        """Dimensions in which each node's data vary: ``[n, W] -> bool [n, D]``."""
-        n = B.shape[0]
-        out = torch.empty(n, self.D, dtype=torch.bool, device=B.device)
-        step = max(1, _CHUNK // (self.D * self.W))
+        """Dimensions in which each node's data vary: ``[n, W] -> bool [n, D]``.
+
+        A node is constant in ``d`` iff it lies inside the bucket of one of its points and,
+        for a bucket of several values, a scan of its points says so.
+        """
+        n, D = B.shape[0], self.D
+        out = torch.empty(n, D, dtype=torch.bool, device=B.device)
+        if n == 0:
+            return out
+        r0 = self.rank.index_select(0, self.first_point(B))  # [n, D] ranks of one member
+        rows = self.boff[None, :] + self.bucket_flat.index_select(0, (torch.arange(D, device=B.device) * self.umax + r0).reshape(-1)).view(n, D)
+        step = max(1, _CHUNK // (D * self.W))
         for s in range(0, n, step):
-            b = B[s:s + step]
-            r0 = self.rank.index_select(0, self.first_point(b))  # [m, D] ranks of one member
-            rows = (self.off[None, :] + r0).reshape(-1)
-            # Constant in d iff no point has a value other than the member's.
-            other = self.noteq.index_select(0, rows).view(r0.shape + (self.W,))
-            out[s:s + step] = ((b[:, None, :] & other) != 0).any(-1)
+            r = rows[s:s + step]
+            out[s:s + step] = ((B[s:s + step, None, :] & self.outside.index_select(0, r.reshape(-1)).view(r.shape + (self.W,))) != 0).any(-1)
+        multi = self.bucket_last.index_select(0, rows.reshape(-1)).view(n, D) > self.bucket_first.index_select(0, rows.reshape(-1)).view(n, D)
+        node, dim = (~out & multi).nonzero(as_tuple=True)
+        if node.numel():
+            lo, hi = self._run_extents(B.index_select(0, node), rows[node, dim], dim)
+            out[node, dim] = hi > lo
         return out
 
     def extent(self, B: torch.Tensor, f: torch.Tensor):
         """Smallest and largest value of dimension ``f [n]`` among each node's points.
 
-        Binary searches over the prefix bitsets. Returns ``(lo, hi)`` in the data dtype.
+        Returns ``(lo, hi)`` in the data dtype.
         """
         lo, hi, _, _ = self.extent_ranks(B, f)
         return lo, hi
@@ -207,139 +435,61 @@ class TreeModel:
     def extent_ranks(self, B: torch.Tensor, f: torch.Tensor):
         """:meth:`extent` and the ranks of the two values among the distinct values of ``f``.
 
-        Returns ``(lo, hi, rank_lo, rank_hi)``, each [n].
+        Binary searches over the buckets of ``f`` (``O(W log K)``), then a scan of the
+        node's points in the end buckets when they hold several values. An empty node
+        gets rank 0. Returns ``(lo, hi, rank_lo, rank_hi)``, each [n].
         """
         n = B.shape[0]
-        BB = torch.cat([B, B])
-        ff = torch.cat([f, f])
-        want_hit = torch.cat([torch.ones(n, dtype=torch.bool, device=B.device), torch.zeros(n, dtype=torch.bool, device=B.device)])
+        dev = B.device
+        is_small = 2 * self.count(B) < self.W if n * self.W >= _SMALL_WORK else torch.zeros(n, dtype=torch.bool, device=dev)
+        small = is_small.nonzero().squeeze(1)
+        if small.numel():
+            # nodes of under W / 2 points: unpacking them is cheaper than log K table rows
+            big = (~is_small).nonzero().squeeze(1)
+            rlo, rhi = torch.zeros(n, dtype=torch.long, device=dev), torch.zeros(n, dtype=torch.long, device=dev)
+            a, b = self.rank_extents(B.index_select(0, small), f.index_select(0, small)[:, None])
+            rlo[small], rhi[small] = a[:, 0], b[:, 0]
+            if big.numel():
+                _, _, a, b = self.extent_ranks(B.index_select(0, big), f.index_select(0, big))
+                rlo[big], rhi[big] = a, b
+            base = f * self.umax
+            return self.sorted_flat.index_select(0, base + rlo), self.sorted_flat.index_select(0, base + rhi), rlo, rhi
+        BB, ff = torch.cat([B, B]), torch.cat([f, f])
+        want_hit = torch.arange(2 * n, device=dev) < n
         lo = torch.zeros_like(ff)
-        hi = self.n_unique.index_select(0, ff) - 1
-        # min rank: first r with B & pref[r] != 0; max rank: first r with B & ~pref[r] == 0.
-        base = self.off.index_select(0, ff) + torch.where(want_hit, 0, self.pref.shape[0])
-        for _ in range(max(1, self.umax).bit_length() + 1):
+        hi = self.n_buckets.index_select(0, ff) - 1
+        base = self.boff.index_select(0, ff)
+        # min bucket: first k with B & T[k] != 0; max bucket: first k with B within T[k].
+        for _ in range(max(1, int(self.n_buckets.max())).bit_length() + 1):
             mid = (lo + hi) // 2
-            ok = ((BB & self.pref2.index_select(0, base + mid)) != 0).any(1) == want_hit
+            X = BB & self.table.index_select(0, base + mid)
+            ok = torch.where(want_hit, (X != 0).any(1), (X == BB).all(1))
             hi = torch.where(ok, mid, hi)
             lo = torch.where(ok, lo, torch.minimum(mid + 1, hi))
-        vals = self.sorted_flat.index_select(0, ff * self.umax + lo)
-        return vals[:n], vals[n:], lo[:n], lo[n:]
+        rows = base + lo
+        first, last = self.bucket_first.index_select(0, rows), self.bucket_last.index_select(0, rows)
+        r = torch.where(want_hit, first, last)
+        sel = (last > first).nonzero().squeeze(1)
+        if sel.numel():
+            ext_lo, ext_hi = self._run_extents(BB.index_select(0, sel), rows.index_select(0, sel), ff.index_select(0, sel))
+            r[sel] = torch.where(want_hit.index_select(0, sel), ext_lo, ext_hi)
+        empty = ~(B != 0).any(1)
+        r = r.masked_fill(torch.cat([empty, empty]), 0)
+        vals = self.sorted_flat.index_select(0, ff * self.umax + r)
+        return vals[:n], vals[n:], r[:n], r[n:]
 
-    def gap_cut(self, f: torch.Tensor, r_lo: torch.Tensor, r_hi: torch.Tensor, u: torch.Tensor):
-        """The ``cut_proposal="data"`` draw: a gap between consecutive distinct values of
-        ``f`` uniform among the ``r_hi - r_lo`` gaps of the node's range, then the cut
-        uniform in that gap.
-
-        Returns (threshold in the data dtype, its rank, log density float64 of the cut).
-        """
-        n_gap = (r_hi - r_lo).clamp(min=1)
-        s = u.double() * n_gap.double()
-        k = torch.minimum(s.floor().long(), n_gap - 1)
-        r = r_lo + k
-        base = f * self.umax
-        top = torch.minimum(r + 1, self.n_unique.index_select(0, f) - 1).clamp(min=0)
-        a = self.sorted_flat.index_select(0, base + r)
-        b = self.sorted_flat.index_select(0, base + top)
-        thr, _ = _cut(a, b, (s - k.double()).clamp(0.0, 1.0))
-        return thr, r, self.log_gap_density(f, r, r_lo, r_hi)
-
-    def log_gap_density(self, f: torch.Tensor, r: torch.Tensor, r_lo: torch.Tensor, r_hi: torch.Tensor) -> torch.Tensor:
-        """Log density of a cut of rank ``r`` under the ``"data"`` proposal on a node whose
-        values of ``f`` have ranks ``r_lo .. r_hi``: ``-log(r_hi - r_lo) - log(v[r + 1] - v[r])``."""
-        base = f * self.umax
-        rr = r.clamp(min=0)
-        top = torch.minimum(rr + 1, self.n_unique.index_select(0, f) - 1).clamp(min=0)
-        gap = self.sorted_flat.index_select(0, base + top).double() - self.sorted_flat.index_select(0, base + rr).double()
-        return -torch.log((r_hi - r_lo).clamp(min=1).double()) - torch.log(gap.clamp(min=1e-300))
-
-    def informed_cell_logp(self, B: torch.Tensor, f: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
-        """Log-probabilities of the ``INFORMED_CELLS`` equal cells of each node's range in
-        ``f`` under the ``cut_proposal="informed"`` proposal.
-
-        A cell's score is the log marginal likelihood of the node split at the cell's
-        midpoint into two leaves (the subtree below, if any, is ignored: any score that
-        depends only on the node's data keeps the proposal exact, since forward and
-        reverse moves see the same data). The cell probabilities are
-        ``(1 - eps) softmax(score) + eps / G`` with ``eps = INFORMED_MIX``, so every cell
-        keeps some mass and the proposal ratio stays bounded.
-
-        Parameters
-        ----------
-        B : LongTensor [n, W] node bitsets
-        f : LongTensor [n] dimension
-        lo, hi : Tensor [n] the node's smallest and largest value in ``f`` (data dtype)
-
-        Returns
-        -------
-        Tensor [n, G] float64
-        """
-        n, G = B.shape[0], INFORMED_CELLS
-        if n == 0 or not self.use_likelihood:
-            return torch.full((n, G), -math.log(G), dtype=torch.float64, device=B.device)
-        # Histogram of the node's points over the G + 1 slots between consecutive cell
-        # midpoints (slot c: the points left of midpoint c but not of c - 1), one pass
-        # over the points instead of G bitset intersections per class; prefix sums then
-        # give the left child's statistics at every midpoint.
-        rng = (hi.double() - lo.double()).clamp(min=1e-300)
-        S, N = self.S, self.N
-        hist = torch.zeros(n, G + 1, S, dtype=torch.float64, device=B.device)
-        step = max(1, _CHUNK // max(N, 1))
-        for s0 in range(0, n, step):
-            b = B[s0:s0 + step]
-            m = b.shape[0]
-            by = b.contiguous().view(torch.uint8).reshape(-1).long()
-            inside = self._lut.index_select(0, by).view(m, self.W * 64)[:, :N]
-            # float32 is enough to place points in slots: any deterministic rule keeps the
-            # proposal exact, and forward and reverse moves evaluate the same one
-            x = self.XT.index_select(0, f[s0:s0 + step])  # [m, N]
-            t = (x - lo[s0:s0 + step].float()[:, None]) * (G / rng[s0:s0 + step, None]).float() - 0.5
-            # a zero range (a non-varying dimension, e.g. a leaf's unused rule) gives 0 * inf
-            t = torch.nan_to_num(t, nan=0.0, posinf=float(G), neginf=0.0)
-            slot = torch.ceil(t).clamp(0, G).long() + (G + 1) * torch.arange(m, device=B.device)[:, None]
-            if self.class_of_point is not None:
-                flat = (slot * S + self.class_of_point[None, :])[inside]
-                hist[s0:s0 + step] = torch.bincount(flat, minlength=m * (G + 1) * S).view(m, G + 1, S).double()
-            else:
-                pts = inside.nonzero(as_tuple=True)
-                hist[s0:s0 + step].view(-1, S).index_add_(0, slot[pts], self.pstats[pts[1], :S].double())
-        cum = hist.cumsum(1)
-        s_left, s_node = cum[:, :G], cum[:, G:]
-        s_right = s_node - s_left
-        if self.class_of_point is not None and hasattr(self.likelihood, "log_marginal_counts"):
-            # integral counts: lgamma by table lookup (lgamma itself dominated the cost)
-            score = (self.likelihood.log_marginal_counts(s_left.long(), N)
-                     + self.likelihood.log_marginal_counts(s_right.long(), N))
-        else:
-            score = self.loglik(s_left.to(self.pstats.dtype)) + self.loglik(s_right.to(self.pstats.dtype))
-        p = torch.softmax(score, 1) * (1.0 - INFORMED_MIX) + INFORMED_MIX / G
-        return p.log()
-
-    def informed_cut(self, logp, f, lo, hi, u):
-        """Draw a cut from the ``"informed"`` proposal given the cell log-probabilities
-        ``logp [n, G]`` of :meth:`informed_cell_logp`: a cell by inversion of ``u [n]``, then
-        uniform in it (the remainder of ``u`` inside the cell's share is again uniform).
-
-        Returns (threshold in the data dtype, its rank, log density float64 of the cut).
-        """
-        G = logp.shape[1]
-        cdf = logp.exp().cumsum(1)
-        cdf = cdf / cdf[:, -1:]
-        uu = u.double()[:, None]
-        g = (cdf <= uu).sum(1).clamp(max=G - 1)
-        below = torch.where(g > 0, cdf.gather(1, (g - 1).clamp(min=0)[:, None]).squeeze(1), torch.zeros_like(u.double()))
-        width = cdf.gather(1, g[:, None]).squeeze(1) - below
-        frac = ((u.double() - below) / width.clamp(min=1e-300)).clamp(0.0, 1.0)
-        thr, _ = _cut(lo, hi, (g.double() + frac) / G)
-        return thr, self.threshold_rank(f, thr), self.informed_log_density(logp, thr, lo, hi)
-
-    @staticmethod
-    def informed_log_density(logp, thr, lo, hi) -> torch.Tensor:
-        """Log density of cut ``thr [n]`` under the ``"informed"`` proposal with cell
-        log-probabilities ``logp [n, G]`` on ranges ``[lo, hi)``."""
-        G = logp.shape[1]
-        rng = hi.double() - lo.double()
-        pos = ((thr.double() - lo.double()) / rng.clamp(min=1e-300) * G).floor().long().clamp(0, G - 1)
-        return logp.gather(1, pos[:, None]).squeeze(1) + math.log(G) - torch.log(rng.clamp(min=1e-300))
+    def extent_ranks_where(self, B: torch.Tensor, f: torch.Tensor, need: torch.Tensor):
+        """:meth:`extent_ranks` of nodes ``B [P, W]`` in dimensions ``f [k, P]`` where ``need
+        [k, P]``; returns (lo, hi, rank_lo, rank_hi), each [k * P] (zero where not needed)."""
+        k, P = f.shape
+        lo = torch.zeros(k * P, dtype=self.sorted_flat.dtype, device=B.device)
+        hi, rlo, rhi = lo.clone(), torch.zeros(k * P, dtype=torch.long, device=B.device), torch.zeros(k * P, dtype=torch.long, device=B.device)
+        rows = need.reshape(-1).nonzero().squeeze(1)
+        if rows.numel():
+            out = self.extent_ranks(B.index_select(0, rows % P), f.reshape(-1).index_select(0, rows))
+            for dst, val in zip((lo, hi, rlo, rhi), out):
+                dst[rows] = val
+        return lo, hi, rlo, rhi
 
     def threshold_rank(self, f: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
         """Rank ``r`` with ``sorted[f, r] <= thr < sorted[f, r + 1]`` (``-1`` below the minimum)."""
@@ -349,38 +499,71 @@ class TreeModel:
         return segmented_searchsorted(self.sorted_flat, starts, starts + self.n_unique.index_select(0, f), thr, right=True) - 1
 
     def split_bits(self, B: torch.Tensor, f: torch.Tensor, r: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-        """Child bitsets: ``B & pref[f, r]`` (left) or ``B & ~pref[f, r]`` (right)."""
-        pr = self.pref.index_select(0, torch.where(r >= 0, self.off.index_select(0, f) + r, torch.zeros_like(r)))
-        return torch.where(right[:, None], B & ~pr, B & pr)
+        """Child bitsets: the points of ``B [n, W]`` with rank ``<= r [n]`` in dimension ``f [n]``
+        (left), or the others (where ``right [n]``). The buckets wholly below the cut come
+        from the table; the cut's own bucket, when it is split, from a scan of its points."""
+        rows = self.boff.index_select(0, f) + self.bucket_flat.index_select(0, f * self.umax + r.clamp(min=0))
+        first, last = self.bucket_first.index_select(0, rows), self.bucket_last.index_select(0, rows)
+        whole = torch.where(r == last, rows, torch.where(first == 0, torch.zeros_like(rows), rows - 1))
+        left = B & self.table.index_select(0, torch.where(r < 0, torch.zeros_like(rows), whole))
+        sel = ((r >= 0) & (r < last)).nonzero().squeeze(1)
+        if sel.numel():
+            # the cut's bucket: its points of rank <= r are a run of the rank order
+            fs, rs = f.index_select(0, sel), r.index_select(0, sel)
+            part = torch.zeros(sel.numel(), self.W, dtype=torch.long, device=B.device)
+            for i, pt in self._run_members(B.index_select(0, sel), self.run_start.index_select(0, rows.index_select(0, sel)),
+                                           self.value_end.index_select(0, fs * self.umax + rs)):
+                word, val = _bit_of(pt)
+                part.view(-1).index_put_((i * self.W + word,), val, accumulate=True)  # distinct bits: a sum is an OR
+            left[sel] |= part
+        return torch.where(right[:, None], B & ~left, left)
 
-    def draw_rule(self, B: torch.Tensor, vary: torch.Tensor, u_dim: torch.Tensor, u_cut: torch.Tensor):
-        """Prior draw of a rule on nodes ``B`` (dimension uniform over the varying ones,
-        cut uniform on the data range).
+    def keeps_bits(self, n_trees: int) -> bool:
+        """Whether a batch of ``n_trees`` trees keeps every node's bitset: when even 64 node
+        slots per tree take at most ``_KEEP_BITS_BYTES`` (otherwise :meth:`node_bits` routes)."""
+        return n_trees * 64 * self.W * 8 <= _KEEP_BITS_BYTES
 
-        Returns (feature, threshold, threshold rank, n varying, range float64), each [n].
+    def node_bits(self, trees: HardTrees, node: torch.Tensor) -> torch.Tensor:
+        """Bitsets of the training points in ``node[p]`` of every tree, routed down from the root.
+
+        One :meth:`split_bits` per level of the path (read off the heap codes), ``O(depth
+        x W)`` words plus the points of split buckets, so trees need not keep a bitset per node.
+
+        Parameters
+        ----------
+        trees : HardTrees [P] with ``extra["heap"]`` and ``extra["thr_rank"]``
+        node : LongTensor [P] (>= 0)
+
+        Returns
+        -------
+        LongTensor [P, W]
         """
-        f, nv = _choose(vary, u_dim)
-        lo, hi = self.extent(B, f)
-        thr, rng = _cut(lo, hi, u_cut)
-        return f, thr, self.threshold_rank(f, thr), nv, rng
+        P = trees.n_trees
+        B = self.all_bits[None].expand(P, -1).clone()
+        dt = trees.depth.long().gather(1, node[:, None]).squeeze(1)
+        ht = trees.extra["heap"].gather(1, node[:, None]).squeeze(1)
+        cur = torch.zeros_like(node)
+        for level in range(int(dt.max()) if P else 0):
+            rows = (dt > level).nonzero().squeeze(1)
+            c = cur.index_select(0, rows)
+            go_right = ((ht.index_select(0, rows) >> (dt.index_select(0, rows) - level - 1)) & 1) == 1
+            B[rows] = self.split_bits(B.index_select(0, rows), trees.feature[rows, c].long(),
+                                      trees.extra["thr_rank"][rows, c], go_right)
+            cur[rows] = torch.where(go_right, trees.right[rows, c], trees.left[rows, c]).long()
+        return B
 
-
-def _cut(lo: torch.Tensor, hi: torch.Tensor, u: torch.Tensor):
-    """Cut uniform on ``[lo, hi)`` in the data dtype; returns (threshold, range float64)."""
-    rng = hi.double() - lo.double()
-    thr = (lo.double() + u * rng).to(lo.dtype)
-    # Rounding to the data dtype may land on the maximum: keep the right child non-empty.
-    thr = torch.where(thr < hi, thr, torch.nextafter(hi, torch.full_like(hi, -math.inf)))
-    return torch.maximum(thr, lo), rng
-
-
-def _kth_true(mask: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Column of the k-th True of each row of ``mask [P, C]`` (k < count)."""
-    return (mask.long().cumsum(1) > k[:, None]).to(torch.uint8).argmax(1)
-
-
-def _choose(mask: torch.Tensor, u: torch.Tensor):
-    """Uniform choice of a True column per row; returns (column, count)."""
-    cnt = mask.sum(1)
-    k = torch.minimum((u * cnt.double()).long(), (cnt - 1).clamp(min=0))
-    return _kth_true(mask, k), cnt
+    # ------------------------------------------------------------------ max_bins
+    def on_grid(self, trees: HardTrees) -> HardTrees:
+        """With ``max_bins``: the trees with every threshold on a binned feature moved down
+        to the largest grid value not above it (no training point changes route; in place).
+        Features of at most ``max_bins`` values, and all without ``max_bins``: unchanged."""
+        if not bool(self.binned.any()):
+            return trees
+        internal = trees.status == INTERNAL
+        internal &= self.binned.index_select(0, trees.feature.long().clamp(min=0).reshape(-1)).view(internal.shape)
+        p, c = internal.nonzero(as_tuple=True)
+        if p.numel():
+            f = trees.feature[p, c].long()
+            r = self.threshold_rank(f, trees.threshold[p, c]).clamp(min=0)
+            trees.threshold[p, c] = self.sorted_flat.index_select(0, f * self.umax + r).to(trees.threshold.dtype)
+        return trees

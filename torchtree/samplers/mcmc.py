@@ -78,6 +78,10 @@ class MCMCConfig(SamplerConfig):
                                              "(prior), uniform among the gaps between distinct values (data), or "
                                              "by the likelihood of the split (informed); not prior runs the "
                                              "batched engine", choices=CUT_PROPOSALS)
+    max_bins: Optional[int] = option(None, help="rank each feature into at most max_bins quantile bins and cut only "
+                                                "between bins: a change of the split prior (cuts uniform over the "
+                                                "grid's range, not the data's), for large data; None: the data "
+                                                "(the paper's model)", low=2)
 
     def check(self) -> None:
         if self.engine == "host" and self.n_chains != 1:
@@ -250,6 +254,12 @@ class MCMC(SettingsAsAttributes):
         target; the MH ratio carries the proposal density ratio. Anything but
         ``"prior"`` runs the batched engine (also for one chain: the host engine
         implements ``"prior"`` only), about 20x slower per iteration for one chain.
+    max_bins : int, optional
+        Rank every feature of more than ``max_bins`` distinct values into at most
+        ``max_bins`` quantile bins and fit on them (:func:`torchtree.model.target.quantile_binned`):
+        a change of the split prior, cuts uniform over the grid's range instead of the
+        data's, and the returned thresholds of binned features are grid values. None
+        (default): the data as given, the paper's model.
     """
 
     name = "MCMC"
@@ -311,7 +321,7 @@ class MCMC(SettingsAsAttributes):
         """The likelihood (default from the data), the target and the engine of this run."""
         lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
         ctx.extra["likelihood"] = lik
-        ctx.extra["model"] = TreeModel(self.prior, lik, ctx.data, self.config.use_likelihood)
+        ctx.extra["model"] = TreeModel(self.prior, lik, ctx.data, self.config.use_likelihood, self.config.max_bins)
         W, n_chains = ctx.world_size, self.config.n_chains
         if n_chains % W:
             raise ValueError(f"n_chains ({n_chains}) must be divisible by the number of ranks ({W}): every rank "
@@ -475,6 +485,7 @@ class MCMC(SettingsAsAttributes):
             logw = torch.zeros(trees.n_trees, dtype=torch.float64)
             n_kept = trees.n_trees
             leaves, lp = leaves.cpu().numpy(), lp.cpu().numpy()
+        trees = ctx.extra["model"].on_grid(trees)  # max_bins: thresholds onto the grid
         elapsed, total = ctx.seconds(), self.n_iterations
         info = {"sampler": self.name, "engine": "host" if ctx.extra["host"] else "batched", "n_chains": c.n_chains,
                 "world_size": ctx.world_size, "n_samples": c.n_samples, "n_warmup": self.n_warmup, "thin": c.thin, "keep": c.keep,

@@ -132,6 +132,10 @@ class SMCSamplerConfig(SamplerConfig):
                                                 "(prior), among the gaps between distinct values (data), or one of "
                                                 "16 cells by the likelihood of the split (informed)",
                                choices=CUT_PROPOSALS)
+    max_bins: Optional[int] = option(None, help="rank each feature into at most max_bins quantile bins and cut only "
+                                                "between bins: a change of the split prior (cuts uniform over the "
+                                                "grid's range, not the data's), for large data; None: the data "
+                                                "(the paper's model)", low=2)
 
     def check(self) -> None:
         object.__setattr__(self, "move_probs", check_move_probs(self.move_probs))
@@ -277,6 +281,12 @@ class SMCSampler(SettingsAsAttributes):
         (heart 77.3 -> 79.5 %, students 73.5 -> 73.7 %) for 1.2-3x the time; the final
         ESS moves either way (students 4 -> 14 of 1024, diabetes 197 -> 72); see
         ``examples/bench_paper002.py``.
+    max_bins : int, optional
+        Rank every feature of more than ``max_bins`` distinct values into at most
+        ``max_bins`` quantile bins and fit on them (:func:`torchtree.model.target.quantile_binned`):
+        a change of the split prior, cuts uniform over the grid's range instead of the
+        data's, and the returned thresholds of binned features are grid values. None
+        (default): the data as given, the paper's model.
     """
 
     name = "SMCSampler"
@@ -358,7 +368,7 @@ class SMCSampler(SettingsAsAttributes):
         if W == 1:  # one rank alone would refuse while the others wait in a collective
             check_tree_memory("SMCSampler", n, ctx.data, "n_particles",
                               per_tree=2 * hard_tree_bytes(ctx.data.n, ctx.data.n_classes or 3))
-        ctx.extra.update(likelihood=lik, model=TreeModel(self.prior, lik, ctx.data, c.use_likelihood),
+        ctx.extra.update(likelihood=lik, model=TreeModel(self.prior, lik, ctx.data, c.use_likelihood, c.max_bins),
                          # the exact reductions run through a backend also on one process
                          backend=ctx.backend if ctx.backend is not None else LocalBackend(),
                          n_local=n, gidx=torch.arange(ctx.rank * n, (ctx.rank + 1) * n, device=ctx.device),
@@ -503,7 +513,7 @@ class SMCSampler(SettingsAsAttributes):
         """The global posterior, the same on every rank: every rank's trees gathered, identical trees merged."""
         c, P, W, dev, data = self.config, self.config.n_particles, ctx.world_size, ctx.device, ctx.data
         (_,), (final_ess,), (cap,), _ = self._stats(ctx, [st.logw], maxes=[st.particles.trees.capacity])
-        snap = snapshot_trees(st.particles.trees)
+        snap = ctx.extra["model"].on_grid(snapshot_trees(st.particles.trees))  # max_bins: thresholds onto the grid
         snap.reserve(int(cap))
         if W > 1:
             backend = ctx.extra["backend"]

@@ -6,23 +6,28 @@ may draw a different move type. There is no Python loop over trees or points:
 the loops that remain run over tree depth levels or binary-search steps.
 
 State. A :class:`TreeState` is a :class:`~torchtree.model.trees.HardTrees` (every leaf
-``LEAF``) with four per-node fields in ``trees.extra``:
+``LEAF``) with three per-node fields in ``trees.extra``:
 
-* ``bits [P, C, W]`` int64: the training points in the node as a bitset
-  (``W = ceil(N / 64)`` words). A child's bitset is its parent's AND the
-  precomputed bitset of "points with ``x_f <= threshold``", so re-routing a subtree
-  costs ``W`` word operations per node, whatever the number of points in it;
 * ``term [P, C]`` float64: the node's additive share of the log posterior (split
   or stop probability, rule density, leaf log marginal likelihood), so that
   ``log pi(t) = sum(term) + global`` (``global``: the Poisson prior's leaf-count
   term, zero for the Chipman prior);
 * ``heap [P, C]`` int64: heap code of the node (root 1, children ``2h``,
-  ``2h + 1``): "is c below j" is one shift and compare;
+  ``2h + 1``): "is c below j" is one shift and compare, and the path from the root;
 * ``thr_rank [P, C]`` int64: rank of the threshold among the distinct values of
-  its feature (the bitset to AND with when routing).
+  its feature (what routing compares with).
 
-Data extents, rule draws and per-node log posterior terms come from
-:class:`~torchtree.model.target.TreeModel` (bitset tables built once per data set).
+A move needs the training points of one node ``j`` per tree as a bitset (``W =
+ceil(N / 64)`` int64 words): :meth:`TreeModel.node_bits` routes them down the path from the root
+(one :meth:`~torchtree.model.target.TreeModel.split_bits` per level: the bucket table's
+``W`` words plus the points of the cut's bucket), and the rewritten subtree's bitsets
+follow top-down from ``j``'s. Only when ``P x W`` is small
+(:meth:`~torchtree.model.target.TreeModel.keeps_bits`: a few chains, or small data) do the
+trees keep every node's bitset in ``extra["bits"] [P, C, W]``, which saves the routing.
+
+Data extents and per-node log posterior terms come from
+:class:`~torchtree.model.target.TreeModel`; cut draws and densities from
+:mod:`torchtree.steps.cut_proposals`.
 
 Proposal ratios (``log q(t | t') - log q(t' | t)``, exact; ``b`` = number of
 candidates, ``p_m`` = move-type probabilities, ``nv`` = varying dimensions of the
@@ -46,8 +51,8 @@ no varying dimension to grow, no candidate node) is flagged invalid: an MH kerne
 rejects it with probability one, an SMC sampler keeps the particle with an
 incremental weight of one (the kernel's atom at the current tree).
 
-Memory: ``P x C x N / 8`` bytes for the bitsets plus ``sum_d U_d x N / 8`` for the
-prefix table (a few MB on the UCI benchmarks).
+Memory: the model's ``O(N D)`` tables, the trees' ``O(P C)`` fields, and ``O(P W)``
+words of bitsets per move (the nodes ``j`` and the rewritten subtrees).
 """
 from __future__ import annotations
 
@@ -60,7 +65,9 @@ import torch
 from torchtree.kernels.segments import rank_within
 from torchtree.model.priors import ChipmanPrior
 from torchtree.core.random import keyed_uniform
-from torchtree.model.target import TreeModel, _bit_of, _choose, _cut
+from torchtree.model.target import TreeModel, _bit_of
+from torchtree.steps import cut_proposals as cp
+from torchtree.steps.cut_proposals import CUT_PROPOSALS, choose as _choose, prior_cut as _cut
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, UNUSED, HardTrees
 from torchtree.core.validate import check_choice, check_probabilities
 
@@ -82,7 +89,7 @@ class TreeState:
 
     Parameters
     ----------
-    trees : HardTrees [P] with ``extra`` ``bits``, ``term``, ``heap``, ``thr_rank``
+    trees : HardTrees [P] with ``extra`` ``term``, ``heap``, ``thr_rank``
     """
 
     def __init__(self, trees: HardTrees) -> None:
@@ -94,14 +101,15 @@ class TreeState:
         root = model.pstats[:, : model.S].sum(0)
         trees = HardTrees.roots(n_trees, root, capacity=capacity, threshold_dtype=model.X.dtype, status=LEAF)
         dev, C = trees.device, trees.capacity
-        bits = torch.zeros(n_trees, C, model.W, dtype=torch.long, device=dev)
-        bits[:, 0] = model.all_bits
         nonconst = model.nonconst(model.all_bits[None])[0]
         term = torch.zeros(n_trees, C, dtype=torch.float64, device=dev)
         term[:, 0] = model.leaf_term(torch.zeros((), dtype=torch.int32, device=dev), nonconst, root)
         heap = torch.zeros(n_trees, C, dtype=torch.long, device=dev)
         heap[:, 0] = 1
-        trees.extra.update(bits=bits, term=term, heap=heap, thr_rank=torch.zeros(n_trees, C, dtype=torch.long, device=dev))
+        trees.extra.update(term=term, heap=heap, thr_rank=torch.zeros(n_trees, C, dtype=torch.long, device=dev))
+        if model.keeps_bits(n_trees):  # few or small trees: keep every node's bitset (no routing from the root)
+            trees.extra["bits"] = torch.zeros(n_trees, C, model.W, dtype=torch.long, device=dev)
+            trees.extra["bits"][:, 0] = model.all_bits
         return cls(trees)
 
     @property
@@ -117,6 +125,14 @@ class TreeState:
         """Sum of the leaf log marginal likelihoods of every tree, [P] float64."""
         t = self.trees
         return torch.where(t.is_leaf(), model.loglik(t.stats), torch.zeros((), dtype=torch.float64, device=t.device)).sum(1)
+
+    def node_bitsets(self, model: TreeModel) -> torch.Tensor:
+        """Bitsets of the training points in every node slot, ``[P, C, W]`` (unused slots:
+        the root's points). For tests and debugging: the moves route on demand
+        (:meth:`TreeModel.node_bits`) rather than keep them."""
+        t, P = self.trees, self.trees.n_trees
+        slots = [model.node_bits(t, torch.full((P,), c, dtype=torch.long, device=t.device)) for c in range(t.capacity)]
+        return torch.stack(slots, 1)
 
     def take_(self, index: torch.Tensor) -> None:
         """In-place gather of particles (resampling), ``self[i] = self[index[i]]``."""
@@ -138,8 +154,9 @@ class TreeState:
             if name in nf:
                 old[rows] = nf[name].index_select(0, rows)
         t.n_nodes[rows] = n.n_nodes.index_select(0, rows)
-        sel = mask.index_select(0, prop.sub_tree)
-        t.extra["bits"][prop.sub_tree[sel], prop.sub_node[sel]] = prop.sub_bits[sel]
+        if "bits" in t.extra:
+            sel = mask.index_select(0, prop.sub_tree)
+            t.extra["bits"][prop.sub_tree[sel], prop.sub_node[sel]] = prop.sub_bits[sel]
         pr = rows[prop.kind.index_select(0, rows) == PRUNE]
         if pr.numel():
             _compact_rows_(t, pr)
@@ -186,9 +203,9 @@ def subtree_mask(trees: HardTrees, node: torch.Tensor) -> torch.Tensor:
 def check_state(state: TreeState, model: TreeModel, atol: float = 1e-6) -> None:
     """Assert that the caches agree with the trees (tests and debugging).
 
-    Checks ``HardTrees.validate`` with the data, that every node's bitset is the set of
-    training points routed through it, and that the cached log posterior equals the
-    prior's ``log_prob`` plus the leaf log likelihoods.
+    Checks ``HardTrees.validate`` with the data, that every leaf's bitset
+    (:meth:`TreeModel.node_bits`) is the set of training points routed to it, and that the
+    cached log posterior equals the prior's ``log_prob`` plus the leaf log likelihoods.
     """
     t = state.trees
     t.validate(model.data, model.likelihood)
@@ -198,13 +215,10 @@ def check_state(state: TreeState, model: TreeModel, atol: float = 1e-6) -> None:
     rec = torch.zeros(P, C, model.W, dtype=torch.long, device=t.device)
     rec.view(P * C, model.W).index_put_(((torch.arange(P, device=t.device)[:, None] * C + leaves).reshape(-1), word.repeat(P)), val.repeat(P), accumulate=True)
     leaf = t.is_leaf()
-    assert bool((rec[leaf] == t.extra["bits"][leaf]).all()), "leaf bitsets differ from the routed points"
+    assert bool((rec[leaf] == state.node_bitsets(model)[leaf]).all()), "leaf bitsets differ from the routed points"
     internal = t.status == INTERNAL
     pi, ni = internal.nonzero(as_tuple=True)
-    bits = t.extra["bits"]
     if pi.numel():
-        lb, rb = bits[pi, t.left[pi, ni].long()], bits[pi, t.right[pi, ni].long()]
-        assert bool(((lb | rb) == bits[pi, ni]).all() and ((lb & rb) == 0).all()), "internal bitsets must be the union of the children's"
         r = model.threshold_rank(t.feature[pi, ni].long(), t.threshold[pi, ni])
         assert bool((r == t.extra["thr_rank"][pi, ni]).all()), "threshold ranks out of date"
     ll = torch.where(leaf, model.loglik(t.stats), torch.zeros((), dtype=torch.float64, device=t.device)).sum(1)
@@ -219,8 +233,7 @@ class Proposal:
 
     Attributes
     ----------
-    trees : HardTrees [P] proposed trees without ``extra["bits"]`` (rows with
-        ``valid == False`` are not meaningful)
+    trees : HardTrees [P] proposed trees (rows with ``valid == False`` are not meaningful)
     kind : LongTensor [P] move type (``GROW``, ``PRUNE``, ``CHANGE``, ``SWAP``)
     node : LongTensor [P] root of the rewritten subtree (grow: the leaf; swap: the parent)
     valid : BoolTensor [P] the proposed tree has positive prior density
@@ -271,9 +284,6 @@ def snapshot_trees(trees: HardTrees) -> HardTrees:
                      trees.n_nodes.clone())
 
 
-CUT_PROPOSALS = ("prior", "data", "informed")
-
-
 def check_cut_proposal(cut_proposal: str) -> str:
     """Validate a ``cut_proposal`` option (see :func:`propose`)."""
     return check_choice("cut_proposal", cut_proposal, CUT_PROPOSALS)
@@ -296,10 +306,10 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
         prior's rule density); ``"data"`` a gap between consecutive distinct values of
         the dimension uniform among those in the range, then uniform in the gap (density
         ``1 / (n_gaps * gap width)`` on the same support); ``"informed"`` one of
-        ``tree_model.INFORMED_CELLS`` equal cells of the range drawn with probability
+        ``cut_proposals.INFORMED_CELLS`` equal cells of the range drawn with probability
         ``(1 - eps) softmax(score) + eps / G``, the score being the log likelihood of the
         node split at the cell's midpoint into two leaves, then uniform in the cell
-        (:meth:`TreeModel.informed_cell_logp`). The target is the same; the ratio then
+        (:func:`torchtree.steps.cut_proposals.informed_cell_logp`). The target is the same; the ratio then
         carries prior density / proposal density of the new cut and the inverse for the
         removed one.
 
@@ -328,34 +338,40 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     in_old = subtree_mask(trees, j)
 
     # Phase 1: node j's data (unchanged by any move): varying dimensions, new rule, old rule's range.
-    Bj = trees.extra["bits"].view(P * C, W).index_select(0, ar * C + jc)
+    Bj = trees.extra["bits"][ar, jc] if "bits" in trees.extra else model.node_bits(trees, jc)
     vary_j = model.varying(Bj)
     nv1 = vary_j.sum(1)
     f_new, _ = _choose(vary_j, u[:, 2])
     feat = trees.feature.long()
     f_old = feat.gather(1, jc[:, None]).squeeze(1).clamp(min=0)
     f_swp = feat.gather(1, c[:, None]).squeeze(1).clamp(min=0)  # the rule j receives in a swap
-    lo3, hi3, rlo3, rhi3 = model.extent_ranks(torch.cat([Bj, Bj, Bj]), torch.cat([f_new, f_old, f_swp]))
+    # Extents of j in the dimensions of the new, the old and the swapped-in rule, each only
+    # where the tree's move uses it (grow / change, prune / change, swap).
+    need = torch.stack([is_g | is_c, is_p | is_c, is_s]) & has  # [3, P]
+    lo3, hi3, rlo3, rhi3 = model.extent_ranks_where(Bj, torch.stack([f_new, f_old, f_swp]), need)
     rng3 = hi3.double() - lo3.double()
     rng_new, rng_old, rng_swp = rng3[:P], rng3[P:2 * P], rng3[2 * P:]
     if check_cut_proposal(cut_proposal) == "data":
         # log q of the new cut and of the removed one (prune / change) under the gap proposal.
-        thr_new, r_new, lqc_new = model.gap_cut(f_new, rlo3[:P], rhi3[:P], u[:, 3])
+        thr_new, r_new, lqc_new = cp.gap_cut(model, f_new, rlo3[:P], rhi3[:P], u[:, 3])
         r_old = trees.extra["thr_rank"].gather(1, jc[:, None]).squeeze(1)
-        lqc_old = model.log_gap_density(f_old, r_old, rlo3[P:2 * P], rhi3[P:2 * P])
+        lqc_old = cp.log_gap_density(model, f_old, r_old, rlo3[P:2 * P], rhi3[P:2 * P])
     elif cut_proposal == "informed":
         # Both densities in one batched call: the new cut on (j, f_new), the old one on (j, f_old).
-        lp = model.informed_cell_logp(torch.cat([Bj, Bj]), torch.cat([f_new, f_old]), lo3[:2 * P], hi3[:2 * P])
-        thr_new, r_new, lqc_new = model.informed_cut(lp[:P], f_new, lo3[:P], hi3[:P], u[:, 3])
+        lp = torch.full((2 * P, cp.INFORMED_CELLS), -math.log(cp.INFORMED_CELLS), dtype=torch.float64, device=dev)
+        rows = need[:2].reshape(-1).nonzero().squeeze(1)
+        lp[rows] = cp.informed_cell_logp(model, Bj.index_select(0, rows % P), torch.cat([f_new, f_old])[rows],
+                                         lo3[rows], hi3[rows])
+        thr_new, r_new, lqc_new = cp.informed_cut(model, lp[:P], f_new, lo3[:P], hi3[:P], u[:, 3])
         thr_old = trees.threshold.gather(1, jc[:, None]).squeeze(1)
-        lqc_old = model.informed_log_density(lp[P:], thr_old, lo3[P:2 * P], hi3[P:2 * P])
+        lqc_old = cp.informed_log_density(lp[P:], thr_old, lo3[P:2 * P], hi3[P:2 * P])
     else:
         thr_new, _ = _cut(lo3[:P], hi3[:P], u[:, 3])
         r_new = model.threshold_rank(f_new, thr_new)
         lqc_new, lqc_old = -torch.log(rng_new.clamp(min=1e-300)), -torch.log(rng_old.clamp(min=1e-300))
     valid = has & ~(is_g & (nv1 == 0))
 
-    # The proposed trees (the bitsets are not copied: only the rewritten subtree's are built).
+    # The proposed trees (only the rewritten subtree's bitsets are built, below).
     new = HardTrees(trees.feature.clone(), trees.threshold.clone(), trees.left.clone(), trees.right.clone(),
                     trees.parent.clone(), trees.depth.clone(), trees.status.clone(), trees.stats.clone(),
                     trees.n_nodes.clone(), {k: v.clone() for k, v in trees.extra.items() if k != "bits"})
@@ -392,7 +408,7 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     cmap[sflat] = torch.arange(M, device=dev)
     Bs = torch.empty(M, W, dtype=torch.long, device=dev)
     top = (rel == 0).nonzero().squeeze(1)
-    Bs[top] = trees.extra["bits"].view(P * C, W).index_select(0, sp.index_select(0, top) * C + sc.index_select(0, top))
+    Bs[top] = Bj.index_select(0, sp.index_select(0, top))
     par_fl, f_fl = new.parent.view(-1).long(), new.feature.view(-1).long()
     r_fl, right_fl = new.extra["thr_rank"].view(-1), new.right.view(-1).long()
     for lev in range(1, height + 1):
@@ -521,13 +537,13 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
     t.status[:, 0] = OPEN
     log_q0 = torch.zeros(P, dtype=torch.float64, device=dev)
     root_vary = model.varying(model.all_bits[None])
+    # the open nodes (p-major, slots ascending, as a nonzero() of the status lists them) and their bitsets
+    po, co, B = torch.arange(P, device=dev), torch.zeros(P, dtype=torch.long, device=dev), model.all_bits[None].expand(P, -1)
     for level in range(_MAX_DEPTH + 1):
         C = t.capacity
-        po, co = (t.status == OPEN).nonzero(as_tuple=True)
         if po.numel() == 0:
             break
         g = po * C + co
-        B = t.extra["bits"].view(P * C, W).index_select(0, g)
         can = model.nonconst(B)
         depth = t.depth.view(-1).index_select(0, g)
         lps, lpn = sampler.log_split_probs(depth)
@@ -548,7 +564,7 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
         u_dim = keyed_uniform(seed, stream + 4 * level + 1, key[sp], cs)
         u_cut = keyed_uniform(seed, stream + 4 * level + 2, key[sp], cs)
         vary = root_vary.expand(sp.numel(), -1) if level == 0 else model.varying(Bsp)
-        f, thr, r, nv, rng = model.draw_rule(Bsp, vary, u_dim, u_cut)
+        f, thr, r, nv, rng = cp.draw_rule(model, Bsp, vary, u_dim, u_cut)
         log_q0.index_add_(0, ps, lps[sp] - torch.log(nv.double()) - torch.log(rng.clamp(min=1e-300)))
         t.extra["term"].view(-1)[gs] = model.internal_term(depth[sp], nv, rng)
         per_tree = torch.bincount(ps, minlength=P)
@@ -561,13 +577,18 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
         t.left[ps, cs] = n0.to(t.left.dtype)
         t.right[ps, cs] = (n0 + 1).to(t.right.dtype)
         h = t.extra["heap"][ps, cs]
+        left = model.split_bits(Bsp, f, r, torch.zeros_like(f, dtype=torch.bool))
+        children = (left, Bsp & ~left)
         for k in (0, 1):
-            cb = model.split_bits(Bsp, f, r, torch.full_like(f, k, dtype=torch.bool))
             t.status[ps, n0 + k] = OPEN
             t.depth[ps, n0 + k] = depth[sp] + 1
             t.parent[ps, n0 + k] = cs.to(t.parent.dtype)
             t.extra["heap"][ps, n0 + k] = 2 * h + k
-            t.extra["bits"][ps, n0 + k] = cb
-            t.stats[ps, n0 + k] = model.node_stats(cb)[:, : model.S].to(t.stats.dtype)
+            t.stats[ps, n0 + k] = model.node_stats(children[k])[:, : model.S].to(t.stats.dtype)
+            if "bits" in t.extra:
+                t.extra["bits"][ps, n0 + k] = children[k]
         t.n_nodes += 2 * per_tree
+        po, co = torch.cat([ps, ps]), torch.cat([n0, n0 + 1])
+        order = torch.argsort(po * (C + 1) + co)
+        po, co, B = po.index_select(0, order), co.index_select(0, order), torch.cat(children).index_select(0, order)
     return state, log_q0
