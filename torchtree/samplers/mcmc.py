@@ -21,6 +21,8 @@ draws of all chains; the traces themselves are in ``info["trace"]``
 """
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -538,9 +540,13 @@ def _warn_if_unconverged(info: dict, draws_per_chain: int) -> None:
     bad += [f"{k} {info[k]:.1f}" for k in ("ess_leaves", "ess_log_posterior")
             if np.isfinite(info.get(k, np.nan)) and info[k] < ESS_LIMIT]
     if bad and draws_per_chain >= 4:
+        # point the warning at the user's call, however deep in torchtree it is raised
+        pkg, frame, level = os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys._getframe(1), 2
+        while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg):
+            frame, level = frame.f_back, level + 1
         warnings.warn(f"MCMC chains look unconverged ({', '.join(bad)}; limits R-hat <= {RHAT_LIMIT}, "
                       f"ESS >= {ESS_LIMIT:.0f}): predictions may depend on the seed. Run more chains "
-                      "(n_chains), longer ones (n_samples, n_warmup), or use method='smc'", UserWarning, stacklevel=4)
+                      "(n_chains), longer ones (n_samples, n_warmup), or use method='smc'", UserWarning, stacklevel=level)
 
 
 def _accept_info(proposed: torch.Tensor, accepted: torch.Tensor) -> dict:
