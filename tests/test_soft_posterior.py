@@ -67,3 +67,13 @@ def test_save_load_format_tag(tmp_path):
         SoftTreePosterior.load(str(tmp_path / "junk.pt"))
     with pytest.raises(FileNotFoundError):
         SoftTreePosterior.load(str(tmp_path / "missing.pt"))
+
+
+def test_hard_and_soft_posteriors_share_one_protocol_and_neither_inherits_the_other():
+    from torchtree import Posterior, TreePosterior
+
+    assert issubclass(SoftTreePosterior, Posterior) and issubclass(TreePosterior, Posterior)
+    assert not issubclass(SoftTreePosterior, TreePosterior) and not issubclass(TreePosterior, SoftTreePosterior)
+    protocol = ["predict_proba", "predict", "predict_interval", "log_predictive", "summary", "to_dot", "save", "load"]
+    for cls in (TreePosterior, SoftTreePosterior):  # each implements the whole protocol itself
+        assert all(name in vars(cls) for name in protocol), cls

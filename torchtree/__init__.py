@@ -14,6 +14,7 @@ from torchtree.model.trees import HardTrees
 from torchtree.model.priors import ChipmanPrior, PoissonPrior
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.posterior import TreePosterior
+from torchtree.model.posterior_base import Posterior
 from torchtree.monitor import Monitor, MonitorList, ProgressMonitor, TensorBoardMonitor, TraceMonitor
 from torchtree.core.resampling import ess, multinomial, residual, stratified, systematic
 from torchtree.samplers.topdown import TopDownSMC
@@ -48,6 +49,7 @@ __all__ = [
     "DirichletMultinomial",
     "NormalInverseGamma",
     "TreePosterior",
+    "Posterior",
     "Monitor",
     "MonitorList",
     "ProgressMonitor",

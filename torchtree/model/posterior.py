@@ -13,6 +13,7 @@ from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
 from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
 from torchtree.model.interval import INTERVAL_BLOCK, block_seed, check_interval, equal_tailed
+from torchtree.model.posterior_base import Posterior
 
 __all__ = ["TreePosterior", "PosteriorSummary", "dedupe_trees", "attach_feature_names"]
 
@@ -134,7 +135,7 @@ def attach_feature_names(posterior, X, names=None) -> None:
         posterior.feature_names = [str(v) for v in names]
 
 
-class TreePosterior:
+class TreePosterior(Posterior):
     """Weighted trees approximating a posterior over decision trees.
 
     Parameters
@@ -383,36 +384,6 @@ class TreePosterior:
         lik = self.likelihood
         dens = self._mixture(Xt, lambda rows, pts: lik.log_prob_rows(rows, yt[pts]).exp()[:, None], 1)
         return float(dens[:, 0].log().mean())
-
-    def accuracy(self, X, y) -> float:
-        """Fraction of test points whose predicted class equals ``y``."""
-        if self.task != "classification":
-            raise ValueError("accuracy applies to classification")
-        pred = self.predict(X)
-        yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
-        if yn.shape[0] != pred.shape[0]:
-            raise ValueError(f"X has {pred.shape[0]} rows but y has {yn.shape[0]}")
-        return float(np.mean(pred == yn))
-
-    def rmse(self, X, y) -> float:
-        """Root mean squared error of the posterior predictive mean (regression)."""
-        pred = self.predict(X)
-        yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y, dtype=np.float64)
-        return float(np.sqrt(np.mean((pred - yn) ** 2)))
-
-    def _encode_y(self, y, M: int) -> torch.Tensor:
-        yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
-        if yn.ndim != 1 or yn.shape[0] != M:
-            raise ValueError(f"y must be 1-D with {M} entries, got shape {yn.shape}")
-        if self.task == "regression":
-            return torch.as_tensor(yn.astype(np.float64))
-        if self.classes_ is None:
-            return torch.as_tensor(yn.astype(np.int64))
-        lookup = {c: i for i, c in enumerate(self.classes_.tolist())}
-        try:
-            return torch.as_tensor([lookup[v] for v in yn.tolist()], dtype=torch.long)
-        except KeyError as exc:
-            raise ValueError(f"label {exc.args[0]!r} was not seen in training") from exc
 
     # -------------------------------------------------------------- summary
     def summary(self) -> "PosteriorSummary":

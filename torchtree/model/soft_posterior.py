@@ -6,10 +6,11 @@ MCMC draws. Predictions average the per-draw predictive over draws, then over
 topologies with these weights (Theorem 8). A single-topology HMC / NUTS run is the
 special case ``M = 1``.
 
-It is a ``torchtree.TreePosterior`` (same methods and return types: numpy arrays from
-``predict_proba`` / ``predict`` / ``predict_interval``, mean ``log_predictive``,
-``accuracy``, ``rmse``, ``summary``, ``to_dot``, ``save`` / ``load``), but holds soft
-trees: ``weights`` are per topology, and draws replace hard trees.
+It implements the one :class:`~torchtree.model.posterior_base.Posterior` protocol, as
+``TreePosterior`` does (same methods and return types: numpy arrays from ``predict_proba`` /
+``predict`` / ``predict_interval``, mean ``log_predictive``, ``accuracy``, ``rmse``,
+``summary``, ``to_dot``, ``save`` / ``load``), but holds soft trees: ``weights`` are per
+topology, and draws replace hard trees.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from torchtree.model.posterior import TreePosterior
+from torchtree.model.posterior_base import Posterior
 from torchtree.model.interval import INTERVAL_BLOCK, block_seed, check_interval, equal_tailed
 from torchtree.core.budget import rows_per_chunk
 from torchtree.core.validate import check_int
@@ -33,7 +34,7 @@ from torchtree.model.soft_trees import SoftTreeHyper, SoftTrees
 __all__ = ["SoftTreePosterior"]
 
 
-class SoftTreePosterior(TreePosterior):
+class SoftTreePosterior(Posterior):
     """Weighted set of soft-tree posterior draws over one or more topologies.
 
     Parameters
@@ -78,8 +79,6 @@ class SoftTreePosterior(TreePosterior):
             else torch.as_tensor(log_prior_m, dtype=torch.float64).cpu()
         )
         self.info = dict(info or {})
-        # TreePosterior's constructor needs hard trees; the state it would set is
-        # replaced by the per-topology draws above (every public method is overridden).
         self.classes_ = None if data.classes is None else np.asarray(data.classes)
         self.n_features = data.n_input_features
         self.n_particles = int(sum(int(d.shape[0]) for d in self.draws))

@@ -1,0 +1,106 @@
+"""``Posterior``: the one protocol of a sampler's result, hard trees or soft.
+
+:class:`~torchtree.model.posterior.TreePosterior` (weighted hard trees: top-down SMC, MCMC,
+SMC with moves) and :class:`~torchtree.model.soft_posterior.SoftTreePosterior` (soft-tree
+draws per topology: NUTS, DCC) both implement it and neither inherits the other. Code that
+takes any posterior (the estimators, the CLI, benchmarks) uses only what is declared here;
+what both compute the same way (``accuracy``, ``rmse``, label coding) is written once below.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+
+__all__ = ["Posterior"]
+
+
+class Posterior:
+    """What every posterior offers (see the module notes).
+
+    Attributes
+    ----------
+    task : {"classification", "regression"}
+    n_features : int, the number of input columns
+    classes_ : numpy array [K] of the original labels, or None (regression)
+    n_particles : int, draws or particles behind the posterior
+    info : dict, the sampler's run facts and diagnostics
+    log_evidence : float or None, the estimate of ``log p(y | X)`` where the method has one
+    weights : Tensor [P] float64, the normalised weights of the posterior's members
+    FORMAT : str, the format tag of the files :meth:`save` writes
+    """
+
+    FORMAT: str = ""
+    info: Dict[str, Any]
+    n_features: int
+    classes_: Optional[np.ndarray]
+
+    # ------------------------------------------------------------- the protocol
+    @property
+    def task(self) -> str:
+        raise NotImplementedError
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Posterior predictive class probabilities ``[M, K]`` (classification)."""
+        raise NotImplementedError
+
+    def predict(self, X) -> np.ndarray:
+        """Most probable class (original labels) or predictive mean, ``[M]``."""
+        raise NotImplementedError
+
+    def predict_interval(self, X, level: float = 0.9) -> np.ndarray:
+        """Equal-tailed posterior predictive interval ``[M, 2]`` (regression)."""
+        raise NotImplementedError
+
+    def log_predictive(self, X, y) -> float:
+        """Mean log posterior predictive density of ``(X, y)``."""
+        raise NotImplementedError
+
+    def summary(self) -> Dict[str, Any]:
+        """A dict of the posterior's statistics and the sampler's diagnostics."""
+        raise NotImplementedError
+
+    def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
+        """Graphviz DOT text of member ``i`` (default: the heaviest)."""
+        raise NotImplementedError
+
+    def save(self, path: str) -> None:
+        """Write the posterior to ``path`` (checksummed, atomic)."""
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls, path: str, device=None) -> "Posterior":
+        """Read a posterior that :meth:`save` wrote."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------- written once for both
+    def accuracy(self, X, y) -> float:
+        """Fraction of test points whose predicted class equals ``y``."""
+        if self.task != "classification":
+            raise ValueError("accuracy applies to classification")
+        pred = self.predict(X)
+        yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
+        if yn.shape[0] != pred.shape[0]:
+            raise ValueError(f"X has {pred.shape[0]} rows but y has {yn.shape[0]}")
+        return float(np.mean(pred == yn))
+
+    def rmse(self, X, y) -> float:
+        """Root mean squared error of the posterior predictive mean (regression)."""
+        pred = self.predict(X)
+        yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y, dtype=np.float64)
+        return float(np.sqrt(np.mean((pred - yn) ** 2)))
+
+    def _encode_y(self, y, M: int) -> torch.Tensor:
+        yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
+        if yn.ndim != 1 or yn.shape[0] != M:
+            raise ValueError(f"y must be 1-D with {M} entries, got shape {yn.shape}")
+        if self.task == "regression":
+            return torch.as_tensor(yn.astype(np.float64))
+        if self.classes_ is None:
+            return torch.as_tensor(yn.astype(np.int64))
+        lookup = {c: i for i, c in enumerate(self.classes_.tolist())}
+        try:
+            return torch.as_tensor([lookup[v] for v in yn.tolist()], dtype=torch.long)
+        except KeyError as exc:
+            raise ValueError(f"label {exc.args[0]!r} was not seen in training") from exc
