@@ -285,3 +285,25 @@ def test_progress_rank_gating():
     m.on_start({"total": 1})
     assert "[rank 2]" in m.bar.desc
     m.close()
+
+
+def test_a_monitor_without_on_step_does_not_make_samplers_compute_reports(monkeypatch):
+    """Per-step reports cost time (tree statistics every stage): a monitor that only listens
+    to on_start / on_end (wants_steps False) must not make the sampler build them."""
+    import numpy as np
+
+    import torchtree.samplers.topdown as topdown
+    from torchtree import Data, TopDownSMC
+    from torchtree.monitor import CallbackMonitor, MonitorList
+
+    calls = []
+    real = topdown.tree_report
+    monkeypatch.setattr(topdown, "tree_report", lambda *a: calls.append(1) or real(*a))
+    X = np.random.default_rng(0).normal(size=(50, 2))
+    data = Data(X, (X[:, 0] > 0).astype(int))
+    started = []
+    TopDownSMC(n_particles=10).run(data, seed=0, monitor=CallbackMonitor(on_start=started.append))
+    assert started and not calls
+    both = MonitorList([CallbackMonitor(on_start=started.append), CallbackMonitor(on_step=lambda s, i: None)])
+    TopDownSMC(n_particles=10).run(data, seed=0, monitor=both)
+    assert calls  # one member reads the reports

@@ -39,6 +39,8 @@ class Monitor:
 
     all_ranks: bool = False
     rank: int | None = None
+    #: False when ``on_step`` ignores its reports: samplers then skip computing them
+    wants_steps: bool = True
 
     def __init__(self, *, all_ranks: bool = False) -> None:
         self.all_ranks = bool(all_ranks)
@@ -236,6 +238,7 @@ class CallbackMonitor(Monitor):
                  all_ranks: bool = False) -> None:
         super().__init__(all_ranks=all_ranks)
         self._fns = {"on_start": on_start, "on_step": on_step, "on_end": on_end, "on_checkpoint": on_checkpoint}
+        self.wants_steps = on_step is not None
 
     def on_start(self, info: Mapping[str, Any]) -> None:
         if self._fns["on_start"] is not None:
@@ -284,6 +287,11 @@ class MonitorList(Monitor):
         self.monitors: list = []
         for m in monitors:
             self.append(m)
+
+    @property
+    def wants_steps(self) -> bool:
+        """Whether any member reads the per-step reports."""
+        return any(getattr(m, "wants_steps", True) for m in self.monitors)
 
     def append(self, monitor: Any) -> None:
         """Add a monitor (or a list of them) at the end."""

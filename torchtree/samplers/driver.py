@@ -167,7 +167,7 @@ class RunContext:
 
     @property
     def watch(self) -> bool:
-        return not isinstance(self.monitor, NullMonitor)
+        return not isinstance(self.monitor, NullMonitor) and bool(getattr(self.monitor, "wants_steps", True))
 
     def seconds(self) -> float:
         """Wall seconds since the start of the run (this segment of it)."""
