@@ -59,41 +59,54 @@ def synthetic(n: int, d: int, seed: int = 0):
     return X, y
 
 
+def _clock(device: str):
+    """CPU seconds of the process on the CPU; on CUDA, wall seconds after a synchronize (the
+    host mostly waits there, so its CPU time says little)."""
+    if torch.device(device).type != "cuda":
+        return time.process_time
+
+    def wall():
+        torch.cuda.synchronize()
+        return time.perf_counter()
+    return wall
+
+
 def measure(n: int, d: int, args) -> dict:
-    """The per-call CPU seconds of one (N, D) cell (see the module docstring)."""
+    """The per-call seconds of one (N, D) cell (see the module docstring)."""
     X, y = synthetic(n, d)
     G, C, T = args.topologies, args.chains, args.draws
-    gen = torch.Generator().manual_seed(0)
+    clock = _clock(args.device)
+    gen = torch.Generator(device=args.device).manual_seed(0)
     tops = [Topology.coerce(args.depth)] * G
-    model = SoftTrees((X, y), tops, n_chains=C, sharpness=0.025, generator=gen)
+    model = SoftTrees((X, y), tops, n_chains=C, sharpness=0.025, generator=gen, device=args.device)
     theta = model.theta.data
     model.potential_and_grad(theta)  # first call: allocations
-    t = time.process_time()
+    t = clock()
     for _ in range(args.grad_calls):
         model.potential_and_grad(theta)
-    grad = (time.process_time() - t) / args.grad_calls
+    grad = (clock() - t) / args.grad_calls
     P = model.n_params
     if n <= args.max_transition_rows:
         kernel = make_kernel("nuts", max_tree_depth=6, compact=0.5)
         ch, _ = warmup(kernel, model.potential_and_grad, theta, args.warmup, generator=gen, coord_mask=model.coord_mask)
-        t = time.process_time()
+        t = clock()
         ch, tr = draw(kernel, model.potential_and_grad, ch, T, generator=gen)
-        transition = (time.process_time() - t) / T
+        transition = (clock() - t) / T
         steps = float(tr.n_steps.float().mean())
         draws = tr.positions.reshape(T, G, C, P).permute(1, 2, 0, 3)
     else:
         # too slow to warm up here: the transition is estimated (steps of the smaller N x grad),
         # LAIS runs on jittered copies of the start
         transition = steps = float("nan")
-        noise = 0.01 * torch.randn(G, C, T, P, generator=gen, dtype=theta.dtype)
+        noise = 0.01 * torch.randn(G, C, T, P, generator=gen, dtype=theta.dtype, device=theta.device)
         draws = theta.reshape(1, G, C, P).permute(1, 2, 0, 3) + noise * model.coord_mask.reshape(G, C, 1, P)
     mask = model.coord_mask[::C]
     K = C * T * args.proposals
-    rows = (torch.arange(G) * C).repeat_interleave(K)
-    t = time.process_time()
+    rows = (torch.arange(G, device=theta.device) * C).repeat_interleave(K)
+    t = clock()
     lais_log_weights(draws, mask, lambda xi: model.log_density_chunked(xi.reshape(G * K, P), rows).reshape(G, K),
                      args.proposals, gen)
-    lais = time.process_time() - t
+    lais = clock() - t
     mem = lais_memory_bytes(G, C, T, args.proposals, P, itemsize=draws.element_size())
     return {"N": n, "D": d, "P": P, "grad_s": grad, "transition_s": transition, "steps": steps, "lais_s": lais,
             "lais_MiB": mem / 2**20}
@@ -153,6 +166,7 @@ def main(argv=None) -> int:
     ap.add_argument("--run-warmup", type=int, default=150, help="the run's n_warmup (DCC's default: 150)")
     ap.add_argument("--run-settings", default="{}", help="more DCC settings for the run, as JSON")
     ap.add_argument("--readme-line", type=float, nargs="*", default=[], help="budgets for the README's DCC line")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (CUDA cells are timed in wall seconds)")
     ap.add_argument("--out", help="append the report here")
     ap.add_argument("--smoke", action="store_true", help="a tiny grid and run (for the test-suite)")
     args = ap.parse_args(argv)
@@ -163,8 +177,9 @@ def main(argv=None) -> int:
         args.run_rows, args.run_features, args.run_seconds, args.run_warmup = 200, 3, 3.0, 10
     elif args.grid == "full" and not args.readme_line:
         cells = [(1000, 10), (10_000, 10), (100_000, 10), (1000, 100), (1000, 1000)]
-    lines = [f"threads={torch.get_num_threads()} topologies={args.topologies} chains={args.chains} "
-             f"depth={args.depth} (CPU seconds per call)"]
+    unit = "wall seconds per call, synchronized" if torch.device(args.device).type == "cuda" else "CPU seconds per call"
+    lines = [f"device={args.device} threads={torch.get_num_threads()} topologies={args.topologies} "
+             f"chains={args.chains} depth={args.depth} ({unit})"]
     print(lines[0], flush=True)
     steps_seen = float("nan")
     for n, d in cells:
@@ -186,8 +201,11 @@ def main(argv=None) -> int:
         print(line, flush=True)
         lines.append(line)
     if args.run_rows:
+        extra = json.loads(args.run_settings)
+        if args.device != "cpu":
+            extra.setdefault("device", args.device)
         r = budget_run(args.run_rows, args.run_features, args.run_seconds, args.clock, n_warmup=args.run_warmup,
-                       **json.loads(args.run_settings))
+                       **extra)
         what = ("ValueError: " + r["error"]) if "error" in r else json.dumps(
             {k: r[k] for k in ("iterations", "warmups", "warmups_cut", "visits_cut", "nuts_iterations", "topologies")})
         line = (f"DCC run: N={r['N']} D={r['D']} n_warmup={args.run_warmup} {args.run_settings} "

@@ -79,18 +79,22 @@ def cart(Xtr, ytr, Xte, yte, alpha=5.0):
     }
 
 
-def smc(Xtr, ytr, Xte, yte, M, proposal, expansion="node", n_islands=5, seed=0, threads="auto"):
-    """One top-down SMC run with the paper's settings (``threads``: the sampler's ``n_threads``)."""
+def smc(Xtr, ytr, Xte, yte, M, proposal, expansion="node", n_islands=5, seed=0, threads="auto", device="cpu"):
+    """One top-down SMC run with the paper's settings (``threads``: the sampler's ``n_threads``;
+    ``device``: where the particles live)."""
     from torchtree import ChipmanPrior, Data, DirichletMultinomial, TopDownSMC
     from torchtree.monitor import CallbackMonitor
 
     data = Data(Xtr, ytr)
     sampler = TopDownSMC(ChipmanPrior(0.95, 0.5), DirichletMultinomial(5.0), n_particles=M, n_islands=n_islands,
                          proposal=proposal, expansion=expansion, resampling="multinomial", ess_threshold=0.1,
-                         n_threads=threads)
+                         n_threads=threads, device=device)
     used = {}
+    cuda = torch.device(device).type == "cuda"
     t0, c0 = time.perf_counter(), time.process_time()
     post = sampler.run(data, seed=seed, monitor=CallbackMonitor(on_start=used.update))
+    if cuda:
+        torch.cuda.synchronize()
     fit_s, fit_cpu = time.perf_counter() - t0, time.process_time() - c0
     t0, c0 = time.perf_counter(), time.process_time()
     proba = post.predict_proba(Xte)
@@ -116,6 +120,7 @@ def main(argv=None):
     ap.add_argument("--splits", nargs="+", type=int, default=[0], help="magic04 split seeds")
     ap.add_argument("--threads", type=parse_threads, default="auto",
                     help="torch intra-op threads of the fits: auto (torchtree's policy, README 'Threads') or N")
+    ap.add_argument("--device", default="cpu", help="where the particles live: cpu, cuda, cuda:1")
     ap.add_argument("--out", default="bench_paper001.json")
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test-suite")
     args = ap.parse_args(argv)
@@ -124,7 +129,10 @@ def main(argv=None):
     if args.smoke:
         args.datasets, args.particles, args.optimal_particles, args.splits = ["magic04"], [20], [5], [0]
     rows = []
-    print(f"torch {torch.__version__}, threads {args.threads} (torch's default here: {torch.get_num_threads()})")
+    print(f"torch {torch.__version__}, device {args.device}, threads {args.threads} "
+          f"(torch's default here: {torch.get_num_threads()})")
+    if torch.device(args.device).type == "cuda":  # the CUDA context's start-up is not the first fit's
+        torch.zeros(1, device=args.device).sum().item()
     hdr = (f"{'dataset':10s} {'split':>5s} {'method':22s} {'M':>5s} {'thr':>3s} {'fit s':>7s} {'fit cpu':>7s} {'pred s':>7s} "
            f"{'pred cpu':>8s} {'acc':>7s} {'log p':>8s} {'log Z':>9s}")
     print(hdr)
@@ -136,7 +144,7 @@ def main(argv=None):
             runs = [cart(Xtr, ytr, Xte, yte)]
             for prop in args.proposals:
                 for M in (args.optimal_particles if prop == "optimal" else args.particles):
-                    runs.append(smc(Xtr, ytr, Xte, yte, M, prop, threads=args.threads))
+                    runs.append(smc(Xtr, ytr, Xte, yte, M, prop, threads=args.threads, device=args.device))
             for r in runs:
                 r.update(dataset=ds, split=split)
                 rows.append(r)
@@ -147,7 +155,7 @@ def main(argv=None):
                       f"{r['fit_s']:7.2f} {fc} {r['predict_s']:7.3f} "
                       f"{pc} {r['accuracy']:7.4f} {r['log_predictive']:8.4f} {lz}", flush=True)
     with open(args.out, "w") as fh:
-        json.dump({"torch": torch.__version__, "threads": args.threads, "rows": rows}, fh, indent=1)
+        json.dump({"torch": torch.__version__, "threads": args.threads, "device": args.device, "rows": rows}, fh, indent=1)
     print(f"wrote {args.out}")
     return 0
 

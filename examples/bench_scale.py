@@ -46,7 +46,7 @@ SETTINGS = {
 MAX_N = {"dcc": 100_000}
 
 
-def _worker(method: str, n: int, d: int, threads: str, seed: int) -> dict:
+def _worker(method: str, n: int, d: int, threads: str, seed: int, device: str = "cpu") -> dict:
     """Fit one case in this process and return its numbers (run by the parent in a subprocess)."""
     import numpy as np
     import torch
@@ -55,6 +55,8 @@ def _worker(method: str, n: int, d: int, threads: str, seed: int) -> dict:
     from torchtree.datasets.scale import interactions
 
     kw = dict(SETTINGS[method])
+    if device != "cpu":
+        kw["device"] = device
     if threads != "auto":
         torch.set_num_threads(int(threads))
     accepted = BayesianTreeClassifier().get_params()
@@ -65,15 +67,21 @@ def _worker(method: str, n: int, d: int, threads: str, seed: int) -> dict:
     X, y = X.numpy(), y.numpy()
     n_tr = n
     Xtr, ytr, Xte, yte = X[:n_tr], y[:n_tr], X[n_tr:], y[n_tr:]
+    cuda = torch.device(device).type == "cuda"
+    if cuda:  # the CUDA context's start-up (~1 s) is not the fit's
+        torch.zeros(1, device=device).sum().item()
     w0, c0 = time.perf_counter(), time.process_time()
     est = BayesianTreeClassifier(random_state=seed, **kw).fit(Xtr, ytr)
+    if cuda:
+        torch.cuda.synchronize()
     fit_wall, fit_cpu = time.perf_counter() - w0, time.process_time() - c0
     w0, c0 = time.perf_counter(), time.process_time()
     acc = float(np.mean(est.predict(Xte) == yte))
-    pred_cpu = time.process_time() - c0
-    return {"fit_cpu": fit_cpu, "fit_wall": fit_wall, "pred_cpu": pred_cpu, "accuracy": acc,
+    pred_cpu, pred_wall = time.process_time() - c0, time.perf_counter() - w0
+    return {"fit_cpu": fit_cpu, "fit_wall": fit_wall, "pred_cpu": pred_cpu, "pred_wall": pred_wall, "accuracy": acc,
             "threads_used": torch.get_num_threads(),
-            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+            "peak_gpu_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
 
 
 def _baselines(n: int, d: int, seed: int, forest_max_n: int) -> dict:
@@ -104,8 +112,8 @@ def _baselines(n: int, d: int, seed: int, forest_max_n: int) -> dict:
     return out
 
 
-def _run_case(method: str, n: int, d: int, threads: str, seed: int, timeout: float) -> dict:
-    cmd = [sys.executable, __file__, "--worker", method, str(n), str(d), threads, str(seed)]
+def _run_case(method: str, n: int, d: int, threads: str, seed: int, timeout: float, device: str = "cpu") -> dict:
+    cmd = [sys.executable, __file__, "--worker", method, str(n), str(d), threads, str(seed), device]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if threads != "auto":
         env["OMP_NUM_THREADS"] = threads
@@ -143,12 +151,14 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per fit before it is given up")
     ap.add_argument("--forest-max-n", type=int, default=100_000, help="largest N the random forest is fit at")
+    ap.add_argument("--devices", nargs="+", default=["cpu"],
+                    help="devices each case runs on (e.g. cpu cuda); CUDA rows add the GPU's peak allocated memory")
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
-    ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
-        method, n, d, threads, seed = a.worker
-        print(json.dumps(_worker(method, int(n), int(d), threads, int(seed))))
+        method, n, d, threads, seed, device = a.worker
+        print(json.dumps(_worker(method, int(n), int(d), threads, int(seed), device)))
         return
     if a.smoke:
         a.methods, a.sizes, a.threads, a.wide = ["smc"], [1000], ["1"], False
@@ -156,8 +166,8 @@ def main(argv=None) -> None:
     if a.wide:
         cases += [(m, 100_000, 100) for m in a.methods]
     print(f"# bench_scale: {os.cpu_count()} cpus, torch threads as listed, seed {a.seed}")
-    print(f"{'method':<13}{'N':>8}{'D':>5}{'thr':>5}{'fit cpu s':>11}{'fit wall s':>11}{'peak GB':>9}"
-          f"{'acc':>8}{'cart':>8}{'forest':>8}")
+    print(f"{'method':<13}{'N':>8}{'D':>5}{'thr':>5}{'dev':>5}{'fit cpu s':>11}{'fit wall s':>11}{'peak GB':>9}"
+          f"{'gpu GB':>8}{'acc':>8}{'cart':>8}{'forest':>8}")
     base_cache = {}
     results = {}
     for m, n, d in cases:
@@ -167,15 +177,19 @@ def main(argv=None) -> None:
         for t in a.threads:
             if t != "1" and n > a.multi_thread_max_n:
                 continue
-            r = _run_case(m, n, d, t, a.seed, a.timeout)
-            results[(m, n, d, t)] = r
-            fmt = lambda v: "-" if v is None else f"{v:.4f}"  # noqa: E731
-            if "error" in r:
-                print(f"{m:<13}{n:>8}{d:>5}{t:>5}  failed: {r['error']}")
-            else:
-                print(f"{m:<13}{n:>8}{d:>5}{t:>5}{r['fit_cpu']:>11.1f}{r['fit_wall']:>11.1f}{r['peak_rss_gb']:>9.2f}"
-                      f"{r['accuracy']:>8.4f}{fmt(b.get('cart')):>8}{fmt(b.get('forest')):>8}")
-            sys.stdout.flush()
+            for dev in a.devices:
+                r = _run_case(m, n, d, t, a.seed, a.timeout, dev)
+                if dev == "cpu":
+                    results[(m, n, d, t)] = r
+                fmt = lambda v, p=4: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+                tag = dev.split(":")[0]
+                if "error" in r:
+                    print(f"{m:<13}{n:>8}{d:>5}{t:>5}{tag:>5}  failed: {r['error']}")
+                else:
+                    print(f"{m:<13}{n:>8}{d:>5}{t:>5}{tag:>5}{r['fit_cpu']:>11.1f}{r['fit_wall']:>11.1f}"
+                          f"{r['peak_rss_gb']:>9.2f}{fmt(r.get('peak_gpu_gb'), 2):>8}"
+                          f"{r['accuracy']:>8.4f}{fmt(b.get('cart')):>8}{fmt(b.get('forest')):>8}")
+                sys.stdout.flush()
     print("# growth exponents in N (D = %d): slope of log(fit CPU s) and log(peak RSS) on log N" % a.d)
     for m in a.methods:
         for t in a.threads:

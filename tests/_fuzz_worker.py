@@ -191,11 +191,28 @@ def _run_probe(spec) -> dict:
 _RUNNERS = {"api": _run_api, "cli": _run_cli, "probe": _run_probe}
 
 
+def _address_space() -> int:
+    """Bytes of address space this process maps now (``VmSize``; 0 where /proc is missing)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def main() -> int:
     cases_path, results_path, mem, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     signal.signal(signal.SIGALRM, _on_alarm)
     import torch
+    import torchtree  # noqa: F401
+
+    # the cap is on top of what the imports mapped: a CUDA build of torch maps several GB of
+    # libraries, which a fixed cap set before the import refused ("failed to map segment")
+    limit = _address_space() + mem
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     torch.set_num_threads(1)
     with open(cases_path, "rb") as fh:

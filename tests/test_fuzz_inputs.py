@@ -42,8 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _fuzz_cases  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "_fuzz_worker.py"
-#: Address-space cap of a worker: a fit of these tiny inputs peaks near 0.6 GiB (mostly
-#: torch's own mappings); anything that needs 4x that is an allocation gone wrong.
+#: Address space a worker may map beyond what importing torch and torchtree mapped (a CUDA
+#: build maps several GB of libraries at import): a fit of these tiny inputs adds well under
+#: 0.5 GiB, so anything that needs 2.5 GiB more is an allocation gone wrong.
 MEMORY_BYTES = 2560 * 2**20
 #: A case that runs longer than this is a hang (the slowest valid case takes ~1 s).
 CASE_SECONDS = 30

@@ -72,7 +72,13 @@ def _same(post, ref):
     assert torch.equal(post.log_weights, ref.log_weights)
     assert post.log_evidence == ref.log_evidence
     assert post.n_particles == ref.n_particles
-    assert np.array_equal(np.asarray(post.predict_proba(XQ)), np.asarray(ref.predict_proba(XQ)))
+    p, q = np.asarray(post.predict_proba(XQ)), np.asarray(ref.predict_proba(XQ))
+    if post.log_weights.device.type == "cuda":
+        # CUDA sums a prediction's mixture with atomic adds, in no fixed order: two calls on one
+        # posterior may differ in the last bits (README, "CUDA")
+        np.testing.assert_allclose(p, q, rtol=1e-12, atol=1e-15)
+    else:
+        assert np.array_equal(p, q)
     for key in ("n_stages", "n_resample", "island_log_evidence", "accept/all"):
         if key in ref.info:
             assert post.info[key] == ref.info[key], key

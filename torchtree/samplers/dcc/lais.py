@@ -299,9 +299,12 @@ class EvidenceAccumulator:
         log_w : Tensor [g, K] of log weights for ``g`` groups
         groups : LongTensor [g], which groups (default: all, in order)
         """
-        log_w = log_w.to(torch.float64).reshape(log_w.shape[0], -1)
+        # the accumulator stays where it was made (the CPU, small, checkpointed); the weights
+        # may come from a CUDA run
+        log_w = log_w.to(device=self.count.device, dtype=torch.float64).reshape(log_w.shape[0], -1)
         if groups is None:
             groups = torch.arange(log_w.shape[0], device=log_w.device)
+        groups = groups.to(self.count.device)
         finite = torch.where(torch.isfinite(log_w), log_w, torch.zeros_like(log_w))
         isf = torch.isfinite(log_w).to(torch.float64)
         self.count[groups] += log_w.shape[1]
