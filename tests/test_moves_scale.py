@@ -133,6 +133,41 @@ def test_results_do_not_depend_on_the_tables_or_kept_bits(make, change, monkeypa
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dedup", ["off", "every-hash-collides"])
+def test_results_do_not_depend_on_deduplicating_nodes(dedup, monkeypatch):
+    """Extents and informed-cut histograms are computed once per distinct (node, feature) and
+    gathered back (kernels/distinct.py). Without it, and with a hash under which every row
+    collides (each row then verified and standing for itself), the results are the same."""
+    from torchtree.kernels import distinct
+
+    data = _data(400)
+    make = lambda: SMCSampler(n_particles=128, n_iterations=4, cut_proposal="informed")  # noqa: E731
+    want = _fit(make(), data)
+    if dedup == "off":
+        monkeypatch.setattr(distinct, "MIN_ROWS", 1 << 62)
+    else:
+        monkeypatch.setattr(distinct, "_row_hash", lambda rows: torch.zeros(rows.shape[0], dtype=torch.long))
+    monkeypatch.setattr(target, "_SMALL_WORK", 0)  # the de-duplicated path on this small data
+    got = _fit(make(), data)
+    for a, b in zip(want, got):
+        assert torch.equal(a, b)
+
+
+def test_distinct_rows_is_exact_under_collisions(monkeypatch):
+    from torchtree.kernels import distinct
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.randint(-2**62, 2**62, (5, 7), generator=g)
+    idx = torch.randint(0, 5, (200,), generator=g)
+    rows, extra = base[idx], torch.randint(0, 2, (200,), generator=g)
+    first, inv = distinct.distinct_rows(rows, extra)
+    assert first.numel() <= 10
+    assert torch.equal(rows[first[inv]], rows) and torch.equal(extra[first[inv]], extra)
+    monkeypatch.setattr(distinct, "_row_hash", lambda r: torch.zeros(r.shape[0], dtype=torch.long))
+    first, inv = distinct.distinct_rows(rows, extra)
+    assert torch.equal(rows[first[inv]], rows) and torch.equal(extra[first[inv]], extra)
+
+
 @pytest.mark.parametrize("make", [lambda **k: MCMC(n_chains=2, n_samples=40, **k),
                                   lambda **k: SMCSampler(n_particles=48, n_iterations=5, **k)],
                          ids=["mcmc", "smc-moves"])

@@ -34,6 +34,7 @@ from typing import Iterator, Optional, Tuple
 
 import torch
 
+from torchtree.kernels import distinct as _distinct
 from torchtree.kernels.segments import ragged_arange, segmented_searchsorted
 from torchtree.model.likelihoods import DirichletMultinomial
 from torchtree.model.priors import ChipmanPrior
@@ -440,6 +441,17 @@ class TreeModel:
         gets rank 0. Returns ``(lo, hi, rank_lo, rank_hi)``, each [n].
         """
         n = B.shape[0]
+        if n >= _distinct.MIN_ROWS and n * self.W >= _SMALL_WORK:
+            # resampled particles share nodes: each distinct (node, feature) is searched once
+            first, inv = _distinct.distinct_rows(B, f)
+            if first.numel() < 0.8 * n:
+                out = self._extent_ranks_all(B.index_select(0, first), f.index_select(0, first))
+                return tuple(o.index_select(0, inv) for o in out)
+        return self._extent_ranks_all(B, f)
+
+    def _extent_ranks_all(self, B: torch.Tensor, f: torch.Tensor):
+        """:meth:`extent_ranks` of every row as given (no de-duplication)."""
+        n = B.shape[0]
         dev = B.device
         is_small = 2 * self.count(B) < self.W if n * self.W >= _SMALL_WORK else torch.zeros(n, dtype=torch.bool, device=dev)
         small = is_small.nonzero().squeeze(1)
@@ -450,7 +462,7 @@ class TreeModel:
             a, b = self.rank_extents(B.index_select(0, small), f.index_select(0, small)[:, None])
             rlo[small], rhi[small] = a[:, 0], b[:, 0]
             if big.numel():
-                _, _, a, b = self.extent_ranks(B.index_select(0, big), f.index_select(0, big))
+                _, _, a, b = self._extent_ranks_all(B.index_select(0, big), f.index_select(0, big))
                 rlo[big], rhi[big] = a, b
             base = f * self.umax
             return self.sorted_flat.index_select(0, base + rlo), self.sorted_flat.index_select(0, base + rhi), rlo, rhi

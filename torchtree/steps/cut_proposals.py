@@ -22,6 +22,8 @@ import math
 
 import torch
 
+from torchtree.kernels import distinct as _distinct
+
 __all__ = ["INFORMED_CELLS", "INFORMED_MIX", "CUT_PROPOSALS", "prior_cut", "draw_rule", "gap_cut", "log_gap_density",
            "informed_cell_logp", "informed_cut", "informed_log_density", "choose"]
 
@@ -117,6 +119,19 @@ def informed_cell_logp(model, B: torch.Tensor, f: torch.Tensor, lo: torch.Tensor
     n, G = B.shape[0], INFORMED_CELLS
     if n == 0 or not model.use_likelihood:
         return torch.full((n, G), -math.log(G), dtype=torch.float64, device=B.device)
+    if n >= _distinct.MIN_ROWS:
+        # copies of one node (resampled particles) in one dimension have one histogram;
+        # lo and hi are functions of (node, dimension), so they agree across the copies too
+        first, inv = _distinct.distinct_rows(B, f)
+        if first.numel() < 0.8 * n:
+            pick = lambda t: t.index_select(0, first)  # noqa: E731
+            return _informed_cell_logp_all(model, pick(B), pick(f), pick(lo), pick(hi)).index_select(0, inv)
+    return _informed_cell_logp_all(model, B, f, lo, hi)
+
+
+def _informed_cell_logp_all(model, B, f, lo, hi):
+    """:func:`informed_cell_logp` of every row as given (no de-duplication)."""
+    n, G = B.shape[0], INFORMED_CELLS
     # Histogram of the node's points over the G + 1 slots between consecutive cell
     # midpoints (slot c: the points left of midpoint c but not of c - 1); prefix sums
     # then give the left child's statistics at every midpoint.
