@@ -427,7 +427,8 @@ class Data:
         # Dense ranks let the samplers compare in integer space and enumerate the
         # intervals between consecutive distinct values (the optimal proposal and
         # the exact evidence both need them).
-        uniq = [np.unique(Xn[:, j]) for j in range(d)]
+        # one sort per column gives both the distinct values and every point's rank
+        uniq, inverse = zip(*(np.unique(Xn[:, j], return_inverse=True) for j in range(d))) if d else ((), ())
         # The samplers compare X and thresholds in X's dtype, not through these float64
         # ranks; splitting on ranks would change every sampler and every prediction, so
         # data the dtype cannot hold is refused instead.
@@ -438,7 +439,7 @@ class Data:
         ranks = np.empty((n, d), dtype=np.int64)
         for j, u in enumerate(uniq):
             sv[j, : len(u)] = u
-            ranks[:, j] = np.searchsorted(u, Xn[:, j])
+            ranks[:, j] = inverse[j].reshape(-1)
         self.sorted_values = torch.as_tensor(sv, dtype=self.X.dtype, device=dev)
         self.n_unique = torch.as_tensor(n_unique, device=dev)
         self.X_rank = torch.as_tensor(ranks, device=dev)
