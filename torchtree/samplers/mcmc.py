@@ -63,8 +63,9 @@ class MCMCConfig(SamplerConfig):
     thin: int = option(1, help="keep every thin-th iteration after warm-up", low=1)
     move_probs: Tuple[float, float, float, float] = option(
         (0.25, 0.25, 0.25, 0.25), help="probabilities of grow, prune, change, swap (normalised)")
-    init: str = option("root", help="start each chain at the root-only tree or at a draw from the Chipman prior",
-                       choices=("root", "prior"))
+    init: str = option("root", help="start each chain at the root-only tree, at a draw from the Chipman prior, or "
+                                    "at a draw of a top-down SMC run (1000 particles, empirical proposal; big data)",
+                       choices=("root", "prior", "topdown"))
     keep: str = option("samples", help="predict with the kept draws, or with every iteration including warm-up "
                                        "(paper 001's baseline)", choices=("samples", "all"))
     use_likelihood: bool = option(True, help="False samples the prior (labels ignored)")
@@ -191,6 +192,23 @@ class HostMCMCState(SamplerState):
                 "version": int(self.version), "snap_version": int(self.snap_version)}
 
 
+def _topdown_starts(model: TreeModel, prior, likelihood, gidx: torch.Tensor, seed: int) -> TreeState:
+    """Chain starts drawn from a one-process top-down SMC run on the model's data: chain ``g``
+    takes the particle at its keyed uniform in the weights' CDF (the same on every rank)."""
+    from torchtree.samplers.topdown import TopDownSMC
+    from torchtree.steps.from_trees import state_from_trees
+
+    if not model.chipman:
+        raise ValueError("init='topdown' needs the Chipman prior (top-down SMC grows trees under it); "
+                         "use init='root' or 'prior' with the Poisson prior")
+    post = TopDownSMC(prior, likelihood, n_particles=1000, proposal="empirical",
+                      use_likelihood=model.use_likelihood, device=model.X.device).run(model.data, seed=seed)
+    cdf = torch.softmax(post.log_weights.double(), 0).cumsum(0)
+    u = keyed_uniform(seed, 0, gidx.to(cdf.device)) * cdf[-1]
+    pick = torch.searchsorted(cdf, u).clamp(max=cdf.numel() - 1)
+    return state_from_trees(model, post.trees.take(pick.to(post.trees.device)))
+
+
 class MCMC(SettingsAsAttributes):
     """Chipman et al. (1998) Metropolis-Hastings sampler, many chains as one batch.
 
@@ -218,8 +236,11 @@ class MCMC(SettingsAsAttributes):
         Keep every ``thin``-th iteration after warm-up.
     move_probs : 4 floats
         Probabilities of grow, prune, change, swap (default 0.25 each).
-    init : {"root", "prior"}
-        Start each chain at the root-only tree or at a draw from the Chipman prior.
+    init : {"root", "prior", "topdown"}
+        Start each chain at the root-only tree, at a draw from the Chipman prior, or at a
+        weighted draw from a top-down SMC run on the same model (1000 particles, empirical
+        proposal): on large data, chains from the root need far more iterations to grow
+        trees of the posterior's size. The chains still target the same posterior.
     keep : {"samples", "all"}
         Predict with the kept draws, or with every iteration including warm-up
         (paper 001's baseline averages over all iterations).
@@ -358,6 +379,8 @@ class MCMC(SettingsAsAttributes):
         gidx = ctx.extra["chains"]
         if c.init == "prior":
             chains, _ = sample_prior_state(model, gidx.numel(), derive_seed(ctx.seed, 1), index=gidx.to(ctx.device))
+        elif c.init == "topdown":
+            chains = _topdown_starts(model, self.prior, ctx.extra["likelihood"], gidx, derive_seed(ctx.seed, 3))
         else:
             chains = TreeState.roots(model, gidx.numel())
         if ctx.extra["host"]:

@@ -1,0 +1,103 @@
+"""MCMC chains started at top-down SMC draws (``init="topdown"``, the estimators' default on
+large tables) and the conversion of given trees into the move samplers' state.
+
+* ``state_from_trees`` fills every cache the moves keep; ``check_state`` recomputes them from the
+  trees and the data (bitsets of the leaves, threshold ranks, the cached log posterior against
+  the prior's ``log_prob`` plus the leaf likelihoods), for classification, regression, exact and
+  3-bucket tables, kept and routed bitsets;
+* the chains still target the model's posterior: the predictive of a short run from top-down
+  starts matches exact enumeration on tiny data (same tolerance as the runs from the root in
+  tests/test_mcmc.py);
+* the Poisson prior is refused up front; the estimators pick ``init="topdown"`` from 5000 rows
+  and leave an explicit ``init`` alone.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import torchtree as tt
+import torchtree.model.target as target
+from torchtree.model.target import TreeModel
+from torchtree.samplers.mcmc import MCMC
+from torchtree.steps.from_trees import state_from_trees
+from torchtree.steps.moves import check_state
+from torchtree.testing import exact_predictive
+
+
+def _xor(n=300, seed=0, regression=False):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    X[:, 1] = X[:, 1].round()  # ties
+    if regression:
+        return tt.Data(X, np.where(X[:, 0] > 0, 1.0, -1.0) + 0.3 * rng.normal(size=n), task="regression")
+    return tt.Data(X, ((X[:, 0] * X[:, 1] > 0) ^ (rng.random(n) < 0.1)).astype(int))
+
+
+@pytest.mark.parametrize("tables", ["exact", "tiny-buckets-routed"])
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_caches_of_converted_trees_are_exact(task, tables, monkeypatch):
+    if tables != "exact":
+        monkeypatch.setattr(target, "_TABLE_BYTES", 0)
+        monkeypatch.setattr(target, "_EXACT_BYTES", 0)
+        monkeypatch.setattr(target, "_MIN_BUCKETS", 3)
+        monkeypatch.setattr(target, "_KEEP_BITS_BYTES", 0)
+    data = _xor(regression=task == "regression")
+    prior = tt.ChipmanPrior(0.95, 0.5)
+    lik = tt.DirichletMultinomial(1.0) if task == "classification" else tt.NormalInverseGamma()
+    post = tt.TopDownSMC(prior, lik, n_particles=40, proposal="empirical").run(data, seed=0)
+    model = TreeModel(prior, lik, data)
+    state = state_from_trees(model, post.trees)
+    assert ("bits" in state.trees.extra) == (tables == "exact")
+    assert int(state.trees.n_leaves().max()) > 3  # real trees, not roots
+    check_state(state, model)
+
+
+def test_chains_from_topdown_starts_sample_the_exact_posterior():
+    """100 chains x 100 kept draws from top-down starts: predictive within 0.05 of exact
+    enumeration (the tolerance of the root-started quick test in tests/test_mcmc.py)."""
+    X = np.array([[0.1, 1.0], [0.35, 0.2], [0.4, 0.9], [0.6, 0.1], [0.7, 0.8], [0.8, 0.3], [0.9, 0.5], [0.2, 0.6]])
+    data = tt.Data(X, np.array([0, 0, 1, 0, 1, 1, 1, 0]))
+    prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(1.0)
+    Xq = np.array([[0.5, 0.5], [0.15, 0.8], [0.85, 0.2]])
+    exact = exact_predictive(data, prior, lik, Xq)
+    post = MCMC(prior, lik, n_chains=100, n_warmup=60, n_samples=100, init="topdown").run(data, seed=2)
+    assert np.abs(post.predict_proba(Xq) - exact).max() < 0.05
+
+
+def test_topdown_starts_are_bigger_trees_and_the_same_for_a_seed():
+    data = _xor(600)
+    kw = dict(n_chains=3, n_samples=5, n_warmup=0, engine="batched")
+    root = MCMC(init="root", **kw).run(data, seed=4)
+    a = MCMC(init="topdown", **kw).run(data, seed=4)
+    b = MCMC(init="topdown", **kw).run(data, seed=4)
+    assert float(a.trees.n_leaves().double().mean()) > 2 * float(root.trees.n_leaves().double().mean())
+    assert torch.equal(a.trees.feature, b.trees.feature) and torch.equal(a.log_weights, b.log_weights)
+
+
+def test_poisson_prior_is_refused():
+    with pytest.raises(ValueError, match="init='topdown' needs the Chipman prior"):
+        MCMC(tt.PoissonPrior(3.0), n_chains=2, n_samples=5, init="topdown").run(_xor(100), seed=0)
+
+
+def test_estimator_default_init_by_rows(monkeypatch):
+    import torchtree.estimators as est_mod
+
+    seen = []
+    real = est_mod._BayesianTreeBase._build_sampler
+
+    def spy(self, data):
+        s = real(self, data)
+        seen.append(s.config.init)
+        return s
+
+    monkeypatch.setattr(est_mod._BayesianTreeBase, "_build_sampler", spy)
+    monkeypatch.setattr(est_mod, "TOPDOWN_INIT_ROWS", 200)
+    X, y = _xor(300).X.numpy(), _xor(300).y.numpy()
+    kw = dict(method="mcmc", n_samples=20, random_state=0, hyper="fixed")
+    tt.BayesianTreeClassifier(**kw).fit(X[:150], y[:150])
+    tt.BayesianTreeClassifier(**kw).fit(X, y)
+    tt.BayesianTreeClassifier(init="root", **kw).fit(X, y)
+    tt.BayesianTreeClassifier(prior="poisson", **kw).fit(X, y)
+    assert seen == ["root", "topdown", "root", "root"]

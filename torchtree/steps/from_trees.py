@@ -1,0 +1,88 @@
+"""Move-sampler state from given trees: the caches of :class:`~torchtree.steps.moves.TreeState`
+filled for trees grown elsewhere (e.g. top-down SMC draws used as MCMC starting points).
+
+The trees keep their rules; everything the moves cache is recomputed from the data, level by
+level from the root (one :meth:`~torchtree.model.target.TreeModel.split_bits` per internal
+node): the node bitsets, statistics and threshold ranks, the heap codes, and the per-node
+log-posterior terms (leaf: ``log(1 - p_split) + log l(Y)``; split: ``log p_split - log nv -
+log range``). A tree whose rules the move samplers' model gives zero density (a split of a
+node whose data do not vary in the split's dimension) is refused.
+"""
+from __future__ import annotations
+
+import torch
+
+from torchtree.model.target import TreeModel
+from torchtree.model.trees import INTERNAL, LEAF, UNUSED, HardTrees
+from torchtree.steps.moves import TreeState
+
+__all__ = ["state_from_trees"]
+
+
+def state_from_trees(model: TreeModel, trees: HardTrees) -> TreeState:
+    """A :class:`TreeState` holding ``trees`` with every cache computed from ``model``'s data.
+
+    Parameters
+    ----------
+    model : TreeModel
+    trees : HardTrees [P] complete trees on ``model``'s data (no OPEN nodes; any slot order)
+
+    Returns
+    -------
+    TreeState [P]
+    """
+    dev = model.X.device
+    src = trees.to(dev)
+    P = src.n_trees
+    state = TreeState.roots(model, P, capacity=max(16, src.capacity))
+    t = state.trees
+    C = t.capacity
+    n = int(src.n_nodes.max()) if P else 0
+    for name in ("feature", "left", "right", "parent", "depth"):
+        getattr(t, name)[:, :n] = getattr(src, name)[:, :n].to(getattr(t, name).dtype)
+    t.threshold[:, :n] = src.threshold[:, :n].to(t.threshold.dtype)
+    used = torch.arange(C, device=dev)[None, :] < src.n_nodes[:, None]
+    internal = used & (t.feature >= 0)
+    t.status.copy_(torch.where(internal, INTERNAL, torch.where(used, LEAF, UNUSED)).to(t.status.dtype))
+    t.n_nodes.copy_(src.n_nodes.to(t.n_nodes.dtype))
+    heap, term, thr_rank = t.extra["heap"], t.extra["term"], t.extra["thr_rank"]
+    heap.zero_()
+    term.zero_()
+    thr_rank.zero_()
+    heap[:, 0] = 1
+    # the nodes of the current level and their bitsets (p-major)
+    po = torch.arange(P, device=dev)
+    co = torch.zeros(P, dtype=torch.long, device=dev)
+    B = model.all_bits[None].expand(P, -1)
+    while po.numel():
+        depth = t.depth[po, co].long()
+        stats = model.node_stats(B)[:, : model.S]
+        t.stats[po, co] = stats.to(t.stats.dtype)
+        if "bits" in t.extra:
+            t.extra["bits"][po, co] = B
+        is_int = internal[po, co]
+        lf = (~is_int).nonzero().squeeze(1)
+        if lf.numel():
+            term[po[lf], co[lf]] = model.leaf_term(depth[lf], model.nonconst(B.index_select(0, lf)), stats[lf])
+        sp = is_int.nonzero().squeeze(1)
+        if sp.numel() == 0:
+            break
+        ps, cs, Bs = po[sp], co[sp], B.index_select(0, sp)
+        f = t.feature[ps, cs].long()
+        vary = model.varying(Bs)
+        if not bool(vary.gather(1, f[:, None]).all()):
+            raise ValueError("a tree splits a node in a dimension where the node's data do not vary: "
+                             "it has zero density under the move samplers' prior")
+        lo, hi = model.extent(Bs, f)
+        r = model.threshold_rank(f, t.threshold[ps, cs])
+        thr_rank[ps, cs] = r
+        term[ps, cs] = model.internal_term(depth[sp], vary.sum(1), hi.double() - lo.double())
+        left = model.split_bits(Bs, f, r, torch.zeros_like(f, dtype=torch.bool))
+        lc, rc = t.left[ps, cs].long(), t.right[ps, cs].long()
+        h = heap[ps, cs]
+        heap[ps, lc], heap[ps, rc] = 2 * h, 2 * h + 1
+        po, co = torch.cat([ps, ps]), torch.cat([lc, rc])
+        B = torch.cat([left, Bs & ~left])
+        order = torch.argsort(po * (C + 1) + co)
+        po, co, B = po.index_select(0, order), co.index_select(0, order), B.index_select(0, order)
+    return state
