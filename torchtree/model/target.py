@@ -530,10 +530,11 @@ class TreeModel:
             left[sel] |= part
         return torch.where(right[:, None], B & ~left, left)
 
-    def keeps_bits(self, n_trees: int) -> bool:
-        """Whether a batch of ``n_trees`` trees keeps every node's bitset: when even 64 node
-        slots per tree take at most ``_KEEP_BITS_BYTES`` (otherwise :meth:`node_bits` routes)."""
-        return n_trees * 64 * self.W * 8 <= _KEEP_BITS_BYTES
+    def keeps_bits(self, n_trees: int, capacity: int = 64) -> bool:
+        """Whether a batch of ``n_trees`` trees keeps every node's bitset: when ``capacity``
+        node slots per tree (64: a start from the root) take at most ``_KEEP_BITS_BYTES``
+        (otherwise :meth:`node_bits` routes)."""
+        return n_trees * max(64, capacity) * self.W * 8 <= _KEEP_BITS_BYTES
 
     def node_bits(self, trees: HardTrees, node: torch.Tensor) -> torch.Tensor:
         """Bitsets of the training points in ``node[p]`` of every tree, routed down from the root.

@@ -37,6 +37,10 @@ def state_from_trees(model: TreeModel, trees: HardTrees) -> TreeState:
     state = TreeState.roots(model, P, capacity=max(16, src.capacity))
     t = state.trees
     C = t.capacity
+    if "bits" in t.extra and not model.keeps_bits(P, C):
+        # grown trees can hold hundreds of nodes: their bitsets would not fit the budget that
+        # a start from the root was sized for, so the moves route from the root instead
+        del t.extra["bits"]
     n = int(src.n_nodes.max()) if P else 0
     for name in ("feature", "left", "right", "parent", "depth"):
         getattr(t, name)[:, :n] = getattr(src, name)[:, :n].to(getattr(t, name).dtype)
