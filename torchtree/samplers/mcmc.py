@@ -192,6 +192,10 @@ class HostMCMCState(SamplerState):
                 "version": int(self.version), "snap_version": int(self.snap_version)}
 
 
+#: particles of the top-down SMC run that ``init="topdown"`` draws chain starts from
+TOPDOWN_INIT_PARTICLES = 1000
+
+
 def _topdown_starts(model: TreeModel, prior, likelihood, gidx: torch.Tensor, seed: int) -> TreeState:
     """Chain starts drawn from a one-process top-down SMC run on the model's data: chain ``g``
     takes the particle at its keyed uniform in the weights' CDF (the same on every rank)."""
@@ -201,7 +205,7 @@ def _topdown_starts(model: TreeModel, prior, likelihood, gidx: torch.Tensor, see
     if not model.chipman:
         raise ValueError("init='topdown' needs the Chipman prior (top-down SMC grows trees under it); "
                          "use init='root' or 'prior' with the Poisson prior")
-    post = TopDownSMC(prior, likelihood, n_particles=1000, proposal="empirical",
+    post = TopDownSMC(prior, likelihood, n_particles=TOPDOWN_INIT_PARTICLES, proposal="empirical",
                       use_likelihood=model.use_likelihood, device=model.X.device).run(model.data, seed=seed)
     cdf = torch.softmax(post.log_weights.double(), 0).cumsum(0)
     u = keyed_uniform(seed, 0, gidx.to(cdf.device)) * cdf[-1]
