@@ -81,6 +81,15 @@ def test_mcmc_batched_same_chains_on_cuda():
     assert cpu.info["accept/all"] == gpu.info["accept/all"]
 
 
+def test_mcmc_topdown_starts_same_chains_on_cuda():
+    """Chains started at top-down SMC draws (a top-down run, then the move caches filled on the device)."""
+    X, y, Xq = _xor()
+    kw = dict(n_chains=3, n_samples=30, n_warmup=20, engine="batched", init="topdown")
+    cpu = MCMC(**kw).run(Data(X, y), seed=5)
+    gpu = MCMC(device="cuda", **kw).run(Data(X, y), seed=5)
+    _same_posterior(cpu, gpu, Xq)
+
+
 def test_smc_moves_same_particles_on_cuda():
     X, y, Xq = _xor()
     kw = dict(n_particles=64, n_iterations=5)
