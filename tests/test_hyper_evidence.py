@@ -84,3 +84,23 @@ def test_methods_without_the_estimators_prior_objects_are_not_searched():
     clf = BayesianTreeClassifier("mcmc", n_samples=20, alpha=3.0).fit(X, y)
     assert clf.hyper_search_.chosen.keys() == {"beta_split"}  # alpha was given
     assert clf.posterior_.likelihood.alpha == 3.0
+
+
+def test_evidence_curves_reach_tensorboard(tmp_path):
+    """Each searched setting's curve is written as scalars (step i = grid point i) with the grid as
+    text, next to the sampler's own tags; the values are the search's."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from torchtree import TensorBoardMonitor
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(150, 3))
+    y = (X[:, 0] > 0).astype(int)
+    clf = BayesianTreeClassifier(n_particles=30, monitor=[TensorBoardMonitor(tmp_path)]).fit(X, y)
+    acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    for name, curve in clf.hyper_search_.curves.items():
+        tag = f"hyper/{name}_log_evidence"
+        got = [(e.step, e.value) for e in acc.Scalars(tag)]
+        assert got == [(i, pytest.approx(lz, rel=1e-6)) for i, (_, lz) in enumerate(curve)]
+    assert set(clf.hyper_search_.curves) == {"alpha", "beta_split"}

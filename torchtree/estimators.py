@@ -139,6 +139,19 @@ def model_settings(cls) -> Dict[str, str]:
     return out
 
 
+def _write_curves(monitor, search) -> None:
+    """The evidence curves of ``hyper="evidence"`` to every monitor that draws curves
+    (:meth:`TensorBoardMonitor.add_curve`): tag ``hyper/<name>_log_evidence``."""
+    todo = list(monitor) if isinstance(monitor, (list, tuple)) else [monitor]
+    while todo:
+        m = todo.pop()
+        if hasattr(m, "monitors"):  # a MonitorList
+            todo.extend(m.monitors)
+        elif callable(getattr(m, "add_curve", None)):
+            for name, curve in search.curves.items():
+                m.add_curve(f"hyper/{name}_log_evidence", [x for x, _ in curve], [lz for _, lz in curve])
+
+
 class _BayesianTreeBase:
     """Shared estimator logic (see the two public subclasses)."""
 
@@ -380,6 +393,7 @@ class _BayesianTreeBase:
             chosen = ", ".join(f"{k}={v:.4g}" for k, v in search.chosen.items()) or "nothing left to choose"
             self.posterior_.info["hyper"] = f"evidence: {chosen}"
             self.posterior_.info["hyper_search"] = search.as_dict()
+            _write_curves(self.monitor, search)
         attach_feature_names(self.posterior_, X)
         self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
         self.n_features_in_ = data.d

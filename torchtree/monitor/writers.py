@@ -116,6 +116,24 @@ class TensorBoardMonitor(Monitor):
         self.writer.add_text(self._tag("summary"), _markdown_table(items), global_step=self._last_step)
         self.close()
 
+    def add_curve(self, tag: str, xs: Sequence[float], ys: Sequence[float]) -> None:
+        """Write a curve ``ys`` over a grid ``xs`` (e.g. log evidence over a hyperparameter grid).
+
+        TensorBoard's scalars have integer steps, so point ``i`` is written at step ``i``
+        under ``tag``, and the grid as text under ``tag/grid`` (``step i: x``). Usable
+        after ``on_end`` (the writer is reopened, the events land in the same directory).
+
+        Parameters
+        ----------
+        tag : str
+        xs, ys : sequences of float [n]
+        """
+        w = self.writer
+        for i, y in enumerate(ys):
+            w.add_scalar(self._tag(tag), float(y), global_step=i)
+        w.add_text(self._tag(f"{tag}/grid"), "  \n".join(f"step {i}: {float(x):.6g}" for i, x in enumerate(xs)))
+        self.close()
+
     def flush(self) -> None:
         """Push pending events to disk."""
         if self._writer is not None:
