@@ -136,8 +136,10 @@ def _gaussian_core(x, mean, sd, consts):
 def test_fused_compiled_step_matches_the_eager_step():
     # nuts_step(fused=...) runs leapfrog and bookkeeping as one torch.compile-d call with
     # the same random numbers: warm-up and draws (with live-chain compaction, so both
-    # the whole-batch and the subset paths run) agree with the eager kernel to float64
-    # rounding, and take the same number of steps.
+    # the whole-batch and the subset paths run) take the same number of steps and agree
+    # with the eager kernel closely. How closely depends on Inductor's code: 1.8e-14 with
+    # torch 2.13 here, 8.6e-8 after 40 transitions with torch 2.11 (an H100 machine's
+    # image, 2026-11-24: the gap grows with every transition), hence 1e-6.
     def fused(rows):
         return _gaussian_core, (MEAN, SD), None
 
@@ -150,5 +152,5 @@ def test_fused_compiled_step_matches_the_eager_step():
         _, tr = draw(k, gaussian, ch, 15, generator=g)
         out.append(tr)
     assert torch.equal(out[0].n_steps, out[1].n_steps)
-    assert torch.allclose(out[0].positions, out[1].positions, atol=1e-10, rtol=0)
-    assert torch.allclose(out[0].accept_prob, out[1].accept_prob, atol=1e-10, rtol=0)
+    assert torch.allclose(out[0].positions, out[1].positions, atol=1e-6, rtol=0)
+    assert torch.allclose(out[0].accept_prob, out[1].accept_prob, atol=1e-6, rtol=0)
