@@ -76,6 +76,18 @@ def test_topdown_starts_are_bigger_trees_and_the_same_for_a_seed():
     assert torch.equal(a.trees.feature, b.trees.feature) and torch.equal(a.log_weights, b.log_weights)
 
 
+@pytest.mark.parametrize("engine", ["host", "batched"])
+def test_big_topdown_start_fits_every_engine(engine):
+    """A start of hundreds of nodes: the host chain's arrays grew once only (64 -> 128 slots)
+    and refused a 387-node start from pendigits."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(3000, 4))
+    data = tt.Data(X, (np.sin(3 * X[:, 0]) + np.cos(3 * X[:, 1]) + 0.3 * rng.normal(size=3000) > 0).astype(int))
+    post = MCMC(tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(0.2), n_chains=1, n_samples=5, n_warmup=0,
+                engine=engine, init="topdown").run(data, seed=0)
+    assert int(post.trees.n_nodes.max()) > 130
+
+
 def test_poisson_prior_is_refused():
     with pytest.raises(ValueError, match="init='topdown' needs the Chipman prior"):
         MCMC(tt.PoissonPrior(3.0), n_chains=2, n_samples=5, init="topdown").run(_xor(100), seed=0)

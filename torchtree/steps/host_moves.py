@@ -107,6 +107,8 @@ class HostChain:
         if need <= C:
             return
         pad = C
+        while C + pad < need:  # doubling until it fits (a loaded tree can be many times larger)
+            pad *= 2
         for name, fill in (("feat", -1), ("thr", 0), ("left", -1), ("right", -1), ("parent", -1), ("depth", 0),
                            ("leaf", False), ("heap", 0), ("term", 0.0)):
             a = getattr(self, name)
