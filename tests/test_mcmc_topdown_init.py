@@ -113,3 +113,50 @@ def test_estimator_default_init_by_rows(monkeypatch):
     tt.BayesianTreeClassifier(init="root", **kw).fit(X, y)
     tt.BayesianTreeClassifier(prior="poisson", **kw).fit(X, y)
     assert seen == ["root", "topdown", "root", "root"]
+
+
+@pytest.mark.parametrize("mh_step", [False, True], ids=["weights", "resample-move"])
+def test_smc_moves_from_topdown_draws_match_exact(mh_step):
+    """SMC with moves started at top-down draws (``init_prior="topdown"``): predictive and log
+    evidence against exact enumeration, with the tolerances of the prior-started runs in
+    tests/test_smc_moves.py (0.04 / 0.2 nats weights, 0.025 / 0.1 resample-move)."""
+    from torchtree.samplers.smc_moves import SMCSampler
+    from torchtree.testing import exact_log_evidence
+
+    X = np.array([[0.1, 1.0], [0.35, 0.2], [0.4, 0.9], [0.6, 0.1], [0.7, 0.8], [0.8, 0.3], [0.9, 0.5], [0.2, 0.6]])
+    data = tt.Data(X, np.array([0, 0, 1, 0, 1, 1, 1, 0]))
+    prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(1.0)
+    XQ = np.array([[0.5, 0.5], [0.15, 0.8], [0.85, 0.2], [0.3, 0.3]])
+    post = SMCSampler(prior, lik, n_particles=4000, n_iterations=10, mh_step=mh_step,
+                      init_prior="topdown").run(data, seed=0)
+    tol_pred, tol_ev = (0.025, 0.1) if mh_step else (0.04, 0.2)
+    assert np.abs(post.predict_proba(XQ) - exact_predictive(data, prior, lik, XQ)).max() < tol_pred
+    assert abs(post.log_evidence - exact_log_evidence(data, prior, lik)) < tol_ev
+
+
+def test_smc_moves_topdown_refuses_tempering():
+    from torchtree.samplers.smc_moves import SMCSampler
+
+    with pytest.raises(ValueError, match="tempering"):
+        SMCSampler(init_prior="topdown", tempering=True)
+
+
+def test_estimator_smc_moves_starts_at_topdown_draws_on_large_tables(monkeypatch):
+    import torchtree.estimators as est_mod
+
+    seen = []
+    real = est_mod._BayesianTreeBase._build_sampler
+
+    def spy(self, data):
+        s = real(self, data)
+        seen.append(s.config.init_prior)
+        return s
+
+    monkeypatch.setattr(est_mod._BayesianTreeBase, "_build_sampler", spy)
+    monkeypatch.setattr(est_mod, "TOPDOWN_INIT_ROWS", 200)
+    d = _xor(300)
+    kw = dict(method="smc-moves", n_particles=32, n_iterations=2, random_state=0, hyper="fixed")
+    tt.BayesianTreeClassifier(**kw).fit(d.X.numpy()[:150], d.y.numpy()[:150])
+    tt.BayesianTreeClassifier(**kw).fit(d.X.numpy(), d.y.numpy())
+    tt.BayesianTreeClassifier(tempering=True, **kw).fit(d.X.numpy(), d.y.numpy())
+    assert seen == [None, "topdown", None]

@@ -105,8 +105,8 @@ MODEL_SETTINGS_HELP = {
              "runs, keeping those you set; fixed: the defaults above (default: evidence)",
 }
 
-#: rows from which ``method="mcmc"`` starts its chains at top-down SMC draws (``init="topdown"``)
-#: unless ``init`` is given
+#: rows from which ``method="mcmc"`` / ``"smc-moves"`` start at top-down SMC draws
+#: (``init="topdown"`` / ``init_prior="topdown"``) unless that option is given
 TOPDOWN_INIT_ROWS = 5000
 
 #: what ``hyper=`` may be (a DCC ``SoftTreeHyper`` object is also passed through to DCC)
@@ -345,11 +345,12 @@ class _BayesianTreeBase:
             kwargs["device"] = self.device
         if "n_threads" in accepted:
             kwargs["n_threads"] = self.n_threads
-        if (self.method == "mcmc" and "init" not in kwargs and data.n >= TOPDOWN_INIT_ROWS
-                and getattr(kwargs.get("prior"), "name", "chipman") == "chipman"):
-            # on large tables chains from the root stay far below the posterior's tree sizes
-            # within their iterations (README, "Defaults")
-            kwargs["init"] = "topdown"
+        start = {"mcmc": "init", "smc-moves": "init_prior"}.get(self.method)
+        if (start is not None and start not in kwargs and data.n >= TOPDOWN_INIT_ROWS
+                and getattr(kwargs.get("prior"), "name", "chipman") == "chipman" and not kwargs.get("tempering")):
+            # on large tables chains from the root (particles from the prior) stay far below the
+            # posterior's tree sizes within their moves (README, "Defaults")
+            kwargs[start] = "topdown"
         return cls(**kwargs)
 
     def _make_data(self, X, y) -> Data:
@@ -490,9 +491,9 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         Passed to the sampler by name (``n_particles``, ``n_islands``, ``proposal``,
         ``expansion``, ``resampling``, ``ess_threshold``, ``n_chains``, ...); a
         ``likelihood=`` object is used as is (instead of ``alpha`` / ``mu0`` / ...).
-        ``method="mcmc"`` on at least ``TOPDOWN_INIT_ROWS`` (5000) rows with the Chipman
-        prior starts its chains at top-down SMC draws (``init="topdown"``) unless ``init``
-        is given.
+        ``method="mcmc"`` (``"smc-moves"``) on at least ``TOPDOWN_INIT_ROWS`` (5000) rows
+        with the Chipman prior starts its chains (particles) at top-down SMC draws
+        (``init="topdown"``, ``init_prior="topdown"``) unless that option is given.
 
     Examples
     --------

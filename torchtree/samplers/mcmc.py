@@ -40,6 +40,7 @@ from torchtree.model.priors import make_prior
 from torchtree.model.trees import HardTrees
 from torchtree.samplers import driver
 from torchtree.samplers.driver import default_likelihood, describe
+from torchtree.samplers.topdown_starts import topdown_draws
 from torchtree.samplers.protocol import SamplerConfig, SamplerState, option, SettingsAsAttributes
 from torchtree.steps.host_moves import HostChain, host_trees, pack_snapshots, unpack_snapshots
 from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
@@ -190,27 +191,6 @@ class HostMCMCState(SamplerState):
                 "snaps": pack_snapshots(self.snaps), "counts": list(self.counts),
                 "trace_leaves": list(self.trace_leaves), "trace_lp": list(self.trace_lp),
                 "version": int(self.version), "snap_version": int(self.snap_version)}
-
-
-#: particles of the top-down SMC run that ``init="topdown"`` draws chain starts from
-TOPDOWN_INIT_PARTICLES = 1000
-
-
-def _topdown_starts(model: TreeModel, prior, likelihood, gidx: torch.Tensor, seed: int) -> TreeState:
-    """Chain starts drawn from a one-process top-down SMC run on the model's data: chain ``g``
-    takes the particle at its keyed uniform in the weights' CDF (the same on every rank)."""
-    from torchtree.samplers.topdown import TopDownSMC
-    from torchtree.steps.from_trees import state_from_trees
-
-    if not model.chipman:
-        raise ValueError("init='topdown' needs the Chipman prior (top-down SMC grows trees under it); "
-                         "use init='root' or 'prior' with the Poisson prior")
-    post = TopDownSMC(prior, likelihood, n_particles=TOPDOWN_INIT_PARTICLES, proposal="empirical",
-                      use_likelihood=model.use_likelihood, device=model.X.device).run(model.data, seed=seed)
-    cdf = torch.softmax(post.log_weights.double(), 0).cumsum(0)
-    u = keyed_uniform(seed, 0, gidx.to(cdf.device)) * cdf[-1]
-    pick = torch.searchsorted(cdf, u).clamp(max=cdf.numel() - 1)
-    return state_from_trees(model, post.trees.take(pick.to(post.trees.device)))
 
 
 class MCMC(SettingsAsAttributes):
@@ -384,7 +364,7 @@ class MCMC(SettingsAsAttributes):
         if c.init == "prior":
             chains, _ = sample_prior_state(model, gidx.numel(), derive_seed(ctx.seed, 1), index=gidx.to(ctx.device))
         elif c.init == "topdown":
-            chains = _topdown_starts(model, self.prior, ctx.extra["likelihood"], gidx, derive_seed(ctx.seed, 3))
+            chains, _ = topdown_draws(model, gidx, derive_seed(ctx.seed, 3))
         else:
             chains = TreeState.roots(model, gidx.numel())
         if ctx.extra["host"]:

@@ -93,6 +93,7 @@ from torchtree.model.posterior import TreePosterior, dedupe_trees
 from torchtree.model.priors import ChipmanPrior, make_prior
 from torchtree.model.trees import HardTrees
 from torchtree.samplers import driver
+from torchtree.samplers.topdown_starts import topdown_draws
 from torchtree.samplers.driver import default_likelihood, describe
 from torchtree.samplers.protocol import SamplerConfig, SamplerState, option, SettingsAsAttributes
 from torchtree.steps.moves import (CUT_PROPOSALS, N_SLOTS, TreeModel, TreeState, check_move_probs, draw_moves, propose,
@@ -119,7 +120,8 @@ class SMCSamplerConfig(SamplerConfig):
     use_likelihood: bool = option(True, help="False targets the prior (labels ignored)")
     init_prior: Optional[Union[str, ChipmanPrior]] = option(
         None, help="initial proposal q_0: 'chipman' (in Python also a ChipmanPrior; default: the target's "
-                   "Chipman prior, or ChipmanPrior() for a Poisson target)")
+                   "Chipman prior, or ChipmanPrior() for a Poisson target), or 'topdown': draws from a top-down "
+                   "SMC run on the same model (big data)")
     tempering: bool = option(False, help="likelihood tempering from power 0 to 1 with MH moves, instead of "
                                          "reweighting by eq. 5b")
     device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
@@ -139,7 +141,10 @@ class SMCSamplerConfig(SamplerConfig):
 
     def check(self) -> None:
         object.__setattr__(self, "move_probs", check_move_probs(self.move_probs))
-        ip = make_prior(self.init_prior) if isinstance(self.init_prior, str) else self.init_prior
+        if self.init_prior == "topdown" and self.tempering:
+            raise ValueError("init_prior='topdown' starts at posterior draws, tempering at the prior: use one")
+        ip = self.init_prior if self.init_prior != "topdown" else None
+        ip = make_prior(ip) if isinstance(ip, str) else ip
         if ip is not None and getattr(ip, "name", None) != "chipman":
             raise ValueError("init_prior must be a ChipmanPrior (the initial proposal must be easy to sample)")
 
@@ -249,11 +254,13 @@ class SMCSampler(SettingsAsAttributes):
         what is left), each followed by resampling when needed and one MH move per
         particle at the current ``phi``. The initial weights are then flat; the evidence
         estimate is the usual product of mean incremental weights.
-    init_prior : ChipmanPrior or "chipman", optional
+    init_prior : ChipmanPrior, "chipman" or "topdown", optional
         Initial proposal ``q_0`` (default: the target's Chipman prior, or
         ``ChipmanPrior()`` for a Poisson target). A prior with larger trees starts the
         particles closer to posterior tree sizes; eq. 4b's initial weights
-        ``pi(t_0) / q_0(t_0)`` keep the target exact.
+        ``pi(t_0) / q_0(t_0)`` keep the target exact. ``"topdown"``: multinomial draws
+        from a top-down SMC run (``n_particles`` particles, empirical proposal) on the same
+        model, equally weighted with that run's evidence estimate (Chipman prior, no tempering).
     device : str or torch.device, optional
         ``"auto"`` = CUDA if present. Default: the data's device.
     backend : torchtree.distributed.Backend or its name, optional
@@ -311,6 +318,8 @@ class SMCSampler(SettingsAsAttributes):
     def init_prior(self) -> Optional[ChipmanPrior]:
         """The initial proposal's prior (a name resolved), or None for the default."""
         ip = self.config.init_prior
+        if ip == "topdown":
+            return None
         return make_prior(ip) if isinstance(ip, str) else ip
 
     def run(self, data, *, seed=None, monitor=None, backend=None) -> TreePosterior:
@@ -394,10 +403,15 @@ class SMCSampler(SettingsAsAttributes):
         c, model, P = self.config, ctx.extra["model"], self.config.n_particles
         tempered = ctx.extra["tempered"]
         ctx.extra["useed"] = derive_seed(ctx.seed, 2)
-        particles, log_q0 = sample_prior_state(model, ctx.extra["n_local"], derive_seed(ctx.seed, 1),
-                                               ctx.extra["gidx"], draw_prior=self.init_prior)
+        if c.init_prior == "topdown":
+            # equal weights: a properly weighted sample whose mean weight is the run's evidence
+            particles, log_z = topdown_draws(model, ctx.extra["gidx"], derive_seed(ctx.seed, 4), n_particles=P)
+            logw = torch.full((ctx.extra["n_local"],), log_z, dtype=torch.float64, device=ctx.device)
+        else:
+            particles, log_q0 = sample_prior_state(model, ctx.extra["n_local"], derive_seed(ctx.seed, 1),
+                                                   ctx.extra["gidx"], draw_prior=self.init_prior)
+            logw = particles.log_posterior(model) - log_q0  # eq. 4b
         ll = particles.log_likelihood(model) if tempered else None
-        logw = particles.log_posterior(model) - log_q0  # eq. 4b
         if tempered:
             logw = logw - ll  # the first target is the prior (likelihood power 0)
         st = SMCSamplerState(step=0, done=c.n_iterations == 0, particles=particles, logw=logw, ll=ll, log_z=0.0,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from torchtree.kernels.distinct import distinct_rows
 from torchtree.model.target import TreeModel
 from torchtree.model.trees import INTERNAL, LEAF, UNUSED, HardTrees
 from torchtree.steps.moves import TreeState
@@ -60,20 +61,27 @@ def state_from_trees(model: TreeModel, trees: HardTrees) -> TreeState:
     B = model.all_bits[None].expand(P, -1)
     while po.numel():
         depth = t.depth[po, co].long()
-        stats = model.node_stats(B)[:, : model.S]
+        # trees drawn from one SMC run share their upper levels: what depends on a node's
+        # points alone is computed once per distinct node of the level
+        first, inv = distinct_rows(B)
+        Bu = B.index_select(0, first)
+        stats = model.node_stats(Bu)[:, : model.S].index_select(0, inv)
         t.stats[po, co] = stats.to(t.stats.dtype)
         if "bits" in t.extra:
             t.extra["bits"][po, co] = B
         is_int = internal[po, co]
         lf = (~is_int).nonzero().squeeze(1)
         if lf.numel():
-            term[po[lf], co[lf]] = model.leaf_term(depth[lf], model.nonconst(B.index_select(0, lf)), stats[lf])
+            ul, il = torch.unique(inv[lf], return_inverse=True)
+            nonconst = model.nonconst(Bu.index_select(0, ul)).index_select(0, il)
+            term[po[lf], co[lf]] = model.leaf_term(depth[lf], nonconst, stats[lf])
         sp = is_int.nonzero().squeeze(1)
         if sp.numel() == 0:
             break
         ps, cs, Bs = po[sp], co[sp], B.index_select(0, sp)
         f = t.feature[ps, cs].long()
-        vary = model.varying(Bs)
+        ui, ii = torch.unique(inv[sp], return_inverse=True)
+        vary = model.varying(Bu.index_select(0, ui)).index_select(0, ii)
         if not bool(vary.gather(1, f[:, None]).all()):
             raise ValueError("a tree splits a node in a dimension where the node's data do not vary: "
                              "it has zero density under the move samplers' prior")
