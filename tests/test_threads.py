@@ -4,6 +4,7 @@ result does not depend on it and neither does the checkpoint fingerprint."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -134,12 +135,15 @@ def test_a_busy_machine_gets_one_thread(machine):
                     reason="no mpiexec beside this Python")
 def test_mpiexec_sets_a_variable_the_policy_reads():
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable))
-    code = "from torchtree.core.threads import local_world_size; print(local_world_size())"
+    # one write per rank (print writes the text and the newline separately, so two ranks' output
+    # could interleave as "22\n\n"; a short single write to a pipe is atomic)
+    code = ("import sys; from torchtree.core.threads import local_world_size; "
+            "sys.stdout.write(f'[{local_world_size()}]'); sys.stdout.flush()")
     env = {k: v for k, v in os.environ.items() if k not in threads.LOCAL_SIZE_VARS}
     out = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["2", "2"]
+    assert re.findall(r"\[(\d+)\]", out.stdout) == ["2", "2"]
 
 
 # --------------------------------------------------------------- the run's threads
