@@ -93,7 +93,8 @@ def test_poisson_prior_is_refused():
         MCMC(tt.PoissonPrior(3.0), n_chains=2, n_samples=5, init="topdown").run(_xor(100), seed=0)
 
 
-def test_estimator_default_init_by_rows(monkeypatch):
+def _spy_on_start_option(monkeypatch, name):
+    """The list that receives the built sampler's ``name`` setting at every fit (200-row threshold)."""
     import torchtree.estimators as est_mod
 
     seen = []
@@ -101,11 +102,16 @@ def test_estimator_default_init_by_rows(monkeypatch):
 
     def spy(self, data):
         s = real(self, data)
-        seen.append(s.config.init)
+        seen.append(getattr(s.config, name))
         return s
 
     monkeypatch.setattr(est_mod._BayesianTreeBase, "_build_sampler", spy)
     monkeypatch.setattr(est_mod, "TOPDOWN_INIT_ROWS", 200)
+    return seen
+
+
+def test_estimator_default_init_by_rows(monkeypatch):
+    seen = _spy_on_start_option(monkeypatch, "init")
     X, y = _xor(300).X.numpy(), _xor(300).y.numpy()
     kw = dict(method="mcmc", n_samples=20, random_state=0, hyper="fixed")
     tt.BayesianTreeClassifier(**kw).fit(X[:150], y[:150])
@@ -142,18 +148,7 @@ def test_smc_moves_topdown_refuses_tempering():
 
 
 def test_estimator_smc_moves_starts_at_topdown_draws_on_large_tables(monkeypatch):
-    import torchtree.estimators as est_mod
-
-    seen = []
-    real = est_mod._BayesianTreeBase._build_sampler
-
-    def spy(self, data):
-        s = real(self, data)
-        seen.append(s.config.init_prior)
-        return s
-
-    monkeypatch.setattr(est_mod._BayesianTreeBase, "_build_sampler", spy)
-    monkeypatch.setattr(est_mod, "TOPDOWN_INIT_ROWS", 200)
+    seen = _spy_on_start_option(monkeypatch, "init_prior")
     d = _xor(300)
     kw = dict(method="smc-moves", n_particles=32, n_iterations=2, random_state=0, hyper="fixed")
     tt.BayesianTreeClassifier(**kw).fit(d.X.numpy()[:150], d.y.numpy()[:150])
