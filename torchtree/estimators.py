@@ -108,6 +108,8 @@ MODEL_SETTINGS_HELP = {
 #: rows from which ``method="mcmc"`` / ``"smc-moves"`` start at top-down SMC draws
 #: (``init="topdown"`` / ``init_prior="topdown"``) unless that option is given
 TOPDOWN_INIT_ROWS = 5000
+#: ... and up to these rows for ``"smc-moves"`` (its start fills the caches of n_particles grown trees)
+TOPDOWN_INIT_MAX_ROWS_SMC_MOVES = 200_000
 
 #: what ``hyper=`` may be (a DCC ``SoftTreeHyper`` object is also passed through to DCC)
 HYPER_MODES = ("evidence", "fixed")
@@ -346,6 +348,8 @@ class _BayesianTreeBase:
         if "n_threads" in accepted:
             kwargs["n_threads"] = self.n_threads
         start = {"mcmc": "init", "smc-moves": "init_prior"}.get(self.method)
+        if self.method == "smc-moves" and data.n > TOPDOWN_INIT_MAX_ROWS_SMC_MOVES:
+            start = None  # 1024 grown trees' caches at 10^6 rows ran out of 24 GB (README, "Defaults")
         if (start is not None and start not in kwargs and data.n >= TOPDOWN_INIT_ROWS
                 and getattr(kwargs.get("prior"), "name", "chipman") == "chipman" and not kwargs.get("tempering")):
             # on large tables chains from the root (particles from the prior) stay far below the
@@ -492,8 +496,9 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         ``expansion``, ``resampling``, ``ess_threshold``, ``n_chains``, ...); a
         ``likelihood=`` object is used as is (instead of ``alpha`` / ``mu0`` / ...).
         ``method="mcmc"`` (``"smc-moves"``) on at least ``TOPDOWN_INIT_ROWS`` (5000) rows
-        with the Chipman prior starts its chains (particles) at top-down SMC draws
-        (``init="topdown"``, ``init_prior="topdown"``) unless that option is given.
+        (and for smc-moves at most ``TOPDOWN_INIT_MAX_ROWS_SMC_MOVES``, 200,000) with the
+        Chipman prior starts its chains (particles) at top-down SMC draws (``init="topdown"``,
+        ``init_prior="topdown"``) unless that option is given.
 
     Examples
     --------
