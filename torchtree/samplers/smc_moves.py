@@ -289,11 +289,8 @@ class SMCSampler(SettingsAsAttributes):
         ESS moves either way (students 4 -> 14 of 1024, diabetes 197 -> 72); see
         ``examples/bench_paper002.py``.
     max_bins : int, optional
-        Rank every feature of more than ``max_bins`` distinct values into at most
-        ``max_bins`` quantile bins and fit on them (:func:`torchtree.model.target.quantile_binned`):
-        a change of the split prior, cuts uniform over the grid's range instead of the
-        data's, and the returned thresholds of binned features are grid values. None
-        (default): the data as given, the paper's model.
+        Fit on at most ``max_bins`` quantile bins per feature, as for :class:`MCMC` (a change
+        of the split prior). None (default): the data as given, the paper's model.
     """
 
     name = "SMCSampler"
