@@ -30,6 +30,7 @@ METHODS: Dict[str, Any] = {
     "mcmc": "torchtree.samplers.mcmc:MCMC",
     "smc-moves": "torchtree.samplers.smc_moves:SMCSampler",
     "dcc": "torchtree.samplers.dcc.sampler:DCC",
+    "bart": "torchtree.samplers.bart:BART",
 }
 
 

@@ -1,0 +1,249 @@
+"""The BART model (Chipman, George & McCulloch 2010): a sum of trees plus Gaussian noise.
+
+``y = f_1(x) + ... + f_m(x) + e`` with ``e ~ N(0, sigma^2)`` (regression), or
+``P(y = 1 | x) = Phi(f_1(x) + ... + f_m(x))`` (binary classification, probit link with the
+latent ``z ~ N(sum f, 1)`` of Albert & Chib). Each tree has the Chipman split prior
+``alpha_split (1 + depth)^-beta_split`` (BART's defaults 0.95 and 2), and a node's rule is a
+feature drawn uniformly among those with a cut left in the node's range (the ranges left by
+its ancestors' rules), then a cut uniformly among those left: the prior of a tree does not
+look at the data, only at the fixed cut grid (:class:`CutGrid`). A leaf's value is
+``N(0, tau^2)`` with ``tau = half_range / (k sqrt(m))`` on the scaled response.
+
+Trees live in heap layout: node ``j`` has children ``2j + 1`` and ``2j + 2`` and depth
+``floor(log2(j + 1))``; a tree of depth at most ``max_depth`` has ``K = 2^(max_depth+1) - 1``
+slots. ``feature[..., j]`` is -2 for an absent node, -1 for a leaf, else the split feature;
+``cut[..., j]`` is the index of the cut in the feature's grid (a point goes left when its
+bin ``<= cut``); ``value[..., j]`` is a leaf's value.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+__all__ = ["BartPrior", "CutGrid", "chi2_quantile", "heap_depth", "forest_sum", "ABSENT", "LEAF"]
+
+ABSENT, LEAF = -2, -1
+
+
+def heap_depth(j: torch.Tensor) -> torch.Tensor:
+    """Depth of heap node ``j`` (LongTensor, any shape): ``floor(log2(j + 1))``, exactly."""
+    return (64 - _clz64(j + 1)) - 1
+
+
+def _clz64(x: torch.Tensor) -> torch.Tensor:
+    # leading zeros by binary search (exact for every positive int64; float log2 rounds)
+    n = torch.zeros_like(x)
+    for s in (32, 16, 8, 4, 2, 1):
+        zero_top = (x >> (64 - s)) == 0
+        n = n + torch.where(zero_top, s, 0)
+        x = torch.where(zero_top, x << s, x)
+    return n
+
+
+def chi2_quantile(p: float, df: float) -> float:
+    """Quantile ``p`` of the chi-squared distribution with ``df`` degrees of freedom
+    (bisection on the regularised incomplete gamma function, to 1e-12 relative)."""
+    if not 0.0 < p < 1.0 or df <= 0:
+        raise ValueError(f"chi2_quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
+    a = torch.tensor(df / 2.0, dtype=torch.float64)
+    lo, hi = 0.0, max(1.0, df)
+    while float(torch.special.gammainc(a, torch.tensor(hi / 2.0, dtype=torch.float64))) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if float(torch.special.gammainc(a, torch.tensor(mid / 2.0, dtype=torch.float64))) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+@dataclass(frozen=True)
+class BartPrior:
+    """BART's hyperparameters, on the scaled response the sampler works with.
+
+    Attributes
+    ----------
+    task : "regression" or "classification"
+    n_trees : int, m
+    alpha_split, beta_split : float, the split prior ``alpha (1 + depth)^-beta``
+    max_depth : int, deepest allowed leaf (the heap's size; the split probability is 0 there)
+    tau : float, prior sd of a leaf value (scaled response)
+    nu, lam : float, ``sigma^2 ~ nu lam / chi2_nu`` (regression; lam = 0 for classification)
+    scale, offset : float, ``y_scaled = (y - offset) / scale`` (regression); classification:
+        scale 1 and ``offset = Phi^{-1}(mean y)`` added to the sum of trees
+    sigma_hat : float, the rough noise sd (scaled) that calibrated ``lam``
+    """
+
+    task: str
+    n_trees: int
+    alpha_split: float
+    beta_split: float
+    max_depth: int
+    tau: float
+    nu: float
+    lam: float
+    scale: float
+    offset: float
+    sigma_hat: float
+
+    @classmethod
+    def from_data(cls, X: torch.Tensor, y: torch.Tensor, task: str, n_trees: int = 200, alpha_split: float = 0.95,
+                  beta_split: float = 2.0, k: float = 2.0, nu: float = 3.0, q: float = 0.9,
+                  sigma_hat: Optional[float] = None, max_depth: int = 8) -> "BartPrior":
+        """Chipman et al.'s data-calibrated defaults.
+
+        Regression: ``y`` is scaled to ``[-0.5, 0.5]`` by its range; ``tau = 0.5 / (k sqrt(m))``;
+        ``sigma_hat`` (scaled) is the residual sd of a least-squares linear fit (the sd of ``y``
+        when ``N <= D + 1``) and ``lam`` puts the ``q`` quantile of the prior of ``sigma`` at it.
+        Classification (labels 0/1): ``tau = 3 / (k sqrt(m))``, ``offset = Phi^{-1}(mean y)``.
+
+        Parameters
+        ----------
+        X : Tensor [N, D]; y : Tensor [N] (float targets, or 0/1 labels)
+        """
+        m = int(n_trees)
+        if task == "classification":
+            p = float(y.double().mean().clamp(1e-6, 1 - 1e-6))
+            off = float(torch.special.ndtri(torch.tensor(p, dtype=torch.float64)))
+            return cls(task, m, float(alpha_split), float(beta_split), int(max_depth), 3.0 / (k * math.sqrt(m)),
+                       float(nu), 0.0, 1.0, off, 1.0)
+        yd = y.double().cpu()
+        lo, hi = float(yd.min()), float(yd.max())
+        scale = hi - lo if hi > lo else 1.0
+        offset = 0.5 * (hi + lo)
+        ys = (yd - offset) / scale
+        if sigma_hat is None:
+            N, D = X.shape
+            if N > D + 1:
+                A = torch.cat([X.double().cpu(), torch.ones(N, 1, dtype=torch.float64)], 1)
+                coef = torch.linalg.lstsq(A, ys[:, None], driver="gelsd").solution
+                res = ys - (A @ coef)[:, 0]
+                sigma_hat = float(torch.sqrt((res ** 2).sum() / (N - D - 1)))
+            else:
+                sigma_hat = float(ys.std()) if N > 1 else 1.0
+        else:
+            sigma_hat = float(sigma_hat) / scale
+        sigma_hat = max(sigma_hat, 1e-6)
+        lam = sigma_hat ** 2 * chi2_quantile(1.0 - q, nu) / nu
+        return cls(task, m, float(alpha_split), float(beta_split), int(max_depth), 0.5 / (k * math.sqrt(m)),
+                   float(nu), float(lam), float(scale), float(offset), float(sigma_hat))
+
+    @property
+    def n_slots(self) -> int:
+        """Heap slots per tree, ``2^(max_depth + 1) - 1``."""
+        return (1 << (self.max_depth + 1)) - 1
+
+    def split_prob(self, depth: torch.Tensor) -> torch.Tensor:
+        """``alpha (1 + depth)^-beta`` below ``max_depth``, 0 at it (float64, the shape of ``depth``)."""
+        d = depth.to(torch.float64)
+        p = self.alpha_split * (1.0 + d).pow(-self.beta_split)
+        return torch.where(depth < self.max_depth, p, torch.zeros_like(p))
+
+    def to_dict(self) -> dict:
+        """Plain values (checkpoints, posterior files)."""
+        return asdict(self)
+
+
+class CutGrid:
+    """Per-feature cut points: a point's bin in feature ``d`` is the number of cuts below its value.
+
+    A feature with at most ``max_cuts + 1`` distinct values gets a cut midway between each pair
+    of neighbours; otherwise ``max_cuts`` cuts at the points' quantiles (midway between the
+    distinct values on either side). Constant features get no cut and are never split.
+
+    Attributes
+    ----------
+    cuts : Tensor [D, max_cuts] float64, padded with +inf
+    n_cuts : LongTensor [D]
+    """
+
+    def __init__(self, cuts: torch.Tensor, n_cuts: torch.Tensor) -> None:
+        self.cuts, self.n_cuts = cuts, n_cuts
+
+    @classmethod
+    def from_data(cls, data, max_cuts: int = 100) -> "CutGrid":
+        """The grid of a :class:`~torchtree.model.data.Data` (its sorted distinct values)."""
+        D = data.d
+        nu = data.n_unique.cpu().tolist()
+        sv = data.sorted_values.double().cpu()
+        rank = data.X_rank.cpu()
+        rows = []
+        for d in range(D):
+            u = nu[d]
+            vals = sv[d, :u]
+            if u - 1 <= max_cuts:
+                idx = torch.arange(u - 1)
+            else:
+                cum = torch.bincount(rank[:, d].long(), minlength=u).cumsum(0)
+                targets = torch.arange(1, max_cuts + 1, dtype=torch.float64) * data.n / (max_cuts + 1)
+                idx = torch.unique(torch.searchsorted(cum.double(), targets).clamp(max=u - 2))
+            rows.append(0.5 * (vals[idx] + vals[idx + 1]))
+        width = max(1, max(r.numel() for r in rows))
+        cuts = torch.full((D, width), float("inf"), dtype=torch.float64)
+        for d, r in enumerate(rows):
+            cuts[d, : r.numel()] = r
+        return cls(cuts, torch.tensor([r.numel() for r in rows], dtype=torch.long))
+
+    def bins(self, X: torch.Tensor) -> torch.Tensor:
+        """Bins of the points, feature-major: ``[D, N]`` int16 (``#cuts < x``)."""
+        Xd = X.to(torch.float64).T.contiguous()
+        cuts = self.cuts.to(Xd.device)
+        return torch.searchsorted(cuts, Xd, side="left").to(torch.int16)
+
+    def to(self, device) -> "CutGrid":
+        """The grid on ``device``."""
+        return CutGrid(self.cuts.to(device), self.n_cuts.to(device))
+
+
+def forest_sum(feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor, Xb: torch.Tensor,
+               max_elements: int = 1 << 24) -> torch.Tensor:
+    """Sum over trees of each forest's value at each point.
+
+    Parameters
+    ----------
+    feature, cut : Int16/LongTensor [S, T, K]; value : Tensor [S, T, K] (heap trees, module notes)
+    Xb : Int16Tensor [D, M] bins of the points (:meth:`CutGrid.bins`)
+    max_elements : int, (forest, tree, point) triples per temporary
+
+    Returns
+    -------
+    Tensor [S, M] float64: ``sum_t value[s, t, leaf_t(x)]``.
+    """
+    S, T, K = feature.shape
+    D, M = Xb.shape
+    out = torch.zeros(S, M, dtype=torch.float64, device=Xb.device)
+    if S == 0 or M == 0:
+        return out
+    depth = int(heap_depth(torch.tensor(K - 1)).item()) if K > 1 else 0
+    Xflat = Xb.reshape(-1).long()
+    per_row = T * M
+    rows = max(1, max_elements // max(1, per_row))
+    col = torch.arange(M, device=Xb.device)
+    for s0 in range(0, S, rows):
+        s1 = min(S, s0 + rows)
+        f = feature[s0:s1].reshape(-1, K).long()
+        c = cut[s0:s1].reshape(-1, K).long()
+        v = value[s0:s1].reshape(-1, K)
+        B = f.shape[0]
+        base = (torch.arange(B, device=Xb.device) * K)[:, None]
+        node = torch.zeros(B, M, dtype=torch.long, device=Xb.device)
+        ff, cf = f.reshape(-1), c.reshape(-1)
+        for _ in range(depth):
+            g = base + node
+            fn = ff[g]
+            inner = fn >= 0
+            if not bool(inner.any()):
+                break
+            xb = Xflat[fn.clamp(min=0) * M + col]
+            right = (xb > cf[g]).long()
+            node = torch.where(inner, 2 * node + 1 + right, node)
+        vals = v.reshape(-1)[base + node].to(torch.float64)
+        out[s0:s1] = vals.reshape(s1 - s0, T, M).sum(1)
+    return out

@@ -1,0 +1,190 @@
+"""``BARTPosterior``: the kept sweeps of a BART run, as draws of a sum of trees.
+
+Draw ``s`` is a forest of ``T`` heap trees (:mod:`torchtree.model.bart`) and a noise sd; its
+function is ``f_s(x) = offset + scale * sum_t value[s, t, leaf_t(x)]``. Regression predicts
+with ``y ~ N(f_s(x), sigma_s^2)`` mixed over the draws; classification with
+``P(y = 1 | x) = mean_s Phi(f_s(x))`` (probit).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+
+from torchtree.core.random import keyed_uniform
+from torchtree.model.bart import LEAF, BartPrior, CutGrid, forest_sum
+from torchtree.model.data import as_feature_matrix
+from torchtree.model.interval import check_interval, equal_tailed
+from torchtree.model.posterior import _plain
+from torchtree.model.posterior_base import Posterior
+
+__all__ = ["BARTPosterior"]
+
+_ROWS = 4096  # test points per block of draws x trees
+
+
+class BARTPosterior(Posterior):
+    """Draws of a BART model (see the module notes).
+
+    Parameters
+    ----------
+    prior : BartPrior; grid : CutGrid
+    feature, cut : Int16Tensor [S, T, K]; value : Tensor [S, T, K]   (scaled response)
+    sigma : Tensor [S] float64, noise sd per draw (scaled; 1 for probit)
+    chain_of : LongTensor [S], the global chain of each draw
+    n_features : int; classes : labels of classes 0 and 1 (classification)
+    info : dict of run facts and diagnostics
+    """
+
+    FORMAT = "torchtree.BARTPosterior/1"
+
+    def __init__(self, prior: BartPrior, grid: CutGrid, feature, cut, value, sigma, chain_of, n_features: int,
+                 classes=None, info: Optional[Dict[str, Any]] = None) -> None:
+        self.prior, self.grid = prior, grid
+        self.feature, self.cut, self.value = feature, cut, value
+        self.sigma, self.chain_of = sigma.double(), chain_of
+        self.n_features = int(n_features)
+        self.classes_ = None if classes is None else np.asarray(classes)
+        self.info: Dict[str, Any] = dict(info or {})
+        self.n_particles = int(feature.shape[0])
+        self.log_evidence = None
+        self.feature_names: Optional[list] = None
+
+    @property
+    def task(self) -> str:
+        return self.prior.task
+
+    @property
+    def weights(self) -> torch.Tensor:
+        """Equal weights over the draws, [S] float64."""
+        return torch.full((self.n_particles,), 1.0 / self.n_particles, dtype=torch.float64)
+
+    # ----------------------------------------------------------- prediction
+    def _bins(self, X) -> torch.Tensor:
+        arr = as_feature_matrix(X, self.n_features)
+        Xt = torch.as_tensor(arr, dtype=torch.float64)
+        return self.grid.bins(Xt).to(self.feature.device)
+
+    def latent_draws(self, X) -> torch.Tensor:
+        """``f_s(x)`` per draw and point, ``[S, M]`` float64 on the original scale (the probit
+        latent's mean for classification)."""
+        Xb = self._bins(X)
+        out = []
+        for m0 in range(0, Xb.shape[1], _ROWS):
+            out.append(forest_sum(self.feature, self.cut, self.value, Xb[:, m0:m0 + _ROWS]))
+        f = torch.cat(out, 1) if out else torch.zeros(self.n_particles, 0, dtype=torch.float64)
+        return self.prior.offset + self.prior.scale * f
+
+    def predict_proba(self, X) -> np.ndarray:
+        """``[M, 2]``: ``mean_s (1 - Phi(f_s), Phi(f_s))`` (classification)."""
+        if self.task != "classification":
+            raise ValueError("predict_proba applies to classification")
+        p1 = torch.special.ndtr(self.latent_draws(X)).mean(0)
+        return torch.stack([1 - p1, p1], 1).cpu().numpy()
+
+    def predict(self, X) -> np.ndarray:
+        """The more probable class (original labels), or the posterior mean of ``f`` (regression)."""
+        if self.task == "classification":
+            codes = (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
+            return self.classes_[codes] if self.classes_ is not None else codes
+        return self.latent_draws(X).mean(0).cpu().numpy()
+
+    def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
+        """Equal-tailed posterior predictive interval of ``y``, ``[M, 2]``: ``n_draws`` draws
+        ``f_s(x) + sigma_s e`` with ``s`` uniform over the kept draws and ``e ~ N(0, 1)``."""
+        level, n_draws = check_interval(self.task, level, n_draws)
+        f = self.latent_draws(X)
+        S, M = f.shape
+        idx = torch.arange(n_draws, device=f.device)
+        pick = (keyed_uniform(seed, 0, idx) * S).long().clamp(max=S - 1)
+        pts = torch.arange(M, device=f.device)
+        e = torch.special.ndtri(keyed_uniform(seed, 1, idx[:, None] * max(M, 1) + pts[None, :]))
+        draws = f[pick] + (self.sigma.to(f.device)[pick] * self.prior.scale)[:, None] * e
+        return equal_tailed(draws, level)
+
+    def log_predictive(self, X, y) -> float:
+        """Mean over points of ``log mean_s p(y | f_s(x), sigma_s)``."""
+        f = self.latent_draws(X)
+        S, M = f.shape
+        yt = self._encode_y(y, M).to(f.device)
+        if self.task == "classification":
+            sign = torch.where(yt == 1, 1.0, -1.0).to(f)
+            lp = torch.special.log_ndtr(sign * f)
+        else:
+            sd = (self.sigma.to(f.device) * self.prior.scale)[:, None]
+            lp = -0.5 * ((yt.double()[None, :] - f) / sd) ** 2 - torch.log(sd) - 0.5 * np.log(2 * np.pi)
+        return float((torch.logsumexp(lp, 0) - np.log(S)).mean())
+
+    # ----------------------------------------------------------- summaries
+    def summary(self) -> Dict[str, Any]:
+        """Tree sizes, split counts per feature, noise sd and the sampler's diagnostics."""
+        f = self.feature.long()
+        leaves = (f == LEAF).sum(2).double()  # [S, T]
+        inner = f[f >= 0]
+        counts = torch.bincount(inner.cpu(), minlength=self.n_features)[: self.n_features]
+        out = {"n_draws": self.n_particles, "n_trees": int(f.shape[1]), "leaves_mean": float(leaves.mean()),
+               "split_counts": counts.tolist(), "split_share": (counts.double() / max(1, int(counts.sum()))).tolist()}
+        if self.task == "regression":
+            s = self.sigma * self.prior.scale
+            out["sigma_mean"] = float(s.mean())
+        if self.feature_names is not None:
+            out["feature_names"] = list(self.feature_names)
+        out.update({k: v for k, v in self.info.items() if k != "trace"})
+        return out
+
+    def variable_importance(self) -> np.ndarray:
+        """Share of all splits, over draws and trees, that use each feature ``[D]``."""
+        return np.asarray(self.summary()["split_share"])
+
+    def to_dot(self, i: Optional[int] = None, feature_names=None, tree: int = 0) -> str:
+        """Graphviz DOT text of tree ``tree`` of draw ``i`` (default: the last draw)."""
+        s = self.n_particles - 1 if i is None else int(i)
+        names = feature_names or self.feature_names
+        f, c, v = self.feature[s, tree].tolist(), self.cut[s, tree].tolist(), self.value[s, tree].tolist()
+        lines = ["digraph tree {"]
+        for j, fj in enumerate(f):
+            if fj >= 0:
+                name = names[fj] if names is not None else f"x{fj}"
+                thr = float(self.grid.cuts[fj, c[j]])
+                lines.append(f'  n{j} [label="{name} <= {thr:.6g}"];')
+                lines.append(f"  n{j} -> n{2 * j + 1};")
+                lines.append(f"  n{j} -> n{2 * j + 2};")
+            elif fj == LEAF:
+                lines.append(f'  n{j} [label="{self.prior.scale * v[j]:.4g}", shape=box];')
+        lines.append("}")
+        return "\n".join(lines)
+
+    # ----------------------------------------------------------- files
+    def save(self, path: str) -> None:
+        """Write the posterior atomically (plain tensors; ``torch.load(weights_only=True)``)."""
+        from torchtree.io.checkpoint import atomic_save, seal
+
+        payload = {"format": self.FORMAT, "prior": self.prior.to_dict(), "cuts": self.grid.cuts.cpu(),
+                   "n_cuts": self.grid.n_cuts.cpu(), "feature": self.feature.cpu(), "cut": self.cut.cpu(),
+                   "value": self.value.cpu(), "sigma": self.sigma.cpu(), "chain_of": self.chain_of.cpu(),
+                   "n_features": self.n_features,
+                   "classes": None if self.classes_ is None else self.classes_.tolist(), "info": _plain(self.info),
+                   "feature_names": self.feature_names}
+        atomic_save(seal(payload), path)
+
+    @classmethod
+    def load(cls, path: str, device=None) -> "BARTPosterior":
+        """Read a posterior that :meth:`save` wrote (checksum verified)."""
+        from torchtree.io.checkpoint import read_payload
+
+        p = read_payload(path, "torchtree posterior file", device or "cpu")
+        if not isinstance(p, dict) or p.get("format") != cls.FORMAT:
+            raise ValueError(f"{path} is not a torchtree BART posterior file")
+        obj = cls(BartPrior(**p["prior"]), CutGrid(p["cuts"], p["n_cuts"]), p["feature"], p["cut"], p["value"],
+                  p["sigma"], p["chain_of"], p["n_features"],
+                  classes=None if p["classes"] is None else np.asarray(p["classes"]), info=p["info"])
+        obj.feature_names = p.get("feature_names")
+        return obj
+
+    def __repr__(self) -> str:
+        return (f"BARTPosterior(task={self.task!r}, n_draws={self.n_particles}, n_trees={self.feature.shape[1]}, "
+                f"leaves_mean={float((self.feature == LEAF).sum(2).double().mean()):.2f})")
+
+
+

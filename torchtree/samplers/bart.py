@@ -1,0 +1,335 @@
+"""``BART``: sum-of-trees models by batched Bayesian backfitting or Particle Gibbs.
+
+Every chain holds ``n_trees`` heap trees (:mod:`torchtree.model.bart`); a step is one sweep:
+each tree in turn is redrawn on its partial residual in all chains at once (grow / prune /
+change moves, :func:`torchtree.steps.bart_moves.tree_update`, or a conditional top-down SMC,
+:func:`torchtree.steps.bart_pg.pg_tree_update`), then the noise variance (regression) or
+the probit latents (classification). Randomness is keyed by (sweep, tree, global chain), so
+chains split over ranks draw what one process draws.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from torchtree.core.random import derive_seed, keyed_uniform
+from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid
+from torchtree.model.bart_posterior import BARTPosterior
+from torchtree.model.diagnostics import chain_ess, rhat
+from torchtree.samplers import driver
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, SettingsAsAttributes, option
+from torchtree.steps.bart_moves import draw_latent, draw_sigma, tree_update
+
+__all__ = ["BART", "BARTConfig", "BARTState"]
+
+_GAMMA_TRIES = 16
+_STREAMS = 8  # random streams per sweep: moves, leaf normals, sigma, latents, PG
+
+
+def _check_dtype(name: str, v):
+    if v not in ("float32", "float64"):
+        raise ValueError(f"{name} must be 'float32' or 'float64', got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class BARTConfig(SamplerConfig):
+    """Settings of :class:`BART` (see the module notes)."""
+
+    n_trees: int = option(200, help="trees in the sum (m)", low=1)
+    n_chains: int = option(4, help="chains run together as one batch", low=1)
+    n_samples: int = option(250, help="kept sweeps per chain (after warm-up and thinning)", low=1)
+    n_warmup: int = option(250, help="burn-in sweeps per chain", low=0)
+    thin: int = option(1, help="keep every thin-th sweep after warm-up", low=1)
+    bart_sampler: str = option("mcmc", help="how a tree is redrawn: grow/prune/change Metropolis-Hastings (mcmc) "
+                               "or a conditional top-down SMC (pg, Particle Gibbs)", choices=("mcmc", "pg"))
+    n_pg_particles: int = option(10, help="Particle Gibbs: particles per tree and chain, the kept tree included",
+                                 low=2)
+    alpha_split: Optional[float] = option(None, help="split prior alpha (1+depth)^-beta: alpha (default 0.95)",
+                                          low=0.0, high=1.0, low_open=True, high_open=True)
+    beta_split: Optional[float] = option(None, help="split prior: beta (default 2, BART's)", low=0.0)
+    k: float = option(2.0, help="leaf prior: tau = half range / (k sqrt(n_trees)) (3 / (k sqrt(m)) for probit)",
+                      low=0.0, low_open=True)
+    nu: float = option(3.0, help="noise prior: sigma^2 ~ nu lambda / chi2_nu (regression)", low=0.0, low_open=True)
+    q: float = option(0.9, help="noise prior: P(sigma < sigma_hat) (calibrates lambda)", low=0.0, high=1.0,
+                      low_open=True, high_open=True)
+    sigma_hat: Optional[float] = option(None, help="rough noise sd for the noise prior (default: residual sd of a "
+                                        "linear fit)", low=0.0, low_open=True)
+    max_depth: int = option(8, help="deepest leaf (split probability 0 there)", low=1, high=14)
+    max_cuts: int = option(100, help="cut points per feature (quantiles when a feature has more values)", low=1,
+                           high=32000)
+    use_likelihood: bool = option(True, help="False samples the prior (targets ignored)")
+    dtype: str = option("float32", help="float type of residuals and leaf values", check=_check_dtype)
+    device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
+                                   result=False)
+    monitor_every: int = option(10, help="sweeps between monitor reports", low=1, result=False)
+    checkpoint: Optional[str] = option(None, help="checkpoint file (resume when it exists)", result=False)
+    checkpoint_every: int = option(10, help="save after every k-th sweep", low=1, result=False)
+    max_seconds: Optional[float] = option(None, help="time budget in seconds (stops between sweeps; the draws kept "
+                                          "so far make the posterior)", low=0.0, low_open=True, result=False)
+
+    def check(self) -> None:
+        if (1 << (self.max_depth + 1)) - 1 > 32767:  # pragma: no cover - max_depth <= 14 by its bounds
+            raise ValueError("max_depth too large")
+
+
+@dataclass
+class BARTState(SamplerState):
+    """A sweep's state; trees are ``[T, C, K]`` heap arrays, points' leaves ``[T, C, N]``."""
+
+    step: int
+    done: bool
+    feature: torch.Tensor
+    cut: torch.Tensor
+    value: torch.Tensor
+    leaf_of: torch.Tensor
+    resid: torch.Tensor
+    sigma2: torch.Tensor
+    latent: torch.Tensor
+    counts: torch.Tensor  # [2, 3] proposed / accepted per move type (grow, prune, change)
+    kept: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per kept sweep: [C, T, K'] trees
+    kept_sigma: List[torch.Tensor]  # per kept sweep: [C]
+    trace_leaves: List[torch.Tensor]  # per sweep: [C] mean leaves per tree
+
+
+class BART(SettingsAsAttributes):
+    """Bayesian additive regression trees (Chipman, George & McCulloch 2010), batched over chains.
+
+    Parameters
+    ----------
+    backend : Backend or name, optional; chains are split over its ranks
+    **settings : the fields of :class:`BARTConfig`
+    """
+
+    name = "BART"
+    config_class = BARTConfig
+
+    def __init__(self, *, backend=None, **settings: Any) -> None:
+        self.config = BARTConfig(**settings)
+        self.backend = backend
+
+    def run(self, data, *, seed=None, monitor=None, backend=None) -> BARTPosterior:
+        """Sample the posterior of the sum of trees.
+
+        Parameters
+        ----------
+        data : Data or (X, y); regression, or classification with two classes (probit)
+        seed : int, torch.Generator or None
+        monitor : Monitor(s); receives ``bart/sigma``, ``bart/accept``, ``bart/accept/<move>``,
+            ``trees/leaves_mean`` and ``time/seconds`` every ``monitor_every`` sweeps
+        backend : Backend or name, optional
+
+        Returns
+        -------
+        BARTPosterior over the kept sweeps of every chain.
+        """
+        return driver.run(self, data, seed=seed, monitor=monitor, backend=self.backend if backend is None else backend)
+
+    # ------------------------------------------------------------ protocol
+    def setup(self, ctx: driver.RunContext) -> None:
+        """The prior calibrated on the data, the cut grid, the bins, this rank's chains."""
+        c, data = self.config, ctx.data
+        if data.task == "classification" and data.n_classes != 2:
+            raise ValueError(f"method 'bart' classifies two classes (probit link); the data has {data.n_classes}. "
+                             "Use method='smc' for more classes")
+        ps = {"alpha_split": 0.95 if c.alpha_split is None else c.alpha_split,
+              "beta_split": 2.0 if c.beta_split is None else c.beta_split}
+        prior = BartPrior.from_data(data.X, data.y, data.task, c.n_trees, k=c.k, nu=c.nu, q=c.q,
+                                    sigma_hat=c.sigma_hat, max_depth=c.max_depth, **ps)
+        grid = CutGrid.from_data(data, c.max_cuts)
+        W = ctx.world_size
+        if c.n_chains % W:
+            raise ValueError(f"n_chains ({c.n_chains}) must be a multiple of the number of ranks ({W})")
+        n_local = c.n_chains // W
+        dt = torch.float32 if c.dtype == "float32" else torch.float64
+        y = data.y.to(torch.float64)
+        target = (y - prior.offset) / prior.scale if data.task == "regression" else y
+        ctx.extra.update(prior=prior, grid=grid, Xb=grid.bins(data.X).to(ctx.device),
+                         n_cuts=grid.n_cuts.to(ctx.device), dt=dt, target=target.to(dt),
+                         chains=torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=ctx.device))
+
+    def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
+        return {"prior": ctx.extra["prior"].to_dict(), "task": ctx.data.task}
+
+    def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
+        c = self.config
+        return {"n_trees": c.n_trees, "n_chains": c.n_chains, "bart_sampler": c.bart_sampler, "n": ctx.data.n,
+                "d": ctx.data.d}
+
+    @property
+    def n_iterations(self) -> int:
+        """Sweeps per chain: ``n_warmup + n_samples * thin``."""
+        return self.config.n_warmup + self.config.n_samples * self.config.thin
+
+    def init(self, ctx: driver.RunContext) -> BARTState:
+        """Every tree a single leaf of value 0; sigma at its prior guess; probit latents drawn."""
+        c, prior, dev = self.config, ctx.extra["prior"], ctx.device
+        C, T, N, K = ctx.extra["chains"].numel(), c.n_trees, ctx.data.n, prior.n_slots
+        feature = torch.full((T, C, K), ABSENT, dtype=torch.int16, device=dev)
+        feature[:, :, 0] = LEAF
+        target = ctx.extra["target"]
+        latent = torch.zeros(0, device=dev, dtype=ctx.extra["dt"])
+        if ctx.data.task == "classification":
+            u = keyed_uniform(derive_seed(ctx.seed, 7), 0, ctx.extra["chains"][:, None] * N
+                              + torch.arange(N, device=dev)[None, :])
+            latent = draw_latent(torch.full((C, N), prior.offset, dtype=torch.float64, device=dev),
+                                 target.bool(), u).to(ctx.extra["dt"])
+            resid = latent - prior.offset
+        else:
+            resid = target[None, :].expand(C, N).clone()
+        return BARTState(step=0, done=False, feature=feature, cut=torch.zeros_like(feature),
+                         value=torch.zeros(T, C, K, dtype=ctx.extra["dt"], device=dev),
+                         leaf_of=torch.zeros(T, C, N, dtype=torch.int16, device=dev), resid=resid,
+                         sigma2=torch.full((C,), prior.sigma_hat ** 2 if prior.task == "regression" else 1.0,
+                                           dtype=torch.float64, device=dev),
+                         latent=latent, counts=torch.zeros(2, 3, dtype=torch.long), kept=[], kept_sigma=[],
+                         trace_leaves=[])
+
+    def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> BARTState:
+        state = BARTState.from_state_dict(saved, ctx.device)
+        dev = ctx.device
+        state.kept = [tuple(t.to(dev) for t in k) for k in state.kept]
+        state.kept_sigma = [s.to(dev) for s in state.kept_sigma]
+        return state
+
+    def step(self, state: BARTState, ctx: driver.RunContext):
+        """One sweep over the trees, then sigma (or the latents); keeps the sweep after warm-up."""
+        c, prior = self.config, ctx.extra["prior"]
+        T, C, K = state.feature.shape
+        N = ctx.data.n
+        it = state.step
+        dev = ctx.device
+        gidx = ctx.extra["chains"]
+        tree_chain = torch.arange(T, device=dev)[:, None] * c.n_chains + gidx[None, :]  # [T, C] global keys
+        base = it * _STREAMS
+        U = keyed_uniform(ctx.seed, base, tree_chain[..., None], torch.arange(5, device=dev))
+        Z = torch.special.ndtri(keyed_uniform(ctx.seed, base + 1, tree_chain[..., None], torch.arange(K, device=dev)))
+        Xb, n_cuts, use = ctx.extra["Xb"], ctx.extra["n_cuts"], c.use_likelihood
+        feature, cut, value, leaf_of = state.feature, state.cut, state.value, state.leaf_of
+        resid = state.resid
+        counts = state.counts.clone()
+        for t in range(T):
+            if c.bart_sampler == "mcmc":
+                f, k, v, L, resid, (move, acc) = tree_update(
+                    prior, feature[t].long(), cut[t].long(), value[t], leaf_of[t], resid, Xb, n_cuts,
+                    state.sigma2, U[t], Z[t].to(value.dtype), use)
+                counts[0].index_add_(0, move.cpu(), torch.ones(C, dtype=torch.long))
+                counts[1].index_add_(0, move.cpu(), acc.long().cpu())
+            else:
+                from torchtree.steps.bart_pg import pg_tree_update
+
+                f, k, v, L, resid = pg_tree_update(
+                    prior, feature[t].long(), cut[t].long(), value[t], leaf_of[t].long(), resid, Xb, n_cuts,
+                    state.sigma2, Z[t].to(value.dtype), c.n_pg_particles, ctx.seed, base + 4, tree_chain[t], use)
+            feature[t], cut[t], value[t], leaf_of[t] = f.to(torch.int16), k.to(torch.int16), v, L
+        sigma2, latent = state.sigma2, state.latent
+        if prior.task == "regression" and use:
+            u = keyed_uniform(ctx.seed, base + 2, gidx[:, None, None],
+                              torch.arange(2 * _GAMMA_TRIES, device=dev).view(_GAMMA_TRIES, 2))
+            sigma2 = draw_sigma(prior, resid, u)
+        elif prior.task == "classification" and use:
+            u = keyed_uniform(ctx.seed, base + 3, gidx[:, None] * N + torch.arange(N, device=dev)[None, :])
+            fit = latent.double() - resid.double()  # offset + sum of trees
+            new = draw_latent(fit, ctx.extra["target"].bool(), u).to(latent.dtype)
+            resid = resid + (new - latent)
+            latent = new
+        state.sigma2, state.latent, state.resid, state.counts = sigma2, latent, resid, counts
+        leaves = (feature == LEAF).sum(2).double().mean(0)  # [C]
+        state.trace_leaves.append(leaves.cpu())
+        if it >= c.n_warmup and (it - c.n_warmup) % c.thin == c.thin - 1:
+            state.kept.append(_compact(feature, cut, value))
+            state.kept_sigma.append(sigma2.clone())
+        state.step = it + 1
+        state.done = state.step >= self.n_iterations
+        if not ctx.watch or (state.step % c.monitor_every and not state.done):
+            return state, None
+        pr, ac = counts.tolist()
+        info = {f"bart/accept/{m}": (a / p if p else float("nan")) for m, p, a in zip(("grow", "prune", "change"), pr, ac)}
+        info["bart/accept"] = sum(ac) / max(sum(pr), 1)
+        info["bart/sigma"] = float(sigma2.sqrt().mean()) * prior.scale
+        info["trees/leaves_mean"] = float(leaves.mean())
+        info["time/seconds"] = ctx.seconds()
+        return state, info
+
+    def finalize(self, state: BARTState, ctx: driver.RunContext) -> BARTPosterior:
+        """The kept sweeps of every chain (draw-major, then global chain) as a posterior."""
+        c, prior, dev = self.config, ctx.extra["prior"], ctx.device
+        T, C, K = state.feature.shape
+        S = len(state.kept)
+        if S == 0:  # a time budget ended the run in warm-up: keep the last sweep
+            state.kept.append(_compact(state.feature, state.cut, state.value))
+            state.kept_sigma.append(state.sigma2.clone())
+            S = 1
+        width = max(k[0].shape[-1] for k in state.kept)
+        feat = torch.stack([_pad(k[0], width, ABSENT) for k in state.kept])  # [S, C, T, K']
+        cut = torch.stack([_pad(k[1], width, 0) for k in state.kept])
+        val = torch.stack([_pad(k[2], width, 0) for k in state.kept])
+        sig = torch.stack(state.kept_sigma)  # [S, C]
+        leaves = torch.stack(state.trace_leaves, 1) if state.trace_leaves else torch.zeros(C, 0)  # [C, it]
+        counts = state.counts
+        if ctx.world_size > 1:
+            feat, cut, val, sig, leaves, counts = _gather(ctx, feat, cut, val, sig, leaves, counts, width)
+        Cg = feat.shape[1]
+        feat = feat.reshape(S * Cg, T, -1)
+        cut, val = cut.reshape(S * Cg, T, -1), val.reshape(S * Cg, T, -1)
+        sig_flat = sig.reshape(-1).sqrt()
+        sig_trace = sig.T.cpu().numpy()  # [chains, draws]
+        kept_leaves = leaves[:, c.n_warmup:].cpu().numpy() if leaves.shape[1] > c.n_warmup else leaves.cpu().numpy()
+        pr, ac = counts.tolist()
+        info = {"sampler": self.name, "bart_sampler": c.bart_sampler, "n_trees": c.n_trees, "n_chains": c.n_chains,
+                "n_samples": S, "n_warmup": c.n_warmup, "thin": c.thin, "world_size": ctx.world_size,
+                "sweeps": int(state.step), "seconds": ctx.seconds(), "prior": prior.to_dict(),
+                "rhat_sigma": rhat(sig_trace) if prior.task == "regression" else float("nan"),
+                "ess_sigma": chain_ess(sig_trace) if prior.task == "regression" else float("nan"),
+                "rhat_leaves": rhat(kept_leaves), "ess_leaves": chain_ess(kept_leaves),
+                "trace": {"sigma": sig_trace * prior.scale, "leaves_mean": leaves.cpu().numpy()}}
+        if c.bart_sampler == "mcmc":
+            info.update({f"accept/{m}": (a / p if p else float("nan")) for m, p, a in zip(("grow", "prune", "change"), pr, ac)})
+            info["accept/all"] = sum(ac) / max(sum(pr), 1)
+        chain_of = torch.arange(Cg).repeat(S)
+        return BARTPosterior(prior, ctx.extra["grid"], feat.to(dev), cut.to(dev), val.to(dev), sig_flat.to(dev),
+                             chain_of, ctx.data.d, classes=ctx.data.classes_, info=info)
+
+    def end_info(self, post: BARTPosterior) -> Dict[str, Any]:
+        return {k: v for k, v in post.info.items() if k.startswith(("accept", "rhat", "ess"))}
+
+
+def _compact(feature, cut, value):
+    """The trees of one sweep as ``[C, T, K']``, ``K'`` the slots up to the deepest node used."""
+    used = (feature != ABSENT).any(0).any(0).nonzero()
+    top = int(used.max()) + 1 if used.numel() else 1
+    from torchtree.model.bart import heap_depth
+
+    width = (1 << (int(heap_depth(torch.tensor(top - 1))) + 1)) - 1
+    return (feature[:, :, :width].transpose(0, 1).clone(), cut[:, :, :width].transpose(0, 1).clone(),
+            value[:, :, :width].transpose(0, 1).clone())
+
+
+def _pad(t: torch.Tensor, width: int, fill) -> torch.Tensor:
+    if t.shape[-1] == width:
+        return t
+    out = torch.full((*t.shape[:-1], width), fill, dtype=t.dtype, device=t.device)
+    out[..., : t.shape[-1]] = t
+    return out
+
+
+def _gather(ctx, feat, cut, val, sig, leaves, counts, width):
+    """Every rank's kept sweeps, chains in global order (collective)."""
+    be = ctx.backend
+    w = int(be.all_reduce(torch.tensor([width], dtype=torch.int64), "max").item())
+    feat, cut, val = _pad(feat, w, ABSENT), _pad(cut, w, 0), _pad(val, w, 0)
+
+    def cat_chains(t):  # [S, C, ...] on each rank -> [S, W*C, ...]
+        g = be.all_gather(t.transpose(0, 1).contiguous().cpu())
+        return g.transpose(0, 1).contiguous().to(t.device)
+
+    feat = cat_chains(feat.long()).to(torch.int16)
+    cut = cat_chains(cut.long()).to(torch.int16)
+    val = cat_chains(val.double()).to(val.dtype)
+    sig = cat_chains(sig)
+    leaves = be.all_gather(leaves.cpu().contiguous())
+    counts = be.all_reduce(counts.cpu(), "sum")
+    return feat, cut, val, sig, leaves, counts
+

@@ -1,0 +1,289 @@
+"""One tree of a BART sum-of-trees, redrawn on its partial residual, batched over chains.
+
+:func:`tree_update` is Bayesian backfitting's step for tree ``t`` (Chipman et al. 2010): a
+grow / prune / change Metropolis-Hastings move with the leaf values integrated out, then a
+Gibbs draw of every leaf value; all chains at once, no loop over chains or points.
+:func:`draw_sigma` and :func:`draw_latent` are the noise-variance and probit-latent Gibbs
+steps. Trees are heap arrays (:mod:`torchtree.model.bart`).
+
+The move proposal: with probabilities ``p_grow, p_prune, p_change`` the move type; grow picks
+a leaf uniformly and a rule from the prior at that leaf, prune and change pick a node whose
+two children are leaves uniformly (change: a new rule from the prior). A move that cannot be
+made (a leaf at ``max_depth`` or without cuts left, no such node) leaves the tree as it is.
+With the rule drawn from its prior, the rule's probability cancels from every ratio.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+from torchtree.model.bart import ABSENT, LEAF, BartPrior, heap_depth
+
+__all__ = ["MOVE_PROBS", "log_marginal", "tree_update", "draw_sigma", "draw_latent", "gamma_from_uniforms",
+           "leaf_ranges", "pick_nth"]
+
+#: probabilities of grow, prune and change
+MOVE_PROBS = (0.25, 0.25, 0.5)
+GROW, PRUNE, CHANGE = 0, 1, 2
+
+
+def log_marginal(n: torch.Tensor, s: torch.Tensor, sigma2: torch.Tensor, tau2: float) -> torch.Tensor:
+    """Log marginal likelihood of a leaf's residuals with its value ~ N(0, tau2) integrated out,
+    up to terms that are the same for every partition of the points:
+    ``-0.5 log(1 + n tau2 / sigma2) + tau2 s^2 / (2 sigma2 (sigma2 + n tau2))``.
+
+    Parameters
+    ----------
+    n, s : Tensor [...] count and sum of the residuals; sigma2 : Tensor broadcastable
+    """
+    v = sigma2 + n * tau2
+    return -0.5 * torch.log(v / sigma2) + 0.5 * tau2 * s * s / (sigma2 * v)
+
+
+def pick_nth(mask: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row of ``mask`` [C, K] the index of its ``floor(u * count)``-th True entry
+    (uniform among the True entries for ``u`` uniform on (0, 1)); 0 where a row has none."""
+    cnt = mask.sum(1)
+    nth = (u * cnt).floor().long().clamp(max=(cnt - 1).clamp(min=0))
+    before = mask.long().cumsum(1) <= nth[:, None]
+    return before.sum(1).clamp(max=mask.shape[1] - 1)
+
+
+def leaf_ranges(feature: torch.Tensor, cut: torch.Tensor, node: torch.Tensor, depth: torch.Tensor,
+                n_cuts: torch.Tensor, max_depth: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Cuts left to node ``node`` by its ancestors' rules: indices ``[lo, hi)`` per feature.
+
+    The ancestors of heap node ``j`` at depth ``d`` are ``((j + 1) >> (d - l)) - 1`` for
+    ``l < d``, so all of them are gathered at once (no walk up the tree).
+
+    Parameters
+    ----------
+    feature, cut : LongTensor [C, K] one heap tree per chain
+    node, depth : LongTensor [C]; n_cuts : LongTensor [D]
+
+    Returns
+    -------
+    lo, hi : LongTensor [C, D]
+    """
+    C = node.shape[0]
+    D = n_cuts.shape[0]
+    levels = torch.arange(max_depth, device=node.device)
+    shift = (depth[:, None] - levels[None, :]).clamp(min=1)
+    anc = (((node[:, None] + 1) >> shift) - 1).clamp(min=0)  # [C, max_depth]; off the path: masked below
+    below = ((node[:, None] + 1) >> (shift - 1)) - 1  # the path's node one level down
+    on_path = levels[None, :] < depth[:, None]
+    f = feature.gather(1, anc).clamp(min=0)
+    k = cut.gather(1, anc)
+    left = (below % 2) == 1
+    big = torch.iinfo(torch.int64).max
+    hi = n_cuts[None, :].expand(C, D).clone().scatter_reduce_(
+        1, f, torch.where(on_path & left, k, big), "amin", include_self=True)
+    lo = torch.zeros(C, D, dtype=torch.long, device=node.device).scatter_reduce_(
+        1, f, torch.where(on_path & ~left, k + 1, 0), "amax", include_self=True)
+    return lo, hi
+
+
+def _children_term(log1m_ps: torch.Tensor, lo, hi, nav, f, k, depth) -> torch.Tensor:
+    """``log (1 - p_split(left)) + log (1 - p_split(right))`` of the children of a node whose
+    rule is (``f``, ``k``): a child can split only with a cut left and below ``max_depth``."""
+    lo_f = lo.gather(1, f[:, None])[:, 0]
+    hi_f = hi.gather(1, f[:, None])[:, 0]
+    left_avail = (nav - 1 + (k > lo_f).long()) > 0
+    right_avail = (nav - 1 + (hi_f > k + 1).long()) > 0
+    lc = log1m_ps[depth + 1]
+    return torch.where(left_avail, lc, 0.0) + torch.where(right_avail, lc, 0.0)
+
+
+_TABLES: dict = {}
+
+
+def _tables(prior: BartPrior, K: int, device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Depth of every heap slot, split probability by depth and ``log(1 - p_split)`` (cached)."""
+    key = (prior.alpha_split, prior.beta_split, prior.max_depth, K, str(device))
+    if key not in _TABLES:
+        ps = prior.split_prob(torch.arange(prior.max_depth + 2, device=device))
+        _TABLES[key] = (heap_depth(torch.arange(K, device=device)), ps, torch.log1p(-ps))
+    return _TABLES[key]
+
+
+def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor,
+                leaf_of: torch.Tensor, resid: torch.Tensor, Xb: torch.Tensor, n_cuts: torch.Tensor,
+                sigma2: torch.Tensor, u: torch.Tensor, z_leaf: torch.Tensor, use_likelihood: bool = True):
+    """Redraw one tree in every chain: an MH move on its partial residual, then its leaf values.
+
+    Parameters
+    ----------
+    prior : BartPrior
+    feature, cut : LongTensor [C, K]; value : Tensor [C, K]   the tree in each chain (heap)
+    leaf_of : LongTensor [C, N]   each point's leaf in this tree
+    resid : Tensor [C, N]   response minus the whole sum of trees
+    Xb : Int16Tensor [D, N] bins; n_cuts : LongTensor [D]
+    sigma2 : Tensor [C] float64 noise variance
+    u : Tensor [C, 5] uniforms (move type, node, feature, cut, acceptance)
+    z_leaf : Tensor [C, K] standard normals for the leaf values
+    use_likelihood : bool, False samples the prior (residuals ignored)
+
+    Returns
+    -------
+    (feature, cut, value, leaf_of, resid, info) with info = (move [C], accepted [C]).
+    """
+    C, K = feature.shape
+    dev = resid.device
+    tau2 = prior.tau ** 2
+    s2 = sigma2.to(torch.float64)
+    offs = (torch.arange(C, device=dev) * K)[:, None]
+    flat = leaf_of.long() + offs  # [C, N] each point's leaf, numbered across chains
+    R = resid + value.reshape(-1)[flat]  # partial residual: the other trees' fit removed
+
+    pg, pp, _ = MOVE_PROBS
+    move = torch.where(u[:, 0] < pg, GROW, torch.where(u[:, 0] < pg + pp, PRUNE, CHANGE))
+    is_leaf = feature == LEAF
+    kint = (K - 1) // 2
+    nog = (feature[:, :kint] >= 0) & (feature[:, 1:2 * kint + 1:2] == LEAF) & (feature[:, 2:2 * kint + 2:2] == LEAF)
+    n_leaf, n_nog = is_leaf.sum(1), nog.sum(1)
+    j = torch.where(move == GROW, pick_nth(is_leaf, u[:, 1]), pick_nth(nog, u[:, 1]))
+    depth_of, ps_lut, log1m_ps = _tables(prior, K, dev)
+    depth = depth_of[j]
+    lo, hi = leaf_ranges(feature, cut, j, depth, n_cuts, prior.max_depth)
+    avail = (hi - lo).clamp(min=0)
+    nav = (avail > 0).sum(1)
+    f_new = pick_nth(avail > 0, u[:, 2])
+    k_new = lo.gather(1, f_new[:, None])[:, 0] + (u[:, 3] * avail.gather(1, f_new[:, None])[:, 0]).floor().long()
+    grow_ok = (move == GROW) & (nav > 0) & (depth < prior.max_depth)
+    valid = grow_ok | ((move != GROW) & (n_nog > 0))
+    cl, cr = (2 * j + 1).clamp(max=K - 1), (2 * j + 2).clamp(max=K - 1)
+    f_old = feature.gather(1, j[:, None])[:, 0].clamp(min=0)
+    k_old = cut.gather(1, j[:, None])[:, 0]
+
+    # One pass over the points: residual sums and counts per (leaf, side of the proposed rule).
+    # Every statistic of the move, and the leaves' statistics after it, are sums of these cells.
+    go_left = Xb.index_select(0, f_new) <= k_new.to(Xb.dtype)[:, None]  # [C, N]
+    cell = (2 * flat + go_left).reshape(-1)
+    s_cell = torch.zeros(2 * C * K, dtype=R.dtype, device=dev).index_add_(0, cell, R.reshape(-1))
+    n_cell = torch.bincount(cell, minlength=2 * C * K)
+    if not use_likelihood:
+        s_cell, n_cell = torch.zeros_like(s_cell), torch.zeros_like(n_cell)
+    s_cell, n_cell = s_cell.view(C, K, 2).double(), n_cell.view(C, K, 2).double()
+
+    def at(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return t.gather(1, idx[:, None, None].expand(C, 1, 2))[:, 0]  # [C, 2]
+
+    sj, sl, sr = at(s_cell, j), at(s_cell, cl), at(s_cell, cr)
+    nj, nl, nr = at(n_cell, j), at(n_cell, cl), at(n_cell, cr)
+    s_all, n_all = (sj + sl + sr).sum(1), (nj + nl + nr).sum(1)  # j's points (a leaf's, or its two children's)
+    s_nl, n_nl = sj[:, 1] + sl[:, 1] + sr[:, 1], nj[:, 1] + nl[:, 1] + nr[:, 1]  # ... left of the new rule
+    ll_joined = log_marginal(n_all, s_all, s2, tau2)
+    ll_new = log_marginal(n_nl, s_nl, s2, tau2) + log_marginal(n_all - n_nl, s_all - s_nl, s2, tau2)
+    ll_old = log_marginal(nl.sum(1), sl.sum(1), s2, tau2) + log_marginal(nr.sum(1), sr.sum(1), s2, tau2)
+
+    ps = ps_lut[depth]
+    kids_new = _children_term(log1m_ps, lo, hi, nav, f_new, k_new, depth)
+    kids_old = _children_term(log1m_ps, lo, hi, nav, f_old, k_old, depth)
+    sib = torch.where(j % 2 == 1, j + 1, j - 1).clamp(min=0, max=K - 1)
+    parent_was_nog = (j > 0) & (feature.gather(1, sib[:, None])[:, 0] == LEAF)
+    nog_after = n_nog + 1 - parent_was_nog.long()
+    log_pg, log_pp = torch.log(torch.tensor(pg, dtype=torch.float64)), torch.log(torch.tensor(pp, dtype=torch.float64))
+    log_split = torch.log(ps) - torch.log1p(-ps)
+    a_grow = log_split + kids_new + ll_new - ll_joined + log_pp - torch.log(nog_after.double()) - log_pg \
+        + torch.log(n_leaf.double())
+    a_prune = -log_split - kids_old + ll_joined - ll_old + log_pg - torch.log((n_leaf - 1).clamp(min=1).double()) \
+        - log_pp + torch.log(n_nog.clamp(min=1).double())
+    a_change = kids_new - kids_old + ll_new - ll_old
+    log_a = torch.where(move == GROW, a_grow, torch.where(move == PRUNE, a_prune, a_change))
+    accept = valid & (torch.log(u[:, 4].to(torch.float64)) < log_a)
+
+    # the tree: node j's rule and its children's status
+    acc_g, acc_p = accept & (move == GROW), accept & (move == PRUNE)
+    acc_split = accept & (move != PRUNE)
+    fj = torch.where(acc_p, LEAF, torch.where(acc_split, f_new, feature.gather(1, j[:, None])[:, 0]))
+    kj = torch.where(acc_split, k_new, k_old)
+    feature = feature.clone()
+    cut = cut.clone()
+    child = torch.where(acc_g, LEAF, torch.where(acc_p, ABSENT, feature.gather(1, cl[:, None])[:, 0]))
+    child_r = torch.where(acc_g, LEAF, torch.where(acc_p, ABSENT, feature.gather(1, cr[:, None])[:, 0]))
+    feature.scatter_(1, cl[:, None], child[:, None])
+    feature.scatter_(1, cr[:, None], child_r[:, None])
+    feature.scatter_(1, j[:, None], fj[:, None])
+    cut.scatter_(1, j[:, None], kj[:, None])
+
+    # where each (leaf, side) cell goes: identity, except the cells the accepted move re-routes
+    to = torch.arange(K, device=dev).repeat_interleave(2)[None, :].repeat(C, 1)  # [C, 2K] -> node
+    pos = torch.stack([2 * j, 2 * j + 1, 2 * cl, 2 * cl + 1, 2 * cr, 2 * cr + 1], 1)
+    keep = torch.stack([j, j, cl, cl, cr, cr], 1)
+    grown = torch.stack([cr, cl, cl, cl, cr, cr], 1)
+    pruned = j[:, None].expand(C, 6)
+    changed = torch.stack([j, j, cr, cl, cr, cl], 1)
+    mv = move[:, None]
+    new_of = torch.where(~accept[:, None], keep, torch.where(mv == GROW, grown, torch.where(mv == PRUNE, pruned, changed)))
+    to.scatter_(1, pos, new_of)
+    leaf_new = to.reshape(-1)[cell].view(C, -1)  # cell = 2 (c K + leaf) + side indexes the chains' maps
+    node_flat = (to + offs).reshape(-1)
+    s_leaf = torch.zeros(C * K, dtype=torch.float64, device=dev).index_add_(0, node_flat, s_cell.reshape(-1)).view(C, K)
+    n_leaf_pts = torch.zeros(C * K, dtype=torch.float64, device=dev).index_add_(0, node_flat, n_cell.reshape(-1)).view(C, K)
+
+    # leaf values: Gibbs from N(tau2 s / (sigma2 + n tau2), tau2 sigma2 / (sigma2 + n tau2))
+    v = s2[:, None] + n_leaf_pts * tau2
+    mean = tau2 * s_leaf / v
+    sd = torch.sqrt(tau2 * s2[:, None] / v)
+    value = torch.where(feature == LEAF, mean + sd * z_leaf, torch.zeros_like(mean)).to(value.dtype)
+    resid = R - value.reshape(-1)[leaf_new + offs]
+    leaf_of = leaf_new.to(leaf_of.dtype)
+    return feature, cut, value, leaf_of, resid, (move, accept)
+
+
+def gamma_from_uniforms(shape: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Gamma(shape, 1) draws by Marsaglia & Tsang's squeeze-free method, from uniforms.
+
+    Parameters
+    ----------
+    shape : Tensor [C] float64, >= 1
+    u : Tensor [C, J, 2] uniforms: J tries of (normal by inverse CDF, acceptance)
+
+    Returns
+    -------
+    Tensor [C] float64: the first accepted try (for shape >= 1 a try is accepted with
+    probability > 0.95, so J = 16 tries all fail with probability < 1e-20; then the mean).
+    """
+    d = shape - 1.0 / 3.0
+    c = 1.0 / torch.sqrt(9.0 * d)
+    x = torch.special.ndtri(u[..., 0])
+    v = (1.0 + c[:, None] * x) ** 3
+    ok = (v > 0) & (torch.log(u[..., 1]) < 0.5 * x * x + d[:, None] - d[:, None] * v
+                    + d[:, None] * torch.log(v.clamp(min=1e-300)))
+    first = torch.where(ok.any(1), ok.long().argmax(1), -1)
+    draw = (d[:, None] * v).gather(1, first.clamp(min=0)[:, None])[:, 0]
+    return torch.where(first >= 0, draw, shape)
+
+
+def draw_sigma(prior: BartPrior, resid: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Gibbs draw of the noise variance: ``sigma^2 ~ InvGamma((nu + N)/2, (nu lam + SSR)/2)``.
+
+    Parameters
+    ----------
+    resid : Tensor [C, N]; u : Tensor [C, J, 2] uniforms (:func:`gamma_from_uniforms`)
+
+    Returns
+    -------
+    Tensor [C] float64 sigma^2.
+    """
+    N = resid.shape[1]
+    ssr = (resid.double() ** 2).sum(1)
+    shape = torch.full_like(ssr, 0.5 * (prior.nu + N))
+    g = gamma_from_uniforms(shape, u)
+    return 0.5 * (prior.nu * prior.lam + ssr) / g
+
+
+def draw_latent(fit: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Albert & Chib's probit latent: ``z ~ N(fit, 1)`` truncated to ``z > 0`` where ``y = 1``
+    and ``z < 0`` where ``y = 0`` (inverse CDF; float64 inside).
+
+    Parameters
+    ----------
+    fit : Tensor [C, N] the sum of trees plus offset; y : BoolTensor [N]; u : Tensor [C, N] uniforms
+    """
+    f = fit.double()
+    # y = 1: e = -Phi^{-1}(u Phi(f)) > -f;  y = 0: e = Phi^{-1}(u Phi(-f)) < -f
+    sign = torch.where(y, 1.0, -1.0).to(f)
+    e = -sign * torch.special.ndtri(u.double() * torch.special.ndtr(sign * f))
+    return (f + e).to(fit.dtype)
