@@ -20,7 +20,7 @@ from typing import Dict, Tuple
 import numpy as np
 import torch
 
-__all__ = ["exact_log_evidence", "exact_predictive", "exact_prior_leaves", "exact_prior_depth"]
+__all__ = ["exact_log_evidence", "exact_predictive", "exact_prior_leaves", "exact_prior_depth", "exact_bart_tree"]
 
 
 def _logaddexp(a: float, b: float) -> float:
@@ -205,3 +205,63 @@ def exact_prior_depth(data, prior) -> np.ndarray:
     numpy.ndarray [N + 2]: entry ``q`` is P(depth == q).
     """
     return _prior_dist(data, prior, "depth")
+
+
+def exact_bart_tree(bins: np.ndarray, n_cuts, prior, resid=None, sigma2: float = 1.0):
+    """Exact posterior (or prior) of ONE BART tree on a cut grid, by enumeration.
+
+    The tree prior is BART's (:class:`torchtree.model.bart.BartPrior`): a node splits with
+    ``prior.split_prob(depth)`` when a cut is left in its range, on a feature drawn uniformly
+    among those with a cut left, at a cut drawn uniformly among those left. With ``resid``
+    the leaves' values ``N(0, prior.tau^2)`` are integrated out against ``N(resid, sigma2)``.
+    The recursion runs over (per-feature cut ranges, depth); keep the grid tiny.
+
+    Parameters
+    ----------
+    bins : int array [N, D] the points' bins (``CutGrid.bins(X).T``)
+    n_cuts : sequence [D] cuts per feature
+    prior : BartPrior (``tau``, ``split_prob``, ``max_depth``)
+    resid : float array [N] or None (None: the prior)
+    sigma2 : float, the noise variance
+
+    Returns
+    -------
+    leaves : numpy.ndarray [L], entry ``m`` is P(tree has m leaves)
+    mean : numpy.ndarray [N], the posterior mean of the tree's value at each point
+    """
+    from torchtree.steps.bart_moves import log_marginal
+
+    bins = np.asarray(bins, dtype=np.int64)
+    N, D = bins.shape
+    r = np.zeros(N) if resid is None else np.asarray(resid, dtype=np.float64)
+    tau2 = prior.tau ** 2
+    size = max(N, int(np.prod([c + 1 for c in n_cuts]))) + 2
+
+    @lru_cache(maxsize=None)
+    def node(ranges: Tuple[Tuple[int, int], ...], q: int):
+        inside = np.all([(bins[:, d] >= lo) & (bins[:, d] <= hi) for d, (lo, hi) in enumerate(ranges)], axis=0)
+        n, s = float(inside.sum()), float(r[inside].sum())
+        w = 1.0 if resid is None else math.exp(float(log_marginal(torch.tensor(n, dtype=torch.float64),
+                                                                     torch.tensor(s, dtype=torch.float64),
+                                                                     torch.tensor(sigma2, dtype=torch.float64), tau2)))
+        m = tau2 * s / (sigma2 + n * tau2)
+        avail = [d for d, (lo, hi) in enumerate(ranges) if hi > lo]
+        p = float(prior.split_prob(torch.tensor(q))) if avail else 0.0
+        dist = np.zeros(size)
+        dist[1] = (1.0 - p) * w
+        mean = (1.0 - p) * w * m * inside
+        for d in avail:
+            lo, hi = ranges[d]
+            c = p / len(avail) / (hi - lo)
+            for k in range(lo, hi):
+                left = ranges[:d] + ((lo, k),) + ranges[d + 1:]
+                right = ranges[:d] + ((k + 1, hi),) + ranges[d + 1:]
+                dl, ml = node(left, q + 1)
+                dr, mr = node(right, q + 1)
+                dist = dist + c * np.convolve(dl, dr)[:size]
+                mean = mean + c * (ml * dr.sum() + dl.sum() * mr)
+        return dist, mean
+
+    dist, mean = node(tuple((0, int(c)) for c in n_cuts), 0)
+    z = dist.sum()
+    return dist / z, mean / z

@@ -1,0 +1,217 @@
+"""BART (method="bart", issue #23) against exact answers.
+
+* one tree (``n_trees=1``) with the noise variance pinned by a huge ``nu``: the sampled trees'
+  leaf counts and the posterior mean of f at every point equal the enumeration of
+  :func:`torchtree.testing.exact_bart_tree` (backfitting MCMC and Particle Gibbs);
+* prior-only runs (``use_likelihood=False``) reproduce the exact prior distribution of the
+  number of leaves on a two-feature grid;
+* with a fixed tree, the leaf values are the conjugate normal draw, sigma^2 draws have the
+  inverse-gamma moments, probit latents the truncated-normal moments.
+
+Tolerances come from the spread between independent chains (5 standard errors plus a small
+floor), so a test fails when the sampler targets another distribution, not by chance.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from torchtree import BayesianTreeClassifier, BayesianTreeRegressor, Data
+from torchtree.model.bart import LEAF, BartPrior, CutGrid
+from torchtree.model.bart_posterior import BARTPosterior
+from torchtree.samplers.bart import BART
+from torchtree.steps.bart_moves import draw_latent, draw_sigma, tree_update
+from torchtree.testing import exact_bart_tree
+
+
+def _chain_stats(values: np.ndarray, n_chains: int):
+    """Mean over all draws and its standard error from the per-chain means (draw-major input)."""
+    per_chain = values.reshape(-1, n_chains, *values.shape[1:]).mean(0)
+    return per_chain.mean(0), per_chain.std(0, ddof=1) / np.sqrt(n_chains)
+
+
+def _one_tree_data():
+    x = np.array([0, 1, 2, 3, 4, 5, 6, 7, 2, 5], dtype=np.float64)
+    y = np.array([0.1, 0.0, 0.3, 1.1, 1.3, 1.0, 2.1, 1.9, 0.2, 0.9])
+    return x[:, None], y
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bart_sampler", ["mcmc", "pg"])
+def test_one_tree_posterior_equals_enumeration(bart_sampler):
+    X, y = _one_tree_data()
+    data = Data(X, y, task="regression")
+    C = 64
+    kw = dict(n_trees=1, n_chains=C, n_warmup=100, n_samples=600, max_depth=3, nu=1e9, sigma_hat=0.3,
+              bart_sampler=bart_sampler, beta_split=1.0)
+    post = BART(**kw).run(data, seed=5)
+    prior = post.prior
+    grid = CutGrid.from_data(data, 100)
+    bins = grid.bins(data.X).T.numpy()
+    resid = (y - prior.offset) / prior.scale
+    leaves_exact, mean_exact = exact_bart_tree(bins, grid.n_cuts.tolist(), prior, resid, prior.lam)
+    n_leaves = (post.feature == LEAF).sum(-1)[:, 0].numpy()
+    onehot = (n_leaves[:, None] == np.arange(leaves_exact.size)[None, :]).astype(float)
+    freq, se = _chain_stats(onehot, C)
+    assert np.all(np.abs(freq - leaves_exact) < 5 * se + 0.005), (freq[:6], leaves_exact[:6], se[:6])
+    f = post.latent_draws(X).numpy()
+    fm, fse = _chain_stats(f, C)
+    exact_f = prior.offset + prior.scale * mean_exact
+    assert np.all(np.abs(fm - exact_f) < 5 * fse + 1e-3), (fm, exact_f, fse)
+    # sigma pinned at sqrt(lam) by nu = 1e9 (relative sd 4.5e-5)
+    assert np.allclose(post.sigma.numpy(), np.sqrt(prior.lam), rtol=1e-3)
+
+
+@pytest.mark.slow
+def test_prior_only_tree_sizes_equal_enumeration():
+    X = np.array([[a, b] for a in range(4) for b in range(3)], dtype=np.float64)
+    data = Data(X, np.zeros(len(X)), task="regression")
+    C, T = 32, 4
+    post = BART(n_trees=T, n_chains=C, n_warmup=50, n_samples=500, max_depth=3, beta_split=0.5,
+                use_likelihood=False).run(data, seed=1)
+    grid = CutGrid.from_data(data, 100)
+    assert grid.n_cuts.tolist() == [3, 2]
+    exact, _ = exact_bart_tree(grid.bins(data.X).T.numpy(), [3, 2], post.prior)
+    n_leaves = (post.feature == LEAF).sum(-1).numpy()  # [S*C, T]
+    onehot = (n_leaves[..., None] == np.arange(exact.size)).astype(float).mean(1)  # trees pooled per chain
+    freq, se = _chain_stats(onehot, C)
+    assert abs(exact.sum() - 1) < 1e-12 and exact[1] < 0.5
+    assert np.all(np.abs(freq - exact) < 5 * se + 0.005), (freq[:8], exact[:8])
+
+
+def _stump_prior(max_depth=1):
+    return BartPrior("regression", 1, 0.95, 2.0, max_depth, tau=0.3, nu=3.0, lam=0.1, scale=1.0, offset=0.0,
+                     sigma_hat=0.3)
+
+
+def test_leaf_values_are_the_conjugate_draw_for_a_fixed_tree():
+    # max_depth 1: a root split cannot grow, so a grow move leaves the tree as it is
+    prior = _stump_prior()
+    g = torch.Generator().manual_seed(0)
+    N, C, K = 50, 3, prior.n_slots
+    Xb = torch.randint(0, 5, (2, N), generator=g, dtype=torch.int16)
+    n_cuts = torch.tensor([4, 4])
+    feature = torch.tensor([[1, LEAF, LEAF]] * C)
+    cut = torch.tensor([[2, 0, 0]] * C)
+    value = torch.zeros(C, K)
+    leaf_of = torch.where(Xb[1] <= 2, 1, 2).expand(C, N).to(torch.int16)
+    resid = torch.randn(C, N, generator=g)
+    sigma2 = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    u = torch.full((C, 5), 0.1)  # move type grow
+    z = torch.randn(C, K, generator=g)
+    f, k, v, L, r, (move, acc) = tree_update(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, u, z)
+    assert torch.equal(f, feature) and torch.equal(k, cut) and not acc.any()
+    assert torch.equal(L, leaf_of)
+    tau2 = prior.tau ** 2
+    for c in range(C):
+        for leaf in (1, 2):
+            pts = leaf_of[c] == leaf
+            n, s = pts.sum().item(), resid[c, pts].double().sum().item()
+            post_var = 1.0 / (1.0 / tau2 + n / sigma2[c].item())
+            mean = post_var * s / sigma2[c].item()
+            assert v[c, leaf].item() == pytest.approx(mean + np.sqrt(post_var) * z[c, leaf].item(), rel=1e-5, abs=1e-6)
+        # residuals: the old tree's zero values replaced by the new leaves
+        assert torch.allclose(r[c], resid[c] - v[c, leaf_of[c].long()], atol=1e-6)
+
+
+def test_sigma_draws_have_inverse_gamma_moments():
+    prior = _stump_prior()
+    C, N = 40000, 20
+    resid = torch.linspace(-1, 1, N, dtype=torch.float64).expand(C, N)
+    u = torch.rand(C, 16, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    s2 = draw_sigma(prior, resid, u).numpy()
+    a = 0.5 * (prior.nu + N)
+    b = 0.5 * (prior.nu * prior.lam + float((resid[0] ** 2).sum()))
+    mean, var = b / (a - 1), b * b / ((a - 1) ** 2 * (a - 2))
+    assert abs(s2.mean() - mean) < 5 * np.sqrt(var / C)
+    assert abs(s2.var() / var - 1) < 0.06  # sd of the sample variance ratio ~ 0.012 here
+
+
+def test_probit_latents_are_truncated_normals():
+    C = 200000
+    fit = torch.full((C, 2), 0.4, dtype=torch.float64)
+    y = torch.tensor([True, False])
+    z = draw_latent(fit, y, torch.rand(C, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
+    assert (z[:, 0] > 0).all() and (z[:, 1] < 0).all()
+    phi = np.exp(-0.5 * 0.4 ** 2) / np.sqrt(2 * np.pi)
+    Phi = 0.5 * (1 + torch.erf(torch.tensor(0.4 / np.sqrt(2))).item())
+    assert z[:, 0].mean().item() == pytest.approx(0.4 + phi / Phi, abs=5 / np.sqrt(C))
+    assert z[:, 1].mean().item() == pytest.approx(0.4 - phi / (1 - Phi), abs=5 / np.sqrt(C))
+
+
+def _friedman(n, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(n, 6))
+    f = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - 0.5) ** 2 + 10 * X[:, 3] + 5 * X[:, 4]
+    return X, f + rng.normal(size=n), f
+
+
+def test_same_seed_same_draws_and_resume(tmp_path):
+    X, y, _ = _friedman(80, 0)
+    data = Data(X, y, task="regression")
+    kw = dict(n_trees=10, n_chains=3, n_warmup=6, n_samples=6)
+    a = BART(**kw).run(data, seed=2)
+    b = BART(**kw).run(data, seed=2)
+    assert torch.equal(a.value, b.value) and torch.equal(a.sigma, b.sigma)
+    c = BART(**kw).run(data, seed=3)
+    assert not torch.equal(a.sigma, c.sigma)
+    # a run stopped right after the checkpoint of sweep 5 and resumed equals the uninterrupted run
+    from torchtree.monitor import CallbackMonitor
+
+    class Stop(Exception):
+        pass
+
+    def hook(step):
+        if step >= 5:
+            raise Stop
+
+    ck = str(tmp_path / "bart.ckpt")
+    with pytest.raises(Stop):
+        BART(**kw, checkpoint=ck, checkpoint_every=1).run(data, seed=2, monitor=CallbackMonitor(on_checkpoint=hook))
+    d = BART(**kw, checkpoint=ck).run(data, seed=2)
+    assert torch.equal(a.value, d.value) and torch.equal(a.sigma, d.sigma) and torch.equal(a.feature, d.feature)
+
+
+def test_two_ranks_draw_what_one_rank_draws():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "_dist_workers"))
+    from thread_backend import run_threads
+
+    X, y, _ = _friedman(60, 1)
+    data = Data(X, (y > y.mean()).astype(int), task="classification")
+    kw = dict(n_trees=8, n_chains=4, n_warmup=4, n_samples=5)
+    one = BART(**kw).run(data, seed=7)
+    outs = run_threads(2, lambda be: BART(**kw, backend=be).run(data, seed=7), timeout=120)
+    for o in outs:
+        assert torch.equal(o.value, one.value) and torch.equal(o.feature, one.feature)
+        assert np.array_equal(o.predict_proba(X), one.predict_proba(X))
+
+
+def test_estimators_fit_predict_intervals_and_save(tmp_path):
+    X, y, f = _friedman(300, 2)
+    Xt, yt, ft = _friedman(300, 3)
+    reg = BayesianTreeRegressor(method="bart", random_state=0, n_trees=50, n_samples=60, n_warmup=60).fit(X, y)
+    pred = reg.predict(Xt)
+    assert np.sqrt(np.mean((pred - ft) ** 2)) < 1.6  # sd of y is ~5; a constant predictor gets ~4.9
+    iv = reg.predict_interval(Xt)
+    cover = np.mean((yt >= iv[:, 0]) & (yt <= iv[:, 1]))
+    assert 0.8 <= cover <= 0.98
+    assert reg.log_predictive(Xt, yt) > -2.3
+    s = reg.posterior_.summary()
+    assert np.sum(s["split_share"][:5]) > 0.8  # the five features f uses
+    path = str(tmp_path / "bart.pt")
+    reg.posterior_.save(path)
+    back = BARTPosterior.load(path)
+    assert np.array_equal(back.predict(Xt), pred)
+    yc = (y > np.median(y)).astype(int)
+    clf = BayesianTreeClassifier(method="bart", random_state=0, n_trees=50, n_samples=60, n_warmup=60).fit(X, yc)
+    p = clf.predict_proba(Xt)
+    assert p.shape == (300, 2) and np.allclose(p.sum(1), 1)
+    assert np.mean(clf.predict(Xt) == (ft > np.median(f))) > 0.8
+    with pytest.raises(ValueError, match="two classes"):
+        BayesianTreeClassifier(method="bart").fit(X, np.arange(300) % 3)
+    with pytest.raises(ValueError, match="does not use"):
+        BayesianTreeRegressor(method="bart", b0=0.3).fit(X, y)
