@@ -64,12 +64,13 @@ def test_one_tree_posterior_equals_enumeration(bart_sampler):
 
 
 @pytest.mark.slow
-def test_prior_only_tree_sizes_equal_enumeration():
+@pytest.mark.parametrize("bart_sampler", ["mcmc", "pg"])
+def test_prior_only_tree_sizes_equal_enumeration(bart_sampler):
     X = np.array([[a, b] for a in range(4) for b in range(3)], dtype=np.float64)
     data = Data(X, np.zeros(len(X)), task="regression")
     C, T = 32, 4
     post = BART(n_trees=T, n_chains=C, n_warmup=50, n_samples=500, max_depth=3, beta_split=0.5,
-                use_likelihood=False).run(data, seed=1)
+                use_likelihood=False, bart_sampler=bart_sampler).run(data, seed=1)
     grid = CutGrid.from_data(data, 100)
     assert grid.n_cuts.tolist() == [3, 2]
     exact, _ = exact_bart_tree(grid.bins(data.X).T.numpy(), [3, 2], post.prior)
