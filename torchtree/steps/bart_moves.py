@@ -161,7 +161,10 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     go_left = Xb.index_select(0, f_new) <= k_new.to(Xb.dtype)[:, None]  # [C, N]
     cell = (2 * flat + go_left).reshape(-1)
     s_cell = torch.zeros(2 * C * K, dtype=R.dtype, device=dev).index_add_(0, cell, R.reshape(-1))
-    n_cell = torch.bincount(cell, minlength=2 * C * K)
+    # counts by index_add, not bincount: bincount's output size depends on the data (a graph break
+    # under torch.compile)
+    n_cell = torch.zeros(2 * C * K, dtype=torch.float64, device=dev).index_add_(
+        0, cell, torch.ones(1, dtype=torch.float64, device=dev).expand(cell.shape[0]))
     if not use_likelihood:
         s_cell, n_cell = torch.zeros_like(s_cell), torch.zeros_like(n_cell)
     s_cell, n_cell = s_cell.view(C, K, 2).double(), n_cell.view(C, K, 2).double()
