@@ -216,3 +216,21 @@ def test_estimators_fit_predict_intervals_and_save(tmp_path):
         BayesianTreeClassifier(method="bart").fit(X, np.arange(300) % 3)
     with pytest.raises(ValueError, match="does not use"):
         BayesianTreeRegressor(method="bart", b0=0.3).fit(X, y)
+
+
+def test_prediction_blocks_and_monitor(monkeypatch, tmp_path):
+    from torchtree.model import bart_posterior
+    from torchtree.monitor import TraceMonitor
+
+    X, y, _ = _friedman(120, 4)
+    mon = TraceMonitor()
+    post = BART(n_trees=10, n_chains=2, n_warmup=5, n_samples=10, monitor_every=5).run(
+        Data(X, y, task="regression"), seed=0, monitor=mon)
+    ref = (post.predict(X), post.predict_interval(X, n_draws=300), post.log_predictive(X, y))
+    monkeypatch.setattr(bart_posterior, "_ROWS", 7)  # many blocks: the same numbers
+    got = (post.predict(X), post.predict_interval(X, n_draws=300), post.log_predictive(X, y))
+    assert np.allclose(ref[0], got[0], rtol=0, atol=1e-12) and np.array_equal(ref[1], got[1])
+    assert abs(ref[2] - got[2]) < 1e-10
+    assert np.allclose(post.latent_draws(X).mean(0).numpy(), ref[0])
+    assert {"bart/sigma", "bart/accept", "trees/leaves_mean", "bart/splits/x0"} <= set(mon.trace)
+    assert mon.steps == [4, 9, 14]  # the 0-based index of the sweep reported

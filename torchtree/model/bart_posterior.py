@@ -15,6 +15,7 @@ import torch
 from torchtree.core.random import keyed_uniform
 from torchtree.model.bart import LEAF, BartPrior, CutGrid, forest_sum
 from torchtree.model.data import as_feature_matrix
+from torchtree.core.budget import rows_per_chunk
 from torchtree.model.interval import check_interval, equal_tailed
 from torchtree.model.posterior import _plain
 from torchtree.model.posterior_base import Posterior
@@ -66,21 +67,39 @@ class BARTPosterior(Posterior):
         Xt = torch.as_tensor(arr, dtype=torch.float64)
         return self.grid.bins(Xt).to(self.feature.device)
 
+    def _blocks(self, Xb: torch.Tensor, per_row_extra: float = 0.0, what: str = "prediction", also: str = ""):
+        """``(rows, f)`` per block of test points: ``f`` ``[S, b]`` float64 on the scaled
+        response; the block size keeps ``b (8 S + per_row_extra)`` bytes within the memory
+        budget (:func:`torchtree.core.budget.rows_per_chunk`)."""
+        M = Xb.shape[1]
+        per_row = 8.0 * self.n_particles + per_row_extra
+        rows = min(_ROWS, rows_per_chunk(per_row, what, device=self.feature.device, also=also))
+        for m0 in range(0, M, rows):
+            sl = slice(m0, min(M, m0 + rows))
+            yield sl, forest_sum(self.feature, self.cut, self.value, Xb[:, sl])
+
     def latent_draws(self, X) -> torch.Tensor:
         """``f_s(x)`` per draw and point, ``[S, M]`` float64 on the original scale (the probit
-        latent's mean for classification)."""
+        latent's mean for classification). Holds all ``S M`` values: ``predict``,
+        ``predict_proba``, ``predict_interval`` and ``log_predictive`` stream over rows instead."""
         Xb = self._bins(X)
-        out = []
-        for m0 in range(0, Xb.shape[1], _ROWS):
-            out.append(forest_sum(self.feature, self.cut, self.value, Xb[:, m0:m0 + _ROWS]))
+        rows_per_chunk(8.0 * self.n_particles, "latent_draws", rows_at_once=max(1, Xb.shape[1]),
+                       device=self.feature.device, also=" (or predict in smaller batches of rows)")
+        out = [f for _, f in self._blocks(Xb)]
         f = torch.cat(out, 1) if out else torch.zeros(self.n_particles, 0, dtype=torch.float64)
         return self.prior.offset + self.prior.scale * f
+
+    def _p1(self, Xb: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(Xb.shape[1], dtype=torch.float64, device=Xb.device)
+        for sl, f in self._blocks(Xb):
+            out[sl] = torch.special.ndtr(self.prior.offset + f).mean(0)
+        return out
 
     def predict_proba(self, X) -> np.ndarray:
         """``[M, 2]``: ``mean_s (1 - Phi(f_s), Phi(f_s))`` (classification)."""
         if self.task != "classification":
             raise ValueError("predict_proba applies to classification")
-        p1 = torch.special.ndtr(self.latent_draws(X)).mean(0)
+        p1 = self._p1(self._bins(X))
         return torch.stack([1 - p1, p1], 1).cpu().numpy()
 
     def predict(self, X) -> np.ndarray:
@@ -88,33 +107,48 @@ class BARTPosterior(Posterior):
         if self.task == "classification":
             codes = (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
             return self.classes_[codes] if self.classes_ is not None else codes
-        return self.latent_draws(X).mean(0).cpu().numpy()
+        Xb = self._bins(X)
+        out = torch.empty(Xb.shape[1], dtype=torch.float64, device=Xb.device)
+        for sl, f in self._blocks(Xb):
+            out[sl] = self.prior.offset + self.prior.scale * f.mean(0)
+        return out.cpu().numpy()
 
     def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval of ``y``, ``[M, 2]``: ``n_draws`` draws
-        ``f_s(x) + sigma_s e`` with ``s`` uniform over the kept draws and ``e ~ N(0, 1)``."""
+        ``f_s(x) + sigma_s e`` with ``s`` uniform over the kept draws and ``e ~ N(0, 1)``
+        (keyed by point, so the result does not depend on the block size)."""
         level, n_draws = check_interval(self.task, level, n_draws)
-        f = self.latent_draws(X)
-        S, M = f.shape
-        idx = torch.arange(n_draws, device=f.device)
+        Xb = self._bins(X)
+        S, M = self.n_particles, Xb.shape[1]
+        dev = self.feature.device
+        idx = torch.arange(n_draws, device=dev)
         pick = (keyed_uniform(seed, 0, idx) * S).long().clamp(max=S - 1)
-        pts = torch.arange(M, device=f.device)
-        e = torch.special.ndtri(keyed_uniform(seed, 1, idx[:, None] * max(M, 1) + pts[None, :]))
-        draws = f[pick] + (self.sigma.to(f.device)[pick] * self.prior.scale)[:, None] * e
-        return equal_tailed(draws, level)
+        sd = (self.sigma.to(dev)[pick] * self.prior.scale)[:, None]
+        out = np.empty((M, 2))
+        for sl, f in self._blocks(Xb, 24.0 * n_draws, f"predict_interval with n_draws={n_draws}",
+                                  ", or lower n_draws"):
+            pts = torch.arange(sl.start, sl.stop, device=dev)
+            e = torch.special.ndtri(keyed_uniform(seed, 1, idx[:, None] * max(M, 1) + pts[None, :]))
+            draws = self.prior.offset + self.prior.scale * f[pick] + sd * e
+            out[sl] = equal_tailed(draws, level)
+        return out
 
     def log_predictive(self, X, y) -> float:
         """Mean over points of ``log mean_s p(y | f_s(x), sigma_s)``."""
-        f = self.latent_draws(X)
-        S, M = f.shape
-        yt = self._encode_y(y, M).to(f.device)
-        if self.task == "classification":
-            sign = torch.where(yt == 1, 1.0, -1.0).to(f)
-            lp = torch.special.log_ndtr(sign * f)
-        else:
-            sd = (self.sigma.to(f.device) * self.prior.scale)[:, None]
-            lp = -0.5 * ((yt.double()[None, :] - f) / sd) ** 2 - torch.log(sd) - 0.5 * np.log(2 * np.pi)
-        return float((torch.logsumexp(lp, 0) - np.log(S)).mean())
+        Xb = self._bins(X)
+        S, M = self.n_particles, Xb.shape[1]
+        yt = self._encode_y(y, M).to(Xb.device)
+        total = 0.0
+        for sl, f in self._blocks(Xb, 16.0 * S):
+            f = self.prior.offset + self.prior.scale * f
+            if self.task == "classification":
+                sign = torch.where(yt[sl] == 1, 1.0, -1.0).to(f)
+                lp = torch.special.log_ndtr(sign * f)
+            else:
+                sd = (self.sigma.to(f.device) * self.prior.scale)[:, None]
+                lp = -0.5 * ((yt[sl].double()[None, :] - f) / sd) ** 2 - torch.log(sd) - 0.5 * np.log(2 * np.pi)
+            total += float((torch.logsumexp(lp, 0) - np.log(S)).sum())
+        return total / max(M, 1)
 
     # ----------------------------------------------------------- summaries
     def summary(self) -> Dict[str, Any]:

@@ -156,7 +156,8 @@ class BART(SettingsAsAttributes):
         data : Data or (X, y); regression, or classification with two classes (probit)
         seed : int, torch.Generator or None
         monitor : Monitor(s); receives ``bart/sigma``, ``bart/accept``, ``bart/accept/<move>``,
-            ``trees/leaves_mean`` and ``time/seconds`` every ``monitor_every`` sweeps
+            ``trees/leaves_mean``, ``bart/splits/x<d>`` (splits on feature ``d`` in the current
+            trees) and ``time/seconds`` every ``monitor_every`` sweeps
         backend : Backend or name, optional
 
         Returns
@@ -303,6 +304,9 @@ class BART(SettingsAsAttributes):
         info["bart/accept"] = sum(ac) / max(sum(pr), 1)
         info["bart/sigma"] = float(sigma2.sqrt().mean()) * prior.scale
         info["trees/leaves_mean"] = float(leaves.mean())
+        inner = feature[feature >= 0].long()
+        split_counts = torch.bincount(inner, minlength=ctx.data.d).cpu().tolist()  # this rank's chains, this sweep
+        info.update({f"bart/splits/x{d}": n for d, n in enumerate(split_counts)})
         info["time/seconds"] = ctx.seconds()
         return state, info
 
