@@ -247,36 +247,21 @@ class BART(SettingsAsAttributes):
         gidx = ctx.extra["chains"]
         tree_chain = torch.arange(T, device=dev)[:, None] * c.n_chains + gidx[None, :]  # [T, C] global keys
         base = it * _STREAMS
-        U = keyed_uniform(ctx.seed, base, tree_chain[..., None], torch.arange(5, device=dev))
-        # leaf normals are keyed by slot; a grow deepens a tree by one level at most, so the
-        # slots below the deepest node's children are never leaves in this sweep (PG: any slot)
-        Kz = K
-        if c.bart_sampler == "mcmc":
-            used = (state.feature != ABSENT).flatten(0, 1).any(0).nonzero()
-            deepest = int(heap_depth(used.max())) if used.numel() else 0
-            Kz = min(K, (1 << (deepest + 2)) - 1)
-        Z = torch.zeros(T, C, K, dtype=torch.float64, device=dev)
-        Z[..., :Kz] = torch.special.ndtri(keyed_uniform(ctx.seed, base + 1, tree_chain[..., None],
-                                                        torch.arange(Kz, device=dev)))
         Xb, n_cuts, use = ctx.extra["Xb"], ctx.extra["n_cuts"], c.use_likelihood
         feature, cut, value, leaf_of = state.feature, state.cut, state.value, state.leaf_of
-        resid = state.resid
-        moves = torch.zeros(2, 3, dtype=torch.long, device=dev)
-        ones = torch.ones(C, dtype=torch.long, device=dev)
-        for t in range(T):
-            if c.bart_sampler == "mcmc":
-                f, k, v, L, resid, (move, acc) = _update(
-                    ctx, prior, feature[t].long(), cut[t].long(), value[t], leaf_of[t], resid, Xb, n_cuts,
-                    state.sigma2, U[t], Z[t].to(value.dtype), use)
-                moves[0].index_add_(0, move, ones)
-                moves[1].index_add_(0, move, acc.long())
-            else:
-                from torchtree.steps.bart_pg import pg_tree_update
+        if c.bart_sampler == "mcmc":
+            resid, moves = backfit_sweep(prior, feature, cut, value, leaf_of, state.resid, Xb, n_cuts, state.sigma2,
+                                         ctx.seed, base, tree_chain, use, lambda *a: _update(ctx, *a))
+        else:
+            from torchtree.steps.bart_pg import pg_tree_update
 
+            Z = _leaf_normals(ctx.seed, base, tree_chain, K, K)
+            resid, moves = state.resid, torch.zeros(2, 3, dtype=torch.long, device=dev)
+            for t in range(T):
                 f, k, v, L, resid = pg_tree_update(
                     prior, feature[t].long(), cut[t].long(), value[t], leaf_of[t].long(), resid, Xb, n_cuts,
                     state.sigma2, Z[t].to(value.dtype), c.n_pg_particles, ctx.seed, base + 4, tree_chain[t], use)
-            feature[t], cut[t], value[t], leaf_of[t] = f.to(torch.int16), k.to(torch.int16), v, L
+                feature[t], cut[t], value[t], leaf_of[t] = f.to(torch.int16), k.to(torch.int16), v, L
         sigma2, latent = state.sigma2, state.latent
         if prior.task == "regression" and use:
             u = keyed_uniform(ctx.seed, base + 2, gidx[:, None, None],
@@ -351,6 +336,52 @@ class BART(SettingsAsAttributes):
 
     def end_info(self, post: BARTPosterior) -> Dict[str, Any]:
         return {k: v for k, v in post.info.items() if k.startswith(("accept", "rhat", "ess"))}
+
+
+def _leaf_normals(seed: int, base: int, tree_chain: torch.Tensor, K: int, Kz: int) -> torch.Tensor:
+    """Standard normals ``[T, C, K]`` for the leaf values, keyed by (sweep, tree, chain, slot);
+    slots from ``Kz`` on are 0 (no leaf can be there this sweep)."""
+    T, C = tree_chain.shape
+    Z = torch.zeros(T, C, K, dtype=torch.float64, device=tree_chain.device)
+    Z[..., :Kz] = torch.special.ndtri(keyed_uniform(seed, base + 1, tree_chain[..., None],
+                                                    torch.arange(Kz, device=tree_chain.device)))
+    return Z
+
+
+def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, seed: int, base: int,
+                  tree_chain: torch.Tensor, use_likelihood: bool = True, update=tree_update):
+    """One Bayesian-backfitting sweep: every tree in turn redrawn on its partial residual.
+
+    Parameters
+    ----------
+    feature, cut : Int16Tensor [T, C, K]; value : Tensor [T, C, K]; leaf_of : Int16Tensor [T, C, N]
+        the chains' trees, updated in place
+    resid : Tensor [C, N] the response minus the sum of trees; sigma2 : Tensor [C] float64
+    seed, base : the keyed random streams of this sweep (``base`` moves, ``base + 1`` leaves)
+    tree_chain : LongTensor [T, C] global (tree, chain) keys
+    update : the tree update (:func:`~torchtree.steps.bart_moves.tree_update` or its compiled form)
+
+    Returns
+    -------
+    resid : Tensor [C, N]; moves : LongTensor [2, 3] proposed / accepted grow, prune, change.
+    """
+    T, C, K = feature.shape
+    dev = resid.device
+    U = keyed_uniform(seed, base, tree_chain[..., None], torch.arange(5, device=dev))
+    # a grow deepens a tree by one level at most, so slots below the deepest node's
+    # children are never leaves in this sweep
+    used = (feature != ABSENT).flatten(0, 1).any(0).nonzero()
+    deepest = int(heap_depth(used.max())) if used.numel() else 0
+    Z = _leaf_normals(seed, base, tree_chain, K, min(K, (1 << (deepest + 2)) - 1))
+    moves = torch.zeros(2, 3, dtype=torch.long, device=dev)
+    ones = torch.ones(C, dtype=torch.long, device=dev)
+    for t in range(T):
+        f, k, v, L, resid, (move, acc) = update(prior, feature[t].long(), cut[t].long(), value[t], leaf_of[t], resid,
+                                                Xb, n_cuts, sigma2, U[t], Z[t].to(value.dtype), use_likelihood)
+        moves[0].index_add_(0, move, ones)
+        moves[1].index_add_(0, move, acc.long())
+        feature[t], cut[t], value[t], leaf_of[t] = f.to(torch.int16), k.to(torch.int16), v, L
+    return resid, moves
 
 
 def _compact(feature, cut, value):

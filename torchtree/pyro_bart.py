@@ -1,0 +1,105 @@
+"""A BART sum of trees as the mean function inside a larger Pyro model.
+
+:class:`BARTFunction` is a ``PyroModule`` whose value is the current sum of trees ``f(x)`` at
+the training inputs it was built on (or at new inputs). It has no ``pyro.sample`` sites of its
+own: its trees are redrawn by the BART sampler, not by Pyro's inference, in a Gibbs scheme:
+
+1. the other latent variables of the model (coefficients, the noise scale, ...) are sampled
+   by a Pyro kernel (e.g. ``pyro.infer.HMC`` / ``NUTS``) given ``f``, which the model reads
+   from the module (a plain tensor, no gradient);
+2. ``f`` is redrawn given the rest by :meth:`BARTFunction.gibbs_step`: backfitting sweeps on
+   the partial target ``y - (everything else in the mean)`` with the model's noise sd.
+
+``examples/pyro_bart.py`` runs this for a partially linear model
+``y = x_lin . beta + f(x) + e``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from pyro.nn import PyroModule
+
+from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum
+from torchtree.model.data import Data
+from torchtree.samplers.bart import backfit_sweep
+
+__all__ = ["BARTFunction"]
+
+_STREAMS = 2  # keyed streams per sweep: moves, leaf normals
+
+
+class BARTFunction(PyroModule):
+    """A sum of ``n_trees`` BART trees on fixed training inputs, redrawn by Gibbs steps.
+
+    Parameters
+    ----------
+    X : array-like [N, D] the training inputs
+    y_scale : array-like [N], optional; a rough target (e.g. ``y``) whose range calibrates the
+        leaf prior as BART does (``tau = range / (2 k sqrt(n_trees))``); default: range 1
+    n_trees : int; alpha_split, beta_split : float; k : float; max_depth, max_cuts : int
+    seed : int, the keyed random streams of the sweeps
+
+    Attributes
+    ----------
+    f : Tensor [N] float64, the current sum of trees at the training inputs
+    """
+
+    def __init__(self, X, y_scale=None, n_trees: int = 50, alpha_split: float = 0.95, beta_split: float = 2.0,
+                 k: float = 2.0, max_depth: int = 8, max_cuts: int = 100, seed: int = 0) -> None:
+        super().__init__()
+        Xt = torch.as_tensor(X, dtype=torch.float64)
+        y = torch.zeros(Xt.shape[0], dtype=torch.float64) if y_scale is None else torch.as_tensor(y_scale).double()
+        data = Data(Xt, y if y_scale is not None else torch.linspace(0, 1, Xt.shape[0], dtype=torch.float64),
+                    task="regression")
+        self.prior = BartPrior.from_data(data.X, data.y, "regression", n_trees, alpha_split=alpha_split,
+                                         beta_split=beta_split, k=k, max_depth=max_depth, sigma_hat=1.0)
+        self.grid = CutGrid.from_data(data, max_cuts)
+        self._Xb = self.grid.bins(data.X)
+        T, N, K = n_trees, data.n, self.prior.n_slots
+        self._feature = torch.full((T, 1, K), ABSENT, dtype=torch.int16)
+        self._feature[:, :, 0] = LEAF
+        self._cut = torch.zeros_like(self._feature)
+        self._value = torch.zeros(T, 1, K, dtype=torch.float64)
+        self._leaf_of = torch.zeros(T, 1, N, dtype=torch.int16)
+        self.f = torch.zeros(N, dtype=torch.float64)
+        self.seed, self.sweeps = int(seed), 0
+
+    def forward(self, X=None) -> torch.Tensor:
+        """``f`` at the training inputs ``[N]`` (``X`` None), or at new inputs ``X`` ``[M, D]``."""
+        if X is None:
+            return self.f
+        Xb = self.grid.bins(torch.as_tensor(X, dtype=torch.float64))
+        s = forest_sum(self._feature.transpose(0, 1), self._cut.transpose(0, 1), self._value.transpose(0, 1), Xb)
+        return self.prior.scale * s[0]
+
+    def gibbs_step(self, target, sigma, n_sweeps: int = 1) -> torch.Tensor:
+        """Redraw the trees given the rest of the model: ``n_sweeps`` backfitting sweeps on
+        ``target ~ N(f(x), sigma^2)``.
+
+        Parameters
+        ----------
+        target : Tensor [N] the observations minus the rest of the mean
+        sigma : float or 0-d Tensor, the model's current noise sd (original scale)
+
+        Returns
+        -------
+        Tensor [N] float64, the new ``f`` at the training inputs.
+        """
+        sc = self.prior.scale
+        t = torch.as_tensor(target, dtype=torch.float64).reshape(1, -1) / sc
+        resid = t - self.f.reshape(1, -1) / sc
+        s2 = (torch.as_tensor(sigma, dtype=torch.float64).reshape(1) / sc) ** 2
+        T = self._feature.shape[0]
+        keys = torch.arange(T)[:, None]
+        for _ in range(int(n_sweeps)):
+            resid, _ = backfit_sweep(self.prior, self._feature, self._cut, self._value, self._leaf_of, resid,
+                                     self._Xb, self.grid.n_cuts, s2, self.seed, self.sweeps * _STREAMS, keys)
+            self.sweeps += 1
+        self.f = ((t - resid) * sc)[0]
+        return self.f
+
+    @property
+    def leaves(self) -> torch.Tensor:
+        """Leaves per tree ``[n_trees]``."""
+        return (self._feature[:, 0] == LEAF).sum(1)
