@@ -30,6 +30,8 @@ _LAZY = {
     "NUTS": "torchtree.soft",
     "DCC": "torchtree.soft",
     "SoftTreePosterior": "torchtree.soft",
+    "BART": "torchtree.samplers.bart",
+    "BARTPosterior": "torchtree.model.bart_posterior",
 }
 
 
@@ -58,6 +60,8 @@ __all__ = [
     "TopDownSMC",
     "MCMC",
     "SMCSampler",
+    "BART",
+    "BARTPosterior",
     "SoftTrees",
     "HMC",
     "NUTS",
