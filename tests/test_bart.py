@@ -234,3 +234,82 @@ def test_prediction_blocks_and_monitor(monkeypatch, tmp_path):
     assert np.allclose(post.latent_draws(X).mean(0).numpy(), ref[0])
     assert {"bart/sigma", "bart/accept", "trees/leaves_mean", "bart/splits/x0"} <= set(mon.trace)
     assert mon.steps == [4, 9, 14]  # the 0-based index of the sweep reported
+
+
+def test_prior_only_sigma_follows_its_calibrated_prior():
+    X, y, _ = _friedman(100, 5)
+    post = BART(n_trees=3, n_chains=50, n_warmup=0, n_samples=200, use_likelihood=False, q=0.75).run(
+        Data(X, y, task="regression"), seed=4)
+    p = post.prior
+    s = post.sigma.numpy()  # scaled units, like sigma_hat
+    # P(sigma < sigma_hat) = q by the calibration of lambda (draws are independent: no data)
+    frac = np.mean(s < p.sigma_hat)
+    assert abs(frac - 0.75) < 5 * np.sqrt(0.75 * 0.25 / s.size)
+    # sigma^2 ~ nu lam / chi2_nu: E[1 / sigma^2] = 1 / lam
+    assert abs(np.mean(1 / s ** 2) * p.lam - 1) < 5 * np.sqrt(2 / p.nu / s.size)
+
+
+@pytest.mark.slow
+def test_gibbs_kernel_keeps_the_joint_distribution():
+    """Geweke's test: (trees, leaves, sigma) from the prior and data from the model given them,
+    then Gibbs sweeps: every sweep's state is again distributed as the prior. Replications
+    are the chains of one batch (each chain its own data set, through its residuals)."""
+    from torchtree.samplers.bart import backfit_sweep
+
+    prior = BartPrior("regression", 4, 0.95, 1.0, 3, tau=0.4, nu=5.0, lam=0.3, scale=1.0, offset=0.0, sigma_hat=0.5)
+    rng = np.random.default_rng(0)
+    Xr = rng.uniform(size=(25, 2))
+    grid = CutGrid.from_data(Data(Xr, np.zeros(25), task="regression"), 4)
+    Xb, n_cuts = grid.bins(torch.as_tensor(Xr)), grid.n_cuts
+    C, T, N, K = 10000, prior.n_trees, 25, prior.n_slots
+    feature = torch.full((T, C, K), -2, dtype=torch.int16)
+    feature[:, :, 0] = LEAF
+    cut, value = torch.zeros_like(feature), torch.zeros(T, C, K, dtype=torch.float64)
+    leaf_of = torch.zeros(T, C, N, dtype=torch.int16)
+    keys = torch.arange(T)[:, None] * C + torch.arange(C)[None, :]
+    resid = torch.zeros(C, N, dtype=torch.float64)
+    for sweep in range(60):  # prior draws of the trees (no data)
+        resid, _ = backfit_sweep(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts,
+                                 torch.ones(C, dtype=torch.float64), 11, 8 * sweep, keys, use_likelihood=False)
+    # sigma^2 = nu lam / chi2_nu from torch's own sampler (not the code under test)
+    chi2 = torch.distributions.Chi2(torch.tensor(prior.nu, dtype=torch.float64))
+    torch.manual_seed(12)
+    sigma2 = prior.nu * prior.lam / chi2.sample((C,))
+    e = torch.randn(C, N, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
+    resid = sigma2.sqrt()[:, None] * e  # y - sum of trees, with y drawn given the trees and sigma
+    leaves0 = (feature == LEAF).sum(2).double().mean(0).numpy()
+    f0 = value.gather(2, leaf_of.long()).sum(0)[:, 0].numpy()  # f at the first point
+    s0 = sigma2.numpy().copy()
+    for sweep in range(60, 90):
+        resid, _ = backfit_sweep(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, 11, 8 * sweep, keys)
+        sigma2 = draw_sigma(prior, resid, keyed_uniform_for_test(100 + sweep, C))
+    leaves1 = (feature == LEAF).sum(2).double().mean(0).numpy()
+    f1 = value.gather(2, leaf_of.long()).sum(0)[:, 0].numpy()
+    s1 = sigma2.numpy()
+
+    def same(a, b, what):  # two samples of C draws each, compared in mean (5 standard errors)
+        se = np.sqrt(a.var() / a.size + b.var() / b.size)
+        assert abs(a.mean() - b.mean()) < 5 * se, (what, a.mean(), b.mean(), se)
+
+    same(np.log(s0), np.log(s1), "log sigma^2")
+    same(leaves0, leaves1, "leaves")
+    same(f0 ** 2, f1 ** 2, "f(x)^2")
+    same(f0, f1, "f(x)")
+
+
+def keyed_uniform_for_test(stream: int, C: int) -> torch.Tensor:
+    from torchtree.core.random import keyed_uniform
+
+    return keyed_uniform(99, stream, torch.arange(C)[:, None, None], torch.arange(32).view(16, 2))
+
+
+@pytest.mark.parametrize("shape", [0.3, 0.75, 1.0, 4.5])
+def test_gamma_draws_have_the_gamma_moments(shape):
+    from torchtree.steps.bart_moves import gamma_from_uniforms
+
+    C = 100000
+    u = torch.rand(C, 16, 2, generator=torch.Generator().manual_seed(int(shape * 10)), dtype=torch.float64)
+    g = gamma_from_uniforms(torch.full((C,), shape, dtype=torch.float64), u).numpy()
+    assert abs(g.mean() - shape) < 5 * np.sqrt(shape / C)
+    assert abs(g.var() / shape - 1) < 0.05
+    assert abs(np.mean(g < shape) - float(torch.special.gammainc(torch.tensor(shape), torch.tensor(shape)))) < 0.005

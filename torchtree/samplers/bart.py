@@ -263,10 +263,10 @@ class BART(SettingsAsAttributes):
                     state.sigma2, Z[t].to(value.dtype), c.n_pg_particles, ctx.seed, base + 4, tree_chain[t], use)
                 feature[t], cut[t], value[t], leaf_of[t] = f.to(torch.int16), k.to(torch.int16), v, L
         sigma2, latent = state.sigma2, state.latent
-        if prior.task == "regression" and use:
+        if prior.task == "regression":
             u = keyed_uniform(ctx.seed, base + 2, gidx[:, None, None],
                               torch.arange(2 * _GAMMA_TRIES, device=dev).view(_GAMMA_TRIES, 2))
-            sigma2 = draw_sigma(prior, resid, u)
+            sigma2 = draw_sigma(prior, resid if use else resid[:, :0], u)  # no data: a draw from its prior
         elif prior.task == "classification" and use:
             u = keyed_uniform(ctx.seed, base + 3, gidx[:, None] * N + torch.arange(N, device=dev)[None, :])
             fit = latent.double() - resid.double()  # offset + sum of trees

@@ -240,7 +240,7 @@ def gamma_from_uniforms(shape: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
     Parameters
     ----------
-    shape : Tensor [C] float64, >= 1
+    shape : Tensor [C] float64, > 0
     u : Tensor [C, J, 2] uniforms: J tries of (normal by inverse CDF, acceptance)
 
     Returns
@@ -248,6 +248,11 @@ def gamma_from_uniforms(shape: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     Tensor [C] float64: the first accepted try (for shape >= 1 a try is accepted with
     probability > 0.95, so J = 16 tries all fail with probability < 1e-20; then the mean).
     """
+    # shape < 1 (a prior-only draw with nu < 2): Gamma(a) = Gamma(a + 1) U^(1/a), U the last
+    # try's acceptance uniform (that try is reached with probability < 1e-19)
+    small = shape < 1
+    boost = torch.where(small, u[:, -1, 1].double().log() / shape, torch.zeros_like(shape)).exp()
+    shape = torch.where(small, shape + 1.0, shape)
     d = shape - 1.0 / 3.0
     c = 1.0 / torch.sqrt(9.0 * d)
     x = torch.special.ndtri(u[..., 0])
@@ -256,7 +261,7 @@ def gamma_from_uniforms(shape: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
                     + d[:, None] * torch.log(v.clamp(min=1e-300)))
     first = torch.where(ok.any(1), ok.long().argmax(1), -1)
     draw = (d[:, None] * v).gather(1, first.clamp(min=0)[:, None])[:, 0]
-    return torch.where(first >= 0, draw, shape)
+    return torch.where(first >= 0, draw, shape) * boost
 
 
 def draw_sigma(prior: BartPrior, resid: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
