@@ -313,3 +313,34 @@ def test_gamma_draws_have_the_gamma_moments(shape):
     assert abs(g.mean() - shape) < 5 * np.sqrt(shape / C)
     assert abs(g.var() / shape - 1) < 0.05
     assert abs(np.mean(g < shape) - float(torch.special.gammainc(torch.tensor(shape), torch.tensor(shape)))) < 0.005
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_torchrun_gloo_ranks_draw_what_one_process_draws(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    workers = Path(__file__).parent / "_dist_workers"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.exists():
+        pytest.skip("torchrun not found next to the interpreter")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", str(port), "bart_worker.py",
+                           str(tmp_path)], cwd=workers, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sys.path.insert(0, str(workers))
+    import bart_worker
+
+    X, y, kw = bart_worker.case()
+    ref = BART(**kw).run(Data(X, y, task="regression"), seed=11)
+    for r in range(2):
+        got = torch.load(tmp_path / f"rank{r}.pt", weights_only=False)
+        assert torch.equal(got["value"], ref.value) and torch.equal(got["feature"], ref.feature)
+        assert torch.equal(got["sigma"], ref.sigma) and np.array_equal(got["predict"], ref.predict(X))
