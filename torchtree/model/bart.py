@@ -202,48 +202,120 @@ class CutGrid:
         return CutGrid(self.cuts.to(device), self.n_cuts.to(device))
 
 
+_BLOCK = 1 << 19  # (split node, point) pairs per working block: a few MiB, cache-sized
+_COLS = 1024      # points per block at most
+
+
 def forest_sum(feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor, Xb: torch.Tensor,
                max_elements: int = 1 << 24) -> torch.Tensor:
     """Sum over trees of each forest's value at each point.
+
+    A tree's value is written as its leftmost leaf's value plus, for each split node ``n`` that a
+    point reaches and leaves to the right, ``L(2n+2) - L(2n+1)`` (``L``: leftmost leaf of a
+    subtree); so each split node costs one vectorised comparison per point, level by level,
+    in cache-sized blocks of trees x points.
 
     Parameters
     ----------
     feature, cut : Int16/LongTensor [S, T, K]; value : Tensor [S, T, K] (heap trees, module notes)
     Xb : Int16Tensor [D, M] bins of the points (:meth:`CutGrid.bins`)
-    max_elements : int, (forest, tree, point) triples per temporary
+    max_elements : int, (split node, point) pairs per temporary (at least twice a tree's split nodes)
 
     Returns
     -------
-    Tensor [S, M] float64: ``sum_t value[s, t, leaf_t(x)]``.
+    Tensor [S, M] float64: ``sum_t value[s, t, leaf_t(x)]`` (summed in another order than
+    leaf by leaf: equal up to float64 rounding).
     """
     S, T, K = feature.shape
     D, M = Xb.shape
-    out = torch.zeros(S, M, dtype=torch.float64, device=Xb.device)
-    if S == 0 or M == 0:
+    dev = Xb.device
+    out = torch.zeros(S, M, dtype=torch.float64, device=dev)
+    if S == 0 or M == 0 or T == 0:
         return out
-    depth = int(heap_depth(torch.tensor(K - 1)).item()) if K > 1 else 0
-    Xflat = Xb.reshape(-1).long()
-    per_row = T * M
-    rows = max(1, max_elements // max(1, per_row))
-    col = torch.arange(M, device=Xb.device)
-    for s0 in range(0, S, rows):
-        s1 = min(S, s0 + rows)
-        f = feature[s0:s1].reshape(-1, K).long()
-        c = cut[s0:s1].reshape(-1, K).long()
-        v = value[s0:s1].reshape(-1, K)
-        B = f.shape[0]
-        base = (torch.arange(B, device=Xb.device) * K)[:, None]
-        node = torch.zeros(B, M, dtype=torch.long, device=Xb.device)
-        ff, cf = f.reshape(-1), c.reshape(-1)
-        for _ in range(depth):
-            g = base + node
-            fn = ff[g]
-            inner = fn >= 0
-            if not bool(inner.any()):
-                break
-            xb = Xflat[fn.clamp(min=0) * M + col]
-            right = (xb > cf[g]).long()
-            node = torch.where(inner, 2 * node + 1 + right, node)
-        vals = v.reshape(-1)[base + node].to(torch.float64)
-        out[s0:s1] = vals.reshape(s1 - s0, T, M).sum(1)
+    f = feature.reshape(-1)
+    v = value.reshape(-1)
+    roots = torch.arange(S * T, device=dev) * K
+    out += v[_leftmost(f, roots, K)].to(torch.float64).reshape(S, T).sum(1)[:, None]
+    # split nodes reachable from the root, with both children in the heap: (s, t, j), tree-major
+    q = torch.nonzero(_split_nodes(feature), as_tuple=False)
+    N = q.shape[0]
+    if N == 0:
+        return out
+    s_n, t_n, j_n = q.unbind(1)
+    tree_n = s_n * T + t_n
+    flat = tree_n * K + j_n
+    fn = f[flat].long()
+    cn = cut.reshape(-1)[flat]
+    if not Xb.dtype.is_floating_point:
+        cn = cn.clamp(max=torch.iinfo(Xb.dtype).max)
+    cn = cn.to(Xb.dtype)
+    # going right at node n moves the leftmost leaf from L(2n+1) to L(2n+2)
+    lo, hi = (v[_leftmost(f, flat + j_n + k, K)].to(torch.float64) for k in (1, 2))
+    delta = hi - lo
+    lvl = heap_depth(j_n)
+    n_lvl = int(lvl.max()) + 1
+    # blocks of whole trees (fewer than lim // Mc split nodes each); rows sorted by (block, level)
+    per_tree = torch.bincount(tree_n, minlength=S * T)
+    big = int(per_tree.max())
+    lim = max(min(max_elements, _BLOCK), 2 * big)
+    Mc = min(M, _COLS, lim // (2 * big))
+    step = lim // Mc - big  # >= big; a block's rows: < step + big <= lim // Mc
+    blk = ((torch.cumsum(per_tree, 0) - per_tree) // step)[tree_n]
+    key = blk * n_lvl + lvl
+    order = torch.argsort(key, stable=True)
+    pos = torch.empty_like(order)
+    pos[order] = torch.arange(N, device=dev)
+    prow = pos[torch.searchsorted(flat, tree_n * K + (j_n - 1).clamp(min=0) // 2)][order]
+    left = (j_n % 2 == 1)[order, None]
+    fn, cn, delta, s_n, key = fn[order], cn[order, None], delta[order, None], s_n[order], key[order]
+    n_blk = int(blk.max()) + 1
+    bounds = torch.searchsorted(key, torch.arange(n_blk * n_lvl + 1, device=dev)).tolist()
+    for m0 in range(0, M, Mc):
+        Xc = Xb[:, m0:m0 + Mc].contiguous()
+        oc = out[:, m0:m0 + Mc]
+        for b in range(n_blk):
+            a, z = bounds[b * n_lvl], bounds[(b + 1) * n_lvl]
+            if a == z:
+                continue
+            R = torch.empty(z - a, Xc.shape[1], dtype=torch.bool, device=dev)  # point reaches node
+            G = torch.empty_like(R)                                           # ... and goes right
+            for l in range(n_lvl):
+                l0, l1 = bounds[b * n_lvl + l], bounds[b * n_lvl + l + 1]
+                if l0 == l1:
+                    break
+                right = Xc.index_select(0, fn[l0:l1]) > cn[l0:l1]
+                if l == 0:
+                    R[l0 - a:l1 - a] = True
+                    G[l0 - a:l1 - a] = right
+                else:
+                    pr = prow[l0:l1] - a
+                    Gp = G.index_select(0, pr)
+                    Rn = Gp ^ (R.index_select(0, pr) & left[l0:l1])  # left child: reach & not right
+                    R[l0 - a:l1 - a] = Rn
+                    torch.logical_and(Rn, right, out=G[l0 - a:l1 - a])
+            oc.index_add_(0, s_n[a:z], G.view(torch.uint8).to(torch.float64).mul_(delta[a:z]))
     return out
+
+
+def _split_nodes(feature: torch.Tensor) -> torch.Tensor:
+    """Bool [S, T, K]: split nodes whose ancestors all split and whose children fit in the heap."""
+    K = feature.shape[-1]
+    inner = (feature >= 0) & (2 * torch.arange(K, device=feature.device) + 2 < K)
+    lo = 1
+    while lo < K:  # level by level: a node splits only under a split parent
+        hi = min(K, 2 * lo + 1)
+        par = (torch.arange(lo, hi, device=feature.device) - 1) // 2
+        inner[..., lo:hi] &= inner[..., par]
+        lo = hi
+    return inner
+
+
+def _leftmost(f: torch.Tensor, idx: torch.Tensor, K: int) -> torch.Tensor:
+    """Flat index of the leftmost leaf under flat heap slot ``idx`` (``f``: features, trees of ``K`` slots)."""
+    j = idx % K
+    t0 = idx - j
+    while True:
+        go = (f[t0 + j] >= 0) & (2 * j + 2 < K)
+        if not bool(go.any()):
+            return t0 + j
+        j = torch.where(go, 2 * j + 1, j)
