@@ -471,8 +471,9 @@ class BayesianTreeClassifier(_BayesianTreeBase):
     Parameters
     ----------
     method : str
-        ``"smc"`` (top-down SMC, default), ``"mcmc"``, ``"smc-moves"``, ``"dcc"``, or
-        any name added with :func:`register_method`.
+        ``"smc"`` (top-down SMC, default), ``"mcmc"``, ``"smc-moves"``, ``"dcc"``,
+        ``"bart"`` (a sum of trees, :class:`~torchtree.samplers.bart.BART`; binary
+        classification through a probit link), or any name added with :func:`register_method`.
     alpha : float, optional
         Dirichlet concentration of the leaves (total; alpha/K per class); default 5.
     prior : {"chipman", "poisson"} or a prior object (``ChipmanPrior``, ``PoissonPrior``)
