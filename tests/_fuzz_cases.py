@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-METHODS = ("smc", "mcmc", "smc-moves", "dcc")
+METHODS = ("smc", "mcmc", "smc-moves", "dcc", "bart")
 
 #: Tiny settings: every fit takes well under a second. DCC: one iteration, three prior
 #: topologies, two chains, no warm-up (the smallest budget its checks allow).
@@ -32,6 +32,7 @@ API_KW: Dict[str, dict] = {
     "smc-moves": dict(n_particles=8, n_iterations=2),
     "dcc": dict(n_iterations=1, n_initial=3, n_chains=2, n_samples=2, n_warmup=0, activation_threshold=1,
                 n_parallel=1, max_depth=2, n_proposals=1, max_predict_draws=2),
+    "bart": dict(n_trees=3, n_chains=2, n_samples=3, n_warmup=3),
 }
 CLI_OPTS: Dict[str, List[str]] = {m: [t for k, v in kw.items() for t in (f"--{k.replace('_', '-')}", str(v))]
                                   for m, kw in API_KW.items()}
@@ -250,7 +251,9 @@ def api_labels() -> List[Case]:
         objr[r] = None
         add(f"reg-None-target-r{r}", "reg", X, objr, "refuse", r"\by\b")
         add("reg-bool-targets", "reg", X, yc == "hi", "either", r"\by\b")
-        add("singleton-class", "clf", X, np.where(np.arange(n) == r, "rare", yc), "fit")
+        # three classes: BART's probit link takes two, and says so naming y
+        add("singleton-class", "clf", X, np.where(np.arange(n) == r, "rare", yc),
+            *(("refuse", r"\by\b.*two classes") if m == "bart" else ("fit",)))
     return out
 
 

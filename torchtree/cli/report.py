@@ -66,6 +66,10 @@ def load_posterior(path: str):
                          f"(torch.load cannot read it as plain tensors: {type(exc).__name__})") from None
     if isinstance(payload, dict) and payload.get("format") in (POSTERIOR_FORMAT, TreePosterior.FORMAT):
         return TreePosterior.load(path)
+    from torchtree.model.bart_posterior import BARTPosterior
+
+    if isinstance(payload, dict) and payload.get("format") == BARTPosterior.FORMAT:
+        return BARTPosterior.load(path)
     if isinstance(payload, dict) and "topologies" in payload and "draws" in payload:
         from torchtree.model.soft_posterior import SoftTreePosterior
 

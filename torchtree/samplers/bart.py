@@ -171,7 +171,7 @@ class BART(SettingsAsAttributes):
         """The prior calibrated on the data, the cut grid, the bins, this rank's chains."""
         c, data = self.config, ctx.data
         if data.task == "classification" and data.n_classes != 2:
-            raise ValueError(f"method 'bart' classifies two classes (probit link); the data has {data.n_classes}. "
+            raise ValueError(f"y has {data.n_classes} classes; method 'bart' classifies two classes (probit link). "
                              "Use method='smc' for more classes")
         ps = {"alpha_split": 0.95 if c.alpha_split is None else c.alpha_split,
               "beta_split": 2.0 if c.beta_split is None else c.beta_split}
