@@ -42,6 +42,19 @@ def _compiled_update():
     return _COMPILED["fn"]
 
 
+def _compiled_pg_level(d: int):
+    """:func:`~torchtree.steps.bart_pg.pg_level` through torch.compile (one graph per level;
+    the number of points symbolic); None where torch.compile is unavailable."""
+    from torchtree.steps.bart_pg import pg_level
+
+    if "pg" not in _COMPILED:
+        try:
+            _COMPILED["pg"] = torch.compile(pg_level, dynamic=False)
+        except Exception:  # pragma: no cover - torch builds without dynamo
+            _COMPILED["pg"] = None
+    return _COMPILED["pg"] or pg_level
+
+
 def _update(ctx, *args):
     """One tree update, compiled where the run asked for it; a compilation failure falls back
     to eager execution for the rest of the process, with a warning."""
@@ -97,9 +110,10 @@ class BARTConfig(SamplerConfig):
                            high=32000)
     use_likelihood: bool = option(True, help="False samples the prior (targets ignored)")
     dtype: str = option("float32", help="float type of residuals and leaf values", check=_check_dtype)
-    compile: str = option("auto", help="run the grow/prune/change update through torch.compile: 'auto' (on CPU when "
-                          "the run makes at least 40,000 tree updates; ~5 s per process with a warm compile cache, "
-                          "~20 s cold), 'on', 'off'", choices=("auto", "on", "off"), result=False)
+    compile: str = option("auto", help="run the tree update (grow/prune/change, or a PG level) through "
+                          "torch.compile: 'auto' (on CPU when the run makes at least 40,000 tree updates; ~3-5 s "
+                          "per process with a warm compile cache, ~20 s cold), 'on', 'off'",
+                          choices=("auto", "on", "off"), result=False)
     device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
                                    result=False)
     monitor_every: int = option(10, help="sweeps between monitor reports", low=1, result=False)
@@ -186,9 +200,10 @@ class BART(SettingsAsAttributes):
         y = data.y.to(torch.float64)
         target = (y - prior.offset) / prior.scale if data.task == "regression" else y
         updates = c.n_trees * self.n_iterations
-        want = c.compile == "on" or (c.compile == "auto" and ctx.device.type == "cpu" and c.bart_sampler == "mcmc"
+        want = c.compile == "on" or (c.compile == "auto" and ctx.device.type == "cpu"
                                      and updates >= COMPILE_MIN_UPDATES)
         ctx.extra["update_fn"] = (_compiled_update() or tree_update) if want else tree_update
+        ctx.extra["pg_level_fn"] = _compiled_pg_level if want else None
         ctx.extra.update(prior=prior, grid=grid, Xb=grid.bins(data.X).to(ctx.device),
                          n_cuts=grid.n_cuts.to(ctx.device), dt=dt, target=target.to(dt),
                          chains=torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=ctx.device))
@@ -260,7 +275,8 @@ class BART(SettingsAsAttributes):
             for t in range(T):
                 f, k, v, L, resid = pg_tree_update(
                     prior, feature[t].long(), cut[t].long(), value[t], leaf_of[t].long(), resid, Xb, n_cuts,
-                    state.sigma2, Z[t].to(value.dtype), c.n_pg_particles, ctx.seed, base + 4, tree_chain[t], use)
+                    state.sigma2, Z[t].to(value.dtype), c.n_pg_particles, ctx.seed, base + 4, tree_chain[t], use,
+                    level_fn=ctx.extra["pg_level_fn"])
                 feature[t], cut[t], value[t], leaf_of[t] = f.to(torch.int16), k.to(torch.int16), v, L
         sigma2, latent = state.sigma2, state.latent
         if prior.task == "regression":
