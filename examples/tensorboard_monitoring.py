@@ -2,8 +2,8 @@
 
 Fits the Pima diabetes data from ``../shared/data`` (scikit-learn's breast-cancer
 data when that folder is absent) with top-down SMC and, when they are available in
-this installation, SMC with moves and MCMC, each writing a TensorBoard run under
-``--logdir`` (``LOGDIR/smc``, ``LOGDIR/smc-moves``, ``LOGDIR/mcmc``). Because every
+this installation, SMC with moves, MCMC and BART, each writing a TensorBoard run under
+``--logdir`` (``LOGDIR/smc``, ``LOGDIR/smc-moves``, ``LOGDIR/mcmc``, ``LOGDIR/bart``). Because every
 sampler uses the same tags (``smc/ess``, ``trees/leaves_mean``, ``time/seconds``,
 ...; see docs/tensorboard.md) the runs overlay in TensorBoard's charts.
 
@@ -30,6 +30,7 @@ DATA = ROOT.parent / "shared" / "data"
 
 # smoke-expect: ^run smc\s+->
 # smoke-expect: ^\s+smc/ess\s
+# smoke-expect: ^\s+bart/splits/x0\s
 # smoke-expect: ^tensorboard --logdir
 # smoke-expect: ^tensorboard_monitoring: done
 
@@ -61,12 +62,12 @@ def main(argv=None) -> int:
     p.add_argument("--logdir", default=None, help="TensorBoard log directory (default: a new temporary one)")
     p.add_argument("--n-particles", type=int, default=500)
     p.add_argument("--mcmc-samples", type=int, default=500)
-    p.add_argument("--methods", nargs="+", default=["smc", "smc-moves", "mcmc"])
+    p.add_argument("--methods", nargs="+", default=["smc", "smc-moves", "mcmc", "bart"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--smoke", action="store_true", help="tiny run (for the test suite)")
     args = p.parse_args(argv)
     if args.smoke:
-        args.n_particles, args.mcmc_samples, args.methods = 20, 20, ["smc"]
+        args.n_particles, args.mcmc_samples, args.methods = 20, 20, ["smc", "bart"]
     logdir = args.logdir or tempfile.mkdtemp(prefix="torchtree-tb-")
 
     from torchtree.estimators import BayesianTreeClassifier, get_method
@@ -80,6 +81,7 @@ def main(argv=None) -> int:
         "smc": dict(n_particles=args.n_particles, n_islands=5 if args.n_particles % 5 == 0 else 1, proposal="prior"),
         "smc-moves": dict(n_particles=args.n_particles, n_iterations=10),
         "mcmc": dict(n_chains=4, n_samples=args.mcmc_samples, monitor_every=10),
+        "bart": dict(n_trees=50, n_samples=args.mcmc_samples // 4, n_warmup=args.mcmc_samples // 4, monitor_every=5),
     }
     for method in args.methods:
         try:

@@ -300,10 +300,14 @@ class BART(SettingsAsAttributes):
         state.done = state.step >= self.n_iterations
         if not ctx.watch or (state.step % c.monitor_every and not state.done):
             return state, None
-        pr, ac = counts.tolist()
-        info = {f"bart/accept/{m}": (a / p if p else float("nan")) for m, p, a in zip(("grow", "prune", "change"), pr, ac)}
-        info["bart/accept"] = sum(ac) / max(sum(pr), 1)
-        info["bart/sigma"] = float(sigma2.sqrt().mean()) * prior.scale
+        info = {}
+        if c.bart_sampler == "mcmc":
+            pr, ac = counts.tolist()
+            info = {f"bart/accept/{m}": (a / p if p else float("nan"))
+                    for m, p, a in zip(("grow", "prune", "change"), pr, ac)}
+            info["bart/accept"] = sum(ac) / max(sum(pr), 1)
+        if prior.task == "regression":
+            info["bart/sigma"] = float(sigma2.sqrt().mean()) * prior.scale
         info["trees/leaves_mean"] = float(leaves.mean())
         inner = feature[feature >= 0].long()
         split_counts = torch.bincount(inner, minlength=ctx.data.d).cpu().tolist()  # this rank's chains, this sweep
