@@ -125,6 +125,9 @@ class BARTConfig(SamplerConfig):
     def check(self) -> None:
         if (1 << (self.max_depth + 1)) - 1 > 32767:  # pragma: no cover - max_depth <= 14 by its bounds
             raise ValueError("max_depth too large")
+        if 2 * self.n_chains * (1 << (self.max_depth + 1)) >= 1 << 31:  # the tree update's int32 cell indices
+            raise ValueError(f"n_chains={self.n_chains} with max_depth={self.max_depth} is too large for one rank: "
+                             "2 n_chains 2^(max_depth+1) must stay below 2^31; lower n_chains or max_depth")
 
 
 @dataclass

@@ -132,8 +132,9 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     dev = resid.device
     tau2 = prior.tau ** 2
     s2 = sigma2.to(torch.float64)
-    offs = (torch.arange(C, device=dev) * K)[:, None]
-    flat = leaf_of.long() + offs  # [C, N] each point's leaf, numbered across chains
+    # int32 point indices: a quarter less memory traffic than int64 in the passes over the points
+    offs = (torch.arange(C, device=dev, dtype=torch.int32) * K)[:, None]
+    flat = leaf_of.int() + offs  # [C, N] each point's leaf, numbered across chains
     R = resid + value.reshape(-1)[flat]  # partial residual: the other trees' fit removed
 
     pg, pp, _ = MOVE_PROBS
@@ -159,7 +160,7 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     # One pass over the points: residual sums and counts per (leaf, side of the proposed rule).
     # Every statistic of the move, and the leaves' statistics after it, are sums of these cells.
     go_left = Xb.index_select(0, f_new) <= k_new.to(Xb.dtype)[:, None]  # [C, N]
-    cell = (2 * flat + go_left).reshape(-1)
+    cell = (2 * flat + go_left.int()).reshape(-1)
     s_cell = torch.zeros(2 * C * K, dtype=R.dtype, device=dev).index_add_(0, cell, R.reshape(-1))
     # counts by index_add, not bincount: bincount's output size depends on the data (a graph break
     # under torch.compile)
