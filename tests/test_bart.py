@@ -355,3 +355,19 @@ def test_time_budget_stops_between_sweeps_and_keeps_a_posterior():
     assert time.perf_counter() - t0 < 30
     assert post.n_particles == 4 and post.info["sweeps"] < 100000  # the last sweep of each chain
     assert np.isfinite(post.predict(X)).all()
+
+
+def test_a_failing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
+    from torchtree.samplers import bart as bart_module
+
+    def broken(*args):
+        raise RuntimeError("no C++ compiler")
+
+    X, y, _ = _friedman(60, 7)
+    data = Data(X, y, task="regression")
+    kw = dict(n_trees=5, n_chains=2, n_warmup=3, n_samples=3)
+    ref = BART(**kw, compile="off").run(data, seed=1)
+    monkeypatch.setitem(bart_module._COMPILED, "fn", broken)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed"):
+        got = BART(**kw, compile="on").run(data, seed=1)
+    assert torch.equal(got.value, ref.value) and torch.equal(got.sigma, ref.sigma)
