@@ -15,8 +15,6 @@ own: its trees are redrawn by the BART sampler, not by Pyro's inference, in a Gi
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from pyro.nn import PyroModule
 

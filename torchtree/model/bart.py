@@ -21,7 +21,6 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-import numpy as np
 import torch
 
 __all__ = ["BartPrior", "CutGrid", "chi2_quantile", "heap_depth", "forest_sum", "ABSENT", "LEAF"]

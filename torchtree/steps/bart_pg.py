@@ -28,9 +28,11 @@ _SLOTS_PER_LEVEL = 4  # keyed-uniform slots per level: split, feature, cut, resa
 
 def _stats(cp_node: torch.Tensor, R: torch.Tensor, size: int):
     """Residual sums (float64) and counts per (chain-particle, node) cell, flat ``[size]``."""
-    s = torch.zeros(size, dtype=torch.float64, device=R.device).index_add_(0, cp_node.reshape(-1),
-                                                                           R.reshape(-1).double())
-    n = torch.bincount(cp_node.reshape(-1), minlength=size).double()
+    idx = cp_node.reshape(-1)
+    s = torch.zeros(size, dtype=torch.float64, device=R.device).index_add_(0, idx, R.reshape(-1).double())
+    # counts by index_add, not bincount (whose output size depends on the data: a graph break)
+    n = torch.zeros(size, dtype=torch.float64, device=R.device).index_add_(
+        0, idx, torch.ones(1, dtype=torch.float64, device=R.device).expand(idx.shape[0]))
     return s, n
 
 
@@ -74,10 +76,7 @@ def pg_level(d: int, last: bool, use_likelihood: bool, ref_feature, ref_cut, fea
     node = torch.where(sp_pt, 2 * node + 1 + right, node)
 
     if use_likelihood:
-        cell = (node + (torch.arange(C * P, device=dev) * K).view(C, P, 1)).reshape(-1)
-        s_c = torch.zeros(C * P * K, dtype=torch.float64, device=dev).index_add_(0, cell, Rp.reshape(-1).double())
-        n_c = torch.zeros(C * P * K, dtype=torch.float64, device=dev).index_add_(
-            0, cell, torch.ones(1, dtype=torch.float64, device=dev).expand(cell.shape[0]))
+        s_c, n_c = _stats(node + (torch.arange(C * P, device=dev) * K).view(C, P, 1), Rp, C * P * K)
         s_c, n_c = s_c.view(C, P, K), n_c.view(C, P, K)
         kids = slice(2 * j0 + 1, 2 * j0 + 1 + 2 * W)
         sl, sr = s_c[..., kids][..., 0::2], s_c[..., kids][..., 1::2]
