@@ -371,3 +371,9 @@ def test_a_failing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
     with pytest.warns(RuntimeWarning, match="torch.compile failed"):
         got = BART(**kw, compile="on").run(data, seed=1)
     assert torch.equal(got.value, ref.value) and torch.equal(got.sigma, ref.sigma)
+    # Particle Gibbs' compiled levels likewise
+    ref = BART(**kw, compile="off", bart_sampler="pg").run(data, seed=1)
+    monkeypatch.setitem(bart_module._COMPILED, "pg", broken)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed"):
+        got = BART(**kw, compile="on", bart_sampler="pg").run(data, seed=1)
+    assert torch.equal(got.value, ref.value) and torch.equal(got.feature, ref.feature)

@@ -15,12 +15,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from torchtree.core.random import derive_seed, keyed_uniform
-from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid
+from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, heap_depth
 from torchtree.model.bart_posterior import BARTPosterior
 from torchtree.model.diagnostics import chain_ess, rhat
 from torchtree.samplers import driver
 from torchtree.samplers.protocol import SamplerConfig, SamplerState, SettingsAsAttributes, option
-from torchtree.model.bart import heap_depth
 from torchtree.steps.bart_moves import draw_latent, draw_sigma, tree_update
 
 __all__ = ["BART", "BARTConfig", "BARTState"]
@@ -44,7 +43,7 @@ def _compiled_update():
 
 def _compiled_pg_level(d: int):
     """:func:`~torchtree.steps.bart_pg.pg_level` through torch.compile (one graph per level;
-    the number of points symbolic); None where torch.compile is unavailable."""
+    the number of points symbolic), falling back to eager like :func:`_update`."""
     from torchtree.steps.bart_pg import pg_level
 
     if "pg" not in _COMPILED:
@@ -52,7 +51,27 @@ def _compiled_pg_level(d: int):
             _COMPILED["pg"] = torch.compile(pg_level, dynamic=False)
         except Exception:  # pragma: no cover - torch builds without dynamo
             _COMPILED["pg"] = None
-    return _COMPILED["pg"] or pg_level
+    return _pg_level_guarded if _COMPILED["pg"] is not None else pg_level
+
+
+def _pg_level_guarded(*args):
+    from torchtree.steps.bart_pg import pg_level
+
+    fn = _COMPILED.get("pg")
+    if fn is None:
+        return pg_level(*args)
+    try:
+        return fn(*args)
+    except Exception as exc:  # compiler missing or failing: the eager code computes the same
+        _warn_compile_failed(exc)
+        _COMPILED["pg"] = None
+        return pg_level(*args)
+
+
+def _warn_compile_failed(exc: Exception) -> None:
+    import warnings
+
+    warnings.warn(f"BART: torch.compile failed ({type(exc).__name__}: {exc}); running eagerly", RuntimeWarning)
 
 
 def _update(ctx, *args):
@@ -67,12 +86,12 @@ def _update(ctx, *args):
     try:
         return fn(*args)
     except Exception as exc:  # compiler missing or failing: the eager code computes the same
-        import warnings
-
-        warnings.warn(f"BART: torch.compile failed ({type(exc).__name__}: {exc}); running eagerly", RuntimeWarning)
+        _warn_compile_failed(exc)
         _COMPILED["fn"] = None
         ctx.extra["update_fn"] = tree_update
         return tree_update(*args)
+
+
 _STREAMS = 8  # random streams per sweep: moves, leaf normals, sigma, latents, PG
 
 
