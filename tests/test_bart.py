@@ -59,8 +59,9 @@ def test_one_tree_posterior_equals_enumeration(bart_sampler):
     fm, fse = _chain_stats(f, C)
     exact_f = prior.offset + prior.scale * mean_exact
     assert np.all(np.abs(fm - exact_f) < 5 * fse + 1e-3), (fm, exact_f, fse)
-    # sigma pinned at sqrt(lam) by nu = 1e9 (relative sd 4.5e-5)
+    # sigma pinned at sqrt(lam) by nu = 1e9 (relative sd 4.5e-5); the trace is sigma on y's scale
     assert np.allclose(post.sigma.numpy(), np.sqrt(prior.lam), rtol=1e-3)
+    assert np.allclose(post.info["trace"]["sigma"], np.sqrt(prior.lam) * prior.scale, rtol=1e-3)
 
 
 @pytest.mark.slow

@@ -359,7 +359,7 @@ class BART(SettingsAsAttributes):
         feat = feat.reshape(S * Cg, T, -1)
         cut, val = cut.reshape(S * Cg, T, -1), val.reshape(S * Cg, T, -1)
         sig_flat = sig.reshape(-1).sqrt()
-        sig_trace = sig.T.cpu().numpy()  # [chains, draws]
+        sig_trace = sig.sqrt().T.cpu().numpy()  # [chains, draws] of sigma (scaled)
         kept_leaves = leaves[:, c.n_warmup:].cpu().numpy() if leaves.shape[1] > c.n_warmup else leaves.cpu().numpy()
         pr, ac = counts.tolist()
         info = {"sampler": self.name, "bart_sampler": c.bart_sampler, "n_trees": c.n_trees, "n_chains": c.n_chains,
