@@ -30,28 +30,24 @@ COMPILE_MIN_UPDATES = 40_000
 _COMPILED = {}
 
 
-def _compiled_update():
-    """``tree_update`` through torch.compile, with the number of points symbolic (one graph
-    for every data size); None where torch.compile is unavailable."""
-    if "fn" not in _COMPILED:
+def _compiled(key: str, fn):
+    """``fn`` through torch.compile, made once per process and kept under ``key`` (the number
+    of points is marked symbolic at each call: one graph for every data size); None where
+    torch.compile is unavailable or has failed before."""
+    if key not in _COMPILED:
         try:
-            _COMPILED["fn"] = torch.compile(tree_update, dynamic=False)
+            _COMPILED[key] = torch.compile(fn, dynamic=False)
         except Exception:  # pragma: no cover - torch builds without dynamo
-            _COMPILED["fn"] = None
-    return _COMPILED["fn"]
+            _COMPILED[key] = None
+    return _COMPILED[key]
 
 
 def _compiled_pg_level(d: int):
-    """:func:`~torchtree.steps.bart_pg.pg_level` through torch.compile (one graph per level;
-    the number of points symbolic), falling back to eager like :func:`_update`."""
+    """:func:`~torchtree.steps.bart_pg.pg_level` for level ``d``, compiled (one graph per level),
+    falling back to eager like :func:`_update`."""
     from torchtree.steps.bart_pg import pg_level
 
-    if "pg" not in _COMPILED:
-        try:
-            _COMPILED["pg"] = torch.compile(pg_level, dynamic=False)
-        except Exception:  # pragma: no cover - torch builds without dynamo
-            _COMPILED["pg"] = None
-    return _pg_level_guarded if _COMPILED["pg"] is not None else pg_level
+    return _pg_level_guarded if _compiled("pg", pg_level) is not None else pg_level
 
 
 def _pg_level_guarded(*args):
@@ -224,7 +220,7 @@ class BART(SettingsAsAttributes):
         updates = c.n_trees * self.n_iterations
         want = c.compile == "on" or (c.compile == "auto" and ctx.device.type == "cpu"
                                      and updates >= COMPILE_MIN_UPDATES)
-        ctx.extra["update_fn"] = (_compiled_update() or tree_update) if want else tree_update
+        ctx.extra["update_fn"] = (_compiled("fn", tree_update) or tree_update) if want else tree_update
         ctx.extra["pg_level_fn"] = _compiled_pg_level if want else None
         ctx.extra.update(prior=prior, grid=grid, Xb=grid.bins(data.X).to(ctx.device),
                          n_cuts=grid.n_cuts.to(ctx.device), dt=dt, target=target.to(dt),
