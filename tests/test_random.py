@@ -162,3 +162,31 @@ def test_seed_to_int():
         seed_to_int("abc")
     with pytest.raises(ValueError, match="seed"):
         seed_to_int(object())
+
+
+def test_derive_seed_matches_the_tensor_hash():
+    # derive_seed runs on Python ints; it must give the bits of the int64 tensor hash
+    from torchtree.kernels.hashing import GOLDEN, mix
+
+    def tensor_derive(seed, *keys):
+        t = torch.tensor([seed], dtype=torch.int64)
+        for k in keys:
+            t = mix(t * GOLDEN + int(k))
+        return int(t.item()) & ((1 << 63) - 1)
+
+    for seed in (0, 1, 12345, 2**62 + 7, 2**63 - 1):
+        for keys in ((), (0,), (1, 2), (-5,), (2**40, 3, 9), (-(2**62), 7)):
+            assert derive_seed(seed, *keys) == tensor_derive(seed, *keys), (seed, keys)
+
+
+def test_keyed_uniforms_equal_one_stream_at_a_time():
+    from torchtree.core.random import keyed_uniforms
+
+    idx = torch.randint(0, 10**9, (500,), generator=torch.Generator().manual_seed(0))
+    slot = torch.randint(0, 5000, (500,), generator=torch.Generator().manual_seed(1))
+    streams = [0, 3, 17, -4, 2**33]
+    for sl in (slot, 7):
+        u = keyed_uniforms(42, streams, idx, sl)
+        assert u.shape == (len(streams), 500)
+        for row, s in zip(u, streams):
+            assert torch.equal(row, keyed_uniform(42, s, idx, sl))

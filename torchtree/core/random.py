@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["keyed_bits", "keyed_uniform", "seed_to_int", "derive_seed"]
+__all__ = ["keyed_bits", "keyed_uniform", "keyed_uniforms", "seed_to_int", "derive_seed"]
 
 from torchtree.kernels.hashing import GOLDEN as _GOLDEN
 from torchtree.kernels.hashing import mix as _mix
@@ -33,12 +33,25 @@ def seed_to_int(seed) -> int:
     return seed & ((1 << 63) - 1)
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _mix_int(z: int) -> int:
+    """:func:`torchtree.kernels.hashing.mix` on one unsigned 64-bit Python int (same bits)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
 def derive_seed(seed: int, *keys: int) -> int:
-    """A new 63-bit seed from ``seed`` and integer ``keys`` (pure function)."""
-    t = torch.tensor([seed], dtype=torch.int64)
+    """A new 63-bit seed from ``seed`` and integer ``keys`` (pure function).
+
+    Computed on Python ints with 64-bit wrap-around, bit for bit what the tensor hash gives
+    (a scalar tensor round trip per call cost more than the draws it keys)."""
+    z = int(seed) & _MASK64
     for k in keys:
-        t = _mix(t * _GOLDEN + int(k))
-    return int(t.item()) & ((1 << 63) - 1)
+        z = _mix_int((z * (_GOLDEN & _MASK64) + int(k)) & _MASK64)
+    return z & ((1 << 63) - 1)
 
 
 def keyed_bits(seed: int, stream: int, index: torch.Tensor, slot: int | torch.Tensor = 0) -> torch.Tensor:
@@ -66,6 +79,28 @@ def keyed_bits(seed: int, stream: int, index: torch.Tensor, slot: int | torch.Te
     # of the hash (a Python int product would overflow int64 instead).
     st = slot.to(torch.int64) if isinstance(slot, torch.Tensor) else torch.tensor(int(slot), dtype=torch.int64, device=index.device)
     return _mix(z + st * _GOLDEN + 0x632BE5AB)
+
+
+def keyed_uniforms(seed: int, streams, index: torch.Tensor, slot: int | torch.Tensor = 0) -> torch.Tensor:
+    """:func:`keyed_uniform` (float64) for several streams in one hash pass.
+
+    Parameters
+    ----------
+    seed : int
+    streams : sequence of int, length K
+    index, slot : see :func:`keyed_bits`
+
+    Returns
+    -------
+    Tensor [K, ...] float64: row k equals ``keyed_uniform(seed, streams[k], index, slot)``.
+    """
+    base = torch.tensor([derive_seed(seed, int(s)) for s in streams], dtype=torch.int64,
+                        device=index.device).view(-1, *([1] * index.dim()))
+    z = _mix(index.to(torch.int64) * _GOLDEN + base)
+    st = slot.to(torch.int64) if isinstance(slot, torch.Tensor) else torch.tensor(int(slot), dtype=torch.int64, device=index.device)
+    bits = _srl(_mix(z + (st * _GOLDEN + 0x632BE5AB)), 11)
+    u = (bits.to(torch.float64) + 0.5) * (1.0 / 9007199254740992.0)
+    return u.clamp_(max=1.0 - torch.finfo(torch.float64).eps / 2)
 
 
 def keyed_uniform(

@@ -30,7 +30,7 @@ import torch
 
 from torchtree.steps.split_candidates import STAGE_CHUNK_BYTES, SortedCandidates, node_batches
 from torchtree.kernels.segments import exclusive_cumsum, ragged_arange, rank_within, segment_minmax, segmented_searchsorted
-from torchtree.core.random import keyed_uniform
+from torchtree.core.random import keyed_uniforms
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, HardTrees
 from torchtree.core.validate import check_choice
 
@@ -385,30 +385,30 @@ class Grower:
         psplit_u = self.prior.split_prob(t.depth[uu])
         pstat_u = t.stats[uu]
         lp_u = self._loglik(pstat_u)
-        u_stop = keyed_uniform(self.seed, stage * 8 + _U_STOP, gidx, nn)
+        # every uniform a pair may need, in one hash pass (rows: _U_STOP, _U_DIM, _U_CUT, _U_INTERVAL)
+        u = keyed_uniforms(self.seed, [stage * 8 + k for k in range(4)], gidx, nn)
         if self.proposal == "optimal":
-            split, logw, sp, feat, thr, left, n_left = self._choose_optimal(uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop)
+            split, logw, sp, feat, thr, left, n_left = self._choose_optimal(uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u)
         else:
-            split, logw, sp, feat, thr, left, n_left = self._choose_local(uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop)
+            split, logw, sp, feat, thr, left, n_left = self._choose_local(uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u)
         self._apply(state, pp, nn, uid, split, sp, feat, thr, left, n_left)
         return ExpansionResult(logw, split, U)
 
-    def _choose_local(self, uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop):
+    def _choose_local(self, uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u):
         """Prior and empirical proposals: stop/split as the prior, dimension uniform."""
         data, t = self.data, self.table
         A = inv.numel()
-        split = (nvary[inv] > 0) & (u_stop < psplit_u[inv])
+        split = (nvary[inv] > 0) & (u[_U_STOP] < psplit_u[inv])
         sp = split.nonzero().squeeze(1)
         logw = torch.zeros(A, dtype=torch.float64, device=inv.device)
         if sp.numel() == 0:
             return split, logw, sp, None, None, None, None
         k = inv[sp]
-        u_dim = keyed_uniform(self.seed, stage * 8 + _U_DIM, gidx[sp], nn[sp])
+        u_dim, u_cut, u_int = u[_U_DIM:, sp].unbind(0)
         # The kth varying dimension, k uniform in [0, nvary).
         kth = (u_dim * nvary[k].double()).long().clamp(max=nvary[k] - 1)
         cumv = torch.cumsum(varying.int(), 1)
         feat = torch.searchsorted(cumv[k], (kth + 1).int()[:, None]).squeeze(1)
-        u_cut = keyed_uniform(self.seed, stage * 8 + _U_CUT, gidx[sp], nn[sp])
         lo_f, hi_f = lo[k, feat], hi[k, feat]
         # Sort only the distinct (node, dim) groups that some particle asked for.
         gk, ginv = torch.unique(k * data.d + feat, return_inverse=True)
@@ -419,7 +419,6 @@ class Grower:
             n_left = segmented_searchsorted(srt.vals, srt.start[ginv], srt.end[ginv], thr, right=True)
             extra = 0.0
         else:  # empirical: an interval between adjacent distinct values, then uniform in it
-            u_int = keyed_uniform(self.seed, stage * 8 + _U_INTERVAL, gidx[sp], nn[sp])
             nc = srt.n_cand[ginv]
             j = (u_int * nc.double()).long().clamp(max=nc - 1)
             e = srt.cand[srt.cand_start[ginv] + j]
@@ -434,15 +433,14 @@ class Grower:
         logw[sp] = self._loglik(left) + self._loglik(right) - lp_u[k] + extra
         return split, logw, sp, feat, thr, left, n_left
 
-    def _choose_optimal(self, uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop):
+    def _choose_optimal(self, uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u):
         """One-step optimal proposal (eq. 6-7, sec. 3.1), scored once per distinct node, in
         batches of distinct nodes whose sorted candidate tables fit ``STAGE_CHUNK_BYTES``."""
         S = pstat_u.shape[1] if pstat_u.dim() == 2 else 1
         cost = self.table.cnt[uu].double() * nvary.double() * (96 + 16 * S)
         batches = node_batches(cost, STAGE_CHUNK_BYTES)
         if len(batches) == 1:
-            return self._choose_optimal_batch(uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u,
-                                              lp_u, u_stop)
+            return self._choose_optimal_batch(uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u)
         A, dev = inv.numel(), inv.device
         split = torch.zeros(A, dtype=torch.bool, device=dev)
         logw = torch.zeros(A, dtype=torch.float64, device=dev)
@@ -452,8 +450,8 @@ class Grower:
             if rows.numel() == 0:
                 continue
             r = slice(b0, b1)
-            got = self._choose_optimal_batch(uu[r], inv[rows] - b0, gidx[rows], nn[rows], stage, lo[r], hi[r],
-                                             varying[r], nvary[r], psplit_u[r], pstat_u[r], lp_u[r], u_stop[rows])
+            got = self._choose_optimal_batch(uu[r], inv[rows] - b0, lo[r], hi[r], varying[r], nvary[r], psplit_u[r],
+                                             pstat_u[r], lp_u[r], u[:, rows])
             split[rows], logw[rows] = got[0], got[1]
             if got[2].numel():
                 parts.append((rows[got[2]],) + tuple(got[3:]))
@@ -463,7 +461,7 @@ class Grower:
         order = torch.argsort(sp)  # pairs in ascending order, as one batch returns them
         return (split, logw, sp[order]) + tuple(torch.cat([p[i] for p in parts])[order] for i in range(1, 5))
 
-    def _choose_optimal_batch(self, uu, inv, gidx, nn, stage, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u_stop):
+    def _choose_optimal_batch(self, uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u):
         """:meth:`_choose_optimal` for one batch of distinct nodes ``uu`` and the pairs on them."""
         data, t = self.data, self.table
         dev = inv.device
@@ -490,7 +488,7 @@ class Grower:
         log_split = torch.where(has, psplit_u.log() - torch.log(nvary.clamp(min=1).double()) + lse, torch.full_like(lse, -math.inf))
         log_stop = torch.where(has, torch.log1p(-psplit_u) + lp_u, lp_u)
         logz = torch.logaddexp(log_stop, log_split)
-        split = u_stop >= torch.exp(log_stop - logz)[inv]
+        split = u[_U_STOP] >= torch.exp(log_stop - logz)[inv]
         logw = (logz - lp_u)[inv] if self.use_likelihood else torch.zeros(inv.numel(), dtype=torch.float64, device=dev)
         sp = split.nonzero().squeeze(1)
         if sp.numel() == 0:
@@ -503,12 +501,11 @@ class Grower:
         cpad = torch.cat([torch.zeros(1, dtype=cprob.dtype, device=dev), cprob])
         base, tot = cpad[cstart], cpad[cstart + ncand] - cpad[cstart]
         k = inv[sp]
-        u_int = keyed_uniform(self.seed, stage * 8 + _U_INTERVAL, gidx[sp], nn[sp])
+        u_cut, u_int = u[_U_CUT, sp], u[_U_INTERVAL, sp]
         j = segmented_searchsorted(cprob, cstart[k], cstart[k] + ncand[k], base[k] + u_int * tot[k], right=False)
         c = cstart[k] + torch.minimum(j, ncand[k] - 1)
         ec = e[c]
         feat = gd[g[c]]
-        u_cut = keyed_uniform(self.seed, stage * 8 + _U_CUT, gidx[sp], nn[sp])
         v0, v1 = srt.val_at(ec), srt.val_at(ec + 1)
         thr = torch.maximum(_below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1), v0)
         return split, logw, sp, feat, thr, left_all[c].to(pstat_u.dtype), ec + 1 - s0[c]

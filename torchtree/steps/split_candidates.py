@@ -38,6 +38,45 @@ def node_batches(cost: torch.Tensor, budget: float):
     return list(zip([0] + ends[:-1], ends))
 
 
+#: torch sorts 1-D integer tensors of at least this many elements with a stable radix sort
+#: (smaller ones with an unstable comparison sort); see :func:`_sort_by_group_and_rank`
+_RADIX_MIN = 32768
+
+
+def _sort_by_group_and_rank(seg: torch.Tensor, ranks: torch.Tensor, G: int, R: int):
+    """Sort points by (group, rank): returns ``(seg, rank, order)``, all [T].
+
+    Large inputs sort int32 keys (2-3x faster than int64) in runs of groups whose keys fit
+    in 31 bits. Both the int64 radix sort used before and the stable int32 sorts keep ties
+    in input order, so the permutation is the same as one int64 sort's; small inputs keep
+    the one int64 sort (not stable), so their order is unchanged too.
+    """
+    T = seg.numel()
+    if T < _RADIX_MIN or R >= 2**31:
+        keys, order = torch.sort(seg * R + ranks)
+        seg_s = keys // R
+        return seg_s, keys - seg_s * R, order
+    per_run = max(1, (2**31 - 1) // R)  # groups whose keys g * R + rank fit in int32
+    starts = exclusive_cumsum(torch.bincount(seg, minlength=G)) if G > per_run else None
+    segs, rks, orders = [], [], []
+    for g0 in range(0, G, per_run):
+        g1 = min(G, g0 + per_run)
+        if starts is None:
+            s0, s1 = 0, T
+        else:  # the points arrive grouped by seg, in group order
+            s0 = int(starts[g0])
+            s1 = int(starts[g1]) if g1 < G else T
+        keys = (seg[s0:s1] - g0).to(torch.int32) * R + ranks[s0:s1].to(torch.int32)
+        keys, order = torch.sort(keys, stable=True)
+        seg_s = keys // R
+        rks.append((keys - seg_s * R).long())
+        segs.append(seg_s.long() + g0)
+        orders.append(order + s0)
+    if len(segs) == 1:
+        return segs[0], rks[0], orders[0]
+    return torch.cat(segs), torch.cat(rks), torch.cat(orders)
+
+
 class SortedCandidates:
     """Points of distinct (node, dim) groups sorted by value, with cumulative statistics.
 
@@ -47,7 +86,7 @@ class SortedCandidates:
     start, end : LongTensor [G]      slice of each group
     cum : Tensor [T + 1, S]          cum[t] = statistics of the first t sorted points
     cand, cand_seg : LongTensor [E]  interval candidates: positions e with vals[e] < vals[e + 1]
-                                     in the same group, and their groups
+                                     in the same group, and their groups (computed on first use)
     """
 
     def __init__(self, pool, g_uid: torch.Tensor, g_dim: torch.Tensor, data, pstats: torch.Tensor):
@@ -56,12 +95,11 @@ class SortedCandidates:
         D = data.X_rank.shape[1]
         # Flat 1-D gathers: torch's 2-D advanced indexing is several times slower.
         ranks = data.X_rank.view(-1).index_select(0, idx * D + g_dim.index_select(0, seg))
-        keys, order = torch.sort(seg * R + ranks)
-        self.seg = keys // R
-        self.rank = keys - self.seg * R
+        self.seg, self.rank, order = _sort_by_group_and_rank(seg, ranks, g_uid.numel(), R)
         self.idx = idx.index_select(0, order)
         self.g_dim = g_dim
         self.data = data
+        self.n_groups = g_uid.numel()
         cnt = pool.cnt[g_uid]
         self.start = exclusive_cumsum(cnt)
         self.end = self.start + cnt
@@ -69,16 +107,41 @@ class SortedCandidates:
         self.cum = torch.zeros(T + 1, pstats.shape[1], dtype=pstats.dtype, device=pstats.device)
         if T:
             torch.cumsum(pstats.index_select(0, self.idx), 0, out=self.cum[1:])
-        # Boundary candidates: last element of a run of equal values, not last of its group.
-        nxt = torch.zeros(T, dtype=torch.bool, device=idx.device)
-        if T > 1:
-            nxt[:-1] = (self.seg[1:] == self.seg[:-1]) & (self.rank[1:] != self.rank[:-1])
-        self.cand = nxt.nonzero().squeeze(1)
-        self.cand_seg = self.seg[self.cand]
-        n_cand = torch.bincount(self.cand_seg, minlength=g_uid.numel())
-        self.cand_start = exclusive_cumsum(n_cand)
-        self.n_cand = n_cand
         self._vals = None
+        self._cand = None
+
+    def _candidates(self):
+        if self._cand is None:
+            # Boundary candidates: last element of a run of equal values, not last of its group.
+            T = self.idx.numel()
+            nxt = torch.zeros(T, dtype=torch.bool, device=self.idx.device)
+            if T > 1:
+                nxt[:-1] = (self.seg[1:] == self.seg[:-1]) & (self.rank[1:] != self.rank[:-1])
+            cand = nxt.nonzero().squeeze(1)
+            cand_seg = self.seg[cand]
+            n_cand = torch.bincount(cand_seg, minlength=self.n_groups)
+            self._cand = (cand, cand_seg, exclusive_cumsum(n_cand), n_cand)
+        return self._cand
+
+    @property
+    def cand(self) -> torch.Tensor:
+        """LongTensor [E]: sorted positions e with a larger value at e + 1 in the same group."""
+        return self._candidates()[0]
+
+    @property
+    def cand_seg(self) -> torch.Tensor:
+        """LongTensor [E]: the group of each candidate."""
+        return self._candidates()[1]
+
+    @property
+    def cand_start(self) -> torch.Tensor:
+        """LongTensor [G]: index of each group's first candidate in ``cand``."""
+        return self._candidates()[2]
+
+    @property
+    def n_cand(self) -> torch.Tensor:
+        """LongTensor [G]: candidates per group."""
+        return self._candidates()[3]
 
     def val_at(self, pos: torch.Tensor) -> torch.Tensor:
         """Feature values at sorted positions ``pos`` (from the rank table, no point gather)."""
