@@ -48,6 +48,10 @@ def _random_nodes(N, n, seed):
     mask[0] = False  # an empty node
     mask[1] = False
     mask[1, 5] = True  # a single point
+    mask[2] = False
+    mask[2, [7, 8]] = True  # two points with the same feature row (a constant node)
+    mask[3] = False
+    mask[3, [7, 8, 9]] = True
     B = torch.zeros(n, (N + 63) // 64, dtype=torch.long)
     w, v = _bit_of(torch.arange(N))
     for i in range(n):
@@ -55,8 +59,11 @@ def _random_nodes(N, n, seed):
     return mask, B
 
 
+@pytest.mark.parametrize("small_work", ["default", "never"])
 @pytest.mark.parametrize("buckets", ["exact", "tiny"])
-def test_kernels_match_brute_force(buckets, monkeypatch):
+def test_kernels_match_brute_force(buckets, small_work, monkeypatch):
+    if small_work == "never":  # every batch takes the large-batch paths (nonconst's own loop)
+        monkeypatch.setattr(target, "_SMALL_WORK", 0)
     if buckets == "tiny":
         monkeypatch.setattr(target, "_TABLE_BYTES", 0)
         monkeypatch.setattr(target, "_EXACT_BYTES", 0)

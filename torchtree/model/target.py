@@ -219,6 +219,10 @@ class TreeModel:
         cnt = torch.zeros(D, self.umax, dtype=torch.long, device=dev)
         cnt.scatter_add_(1, self.rank.t(), torch.ones(D, N, dtype=torch.long, device=dev))
         self.value_end = (cnt.cumsum(1) + N * torch.arange(D, device=dev)[:, None]).reshape(-1)  # flat positions
+        # a node holding a point whose value in d no other point has varies in d iff it holds a
+        # second point: with continuous features this settles most (node, dim) questions without a scan
+        self.unique_value = (cnt.gather(1, self.rank.t()) == 1).t().contiguous()  # bool [N, D]
+        self.unique_row = torch.bincount(self.row_id).index_select(0, self.row_id) == 1  # bool [N]
         dim_of_row = torch.repeat_interleave(torch.arange(D, device=dev), self.n_buckets)
         self.run_end = torch.cat([torch.zeros(1, dtype=torch.long, device=dev),
                                   self.value_end.index_select(0, dim_of_row * self.umax + self.bucket_last[1:])])
@@ -312,6 +316,14 @@ class TreeModel:
             out[s:s + step] = m.to(self.pstats.dtype) @ self.pstats
         return out
 
+    def _two_or_more(self, B: torch.Tensor) -> torch.Tensor:
+        """Whether each node holds at least two points: ``[n, W] -> bool [n]``."""
+        if B.shape[0] == 0:
+            return torch.zeros(0, dtype=torch.bool, device=B.device)
+        step = max(1, _CHUNK // self.W)
+        return torch.cat([((b & (b - 1)) != 0).any(1) | ((b != 0).sum(1) >= 2)
+                          for b in (B[s:s + step] for s in range(0, B.shape[0], step))])
+
     def first_point(self, B: torch.Tensor) -> torch.Tensor:
         """Index of the lowest point of each non-empty bitset ``[n, W] -> [n]`` (0 if empty)."""
         w0 = (B != 0).to(torch.uint8).argmax(1)
@@ -328,9 +340,12 @@ class TreeModel:
         """
         if B.shape[0] * self.D * self.W < _SMALL_WORK:  # a small batch: fewer operations at once
             return self.varying(B).any(1)
-        out = torch.zeros(B.shape[0], dtype=torch.bool, device=B.device)
-        todo = torch.arange(B.shape[0], device=B.device)
-        r0 = self.rank.index_select(0, self.first_point(B))  # [n, D]
+        fp = self.first_point(B)
+        # a point whose feature row is its own: the node varies iff it holds another point
+        own_row = self.unique_row.index_select(0, fp)
+        out = own_row & self._two_or_more(B)
+        todo = (~own_row).nonzero().squeeze(1)
+        r0 = self.rank.index_select(0, fp)  # [n, D]
         for d in self._dims_by_values:
             if todo.numel() == 0:
                 break
@@ -412,14 +427,21 @@ class TreeModel:
         out = torch.empty(n, D, dtype=torch.bool, device=B.device)
         if n == 0:
             return out
-        r0 = self.rank.index_select(0, self.first_point(B))  # [n, D] ranks of one member
+        fp = self.first_point(B)
+        r0 = self.rank.index_select(0, fp)  # [n, D] ranks of one member
+        # where that member's value is its own, the node varies iff it holds another point
+        own = self.unique_value.index_select(0, fp)  # [n, D]
+        out.copy_(own & self._two_or_more(B)[:, None])
         rows = self.boff[None, :] + self.bucket_flat.index_select(0, (torch.arange(D, device=B.device) * self.umax + r0).reshape(-1)).view(n, D)
+        rest = (~own.all(1)).nonzero().squeeze(1)  # nodes with a dimension the shortcut does not settle
         step = max(1, _CHUNK // (D * self.W))
-        for s in range(0, n, step):
-            r = rows[s:s + step]
-            out[s:s + step] = ((B[s:s + step, None, :] & self.outside.index_select(0, r.reshape(-1)).view(r.shape + (self.W,))) != 0).any(-1)
+        for s in range(0, rest.numel(), step):
+            q = rest[s:s + step]
+            r = rows.index_select(0, q)
+            hit = ((B.index_select(0, q)[:, None, :] & self.outside.index_select(0, r.reshape(-1)).view(r.shape + (self.W,))) != 0).any(-1)
+            out[q] = torch.where(own.index_select(0, q), out.index_select(0, q), hit)
         multi = self.bucket_last.index_select(0, rows.reshape(-1)).view(n, D) > self.bucket_first.index_select(0, rows.reshape(-1)).view(n, D)
-        node, dim = (~out & multi).nonzero(as_tuple=True)
+        node, dim = (~out & multi & ~own).nonzero(as_tuple=True)
         if node.numel():
             lo, hi = self._run_extents(B.index_select(0, node), rows[node, dim], dim)
             out[node, dim] = hi > lo

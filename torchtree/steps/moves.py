@@ -107,7 +107,7 @@ class TreeState:
         heap = torch.zeros(n_trees, C, dtype=torch.long, device=dev)
         heap[:, 0] = 1
         trees.extra.update(term=term, heap=heap, thr_rank=torch.zeros(n_trees, C, dtype=torch.long, device=dev))
-        if model.keeps_bits(n_trees):  # few or small trees: keep every node's bitset (no routing from the root)
+        if model.keeps_bits(n_trees, C):  # few or small trees: keep every node's bitset (no routing from the root)
             trees.extra["bits"] = torch.zeros(n_trees, C, model.W, dtype=torch.long, device=dev)
             trees.extra["bits"][:, 0] = model.all_bits
         return cls(trees)
