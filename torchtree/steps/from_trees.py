@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import torch
 
-from torchtree.kernels.distinct import distinct_rows
 from torchtree.model.target import TreeModel
 from torchtree.model.trees import INTERNAL, LEAF, UNUSED, HardTrees
 from torchtree.steps.moves import TreeState
@@ -55,20 +54,20 @@ def state_from_trees(model: TreeModel, trees: HardTrees) -> TreeState:
     term.zero_()
     thr_rank.zero_()
     heap[:, 0] = 1
-    # the nodes of the current level and their bitsets (p-major)
+    # The nodes of the current level (p-major) as indices ``inv`` into their distinct bitsets
+    # ``Bu``. Trees drawn from one SMC run share their upper levels: a child is the same node
+    # wherever its parent is the same node cut by the same rule, so what depends on a node's
+    # points alone is computed once per distinct node (keyed by rules: no hashing of bitsets).
     po = torch.arange(P, device=dev)
     co = torch.zeros(P, dtype=torch.long, device=dev)
-    B = model.all_bits[None].expand(P, -1)
+    Bu = model.all_bits[None]
+    inv = torch.zeros(P, dtype=torch.long, device=dev)
     while po.numel():
         depth = t.depth[po, co].long()
-        # trees drawn from one SMC run share their upper levels: what depends on a node's
-        # points alone is computed once per distinct node of the level
-        first, inv = distinct_rows(B)
-        Bu = B.index_select(0, first)
         stats = model.node_stats(Bu)[:, : model.S].index_select(0, inv)
         t.stats[po, co] = stats.to(t.stats.dtype)
         if "bits" in t.extra:
-            t.extra["bits"][po, co] = B
+            t.extra["bits"][po, co] = Bu.index_select(0, inv)
         is_int = internal[po, co]
         lf = (~is_int).nonzero().squeeze(1)
         if lf.numel():
@@ -78,23 +77,27 @@ def state_from_trees(model: TreeModel, trees: HardTrees) -> TreeState:
         sp = is_int.nonzero().squeeze(1)
         if sp.numel() == 0:
             break
-        ps, cs, Bs = po[sp], co[sp], B.index_select(0, sp)
+        ps, cs = po[sp], co[sp]
         f = t.feature[ps, cs].long()
+        r = model.threshold_rank(f, t.threshold[ps, cs])
+        thr_rank[ps, cs] = r
         ui, ii = torch.unique(inv[sp], return_inverse=True)
         vary = model.varying(Bu.index_select(0, ui)).index_select(0, ii)
         if not bool(vary.gather(1, f[:, None]).all()):
             raise ValueError("a tree splits a node in a dimension where the node's data do not vary: "
                              "it has zero density under the move samplers' prior")
-        lo, hi = model.extent(Bs, f)
-        r = model.threshold_rank(f, t.threshold[ps, cs])
-        thr_rank[ps, cs] = r
-        term[ps, cs] = model.internal_term(depth[sp], vary.sum(1), hi.double() - lo.double())
-        left = model.split_bits(Bs, f, r, torch.zeros_like(f, dtype=torch.bool))
+        # distinct (node, rule) pairs: one extent and one pair of children each
+        rules, ir = torch.unique(torch.stack([inv[sp], f, r], 1), dim=0, return_inverse=True)
+        Br, fr, rr = Bu.index_select(0, rules[:, 0]), rules[:, 1], rules[:, 2]
+        lo, hi = model.extent(Br, fr)
+        term[ps, cs] = model.internal_term(depth[sp], vary.sum(1), (hi.double() - lo.double()).index_select(0, ir))
+        left = model.split_bits(Br, fr, rr, torch.zeros_like(fr, dtype=torch.bool))
         lc, rc = t.left[ps, cs].long(), t.right[ps, cs].long()
         h = heap[ps, cs]
         heap[ps, lc], heap[ps, rc] = 2 * h, 2 * h + 1
         po, co = torch.cat([ps, ps]), torch.cat([lc, rc])
-        B = torch.cat([left, Bs & ~left])
+        Bu = torch.cat([left, Br & ~left])
+        inv = torch.cat([ir, ir + rules.shape[0]])
         order = torch.argsort(po * (C + 1) + co)
-        po, co, B = po.index_select(0, order), co.index_select(0, order), B.index_select(0, order)
+        po, co, inv = po.index_select(0, order), co.index_select(0, order), inv.index_select(0, order)
     return state
