@@ -150,3 +150,28 @@ def test_not_fitted_error_is_what_scikit_learn_catches():
     for exc in (NotFittedError, RuntimeError, ValueError, AttributeError):
         with pytest.raises(exc, match="not fitted yet"):
             BayesianTreeClassifier().predict(X)
+
+
+def test_mcmc_defaults_scale_with_the_rows(monkeypatch):
+    import torchtree.estimators as est
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3))
+    y = (X[:, 0] > 0).astype(int)
+    fast = dict(method="mcmc", hyper="fixed", random_state=0)
+
+    def info(**kw):
+        return BayesianTreeClassifier(**fast, **kw).fit(X, y).posterior_.info
+
+    monkeypatch.setattr(est, "MCMC_SAMPLES_SMALL", 5)  # the counts, not the run length, are tested
+    i = info()
+    assert (i["n_chains"], i["n_samples"], i["n_warmup"]) == (est.MCMC_CHAINS_SMALL, 5, 5)
+    monkeypatch.setattr(est, "MCMC_LONG_CHAINS_ROWS", 100)
+    monkeypatch.setattr(est, "MCMC_SAMPLES_LARGE", 7)
+    assert info()["n_samples"] == 7
+    i = info(n_chains=2, n_samples=6)  # what the user gives is kept
+    assert (i["n_chains"], i["n_samples"]) == (2, 6)
+    assert info(engine="host", n_samples=6)["n_chains"] == 1
+    monkeypatch.setattr(est, "TOPDOWN_INIT_ROWS", 100)  # from here MCMC's own defaults (1 x 1000)
+    i = info(n_samples=6)
+    assert i["n_chains"] == 1 and i["n_samples"] == 6

@@ -112,6 +112,14 @@ TOPDOWN_INIT_ROWS = 5000
 #: ... and up to these rows for ``"smc-moves"`` (its start fills the caches of n_particles grown trees)
 TOPDOWN_INIT_MAX_ROWS_SMC_MOVES = 200_000
 
+#: ``method="mcmc"`` defaults of the estimators below ``TOPDOWN_INIT_ROWS`` (``MCMC`` itself, and the
+#: estimators from that size on, where chains start at top-down draws, keep paper 002's one chain of
+#: 1000 + 1000). Chains are batched, so on small tables many short chains cost little more than one
+#: and average over far more distinct trees (README "Defaults"; chosen with examples/bench_quality.py)
+MCMC_CHAINS_SMALL = 16
+#: kept draws per chain (warm-up as long) below MCMC_LONG_CHAINS_ROWS rows, and from there
+MCMC_SAMPLES_SMALL, MCMC_SAMPLES_LARGE, MCMC_LONG_CHAINS_ROWS = 250, 500, 2_000
+
 #: what ``hyper=`` may be (a DCC ``SoftTreeHyper`` object is also passed through to DCC)
 HYPER_MODES = ("evidence", "fixed")
 
@@ -348,6 +356,11 @@ class _BayesianTreeBase:
             kwargs["device"] = self.device
         if "n_threads" in accepted:
             kwargs["n_threads"] = self.n_threads
+        if self.method == "mcmc" and data.n < TOPDOWN_INIT_ROWS:
+            if "n_chains" not in kwargs and kwargs.get("engine") != "host":
+                kwargs["n_chains"] = MCMC_CHAINS_SMALL
+            if "n_samples" not in kwargs:
+                kwargs["n_samples"] = MCMC_SAMPLES_SMALL if data.n < MCMC_LONG_CHAINS_ROWS else MCMC_SAMPLES_LARGE
         start = {"mcmc": "init", "smc-moves": "init_prior"}.get(self.method)
         if self.method == "smc-moves" and data.n > TOPDOWN_INIT_MAX_ROWS_SMC_MOVES:
             start = None  # 1024 grown trees' caches at 10^6 rows ran out of 24 GB (README, "Defaults")
@@ -500,7 +513,10 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         ``method="mcmc"`` (``"smc-moves"``) on at least ``TOPDOWN_INIT_ROWS`` (5000) rows
         (and for smc-moves at most ``TOPDOWN_INIT_MAX_ROWS_SMC_MOVES``, 200,000) with the
         Chipman prior starts its chains (particles) at top-down SMC draws (``init="topdown"``,
-        ``init_prior="topdown"``) unless that option is given.
+        ``init_prior="topdown"``) unless that option is given. Below 5000 rows ``method="mcmc"`` runs
+        ``MCMC_CHAINS_SMALL`` (16) chains of ``MCMC_SAMPLES_SMALL`` (250) kept draws (500 from
+        2,000 rows; warm-up as long) unless ``n_chains`` / ``n_samples`` (or ``engine="host"``)
+        are given; from 5000 rows MCMC's own one chain of 1000 + 1000.
 
     Examples
     --------

@@ -8,13 +8,14 @@ paper 004 (Alg. 1, Table 5).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import torch
 
 from torchtree.core.validate import check_probabilities
 from torchtree.model.soft_data import FLOAT_DTYPES
 from torchtree.model.soft_trees import SoftTreeHyper
+from torchtree.samplers.dcc.rows import BUDGET_SHARE, check_max_rows
 from torchtree.samplers.protocol import SamplerConfig, option
 from torchtree.steps.soft_init import INIT_MODES
 
@@ -85,6 +86,14 @@ class DCCConfig(SamplerConfig):
                                           low=0.0, low_open=True, result=False)
     clock: str = option("wall", help="what max_seconds measures: wall time, or this process's CPU time",
                         choices=CLOCK_NAMES, result=False)
+    # decides the result (a subset is another target); "auto"'s number of rows depends on the
+    # machine's speed like max_seconds, and a checkpoint keeps the number a run chose
+    max_rows: Union[str, int, None] = option(
+        "auto", help="rows DCC fits: 'auto' (with max_seconds, a seeded uniform subset whose first warm-up a timed "
+        f"pilot estimates at {BUDGET_SHARE:g} of the budget, if all rows would take longer; every row without "
+        "max_seconds), an integer m (a seeded uniform subset of m rows when there are more) or None (every row). "
+        "A subset's posterior is the exact posterior given those rows: wider than the full data's, not biased "
+        "by noisy gradients", check=check_max_rows)
     device: Optional[str] = option(None, help="torch device (default: the data's; 'auto': CUDA if present)",
                                    result=False)
     dtype: torch.dtype = option(torch.float32, help="float dtype of the scaled inputs and the parameters",

@@ -54,9 +54,9 @@ from torchtree.samplers.dcc.records import (
     record_from_state,
     record_state,
     store_chains,
-    systematic_indices,
     warm_start_chains,
 )
+from torchtree.samplers.dcc.rows import use_rows
 from torchtree.samplers.dcc.utility import dcc_utility
 from torchtree.samplers.protocol import SamplerState, SettingsAsAttributes
 from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
@@ -102,6 +102,7 @@ class DCCState(SamplerState):
     rng : random.Random (topology proposals)
     hmc_step : int, NUTS iterations run so far (the step of the ``hmc/...`` monitor tags)
     stats : dict of counters (divergences, grad_evals, warmups, ...)
+    rows_used : int, the training rows the run fits (``max_rows``, :mod:`torchtree.samplers.dcc.rows`)
     elapsed_budget, elapsed_wall, elapsed_cpu : float, seconds of the budget's clock, of
         wall time and of CPU time spent by the run so far (all segments)
     """
@@ -118,6 +119,7 @@ class DCCState(SamplerState):
     elapsed_budget: float = 0.0
     elapsed_wall: float = 0.0
     elapsed_cpu: float = 0.0
+    rows_used: int = 0
 
     def state_dict(self) -> Dict[str, Any]:
         """Everything the loop needs to go on, as plain tensors and containers."""
@@ -130,7 +132,7 @@ class DCCState(SamplerState):
             "python_random": [int(version), [int(v) for v in internal], gauss],
             "hmc_step": int(self.hmc_step), "stats": dict(self.stats),
             "elapsed_budget": float(self.elapsed_budget), "elapsed_wall": float(self.elapsed_wall),
-            "elapsed_cpu": float(self.elapsed_cpu),
+            "elapsed_cpu": float(self.elapsed_cpu), "rows_used": int(self.rows_used),
         }
 
 
@@ -181,7 +183,8 @@ class DCC(SettingsAsAttributes):
     than ``MIN_DRAWS`` draws, stay inactive and out of the posterior (no chains kept; a
     resumed run warms them up again); a refinement cut after ``MIN_DRAWS`` or more draws
     keeps them (LAIS runs on them), one cut before that changes nothing. A budget too small
-    for any topology to finish its warm-up raises a ``ValueError`` naming ``max_seconds``.
+    for any topology to finish its warm-up raises a ``ValueError`` naming ``max_seconds``; before
+    that, ``max_rows="auto"`` fits a row subset the budget can afford (:mod:`~torchtree.samplers.dcc.rows`).
     """
 
     name = "DCC"
@@ -258,6 +261,7 @@ class DCC(SettingsAsAttributes):
         for t in sample_prior_topologies(c.n_initial, c.alpha_split, c.beta_split, c.max_depth, state.rng):
             self._propose(state, t)
         ctx.extra["n_discovered"] = len(state.records)
+        state.rows_used = use_rows(c, ctx, state.records.values(), MIN_DRAWS)  # before any per-row work
         return state
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> DCCState:
@@ -284,7 +288,8 @@ class DCC(SettingsAsAttributes):
         return DCCState(step=step, done=step >= self.config.n_iterations, records=records, evidence=acc,
                         generator=gen, bookkeeping=rgen, rng=rng, hmc_step=int(saved["hmc_step"]), stats=stats,
                         elapsed_budget=float(saved["elapsed_budget"]), elapsed_wall=float(saved["elapsed_wall"]),
-                        elapsed_cpu=float(saved["elapsed_cpu"]))
+                        elapsed_cpu=float(saved["elapsed_cpu"]),
+                        rows_used=use_rows(self.config, ctx, (), MIN_DRAWS, saved=saved["rows_used"]))
 
     def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
         c = self.config
@@ -299,7 +304,7 @@ class DCC(SettingsAsAttributes):
     def step(self, state: DCCState, ctx: driver.RunContext) -> Tuple[DCCState, Optional[dict]]:
         """One DCC iteration: activate, choose by utility, refine with NUTS, update the
         evidence with LAIS, propose a move from each refined topology."""
-        c, sd, records = self.config, ctx.data, state.records
+        c, records = self.config, state.records
         it = state.step
         new = [r for r in records.values() if not r.active and r.proposed >= c.activation_threshold]
         if not any(r.active for r in records.values()) and not new:
@@ -373,13 +378,14 @@ class DCC(SettingsAsAttributes):
         stats["nuts_iterations"] = state.hmc_step
         stats["iterations"] = state.step
         stats["seconds"], stats["cpu_seconds"] = self._elapsed(ctx)
+        stats["rows_used"], stats["rows_total"] = ctx.extra["rows"]
         if ctx.resumed_at is not None:
             stats["resumed_from_iteration"] = ctx.resumed_at - 1
         if not any(r.active for r in state.records.values()):
             raise ValueError(
                 f"DCC: max_seconds={self.config.max_seconds} ({self.config.clock} clock) ran out before any topology "
                 f"finished its warm-up ({self.config.n_warmup} iterations of {self.config.n_chains} chains) and "
-                f"{MIN_DRAWS} draws; raise max_seconds (or lower n_warmup, n_chains or n_parallel)")
+                f"{MIN_DRAWS} draws; raise max_seconds (or lower n_warmup, n_chains, n_parallel or max_rows)")
         post = self._posterior(ctx.data, state.records, state.evidence, stats)
         # the run's per-topology records (chains, draws, pseudo-samples, counts) and LAIS
         # evidence stay with its result: a sampler holds settings only
