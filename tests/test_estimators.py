@@ -166,9 +166,6 @@ def test_mcmc_defaults_scale_with_the_rows(monkeypatch):
     monkeypatch.setattr(est, "MCMC_SAMPLES_SMALL", 5)  # the counts, not the run length, are tested
     i = info()
     assert (i["n_chains"], i["n_samples"], i["n_warmup"]) == (est.MCMC_CHAINS_SMALL, 5, 5)
-    monkeypatch.setattr(est, "MCMC_LONG_CHAINS_ROWS", 100)
-    monkeypatch.setattr(est, "MCMC_SAMPLES_LARGE", 7)
-    assert info()["n_samples"] == 7
     i = info(n_chains=2, n_samples=6)  # what the user gives is kept
     assert (i["n_chains"], i["n_samples"]) == (2, 6)
     assert info(engine="host", n_samples=6)["n_chains"] == 1

@@ -117,8 +117,8 @@ TOPDOWN_INIT_MAX_ROWS_SMC_MOVES = 200_000
 #: 1000 + 1000). Chains are batched, so on small tables many short chains cost little more than one
 #: and average over far more distinct trees (README "Defaults"; chosen with examples/bench_quality.py)
 MCMC_CHAINS_SMALL = 16
-#: kept draws per chain (warm-up as long) below MCMC_LONG_CHAINS_ROWS rows, and from there
-MCMC_SAMPLES_SMALL, MCMC_SAMPLES_LARGE, MCMC_LONG_CHAINS_ROWS = 250, 500, 2_000
+#: kept draws per chain (warm-up as long); 250 lost 0.7 RMSE points to 500 on cgm
+MCMC_SAMPLES_SMALL = 500
 
 #: what ``hyper=`` may be (a DCC ``SoftTreeHyper`` object is also passed through to DCC)
 HYPER_MODES = ("evidence", "fixed")
@@ -360,7 +360,7 @@ class _BayesianTreeBase:
             if "n_chains" not in kwargs and kwargs.get("engine") != "host":
                 kwargs["n_chains"] = MCMC_CHAINS_SMALL
             if "n_samples" not in kwargs:
-                kwargs["n_samples"] = MCMC_SAMPLES_SMALL if data.n < MCMC_LONG_CHAINS_ROWS else MCMC_SAMPLES_LARGE
+                kwargs["n_samples"] = MCMC_SAMPLES_SMALL
         start = {"mcmc": "init", "smc-moves": "init_prior"}.get(self.method)
         if self.method == "smc-moves" and data.n > TOPDOWN_INIT_MAX_ROWS_SMC_MOVES:
             start = None  # 1024 grown trees' caches at 10^6 rows ran out of 24 GB (README, "Defaults")
@@ -514,9 +514,9 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         (and for smc-moves at most ``TOPDOWN_INIT_MAX_ROWS_SMC_MOVES``, 200,000) with the
         Chipman prior starts its chains (particles) at top-down SMC draws (``init="topdown"``,
         ``init_prior="topdown"``) unless that option is given. Below 5000 rows ``method="mcmc"`` runs
-        ``MCMC_CHAINS_SMALL`` (16) chains of ``MCMC_SAMPLES_SMALL`` (250) kept draws (500 from
-        2,000 rows; warm-up as long) unless ``n_chains`` / ``n_samples`` (or ``engine="host"``)
-        are given; from 5000 rows MCMC's own one chain of 1000 + 1000.
+        ``MCMC_CHAINS_SMALL`` (16) chains of ``MCMC_SAMPLES_SMALL`` (500) kept draws (warm-up
+        as long) unless ``n_chains`` / ``n_samples`` (or ``engine="host"``) are given; from 5000
+        rows MCMC's own one chain of 1000 + 1000.
 
     Examples
     --------
