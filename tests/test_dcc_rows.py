@@ -100,17 +100,17 @@ def test_invalid_max_rows_is_refused(bad):
 
 
 def test_auto_fits_a_subset_where_every_row_runs_out_of_budget():
-    """20,000 rows: the warm-up on all of them cannot finish in 3 CPU s (the run raises),
+    """40,000 rows: the warm-up on all of them cannot finish in 3 CPU s (the run raises),
     "auto" picks fewer rows and returns a posterior within the budget."""
-    X, y = interactions(20_000, 7, seed=2)
+    X, y = interactions(40_000, 7, seed=2)
     kw = dict(n_iterations=1000, n_chains=4, n_warmup=20, n_samples=5, max_tree_depth=4, max_seconds=3.0,
               clock="cpu", n_threads=1)
     t0 = time.process_time()
-    with pytest.warns(UserWarning, match=r"DCC fits \d+ of 20000 rows .*max_seconds=3 \(cpu clock\)"):
+    with pytest.warns(UserWarning, match=r"DCC fits \d+ of 40000 rows .*max_seconds=3 \(cpu clock\)"):
         post = DCC(**kw).run((X, y), seed=0)
     spent = time.process_time() - t0
     assert spent <= 3.0 * 1.05 + SLACK, spent
-    assert dcc_rows.MIN_AUTO_ROWS <= post.info["rows_used"] < 20_000 and post.info["rows_total"] == 20_000
+    assert dcc_rows.MIN_AUTO_ROWS <= post.info["rows_used"] < 40_000 and post.info["rows_total"] == 40_000
     assert len(post.topologies) >= 1 and np.isfinite(post.predict_proba(X[:10])).all()
     t0 = time.process_time()
     with pytest.raises(ValueError, match=r"max_seconds=3\.0 \(cpu clock\) ran out before any topology"):
