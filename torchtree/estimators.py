@@ -112,13 +112,9 @@ TOPDOWN_INIT_ROWS = 5000
 #: ... and up to these rows for ``"smc-moves"`` (its start fills the caches of n_particles grown trees)
 TOPDOWN_INIT_MAX_ROWS_SMC_MOVES = 200_000
 
-#: ``method="mcmc"`` defaults of the estimators below ``TOPDOWN_INIT_ROWS`` (``MCMC`` itself, and the
-#: estimators from that size on, where chains start at top-down draws, keep paper 002's one chain of
-#: 1000 + 1000). Chains are batched, so on small tables many short chains cost little more than one
-#: and average over far more distinct trees (README "Defaults"; chosen with examples/bench_quality.py)
-MCMC_CHAINS_SMALL = 16
-#: kept draws per chain (warm-up as long); 250 lost 0.7 RMSE points to 500 on cgm
-MCMC_SAMPLES_SMALL = 500
+#: ``method="mcmc"`` below ``TOPDOWN_INIT_ROWS``: chains x kept draws (warm-up as long). Batched chains
+#: cost little more than one and average over far more trees (README "Defaults", bench_quality.py)
+MCMC_CHAINS_SMALL, MCMC_SAMPLES_SMALL = 16, 500
 
 #: what ``hyper=`` may be (a DCC ``SoftTreeHyper`` object is also passed through to DCC)
 HYPER_MODES = ("evidence", "fixed")

@@ -219,8 +219,7 @@ class TreeModel:
         cnt = torch.zeros(D, self.umax, dtype=torch.long, device=dev)
         cnt.scatter_add_(1, self.rank.t(), torch.ones(D, N, dtype=torch.long, device=dev))
         self.value_end = (cnt.cumsum(1) + N * torch.arange(D, device=dev)[:, None]).reshape(-1)  # flat positions
-        # a node holding a point whose value in d no other point has varies in d iff it holds a
-        # second point: with continuous features this settles most (node, dim) questions without a scan
+        # a node holding a point whose value in d is its own varies in d iff it holds another point
         self.unique_value = (cnt.gather(1, self.rank.t()) == 1).t().contiguous()  # bool [N, D]
         self.unique_row = torch.bincount(self.row_id).index_select(0, self.row_id) == 1  # bool [N]
         dim_of_row = torch.repeat_interleave(torch.arange(D, device=dev), self.n_buckets)
@@ -318,11 +317,9 @@ class TreeModel:
 
     def _two_or_more(self, B: torch.Tensor) -> torch.Tensor:
         """Whether each node holds at least two points: ``[n, W] -> bool [n]``."""
-        if B.shape[0] == 0:
-            return torch.zeros(0, dtype=torch.bool, device=B.device)
         step = max(1, _CHUNK // self.W)
-        return torch.cat([((b & (b - 1)) != 0).any(1) | ((b != 0).sum(1) >= 2)
-                          for b in (B[s:s + step] for s in range(0, B.shape[0], step))])
+        parts = [((b & (b - 1)) != 0).any(1) | ((b != 0).sum(1) >= 2) for b in B.split(step)]
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.bool, device=B.device)
 
     def first_point(self, B: torch.Tensor) -> torch.Tensor:
         """Index of the lowest point of each non-empty bitset ``[n, W] -> [n]`` (0 if empty)."""
@@ -392,13 +389,12 @@ class TreeModel:
         """The points of runs ``[start, end)`` of the rank order that are in ``B [m, W]`` (run i
         against row i), in chunks: yields ``(i [k], point [k])``; costs the runs' lengths."""
         lens = (end - start).clamp(min=0)
-        m, s0 = lens.numel(), 0
-        csum = lens.cumsum(0)
+        m, s0, csum = lens.numel(), 0, lens.cumsum(0)
         while s0 < m:
             base = int(csum[s0 - 1]) if s0 else 0
             s1 = max(s0 + 1, int(torch.searchsorted(csum, base + _MEMBER_CHUNK, right=True)))
             seg, pos = ragged_arange(lens[s0:s1])
-            seg = seg + s0
+            seg += s0
             pt = self.pts_by_rank.index_select(0, start.index_select(0, seg) + pos).long()
             inside = ((B.view(-1).index_select(0, seg * self.W + pt // 64) >> (pt % 64)) & 1) == 1
             yield seg[inside], pt[inside]
