@@ -318,7 +318,7 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     Proposal
     """
     trees = state.trees
-    P, C = trees.n_trees, trees.capacity
+    P = trees.n_trees
     dev, W = trees.device, model.W
     pg, pq = float(move_probs[0]), float(move_probs[1])
     ar = torch.arange(P, device=dev)
@@ -532,7 +532,7 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
     sampler = draw_prior if draw_prior is not None else model.split_prior
     state = TreeState.roots(model, n_trees, capacity)
     t = state.trees
-    dev, P, W = t.device, n_trees, model.W
+    dev, P = t.device, n_trees
     gidx = torch.arange(P, device=dev) if index is None else index.to(dev)
     t.status[:, 0] = OPEN
     log_q0 = torch.zeros(P, dtype=torch.float64, device=dev)
