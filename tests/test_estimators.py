@@ -172,3 +172,17 @@ def test_mcmc_defaults_scale_with_the_rows(monkeypatch):
     monkeypatch.setattr(est, "TOPDOWN_INIT_ROWS", 100)  # from here MCMC's own defaults (1 x 1000)
     i = info(n_samples=6)
     assert i["n_chains"] == 1 and i["n_samples"] == 6
+
+
+def test_mcmc_starts_wide_tables_at_topdown_draws(monkeypatch):
+    import torchtree.estimators as est
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(80, 6))
+    y = (X[:, 0] > 0).astype(int)
+    kw = dict(method="mcmc", hyper="fixed", random_state=0, n_chains=2, n_samples=5)
+    monkeypatch.setattr(est, "TOPDOWN_INIT_FEATURES", 5)
+    assert BayesianTreeClassifier(**kw)._build_sampler(est.Data(X, y)).config.init == "topdown"
+    assert BayesianTreeClassifier(**kw, init="root")._build_sampler(est.Data(X, y)).config.init == "root"
+    monkeypatch.setattr(est, "TOPDOWN_INIT_FEATURES", 6)
+    assert BayesianTreeClassifier(**kw)._build_sampler(est.Data(X, y)).config.init == "root"

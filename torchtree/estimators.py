@@ -109,11 +109,12 @@ MODEL_SETTINGS_HELP = {
 #: rows from which ``method="mcmc"`` / ``"smc-moves"`` start at top-down SMC draws
 #: (``init="topdown"`` / ``init_prior="topdown"``) unless that option is given
 TOPDOWN_INIT_ROWS = 5000
+#: ... and, for ``"mcmc"``, on more features (madelon's 500: root chains rarely find the informative ones)
+TOPDOWN_INIT_FEATURES = 100
 #: ... and up to these rows for ``"smc-moves"`` (its start fills the caches of n_particles grown trees)
 TOPDOWN_INIT_MAX_ROWS_SMC_MOVES = 200_000
 
-#: ``method="mcmc"`` below ``TOPDOWN_INIT_ROWS``: chains x kept draws (warm-up as long). Batched chains
-#: cost little more than one and average over far more trees (README "Defaults", bench_quality.py)
+#: ``method="mcmc"`` below ``TOPDOWN_INIT_ROWS``: chains x kept draws, warm-up as long (README "Defaults")
 MCMC_CHAINS_SMALL, MCMC_SAMPLES_SMALL = 16, 500
 
 #: what ``hyper=`` may be (a DCC ``SoftTreeHyper`` object is also passed through to DCC)
@@ -360,11 +361,10 @@ class _BayesianTreeBase:
         start = {"mcmc": "init", "smc-moves": "init_prior"}.get(self.method)
         if self.method == "smc-moves" and data.n > TOPDOWN_INIT_MAX_ROWS_SMC_MOVES:
             start = None  # 1024 grown trees' caches at 10^6 rows ran out of 24 GB (README, "Defaults")
-        if (start is not None and start not in kwargs and data.n >= TOPDOWN_INIT_ROWS
+        wide = self.method == "mcmc" and data.d > TOPDOWN_INIT_FEATURES
+        if (start is not None and start not in kwargs and (data.n >= TOPDOWN_INIT_ROWS or wide)
                 and getattr(kwargs.get("prior"), "name", "chipman") == "chipman" and not kwargs.get("tempering")):
-            # on large tables chains from the root (particles from the prior) stay far below the
-            # posterior's tree sizes within their moves (README, "Defaults")
-            kwargs[start] = "topdown"
+            kwargs[start] = "topdown"  # root / prior starts stay far below the posterior's trees (README)
         return cls(**kwargs)
 
     def _make_data(self, X, y) -> Data:
@@ -509,7 +509,8 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         ``method="mcmc"`` (``"smc-moves"``) on at least ``TOPDOWN_INIT_ROWS`` (5000) rows
         (and for smc-moves at most ``TOPDOWN_INIT_MAX_ROWS_SMC_MOVES``, 200,000) with the
         Chipman prior starts its chains (particles) at top-down SMC draws (``init="topdown"``,
-        ``init_prior="topdown"``) unless that option is given. Below 5000 rows ``method="mcmc"`` runs
+        ``init_prior="topdown"``) unless that option is given (MCMC also on more than
+        ``TOPDOWN_INIT_FEATURES``, 100, features). Below 5000 rows ``method="mcmc"`` runs
         ``MCMC_CHAINS_SMALL`` (16) chains of ``MCMC_SAMPLES_SMALL`` (500) kept draws (warm-up
         as long) unless ``n_chains`` / ``n_samples`` (or ``engine="host"``) are given; from 5000
         rows MCMC's own one chain of 1000 + 1000.
