@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from torchtree import BayesianTreeClassifier, BayesianTreeRegressor, TopDownSMC, register_method
+from torchtree import BayesianTreeClassifier, BayesianTreeRegressor, Data, TopDownSMC, register_method
 from torchtree.estimators import METHODS, get_method
 
 
@@ -153,7 +153,7 @@ def test_not_fitted_error_is_what_scikit_learn_catches():
 
 
 def test_mcmc_defaults_scale_with_the_rows(monkeypatch):
-    import torchtree.estimators as est
+    import torchtree.estimator_defaults as est
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 3))
@@ -175,14 +175,28 @@ def test_mcmc_defaults_scale_with_the_rows(monkeypatch):
 
 
 def test_mcmc_starts_wide_tables_at_topdown_draws(monkeypatch):
-    import torchtree.estimators as est
+    import torchtree.estimator_defaults as est
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(80, 6))
     y = (X[:, 0] > 0).astype(int)
     kw = dict(method="mcmc", hyper="fixed", random_state=0, n_chains=2, n_samples=5)
     monkeypatch.setattr(est, "TOPDOWN_INIT_FEATURES", 5)
-    assert BayesianTreeClassifier(**kw)._build_sampler(est.Data(X, y)).config.init == "topdown"
-    assert BayesianTreeClassifier(**kw, init="root")._build_sampler(est.Data(X, y)).config.init == "root"
+    assert BayesianTreeClassifier(**kw)._build_sampler(Data(X, y)).config.init == "topdown"
+    assert BayesianTreeClassifier(**kw, init="root")._build_sampler(Data(X, y)).config.init == "root"
     monkeypatch.setattr(est, "TOPDOWN_INIT_FEATURES", 6)
-    assert BayesianTreeClassifier(**kw)._build_sampler(est.Data(X, y)).config.init == "root"
+    assert BayesianTreeClassifier(**kw)._build_sampler(Data(X, y)).config.init == "root"
+
+
+def test_dcc_gets_a_cpu_budget_unless_max_seconds_is_given(monkeypatch):
+    import torchtree.estimator_defaults as defaults
+
+    X = np.random.default_rng(2).normal(size=(40, 2))
+    y = (X[:, 0] > 0).astype(int)
+    data = Data(X, y)
+    c = BayesianTreeClassifier(method="dcc")._build_sampler(data).config
+    assert (c.max_seconds, c.clock) == (defaults.DCC_MAX_SECONDS, "cpu")
+    c = BayesianTreeClassifier(method="dcc", max_seconds=None)._build_sampler(data).config
+    assert c.max_seconds is None
+    c = BayesianTreeClassifier(method="dcc", max_seconds=5, clock="wall")._build_sampler(data).config
+    assert (c.max_seconds, c.clock) == (5, "wall")

@@ -95,6 +95,7 @@ def test_poisson_prior_is_refused():
 
 def _spy_on_start_option(monkeypatch, name):
     """The list that receives the built sampler's ``name`` setting at every fit (200-row threshold)."""
+    import torchtree.estimator_defaults as defaults
     import torchtree.estimators as est_mod
 
     seen = []
@@ -106,7 +107,7 @@ def _spy_on_start_option(monkeypatch, name):
         return s
 
     monkeypatch.setattr(est_mod._BayesianTreeBase, "_build_sampler", spy)
-    monkeypatch.setattr(est_mod, "TOPDOWN_INIT_ROWS", 200)
+    monkeypatch.setattr(defaults, "TOPDOWN_INIT_ROWS", 200)
     return seen
 
 
@@ -148,7 +149,7 @@ def test_smc_moves_topdown_refuses_tempering():
 
 
 def test_estimator_smc_moves_starts_at_topdown_draws_on_large_tables(monkeypatch):
-    import torchtree.estimators as est_mod
+    import torchtree.estimator_defaults as defaults
 
     seen = _spy_on_start_option(monkeypatch, "init_prior")
     d = _xor(300)
@@ -156,6 +157,6 @@ def test_estimator_smc_moves_starts_at_topdown_draws_on_large_tables(monkeypatch
     tt.BayesianTreeClassifier(**kw).fit(d.X.numpy()[:150], d.y.numpy()[:150])
     tt.BayesianTreeClassifier(**kw).fit(d.X.numpy(), d.y.numpy())
     tt.BayesianTreeClassifier(tempering=True, **kw).fit(d.X.numpy(), d.y.numpy())
-    monkeypatch.setattr(est_mod, "TOPDOWN_INIT_MAX_ROWS_SMC_MOVES", 250)  # above it: the prior-drawn start
+    monkeypatch.setattr(defaults, "TOPDOWN_INIT_MAX_ROWS_SMC_MOVES", 250)  # above it: the prior-drawn start
     tt.BayesianTreeClassifier(**kw).fit(d.X.numpy(), d.y.numpy())
     assert seen == [None, "topdown", None, None]

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from torchtree.core.threads import check_threads, resolve_threads, using_threads
+from torchtree.estimator_defaults import apply_method_defaults
 from torchtree.model.data import Data, _frame_columns
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.posterior import attach_feature_names
@@ -105,17 +106,6 @@ MODEL_SETTINGS_HELP = {
     "hyper": "evidence: choose the leaf prior (alpha or b0) and beta_split by the evidence of top-down SMC pilot "
              "runs, keeping those you set; fixed: the defaults above (default: evidence)",
 }
-
-#: rows from which ``method="mcmc"`` / ``"smc-moves"`` start at top-down SMC draws
-#: (``init="topdown"`` / ``init_prior="topdown"``) unless that option is given
-TOPDOWN_INIT_ROWS = 5000
-#: ... and, for ``"mcmc"``, on more features (madelon's 500: root chains rarely find the informative ones)
-TOPDOWN_INIT_FEATURES = 100
-#: ... and up to these rows for ``"smc-moves"`` (its start fills the caches of n_particles grown trees)
-TOPDOWN_INIT_MAX_ROWS_SMC_MOVES = 200_000
-
-#: ``method="mcmc"`` below ``TOPDOWN_INIT_ROWS``: chains x kept draws, warm-up as long (README "Defaults")
-MCMC_CHAINS_SMALL, MCMC_SAMPLES_SMALL = 16, 500
 
 #: what ``hyper=`` may be (a DCC ``SoftTreeHyper`` object is also passed through to DCC)
 HYPER_MODES = ("evidence", "fixed")
@@ -353,18 +343,7 @@ class _BayesianTreeBase:
             kwargs["device"] = self.device
         if "n_threads" in accepted:
             kwargs["n_threads"] = self.n_threads
-        if self.method == "mcmc" and data.n < TOPDOWN_INIT_ROWS:
-            if "n_chains" not in kwargs and kwargs.get("engine") != "host":
-                kwargs["n_chains"] = MCMC_CHAINS_SMALL
-            if "n_samples" not in kwargs:
-                kwargs["n_samples"] = MCMC_SAMPLES_SMALL
-        start = {"mcmc": "init", "smc-moves": "init_prior"}.get(self.method)
-        if self.method == "smc-moves" and data.n > TOPDOWN_INIT_MAX_ROWS_SMC_MOVES:
-            start = None  # 1024 grown trees' caches at 10^6 rows ran out of 24 GB (README, "Defaults")
-        wide = self.method == "mcmc" and data.d > TOPDOWN_INIT_FEATURES
-        if (start is not None and start not in kwargs and (data.n >= TOPDOWN_INIT_ROWS or wide)
-                and getattr(kwargs.get("prior"), "name", "chipman") == "chipman" and not kwargs.get("tempering")):
-            kwargs[start] = "topdown"  # root / prior starts stay far below the posterior's trees (README)
+        apply_method_defaults(self.method, kwargs, data.n, data.d)
         return cls(**kwargs)
 
     def _make_data(self, X, y) -> Data:
@@ -513,7 +492,8 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         ``TOPDOWN_INIT_FEATURES``, 100, features). Below 5000 rows ``method="mcmc"`` runs
         ``MCMC_CHAINS_SMALL`` (16) chains of ``MCMC_SAMPLES_SMALL`` (500) kept draws (warm-up
         as long) unless ``n_chains`` / ``n_samples`` (or ``engine="host"``) are given; from 5000
-        rows MCMC's own one chain of 1000 + 1000.
+        rows MCMC's own one chain of 1000 + 1000. ``method="dcc"`` stops after
+        ``DCC_MAX_SECONDS`` (60) CPU seconds unless ``max_seconds`` is given (None: no budget).
 
     Examples
     --------

@@ -1,0 +1,52 @@
+"""Defaults the estimators choose per method and table size (the samplers keep their papers' defaults).
+
+Each was chosen by a benchmark (README, "Defaults"): where MCMC and SMC with moves start (top-down
+SMC draws on large or wide tables), how many MCMC chains run on small tables, and DCC's time budget.
+Settings the user gives are never changed.
+
+Layer: faces (read by :mod:`torchtree.estimators` only).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+__all__ = ["apply_method_defaults", "TOPDOWN_INIT_ROWS", "TOPDOWN_INIT_FEATURES", "TOPDOWN_INIT_MAX_ROWS_SMC_MOVES",
+           "MCMC_CHAINS_SMALL", "MCMC_SAMPLES_SMALL", "DCC_MAX_SECONDS"]
+
+#: rows from which ``method="mcmc"`` / ``"smc-moves"`` start at top-down SMC draws
+#: (``init="topdown"`` / ``init_prior="topdown"``) unless that option is given
+TOPDOWN_INIT_ROWS = 5000
+#: ... and, for ``"mcmc"``, on more features (madelon's 500: root chains rarely find the informative ones)
+TOPDOWN_INIT_FEATURES = 100
+#: ... and up to these rows for ``"smc-moves"`` (its start fills the caches of n_particles grown trees)
+TOPDOWN_INIT_MAX_ROWS_SMC_MOVES = 200_000
+
+#: ``method="mcmc"`` below ``TOPDOWN_INIT_ROWS``: chains x kept draws, warm-up as long (README "Defaults")
+MCMC_CHAINS_SMALL, MCMC_SAMPLES_SMALL = 16, 500
+#: ``method="dcc"``'s CPU-second budget unless ``max_seconds`` is given (None: the run's 60 iterations)
+DCC_MAX_SECONDS = 60.0
+
+
+def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int) -> None:
+    """Add the estimators' defaults for ``method`` to the sampler settings ``kwargs`` (in place).
+
+    Parameters
+    ----------
+    method : str, the estimator's method name
+    kwargs : dict, the sampler's settings so far (what the user gave, plus the model objects)
+    n, d : int, rows and features of the training data
+    """
+    if method == "mcmc" and n < TOPDOWN_INIT_ROWS:
+        if "n_chains" not in kwargs and kwargs.get("engine") != "host":
+            kwargs["n_chains"] = MCMC_CHAINS_SMALL
+        if "n_samples" not in kwargs:
+            kwargs["n_samples"] = MCMC_SAMPLES_SMALL
+    if method == "dcc" and "max_seconds" not in kwargs:
+        kwargs.update(max_seconds=DCC_MAX_SECONDS, clock=kwargs.get("clock", "cpu"))
+    start = {"mcmc": "init", "smc-moves": "init_prior"}.get(method)
+    if method == "smc-moves" and n > TOPDOWN_INIT_MAX_ROWS_SMC_MOVES:
+        start = None  # 1024 grown trees' caches at 10^6 rows ran out of 24 GB (README, "Defaults")
+    wide = method == "mcmc" and d > TOPDOWN_INIT_FEATURES
+    if (start is not None and start not in kwargs and (n >= TOPDOWN_INIT_ROWS or wide)
+            and getattr(kwargs.get("prior"), "name", "chipman") == "chipman" and not kwargs.get("tempering")):
+        kwargs[start] = "topdown"  # root / prior starts stay far below the posterior's trees (README)
