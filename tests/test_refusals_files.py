@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import numpy as np
 import pytest
@@ -154,7 +155,9 @@ class _InterruptingFile:
     def write(self, b):
         self.n += 1
         if self.n == 3:
-            os.kill(os.getpid(), signal.SIGINT)
+            # to the main thread: sent to the process, the signal may be taken by another native
+            # thread (torch's, a collector's) and reach Python only after the save has returned
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         return self.fh.write(b)
 
     def flush(self):
