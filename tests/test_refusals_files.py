@@ -155,9 +155,7 @@ class _InterruptingFile:
     def write(self, b):
         self.n += 1
         if self.n == 3:
-            # to the main thread: sent to the process, the signal may be taken by another native
-            # thread (torch's, a collector's) and reach Python only after the save has returned
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # where Python runs handlers
         return self.fh.write(b)
 
     def flush(self):
@@ -166,11 +164,16 @@ class _InterruptingFile:
 
 @pytest.fixture
 def sigint_inside_torch_save(monkeypatch):
+    # Python's own Ctrl-C handler, whatever this process inherited: a test run started in the
+    # background of a non-interactive shell starts with SIGINT ignored, and then nothing raises
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     real = torch.save
 
     def save(obj, f, *a, **k):
         return real(obj, _InterruptingFile(f) if hasattr(f, "write") else f, *a, **k)
     monkeypatch.setattr(torch, "save", save)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_inside_torch_save_completes_the_file_then_interrupts(tmp_path, sigint_inside_torch_save):
