@@ -200,3 +200,16 @@ def test_dcc_gets_a_cpu_budget_unless_max_seconds_is_given(monkeypatch):
     assert c.max_seconds is None
     c = BayesianTreeClassifier(method="dcc", max_seconds=5, clock="wall")._build_sampler(data).config
     assert (c.max_seconds, c.clock) == (5, "wall")
+
+
+def test_smc_regression_runs_islands_unless_given():
+    import torchtree.estimator_defaults as defaults
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 2))
+    data = Data(X, X[:, 0] + 0.1 * rng.normal(size=60), task="regression")
+    assert BayesianTreeRegressor()._build_sampler(data).config.n_islands == defaults.SMC_ISLANDS_REGRESSION
+    assert BayesianTreeRegressor(n_islands=2)._build_sampler(data).config.n_islands == 2
+    assert BayesianTreeRegressor(n_particles=999)._build_sampler(data).config.n_islands == 1  # 5 does not divide it
+    clf = Data(X, (X[:, 0] > 0).astype(int))
+    assert BayesianTreeClassifier()._build_sampler(clf).config.n_islands == 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 __all__ = ["apply_method_defaults", "TOPDOWN_INIT_ROWS", "TOPDOWN_INIT_FEATURES", "TOPDOWN_INIT_MAX_ROWS_SMC_MOVES",
-           "MCMC_CHAINS_SMALL", "MCMC_SAMPLES_SMALL", "DCC_MAX_SECONDS"]
+           "MCMC_CHAINS_SMALL", "MCMC_SAMPLES_SMALL", "SMC_ISLANDS_REGRESSION", "DCC_MAX_SECONDS"]
 
 #: rows from which ``method="mcmc"`` / ``"smc-moves"`` start at top-down SMC draws
 #: (``init="topdown"`` / ``init_prior="topdown"``) unless that option is given
@@ -23,11 +23,14 @@ TOPDOWN_INIT_MAX_ROWS_SMC_MOVES = 200_000
 
 #: ``method="mcmc"`` below ``TOPDOWN_INIT_ROWS``: chains x kept draws, warm-up as long (README "Defaults")
 MCMC_CHAINS_SMALL, MCMC_SAMPLES_SMALL = 16, 500
+#: ``method="smc"`` islands for regression (independent filters of n_particles / n_islands each: their
+#: average is wider than one filter's few surviving trees; abalone 90% coverage 0.887 -> 0.930)
+SMC_ISLANDS_REGRESSION = 5
 #: ``method="dcc"``'s CPU-second budget unless ``max_seconds`` is given (None: the run's 60 iterations)
 DCC_MAX_SECONDS = 60.0
 
 
-def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int) -> None:
+def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, task: str = "classification") -> None:
     """Add the estimators' defaults for ``method`` to the sampler settings ``kwargs`` (in place).
 
     Parameters
@@ -35,7 +38,14 @@ def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int) -
     method : str, the estimator's method name
     kwargs : dict, the sampler's settings so far (what the user gave, plus the model objects)
     n, d : int, rows and features of the training data
+    task : "classification" or "regression"
     """
+    if method == "smc" and task == "regression" and "n_islands" not in kwargs:
+        from torchtree.samplers.topdown import TopDownConfig
+
+        particles = kwargs.get("n_particles", TopDownConfig.n_particles)
+        if isinstance(particles, int) and particles % SMC_ISLANDS_REGRESSION == 0:  # islands must divide it
+            kwargs["n_islands"] = SMC_ISLANDS_REGRESSION
     if method == "mcmc" and n < TOPDOWN_INIT_ROWS:
         if "n_chains" not in kwargs and kwargs.get("engine") != "host":
             kwargs["n_chains"] = MCMC_CHAINS_SMALL

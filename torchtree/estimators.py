@@ -343,7 +343,7 @@ class _BayesianTreeBase:
             kwargs["device"] = self.device
         if "n_threads" in accepted:
             kwargs["n_threads"] = self.n_threads
-        apply_method_defaults(self.method, kwargs, data.n, data.d)
+        apply_method_defaults(self.method, kwargs, data.n, data.d, data.task)
         return cls(**kwargs)
 
     def _make_data(self, X, y) -> Data:
