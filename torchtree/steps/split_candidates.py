@@ -77,6 +77,9 @@ def _sort_by_group_and_rank(seg: torch.Tensor, ranks: torch.Tensor, G: int, R: i
     return torch.cat(segs), torch.cat(rks), torch.cat(orders)
 
 
+_CANDIDATE_FIELDS = ("cand", "cand_seg", "cand_start", "n_cand")
+
+
 class SortedCandidates:
     """Points of distinct (node, dim) groups sorted by value, with cumulative statistics.
 
@@ -87,6 +90,7 @@ class SortedCandidates:
     cum : Tensor [T + 1, S]          cum[t] = statistics of the first t sorted points
     cand, cand_seg : LongTensor [E]  interval candidates: positions e with vals[e] < vals[e + 1]
                                      in the same group, and their groups (computed on first use)
+    cand_start, n_cand : LongTensor [G]  each group's first candidate in ``cand``, and its count
     """
 
     def __init__(self, pool, g_uid: torch.Tensor, g_dim: torch.Tensor, data, pstats: torch.Tensor):
@@ -108,40 +112,22 @@ class SortedCandidates:
         if T:
             torch.cumsum(pstats.index_select(0, self.idx), 0, out=self.cum[1:])
         self._vals = None
-        self._cand = None
 
-    def _candidates(self):
-        if self._cand is None:
-            # Boundary candidates: last element of a run of equal values, not last of its group.
-            T = self.idx.numel()
-            nxt = torch.zeros(T, dtype=torch.bool, device=self.idx.device)
-            if T > 1:
-                nxt[:-1] = (self.seg[1:] == self.seg[:-1]) & (self.rank[1:] != self.rank[:-1])
-            cand = nxt.nonzero().squeeze(1)
-            cand_seg = self.seg[cand]
-            n_cand = torch.bincount(cand_seg, minlength=self.n_groups)
-            self._cand = (cand, cand_seg, exclusive_cumsum(n_cand), n_cand)
-        return self._cand
-
-    @property
-    def cand(self) -> torch.Tensor:
-        """LongTensor [E]: sorted positions e with a larger value at e + 1 in the same group."""
-        return self._candidates()[0]
-
-    @property
-    def cand_seg(self) -> torch.Tensor:
-        """LongTensor [E]: the group of each candidate."""
-        return self._candidates()[1]
-
-    @property
-    def cand_start(self) -> torch.Tensor:
-        """LongTensor [G]: index of each group's first candidate in ``cand``."""
-        return self._candidates()[2]
-
-    @property
-    def n_cand(self) -> torch.Tensor:
-        """LongTensor [G]: candidates per group."""
-        return self._candidates()[3]
+    def __getattr__(self, name: str):
+        # the interval candidates are built on first use (the prior proposal never needs them);
+        # once set as attributes, this is not called again
+        if name not in _CANDIDATE_FIELDS:
+            raise AttributeError(name)
+        # Boundary candidates: last element of a run of equal values, not last of its group.
+        T = self.idx.numel()
+        nxt = torch.zeros(T, dtype=torch.bool, device=self.idx.device)
+        if T > 1:
+            nxt[:-1] = (self.seg[1:] == self.seg[:-1]) & (self.rank[1:] != self.rank[:-1])
+        self.cand = nxt.nonzero().squeeze(1)
+        self.cand_seg = self.seg[self.cand]
+        self.n_cand = torch.bincount(self.cand_seg, minlength=self.n_groups)
+        self.cand_start = exclusive_cumsum(self.n_cand)
+        return getattr(self, name)
 
     def val_at(self, pos: torch.Tensor) -> torch.Tensor:
         """Feature values at sorted positions ``pos`` (from the rank table, no point gather)."""
