@@ -319,7 +319,7 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     """
     trees = state.trees
     P = trees.n_trees
-    dev, W = trees.device, model.W
+    dev = trees.device
     pg, pq = float(move_probs[0]), float(move_probs[1])
     ar = torch.arange(P, device=dev)
     st = trees.status
@@ -397,27 +397,15 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     in_new = subtree_mask(new, torch.where(valid, j, torch.full_like(j, -1)))
 
     # Phase 2: bitsets of the proposed subtree, top-down from j (whose points are unchanged).
-    sp, sc = in_new.nonzero(as_tuple=True)
+    sp, sc, Bs, alive = _subtree_bits(new, model, in_new, valid, jc, Bj)
+    valid = alive  # a proposal that empties a node has zero prior density
     sflat = sp * C2 + sc
     M = sp.numel()
     depth_s = new.depth.view(-1).index_select(0, sflat)
-    dj = new.depth.long().gather(1, jc[:, None]).squeeze(1)
-    rel = depth_s.long() - dj.index_select(0, sp)
-    height = int(rel.max()) if M else 0
-    cmap = torch.full((P * C2,), -1, dtype=torch.long, device=dev)
-    cmap[sflat] = torch.arange(M, device=dev)
-    Bs = torch.empty(M, W, dtype=torch.long, device=dev)
-    top = (rel == 0).nonzero().squeeze(1)
-    Bs[top] = Bj.index_select(0, sp.index_select(0, top))
-    par_fl, f_fl = new.parent.view(-1).long(), new.feature.view(-1).long()
-    r_fl, right_fl = new.extra["thr_rank"].view(-1), new.right.view(-1).long()
-    for lev in range(1, height + 1):
-        sel = (rel == lev).nonzero().squeeze(1)
-        g_par = sp.index_select(0, sel) * C2 + par_fl.index_select(0, sflat.index_select(0, sel))
-        Bs[sel] = model.split_bits(Bs.index_select(0, cmap.index_select(0, g_par)), f_fl.index_select(0, g_par),
-                                   r_fl.index_select(0, g_par), right_fl.index_select(0, g_par) == sc.index_select(0, sel))
+    rel = depth_s.long() - new.depth.long().gather(1, jc[:, None]).squeeze(1).index_select(0, sp)
+    f_fl = new.feature.view(-1).long()
     ext = model.node_stats(Bs)
-    stats, cnt = ext[:, : model.S], ext[:, model.S]
+    stats = ext[:, : model.S]
     st_s = new.status.view(-1).index_select(0, sflat)
     is_leaf_s = (st_s == LEAF) | (st_s == OPEN)
     li, ii = is_leaf_s.nonzero().squeeze(1), (~is_leaf_s).nonzero().squeeze(1)
@@ -434,8 +422,6 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
         Bi, fi = Bs[ii], f_fl.index_select(0, sflat[ii])
         lo_i, hi_i = model.extent(Bi, fi)
         term_s[ii] = model.internal_term(depth_s[ii], model.varying(Bi).sum(1), hi_i.double() - lo_i.double())
-    empty = torch.zeros(P, dtype=torch.long, device=dev).index_add_(0, sp, (cnt == 0).long()) > 0
-    valid = valid & ~empty
     old_term = trees.extra["term"]
     delta = torch.zeros(P, dtype=torch.float64, device=dev).index_add_(0, sp, term_s)
     delta = delta - torch.where(in_old, old_term, torch.zeros_like(old_term)).sum(1)
@@ -460,6 +446,57 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     zero = torch.zeros_like(log_q)
     return Proposal(new, kind, j, valid, torch.where(valid, delta, zero), torch.where(valid, log_q, zero),
                     torch.where(valid, d_ll, zero), sp, sc, Bs)
+
+
+def _subtree_bits(new: HardTrees, model: TreeModel, in_new: torch.Tensor, valid: torch.Tensor,
+                  jc: torch.Tensor, Bj: torch.Tensor):
+    """Bitsets of the nodes of the proposed subtrees ``in_new [P, C]`` (rooted at ``jc``, whose
+    points ``Bj [P, W]`` are unchanged), level by level from the root.
+
+    A proposal with an empty node is invalid whatever its other nodes hold, so a tree leaves the
+    loop at its first empty node and its nodes are dropped: a change or swap near the root of a
+    grown tree mostly empties a node within a few levels, and the deeper levels, their
+    statistics and extents are never computed (most of a proposal's work on large trees).
+
+    Returns
+    -------
+    (sub_tree [M], sub_node [M], bits [M, W], alive [P]): the nodes of the trees still valid
+    (``alive``: ``valid`` and no empty node), tree-major as ``in_new.nonzero()`` orders them.
+    """
+    P, C2 = new.n_trees, new.capacity
+    dev = Bj.device
+    sp, sc = in_new.nonzero(as_tuple=True)
+    sflat = sp * C2 + sc
+    M = sp.numel()
+    rel = new.depth.view(-1).index_select(0, sflat).long() - new.depth.long().gather(1, jc[:, None]).squeeze(1).index_select(0, sp)
+    height = int(rel.max()) if M else 0
+    cmap = torch.full((P * C2,), -1, dtype=torch.long, device=dev)
+    cmap[sflat] = torch.arange(M, device=dev)
+    par_fl, f_fl = new.parent.view(-1).long(), new.feature.view(-1).long()
+    r_fl, right_fl = new.extra["thr_rank"].view(-1), new.right.view(-1).long()
+    alive = valid.clone()
+    row = torch.full((M,), -1, dtype=torch.long, device=dev)  # row of a node in its level's bitsets
+    sel = (rel == 0).nonzero().squeeze(1)
+    row[sel] = torch.arange(sel.numel(), device=dev)
+    levels = [(sel, Bj.index_select(0, sp.index_select(0, sel)))]
+    for lev in range(1, height + 1):
+        sel = ((rel == lev) & alive.index_select(0, sp)).nonzero().squeeze(1)
+        if sel.numel() == 0:
+            break
+        g_par = sp.index_select(0, sel) * C2 + par_fl.index_select(0, sflat.index_select(0, sel))
+        prev = levels[-1][1]
+        B = model.split_bits(prev.index_select(0, row.index_select(0, cmap.index_select(0, g_par))),
+                             f_fl.index_select(0, g_par), r_fl.index_select(0, g_par),
+                             right_fl.index_select(0, g_par) == sc.index_select(0, sel))
+        alive[sp.index_select(0, sel)[~(B != 0).any(1)]] = False
+        row[sel] = torch.arange(sel.numel(), device=dev)
+        levels.append((sel, B))
+    keep = alive.index_select(0, sp).nonzero().squeeze(1)
+    idx = torch.cat([s for s, _ in levels])
+    pos = torch.full((M,), -1, dtype=torch.long, device=dev)
+    pos[idx] = torch.arange(idx.numel(), device=dev)
+    bits = torch.cat([b for _, b in levels]) if len(levels) > 1 else levels[0][1]
+    return sp.index_select(0, keep), sc.index_select(0, keep), bits.index_select(0, pos.index_select(0, keep)), alive
 
 
 def _apply_grow(t: HardTrees, rows, j, f, thr, r) -> None:
