@@ -38,6 +38,7 @@ from torchtree.kernels import distinct as _distinct
 from torchtree.kernels.segments import ragged_arange, segmented_searchsorted
 from torchtree.model.likelihoods import DirichletMultinomial
 from torchtree.model.priors import ChipmanPrior
+from torchtree.model.routing import routed_node_bits
 from torchtree.model.trees import INTERNAL, HardTrees
 
 __all__ = ["TreeModel", "quantile_binned"]
@@ -557,8 +558,9 @@ class TreeModel:
     def node_bits(self, trees: HardTrees, node: torch.Tensor) -> torch.Tensor:
         """Bitsets of the training points in ``node[p]`` of every tree, routed down from the root.
 
-        One :meth:`split_bits` per level of the path (read off the heap codes), ``O(depth
-        x W)`` words plus the points of split buckets, so trees need not keep a bitset per node.
+        One :meth:`split_bits` per level of the path (read off the heap codes) and distinct
+        path (:func:`~torchtree.model.routing.routed_node_bits`), ``O(depth x W)`` words plus the
+        points of split buckets, so trees need not keep a bitset per node.
 
         Parameters
         ----------
@@ -569,19 +571,8 @@ class TreeModel:
         -------
         LongTensor [P, W]
         """
-        P = trees.n_trees
-        B = self.all_bits[None].expand(P, -1).clone()
-        dt = trees.depth.long().gather(1, node[:, None]).squeeze(1)
-        ht = trees.extra["heap"].gather(1, node[:, None]).squeeze(1)
-        cur = torch.zeros_like(node)
-        for level in range(int(dt.max()) if P else 0):
-            rows = (dt > level).nonzero().squeeze(1)
-            c = cur.index_select(0, rows)
-            go_right = ((ht.index_select(0, rows) >> (dt.index_select(0, rows) - level - 1)) & 1) == 1
-            B[rows] = self.split_bits(B.index_select(0, rows), trees.feature[rows, c].long(),
-                                      trees.extra["thr_rank"][rows, c], go_right)
-            cur[rows] = torch.where(go_right, trees.right[rows, c], trees.left[rows, c]).long()
-        return B
+        bits, index = routed_node_bits(self, trees, node)
+        return bits.index_select(0, index)
 
     # ------------------------------------------------------------------ max_bins
     def on_grid(self, trees: HardTrees) -> HardTrees:

@@ -64,6 +64,7 @@ import torch
 
 from torchtree.kernels.segments import rank_within
 from torchtree.model.priors import ChipmanPrior
+from torchtree.model.routing import routed_node_bits, subtree_bits
 from torchtree.core.random import keyed_uniform
 from torchtree.model.target import TreeModel, _bit_of
 from torchtree.steps import cut_proposals as cp
@@ -338,8 +339,12 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     in_old = subtree_mask(trees, j)
 
     # Phase 1: node j's data (unchanged by any move): varying dimensions, new rule, old rule's range.
-    Bj = trees.extra["bits"][ar, jc] if "bits" in trees.extra else model.node_bits(trees, jc)
-    vary_j = model.varying(Bj)
+    if "bits" in trees.extra:
+        Bj = trees.extra["bits"][ar, jc]
+        vary_j = model.varying(Bj)
+    else:  # routed: trees that share node j's path share its bitset and varying dimensions
+        Bu, iu = routed_node_bits(model, trees, jc)
+        Bj, vary_j = Bu.index_select(0, iu), model.varying(Bu).index_select(0, iu)
     nv1 = vary_j.sum(1)
     f_new, _ = _choose(vary_j, u[:, 2])
     feat = trees.feature.long()
@@ -397,7 +402,7 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     in_new = subtree_mask(new, torch.where(valid, j, torch.full_like(j, -1)))
 
     # Phase 2: bitsets of the proposed subtree, top-down from j (whose points are unchanged).
-    sp, sc, Bs, alive = _subtree_bits(new, model, in_new, valid, jc, Bj)
+    sp, sc, Bs, alive = subtree_bits(model, new, in_new, valid, jc, Bj)
     valid = alive  # a proposal that empties a node has zero prior density
     sflat = sp * C2 + sc
     M = sp.numel()
@@ -446,57 +451,6 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     zero = torch.zeros_like(log_q)
     return Proposal(new, kind, j, valid, torch.where(valid, delta, zero), torch.where(valid, log_q, zero),
                     torch.where(valid, d_ll, zero), sp, sc, Bs)
-
-
-def _subtree_bits(new: HardTrees, model: TreeModel, in_new: torch.Tensor, valid: torch.Tensor,
-                  jc: torch.Tensor, Bj: torch.Tensor):
-    """Bitsets of the nodes of the proposed subtrees ``in_new [P, C]`` (rooted at ``jc``, whose
-    points ``Bj [P, W]`` are unchanged), level by level from the root.
-
-    A proposal with an empty node is invalid whatever its other nodes hold, so a tree leaves the
-    loop at its first empty node and its nodes are dropped: a change or swap near the root of a
-    grown tree mostly empties a node within a few levels, and the deeper levels, their
-    statistics and extents are never computed (most of a proposal's work on large trees).
-
-    Returns
-    -------
-    (sub_tree [M], sub_node [M], bits [M, W], alive [P]): the nodes of the trees still valid
-    (``alive``: ``valid`` and no empty node), tree-major as ``in_new.nonzero()`` orders them.
-    """
-    P, C2 = new.n_trees, new.capacity
-    dev = Bj.device
-    sp, sc = in_new.nonzero(as_tuple=True)
-    sflat = sp * C2 + sc
-    M = sp.numel()
-    rel = new.depth.view(-1).index_select(0, sflat).long() - new.depth.long().gather(1, jc[:, None]).squeeze(1).index_select(0, sp)
-    height = int(rel.max()) if M else 0
-    cmap = torch.full((P * C2,), -1, dtype=torch.long, device=dev)
-    cmap[sflat] = torch.arange(M, device=dev)
-    par_fl, f_fl = new.parent.view(-1).long(), new.feature.view(-1).long()
-    r_fl, right_fl = new.extra["thr_rank"].view(-1), new.right.view(-1).long()
-    alive = valid.clone()
-    row = torch.full((M,), -1, dtype=torch.long, device=dev)  # row of a node in its level's bitsets
-    sel = (rel == 0).nonzero().squeeze(1)
-    row[sel] = torch.arange(sel.numel(), device=dev)
-    levels = [(sel, Bj.index_select(0, sp.index_select(0, sel)))]
-    for lev in range(1, height + 1):
-        sel = ((rel == lev) & alive.index_select(0, sp)).nonzero().squeeze(1)
-        if sel.numel() == 0:
-            break
-        g_par = sp.index_select(0, sel) * C2 + par_fl.index_select(0, sflat.index_select(0, sel))
-        prev = levels[-1][1]
-        B = model.split_bits(prev.index_select(0, row.index_select(0, cmap.index_select(0, g_par))),
-                             f_fl.index_select(0, g_par), r_fl.index_select(0, g_par),
-                             right_fl.index_select(0, g_par) == sc.index_select(0, sel))
-        alive[sp.index_select(0, sel)[~(B != 0).any(1)]] = False
-        row[sel] = torch.arange(sel.numel(), device=dev)
-        levels.append((sel, B))
-    keep = alive.index_select(0, sp).nonzero().squeeze(1)
-    idx = torch.cat([s for s, _ in levels])
-    pos = torch.full((M,), -1, dtype=torch.long, device=dev)
-    pos[idx] = torch.arange(idx.numel(), device=dev)
-    bits = torch.cat([b for _, b in levels]) if len(levels) > 1 else levels[0][1]
-    return sp.index_select(0, keep), sc.index_select(0, keep), bits.index_select(0, pos.index_select(0, keep)), alive
 
 
 def _apply_grow(t: HardTrees, rows, j, f, thr, r) -> None:
