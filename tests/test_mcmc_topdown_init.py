@@ -22,7 +22,7 @@ import torchtree.model.target as target
 from torchtree.model.target import TreeModel
 from torchtree.samplers.mcmc import MCMC
 from torchtree.steps.from_trees import state_from_trees
-from torchtree.steps.moves import check_state
+from torchtree.steps.moves import TreeState, check_state
 from torchtree.testing import exact_predictive
 
 
@@ -52,6 +52,30 @@ def test_caches_of_converted_trees_are_exact(task, tables, monkeypatch):
     assert ("bits" in state.trees.extra) == (tables == "exact")
     assert int(state.trees.n_leaves().max()) > 3  # real trees, not roots
     check_state(state, model)
+
+
+@pytest.mark.parametrize("keep_bits", [True, False], ids=["kept-bits", "routed-bits"])
+def test_trees_filled_in_groups_are_the_trees_filled_at_once(keep_bits, monkeypatch):
+    """A level budget of one word per group splits the batch into many groups of trees (one
+    tree each where a level is wider): every field equals the one-batch fill."""
+    from torchtree.steps import from_trees
+
+    if not keep_bits:
+        monkeypatch.setattr(target, "_KEEP_BITS_BYTES", 0)
+    data = _xor()
+    prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(1.0)
+    post = tt.TopDownSMC(prior, lik, n_particles=40, proposal="empirical").run(data, seed=0)
+    model = TreeModel(prior, lik, data)
+    whole = state_from_trees(model, post.trees).trees
+    monkeypatch.setattr(from_trees, "_LEVEL_BYTES", 8 * model.W * 6)
+    assert len(from_trees._tree_groups(post.trees, model.W)) > 4
+    grouped = state_from_trees(model, post.trees).trees
+    assert ("bits" in grouped.extra) == keep_bits
+    assert set(whole.extra) == set(grouped.extra)
+    for name, a in list(whole.node_fields().items()) + [("n_nodes", whole.n_nodes)]:
+        b = grouped.node_fields()[name] if name != "n_nodes" else grouped.n_nodes
+        assert torch.equal(a, b), name
+    check_state(TreeState(grouped), model)
 
 
 def test_chains_from_topdown_starts_sample_the_exact_posterior():

@@ -7,6 +7,10 @@ node): the node bitsets, statistics and threshold ranks, the heap codes, and the
 log-posterior terms (leaf: ``log(1 - p_split) + log l(Y)``; split: ``log p_split - log nv -
 log range``). A tree whose rules the move samplers' model gives zero density (a split of a
 node whose data do not vary in the split's dimension) is refused.
+
+Memory: one depth level's distinct node bitsets at a time, ``O(nodes at a depth x W)`` words;
+batches whose widest level would pass ``_LEVEL_BYTES`` are filled in groups of trees (on a
+million rows, 1024 grown trees' deepest levels held tens of GB at once).
 """
 from __future__ import annotations
 
@@ -17,6 +21,28 @@ from torchtree.model.trees import INTERNAL, LEAF, UNUSED, HardTrees
 from torchtree.steps.moves import TreeState
 
 __all__ = ["state_from_trees"]
+
+_LEVEL_BYTES = 1 << 28  # one level's bitsets of a group of trees (its temporaries take a few times this)
+
+
+def _tree_groups(trees: HardTrees, W: int):
+    """Consecutive groups of trees whose nodes at any one depth take at most ``_LEVEL_BYTES``
+    as bitsets (a tree wider than that is a group of its own): list of LongTensor indices."""
+    P = trees.n_trees
+    used = (trees.status != UNUSED).long()
+    depth = trees.depth.long() * used
+    width = torch.zeros(P, int(depth.max()) + 1 if P else 1, dtype=torch.long, device=depth.device)
+    width.scatter_add_(1, depth, used)
+    cum = width.cumsum(0)
+    limit = max(1, _LEVEL_BYTES // (8 * W))
+    groups, start = [], 0
+    while start < P:
+        base = cum[start - 1] if start else torch.zeros_like(cum[0])
+        over = ((cum[start:] - base) > limit).any(1)
+        end = start + max(1, int(over.to(torch.uint8).argmax()) if bool(over.any()) else P - start)
+        groups.append(torch.arange(start, end, device=depth.device))
+        start = end
+    return groups
 
 
 def state_from_trees(model: TreeModel, trees: HardTrees) -> TreeState:
@@ -33,11 +59,23 @@ def state_from_trees(model: TreeModel, trees: HardTrees) -> TreeState:
     """
     dev = model.X.device
     src = trees.to(dev)
+    capacity = max(16, src.capacity)
+    groups = _tree_groups(src, model.W)
+    if len(groups) <= 1:
+        return _filled_state(model, src, capacity, src.n_trees)
+    parts = [_filled_state(model, src.take(g), capacity, src.n_trees).trees for g in groups]
+    return TreeState(HardTrees.cat(parts))
+
+
+def _filled_state(model: TreeModel, src: HardTrees, capacity: int, n_batch: int) -> TreeState:
+    """:func:`state_from_trees` of one group of trees (``n_batch``: the whole batch's size, which
+    decides whether the trees keep per-node bitsets)."""
+    dev = model.X.device
     P = src.n_trees
-    state = TreeState.roots(model, P, capacity=max(16, src.capacity))
+    state = TreeState.roots(model, P, capacity=capacity)
     t = state.trees
     C = t.capacity
-    if "bits" in t.extra and not model.keeps_bits(P, C):
+    if "bits" in t.extra and not model.keeps_bits(n_batch, C):
         # grown trees can hold hundreds of nodes: their bitsets would not fit the budget that
         # a start from the root was sized for, so the moves route from the root instead
         del t.extra["bits"]
