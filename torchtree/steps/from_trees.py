@@ -8,9 +8,9 @@ log-posterior terms (leaf: ``log(1 - p_split) + log l(Y)``; split: ``log p_split
 log range``). A tree whose rules the move samplers' model gives zero density (a split of a
 node whose data do not vary in the split's dimension) is refused.
 
-Memory: one depth level's distinct node bitsets at a time, ``O(nodes at a depth x W)`` words;
-batches whose widest level would pass ``_LEVEL_BYTES`` are filled in groups of trees (on a
-million rows, 1024 grown trees' deepest levels held tens of GB at once).
+Memory: one depth level's distinct node bitsets at a time, ``O(distinct nodes at a depth x W)``
+words; batches whose widest level would pass ``_LEVEL_BYTES`` are filled in groups of trees
+(on a million rows, 1024 grown trees' widest levels passed the 4 GB that the whole fit may use).
 """
 from __future__ import annotations
 
@@ -25,22 +25,50 @@ __all__ = ["state_from_trees"]
 _LEVEL_BYTES = 1 << 28  # one level's bitsets of a group of trees (its temporaries take a few times this)
 
 
-def _tree_groups(trees: HardTrees, W: int):
-    """Consecutive groups of trees whose nodes at any one depth take at most ``_LEVEL_BYTES``
-    as bitsets (a tree wider than that is a group of its own): list of LongTensor indices."""
+def _distinct_levels(trees: HardTrees):
+    """The nodes of every depth as (tree [n], distinct-node id [n], number of ids), a node's id
+    keyed by its parent's id and rule as :func:`_filled_state` keys them (by the threshold's
+    value here, which can only count more distinct nodes than its rank does)."""
     P = trees.n_trees
-    used = (trees.status != UNUSED).long()
-    depth = trees.depth.long() * used
-    width = torch.zeros(P, int(depth.max()) + 1 if P else 1, dtype=torch.long, device=depth.device)
-    width.scatter_add_(1, depth, used)
-    cum = width.cumsum(0)
+    po = torch.arange(P, device=trees.device)
+    co = torch.zeros_like(po)
+    inv, n_ids, levels = torch.zeros_like(po), 1, []
+    while po.numel():
+        levels.append((po, inv, n_ids))
+        sp = (trees.feature[po, co] >= 0).nonzero().squeeze(1)
+        if sp.numel() == 0:
+            break
+        ps, cs = po[sp], co[sp]
+        thr = trees.threshold[ps, cs].double().view(torch.long)
+        rules, ir = torch.unique(torch.stack([inv[sp], trees.feature[ps, cs].long(), thr], 1), dim=0, return_inverse=True)
+        po = torch.cat([ps, ps])
+        co = torch.cat([trees.left[ps, cs], trees.right[ps, cs]]).long()
+        inv, n_ids = torch.cat([ir, ir + rules.shape[0]]), 2 * rules.shape[0]
+    return levels
+
+
+def _tree_groups(trees: HardTrees, W: int):
+    """Consecutive groups of trees whose distinct nodes at any one depth take at most
+    ``_LEVEL_BYTES`` as bitsets (a tree wider than that is a group of its own): list of
+    LongTensor indices. Copies of a tree (resampled particles) sit side by side and cost
+    one tree."""
+    P = trees.n_trees
+    levels = _distinct_levels(trees)
     limit = max(1, _LEVEL_BYTES // (8 * W))
     groups, start = [], 0
     while start < P:
-        base = cum[start - 1] if start else torch.zeros_like(cum[0])
-        over = ((cum[start:] - base) > limit).any(1)
-        end = start + max(1, int(over.to(torch.uint8).argmax()) if bool(over.any()) else P - start)
-        groups.append(torch.arange(start, end, device=depth.device))
+        end = P
+        for po, inv, n_ids in levels:
+            m = po >= start
+            first = torch.full((n_ids,), P, dtype=torch.long, device=po.device)
+            first.scatter_reduce_(0, inv[m], po[m], "amin")
+            # distinct ids among trees start .. start + k, for every k
+            seen = torch.bincount(first[first < P] - start, minlength=P - start).cumsum(0)
+            over = (seen > limit).nonzero()
+            if over.numel():
+                end = min(end, start + int(over[0]))
+        end = max(end, start + 1)
+        groups.append(torch.arange(start, end, device=trees.device))
         start = end
     return groups
 
