@@ -12,8 +12,11 @@ import torch
 import torchtree as tt
 from torchtree.model import routing
 from torchtree.model.routing import routed_node_bits
+import torchtree.model.target as target
 from torchtree.model.target import TreeModel
 from torchtree.model.trees import UNUSED
+from torchtree.samplers.mcmc import MCMC
+from torchtree.samplers.smc_moves import SMCSampler
 from torchtree.steps.moves import sample_prior_state
 
 
@@ -49,3 +52,22 @@ def test_routed_bits_are_the_kept_bits(packed, monkeypatch):
     node = torch.zeros(t.n_trees, dtype=torch.long)
     bits, index = routed_node_bits(model, t, node)
     assert bits.shape[0] == 1 and bool((index == 0).all())  # every root is the same node
+
+
+@pytest.mark.parametrize("make", [lambda: MCMC(n_chains=3, n_samples=60), lambda: SMCSampler(n_particles=48, n_iterations=6)],
+                         ids=["mcmc", "smc-moves"])
+@pytest.mark.parametrize("keep_bits", [True, False], ids=["kept-bits", "routed-bits"])
+def test_subtrees_rebuilt_in_a_second_pass_give_the_same_run(make, keep_bits, monkeypatch):
+    """With no room to keep the first pass's subtree bitsets, the surviving trees' nodes are
+    rebuilt: every draw is the same as with them kept."""
+    if not keep_bits:
+        monkeypatch.setattr(target, "_KEEP_BITS_BYTES", 0)
+    g = torch.Generator().manual_seed(4)
+    X = torch.randn(400, 3, generator=g)
+    data = tt.Data(X, ((X[:, 0] > 0) ^ (X[:, 1] > 0.5)).long())
+    want = make().run(data, seed=6)
+    monkeypatch.setattr(routing, "_SUBTREE_BYTES", 0)
+    got = make().run(data, seed=6)
+    for name in ("feature", "threshold", "stats", "n_nodes"):
+        assert torch.equal(getattr(want.trees, name), getattr(got.trees, name)), name
+    assert torch.equal(want.log_weights, got.log_weights)

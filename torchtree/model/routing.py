@@ -24,6 +24,8 @@ from torchtree.model.trees import HardTrees
 
 __all__ = ["routed_node_bits", "subtree_bits"]
 
+_SUBTREE_BYTES = 1 << 28  # a proposal batch's subtree bitsets kept from the first pass (else rebuilt for survivors)
+
 
 def _distinct_keys(parent: torch.Tensor, f: torch.Tensor, r: torch.Tensor, right: torch.Tensor, D: int, umax: int):
     """Distinct (parent, f, r, right) rows: ``(first row of each [u], inverse [k])``."""
@@ -124,26 +126,47 @@ def subtree_bits(model, new: HardTrees, in_new: torch.Tensor, valid: torch.Tenso
     cmap[sflat] = torch.arange(M, device=dev)
     par_fl, f_fl = new.parent.view(-1).long(), new.feature.view(-1).long()
     r_fl, right_fl = new.extra["thr_rank"].view(-1), new.right.view(-1).long()
+    split = lambda parent_bits, g_par, sel: model.split_bits(  # noqa: E731
+        parent_bits, f_fl.index_select(0, g_par), r_fl.index_select(0, g_par),
+        right_fl.index_select(0, g_par) == sc.index_select(0, sel))
+    parent_of = lambda sel: sp.index_select(0, sel) * C2 + par_fl.index_select(0, sflat.index_select(0, sel))  # noqa: E731
+    # Pass 1: which trees empty a node. Levels are kept while they fit _SUBTREE_BYTES (then
+    # they are the result); past it only the previous level is, and pass 2 rebuilds the
+    # surviving trees' nodes, a fraction of the work, in memory bounded by what survives.
     alive = valid.clone()
     row = torch.full((M,), -1, dtype=torch.long, device=dev)  # row of a node in its level's bitsets
     sel = (rel == 0).nonzero().squeeze(1)
     row[sel] = torch.arange(sel.numel(), device=dev)
-    levels = [(sel, Bj.index_select(0, sp.index_select(0, sel)))]
+    prev = Bj.index_select(0, sp.index_select(0, sel))
+    levels = [(sel, prev)]
+    stored = prev.numel() * 8
     for lev in range(1, height + 1):
         sel = ((rel == lev) & alive.index_select(0, sp)).nonzero().squeeze(1)
         if sel.numel() == 0:
             break
-        g_par = sp.index_select(0, sel) * C2 + par_fl.index_select(0, sflat.index_select(0, sel))
-        prev = levels[-1][1]
-        B = model.split_bits(prev.index_select(0, row.index_select(0, cmap.index_select(0, g_par))),
-                             f_fl.index_select(0, g_par), r_fl.index_select(0, g_par),
-                             right_fl.index_select(0, g_par) == sc.index_select(0, sel))
+        g_par = parent_of(sel)
+        B = split(prev.index_select(0, row.index_select(0, cmap.index_select(0, g_par))), g_par, sel)
         alive[sp.index_select(0, sel)[~(B != 0).any(1)]] = False
         row[sel] = torch.arange(sel.numel(), device=dev)
-        levels.append((sel, B))
+        prev, stored = B, stored + B.numel() * 8
+        if levels is not None:
+            levels = levels + [(sel, B)] if stored <= _SUBTREE_BYTES else None
     keep = alive.index_select(0, sp).nonzero().squeeze(1)
-    idx = torch.cat([s for s, _ in levels])
     pos = torch.full((M,), -1, dtype=torch.long, device=dev)
-    pos[idx] = torch.arange(idx.numel(), device=dev)
-    bits = torch.cat([b for _, b in levels]) if len(levels) > 1 else levels[0][1]
-    return sp.index_select(0, keep), sc.index_select(0, keep), bits.index_select(0, pos.index_select(0, keep)), alive
+    if levels is not None:
+        idx = torch.cat([s for s, _ in levels])
+        pos[idx] = torch.arange(idx.numel(), device=dev)
+        bits = torch.cat([b for _, b in levels]) if len(levels) > 1 else levels[0][1]
+        return sp.index_select(0, keep), sc.index_select(0, keep), bits.index_select(0, pos.index_select(0, keep)), alive
+    del prev, B
+    # Pass 2: the surviving trees' nodes, parents before children, into one tensor.
+    pos[keep] = torch.arange(keep.numel(), device=dev)
+    bits = torch.empty(keep.numel(), model.W, dtype=torch.long, device=dev)
+    rk = rel.index_select(0, keep)
+    top = keep[rk == 0]
+    bits[pos.index_select(0, top)] = Bj.index_select(0, sp.index_select(0, top))
+    for lev in range(1, int(rk.max()) + 1 if keep.numel() else 0):
+        sel = keep[rk == lev]
+        g_par = parent_of(sel)
+        bits[pos.index_select(0, sel)] = split(bits.index_select(0, pos.index_select(0, cmap.index_select(0, g_par))), g_par, sel)
+    return sp.index_select(0, keep), sc.index_select(0, keep), bits, alive
