@@ -173,14 +173,10 @@ def test_smc_moves_topdown_refuses_tempering():
 
 
 def test_estimator_smc_moves_starts_at_topdown_draws_on_large_tables(monkeypatch):
-    import torchtree.estimator_defaults as defaults
-
     seen = _spy_on_start_option(monkeypatch, "init_prior")
     d = _xor(300)
     kw = dict(method="smc-moves", n_particles=32, n_iterations=2, random_state=0, hyper="fixed")
     tt.BayesianTreeClassifier(**kw).fit(d.X.numpy()[:150], d.y.numpy()[:150])
     tt.BayesianTreeClassifier(**kw).fit(d.X.numpy(), d.y.numpy())
     tt.BayesianTreeClassifier(tempering=True, **kw).fit(d.X.numpy(), d.y.numpy())
-    monkeypatch.setattr(defaults, "TOPDOWN_INIT_MAX_ROWS_SMC_MOVES", 250)  # above it: the prior-drawn start
-    tt.BayesianTreeClassifier(**kw).fit(d.X.numpy(), d.y.numpy())
-    assert seen == [None, "topdown", None, None]
+    assert seen == [None, "topdown", None]

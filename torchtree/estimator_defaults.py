@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-__all__ = ["apply_method_defaults", "TOPDOWN_INIT_ROWS", "TOPDOWN_INIT_FEATURES", "TOPDOWN_INIT_MAX_ROWS_SMC_MOVES",
+__all__ = ["apply_method_defaults", "TOPDOWN_INIT_ROWS", "TOPDOWN_INIT_FEATURES",
            "MCMC_CHAINS_SMALL", "MCMC_SAMPLES_SMALL", "SMC_ISLANDS_REGRESSION", "DCC_MAX_SECONDS"]
 
 #: rows from which ``method="mcmc"`` / ``"smc-moves"`` start at top-down SMC draws
@@ -18,8 +18,6 @@ __all__ = ["apply_method_defaults", "TOPDOWN_INIT_ROWS", "TOPDOWN_INIT_FEATURES"
 TOPDOWN_INIT_ROWS = 5000
 #: ... and, for ``"mcmc"``, on more features (madelon's 500: root chains rarely find the informative ones)
 TOPDOWN_INIT_FEATURES = 100
-#: ... and up to these rows for ``"smc-moves"`` (its start fills the caches of n_particles grown trees)
-TOPDOWN_INIT_MAX_ROWS_SMC_MOVES = 200_000
 
 #: ``method="mcmc"`` below ``TOPDOWN_INIT_ROWS``: chains x kept draws, warm-up as long (README "Defaults")
 MCMC_CHAINS_SMALL, MCMC_SAMPLES_SMALL = 16, 500
@@ -54,8 +52,6 @@ def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, t
     if method == "dcc" and "max_seconds" not in kwargs:
         kwargs.update(max_seconds=DCC_MAX_SECONDS, clock=kwargs.get("clock", "cpu"))
     start = {"mcmc": "init", "smc-moves": "init_prior"}.get(method)
-    if method == "smc-moves" and n > TOPDOWN_INIT_MAX_ROWS_SMC_MOVES:
-        start = None  # 1024 grown trees' caches at 10^6 rows ran out of 24 GB (README, "Defaults")
     wide = method == "mcmc" and d > TOPDOWN_INIT_FEATURES
     if (start is not None and start not in kwargs and (n >= TOPDOWN_INIT_ROWS or wide)
             and getattr(kwargs.get("prior"), "name", "chipman") == "chipman" and not kwargs.get("tempering")):

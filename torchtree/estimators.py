@@ -485,8 +485,7 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         Passed to the sampler by name (``n_particles``, ``n_islands``, ``proposal``,
         ``expansion``, ``resampling``, ``ess_threshold``, ``n_chains``, ...); a
         ``likelihood=`` object is used as is (instead of ``alpha`` / ``mu0`` / ...).
-        ``method="mcmc"`` (``"smc-moves"``) on at least ``TOPDOWN_INIT_ROWS`` (5000) rows
-        (and for smc-moves at most ``TOPDOWN_INIT_MAX_ROWS_SMC_MOVES``, 200,000) with the
+        ``method="mcmc"`` (``"smc-moves"``) on at least ``TOPDOWN_INIT_ROWS`` (5000) rows with the
         Chipman prior starts its chains (particles) at top-down SMC draws (``init="topdown"``,
         ``init_prior="topdown"``) unless that option is given (MCMC also on more than
         ``TOPDOWN_INIT_FEATURES``, 100, features). Below 5000 rows ``method="mcmc"`` runs
