@@ -386,9 +386,9 @@ class TreeModel:
         empty = hi < 0
         return lo.masked_fill(empty, 0), hi.masked_fill(empty, 0)
 
-    def _run_members(self, B: torch.Tensor, start: torch.Tensor, end: torch.Tensor):
-        """The points of runs ``[start, end)`` of the rank order that are in ``B [m, W]`` (run i
-        against row i), in chunks: yields ``(i [k], point [k])``; costs the runs' lengths."""
+    def _run_members(self, B: torch.Tensor, start: torch.Tensor, end: torch.Tensor, rows: Optional[torch.Tensor] = None):
+        """The points of runs ``[start, end)`` of the rank order that are in ``B`` (run i against
+        row i, or row ``rows[i]``), in chunks: yields ``(i [k], point [k])``; costs the runs' lengths."""
         lens = (end - start).clamp(min=0)
         m, s0, csum = lens.numel(), 0, lens.cumsum(0)
         while s0 < m:
@@ -397,7 +397,8 @@ class TreeModel:
             seg, pos = ragged_arange(lens[s0:s1])
             seg += s0
             pt = self.pts_by_rank.index_select(0, start.index_select(0, seg) + pos).long()
-            inside = ((B.view(-1).index_select(0, seg * self.W + pt // 64) >> (pt % 64)) & 1) == 1
+            brow = seg if rows is None else rows.index_select(0, seg)
+            inside = ((B.view(-1).index_select(0, brow * self.W + pt // 64) >> (pt % 64)) & 1) == 1
             yield seg[inside], pt[inside]
             s0 = s1
 
@@ -539,15 +540,16 @@ class TreeModel:
         left = B & self.table.index_select(0, torch.where(r < 0, torch.zeros_like(rows), whole))
         sel = ((r >= 0) & (r < last)).nonzero().squeeze(1)
         if sel.numel():
-            # the cut's bucket: its points of rank <= r are a run of the rank order
+            # the cut's bucket: its points of rank <= r are a run of the rank order (their bits
+            # are not in ``left`` yet, so adding them is an OR)
             fs, rs = f.index_select(0, sel), r.index_select(0, sel)
-            part = torch.zeros(sel.numel(), self.W, dtype=torch.long, device=B.device)
-            for i, pt in self._run_members(B.index_select(0, sel), self.run_start.index_select(0, rows.index_select(0, sel)),
-                                           self.value_end.index_select(0, fs * self.umax + rs)):
+            for i, pt in self._run_members(B, self.run_start.index_select(0, rows.index_select(0, sel)),
+                                           self.value_end.index_select(0, fs * self.umax + rs), rows=sel):
                 word, val = _bit_of(pt)
-                part.view(-1).index_put_((i * self.W + word,), val, accumulate=True)  # distinct bits: a sum is an OR
-            left[sel] |= part
-        return torch.where(right[:, None], B & ~left, left)
+                left.view(-1).index_put_((sel.index_select(0, i) * self.W + word,), val, accumulate=True)
+        # right child: B & ~left = B ^ left, as left is a subset of B
+        left ^= B & (-right.long())[:, None]
+        return left
 
     def keeps_bits(self, n_trees: int, capacity: int = 64) -> bool:
         """Whether a batch of ``n_trees`` trees keeps every node's bitset: when ``capacity``
