@@ -169,6 +169,10 @@ def test_dcc_end_to_end_regression():
     assert mse < 1.0  # var(y) ~ 2.7; a tree with the right first split gets far below 1
     assert post.predict_interval(Xte[:5]).shape == (5, 2)
     assert post.info["warmups"] == len(post.topologies)
+    # every NUTS iteration moves at least one topology's 4 chains; the rate is per chain transition
+    info = post.info
+    assert info["transitions"] >= 4 * info["nuts_iterations"] > 0
+    assert info["divergence_rate"] == info["divergences"] / info["transitions"]
     # the draws-based local posterior is available from the same run
     dcc.local_posterior = "draws"
     alt = dcc._posterior(post.data, post.run_records, post.run_evidence, {})

@@ -49,7 +49,7 @@ def _assert_same(a, b, X, y):
     assert torch.equal(a.topology_log_evidence, b.topology_log_evidence)
     assert torch.equal(a.weights, b.weights)
     assert np.array_equal(a.predict(X), b.predict(X))
-    for k in ("nuts_iterations", "divergences", "grad_evals", "warmups", "iterations", "n_discovered", "selected_counts"):
+    for k in ("nuts_iterations", "divergences", "transitions", "grad_evals", "warmups", "iterations", "n_discovered", "selected_counts"):
         assert a.info[k] == b.info[k], k
 
 

@@ -83,8 +83,7 @@ _Record, _compact_keys, _inherit = Record, compact_keys, inherit
 def _new_stats() -> Dict[str, int]:
     """The run's counters; ``warmups_cut`` / ``visits_cut``: topologies whose warm-up or
     refinement the time budget cut (left out, see :meth:`DCC._activate_batch`)."""
-    return {"nuts_iterations": 0, "divergences": 0, "grad_evals": 0, "warmups": 0, "warmups_cut": 0,
-            "visits_cut": 0}
+    return dict.fromkeys(("nuts_iterations", "divergences", "transitions", "grad_evals", "warmups", "warmups_cut", "visits_cut"), 0)
 
 
 @dataclass
@@ -376,6 +375,7 @@ class DCC(SettingsAsAttributes):
         """The posterior over the active topologies, weighted by ``Z_m p(m)``."""
         stats = dict(state.stats)
         stats["nuts_iterations"] = state.hmc_step
+        stats["divergence_rate"] = stats["divergences"] / max(stats["transitions"], 1)  # per chain transition
         stats["iterations"] = state.step
         stats["seconds"], stats["cpu_seconds"] = self._elapsed(ctx)
         stats["rows_used"], stats["rows_total"] = ctx.extra["rows"]
@@ -432,6 +432,7 @@ class DCC(SettingsAsAttributes):
     @staticmethod
     def _track(state: DCCState, trace: SampleTrace) -> None:
         state.stats["divergences"] += int(trace.is_divergent.sum())
+        state.stats["transitions"] += trace.is_divergent.numel()  # one per chain and NUTS iteration
         state.stats["grad_evals"] += int(trace.n_steps.sum())
 
     def _activate(self, state: DCCState, ctx: driver.RunContext, new: List[Record], stop=None) -> None:
@@ -489,6 +490,7 @@ class DCC(SettingsAsAttributes):
             )
         state.hmc_step += st["iterations"]
         state.stats["divergences"] += int(st["divergences"].sum())
+        state.stats["transitions"] += int(st["iterations"]) * st["divergences"].numel()  # chains move in lockstep
         if not st["completed"]:
             state.stats["warmups_cut"] += len(batch)
             return
