@@ -378,3 +378,18 @@ def test_a_failing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
     with pytest.warns(RuntimeWarning, match="torch.compile failed"):
         got = BART(**kw, compile="on", bart_sampler="pg").run(data, seed=1)
     assert torch.equal(got.value, ref.value) and torch.equal(got.feature, ref.feature)
+
+
+def test_unconverged_chains_warn_and_prior_only_ones_do_not():
+    """Two chains of 8 kept sweeps from single leaves on Friedman data: the diagnostics are off their
+    limits and a UserWarning names them. Prior-only chains of 3 trees mix fast: no warning."""
+    import warnings
+
+    X, y, _ = _friedman(200, 5)
+    data = Data(X, y, task="regression")
+    with pytest.warns(UserWarning, match="unconverged.*ess_"):
+        BART(n_trees=20, n_chains=2, n_warmup=0, n_samples=8).run(data, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        post = BART(n_trees=3, n_chains=4, n_warmup=100, n_samples=1000, use_likelihood=False).run(data, seed=0)
+    assert post.info["rhat_sigma"] <= 1.1 and post.info["ess_sigma"] >= 100

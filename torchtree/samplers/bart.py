@@ -17,7 +17,7 @@ import torch
 from torchtree.core.random import derive_seed, keyed_uniform
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, heap_depth
 from torchtree.model.bart_posterior import BARTPosterior
-from torchtree.model.diagnostics import chain_ess, rhat
+from torchtree.model.diagnostics import chain_ess, rhat, warn_if_unconverged
 from torchtree.samplers import driver
 from torchtree.samplers.protocol import SamplerConfig, SamplerState, SettingsAsAttributes, option
 from torchtree.steps.bart_moves import draw_latent, draw_sigma, tree_update
@@ -368,6 +368,7 @@ class BART(SettingsAsAttributes):
         if c.bart_sampler == "mcmc":
             info.update({f"accept/{m}": (a / p if p else float("nan")) for m, p, a in zip(("grow", "prune", "change"), pr, ac)})
             info["accept/all"] = sum(ac) / max(sum(pr), 1)
+        warn_if_unconverged(info, S, "Run longer chains (n_warmup, n_samples) or more of them (n_chains)")
         chain_of = torch.arange(Cg).repeat(S)
         return BARTPosterior(prior, ctx.extra["grid"], feat.to(dev), cut.to(dev), val.to(dev), sig_flat.to(dev),
                              chain_of, ctx.data.d, classes=ctx.data.classes_, info=info)

@@ -21,9 +21,6 @@ draws of all chains; the traces themselves are in ``info["trace"]``
 """
 from __future__ import annotations
 
-import os
-import sys
-import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -34,7 +31,7 @@ from torchtree.core.memory import check_tree_memory
 
 from torchtree.core.random import derive_seed, keyed_uniform
 from torchtree.distributed import BlockLayout
-from torchtree.model.diagnostics import chain_ess, rhat  # noqa: F401  (re-exported: the MCMC diagnostics)
+from torchtree.model.diagnostics import chain_ess, rhat, warn_if_unconverged  # noqa: F401  (rhat, chain_ess re-exported)
 from torchtree.model.posterior import TreePosterior
 from torchtree.model.priors import make_prior
 from torchtree.model.trees import HardTrees
@@ -504,7 +501,8 @@ class MCMC(SettingsAsAttributes):
         info.update(rhat_leaves=rhat(leaves), ess_leaves=chain_ess(leaves),
                     rhat_log_posterior=rhat(lp), ess_log_posterior=chain_ess(lp),
                     trace={"n_leaves": leaves, "log_posterior": lp})
-        _warn_if_unconverged(info, n_kept // max(c.n_chains, 1))
+        warn_if_unconverged(info, n_kept // max(c.n_chains, 1), "Run more chains (n_chains), longer ones "
+                            "(n_samples, n_warmup), or use method='smc'")
         dev = ctx.device
         post = TreePosterior(trees.to(dev), logw.to(dev), lik, data.d, classes=data.classes_, log_evidence=None,
                              info=info)
@@ -533,27 +531,6 @@ def _gather_chains(ctx: driver.RunContext, trees: HardTrees, proposed, accepted,
     leaves_all = be.all_gather(leaves.cpu()).view(W * n, -1)
     lp_all = be.all_gather(lp.cpu()).view(W * n, -1)
     return every, counts[0], counts[1], leaves_all, lp_all
-
-
-#: convergence limits of the warning: split-R-hat above RHAT_LIMIT, or an effective sample size
-#: below ESS_LIMIT (of the number of leaves or of the log posterior, over all chains)
-RHAT_LIMIT, ESS_LIMIT = 1.1, 100.0
-
-
-def _warn_if_unconverged(info: dict, draws_per_chain: int) -> None:
-    """A ``UserWarning`` naming the diagnostics when the chains look unconverged."""
-    bad = [f"{k} {info[k]:.2f}" for k in ("rhat_leaves", "rhat_log_posterior")
-           if np.isfinite(info.get(k, np.nan)) and info[k] > RHAT_LIMIT]
-    bad += [f"{k} {info[k]:.1f}" for k in ("ess_leaves", "ess_log_posterior")
-            if np.isfinite(info.get(k, np.nan)) and info[k] < ESS_LIMIT]
-    if bad and draws_per_chain >= 4:
-        # point the warning at the user's call, however deep in torchtree it is raised
-        pkg, frame, level = os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys._getframe(1), 2
-        while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg):
-            frame, level = frame.f_back, level + 1
-        warnings.warn(f"MCMC chains look unconverged ({', '.join(bad)}; limits R-hat <= {RHAT_LIMIT}, "
-                      f"ESS >= {ESS_LIMIT:.0f}): predictions may depend on the seed. Run more chains "
-                      "(n_chains), longer ones (n_samples, n_warmup), or use method='smc'", UserWarning, stacklevel=level)
 
 
 def _accept_info(proposed: torch.Tensor, accepted: torch.Tensor) -> dict:
