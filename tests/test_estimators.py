@@ -202,6 +202,18 @@ def test_dcc_gets_a_cpu_budget_unless_max_seconds_is_given(monkeypatch):
     assert (c.max_seconds, c.clock) == (5, "wall")
 
 
+def test_dcc_regression_aims_at_a_higher_acceptance_unless_given():
+    import torchtree.estimator_defaults as defaults
+    from torchtree.samplers.dcc.config import DCCConfig
+
+    X = np.random.default_rng(2).normal(size=(40, 2))
+    reg = Data(X, X[:, 0] + 0.1 * X[:, 1], task="regression")
+    cls = Data(X, (X[:, 0] > 0).astype(int))
+    assert BayesianTreeRegressor(method="dcc")._build_sampler(reg).config.target_accept == defaults.DCC_TARGET_ACCEPT_REGRESSION
+    assert BayesianTreeRegressor(method="dcc", target_accept=0.7)._build_sampler(reg).config.target_accept == 0.7
+    assert BayesianTreeClassifier(method="dcc")._build_sampler(cls).config.target_accept == DCCConfig.target_accept
+
+
 def test_smc_regression_runs_islands_unless_given():
     import torchtree.estimator_defaults as defaults
 
