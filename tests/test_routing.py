@@ -57,14 +57,18 @@ def test_routed_bits_are_the_kept_bits(packed, monkeypatch):
 @pytest.mark.parametrize("make", [lambda: MCMC(n_chains=3, n_samples=60), lambda: SMCSampler(n_particles=48, n_iterations=6)],
                          ids=["mcmc", "smc-moves"])
 @pytest.mark.parametrize("keep_bits", [True, False], ids=["kept-bits", "routed-bits"])
-def test_subtrees_rebuilt_in_a_second_pass_give_the_same_run(make, keep_bits, monkeypatch):
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_subtrees_rebuilt_in_a_second_pass_give_the_same_run(make, keep_bits, task, monkeypatch):
     """With no room to keep the first pass's subtree bitsets, the surviving trees' nodes are
-    rebuilt: every draw is the same as with them kept."""
+    rebuilt: every draw is the same as with them kept (regression: statistics from unpacked
+    bitsets times the per-point statistics, in another batch order)."""
     if not keep_bits:
         monkeypatch.setattr(target, "_KEEP_BITS_BYTES", 0)
     g = torch.Generator().manual_seed(4)
     X = torch.randn(400, 3, generator=g)
-    data = tt.Data(X, ((X[:, 0] > 0) ^ (X[:, 1] > 0.5)).long())
+    label = (X[:, 0] > 0) ^ (X[:, 1] > 0.5)
+    data = (tt.Data(X, label.long()) if task == "classification"
+            else tt.Data(X, label.double() + 0.3 * torch.randn(400, generator=g, dtype=torch.float64), task="regression"))
     want = make().run(data, seed=6)
     monkeypatch.setattr(routing, "_SUBTREE_BYTES", 0)
     got = make().run(data, seed=6)
