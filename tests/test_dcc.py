@@ -189,7 +189,9 @@ def test_dcc_final_monitor_values_use_their_own_names():
     mon = _Recorder()
     post = DCC(n_iterations=2, n_initial=5, n_chains=2, n_samples=3, n_warmup=5, n_warmup_warm=3, n_parallel=1,
                activation_threshold=1, max_depth=2).run((X, y), seed=0, monitor=mon)
-    assert set(mon.end) == {"log_evidence", "n_active", "topology_log_evidence", "seconds", "posterior"}
+    assert set(mon.end) == {"log_evidence", "n_active", "topology_log_evidence", "seconds", "divergence_rate",
+                            "posterior"}
+    assert 0 <= mon.end["divergence_rate"] <= 1
     assert mon.end["log_evidence"] == post.log_evidence and mon.end["posterior"] is post
     per_iteration = [d["dcc/log_evidence"] for _, d in mon.steps if "dcc/log_evidence" in d]
     assert len(per_iteration) == post.info["iterations"]

@@ -393,10 +393,10 @@ class DCC(SettingsAsAttributes):
         return post
 
     def end_info(self, post: SoftTreePosterior) -> Dict[str, Any]:
-        # final values under their own names, as the other samplers write them (the dcc/
-        # tags are per-iteration series; repeating them here added a point)
+        # final values under their own names (the dcc/ tags are per-iteration series)
         return {"log_evidence": post.log_evidence, "n_active": len(post.topologies),
-                "topology_log_evidence": post.topology_log_evidence, "seconds": post.info["seconds"]}
+                "topology_log_evidence": post.topology_log_evidence, "seconds": post.info["seconds"],
+                "divergence_rate": post.info["divergence_rate"]}
 
     # ----------------------------------------------------------------- helpers
     def _end_iteration(self, state: DCCState, ctx: driver.RunContext, it: int) -> DCCState:
