@@ -172,11 +172,54 @@ def test_smc_moves_topdown_refuses_tempering():
         SMCSampler(init_prior="topdown", tempering=True)
 
 
-def test_estimator_smc_moves_starts_at_topdown_draws_on_large_tables(monkeypatch):
+def test_estimator_smc_moves_starts_at_topdown_draws_at_every_size(monkeypatch):
     seen = _spy_on_start_option(monkeypatch, "init_prior")
     d = _xor(300)
     kw = dict(method="smc-moves", n_particles=32, n_iterations=2, random_state=0, hyper="fixed")
     tt.BayesianTreeClassifier(**kw).fit(d.X.numpy()[:150], d.y.numpy()[:150])
     tt.BayesianTreeClassifier(**kw).fit(d.X.numpy(), d.y.numpy())
     tt.BayesianTreeClassifier(tempering=True, **kw).fit(d.X.numpy(), d.y.numpy())
-    assert seen == [None, "topdown", None]
+    tt.BayesianTreeClassifier(prior="poisson", **kw).fit(d.X.numpy(), d.y.numpy())
+    assert seen == ["topdown", "topdown", None, None]
+
+
+def test_start_settings_by_table():
+    from torchtree.samplers.topdown_starts import start_settings
+
+    assert start_settings(300, 13, "classification", 1000) == {"proposal": "optimal", "n_islands": 1, "n_particles": 1000}
+    assert start_settings(3000, 36, "classification", 1000)["proposal"] == "empirical"
+    assert start_settings(300, 3, "regression", 1000) == {"proposal": "prior", "n_islands": 5, "n_particles": 1000}
+    assert start_settings(300, 3, "regression", 1024) == {"proposal": "prior", "n_islands": 5, "n_particles": 1020}
+    assert start_settings(300, 3, "regression", 8) == {"proposal": "prior", "n_islands": 1, "n_particles": 8}
+    for task in ("classification", "regression"):
+        assert start_settings(5000, 10, task, 1000) == {"proposal": "empirical", "n_islands": 1, "n_particles": 1000}
+
+
+def test_topdown_draws_use_the_start_settings(monkeypatch):
+    """The top-down run behind a start is built with :func:`start_settings` of its data."""
+    import torchtree.samplers.topdown as topdown
+    from torchtree.samplers.mcmc import MCMC
+
+    built = []
+    real = topdown.TopDownSMC.__init__
+
+    def spy(self, *a, **kw):
+        built.append((kw["proposal"], kw["n_islands"], kw["n_particles"]))
+        real(self, *a, **kw)
+
+    monkeypatch.setattr(topdown.TopDownSMC, "__init__", spy)
+    d = _xor(120)
+    MCMC(tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(1.0), n_chains=2, n_samples=5, init="topdown").run(d, seed=0)
+    MCMC(tt.ChipmanPrior(0.95, 0.5), n_chains=2, n_samples=5, init="topdown").run(_xor(120, regression=True), seed=0)
+    assert built == [("optimal", 1, 1000), ("prior", 5, 1000)]
+
+
+def test_estimator_smc_proposal_by_table(monkeypatch):
+    """Classification on a small table runs the optimal proposal, regression and a given proposal are kept."""
+    seen = _spy_on_start_option(monkeypatch, "proposal")
+    d = _xor(120)
+    X, y = d.X.numpy(), d.y.numpy()
+    tt.BayesianTreeClassifier(n_particles=20, random_state=0, hyper="fixed").fit(X, y)
+    tt.BayesianTreeClassifier(n_particles=20, proposal="prior", random_state=0, hyper="fixed").fit(X, y)
+    tt.BayesianTreeRegressor(n_particles=20, random_state=0, hyper="fixed").fit(X, X[:, 0])
+    assert seen == ["optimal", "prior", "prior"]

@@ -1,7 +1,9 @@
 """Defaults the estimators choose per method and table size (the samplers keep their papers' defaults).
 
-Each was chosen by a benchmark (README, "Defaults"): where MCMC and SMC with moves start (top-down
-SMC draws on large or wide tables), how many MCMC chains run on small tables, and DCC's time budget.
+Each was chosen by a benchmark (README, "Defaults"): top-down SMC's proposal for classification
+(optimal on small tables, :func:`torchtree.samplers.topdown_starts.start_settings`), where MCMC and SMC
+with moves start (top-down SMC draws: MCMC on large or wide tables, SMC with moves always), how many
+MCMC chains run on small tables, and DCC's time budget.
 Settings the user gives are never changed.
 
 Layer: faces (read by :mod:`torchtree.estimators` only).
@@ -48,6 +50,11 @@ def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, t
         particles = kwargs.get("n_particles", TopDownConfig.n_particles)
         if isinstance(particles, int) and particles % SMC_ISLANDS_REGRESSION == 0:  # islands must divide it
             kwargs["n_islands"] = SMC_ISLANDS_REGRESSION
+    if method == "smc" and task == "classification" and "proposal" not in kwargs:
+        from torchtree.samplers.topdown_starts import start_settings
+
+        if start_settings(n, d, task, 1)["proposal"] == "optimal":  # small tables (README "Defaults")
+            kwargs["proposal"] = "optimal"
     if method == "mcmc" and n < TOPDOWN_INIT_ROWS:
         if "n_chains" not in kwargs and kwargs.get("engine") != "host":
             kwargs["n_chains"] = MCMC_CHAINS_SMALL
@@ -58,7 +65,8 @@ def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, t
     if method == "dcc" and task == "regression" and "target_accept" not in kwargs:
         kwargs["target_accept"] = DCC_TARGET_ACCEPT_REGRESSION
     start = {"mcmc": "init", "smc-moves": "init_prior"}.get(method)
-    wide = method == "mcmc" and d > TOPDOWN_INIT_FEATURES
-    if (start is not None and start not in kwargs and (n >= TOPDOWN_INIT_ROWS or wide)
+    # SMC with moves at every size: from the prior its 10 iterations stay below top-down SMC (README)
+    always = method == "smc-moves" or (method == "mcmc" and d > TOPDOWN_INIT_FEATURES)
+    if (start is not None and start not in kwargs and (n >= TOPDOWN_INIT_ROWS or always)
             and getattr(kwargs.get("prior"), "name", "chipman") == "chipman" and not kwargs.get("tempering")):
         kwargs[start] = "topdown"  # root / prior starts stay far below the posterior's trees (README)

@@ -210,7 +210,11 @@ def run_estimator(s: dict) -> dict:
     # Intended change of meaning (issue #22): the estimators' default became hyper="evidence"
     # (hyperparameters chosen by pilot runs); the golden numbers are those of the fixed
     # hyperparameters the estimators used when they were recorded, hyper="fixed" today.
-    est = getattr(torchtree, s["estimator"])(**{"hyper": "fixed", **s["kwargs"]}).fit(Xtr, ytr)
+    fixed = {"hyper": "fixed"}
+    if s["estimator"] == "BayesianTreeClassifier" and s["kwargs"].get("method") == "smc":
+        # and (issue #22, later) small classification tables' default proposal became "optimal"
+        fixed["proposal"] = "prior"
+    est = getattr(torchtree, s["estimator"])(**{**fixed, **s["kwargs"]}).fit(Xtr, ytr)
     out = {"log_evidence": est.log_evidence_, "predict": plain(est.predict(Xq)),
            "log_predictive": est.log_predictive(Xq, yq), "score": est.score(Xq, yq)}
     if s["estimator"] == "BayesianTreeClassifier":

@@ -62,7 +62,7 @@ class MCMCConfig(SamplerConfig):
     move_probs: Tuple[float, float, float, float] = option(
         (0.25, 0.25, 0.25, 0.25), help="probabilities of grow, prune, change, swap (normalised)")
     init: str = option("root", help="start each chain at the root-only tree, at a draw from the Chipman prior, or "
-                                    "at a draw of a top-down SMC run (1000 particles, empirical proposal; big data)",
+                                    "at a draw of a top-down SMC run (1000 particles; big data)",
                        choices=("root", "prior", "topdown"))
     keep: str = option("samples", help="predict with the kept draws, or with every iteration including warm-up "
                                        "(paper 001's baseline)", choices=("samples", "all"))
@@ -219,8 +219,8 @@ class MCMC(SettingsAsAttributes):
         Probabilities of grow, prune, change, swap (default 0.25 each).
     init : {"root", "prior", "topdown"}
         Start each chain at the root-only tree, at a draw from the Chipman prior, or at a
-        weighted draw from a top-down SMC run on the same model (1000 particles, empirical
-        proposal): on large data, chains from the root need far more iterations to grow
+        weighted draw from a top-down SMC run on the same model (1000 particles, settings by
+        :func:`~torchtree.samplers.topdown_starts.start_settings`): on large data, chains from the root need far more iterations to grow
         trees of the posterior's size. The chains still target the same posterior.
     keep : {"samples", "all"}
         Predict with the kept draws, or with every iteration including warm-up
