@@ -294,6 +294,27 @@ def test_values_that_merge_below_the_columns_resolution_are_left_alone():
     y = (X[:, 0] > 0.5).astype(int)
     data = Data(X, y)
     assert torch.equal(data.X, torch.as_tensor(X, dtype=torch.float32))
+    # ... and are one value to the ranks too: the distinct values the samplers cut between are the
+    # stored ones (before, 0.3 twice in sorted_values made the empirical proposal's node counts
+    # disagree with X: "internal error: node counts disagree with the data partition")
+    sv = data.sorted_values[0, : int(data.n_unique[0])]
+    assert int(data.n_unique[0]) == 39 and bool((sv[1:] > sv[:-1]).all())
+    assert torch.equal(sv[data.X_rank[:, 0]], data.X[:, 0])
+
+
+def test_merged_values_do_not_break_the_empirical_proposal():
+    """students_dropout's case in small: many values that merge in float32, cut by the empirical proposal."""
+    from torchtree import ChipmanPrior, DirichletMultinomial, TopDownSMC
+
+    rng = np.random.default_rng(0)
+    base = 1.0 + rng.integers(0, 6, size=300) / 10.0
+    X = np.c_[base + np.where(rng.random(300) < 0.5, 1e-12, 0.0), rng.random(300)]
+    y = (base > 1.25).astype(int)
+    data = Data(X, y)
+    assert int(data.n_unique[0]) == 6
+    for seed in range(5):
+        TopDownSMC(ChipmanPrior(0.95, 0.25), DirichletMultinomial(1.0), n_particles=200,
+                   proposal="empirical").run(data, seed=seed)
 
 
 def test_cli_names_the_column_float32_cannot_hold(tmp_path, capsys):

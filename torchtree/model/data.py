@@ -433,6 +433,15 @@ class Data:
         # ranks; splitting on ranks would change every sampler and every prediction, so
         # data the dtype cannot hold is refused instead.
         _check_float_storage(uniq, self.X.dtype, Xn, names)
+        if self.X.dtype != torch.float64:
+            uniq, inverse = list(uniq), list(inverse)
+            for j, u in enumerate(uniq):
+                stored = torch.as_tensor(u).to(self.X.dtype).numpy()
+                if len(u) > 1 and bool((stored[1:] == stored[:-1]).any()):
+                    # values that merge in the stored dtype (below the column's resolution) are one value to
+                    # every sampler's comparison, so they must share a rank (else node counts from ranks and
+                    # from X disagree)
+                    uniq[j], inverse[j] = np.unique(self.X[:, j].cpu().numpy(), return_inverse=True)
         n_unique = np.array([len(u) for u in uniq], dtype=np.int64)
         umax = int(n_unique.max())
         sv = np.full((d, umax), np.inf, dtype=np.float64)
