@@ -223,3 +223,26 @@ def test_estimator_smc_proposal_by_table(monkeypatch):
     tt.BayesianTreeClassifier(n_particles=20, proposal="prior", random_state=0, hyper="fixed").fit(X, y)
     tt.BayesianTreeRegressor(n_particles=20, random_state=0, hyper="fixed").fit(X, X[:, 0])
     assert seen == ["optimal", "prior", "prior"]
+
+
+def test_estimator_regression_starts(monkeypatch):
+    """Regression below TOPDOWN_INIT_ROWS: MCMC from top-down draws, SMC with moves as resample-move."""
+    seen = _spy_on_start_option(monkeypatch, "init")
+    d = _xor(120, regression=True)
+    X, y = d.X.numpy(), d.y.numpy()
+    kw = dict(n_samples=10, random_state=0, hyper="fixed")
+    tt.BayesianTreeRegressor(method="mcmc", **kw).fit(X, y)
+    tt.BayesianTreeRegressor(method="mcmc", init="root", **kw).fit(X, y)
+    tt.BayesianTreeClassifier(method="mcmc", **kw).fit(X, (y > 0).astype(int))
+    assert seen == ["topdown", "root", "root"]
+
+
+def test_estimator_regression_smc_moves_is_resample_move(monkeypatch):
+    seen = _spy_on_start_option(monkeypatch, "mh_step")
+    d = _xor(120, regression=True)
+    X, y = d.X.numpy(), d.y.numpy()
+    kw = dict(method="smc-moves", n_particles=20, n_iterations=2, random_state=0, hyper="fixed")
+    tt.BayesianTreeRegressor(**kw).fit(X, y)
+    tt.BayesianTreeRegressor(mh_step=False, **kw).fit(X, y)
+    tt.BayesianTreeClassifier(**kw).fit(X, (y > 0).astype(int))
+    assert seen == [True, False, False]

@@ -214,6 +214,8 @@ def run_estimator(s: dict) -> dict:
     if s["estimator"] == "BayesianTreeClassifier" and s["kwargs"].get("method") == "smc":
         # and (issue #22, later) small classification tables' default proposal became "optimal"
         fixed["proposal"] = "prior"
+    if s["estimator"] == "BayesianTreeRegressor" and s["kwargs"].get("method") == "mcmc":
+        fixed["init"] = "root"  # (issue #22, later) regression MCMC starts at top-down draws
     est = getattr(torchtree, s["estimator"])(**{**fixed, **s["kwargs"]}).fit(Xtr, ytr)
     out = {"log_evidence": est.log_evidence_, "predict": plain(est.predict(Xq)),
            "log_predictive": est.log_predictive(Xq, yq), "score": est.score(Xq, yq)}
