@@ -487,9 +487,10 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         ``likelihood=`` object is used as is (instead of ``alpha`` / ``mu0`` / ...).
         ``method="smc"`` classifies with ``proposal="optimal"`` below 5000 rows and up to 100
         features (``start_settings``). ``method="smc-moves"`` with the Chipman prior starts its
-        particles at top-down SMC draws (``init_prior="topdown"``), and ``method="mcmc"`` its
-        chains (``init="topdown"``) on at least ``TOPDOWN_INIT_ROWS`` (5000) rows or more than
-        ``TOPDOWN_INIT_FEATURES`` (100) features, unless that option is given. Below 5000 rows ``method="mcmc"`` runs
+        particles at top-down SMC draws (``init_prior="topdown"``; for regression with
+        ``mh_step=True``), and ``method="mcmc"`` its chains (``init="topdown"``) for regression, on
+        at least ``TOPDOWN_INIT_ROWS`` (5000) rows or on more than ``TOPDOWN_INIT_FEATURES`` (100)
+        features, unless that option is given. Below 5000 rows ``method="mcmc"`` runs
         ``MCMC_CHAINS_SMALL`` (16) chains of ``MCMC_SAMPLES_SMALL`` (500) kept draws (warm-up
         as long) unless ``n_chains`` / ``n_samples`` (or ``engine="host"``) are given; from 5000
         rows MCMC's own one chain of 1000 + 1000. ``method="dcc"`` stops after
