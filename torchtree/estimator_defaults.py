@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from torchtree.samplers.topdown_starts import REGRESSION_ISLANDS, start_settings
+
 __all__ = ["apply_method_defaults", "TOPDOWN_INIT_ROWS", "TOPDOWN_INIT_FEATURES",
            "MCMC_CHAINS_SMALL", "MCMC_SAMPLES_SMALL", "SMC_ISLANDS_REGRESSION", "DCC_MAX_SECONDS",
            "DCC_TARGET_ACCEPT_REGRESSION"]
@@ -26,7 +28,7 @@ TOPDOWN_INIT_FEATURES = 100
 MCMC_CHAINS_SMALL, MCMC_SAMPLES_SMALL = 16, 500
 #: ``method="smc"`` islands for regression (independent filters of n_particles / n_islands each: their
 #: average is wider than one filter's few surviving trees; abalone 90% coverage 0.887 -> 0.930)
-SMC_ISLANDS_REGRESSION = 5
+SMC_ISLANDS_REGRESSION = REGRESSION_ISLANDS
 #: ``method="dcc"``'s CPU-second budget unless ``max_seconds`` is given (None: the run's 60 iterations)
 DCC_MAX_SECONDS = 60.0
 #: ``method="dcc"``'s NUTS target acceptance for regression unless ``target_accept`` is given (the sampler's
@@ -51,8 +53,6 @@ def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, t
         if isinstance(particles, int) and particles % SMC_ISLANDS_REGRESSION == 0:  # islands must divide it
             kwargs["n_islands"] = SMC_ISLANDS_REGRESSION
     if method == "smc" and task == "classification" and "proposal" not in kwargs:
-        from torchtree.samplers.topdown_starts import start_settings
-
         if start_settings(n, d, task, 1)["proposal"] == "optimal":  # small tables (README "Defaults")
             kwargs["proposal"] = "optimal"
     if method == "mcmc" and n < TOPDOWN_INIT_ROWS:

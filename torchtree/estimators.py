@@ -485,8 +485,8 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         Passed to the sampler by name (``n_particles``, ``n_islands``, ``proposal``,
         ``expansion``, ``resampling``, ``ess_threshold``, ``n_chains``, ...); a
         ``likelihood=`` object is used as is (instead of ``alpha`` / ``mu0`` / ...).
-        ``method="smc"`` classifies with ``proposal="optimal"`` below 5000 rows and up to 100
-        features (``start_settings``). ``method="smc-moves"`` with the Chipman prior starts its
+        ``method="smc"`` classifies with ``proposal="optimal"`` below 5000 rows and up to 10,000
+        rows x features (``start_settings``). ``method="smc-moves"`` with the Chipman prior starts its
         particles at top-down SMC draws (``init_prior="topdown"``; for regression with
         ``mh_step=True``), and ``method="mcmc"`` its chains (``init="topdown"``) for regression, on
         at least ``TOPDOWN_INIT_ROWS`` (5000) rows or on more than ``TOPDOWN_INIT_FEATURES`` (100)

@@ -220,8 +220,8 @@ class MCMC(SettingsAsAttributes):
     init : {"root", "prior", "topdown"}
         Start each chain at the root-only tree, at a draw from the Chipman prior, or at a
         weighted draw from a top-down SMC run on the same model (1000 particles, settings by
-        :func:`~torchtree.samplers.topdown_starts.start_settings`): on large data, chains from the root need far more iterations to grow
-        trees of the posterior's size. The chains still target the same posterior.
+        :func:`~torchtree.samplers.topdown_starts.start_settings`): on large data, chains from
+        the root need far more iterations to grow trees of the posterior's size. The chains still target the same posterior.
     keep : {"samples", "all"}
         Predict with the kept draws, or with every iteration including warm-up
         (paper 001's baseline averages over all iterations).

@@ -259,8 +259,8 @@ class SMCSampler(SettingsAsAttributes):
         ``ChipmanPrior()`` for a Poisson target). A prior with larger trees starts the
         particles closer to posterior tree sizes; eq. 4b's initial weights
         ``pi(t_0) / q_0(t_0)`` keep the target exact. ``"topdown"``: multinomial draws
-        from a top-down SMC run (``n_particles`` particles, settings by ``start_settings``) on the same
-        model, equally weighted with that run's evidence estimate (Chipman prior, no tempering).
+        from a top-down SMC run (``n_particles`` particles, ``start_settings``) on the same model,
+        equally weighted with that run's evidence estimate (Chipman prior, no tempering).
     device : str or torch.device, optional
         ``"auto"`` = CUDA if present. Default: the data's device.
     backend : torchtree.distributed.Backend or its name, optional

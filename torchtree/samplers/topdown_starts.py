@@ -10,8 +10,9 @@ the same start for a given index.
 
 The top-down run mirrors what ``method="smc"`` does best on the table (:func:`start_settings`): on
 small tables the one-step optimal proposal for classification (every cut scored: a nearly
-perfectly weighted filter, cheap up to ``OPTIMAL_MAX_CELLS`` rows x features) and islands of the prior proposal for regression (one filter keeps
-few distinct trees); from ``SMALL_TABLE_ROWS`` rows, or on wide tables, the empirical proposal.
+perfectly weighted filter, cheap up to ``OPTIMAL_MAX_CELLS`` rows x features) and islands of the
+prior proposal for regression (one filter keeps few distinct trees); from ``SMALL_TABLE_ROWS``
+rows, or on wider tables, the empirical proposal.
 """
 from __future__ import annotations
 
