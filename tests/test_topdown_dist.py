@@ -189,7 +189,7 @@ def _check(got: dict, ref: dict, exact: bool, where: str) -> None:
 def test_ranks_equal_one_process(jobs, kind, name):
     per_rank = _results(jobs, kind)
     ref = _reference(name)
-    exact = name == "estimator" or tc.CASES[name][0] == "classification"
+    exact = (name == "estimator" or tc.CASES[name][0] == "classification") and name not in tc.ROUNDING_CASES
     for size in (2, 4):
         for r in range(size):
             got = per_rank[r][(size, name)]
