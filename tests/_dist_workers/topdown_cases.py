@@ -26,9 +26,6 @@ CASES = {
     "regression_node_i2": ("regression", dict(n_islands=2, expansion="node", proposal="prior", resampling="systematic", ess_threshold=0.8)),
     "node_i2_optimal_partial": ("classification", dict(n_islands=2, expansion="node", proposal="optimal", resampling="multinomial", ess_threshold=0.9)),
 }
-#: cases that agree with one process to rounding only (README "Distributed"): the optimal proposal with
-#: partial resampling left log-weights 1 ulp apart (8.9e-16) in the estimator's small-table default
-ROUNDING_CASES = ("node_i2_optimal_partial",)
 
 
 data = toy_data  # (Data, query points) with ties in one feature
@@ -47,7 +44,5 @@ def run_case(name: str, backend=None) -> dict:
 
 def run_estimator(backend=None) -> dict:
     """The sklearn-style face with ``backend=``."""
-    # the prior proposal: the face's plumbing bit for bit (its small-table default, the optimal proposal,
-    # agrees to rounding only: ROUNDING_CASES)
     return estimator_result(backend, data("classification")[1], method="smc", n_particles=N_PARTICLES,
-                            n_islands=2, ess_threshold=0.9, random_state=SEED, proposal="prior")
+                            n_islands=2, ess_threshold=0.9, random_state=SEED)

@@ -38,6 +38,18 @@ __all__ = ["NodeTable", "GrowthState", "Grower", "PROPOSALS", "ExpansionResult"]
 
 PROPOSALS = ("prior", "empirical", "optimal")
 
+
+def _logaddexp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``log(exp(a) + exp(b))`` elementwise, the same bits wherever an element sits in the tensor.
+
+    ``torch.logaddexp``'s vectorised and scalar paths differ in the last bit on the CPU, so a node's
+    weight depended on its position in the batch, i.e. on which other particles a rank held
+    (ranks then disagreed with one process by 1 ulp); ``exp`` and ``log1p`` do not.
+    """
+    m = torch.maximum(a, b)
+    out = m + torch.log1p(torch.exp(-(a - b).abs()))
+    return torch.where(torch.isneginf(m), m, out)
+
 # Purpose codes for keyed random streams (stream = stage * 8 + purpose).
 _U_STOP, _U_DIM, _U_CUT, _U_INTERVAL = 0, 1, 2, 3
 
@@ -487,7 +499,7 @@ class Grower:
         has = nvary > 0
         log_split = torch.where(has, psplit_u.log() - torch.log(nvary.clamp(min=1).double()) + lse, torch.full_like(lse, -math.inf))
         log_stop = torch.where(has, torch.log1p(-psplit_u) + lp_u, lp_u)
-        logz = torch.logaddexp(log_stop, log_split)
+        logz = _logaddexp(log_stop, log_split)
         split = u[_U_STOP] >= torch.exp(log_stop - logz)[inv]
         logw = (logz - lp_u)[inv] if self.use_likelihood else torch.zeros(inv.numel(), dtype=torch.float64, device=dev)
         sp = split.nonzero().squeeze(1)
