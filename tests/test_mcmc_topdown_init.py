@@ -237,7 +237,11 @@ def test_estimator_regression_starts(monkeypatch):
     assert seen == ["topdown", "root", "root"]
 
 
-def test_estimator_regression_smc_moves_is_resample_move(monkeypatch):
+def test_estimator_smc_moves_is_resample_move(monkeypatch):
+    """SMC with moves runs as resample-move for regression and from the optimal proposal's start, unless
+    mh_step or tempering is given; reweighted from the empirical proposal's start (wider tables)."""
+    import torchtree.samplers.topdown_starts as starts
+
     seen = _spy_on_start_option(monkeypatch, "mh_step")
     d = _xor(120, regression=True)
     X, y = d.X.numpy(), d.y.numpy()
@@ -245,4 +249,8 @@ def test_estimator_regression_smc_moves_is_resample_move(monkeypatch):
     tt.BayesianTreeRegressor(**kw).fit(X, y)
     tt.BayesianTreeRegressor(mh_step=False, **kw).fit(X, y)
     tt.BayesianTreeClassifier(**kw).fit(X, (y > 0).astype(int))
-    assert seen == [True, False, False]
+    tt.BayesianTreeClassifier(tempering=True, **kw).fit(X, (y > 0).astype(int))
+    monkeypatch.setattr(starts, "OPTIMAL_MAX_CELLS", 10)  # this table is "wide": the empirical proposal
+    tt.BayesianTreeClassifier(**kw).fit(X, (y > 0).astype(int))
+    tt.BayesianTreeRegressor(**kw).fit(X, y)
+    assert seen == [True, False, True, False, False, True]
