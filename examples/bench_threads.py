@@ -16,6 +16,7 @@ Usage::
     python examples/bench_threads.py --datasets magic04 --particles 2000 --repeats 3 --busy 2
     python examples/bench_threads.py --smoke     # seconds, for the test suite (no busy processes)
     python examples/bench_threads.py --sweep | tee examples/results/bench_threads_sweep.txt
+    python examples/bench_threads.py --estimators --repeats 3   # the estimators' defaults, heart and abalone
 
 ``--sweep`` instead fits synthetic data (8 features, a noisy interaction) of growing rows x
 particles at 1 and 2 threads as the machine is: where a second thread starts to pay, which
@@ -119,6 +120,40 @@ def measure(datasets, M: int, settings, repeats: int, condition: str, smoke: boo
     return rows
 
 
+def estimator_fits(datasets, methods, settings, repeats: int) -> list:
+    """The estimators' defaults (``BayesianTreeClassifier`` / ``Regressor(method=m, n_threads=t)``) on
+    ``examples/bench_quality.py`` tables (a 70% training split): CPU and wall seconds per thread setting."""
+    import warnings
+
+    from bench_quality import load
+
+    from torchtree import BayesianTreeClassifier, BayesianTreeRegressor
+
+    rows = []
+    print(f"{'dataset':34s} {'method':10s} {'n_thr':>5s} {'cpu s':>8s} {'wall s':>8s} {'load':>6s}")
+    for ds in datasets:
+        X, y, task = load(ds)
+        tr = np.random.default_rng(1000).permutation(len(y))[:int(0.7 * len(y))]
+        make = BayesianTreeClassifier if task == "classification" else BayesianTreeRegressor
+        for m in methods:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                make(method=m, n_threads=1, random_state=0).fit(X[tr][:50], y[tr][:50])  # warm-up
+                for threads in settings:
+                    cpu, wall = [], []
+                    for _ in range(repeats):
+                        t0, c0 = time.perf_counter(), time.process_time()
+                        make(method=m, n_threads=threads, random_state=0).fit(X[tr], y[tr])
+                        cpu.append(time.process_time() - c0)
+                        wall.append(time.perf_counter() - t0)
+                    row = {"dataset": ds, "method": m, "n_threads": str(threads), "cpu_s": float(np.median(cpu)),
+                           "wall_s": float(np.median(wall)), "load_average": os.getloadavg()[0]}
+                    rows.append(row)
+                    print(f"{ds:34s} {m:10s} {str(threads):>5s} {row['cpu_s']:8.2f} {row['wall_s']:8.2f} "
+                          f"{row['load_average']:6.2f}", flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", nargs="+", default=["pendigits", "magic04"])
@@ -128,8 +163,21 @@ def main(argv=None) -> int:
     ap.add_argument("--busy", type=int, default=2, help="busy-loop processes for the busy condition (0: skip it)")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     ap.add_argument("--sweep", action="store_true", help="synthetic rows x particles sweep at 1 and 2 threads")
+    ap.add_argument("--estimators", nargs="*", default=None, metavar="METHOD",
+                    help="instead: the estimators' defaults for these methods (none named: smc mcmc smc-moves) on "
+                         "heart_statlog and abalone, or --datasets from examples/bench_quality.py")
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite (magic04, 800 rows, M=20, idle only)")
     args = ap.parse_args(argv)
+    if args.estimators is not None:
+        methods = args.estimators or ["smc", "mcmc", "smc-moves"]
+        datasets = args.datasets if "--datasets" in (argv or sys.argv) else ["heart_statlog", "abalone"]
+        print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, estimator defaults, median of {args.repeats}")
+        rows = estimator_fits(datasets, methods, args.threads, args.repeats)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"torch": torch.__version__, "estimators": rows}, fh, indent=1)
+        print("bench_threads: done")
+        return 0
     if args.smoke:
         args.datasets, args.particles, args.repeats, args.busy = ["magic04"], 20, 1, 0
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs (affinity {len(os.sched_getaffinity(0))}), "
