@@ -193,6 +193,41 @@ def test_start_settings_by_table():
     assert start_settings(300, 3, "regression", 8) == {"proposal": "prior", "n_islands": 1, "n_particles": 8}
     for task in ("classification", "regression"):
         assert start_settings(5000, 10, task, 1000) == {"proposal": "empirical", "n_islands": 1, "n_particles": 1000}
+    # wide classification tables: the empirical start's filter takes 40 particles per feature (thousands, <= 8000)
+    assert start_settings(1820, 500, "classification", 1024)["n_particles"] == 8000
+    assert start_settings(3096, 36, "classification", 1000)["n_particles"] == 2000
+    assert start_settings(50_000, 100, "classification", 1000)["n_particles"] == 4000
+    assert start_settings(50_000, 100, "regression", 1000)["n_particles"] == 1000
+    assert start_settings(90, 100, "classification", 1000)["n_particles"] == 1000  # optimal proposal: kept
+
+
+def test_wide_table_particles():
+    from torchtree.samplers.topdown_starts import wide_table_particles
+
+    assert [wide_table_particles(d, 1000) for d in (1, 25, 26, 50, 51, 100, 200, 201, 10_000)] == \
+        [1000, 1000, 2000, 2000, 3000, 4000, 8000, 8000, 8000]
+    assert wide_table_particles(100, 6000) == 6000  # more asked for: kept
+    assert wide_table_particles(4, 24) == 24
+
+
+def test_estimator_smc_particles_by_width(monkeypatch):
+    """Classification smc without the optimal proposal takes wide_table_particles; given settings, the optimal
+    proposal and regression keep theirs."""
+    import torchtree.samplers.topdown_starts as starts
+
+    seen = _spy_on_start_option(monkeypatch, "n_particles")
+    d = _xor(120)
+    X, y = d.X.numpy(), d.y.numpy()
+    kw = dict(random_state=0, hyper="fixed")
+    tt.BayesianTreeClassifier(**kw).fit(X, y)  # optimal proposal: 1000
+    monkeypatch.setattr(starts, "OPTIMAL_MAX_CELLS", 10)  # the table is "wide": prior proposal
+    monkeypatch.setattr(starts, "PARTICLES_PER_FEATURE", 300)  # 4 features -> 1200 -> 2000
+    tt.BayesianTreeClassifier(**kw).fit(X, y)
+    tt.BayesianTreeClassifier(n_particles=30, **kw).fit(X, y)
+    tt.BayesianTreeClassifier(n_islands=5, **kw).fit(X, y)
+    tt.BayesianTreeClassifier(proposal="optimal", **kw).fit(X, y)
+    tt.BayesianTreeRegressor(**kw).fit(X, X[:, 0])
+    assert seen == [1000, 2000, 30, 1000, 1000, 1000]
 
 
 def test_topdown_draws_use_the_start_settings(monkeypatch):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from torchtree.samplers.topdown_starts import REGRESSION_ISLANDS, start_settings
+from torchtree.samplers.topdown_starts import REGRESSION_ISLANDS, start_settings, wide_table_particles
 
 __all__ = ["apply_method_defaults", "TOPDOWN_INIT_ROWS", "TOPDOWN_INIT_FEATURES",
            "MCMC_CHAINS_SMALL", "MCMC_SAMPLES_SMALL", "SMC_ISLANDS_REGRESSION", "DCC_MAX_SECONDS",
@@ -55,6 +55,11 @@ def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, t
     if method == "smc" and task == "classification" and "proposal" not in kwargs:
         if start_settings(n, d, task, 1)["proposal"] == "optimal":  # small tables (README "Defaults")
             kwargs["proposal"] = "optimal"
+    if (method == "smc" and task == "classification" and kwargs.get("proposal") != "optimal"
+            and "n_particles" not in kwargs and "n_islands" not in kwargs):
+        from torchtree.samplers.topdown import TopDownConfig
+
+        kwargs["n_particles"] = wide_table_particles(d, TopDownConfig.n_particles)  # wide tables (README "Defaults")
     if method == "mcmc" and n < TOPDOWN_INIT_ROWS:
         if "n_chains" not in kwargs and kwargs.get("engine") != "host":
             kwargs["n_chains"] = MCMC_CHAINS_SMALL

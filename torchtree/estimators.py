@@ -486,10 +486,13 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         ``expansion``, ``resampling``, ``ess_threshold``, ``n_chains``, ...); a
         ``likelihood=`` object is used as is (instead of ``alpha`` / ``mu0`` / ...).
         ``method="smc"`` classifies with ``proposal="optimal"`` below 5000 rows and up to 10,000
-        rows x features (``start_settings``). ``method="smc-moves"`` with the Chipman prior starts its
-        particles at top-down SMC draws (``init_prior="topdown"``; with ``mh_step=True`` for
-        regression and where that start uses the optimal proposal), and ``method="mcmc"`` its chains (``init="topdown"``) for regression, on
-        at least ``TOPDOWN_INIT_ROWS`` (5000) rows or on more than ``TOPDOWN_INIT_FEATURES`` (100)
+        rows x features (``start_settings``), elsewhere with 40 particles per feature (rounded up
+        to thousands, 1000 to 8000: ``wide_table_particles``) unless ``n_particles`` or
+        ``n_islands`` is given; top-down starts of classification take as many.
+        ``method="smc-moves"`` with the Chipman prior starts its particles at top-down SMC draws
+        (``init_prior="topdown"``; with ``mh_step=True`` for regression and where that start uses
+        the optimal proposal), and ``method="mcmc"`` its chains (``init="topdown"``) for
+        regression, on at least ``TOPDOWN_INIT_ROWS`` (5000) rows or on more than ``TOPDOWN_INIT_FEATURES`` (100)
         features, unless that option is given. Below 5000 rows ``method="mcmc"`` runs
         ``MCMC_CHAINS_SMALL`` (16) chains of ``MCMC_SAMPLES_SMALL`` (500) kept draws (warm-up
         as long) unless ``n_chains`` / ``n_samples`` (or ``engine="host"``) are given; from 5000

@@ -26,7 +26,7 @@ from torchtree.steps.from_trees import state_from_trees
 from torchtree.steps.moves import TreeState
 
 __all__ = ["TOPDOWN_INIT_PARTICLES", "SMALL_TABLE_ROWS", "OPTIMAL_MAX_CELLS", "REGRESSION_ISLANDS",
-           "start_settings", "topdown_draws"]
+           "PARTICLES_PER_FEATURE", "WIDE_MAX_PARTICLES", "wide_table_particles", "start_settings", "topdown_draws"]
 
 #: particles of the top-down SMC run that starts are drawn from
 TOPDOWN_INIT_PARTICLES = 1000
@@ -37,6 +37,37 @@ SMALL_TABLE_ROWS = 5000
 OPTIMAL_MAX_CELLS = 10_000
 #: ... and this many islands of the prior proposal for regression (when they divide the particles)
 REGRESSION_ISLANDS = 5
+#: classification without the optimal proposal: at least this many particles per feature (each particle tries
+#: one feature per node, so on wide tables a thousand particles miss the informative ones) ...
+PARTICLES_PER_FEATURE = 40
+#: ... up to this many
+WIDE_MAX_PARTICLES = 8000
+
+
+def wide_table_particles(d: int, n_particles: int) -> int:
+    """Particles for a classification filter without the optimal proposal on ``d`` features:
+    where ``PARTICLES_PER_FEATURE * d`` exceeds 1000 (more than 25 features), ``n_particles`` raised
+    to it rounded up to thousands (what divides 1000, ranks or islands, still divides it), at most
+    ``WIDE_MAX_PARTICLES``; on narrower tables ``n_particles`` as asked.
+
+    Chosen with ``examples/bench_variants.py`` (README "Defaults"): on madelon (500 features) 1000
+    particles reach 0.673 accuracy, 8000 reach 0.720 at 2x the CPU; on 100 synthetic features
+    4000 particles gain 1.7-3.1 points; on 10-36 features the gain is within noise. A top-down
+    filter's cost grows far slower than its particles (shared nodes are scored once).
+
+    Parameters
+    ----------
+    d : int, features of the training data
+    n_particles : int, particles asked for
+
+    Returns
+    -------
+    int
+    """
+    need = PARTICLES_PER_FEATURE * d
+    if need <= 1000:  # up to 25 features: as asked
+        return n_particles
+    return max(n_particles, min(WIDE_MAX_PARTICLES, -(-need // 1000) * 1000))
 
 
 def start_settings(n: int, d: int, task: str, n_particles: int) -> dict:
@@ -59,16 +90,18 @@ def start_settings(n: int, d: int, task: str, n_particles: int) -> dict:
     -------
     dict of :class:`~torchtree.samplers.topdown.TopDownSMC` settings
     """
+    wide = wide_table_particles(d, n_particles) if task == "classification" else n_particles
     if n >= SMALL_TABLE_ROWS:  # the prior proposal's cuts miss on many rows
-        return {"proposal": "empirical", "n_islands": 1, "n_particles": n_particles}
+        return {"proposal": "empirical", "n_islands": 1, "n_particles": wide}
     if task == "regression" and n_particles >= 2 * REGRESSION_ISLANDS:
         # islands must divide the particles: a few fewer (1020 of 1024) rather than one filter
         return {"proposal": "prior", "n_islands": REGRESSION_ISLANDS,
                 "n_particles": n_particles - n_particles % REGRESSION_ISLANDS}
     if task == "regression":
         return {"proposal": "prior", "n_islands": 1, "n_particles": n_particles}
-    return {"proposal": "optimal" if n * d <= OPTIMAL_MAX_CELLS else "empirical", "n_islands": 1,
-            "n_particles": n_particles}
+    if n * d <= OPTIMAL_MAX_CELLS:
+        return {"proposal": "optimal", "n_islands": 1, "n_particles": n_particles}
+    return {"proposal": "empirical", "n_islands": 1, "n_particles": wide}
 
 
 def topdown_draws(model: TreeModel, gidx: torch.Tensor, seed: int, n_particles: int = TOPDOWN_INIT_PARTICLES
