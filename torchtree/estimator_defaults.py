@@ -1,7 +1,8 @@
 """Defaults the estimators choose per method and table size (the samplers keep their papers' defaults).
 
 Each was chosen by a benchmark (README, "Defaults"): top-down SMC's proposal for classification
-(optimal on small tables, :func:`torchtree.samplers.topdown_starts.start_settings`), where MCMC and SMC
+(optimal on small tables, :func:`torchtree.samplers.topdown_starts.start_settings`) and its particles
+on wide tables (:func:`~torchtree.samplers.topdown_starts.wide_table_particles`), where MCMC and SMC
 with moves start (top-down SMC draws: MCMC on large or wide tables, SMC with moves always), how many
 MCMC chains run on small tables, and DCC's time budget.
 Settings the user gives are never changed.

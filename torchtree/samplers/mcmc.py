@@ -62,7 +62,7 @@ class MCMCConfig(SamplerConfig):
     move_probs: Tuple[float, float, float, float] = option(
         (0.25, 0.25, 0.25, 0.25), help="probabilities of grow, prune, change, swap (normalised)")
     init: str = option("root", help="start each chain at the root-only tree, at a draw from the Chipman prior, or "
-                                    "at a draw of a top-down SMC run (1000 particles; big data)",
+                                    "at a draw of a top-down SMC run (1000 particles, more on wide tables; big data)",
                        choices=("root", "prior", "topdown"))
     keep: str = option("samples", help="predict with the kept draws, or with every iteration including warm-up "
                                        "(paper 001's baseline)", choices=("samples", "all"))
@@ -220,8 +220,9 @@ class MCMC(SettingsAsAttributes):
     init : {"root", "prior", "topdown"}
         Start each chain at the root-only tree, at a draw from the Chipman prior, or at a
         weighted draw from a top-down SMC run on the same model (1000 particles, settings by
-        :func:`~torchtree.samplers.topdown_starts.start_settings`): on large data, chains from
-        the root need far more iterations to grow trees of the posterior's size. The chains still target the same posterior.
+        :func:`~torchtree.samplers.topdown_starts.start_settings`: more particles on wide
+        classification tables): on large data, chains from the root need far more iterations to
+        grow trees of the posterior's size. The chains still target the same posterior.
     keep : {"samples", "all"}
         Predict with the kept draws, or with every iteration including warm-up
         (paper 001's baseline averages over all iterations).
