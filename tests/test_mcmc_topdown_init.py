@@ -197,6 +197,7 @@ def test_start_settings_by_table():
     assert start_settings(1820, 500, "classification", 1024)["n_particles"] == 8000
     assert start_settings(3096, 36, "classification", 1000)["n_particles"] == 2000
     assert start_settings(50_000, 100, "classification", 1000)["n_particles"] == 4000
+    assert start_settings(10**6, 100, "classification", 1000)["n_particles"] == 1000  # rows x particles bounded
     assert start_settings(50_000, 100, "regression", 1000)["n_particles"] == 1000
     assert start_settings(90, 100, "classification", 1000)["n_particles"] == 1000  # optimal proposal: kept
 
@@ -204,10 +205,13 @@ def test_start_settings_by_table():
 def test_wide_table_particles():
     from torchtree.samplers.topdown_starts import wide_table_particles
 
-    assert [wide_table_particles(d, 1000) for d in (1, 25, 26, 50, 51, 100, 200, 201, 10_000)] == \
+    assert [wide_table_particles(2000, d, 1000) for d in (1, 25, 26, 50, 51, 100, 200, 201, 10_000)] == \
         [1000, 1000, 2000, 2000, 3000, 4000, 8000, 8000, 8000]
-    assert wide_table_particles(100, 6000) == 6000  # more asked for: kept
-    assert wide_table_particles(4, 24) == 24
+    assert wide_table_particles(2000, 100, 6000) == 6000  # more asked for: kept
+    assert wide_table_particles(2000, 4, 24) == 24
+    # rows x particles at most 4 x 10^8: 10^5 rows 4000, 2 x 10^5 rows 2000, from 4 x 10^5 rows as asked
+    assert [wide_table_particles(n, 500, 1000) for n in (100_000, 200_000, 300_000, 400_000, 10**6)] == \
+        [4000, 2000, 1000, 1000, 1000]
 
 
 def test_estimator_smc_particles_by_width(monkeypatch):

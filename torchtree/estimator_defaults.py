@@ -60,7 +60,7 @@ def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, t
             and "n_particles" not in kwargs and "n_islands" not in kwargs):
         from torchtree.samplers.topdown import TopDownConfig
 
-        kwargs["n_particles"] = wide_table_particles(d, TopDownConfig.n_particles)  # wide tables (README "Defaults")
+        kwargs["n_particles"] = wide_table_particles(n, d, TopDownConfig.n_particles)  # wide tables (README "Defaults")
     if method == "mcmc" and n < TOPDOWN_INIT_ROWS:
         if "n_chains" not in kwargs and kwargs.get("engine") != "host":
             kwargs["n_chains"] = MCMC_CHAINS_SMALL

@@ -487,8 +487,9 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         ``likelihood=`` object is used as is (instead of ``alpha`` / ``mu0`` / ...).
         ``method="smc"`` classifies with ``proposal="optimal"`` below 5000 rows and up to 10,000
         rows x features (``start_settings``), elsewhere with 40 particles per feature (rounded up
-        to thousands, 1000 to 8000: ``wide_table_particles``) unless ``n_particles`` or
-        ``n_islands`` is given; top-down starts of classification take as many.
+        to thousands, 1000 to 8000, rows x particles at most 4 x 10^8: ``wide_table_particles``)
+        unless ``n_particles`` or ``n_islands`` is given; top-down starts of classification take
+        as many.
         ``method="smc-moves"`` with the Chipman prior starts its particles at top-down SMC draws
         (``init_prior="topdown"``; with ``mh_step=True`` for regression and where that start uses
         the optimal proposal), and ``method="mcmc"`` its chains (``init="topdown"``) for

@@ -26,7 +26,8 @@ from torchtree.steps.from_trees import state_from_trees
 from torchtree.steps.moves import TreeState
 
 __all__ = ["TOPDOWN_INIT_PARTICLES", "SMALL_TABLE_ROWS", "OPTIMAL_MAX_CELLS", "REGRESSION_ISLANDS",
-           "PARTICLES_PER_FEATURE", "WIDE_MAX_PARTICLES", "wide_table_particles", "start_settings", "topdown_draws"]
+           "PARTICLES_PER_FEATURE", "WIDE_MAX_PARTICLES", "WIDE_MAX_WORK", "wide_table_particles", "start_settings",
+           "topdown_draws"]
 
 #: particles of the top-down SMC run that starts are drawn from
 TOPDOWN_INIT_PARTICLES = 1000
@@ -40,15 +41,18 @@ REGRESSION_ISLANDS = 5
 #: classification without the optimal proposal: at least this many particles per feature (each particle tries
 #: one feature per node, so on wide tables a thousand particles miss the informative ones) ...
 PARTICLES_PER_FEATURE = 40
-#: ... up to this many
+#: ... up to this many, and up to this many rows x particles (a filter's memory grows with both: 10^5 rows x 100
+#: features took 1.3 GB with 1000 particles, 2.7 GB with 4000; 4 x 10^8 keeps the 1000 particles' work of 4 x 10^5 rows)
 WIDE_MAX_PARTICLES = 8000
+WIDE_MAX_WORK = 400_000_000
 
 
-def wide_table_particles(d: int, n_particles: int) -> int:
-    """Particles for a classification filter without the optimal proposal on ``d`` features:
-    where ``PARTICLES_PER_FEATURE * d`` exceeds 1000 (more than 25 features), ``n_particles`` raised
-    to it rounded up to thousands (what divides 1000, ranks or islands, still divides it), at most
-    ``WIDE_MAX_PARTICLES``; on narrower tables ``n_particles`` as asked.
+def wide_table_particles(n: int, d: int, n_particles: int) -> int:
+    """Particles for a classification filter without the optimal proposal on ``n`` rows x ``d``
+    features: where ``PARTICLES_PER_FEATURE * d`` exceeds 1000 (more than 25 features),
+    ``n_particles`` raised to it rounded up to thousands (what divides 1000, ranks or islands,
+    still divides it), at most ``WIDE_MAX_PARTICLES`` and ``WIDE_MAX_WORK / n`` (thousands);
+    on narrower tables ``n_particles`` as asked.
 
     Chosen with ``examples/bench_variants.py`` (README "Defaults"): on madelon (500 features) 1000
     particles reach 0.673 accuracy, 8000 reach 0.720 at 2x the CPU; on 100 synthetic features
@@ -57,7 +61,7 @@ def wide_table_particles(d: int, n_particles: int) -> int:
 
     Parameters
     ----------
-    d : int, features of the training data
+    n, d : int, rows and features of the training data
     n_particles : int, particles asked for
 
     Returns
@@ -67,7 +71,7 @@ def wide_table_particles(d: int, n_particles: int) -> int:
     need = PARTICLES_PER_FEATURE * d
     if need <= 1000:  # up to 25 features: as asked
         return n_particles
-    return max(n_particles, min(WIDE_MAX_PARTICLES, -(-need // 1000) * 1000))
+    return max(n_particles, min(WIDE_MAX_PARTICLES, -(-need // 1000) * 1000, WIDE_MAX_WORK // max(n, 1) // 1000 * 1000))
 
 
 def start_settings(n: int, d: int, task: str, n_particles: int) -> dict:
@@ -90,7 +94,7 @@ def start_settings(n: int, d: int, task: str, n_particles: int) -> dict:
     -------
     dict of :class:`~torchtree.samplers.topdown.TopDownSMC` settings
     """
-    wide = wide_table_particles(d, n_particles) if task == "classification" else n_particles
+    wide = wide_table_particles(n, d, n_particles) if task == "classification" else n_particles
     if n >= SMALL_TABLE_ROWS:  # the prior proposal's cuts miss on many rows
         return {"proposal": "empirical", "n_islands": 1, "n_particles": wide}
     if task == "regression" and n_particles >= 2 * REGRESSION_ISLANDS:
