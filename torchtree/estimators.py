@@ -493,8 +493,8 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         ``method="smc-moves"`` with the Chipman prior starts its particles at top-down SMC draws
         (``init_prior="topdown"``; with ``mh_step=True`` for regression and where that start uses
         the optimal proposal), and ``method="mcmc"`` its chains (``init="topdown"``) for
-        regression, on at least ``TOPDOWN_INIT_ROWS`` (5000) rows or on more than ``TOPDOWN_INIT_FEATURES`` (100)
-        features, unless that option is given. Below 5000 rows ``method="mcmc"`` runs
+        regression, on at least ``TOPDOWN_INIT_ROWS`` (5000) rows or on more than
+        ``TOPDOWN_INIT_FEATURES`` (100) features, unless that option is given. Below 5000 rows ``method="mcmc"`` runs
         ``MCMC_CHAINS_SMALL`` (16) chains of ``MCMC_SAMPLES_SMALL`` (500) kept draws (warm-up
         as long) unless ``n_chains`` / ``n_samples`` (or ``engine="host"``) are given; from 5000
         rows MCMC's own one chain of 1000 + 1000. ``method="dcc"`` stops after

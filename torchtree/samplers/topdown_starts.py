@@ -54,10 +54,9 @@ def wide_table_particles(n: int, d: int, n_particles: int) -> int:
     still divides it), at most ``WIDE_MAX_PARTICLES`` and ``WIDE_MAX_WORK / n`` (thousands);
     on narrower tables ``n_particles`` as asked.
 
-    Chosen with ``examples/bench_variants.py`` (README "Defaults"): on madelon (500 features) 1000
-    particles reach 0.673 accuracy, 8000 reach 0.720 at 2x the CPU; on 100 synthetic features
-    4000 particles gain 1.7-3.1 points; on 10-36 features the gain is within noise. A top-down
-    filter's cost grows far slower than its particles (shared nodes are scored once).
+    Chosen with ``examples/bench_variants.py`` on madelon, students_dropout and synthetic tables of
+    36-200 features (README "Defaults", "Wide tables"). A top-down filter's cost grows far slower
+    than its particles (nodes shared by particles are scored once).
 
     Parameters
     ----------
@@ -77,12 +76,12 @@ def wide_table_particles(n: int, d: int, n_particles: int) -> int:
 def start_settings(n: int, d: int, task: str, n_particles: int) -> dict:
     """The top-down SMC settings (``proposal``, ``n_islands``, ``n_particles``) of a start on an ``n x d`` table.
 
-    Chosen with ``examples/bench_quality.py`` (README "Defaults"): on small classification tables
-    the optimal proposal's filter is close to perfectly weighted (test log density above the prior
-    proposal's on every small table); on small regression tables one filter of the empirical
-    proposal collapses onto few trees (wu RMSE 0.273 against 0.256), islands of the prior
-    proposal do not; from ``SMALL_TABLE_ROWS`` rows the empirical proposal finds cuts the prior
-    proposal misses.
+    Chosen with ``examples/bench_quality.py`` and ``examples/bench_variants.py`` (README
+    "Defaults"): on small classification tables the optimal proposal's filter is close to
+    perfectly weighted; on small regression tables one filter of the empirical proposal collapses
+    onto few trees, islands of the prior proposal do not; from ``SMALL_TABLE_ROWS`` rows the
+    empirical proposal finds cuts the prior proposal misses; wider classification tables take
+    :func:`wide_table_particles`.
 
     Parameters
     ----------
