@@ -156,7 +156,8 @@ def estimator_fits(datasets, methods, settings, repeats: int) -> list:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--datasets", nargs="+", default=["pendigits", "magic04"])
+    ap.add_argument("--datasets", nargs="+", default=None,
+                    help="default: pendigits magic04 (top-down SMC), heart_statlog abalone (--estimators)")
     ap.add_argument("--particles", type=int, default=500)
     ap.add_argument("--threads", nargs="+", type=parse_threads, default=[1, 2, "auto"])
     ap.add_argument("--repeats", type=int, default=1, help="fits per setting; the median is reported")
@@ -170,7 +171,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.estimators is not None:
         methods = args.estimators or ["smc", "mcmc", "smc-moves"]
-        datasets = args.datasets if "--datasets" in (argv or sys.argv) else ["heart_statlog", "abalone"]
+        datasets = args.datasets or ["heart_statlog", "abalone"]
         print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, estimator defaults, median of {args.repeats}")
         rows = estimator_fits(datasets, methods, args.threads, args.repeats)
         if args.json:
@@ -180,6 +181,7 @@ def main(argv=None) -> int:
         return 0
     if args.smoke:
         args.datasets, args.particles, args.repeats, args.busy = ["magic04"], 20, 1, 0
+    args.datasets = args.datasets or ["pendigits", "magic04"]
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs (affinity {len(os.sched_getaffinity(0))}), "
           f"torch default threads {torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
           f"top-down SMC{'' if args.sweep else f' M={args.particles}'}, 5 islands, median of {args.repeats}")

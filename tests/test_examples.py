@@ -106,3 +106,17 @@ def test_bench_dcc_noise_floors_average_the_noise_variance():
         assert abs(excess.mean() - var * leaves / n) < 4 * excess.std() / 200**0.5, (name, excess.mean())
         assert nf["quantiles"][0] < nf["quantiles"][1] < nf["quantiles"][2]
         assert nf["fraction_within_band"] == sum(f <= nf["band"] for f in nf["floors"]) / 200
+
+
+def test_bench_threads_estimators_mode(tmp_path):
+    """``bench_threads.py --estimators`` fits each named method at each thread setting and writes the rows."""
+    import json
+
+    out = tmp_path / "rows.json"
+    r = subprocess.run([sys.executable, str(EXAMPLES / "bench_threads.py"), "--estimators", "smc", "--datasets", "iris",
+                        "--threads", "1", "2", "--json", str(out)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(out.read_text())["estimators"]
+    assert [(row["dataset"], row["method"], row["n_threads"]) for row in rows] == [("iris", "smc", "1"), ("iris", "smc", "2")]
+    assert all(row["cpu_s"] > 0 and row["wall_s"] > 0 for row in rows)
