@@ -47,19 +47,18 @@ def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, t
     n, d : int, rows and features of the training data
     task : "classification" or "regression"
     """
-    if method == "smc" and task == "regression" and "n_islands" not in kwargs:
-        from torchtree.samplers.topdown import TopDownConfig
+    from torchtree.samplers.topdown import TopDownConfig
 
+    # classification on small tables: the optimal proposal (README "Defaults"), for smc and for the top-down starts
+    optimal = start_settings(n, d, task, 1)["proposal"] == "optimal"
+    if method == "smc" and task == "regression" and "n_islands" not in kwargs:
         particles = kwargs.get("n_particles", TopDownConfig.n_particles)
         if isinstance(particles, int) and particles % SMC_ISLANDS_REGRESSION == 0:  # islands must divide it
             kwargs["n_islands"] = SMC_ISLANDS_REGRESSION
-    if method == "smc" and task == "classification" and "proposal" not in kwargs:
-        if start_settings(n, d, task, 1)["proposal"] == "optimal":  # small tables (README "Defaults")
-            kwargs["proposal"] = "optimal"
+    if method == "smc" and optimal and "proposal" not in kwargs:
+        kwargs["proposal"] = "optimal"
     if (method == "smc" and task == "classification" and kwargs.get("proposal") != "optimal"
             and "n_particles" not in kwargs and "n_islands" not in kwargs):
-        from torchtree.samplers.topdown import TopDownConfig
-
         kwargs["n_particles"] = wide_table_particles(n, d, TopDownConfig.n_particles)  # wide tables (README "Defaults")
     if method == "mcmc" and n < TOPDOWN_INIT_ROWS:
         if "n_chains" not in kwargs and kwargs.get("engine") != "host":
@@ -72,7 +71,7 @@ def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, t
         kwargs["target_accept"] = DCC_TARGET_ACCEPT_REGRESSION
     start = {"mcmc": "init", "smc-moves": "init_prior"}.get(method)
     if (method == "smc-moves" and "mh_step" not in kwargs and not kwargs.get("tempering")
-            and (task == "regression" or start_settings(n, d, task, 1)["proposal"] == "optimal")):
+            and (task == "regression" or optimal)):
         # resample-move from a well-weighted start: reweighting after each move collapsed its spread of
         # trees onto a few (abalone RMSE 2.21 -> 2.31, iris log density -0.012); from the empirical
         # proposal's cruder start the reweighted moves did better (madelon +1.6 points; README "Defaults")
