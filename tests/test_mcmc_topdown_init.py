@@ -265,7 +265,7 @@ def test_estimator_smc_proposal_by_table(monkeypatch):
 
 
 def test_estimator_regression_starts(monkeypatch):
-    """Regression below TOPDOWN_INIT_ROWS: MCMC from top-down draws, SMC with moves as resample-move."""
+    """Regression below TOPDOWN_INIT_ROWS: MCMC starts at top-down draws (classification keeps the root)."""
     seen = _spy_on_start_option(monkeypatch, "init")
     d = _xor(120, regression=True)
     X, y = d.X.numpy(), d.y.numpy()
