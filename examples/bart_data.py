@@ -15,7 +15,6 @@ Example
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -32,21 +31,16 @@ _CSV = {
 }
 
 
-def data_dir() -> Path:
-    """Folder holding the benchmark CSV files.
+def _tables():
+    """``torchtree/datasets/tables.py`` loaded by path: it needs only numpy, so this works in the
+    competitor venv too, where torchtree (and torch) are not installed."""
+    import importlib.util
 
-    Returns
-    -------
-    Path
-        ``<repo>/../shared/data`` if it exists, else ``$TORCHTREE_DATA``.
-    """
-    here = Path(__file__).resolve().parents[2] / "shared" / "data"
-    if here.is_dir():
-        return here
-    env = os.environ.get("TORCHTREE_DATA")
-    if env:
-        return Path(env)
-    raise FileNotFoundError(f"no data folder: {here} missing and TORCHTREE_DATA unset")
+    path = Path(__file__).resolve().parents[1] / "torchtree" / "datasets" / "tables.py"
+    spec = importlib.util.spec_from_file_location("_torchtree_tables", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def friedman1(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -97,8 +91,8 @@ def load(name: str, split: int):
     if name not in _CSV:
         raise ValueError(f"unknown dataset {name!r}; known: "
                          f"{NAMES_REGRESSION + NAMES_CLASSIFICATION}")
-    data = np.loadtxt(data_dir() / _CSV[name], delimiter=",", skiprows=1, dtype=np.float64)
-    X, y = data[:, :-1], data[:, -1]
+    table = _tables().load_table(_CSV[name])
+    X, y = table.X, table.y.astype(np.float64)
     if name == "abalone":
         task = "regression"
     else:

@@ -71,7 +71,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from typing import Dict, Optional
@@ -81,6 +80,7 @@ import torch
 
 from torchtree.cli.options import parse_threads
 from torchtree.core.threads import resolve_threads
+from torchtree.datasets import load_table
 from torchtree.datasets.synthetic import cgm, cgm_mean, wu, wu_mean
 from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor
 from torchtree.monitor import Monitor
@@ -114,15 +114,15 @@ SETTINGS = {
 }
 
 
-def load(name: str, data_dir: str, split_seed: int = 0):
+def load(name: str, split_seed: int = 0):
     """Train/test tensors of a data set (regression targets float, labels long)."""
     if name == "cgm":
         return cgm(seed=split_seed)
     if name == "wu":
         return wu(seed=split_seed)
-    arr = np.loadtxt(os.path.join(data_dir, PAPER[name]["file"]), delimiter=",", skiprows=1)
-    X = torch.tensor(arr[:, :-1], dtype=torch.float64)
-    y = torch.tensor(arr[:, -1]).long()
+    table = load_table(PAPER[name]["file"])
+    X = torch.tensor(table.X, dtype=torch.float64)
+    y = torch.tensor(table.y).long()
     return train_test_split(X, y, 0.3, seed=split_seed)
 
 
@@ -138,9 +138,9 @@ SMOKE_BASELINES = {
 }
 
 
-def run_baseline(name: str, data_dir: str, method: str, options: dict, split_seed: int = 0, seed: int = 0) -> dict:
+def run_baseline(name: str, method: str, options: dict, split_seed: int = 0, seed: int = 0) -> dict:
     """One hard-tree baseline on the split ``run_dcc`` uses: train / test metric and CPU seconds."""
-    Xtr, ytr, Xte, yte = load(name, data_dir, split_seed)
+    Xtr, ytr, Xte, yte = load(name, split_seed)
     Xtr, ytr, Xte, yte = Xtr.numpy(), ytr.numpy(), Xte.numpy(), yte.numpy()
     regression = PAPER[name]["metric"] == "mse"
     est = (BayesianTreeRegressor if regression else BayesianTreeClassifier)(random_state=seed, **options)
@@ -232,7 +232,7 @@ def noise_floors(name: str, n_draws: int) -> dict:
     """
     floors, partition = [], []
     for seed in range(n_draws):
-        a, b = reference_mses(name, *load(name, "", seed))
+        a, b = reference_mses(name, *load(name, seed))
         floors.append(a)
         partition.append(b)
     f, q = np.asarray(floors), np.asarray(partition)
@@ -244,9 +244,9 @@ def noise_floors(name: str, n_draws: int) -> dict:
             "partition_fraction_within_band": float((q <= band).mean())}
 
 
-def run_dcc(name: str, data_dir: str, seed: int, max_seconds: float, overrides: dict, clock: str = "wall",
+def run_dcc(name: str, seed: int, max_seconds: float, overrides: dict, clock: str = "wall",
             split_seed: int = 0) -> dict:
-    Xtr, ytr, Xte, yte = load(name, data_dir, split_seed)
+    Xtr, ytr, Xte, yte = load(name, split_seed)
     h_init, h_final = PAPER[name]["h"]
     kw = dict(SETTINGS[name])
     kw.update(overrides)
@@ -288,15 +288,15 @@ class _PhaseClock(Monitor):
             self.mark = (time.perf_counter(), time.process_time())
 
 
-def _throughput_data(model_name: str, data_dir: str):
+def _throughput_data(model_name: str):
     if model_name == "wu":
         Xtr, ytr, Xte, yte = wu(seed=0)
         return Xtr.float(), ytr.float(), Xte.float(), yte.float()
-    Xtr, ytr, Xte, yte = load(model_name, data_dir)
+    Xtr, ytr, Xte, yte = load(model_name)
     return Xtr.float(), ytr, Xte.float(), yte
 
 
-def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_chains: int = 32, n_warmup: int = 100,
+def throughput(model_name: str = "wu", n_chains: int = 32, n_warmup: int = 100,
                n_samples: int = 100, depth: int = 2, h: float = 0.05, max_tree_depth: int = 8,
                pyro_jit: bool = False, asynchronous: bool = False, compile: bool = False,
                pyro_seeds=(0,), n_threads=1) -> dict:
@@ -314,7 +314,7 @@ def throughput(model_name: str = "wu", data_dir: str = "/work/shared/data", n_ch
     from torchtree.pyro import SoftTreeClassifier, SoftTreeRegressor
     from torchtree.model.soft_data import as_soft_data
 
-    Xtr, ytr, Xte, yte = _throughput_data(model_name, data_dir)
+    Xtr, ytr, Xte, yte = _throughput_data(model_name)
     regression = ytr.is_floating_point()
     sd = as_soft_data(Xtr, ytr)
     hp = SoftTreeHyper().resolve(sd)
@@ -507,7 +507,6 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0], help="DCC seeds")
     ap.add_argument("--split-seeds", nargs="+", type=int, default=[0],
                     help="70/30 split seeds (UCI) or data seeds (CGM, WU)")
-    ap.add_argument("--data-dir", default=os.environ.get("TORCHTREE_DATA", "/work/shared/data"))
     ap.add_argument("--max-seconds", type=float, default=270.0, help="time cap of each DCC loop")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="cpu",
                     help="what --max-seconds measures (cpu: this process's CPU time, for shared machines)")
@@ -586,7 +585,7 @@ def main(argv=None) -> int:
             rows = []
             for split in args.split_seeds:
                 for seed in args.seeds:
-                    r = run_dcc(name, args.data_dir, seed, args.max_seconds, overrides, args.clock, split)
+                    r = run_dcc(name, seed, args.max_seconds, overrides, args.clock, split)
                     rows.append(r)
                     print(_fmt_row(r), flush=True)
             results["dcc"] += rows
@@ -599,7 +598,7 @@ def main(argv=None) -> int:
         print(f"{'data':8s} {'method':>6s} {'split':>5s} {'metric':>6s} {'train':>7s} {'test':>7s} {'cpu s':>7s}")
         for name in args.datasets:
             for method, options in baselines.items():
-                rows = [run_baseline(name, args.data_dir, method, dict(options, n_threads=threads), split)
+                rows = [run_baseline(name, method, dict(options, n_threads=threads), split)
                         for split in args.split_seeds]
                 for r in rows:
                     print(f"{name:8s} {method:>6s} {r['split_seed']:5d} {r['metric']:>6s} {r['train']:7.4f} "
@@ -614,7 +613,7 @@ def main(argv=None) -> int:
         variants = [False, True] if args.compare_compile else [args.compile]
         for m in args.throughput_models:
             for comp in variants:
-                t = throughput(m, args.data_dir, pyro_jit=args.pyro_jit, asynchronous=args.nuts_async,
+                t = throughput(m, pyro_jit=args.pyro_jit, asynchronous=args.nuts_async,
                                compile=comp, pyro_seeds=args.pyro_seeds, **tp)
                 results["throughput"].append(t)
                 print_throughput(t)

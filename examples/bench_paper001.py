@@ -16,9 +16,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import os
 import sys
 import time
 
@@ -26,33 +24,29 @@ import numpy as np
 import torch
 
 from torchtree.cli.options import parse_threads
+from torchtree.datasets import load_table
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.environ.get("TORCHTREE_DATA", os.path.join(HERE, "..", "..", "shared", "data"))
 
 
 def _load(name: str):
-    path = os.path.join(DATA, name)
-    opener = gzip.open if name.endswith(".gz") else open
-    with opener(path, "rt") as fh:
-        arr = np.loadtxt(fh, delimiter=",", skiprows=1)
-    return arr[:, :-1], arr[:, -1].astype(np.int64)
+    table = load_table(name)
+    return table.X, table.y
 
 
 def load_dataset(name: str, split_seed: int = 0):
     """(X_train, y_train, X_test, y_test) with the paper's splits."""
     if name == "magic04":
-        X, y = _load("magic04.csv")
+        X, y = _load("magic04")
         perm = np.random.default_rng(split_seed).permutation(len(y))
         n_tr = int(0.7 * len(y))
         return X[perm[:n_tr]], y[perm[:n_tr]], X[perm[n_tr:]], y[perm[n_tr:]]
     if name == "pendigits":
-        Xtr, ytr = _load("pendigits_train.csv")
-        Xte, yte = _load("pendigits_test.csv")
+        Xtr, ytr = _load("pendigits_train")
+        Xte, yte = _load("pendigits_test")
         return Xtr, ytr, Xte, yte
     if name == "madelon":
-        Xtr, ytr = _load("madelon_train.csv.gz")
-        Xte, yte = _load("madelon_valid.csv.gz")
+        Xtr, ytr = _load("madelon_train")
+        Xte, yte = _load("madelon_valid")
         return Xtr, ytr, Xte, yte
     raise ValueError(f"unknown dataset {name!r}")
 

@@ -23,7 +23,7 @@ abalone 22.48 %, students 71.48 %.
 
 Usage::
 
-    python examples/bench_paper002.py [--data /work/shared/data] [--datasets heart_statlog ...]
+    python examples/bench_paper002.py [--datasets heart_statlog ...]
         [--threads 1] [--splits 10] [--quick] [--poisson] [--only smc-moves mcmc-1] [--cut-proposal {prior,data}]
         [--out bench_paper002.json]
     python examples/bench_paper002.py --smoke                      # tiny, < 1 min, for the test suite
@@ -49,8 +49,8 @@ move probabilities, larger initial trees, Poisson lambda 5 / 12 / 20, Dirichlet 
 (all 72.6 - 73.8 %). ``--cut-proposal data`` (gap-uniform among the node's distinct values)
 with prior-cut settings otherwise: heart 78.02, diabetes 73.96, abalone 25.99, students 73.38.
 
-A script, not a timed test. Data are read from CSV at run time (header row, last
-column = label); ``--smoke`` falls back to a synthetic data set when the CSVs are absent.
+A script, not a timed test. Data: the tables of the repository's ``data/`` folder
+(``torchtree.datasets.load_table``).
 """
 # smoke-expect: ^\S+\s+smc-moves N=64\s+\d+\s+\d+\.\d+
 # smoke-expect: ^bench_paper002: done
@@ -68,22 +68,20 @@ import torch
 
 import torchtree as tt
 from torchtree.cli.options import parse_threads
+from torchtree.datasets import load_table
 from torchtree.monitor import CallbackMonitor
 from torchtree.samplers.mcmc import MCMC
 from torchtree.samplers.smc_moves import SMCSampler, per_particle_accuracy
 
 PAPER_TABLE1 = {"heart_statlog": 77.44, "pima_diabetes": 73.27, "abalone": 22.48, "students_dropout": 71.48}
 DATASETS = tuple(PAPER_TABLE1)
-DEFAULT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data")
-if not os.path.isdir(DEFAULT_DATA):
-    DEFAULT_DATA = "/work/shared/data"
 
 
-def load(path: str, seed: int = 0):
-    """70/30 split with a fixed permutation; every class of the file is known to the model."""
-    a = np.loadtxt(path, delimiter=",", skiprows=1)
-    X, y = a[:, :-1], a[:, -1].astype(np.int64)
-    return split(X, y, seed)
+def load(name: str, seed: int = 0):
+    """70/30 split of a table of ``data/`` with a fixed permutation; every class of the file is
+    known to the model (abalone's ring counts are classes here, as in the paper)."""
+    table = load_table(name)
+    return split(table.X, table.y.astype(np.int64), seed)
 
 
 def split(X, y, seed: int = 0):
@@ -92,14 +90,6 @@ def split(X, y, seed: int = 0):
     tr, te = perm[:ntr], perm[ntr:]
     data = tt.Data(X[tr], y[tr], classes=np.unique(y))
     return data, X[te], y[te]
-
-
-def synthetic(seed: int = 0, n: int = 300):
-    """A small two-class problem (used by ``--smoke`` when the CSVs are absent)."""
-    rng = np.random.default_rng(12345)
-    X = rng.normal(size=(n, 5))
-    y = ((X[:, 0] > 0.2) ^ (X[:, 1] * X[:, 2] > 0.5) ^ (rng.random(n) < 0.1)).astype(np.int64)
-    return split(X, y, seed)
 
 
 def pick_backend(name: str):
@@ -168,7 +158,6 @@ def run_one(name, factory, data, Xt, yt, seed, threads="auto"):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--datasets", nargs="*", default=list(DATASETS))
     ap.add_argument("--particles", type=int, default=1024, help="N (paper: 1024)")
     ap.add_argument("--iterations", type=int, default=10, help="K (paper: 10)")
@@ -182,7 +171,7 @@ def main(argv=None):
     ap.add_argument("--backend", default="local", choices=("local", "gloo", "mpi"),
                     help="local: one process; gloo: under torchrun; mpi: under mpiexec (SMC rows only)")
     ap.add_argument("--smoke", action="store_true",
-                    help="tiny run for the test suite: heart + diabetes (or synthetic data), N=64, K=5, 2 splits, SMC-with-moves rows")
+                    help="tiny run for the test suite: heart + diabetes, N=64, K=5, 2 splits, SMC-with-moves rows")
     ap.add_argument("--cut-proposal", default=None, choices=("prior", "data", "informed"),
                     help="how the SMC-with-moves and MCMC grow / change moves draw cuts (torchtree.steps.moves.propose); "
                          "default: each sampler's own (SMC with moves: informed, MCMC: prior)")
@@ -193,7 +182,7 @@ def main(argv=None):
     if args.smoke:
         args.particles, args.iterations, args.splits, args.quick = 64, 5, 2, True
         args.only = args.only or ["smc-moves"]
-        args.datasets = [d for d in ("heart_statlog", "pima_diabetes") if os.path.exists(os.path.join(args.data, f"{d}.csv"))] or ["synthetic"]
+        args.datasets = ["heart_statlog", "pima_diabetes"]
     backend = pick_backend(args.backend)
     rank = backend.rank if backend is not None else 0
     world = backend.world_size if backend is not None else 1
@@ -210,10 +199,7 @@ def main(argv=None):
     say(header)
     say("-" * len(header))
     for ds in args.datasets:
-        if ds == "synthetic":
-            splits = [synthetic(args.seed + k) for k in range(args.splits)]
-        else:
-            splits = [load(os.path.join(args.data, f"{ds}.csv"), args.seed + k) for k in range(args.splits)]
+        splits = [load(ds, args.seed + k) for k in range(args.splits)]
         for name, factory in methods(args.particles, args.iterations, args.quick, args.poisson, backend,
                                      args.cut_proposal):
             if args.only and not any(name.startswith(o) for o in args.only):

@@ -13,8 +13,7 @@ the call. The N query rows cycle through the 4177 abalone rows.
 ``--root`` runs the code of another source tree (e.g. ``git archive main | tar -x -C
 /tmp/main``) on the same posterior file; ``--as-limit`` caps each subprocess's address
 space (default 12 GiB) so that a case that cannot fit fails instead of exhausting the
-machine. Needs the shared data directory (``TORCHTREE_SHARED_DATA``, default
-/work/shared/data).
+machine. Data: ``data/abalone.csv.gz`` of this repository.
 """
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ import sys
 import tempfile
 import time
 
-DATA = os.path.join(os.environ.get("TORCHTREE_SHARED_DATA", "/work/shared/data"), "abalone.csv")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "abalone.csv.gz")
 
 
 def _use_root(root: str) -> None:

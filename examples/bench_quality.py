@@ -1,6 +1,6 @@
 """Answers out of the box: every method with its defaults against CART, a forest and boosting.
 
-For every data set (the classification and regression tables in ../shared/data, and the
+For every data set (the classification and regression tables in data/, and the
 synthetic generators) and 5 random 70/30 splits, fits each torchtree method with the
 estimator's defaults and three scikit-learn baselines, and reports the means over splits of
 
@@ -35,7 +35,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))
 
 # smoke-expect: ^iris\s+smc\s
@@ -62,16 +61,12 @@ def load(name: str):
 
         X, y = interactions(3000, 10, task="regression", seed=0)
         return X.numpy(), y.numpy(), "regression"
-    if name == "pendigits":
-        parts = [np.loadtxt(DATA / f"pendigits_{s}.csv", delimiter=",", skiprows=1) for s in ("train", "test")]
-        a = np.vstack(parts)
-    elif name == "madelon":
-        a = np.vstack([np.loadtxt(DATA / f"madelon_{s}.csv.gz", delimiter=",", skiprows=1) for s in ("train", "valid")])
-    else:
-        a = np.loadtxt(DATA / f"{name}.csv", delimiter=",", skiprows=1)
-    task = "regression" if name == "abalone" else "classification"
-    y = a[:, -1] if task == "regression" else a[:, -1].astype(int)
-    return a[:, :-1], y, task
+    from torchtree.datasets import load_table
+
+    parts = {"pendigits": ("pendigits_train", "pendigits_test"), "madelon": ("madelon_train", "madelon_valid")}
+    tables = [load_table(part) for part in parts.get(name, (name,))]
+    X, y = np.vstack([t.X for t in tables]), np.concatenate([t.y for t in tables])
+    return X, y, tables[0].task
 
 
 def _gauss_logpdf(y, mu, var):

@@ -6,8 +6,8 @@ With the same seed the result does not depend on the number of ranks.
 
 Usage::
 
-    torchrun --standalone --nproc_per_node=4 examples/distributed_smc.py --data ../shared/data/magic04.csv
-    mpiexec -n 4 python examples/distributed_smc.py --backend mpi --data ../shared/data/magic04.csv
+    torchrun --standalone --nproc_per_node=4 examples/distributed_smc.py --data data/magic04.csv.gz
+    mpiexec -n 4 python examples/distributed_smc.py --backend mpi --data data/magic04.csv.gz
     python examples/distributed_smc.py                         # one rank, for comparison
     mpiexec -n 2 python examples/distributed_smc.py --backend mpi --smoke   # tiny, for tests
 
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "magic04.csv"
+DEFAULT_DATA = ROOT / "data" / "magic04.csv.gz"
 
 # smoke-expect: ^test accuracy\s+0\.\d+
 # smoke-expect: ^log evidence\s+-\d

@@ -1,7 +1,7 @@
 """Paper 001 (Lakshminarayanan, Roy & Teh, ICML 2013), Figure 2 at a small size.
 
 Top-down SMC on magic04 (random 70/30 split) or pen-digits (predefined split) from
-``../shared/data``, with the paper's model (alpha=5, alpha_s=0.95, beta_s=0.5), ESS
+the repository's ``data/``, with the paper's model (alpha=5, alpha_s=0.95, beta_s=0.5), ESS
 threshold M/10, node-wise expansion and 5 islands; prior and optimal proposals over a
 range of particle counts, plus CART as a reference. Prints the table behind Figure 2
 (mean time, test accuracy, test log p(y|x)) and writes it as JSON.
@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
 BENCH = Path(__file__).resolve().parent / "bench_paper001.py"
 
 # smoke-expect: ^method\s+particles\s+seconds\s+accuracy\s+log p\(y\|x\)
@@ -42,16 +41,13 @@ BENCH = Path(__file__).resolve().parent / "bench_paper001.py"
 
 def load(dataset: str, rows: int, seed: int):
     """(Xtr, ytr, Xte, yte, description) with at most ``rows`` training rows (0: all)."""
-    from torchtree.io.csv import parse_target, read_csv
+    from torchtree.datasets import load_table
 
     rng = np.random.default_rng(seed)
 
     def read(name):
-        path = DATA / name
-        if not path.exists():
-            raise SystemExit(f"paper001_reproduction: {path} not found (the shared UCI data folder is needed)")
-        t = read_csv(str(path))
-        return t.X, parse_target(t.y, "classification")
+        t = load_table(name)
+        return t.X, t.y
 
     if dataset == "pendigits":
         Xtr, ytr = read("pendigits_train.csv")

@@ -1,7 +1,7 @@
 """Quickstart: fit a Bayesian decision-tree classifier and look at its uncertainty.
 
-Reads a UCI dataset from ``../shared/data`` (relative to the repository root; falls
-back to scikit-learn's bundled iris when that folder is absent), splits it 70/30,
+Reads a UCI table from the repository's ``data/`` folder
+(``torchtree.datasets.load_table``), splits it 70/30,
 fits top-down SMC (paper 001's settings: alpha=5, alpha_s=0.95, beta_s=0.5, ESS
 threshold 0.1, 5 islands) and prints accuracy, test log predictive, the evidence,
 the posterior's tree sizes and a few predicted class probabilities.
@@ -14,19 +14,16 @@ Usage::
 
 The same job from the shell::
 
-    torchtree fit ../shared/data/wine.csv --n-particles 500 --n-islands 5
+    torchtree fit data/wine.csv.gz --n-particles 500 --n-islands 5
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
 
 # smoke-expect: ^test accuracy\s+0\.\d+
 # smoke-expect: ^log evidence\s+-\d
@@ -34,22 +31,16 @@ DATA = ROOT.parent / "shared" / "data"
 
 
 def load(name: str):
-    """(X, y, feature names, source) of ``DATA/name.csv``, or sklearn's iris as a fallback."""
-    from torchtree.io.csv import parse_target, read_csv
+    """(X, y, feature names, source) of a table of the repository's ``data/`` folder."""
+    from torchtree.datasets import load_table, table_path
 
-    path = DATA / f"{name}.csv"
-    if path.exists():
-        t = read_csv(str(path))
-        return t.X, parse_target(t.y, "classification"), t.feature_names, str(path)
-    from sklearn.datasets import load_iris
-
-    ds = load_iris()
-    return ds.data, ds.target, list(ds.feature_names), "sklearn iris (../shared/data not found)"
+    t = load_table(name)
+    return t.X, t.y, t.feature_names, str(table_path(name))
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default="wine", help="dataset name in ../shared/data (default: wine)")
+    p.add_argument("--data", default="wine", help="table name in data/ (default: wine)")
     p.add_argument("--n-particles", type=int, default=500)
     p.add_argument("--n-islands", type=int, default=5)
     p.add_argument("--proposal", default="prior", choices=("prior", "empirical", "optimal"))

@@ -1,8 +1,7 @@
 """Regression with credible intervals: are the intervals calibrated?
 
 Fits a Bayesian regression tree (Normal-inverse-gamma leaves, top-down SMC) to the
-abalone data in ``../shared/data`` (target: ring count; scikit-learn's diabetes data
-when that folder is absent), then, on held-out data, prints the RMSE, the log
+abalone table of the repository's ``data/`` folder (target: ring count), then, on held-out data, prints the RMSE, the log
 predictive density, and for several levels the fraction of test targets inside the
 equal-tailed posterior predictive interval next to the level asked for, with the
 mean interval width. A calibrated posterior covers about the level asked for.
@@ -15,20 +14,17 @@ Usage::
 
 The same from the shell::
 
-    torchtree fit ../shared/data/abalone.csv --task regression --n-particles 500 --out abalone.pt
-    torchtree predict abalone.pt ../shared/data/abalone.csv --level 0.9
+    torchtree fit data/abalone.csv.gz --task regression --n-particles 500 --out abalone.pt
+    torchtree predict abalone.pt data/abalone.csv.gz --level 0.9
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
 
 # smoke-expect: ^test RMSE\s+\d
 # smoke-expect: ^\s*90%\s+0\.\d+
@@ -36,16 +32,10 @@ DATA = ROOT.parent / "shared" / "data"
 
 
 def load():
-    from torchtree.io.csv import parse_target, read_csv
+    from torchtree.datasets import load_table, table_path
 
-    path = DATA / "abalone.csv"
-    if path.exists():
-        t = read_csv(str(path))
-        return t.X, parse_target(t.y, "regression"), f"{path} (target: rings)"
-    from sklearn.datasets import load_diabetes
-
-    ds = load_diabetes()
-    return ds.data, ds.target.astype(np.float64), "sklearn diabetes (../shared/data not found)"
+    t = load_table("abalone")
+    return t.X, t.y, f"{table_path('abalone')} (target: rings)"
 
 
 def main(argv=None) -> int:

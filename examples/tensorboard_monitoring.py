@@ -1,7 +1,6 @@
 """Watch samplers in TensorBoard: one run per sampler, shared tag names.
 
-Fits the Pima diabetes data from ``../shared/data`` (scikit-learn's breast-cancer
-data when that folder is absent) with top-down SMC and, when they are available in
+Fits the Pima diabetes table of the repository's ``data/`` folder with top-down SMC and, when they are available in
 this installation, SMC with moves, MCMC and BART, each writing a TensorBoard run under
 ``--logdir`` (``LOGDIR/smc``, ``LOGDIR/smc-moves``, ``LOGDIR/mcmc``, ``LOGDIR/bart``). Because every
 sampler uses the same tags (``smc/ess``, ``trees/leaves_mean``, ``time/seconds``,
@@ -22,11 +21,6 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
-
-
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
 
 # smoke-expect: ^run smc\s+->
 # smoke-expect: ^\s+smc/ess\s
@@ -36,16 +30,10 @@ DATA = ROOT.parent / "shared" / "data"
 
 
 def load():
-    from torchtree.io.csv import parse_target, read_csv
+    from torchtree.datasets import load_table, table_path
 
-    path = DATA / "pima_diabetes.csv"
-    if path.exists():
-        t = read_csv(str(path))
-        return t.X, parse_target(t.y, "classification"), str(path)
-    from sklearn.datasets import load_breast_cancer
-
-    ds = load_breast_cancer()
-    return ds.data, ds.target, "sklearn breast cancer (../shared/data not found)"
+    t = load_table("pima_diabetes")
+    return t.X, t.y, str(table_path("pima_diabetes"))
 
 
 def event_tags(run_dir: str):

@@ -3,9 +3,10 @@
 ``pyproject.toml`` lists packages explicitly (``kernels/`` and ``distributed/`` are
 mapped into ``torchtree``), so a new subpackage that is not listed works in the
 editable development install but is missing from wheels. One test finds every folder
-with Python files and checks that it is a listed package; another builds the wheel,
-installs it into a fresh virtual environment and runs an example from outside the
-checkout.
+with Python files and checks that it is a listed package; another clones the repository
+into a folder of its own (no neighbouring folders: the repository must be self-contained),
+builds the wheel from the clone, installs it into a fresh virtual environment and runs
+examples there: one from outside the checkout, one on the clone's own data/ tables.
 """
 import os
 import re
@@ -50,18 +51,28 @@ def test_every_source_folder_is_a_package():
 
 
 @pytest.mark.slow
-def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
-    """Build the wheel, install it (no dependencies) into a fresh venv whose only other
-    packages are this environment's third-party ones, then run an example that needs
-    torchtree.datasets and torchtree.pyro from a directory outside the checkout."""
+def test_wheel_from_a_fresh_clone_installs_and_runs(tmp_path):
+    """Clone the committed repository into a folder of its own, build the wheel from the clone,
+    install it (no dependencies) into a fresh venv whose only other packages are this
+    environment's third-party ones, then run an example that needs torchtree.datasets and
+    torchtree.pyro from a directory outside the checkout, and one that reads a table of the
+    clone's data/ (through TORCHTREE_DATA: the wheel does not carry the tables).
+
+    The clone holds what is committed: uncommitted files are not in it, as on a user's machine."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    clone = tmp_path / "own" / "torchtree"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(clone)], check=True, capture_output=True,
+                   text=True, timeout=300)
+    assert not (clone.parent.parent / "shared").exists()
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(wheels), str(ROOT)], check=True, capture_output=True, text=True, timeout=300)
+                    str(wheels), str(clone)], check=True, capture_output=True, text=True, timeout=300)
     (wheel,) = wheels.glob("torchtree-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    ours = {str(p.relative_to(ROOT)) for d in ("torchtree",) for p in (ROOT / d).rglob("*.py")}
-    ours |= {"torchtree/kernels/" + p.name for p in (ROOT / "kernels").glob("*.py")}
-    ours |= {"torchtree/distributed/" + p.name for p in (ROOT / "distributed").glob("*.py")}
+    ours = {str(p.relative_to(clone)) for d in ("torchtree",) for p in (clone / d).rglob("*.py")}
+    ours |= {"torchtree/kernels/" + p.name for p in (clone / "kernels").glob("*.py")}
+    ours |= {"torchtree/distributed/" + p.name for p in (clone / "distributed").glob("*.py")}
     missing = sorted(f for f in ours if f not in names)
     assert not missing, f"the wheel lacks {missing}"
 
@@ -83,8 +94,18 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path):
                            cwd=outside, env=env, check=True, capture_output=True, text=True, timeout=120)
     assert where.stdout.strip().startswith(str(fresh_site)), where.stdout
     script = outside / "pyro_soft_tree.py"
-    script.write_text((ROOT / "examples" / "pyro_soft_tree.py").read_text())
+    script.write_text((clone / "examples" / "pyro_soft_tree.py").read_text())
     done = subprocess.run([str(fresh_python), str(script), "--smoke"], cwd=outside, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "[batched NUTS]" in done.stdout
+    # the tables: refused with the way out when nothing says where they are ...
+    missing = subprocess.run([str(fresh_python), "-c", "from torchtree.datasets import load_table; load_table('iris')"],
+                             cwd=outside, env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode != 0 and "TORCHTREE_DATA" in missing.stderr, missing.stderr[-2000:]
+    # ... and found in the clone's data/ folder when TORCHTREE_DATA names it
+    env["TORCHTREE_DATA"] = str(clone / "data")
+    quick = subprocess.run([str(fresh_python), str(clone / "examples" / "quickstart.py"), "--smoke"], cwd=clone,
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert quick.returncode == 0, quick.stderr[-3000:]
+    assert "quickstart: done" in quick.stdout and str(clone / "data" / "wine.csv.gz") in quick.stdout, quick.stdout

@@ -13,10 +13,10 @@ Only the stable public API is used (``import torchtree``, ``torchtree.soft``,
 ``torchtree.distributed`` backends by name, posterior methods), so the cases survive a
 re-layering of the package's modules.
 
-Data: small fixed subsets of the UCI copies in ``../shared/data`` (relative to the
-repository root; ``TORCHTREE_SHARED_DATA`` overrides), read in place, never copied.
-The file's sha256 is part of each case's settings, so another copy of the data is a
-clear settings mismatch, not a mysterious numeric one.
+Data: small fixed subsets of the UCI tables in the repository's ``data/`` folder, read
+with ``torchtree.datasets.load_table`` (which checks each file's SHA-256). The CSV text's
+sha256 is part of each case's settings, so another copy of the data is a clear settings
+mismatch, not a mysterious numeric one.
 
 Each case is a dict ``{"name", "family", "settings", "outputs"}``; ``settings`` is
 plain JSON that fully determines the run (the runner builds the sampler from it),
@@ -44,11 +44,11 @@ import numpy as np
 import torch
 
 import torchtree
+from torchtree.datasets import load_table
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 GOLDEN = HERE / "golden.json"
-DATA_DIR = Path(os.environ.get("TORCHTREE_SHARED_DATA", ROOT.parent / "shared" / "data"))
 FORMAT = "torchtree-golden/1"
 
 # ----------------------------------------------------------------------------- data
@@ -75,28 +75,19 @@ class GoldenDataMissing(RuntimeError):
     pass
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def load(name: str):
-    """(X_train, y_train, X_query, y_query, sha256 of the file) of a named subset."""
+    """(X_train, y_train, X_query, y_query, sha256 of the CSV text) of a named subset."""
     if name not in _DATA_CACHE:
         fname, task, tr_rows, q_rows = DATASETS[name]
-        path = DATA_DIR / fname
-        if not path.exists():
-            raise GoldenDataMissing(f"{path}: golden input data not found (set TORCHTREE_SHARED_DATA to the "
-                                    "directory holding the shared UCI CSV files)")
-        arr = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64)
-        X, y = arr[:, :-1], arr[:, -1]
-        y = y.astype(np.int64) if task == "classification" else y
+        try:
+            table = load_table(fname)
+        except FileNotFoundError as e:
+            raise GoldenDataMissing(str(e)) from e
+        X, y = table.X, table.y
+        y = y.astype(np.int64) if task == "classification" else y.astype(np.float64)
         tr, q = tr_rows(len(y)), q_rows(len(y))
         assert not set(tr) & set(q)
-        _DATA_CACHE[name] = (X[tr], y[tr], X[q], y[q], _sha256(path))
+        _DATA_CACHE[name] = (X[tr], y[tr], X[q], y[q], table.sha256)
     return _DATA_CACHE[name]
 
 

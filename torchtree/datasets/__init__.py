@@ -1,2 +1,6 @@
-"""Synthetic data generators used by examples, benchmarks and tests: ``synthetic`` (the papers'
-CGM and WU sets) and ``scale`` (a table of any size for the scale benchmark)."""
+"""Data for examples, benchmarks and tests: ``synthetic`` (the papers' CGM and WU sets),
+``scale`` (a table of any size for the scale benchmark) and ``tables`` (the real UCI tables
+of the repository's ``data/`` folder, :func:`load_table`)."""
+from .tables import TABLES, Table, data_dir, load_table, read_table_text, table_path
+
+__all__ = ["TABLES", "Table", "data_dir", "load_table", "read_table_text", "table_path"]

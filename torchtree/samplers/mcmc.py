@@ -335,11 +335,11 @@ class MCMC(SettingsAsAttributes):
             raise ValueError("engine='host' runs a single chain in one process; a multi-rank run needs "
                              "engine='batched' (or 'auto')")
         n_local = n_chains // W
-        ctx.extra["chains"] = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local)  # global chain indices
         ctx.extra["host"] = host = self.engine == "host" or (self.engine == "auto" and n_chains == 1)
         check_tree_memory("MCMC", n_local, ctx.data, "n_chains (or n_samples)",
                           kept_per_tree=0 if host else self.config.n_samples,
                           per_tree=0 if host else min(_BLOCK, self.n_iterations) * N_SLOTS * 8)  # a block of uniforms
+        ctx.extra["chains"] = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local)  # global chain indices
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
         """What decides the result besides the config: the prior, the likelihood, the task."""
