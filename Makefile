@@ -29,5 +29,12 @@ test: venv
 test-fast: venv
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
+# The headline figures (fit and predict CPU seconds at 1 and 2 threads) against the recorded ones in
+# benchmarks/results/headline.json; fails when a 1-thread figure is over 1.3x its record.
+# BENCH_ARGS="--record" writes a new record, BENCH_ARGS="--only paper001" runs some figures.
+BENCH_ARGS ?=
+bench: venv
+	$(BIN)/python benchmarks/headline.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) build *.egg-info
