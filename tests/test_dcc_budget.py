@@ -32,8 +32,9 @@ def _data(n=300, d=8, seed=0):
 def _long_dcc(**kw):
     # unbudgeted, this runs for many minutes (1000 iterations of 8 chains x 20 draws), and its
     # first iteration alone warms up 13 topologies (8.5 CPU s here): the budget checked only
-    # between iterations overran 4 s by more than the slack
-    return DCC(n_iterations=1000, n_warmup=20, n_initial=100, activation_threshold=2, max_depth=3, **kw)
+    # between iterations overran 4 s by more than the slack. max_rows=None: no budget planning
+    # (tests/test_dcc_rows.py), so these tests see the cuts inside warm-ups and draws
+    return DCC(n_iterations=1000, n_warmup=20, n_initial=100, activation_threshold=2, max_depth=3, max_rows=None, **kw)
 
 
 @pytest.mark.parametrize("clock", ["cpu", "wall"])
@@ -56,7 +57,7 @@ def test_budget_spent_in_the_first_warm_up_is_a_clear_error_in_time(monkeypatch)
     tick = TickClock(0.001)
     monkeypatch.setitem(driver.CLOCKS, "cpu", tick)
     with pytest.raises(ValueError, match=r"max_seconds=1\.0 \(cpu clock\) ran out before any topology finished"):
-        DCC(n_warmup=5000, max_seconds=1.0, clock="cpu").run((X, y), seed=0)
+        DCC(n_warmup=5000, max_seconds=1.0, clock="cpu", max_rows=None).run((X, y), seed=0)
     assert 1.0 <= tick.t <= 1.0 + READINGS_PAST * tick.step, tick.t
 
 
@@ -80,7 +81,7 @@ def test_cut_warm_up_leaves_its_topologies_inactive(monkeypatch):
     monkeypatch.setitem(driver.CLOCKS, "cpu", _FakeClock())
     # enough ticks (one per leapfrog step and per transition) for the first activation batch of
     # 4 topologies, not for the second
-    cut = DCC(max_seconds=100, clock="cpu", **kw)
+    cut = DCC(max_seconds=100, clock="cpu", max_rows=None, **kw)
     post = cut.run((X, y), seed=0)
     active = [r for r in post.run_records.values() if r.active]
     assert len(active) == len(post.topologies) == 4 < n_full

@@ -159,3 +159,49 @@ def test_resumed_auto_run_keeps_its_rows(tmp_path, monkeypatch):
     resumed = _no_warnings(lambda: DCC(checkpoint=path, **kw).run((X, y), seed=3))
     assert resumed.info["resumed_from_iteration"] == 1 and resumed.info["rows_used"] == 600
     _same(ref, resumed, X)
+
+
+def _warmup_cost(fits: int, rows: int = dcc_rows.MIN_AUTO_ROWS, budget: float = 1e6):
+    """A cost model under which ``fits`` transitions of SMALL's first warm-up fit the budget's share on
+    ``rows`` rows, and no subset of more than ``MIN_AUTO_ROWS`` rows fits its whole warm-up."""
+    leapfrog = 2 ** SMALL["max_tree_depth"] - 1
+    per_call = dcc_rows.BUDGET_SHARE * budget / ((fits + 0.5) * leapfrog)
+    return lambda *a, **k: (per_call - 1e-9 * rows, 1e-9)
+
+
+def test_auto_shortens_the_warm_up_when_even_the_smallest_subset_cannot_afford_it(monkeypatch):
+    """Rows are cut to MIN_AUTO_ROWS and the warm-up to what the cost model says fits, with a warning
+    naming both; the run returns a posterior whose topologies warmed up that long."""
+    X, y = interactions(2000, 7, seed=5)
+    kw = dict(SMALL, n_warmup=60, max_seconds=1e6)
+    monkeypatch.setattr(dcc_rows, "gradient_cost_model", _warmup_cost(fits=34))  # 32 warm-up + MIN_DRAWS
+    with pytest.warns(UserWarning, match=r"DCC fits 500 of 2000 rows .* with a warm-up of 32 iterations: .*"
+                                         r"only 32 of n_warmup=60"):
+        post = DCC(**kw).run((X, y), seed=0)
+    assert post.info["rows_used"] == 500 and post.info["warmup_used"] == 32
+    assert len(post.topologies) >= 1 and np.isfinite(post.predict_proba(X[:10])).all()
+    assert dcc_rows.auto_warmup(500, 1e6, 60, MIN_DRAWS, 2 ** SMALL["max_tree_depth"] - 1,
+                                *_warmup_cost(34)()) == 32
+
+
+def test_auto_refuses_at_once_when_no_useful_warm_up_fits(monkeypatch):
+    """Fewer than MIN_AUTO_WARMUP warm-up iterations fit even on MIN_AUTO_ROWS rows: a ValueError
+    naming the budget it would need, before any NUTS transition (no hmc/... report)."""
+    X, y = interactions(2000, 7, seed=5)
+    kw = dict(SMALL, n_warmup=150, max_seconds=1e6)
+    monkeypatch.setattr(dcc_rows, "gradient_cost_model", _warmup_cost(fits=20))  # 18 < MIN_AUTO_WARMUP
+    steps = []
+    with pytest.raises(ValueError, match=r"max_seconds=1e\+06 \(wall clock\) cannot afford even 30 warm-up "
+                                         r"iterations .* on 500 rows .*raise max_seconds to at least"):
+        DCC(**kw).run((X, y), seed=0, monitor=CallbackMonitor(on_step=lambda s, i: steps.append(i)))
+    assert not steps
+
+
+def test_a_small_table_keeps_its_rows_and_shortens_its_warm_up(monkeypatch):
+    """A table of MIN_AUTO_ROWS rows or fewer is never cut; its warm-up is shortened the same way."""
+    X, y = interactions(300, 7, seed=5)
+    kw = dict(SMALL, n_warmup=40, max_seconds=1e6)
+    monkeypatch.setattr(dcc_rows, "gradient_cost_model", _warmup_cost(fits=34, rows=300))
+    with pytest.warns(UserWarning, match=r"DCC fits all 300 rows with a warm-up of 32 iterations"):
+        post = DCC(**kw).run((X, y), seed=0)
+    assert post.info["rows_used"] == 300 and post.info["warmup_used"] == 32

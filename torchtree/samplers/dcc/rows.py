@@ -25,9 +25,14 @@ advance in lockstep, so a transition lasts as long as its longest trajectory; co
 2,000 rows of the scale benchmark's table, the first warm-up made ~57 full-batch gradient
 calls per transition against a cap of 63. The chosen ``m`` is the largest with
 ``W L t(m) <= BUDGET_SHARE * max_seconds``: the rest of the budget goes to the draws,
-LAIS updates and later activations, so that several iterations fit. Below
-:data:`MIN_AUTO_ROWS` rows nothing is cut (a budget that small keeps the old behaviour:
-the run says the budget ran out). Not modelled: LAIS (a few dozen gradients' worth per
+LAIS updates and later activations, so that several iterations fit. Rows are never cut
+below :data:`MIN_AUTO_ROWS`. When even ``min(N, MIN_AUTO_ROWS)`` rows do not fit, the
+warm-up is shortened instead: ``W' = floor(BUDGET_SHARE * max_seconds / (L t(m)))``
+transitions, of which ``n_warmup' = W' - MIN_DRAWS`` warm up (a warm-started topology's
+``n_warmup_warm`` is capped by it too), with a warning. When not even
+:data:`MIN_AUTO_WARMUP` warm-up iterations fit, the run is refused at once, after the
+pilot (well under a second), instead of spending its budget and failing at the end.
+Not modelled: LAIS (a few dozen gradients' worth per
 visit), the step-size searches at the warm-up's window ends, ``init="data"``'s sweeps and
 ``compile=True`` (faster steps: the estimate is then conservative).
 
@@ -56,14 +61,18 @@ from torchtree.core.threads import resolve_threads
 from torchtree.model.soft_data import SoftData
 from torchtree.model.soft_trees import SoftTrees
 from torchtree.samplers.driver import work_size
+from torchtree.steps.adaptation import sharpness_schedule
 
 __all__ = ["check_max_rows", "dcc_row_subset", "subset_soft_data", "gradient_cost_model", "auto_rows", "use_rows",
-           "BUDGET_SHARE", "MIN_AUTO_ROWS", "PILOT_ROWS", "PILOT_CALLS"]
+           "auto_warmup", "BUDGET_SHARE", "MIN_AUTO_ROWS", "MIN_AUTO_WARMUP", "PILOT_ROWS", "PILOT_CALLS"]
 
 #: Share of ``max_seconds`` the first warm-up (plus ``MIN_DRAWS`` draws) may take under "auto"
 BUDGET_SHARE = 0.25
 #: "auto" never fits fewer rows than this (a smaller table is never cut)
 MIN_AUTO_ROWS = 500
+#: "auto" never shortens the first warm-up below this many iterations (a budget that cannot
+#: afford them on ``MIN_AUTO_ROWS`` rows is refused before the run starts)
+MIN_AUTO_WARMUP = 30
 #: Rows of the larger pilot (the smaller has a quarter of them)
 PILOT_ROWS = 2000
 #: Timed gradient calls per pilot size (after one untimed call)
@@ -168,6 +177,18 @@ def auto_rows(n: int, budget: float, transitions: int, leapfrog: int, a: float, 
     return None if m >= n or m < MIN_AUTO_ROWS else int(m)
 
 
+def auto_warmup(m: int, budget: float, n_warmup: int, min_draws: int, leapfrog: int, a: float, b: float
+                ) -> Optional[int]:
+    """The warm-up "auto" runs on ``m`` rows: ``n_warmup`` when ``(n_warmup + min_draws)`` transitions
+    fit :data:`BUDGET_SHARE` of ``budget``, else the most that fit, or None when fewer than
+    :data:`MIN_AUTO_WARMUP` do (the budget cannot afford a useful warm-up at all)."""
+    per_transition = leapfrog * (a + b * m)
+    fits = math.floor(BUDGET_SHARE * budget / per_transition) - min_draws if per_transition > 0 else n_warmup
+    if fits >= n_warmup:
+        return n_warmup
+    return int(fits) if fits >= min(MIN_AUTO_WARMUP, n_warmup) else None
+
+
 def _first_batch(config, records: Iterable) -> List:
     """The topologies the first iteration warms up together first (as ``DCC.step`` and
     ``DCC._activate`` choose them: every topology proposed ``activation_threshold`` times,
@@ -178,48 +199,84 @@ def _first_batch(config, records: Iterable) -> List:
     return [r.topology for r in new[: max(config.n_parallel, 4)]]
 
 
-def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int] = None) -> int:
-    """Apply ``max_rows`` to the run: replace ``ctx.data`` by its row subset when one is due.
+def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int] = None,
+             saved_warmup: Optional[int] = None) -> int:
+    """Apply ``max_rows`` to the run: replace ``ctx.data`` by its row subset when one is due, and
+    shorten the warm-up when even the smallest subset cannot afford it (see the module notes).
 
     Parameters
     ----------
     config : DCCConfig
     ctx : driver.RunContext, after ``DCC.setup`` (``ctx.seed`` set); on a subset its
-        ``data``, ``extra["hyper"]`` (resolved on the subset) and thread count change
+        ``data``, ``extra["hyper"]`` (resolved on the subset) and thread count change;
+        ``extra["n_warmup"]`` / ``extra["n_warmup_warm"]`` and their sharpness schedules are set
     records : the run's topology records (the first warm-up's batch is timed by "auto")
     min_draws : int, ``MIN_DRAWS`` of the sampler (draws a warm-up needs to count)
     saved : int, optional; the rows a checkpointed run used (a resumed run keeps them)
+    saved_warmup : int, optional; the warm-up length a checkpointed run used
 
     Returns
     -------
     int, the rows the run fits (``ctx.extra["rows"] = (used, total)`` as well).
+
+    Raises
+    ------
+    ValueError
+        "auto" with ``max_seconds``: the pilot's cost model says not even :data:`MIN_AUTO_WARMUP`
+        warm-up iterations on ``min(N, MIN_AUTO_ROWS)`` rows fit the budget's share.
     """
     n = int(ctx.data.X.shape[0])
-    m, why = None, ""
+    m, why, n_warmup = None, "", config.n_warmup
     if saved is not None:
         m = int(saved) if int(saved) < n else None
+        n_warmup = config.n_warmup if saved_warmup is None else int(saved_warmup)
     elif isinstance(config.max_rows, int):
         m = config.max_rows if config.max_rows < n else None
         why = f"max_rows={config.max_rows}; max_rows=None uses every row"
-    elif config.max_rows == "auto" and config.max_seconds is not None and n > MIN_AUTO_ROWS:
+    elif config.max_rows == "auto" and config.max_seconds is not None:
         batch = _first_batch(config, records)
         a, b = gradient_cost_model(ctx.data, batch, config.n_chains, ctx.extra["h_start"], ctx.extra["hyper"],
                                    ctx.clock)
         transitions, leapfrog = config.n_warmup + min_draws, 2 ** config.max_tree_depth - 1
-        m = auto_rows(n, config.max_seconds, transitions, leapfrog, a, b)
         full = transitions * leapfrog * (a + b * n)
-        why = (f"the first warm-up ({len(batch)} topologies x {config.n_chains} chains, {transitions} transitions of "
-               f"up to {leapfrog} gradients) on all rows was estimated at {full:.0f} s, more than "
-               f"{BUDGET_SHARE:g} of max_seconds={config.max_seconds:g} ({config.clock} clock); max_rows=None uses "
-               "every row, a larger max_seconds more of them")
+        what = (f"the first warm-up ({len(batch)} topologies x {config.n_chains} chains, {transitions} transitions of "
+                f"up to {leapfrog} gradients) on all {n} rows was estimated at {full:.3g} s, more than "
+                f"{BUDGET_SHARE:g} of max_seconds={config.max_seconds:g} ({config.clock} clock)")
+        if n > MIN_AUTO_ROWS:
+            m = auto_rows(n, config.max_seconds, transitions, leapfrog, a, b)
+            why = f"{what}; max_rows=None uses every row, a larger max_seconds more of them"
+        if m is None and full > BUDGET_SHARE * config.max_seconds:
+            floor_rows = min(n, MIN_AUTO_ROWS)
+            n_warmup = auto_warmup(floor_rows, config.max_seconds, config.n_warmup, min_draws, leapfrog, a, b)
+            if n_warmup is None:
+                need = (min(MIN_AUTO_WARMUP, config.n_warmup) + min_draws) * leapfrog * (a + b * floor_rows)
+                raise ValueError(
+                    f"DCC: max_seconds={config.max_seconds:g} ({config.clock} clock) cannot afford even "
+                    f"{min(MIN_AUTO_WARMUP, config.n_warmup)} warm-up iterations of the first {len(batch)} topologies x "
+                    f"{config.n_chains} chains on {floor_rows} rows (estimated {need:.3g} s, which must fit "
+                    f"{BUDGET_SHARE:g} of the budget): raise max_seconds to at least {need / BUDGET_SHARE:.3g}, or lower "
+                    "n_chains or max_tree_depth")
+            m = floor_rows if floor_rows < n else None
+            why = (f"{what}; even on {floor_rows} rows only {n_warmup} of n_warmup={config.n_warmup} warm-up "
+                   "iterations fit, so the warm-up is shortened too; a larger max_seconds restores them")
+    ctx.extra["n_warmup"] = n_warmup
+    ctx.extra["n_warmup_warm"] = min(config.warmup_warm, n_warmup)
+    if n_warmup != config.n_warmup:
+        h_start = ctx.extra["h_start"]
+        ctx.extra["schedule"] = sharpness_schedule(n_warmup, h_start, config.h_final)
+        ctx.extra["warm_schedule"] = sharpness_schedule(ctx.extra["n_warmup_warm"], h_start, config.h_final)
     if m is not None:
         ctx.data = subset_soft_data(ctx.data, dcc_row_subset(n, m, ctx.seed))
         ctx.extra["hyper"] = config.soft_hyper().resolve(ctx.data)
         if config.n_threads == "auto":  # as many threads as a run on the subset itself would take
             ctx.n_threads = min(ctx.n_threads, resolve_threads("auto", work_size(config, m)))
             torch.set_num_threads(ctx.n_threads)  # the driver restores the caller's count afterwards
-        if saved is None:
-            warnings.warn(f"DCC fits {m} of {n} rows (a seeded uniform subset): {why}. The posterior is the "
-                          "exact one given these rows, wider than the full data's.", UserWarning, stacklevel=2)
+    if (m is not None or n_warmup != config.n_warmup) and saved is None:
+        fits = f"DCC fits {m} of {n} rows (a seeded uniform subset)" if m is not None else f"DCC fits all {n} rows"
+        short = f" with a warm-up of {n_warmup} iterations" if n_warmup != config.n_warmup else ""
+        warnings.warn(f"{fits}{short}: {why}. The posterior is the exact one given these rows"
+                      f"{', wider than the full data' + chr(39) + 's' if m is not None else ''}"
+                      f"{'; a shorter warm-up adapts the step size and mass less well' if short else ''}.",
+                      UserWarning, stacklevel=2)
     ctx.extra["rows"] = (n if m is None else m, n)
     return ctx.extra["rows"][0]

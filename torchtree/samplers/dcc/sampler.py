@@ -102,6 +102,8 @@ class DCCState(SamplerState):
     hmc_step : int, NUTS iterations run so far (the step of the ``hmc/...`` monitor tags)
     stats : dict of counters (divergences, grad_evals, warmups, ...)
     rows_used : int, the training rows the run fits (``max_rows``, :mod:`torchtree.samplers.dcc.rows`)
+    warmup_used : int, the warm-up iterations of a new topology (``n_warmup``, or fewer when the
+        budget cannot afford them, :mod:`~torchtree.samplers.dcc.rows`)
     elapsed_budget, elapsed_wall, elapsed_cpu : float, seconds of the budget's clock, of
         wall time and of CPU time spent by the run so far (all segments)
     """
@@ -119,6 +121,7 @@ class DCCState(SamplerState):
     elapsed_wall: float = 0.0
     elapsed_cpu: float = 0.0
     rows_used: int = 0
+    warmup_used: int = 0
 
     def state_dict(self) -> Dict[str, Any]:
         """Everything the loop needs to go on, as plain tensors and containers."""
@@ -132,6 +135,7 @@ class DCCState(SamplerState):
             "hmc_step": int(self.hmc_step), "stats": dict(self.stats),
             "elapsed_budget": float(self.elapsed_budget), "elapsed_wall": float(self.elapsed_wall),
             "elapsed_cpu": float(self.elapsed_cpu), "rows_used": int(self.rows_used),
+            "warmup_used": int(self.warmup_used),
         }
 
 
@@ -261,6 +265,7 @@ class DCC(SettingsAsAttributes):
             self._propose(state, t)
         ctx.extra["n_discovered"] = len(state.records)
         state.rows_used = use_rows(c, ctx, state.records.values(), MIN_DRAWS)  # before any per-row work
+        state.warmup_used = ctx.extra["n_warmup"]
         return state
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> DCCState:
@@ -288,7 +293,9 @@ class DCC(SettingsAsAttributes):
                         generator=gen, bookkeeping=rgen, rng=rng, hmc_step=int(saved["hmc_step"]), stats=stats,
                         elapsed_budget=float(saved["elapsed_budget"]), elapsed_wall=float(saved["elapsed_wall"]),
                         elapsed_cpu=float(saved["elapsed_cpu"]),
-                        rows_used=use_rows(self.config, ctx, (), MIN_DRAWS, saved=saved["rows_used"]))
+                        rows_used=use_rows(self.config, ctx, (), MIN_DRAWS, saved=saved["rows_used"],
+                                           saved_warmup=saved.get("warmup_used")),
+                        warmup_used=ctx.extra["n_warmup"])
 
     def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
         c = self.config
@@ -379,12 +386,13 @@ class DCC(SettingsAsAttributes):
         stats["iterations"] = state.step
         stats["seconds"], stats["cpu_seconds"] = self._elapsed(ctx)
         stats["rows_used"], stats["rows_total"] = ctx.extra["rows"]
+        stats["warmup_used"] = ctx.extra["n_warmup"]
         if ctx.resumed_at is not None:
             stats["resumed_from_iteration"] = ctx.resumed_at - 1
         if not any(r.active for r in state.records.values()):
             raise ValueError(
                 f"DCC: max_seconds={self.config.max_seconds} ({self.config.clock} clock) ran out before any topology "
-                f"finished its warm-up ({self.config.n_warmup} iterations of {self.config.n_chains} chains) and "
+                f"finished its warm-up ({ctx.extra['n_warmup']} iterations of {self.config.n_chains} chains) and "
                 f"{MIN_DRAWS} draws; raise max_seconds (or lower n_warmup, n_chains, n_parallel or max_rows)")
         post = self._posterior(ctx.data, state.records, state.evidence, stats)
         # the run's per-topology records (chains, draws, pseudo-samples, counts) and LAIS
@@ -471,7 +479,7 @@ class DCC(SettingsAsAttributes):
                                   for i in range(model.layout.n_internal)], device=pos.device)
                     for r in batch]).repeat_interleave(c.n_chains, 0)
                 pos = informed_start(model, pos, fresh, generator=gen).to(pos)
-            n_wu = c.warmup_warm
+            n_wu = x["n_warmup_warm"]
             ch, st = warmup(
                 self._kernel(model), model.potential_and_grad, pos, n_wu, generator=gen, coord_mask=model.coord_mask,
                 step_size=step, inv_mass=inv, target_accept=c.target_accept, monitor=ctx.monitor,
@@ -482,7 +490,7 @@ class DCC(SettingsAsAttributes):
             start = model.theta.data
             if x["informed"]:
                 start = informed_start(model, generator=gen)
-            n_wu = c.n_warmup
+            n_wu = x["n_warmup"]
             ch, st = warmup(
                 self._kernel(model), model.potential_and_grad, start, n_wu, generator=gen,
                 coord_mask=model.coord_mask, target_accept=c.target_accept, sharpness=x["schedule"],
