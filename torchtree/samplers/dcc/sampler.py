@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import random as _pyrandom
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -52,13 +52,13 @@ from torchtree.samplers.dcc.records import (
     inherit,
     local_draws,
     record_from_state,
-    record_state,
     store_chains,
     warm_start_chains,
 )
 from torchtree.samplers.dcc.rows import use_rows
+from torchtree.samplers.dcc.state import DCCState, _new_stats
 from torchtree.samplers.dcc.utility import dcc_utility
-from torchtree.samplers.protocol import SamplerState, SettingsAsAttributes
+from torchtree.samplers.protocol import SettingsAsAttributes
 from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
 from torchtree.steps.adaptation import sharpness_schedule
 from torchtree.steps.hmc import hmc_init
@@ -78,65 +78,6 @@ class _BudgetSpent(Exception):
 
 # the names the records' helpers had when they lived here (tests and notebooks import them)
 _Record, _compact_keys, _inherit = Record, compact_keys, inherit
-
-
-def _new_stats() -> Dict[str, int]:
-    """The run's counters; ``warmups_cut`` / ``visits_cut``: topologies whose warm-up or
-    refinement the time budget cut (left out, see :meth:`DCC._activate_batch`)."""
-    return dict.fromkeys(("nuts_iterations", "divergences", "transitions", "grad_evals", "warmups", "warmups_cut", "visits_cut"), 0)
-
-
-@dataclass
-class DCCState(SamplerState):
-    """DCC between two iterations.
-
-    Attributes
-    ----------
-    step : int, the next iteration (= iterations done)
-    done : bool, ``step >= n_iterations``
-    records : dict Topology -> Record, every discovered topology
-    evidence : EvidenceAccumulator, LAIS evidence per active topology (row ``Record.slot``)
-    generator : torch.Generator on the run's device (NUTS, LAIS, prior draws of new chains)
-    bookkeeping : torch.Generator on the CPU (warm-start resampling)
-    rng : random.Random (topology proposals)
-    hmc_step : int, NUTS iterations run so far (the step of the ``hmc/...`` monitor tags)
-    stats : dict of counters (divergences, grad_evals, warmups, ...)
-    rows_used : int, the training rows the run fits (``max_rows``, :mod:`torchtree.samplers.dcc.rows`)
-    warmup_used : int, the warm-up iterations of a new topology (``n_warmup``, or fewer when the
-        budget cannot afford them, :mod:`~torchtree.samplers.dcc.rows`)
-    elapsed_budget, elapsed_wall, elapsed_cpu : float, seconds of the budget's clock, of
-        wall time and of CPU time spent by the run so far (all segments)
-    """
-
-    step: int
-    done: bool
-    records: Dict[Topology, Record]
-    evidence: EvidenceAccumulator
-    generator: torch.Generator
-    bookkeeping: torch.Generator
-    rng: _pyrandom.Random
-    hmc_step: int
-    stats: Dict[str, int]
-    elapsed_budget: float = 0.0
-    elapsed_wall: float = 0.0
-    elapsed_cpu: float = 0.0
-    rows_used: int = 0
-    warmup_used: int = 0
-
-    def state_dict(self) -> Dict[str, Any]:
-        """Everything the loop needs to go on, as plain tensors and containers."""
-        version, internal, gauss = self.rng.getstate()
-        return {
-            "iteration": int(self.step) - 1,  # the last iteration done
-            "records": [record_state(r) for r in self.records.values()],
-            "evidence": {name: getattr(self.evidence, name).cpu() for name in EvidenceAccumulator._FIELDS},
-            "generator": self.generator.get_state().cpu(), "bookkeeping_generator": self.bookkeeping.get_state(),
-            "python_random": [int(version), [int(v) for v in internal], gauss],
-            "hmc_step": int(self.hmc_step), "stats": dict(self.stats),
-            "elapsed_budget": float(self.elapsed_budget), "elapsed_wall": float(self.elapsed_wall),
-            "elapsed_cpu": float(self.elapsed_cpu), "rows_used": int(self.rows_used),
-            "warmup_used": int(self.warmup_used),
-        }
 
 
 class DCC(SettingsAsAttributes):
@@ -280,10 +221,7 @@ class DCC(SettingsAsAttributes):
         acc = EvidenceAccumulator(0, device=torch.device("cpu"))
         for name in EvidenceAccumulator._FIELDS:
             setattr(acc, name, saved["evidence"][name].to(torch.float64))
-        records = {}
-        for d in saved["records"]:
-            r = record_from_state(d, ctx.device)
-            records[r.topology] = r
+        records = {r.topology: r for r in (record_from_state(d, ctx.device) for d in saved["records"])}
         step = int(saved["iteration"]) + 1
         stats = _new_stats()
         stats.update(saved["stats"])
