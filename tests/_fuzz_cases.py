@@ -91,8 +91,8 @@ def api_values() -> List[Case]:
                 add(f"X-{label}-r{r}c{c}", est, Z, y, "refuse", rf"\bX\b.*row {r}, column {c}")
             for label, v in (("1e39", 1e39), ("neg1e39", -1e39), ("1e300", 1e300)):
                 Z = X.copy()
-                Z[r, c] = v  # finite in float64, inf in the float32 the trees store
-                add(f"X-{label}-r{r}c{c}", est, Z, y, "refuse", rf"\bX column {c}\b.*row {r}\b")
+                Z[r, c] = v  # finite in float64, inf in float32: the column is stored in float64
+                add(f"X-{label}-r{r}c{c}", est, Z, y, "fit")
             Z = X.copy()
             Z[:, c] = 0.0
             Z[r, c] = 1e-320  # a subnormal float64 that is 0 in float32
@@ -104,8 +104,8 @@ def api_values() -> List[Case]:
             Z[:, c] *= 1e30
             add(f"X-scaled-1e30-c{c}", est, Z, y, "fit")
             Z = X.copy()
-            Z[:, c] = 1e8 + rng.integers(0, 4, size=n)  # float32 cannot tell 1e8 from 1e8 + 1
-            add(f"X-1e8-plus-k-c{c}", est, Z, y, "refuse", rf"\bX column {c}\b.*float32")
+            Z[:, c] = 1e8 + rng.integers(0, 4, size=n)  # float32 cannot tell 1e8 from 1e8 + 1: float64
+            add(f"X-1e8-plus-k-c{c}", est, Z, y, "fit")
             Z = X.copy()
             Z[:, c] = 3.0
             add(f"X-constant-column-c{c}", est, Z, y, "fit")
@@ -359,9 +359,9 @@ def cli_fit() -> List[Case]:
                          ("bool", "true"), ("comma-decimal", '"1,5"')):
             add(f"cell-{label}-line{line}", cell(v), "refuse", rf"line {line}: column {col}")
         # no test split where the outcome depends on the row being in the training part
-        add(f"cell-1e39-c{c}", cell("1e39"), "refuse", rf"column {c} \({col}\).*float32", extra=ALL_TRAIN)
+        add(f"cell-1e39-c{c}", cell("1e39"), "fit", extra=ALL_TRAIN)
         add(f"cell-tiny-c{c}", cell("1e-320"), "fit")
-        add(f"cell-1e308-c{c}", cell("1e308"), "refuse", rf"column {c} \({col}\)", extra=ALL_TRAIN)
+        add(f"cell-1e308-c{c}", cell("1e308"), "fit", extra=ALL_TRAIN)
         add(f"cell-padded-c{c}", cell(f"  {rows[r][c]}  "), "fit")
         rs = [list(x) for x in rows]
         rs[r] = rs[r][:-1]
@@ -401,8 +401,7 @@ def cli_fit() -> List[Case]:
             extra=("--target", "99"))
         add("constant-features", _csv(header, [["1.0"] * d + [row[-1]] for row in rows]), "fit")
         add(f"column-1e8-plus-k-c{c}", _csv(header, [
-            [*(row[:c]), repr(1e8 + float(i % 4)), *(row[c + 1:])] for i, row in enumerate(rows)]), "refuse",
-            rf"column {c} \({col}\).*float32")
+            [*(row[:c]), repr(1e8 + float(i % 4)), *(row[c + 1:])] for i, row in enumerate(rows)]), "fit")
         add("two-rows", _csv(header, rows[:2]), "either", r"\.csv", n_rows=2)
         add("quoted-newline-in-label", _csv(header, [row[:-1] + [f'"{row[-1]}\nx"' if i == r else row[-1]]
                                                      for i, row in enumerate(rows)]), "either", r"\.csv")

@@ -44,25 +44,51 @@ def _blobs(n=60, seed=0):
 
 
 # ------------------------------------------------------------- 1. float32 storage
-def test_columns_float32_cannot_tell_apart_are_refused_by_name():
+def test_columns_float32_cannot_tell_apart_are_stored_in_float64_and_split():
+    """Splits depend only on the order of the values: a column whose distinct values merge in
+    float32 (1e8 + 1 rounds to 1e8) is stored in float64, and the split it needs is found."""
     k = np.arange(4.0).repeat(10)
     y = (k >= 2).astype(int)
-    X = np.c_[np.linspace(0, 1, 40), 1e8 + k]  # 1e8 + 1 rounds to 1e8 in float32
+    X = np.c_[np.linspace(0, 1, 40), 1e8 + k]
+    data = Data(X, y)
+    assert data.X.dtype == torch.float64 and data.n_unique.tolist() == [40, 4]
+    # the estimator gave train accuracy 0.50 on these data, then refused them; now it separates them
+    est = BayesianTreeClassifier(n_particles=20, n_islands=1, random_state=0).fit(X, y)
+    assert est.score(X, y) == 1.0
+
+
+@pytest.mark.parametrize("make", [
+    lambda g: np.round(g.uniform(30.0, 45.0, 10_000), 6),   # latitudes with six decimals
+    lambda g: g.normal(100.0, 1.0, 1_000),
+    lambda g: g.normal(1000.0, 10.0, 5_000),
+])
+def test_ordinary_real_columns_are_accepted_with_every_distinct_value(make):
+    g = np.random.default_rng(0)
+    x = make(g)
+    X = np.c_[x, g.uniform(size=len(x))]
+    data = Data(X, (x > np.median(x)).astype(int))
+    assert data.n_unique[0] == len(np.unique(x))
+    order = np.argsort(x, kind="stable")
+    assert (np.diff(data.X[order, 0].numpy()) >= 0).all() and (np.diff(data.X_rank[order, 0].numpy()) >= 0).all()
+
+
+def test_an_explicit_float32_still_refuses_what_it_cannot_hold():
+    k = np.arange(4.0).repeat(10)
+    y = (k >= 2).astype(int)
+    X = np.c_[np.linspace(0, 1, 40), 1e8 + k]
     with pytest.raises(ValueError, match=r"column 1 .*float32.*centr"):
-        Data(X, y)
+        Data(X, y, dtype=torch.float32)
     pd = pytest.importorskip("pandas")
     with pytest.raises(ValueError, match=r"column 1 \('big'\)"):
-        Data(pd.DataFrame({"small": X[:, 0], "big": X[:, 1]}), y)
-    # the estimator gave train accuracy 0.50 on these data; now it refuses them
-    with pytest.raises(ValueError, match="float32"):
-        BayesianTreeClassifier(n_particles=10, n_islands=1).fit(X, y)
+        Data(pd.DataFrame({"small": X[:, 0], "big": X[:, 1]}), y, dtype=torch.float32)
 
 
-def test_values_beyond_float32_range_are_refused():
+def test_values_beyond_float32_range_are_stored_in_float64():
     X, y = _blobs()
     X[3, 2] = 1e39  # finite in float64, inf in float32
+    assert Data(X, y).X.dtype == torch.float64
     with pytest.raises(ValueError, match=r"column 2.*row 3.*float32"):
-        Data(X, y)
+        Data(X, y, dtype=torch.float32)
 
 
 def test_float32_exact_data_is_stored_as_before():
@@ -321,13 +347,16 @@ def test_merged_values_do_not_break_the_empirical_proposal():
                    proposal="empirical").run(data, seed=seed)
 
 
-def test_cli_names_the_column_float32_cannot_hold(tmp_path, capsys):
+def test_cli_fits_a_column_float32_cannot_hold(tmp_path, capsys):
+    """The command line used to refuse 1e8 + k ("float32 cannot tell them apart"): now the column is
+    stored in float64 and the split on it is found."""
     k = np.arange(4.0).repeat(15)
     rows = np.c_[np.linspace(0, 1, 60).round(4), 1e8 + k, (k >= 2).astype(int)]
     path = _write(tmp_path / "big.csv", ["small", "big", "label"], rows.tolist())
-    assert main(["fit", str(path), "--out", str(tmp_path / "p.pt"), *QUIET]) == 2
-    err = capsys.readouterr().err
-    assert "column 1 ('big')" in err and "float32" in err and "Traceback" not in err
+    assert main(["fit", str(path), "--out", str(tmp_path / "p.pt"), "--test-size", "0", *QUIET]) == 0
+    assert main(["predict", str(tmp_path / "p.pt"), str(path), "--out", str(tmp_path / "pred.csv"), "--quiet"]) == 0
+    pred = np.loadtxt(tmp_path / "pred.csv", delimiter=",", skiprows=1, usecols=0)
+    assert (pred == rows[:, 2]).mean() == 1.0
 
 
 def test_read_only_frame_values_are_copied_not_shared():

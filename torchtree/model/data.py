@@ -193,9 +193,9 @@ def _memory_bytes(device: Optional[torch.device] = None) -> Optional[int]:
         return None
 
 
-def _check_float_storage(uniq: Sequence[np.ndarray], dtype: torch.dtype, Xn: np.ndarray,
-                         names: Optional[Sequence] = None) -> None:
-    """ValueError for feature columns that ``dtype`` (float32 by default) cannot hold faithfully.
+def _float_storage_problem(uniq: Sequence[np.ndarray], dtype: torch.dtype, Xn: np.ndarray,
+                           names: Optional[Sequence] = None) -> Optional[str]:
+    """What makes ``dtype`` unable to hold the feature columns faithfully (None: nothing).
 
     The hard-tree samplers compare ``X`` in ``dtype`` with thresholds taken from its
     values, so a value beyond the dtype's range (it becomes inf) or distinct values that
@@ -212,13 +212,13 @@ def _check_float_storage(uniq: Sequence[np.ndarray], dtype: torch.dtype, Xn: np.
     names : column names, optional (for the message)
     """
     if dtype == torch.float64:
-        return
+        return None
     fi = torch.finfo(dtype)
     for j, u in enumerate(uniq):
         c = torch.as_tensor(u).to(dtype).double().numpy()
         if np.isinf(c[0]) or np.isinf(c[-1]):
             row = int(np.argmax(np.isinf(torch.as_tensor(Xn[:, j]).to(dtype).numpy())))
-            raise ValueError(
+            return (
                 f"X {_column(j, names)} has a value at row {row} ({Xn[row, j]:.6g}) beyond the {str(dtype)[6:]} "
                 f"range (+-{fi.max:.3g}) the trees store features in; rescale the column"
             )
@@ -232,12 +232,14 @@ def _check_float_storage(uniq: Sequence[np.ndarray], dtype: torch.dtype, Xn: np.
         bad = span > fi.eps * (u[-1] - u[0])
         if bad.any():
             g = int(np.flatnonzero(bad)[0])
-            raise ValueError(
+            return (
                 f"X {_column(j, names)} has {len(u)} distinct values but only {len(starts)} remain in "
                 f"{str(dtype)[6:]}, the precision the trees store features in ({float(u[starts[g]])!r} and "
                 f"{float(u[ends[g]])!r} become equal, so no split could separate them); centre or scale the column "
-                f"(e.g. subtract its median {float(np.median(Xn[:, j]))!r}) before fitting"
+                f"(e.g. subtract its median {float(np.median(Xn[:, j]))!r}) before fitting, or leave dtype "
+                f"at its default"
             )
+    return None
 
 
 def _first_non_number(arr: np.ndarray, names: Optional[Sequence] = None) -> str:
@@ -312,12 +314,12 @@ class Data:
     ----------
     X : array-like [N, D]
         Features (numpy, torch on any device, pandas, nested lists). NaN/inf are errors;
-        constant features are allowed (they are never split on). Refused as well, with
-        the column named: a value beyond the range of ``dtype`` and a column whose
-        distinct values ``dtype`` cannot tell apart (1e8 and 1e8 + 1 in float32; centre
-        or scale such a column), since the trees compare features in ``dtype``; and
-        pandas categorical columns, ordered or not (their codes follow each frame's
-        category list; convert them explicitly).
+        constant features are allowed (they are never split on). Pandas categorical
+        columns, ordered or not, are refused (their codes follow each frame's category
+        list; convert them explicitly). With an explicit ``dtype``, a value beyond its
+        range and a column whose distinct values it cannot tell apart (1e8 and 1e8 + 1 in
+        float32) are refused with the column named, since the trees compare features in
+        ``dtype``.
     y : array-like [N]
         Labels. Classification: any discrete labels (ints with gaps, strings, bools),
         mapped to ``0..K-1`` (``classes_`` maps back); more than half as many inferred
@@ -335,8 +337,13 @@ class Data:
         observed class and classes absent from the training data.
     classes : sequence, optional
         Explicit class list (its order defines the codes).
-    dtype : torch.dtype
-        Floating dtype of ``X`` (float32 by default).
+    dtype : torch.dtype, optional
+        Floating dtype of ``X``. Default (None): float32 when it keeps every column's
+        distinct values distinct and in range (what a split can tell apart depends only on
+        the order of the values; values closer than float32's resolution over the column's
+        range, such as 0.3 and 0.1 + 0.2, are one value to every split), else float64, so
+        every finite column is accepted: latitudes with six decimals, N(1000, 10) draws,
+        1e8 and 1e8 + 1, 1e39. Given explicitly, it is used as it is (and checked as above).
     device : str or torch.device, optional
 
     Attributes
@@ -360,7 +367,7 @@ class Data:
         task: Optional[str] = None,
         n_classes: Optional[int] = None,
         classes: Optional[Sequence] = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: Optional[torch.dtype] = None,
         device: Optional[str | torch.device] = None,
     ) -> None:
         if task is not None:
@@ -402,8 +409,14 @@ class Data:
                     f"y has {self.n_classes} classes: the leaves' class counts of {Xn.shape[0]} rows would need "
                     f"about {need:.3g} bytes, more than the {have:.3g} bytes of memory of {dev or 'the CPU'}"
                 )
+        names = _frame_columns(X)
+        # one sort per column gives both the distinct values and every point's rank
+        uniq, inverse = zip(*(np.unique(Xn[:, j], return_inverse=True) for j in range(Xn.shape[1]))) \
+            if Xn.shape[1] else ((), ())
+        if dtype is None:  # float32 unless it would lose a column's order (then float64)
+            dtype = torch.float64 if _float_storage_problem(uniq, torch.float32, Xn) else torch.float32
         self.X = torch.as_tensor(Xn, dtype=dtype, device=dev)
-        self._build_ranks(Xn, dev, _frame_columns(X))
+        self._build_ranks(Xn, dev, names, uniq, inverse)
 
     # ------------------------------------------------------------------ labels
     def decode_labels(self, codes: Any) -> np.ndarray:
@@ -422,17 +435,17 @@ class Data:
         return self.classes_[_to_numpy(codes, "codes").astype(np.int64)]
 
     # ---------------------------------------------------------------- features
-    def _build_ranks(self, Xn: np.ndarray, dev, names: Optional[Sequence] = None) -> None:
+    def _build_ranks(self, Xn: np.ndarray, dev, names: Optional[Sequence], uniq, inverse) -> None:
         n, d = Xn.shape
         # Dense ranks let the samplers compare in integer space and enumerate the
         # intervals between consecutive distinct values (the optimal proposal and
         # the exact evidence both need them).
-        # one sort per column gives both the distinct values and every point's rank
-        uniq, inverse = zip(*(np.unique(Xn[:, j], return_inverse=True) for j in range(d))) if d else ((), ())
         # The samplers compare X and thresholds in X's dtype, not through these float64
         # ranks; splitting on ranks would change every sampler and every prediction, so
         # data the dtype cannot hold is refused instead.
-        _check_float_storage(uniq, self.X.dtype, Xn, names)
+        problem = _float_storage_problem(uniq, self.X.dtype, Xn, names)
+        if problem:
+            raise ValueError(problem)
         if self.X.dtype != torch.float64:
             uniq, inverse = list(uniq), list(inverse)
             for j, u in enumerate(uniq):
