@@ -123,7 +123,8 @@ def test_fit_logdir_writes_tensorboard_run(files, tmp_path, capsys):
 
 
 def test_generated_options_from_signature(files, tmp_path, monkeypatch, capsys):
-    """A newly registered sampler gets its options with no change to the CLI."""
+    """A newly registered sampler gets its options with no change to the CLI (``verbose`` is the
+    estimators' own parameter, so the boolean option here is ``loud``)."""
     from torchtree.estimators import METHODS
     from torchtree.samplers.topdown import TopDownSMC
 
@@ -139,24 +140,24 @@ def test_generated_options_from_signature(files, tmp_path, monkeypatch, capsys):
         """
 
         def __init__(self, prior=None, likelihood=None, *, n_particles: int = 10, shrink: float = 1.0,
-                     verbose: bool = False, weights=(0.5, 0.5), mode: str = "a", limit=None, device=None):
-            seen.update(n_particles=n_particles, shrink=shrink, verbose=verbose, weights=weights, mode=mode, limit=limit)
+                     loud: bool = False, weights=(0.5, 0.5), mode: str = "a", limit=None, device=None):
+            seen.update(n_particles=n_particles, shrink=shrink, loud=loud, weights=weights, mode=mode, limit=limit)
             super().__init__(prior, likelihood, n_particles=n_particles, device=device)
 
     monkeypatch.setitem(METHODS, "recording", Recording)
     names = [n for n, _ in sampler_options(Recording)]
-    assert names == ["n_particles", "shrink", "verbose", "weights", "mode", "limit"]
-    rc = main(["fit", str(files["cls"]), "--method", "recording", "--shrink", "0.5", "--verbose", "--weights", "0.2", "0.8",
+    assert names == ["n_particles", "shrink", "loud", "weights", "mode", "limit"]
+    rc = main(["fit", str(files["cls"]), "--method", "recording", "--shrink", "0.5", "--loud", "--weights", "0.2", "0.8",
                "--mode", "b", "--limit", "7", "--out", str(tmp_path / "p.pt"), "--quiet"])
     assert rc == 0
-    assert seen == {"n_particles": 10, "shrink": 0.5, "verbose": True, "weights": (0.2, 0.8), "mode": "b", "limit": 7}
+    assert seen == {"n_particles": 10, "shrink": 0.5, "loud": True, "weights": (0.2, 0.8), "mode": "b", "limit": 7}
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
         main(["fit", "--method", "recording", "--help"])
     assert exc.value.code == 0
     sub = capsys.readouterr().out
     assert "sampler options (--method recording: Recording)" in sub
-    assert "--shrink X" in sub and "How much to shrink." in sub and "--no-verbose" in sub
+    assert "--shrink X" in sub and "How much to shrink." in sub and "--no-loud" in sub
 
 
 def test_sampler_default_untouched_when_option_not_given(files, tmp_path, monkeypatch):

@@ -297,9 +297,9 @@ def test_check_X():
     assert out.dtype == torch.float32 and torch.equal(out, d.X[:4])
     out = d.check_X(torch.as_tensor(X[:4]))  # float64 tensor fast path converts dtype
     assert out.dtype == torch.float32 and torch.equal(out, d.X[:4])
-    with pytest.raises(ValueError, match=r"2 features but the model was fitted with 3"):
+    with pytest.raises(ValueError, match=r"2 features, but the model is expecting 3 features as input"):
         d.check_X(X[:, :2])
-    with pytest.raises(ValueError, match=r"2 features but the model was fitted with 3"):
+    with pytest.raises(ValueError, match=r"2 features, but the model is expecting 3 features as input"):
         d.check_X(torch.as_tensor(X[:, :2]))
     with pytest.raises(ValueError, match="2-D"):
         d.check_X(X[0])

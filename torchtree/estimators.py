@@ -22,7 +22,8 @@ from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.posterior import attach_feature_names
 from torchtree.model.priors import make_prior
 
-__all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "register_method", "get_method",
+__all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "DataConversionWarning",
+           "register_method", "get_method",
            "model_settings"]
 
 # name -> "module:Class" (imported lazily so optional samplers cost nothing) or a class.
@@ -37,8 +38,54 @@ METHODS: Dict[str, Any] = {
 
 class NotFittedError(RuntimeError, ValueError, AttributeError):
     """An estimator used before ``fit``. A ValueError and an AttributeError like
-    scikit-learn's ``NotFittedError`` (what its tools catch), and a RuntimeError as
-    torchtree raised before."""
+    scikit-learn's ``NotFittedError``, and a RuntimeError as torchtree raised before. When
+    scikit-learn is loaded, the error raised is also an instance of
+    ``sklearn.exceptions.NotFittedError`` (scikit-learn is not imported for it)."""
+
+
+class DataConversionWarning(UserWarning):
+    """A column-vector ``y`` ``[N, 1]`` was flattened to ``[N]``. When scikit-learn is loaded, the
+    warning is also an ``sklearn.exceptions.DataConversionWarning``."""
+
+
+_WITH_SKLEARN: Dict[type, type] = {}
+
+
+def _sklearn_flavoured(cls: type, sklearn_name: str) -> type:
+    """``cls``, or (once scikit-learn has been imported by the user) a subclass of both ``cls`` and
+    scikit-learn's class of that name, so that code catching either catches it."""
+    import sys
+
+    if "sklearn.exceptions" not in sys.modules:
+        return cls
+    if cls not in _WITH_SKLEARN:
+        other = getattr(sys.modules["sklearn.exceptions"], sklearn_name)
+        _WITH_SKLEARN[cls] = type(cls.__name__, (cls, other), {"__module__": cls.__module__, "__doc__": cls.__doc__})
+    return _WITH_SKLEARN[cls]
+
+
+def _shape(a) -> tuple:
+    """The shape of an array-like (a tensor's, a frame's, or that of ``numpy.asarray(a)``; () if none)."""
+    shape = getattr(a, "shape", None)
+    if shape is None:
+        try:
+            shape = np.asarray(a, dtype=object).shape
+        except Exception:  # ragged or exotic input: the data checks say what is wrong
+            return ()
+    return tuple(int(v) for v in shape)
+
+
+def _seed(random_state) -> Optional[int]:
+    """An int seed from ``random_state``: an int, None (a fresh seed per fit, drawn by the sampler),
+    or a ``numpy.random.RandomState`` / ``Generator`` (one draw from it, as scikit-learn's
+    estimators use such an object)."""
+    if random_state is None or isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        return None if random_state is None else int(random_state)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(2**31 - 1))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(2**31 - 1))
+    raise ValueError(f"random_state must be None, an int, a numpy RandomState or Generator, got {random_state!r}")
 
 
 def register_method(name: str, sampler_cls: Any) -> None:
@@ -168,6 +215,7 @@ class _BayesianTreeBase:
         monitor: Any = None,
         hyper: Any = "evidence",
         n_threads: Any = "auto",
+        verbose: int = 0,
         **sampler_options: Any,
     ) -> None:
         self.method = method
@@ -180,15 +228,21 @@ class _BayesianTreeBase:
         self.device = device
         self.monitor = monitor
         self.n_threads = n_threads
-        self.sampler_options = dict(sampler_options)
+        self.verbose = verbose
+        self._sampler_options = dict(sampler_options)
+
+    @property
+    def sampler_options(self) -> Dict[str, Any]:
+        """The sampler options given to the constructor or ``set_params`` (a copy)."""
+        return dict(self._sampler_options)
 
     # ------------------------------------------------------------ sklearn API
     def get_params(self, deep: bool = True) -> Dict[str, Any]:
         """Estimator parameters (the constructor's, sampler options flattened in)."""
         out = {k: getattr(self, k) for k in ("method", "prior", "alpha_split", "beta_split", "poisson_lambda", "random_state", "device", "monitor",
-                                              "hyper", "n_threads")}
+                                              "hyper", "n_threads", "verbose")}
         out.update(self._extra_params())
-        out.update(self.sampler_options)
+        out.update(self._sampler_options)
         return out
 
     def _extra_params(self) -> Dict[str, Any]:
@@ -208,34 +262,20 @@ class _BayesianTreeBase:
         ----------
         **params
             Estimator parameters (``method``, ``prior``, ``alpha``, ...) and options of
-            the sampler of ``method`` (the new one when ``method`` is among ``params``).
+            the sampler of ``method``. As in scikit-learn, values and names are checked at
+            ``fit``: a name that is neither (a typo such as ``n_partciles``) makes ``fit``
+            raise a ValueError listing the valid names.
 
         Returns
         -------
         self
-
-        Raises
-        ------
-        ValueError
-            A name that is neither (a typo such as ``n_partciles`` would otherwise
-            surface only at ``fit``), listing the valid names; nothing is set then.
         """
-        own = set(self.get_params()) - set(self.sampler_options)
-        method = params.get("method", self.method)
-        try:
-            options, why = _accepted(get_method(method)), ""
-        except ValueError as exc:
-            options, why = set(), f" ({exc})"
-        unknown = [k for k in params if k not in own and k not in options]
-        if unknown:
-            raise ValueError(
-                f"invalid parameter(s) {', '.join(map(repr, unknown))} for {type(self).__name__} with "
-                f"method={method!r}{why}; valid parameters: {', '.join(sorted(own | options))}")
+        own = set(self.get_params()) - set(self._sampler_options)
         for k, v in params.items():
-            if k in self.get_params() and k not in self.sampler_options:
+            if k in own:
                 setattr(self, k, v)
             else:
-                self.sampler_options[k] = v
+                self._sampler_options[k] = v
         return self
 
     def __repr__(self) -> str:
@@ -274,12 +314,12 @@ class _BayesianTreeBase:
             raise ValueError(f"hyper must be one of {HYPER_MODES} (or a DCC SoftTreeHyper), got {self.hyper!r}")
         used = model_settings(cls)
         if (self.hyper != "evidence" or used.get("prior") != "object" or used.get("b0") != "object"
-                or "likelihood" in self.sampler_options):
+                or "likelihood" in self._sampler_options):
             return None
         from torchtree.samplers.hyper import choose_by_evidence
 
         fixed = {"alpha": getattr(self, "alpha", None), "b0": getattr(self, "b0", None)}
-        seed = self.random_state if self.random_state is not None else int(torch.seed() % (2 ** 31))
+        seed = self._seed_ if self._seed_ is not None else int(torch.seed() % (2 ** 31))
         # a Poisson or user-built prior has no beta_split to search
         kw = {"alpha_split": 0.95 if self.alpha_split is None else self.alpha_split,
               "beta_split": 0.5 if self.beta_split is None else self.beta_split,
@@ -303,7 +343,7 @@ class _BayesianTreeBase:
                 defaults.update({n: p.default for n, p in inspect.signature(klass.__init__).parameters.items()})
         changed = [n for n in _PRIOR_SETTINGS + _LIKELIHOOD_SETTINGS
                    if n in defaults and getattr(self, n) != defaults[n]]
-        if "likelihood" in self.sampler_options:
+        if "likelihood" in self._sampler_options:
             # a likelihood object given as a sampler option is used as is
             own = [n for n in changed if n in _LIKELIHOOD_SETTINGS]
             if own:
@@ -321,10 +361,11 @@ class _BayesianTreeBase:
         cls = get_method(self.method)
         accepted = _accepted(cls)
         self._check_model_settings(cls)
-        kwargs = dict(self.sampler_options)
+        kwargs = dict(self._sampler_options)
         unknown = [k for k in kwargs if k not in accepted]
         if unknown:
-            raise ValueError(f"method {self.method!r} does not take {unknown}; it takes {sorted(accepted - {'prior', 'likelihood'})}")
+            raise ValueError(f"invalid parameter(s) {', '.join(map(repr, unknown))} for {type(self).__name__}: method "
+                             f"{self.method!r} does not take them; it takes {sorted(accepted - {'prior', 'likelihood'})}")
         # Hyperparameters the estimator owns go to samplers that take them by name
         # (e.g. DCC builds its own soft-tree priors from alpha / alpha_split / beta_split).
         # Settings that reach the sampler through the prior / likelihood object are not
@@ -371,17 +412,28 @@ class _BayesianTreeBase:
                 raise ValueError(f"X has duplicate column names {dup}; columns are matched by name at prediction, "
                                  "so give every column its own name")
         check_threads(self.n_threads)
+        y_shape = _shape(y)
+        if len(y_shape) == 2 and y_shape[1] == 1:
+            warnings.warn("A column-vector y was passed when a 1d array was expected; it is flattened to shape "
+                          f"({y_shape[0]},)", _sklearn_flavoured(DataConversionWarning, "DataConversionWarning"),
+                          stacklevel=2)
+        self._seed_ = _seed(self.random_state)
         data = self._make_data(X, y)
         cls = get_method(self.method)
         self._check_model_settings(cls)
         search = self._search_hyperparameters(cls, data)
         self._tuned = dict(search.chosen) if search is not None else {}
         sampler = self._build_sampler(data)
+        monitor = self.monitor
+        if monitor is None and self.verbose:
+            from torchtree.monitor import ProgressMonitor
+
+            monitor = ProgressMonitor(disable=False)  # asked for: shown even when stderr is no terminal
         if "n_threads" in _accepted(type(sampler)):
-            self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
+            self.posterior_ = sampler.run(data, seed=self._seed_, monitor=monitor)
         else:  # a registered sampler outside the protocol: the estimator applies the setting
             with using_threads(resolve_threads(self.n_threads, data.n)):
-                self.posterior_ = sampler.run(data, seed=self.random_state, monitor=self.monitor)
+                self.posterior_ = sampler.run(data, seed=self._seed_, monitor=monitor)
         self.hyper_search_ = search
         if search is not None and isinstance(getattr(self.posterior_, "info", None), dict):
             chosen = ", ".join(f"{k}={v:.4g}" for k, v in search.chosen.items()) or "nothing left to choose"
@@ -395,8 +447,9 @@ class _BayesianTreeBase:
             self.feature_names_in_ = np.asarray(names, dtype=object)
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_  # refitted on data without names
-        self.data_ = data
-        return self
+        if data.task == "classification":
+            self.classes_ = data.classes_
+        return self  # the training data is not kept (it would go into every pickle)
 
     def _check_columns(self, X):
         """``X`` with its columns in the training order when the estimator was fitted on
@@ -408,10 +461,15 @@ class _BayesianTreeBase:
             ``X`` is a frame whose column names are not those seen at ``fit``.
         """
         fitted = getattr(self, "feature_names_in_", None)
+        names = _frame_columns(X)
+        if fitted is None or names is None or not all(isinstance(c, str) for c in names):
+            x_shape = _shape(X)
+            if len(x_shape) == 2 and x_shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {x_shape[1]} features, but {type(self).__name__} is expecting "
+                                 f"{self.n_features_in_} features as input")
         if fitted is None:
             return X
         fitted = list(fitted)
-        names = _frame_columns(X)
         if names is None or not all(isinstance(c, str) for c in names):
             warnings.warn(f"X has no feature names, but this {type(self).__name__} was fitted with feature names "
                           f"{fitted}; its columns are taken in that order", UserWarning, stacklevel=3)
@@ -440,7 +498,23 @@ class _BayesianTreeBase:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "posterior_"):
-            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
+            raise _sklearn_flavoured(NotFittedError, "NotFittedError")(
+                f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
+
+    @property
+    def feature_importances_(self) -> np.ndarray:
+        """Posterior share of the splits that use each feature ``[n_features_in_]`` (sums to 1; all
+        zeros when the posterior's trees have no split): the weighted mean number of splits on a
+        feature over the trees (hard trees), over draws and trees (BART), or in the heaviest
+        topology (soft trees, DCC), divided by their sum. A count of use, not of gain."""
+        self._check_fitted()
+        post = self.posterior_
+        if hasattr(post, "variable_importance"):
+            usage = np.asarray(post.variable_importance(), dtype=np.float64)
+        else:
+            usage = np.asarray(post.summary()["feature_usage"], dtype=np.float64).reshape(-1)
+        total = usage.sum()
+        return usage / total if total > 0 else np.zeros(self.n_features_in_)
 
     def predict(self, X) -> np.ndarray:
         """Predicted labels (classifier) or posterior predictive means (regressor): ``[M]``."""
@@ -470,12 +544,16 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         that build their own priors from these names (``dcc``) at their defaults.
     poisson_lambda : float, optional
         Rate of the Poisson prior (default 5).
-    random_state : int, optional
-        Seed of the sampler (default 0); None draws a fresh seed for every fit.
+    random_state : int, numpy RandomState or Generator, optional
+        Seed of the sampler (default 0); None draws a fresh seed for every fit; a numpy
+        ``RandomState`` / ``Generator`` gives one draw per fit, as in scikit-learn.
     device : str, optional
         ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA if present). None (default): the
         data's device, as for every sampler (the CPU for numpy input).
     monitor : Monitor, optional
+    verbose : int
+        0 (default): quiet; 1 or more: a progress bar on standard error (``ProgressMonitor``)
+        when ``monitor`` is None.
     n_threads : "auto" or int
         torch intra-op threads during ``fit`` (the previous count is restored after it).
         ``"auto"`` (default): one thread unless the work (rows x particles or chains) is
@@ -520,11 +598,6 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         alpha = self._tuned_value("alpha")
         return DirichletMultinomial(5.0 if alpha is None else alpha)
 
-    def fit(self, X, y) -> "BayesianTreeClassifier":
-        """As the base ``fit``; also sets ``classes_`` [K], the original labels in ``predict_proba``'s column order."""
-        super().fit(X, y)
-        self.classes_ = self.data_.classes_
-        return self
 
     def predict_proba(self, X) -> np.ndarray:
         """Posterior predictive class probabilities ``[M, K]`` (columns follow ``classes_``)."""
@@ -532,9 +605,20 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         return self.posterior_.predict_proba(self._check_columns(X))
 
     def score(self, X, y) -> float:
-        """Accuracy on ``(X, y)``."""
+        """Accuracy on ``(X, y)``.
+
+        Raises
+        ------
+        ValueError
+            ``y`` holds labels not seen at ``fit`` (the model gives them probability 0).
+        """
         self._check_fitted()
-        return self.posterior_.accuracy(self._check_columns(X), self._target(X, y))
+        yn = self._target(X, y)
+        known = set(self.classes_.tolist())
+        unseen = sorted({v for v in yn.tolist() if v not in known}, key=str)
+        if unseen:
+            raise ValueError(f"y holds label(s) {unseen[:5]} not seen at fit (classes_: {list(self.classes_)})")
+        return self.posterior_.accuracy(self._check_columns(X), yn)
 
 
 class BayesianTreeRegressor(_BayesianTreeBase):

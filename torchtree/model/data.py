@@ -19,10 +19,22 @@ __all__ = ["Data", "as_feature_matrix", "encode_class_labels", "check_class_coun
 _TASKS = ("classification", "regression")
 
 
+class InputTypeError(TypeError, ValueError):
+    """Input of a kind torchtree does not take (a sparse matrix, a cell that is no number): a
+    TypeError, as numpy's conversions raise, and a ValueError, as torchtree's other input refusals."""
+
+
 def _to_numpy(obj: Any, name: str) -> np.ndarray:
     """Convert numpy arrays, torch tensors (any device) and pandas-like objects."""
     if isinstance(obj, torch.Tensor):
+        if obj.layout != torch.strided:
+            raise InputTypeError(f"{name}: sparse input is not supported; use {name}.to_dense()")
         return obj.detach().cpu().numpy()
+    if hasattr(obj, "toarray") and hasattr(obj, "nnz"):  # scipy.sparse matrices and arrays
+        raise InputTypeError(f"{name}: sparse input is not supported; use {name}.toarray()")
+    if obj is None:
+        raise ValueError(f"this estimator requires {name} to be passed, but the target {name} is None"
+                         if name == "y" else f"{name} is None; expected an array-like")
     try:
         arr = np.asarray(obj)
     except Exception as exc:  # pragma: no cover - exotic inputs
@@ -135,7 +147,7 @@ def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes
     check_class_count(len(classes_arr), len(yn))
     if len(classes_arr) < 2:
         raise ValueError(
-            "y has a single class; pass n_classes (or classes) to fit a classifier anyway, "
+            "y has a single class (1 class); pass n_classes (or classes) to fit a classifier anyway, "
             "e.g. torchtree.Data(X, y, n_classes=K) to a sampler's run()"
         )
     return codes.astype(np.int64), classes_arr
@@ -278,19 +290,23 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X")
         try:
             arr = arr.astype(np.float64)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name} must be numeric; {_first_non_number(arr, _frame_columns(X))}could not "
-                             f"convert: {exc}") from exc
+            raise InputTypeError(f"{name} must be numeric; {_first_non_number(arr, _frame_columns(X))}could not "
+                                 f"convert: {exc}") from exc
+    if arr.dtype.kind == "c":
+        raise ValueError(f"{name} must be numeric: Complex data not supported (dtype {arr.dtype})")
     if arr.dtype.kind not in "biuf":
         raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
     if arr.ndim != 2:
         raise ValueError(
             f"{name} must be 2-D [n_samples, n_features], got shape {tuple(arr.shape)}"
-            + (" (reshape a single feature with X.reshape(-1, 1))" if arr.ndim == 1 else "")
+            + (". Reshape your data: X.reshape(-1, 1) for a single feature, X.reshape(1, -1) for a single row"
+               if arr.ndim == 1 else "")
         )
     if arr.shape[0] == 0:
-        raise ValueError(f"{name} has zero rows")
+        raise ValueError(f"{name} has zero rows: 0 sample(s) (shape={tuple(arr.shape)}) while a minimum of 1 is required.")
     if arr.shape[1] == 0:
-        raise ValueError(f"{name} has zero features")
+        raise ValueError(f"{name} has zero features: 0 feature(s) (shape={tuple(arr.shape)}) while a minimum of 1 is "
+                         "required.")
     arr = arr.astype(np.float64, copy=False)
     if not arr.flags.writeable:
         # a pandas frame's values may be read-only; torch warns about (and would share) them
@@ -303,7 +319,8 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X")
             f"{name} contains {int(bad.sum())} non-finite value(s); first is {kind} at row {r}, column {c}"
         )
     if n_features is not None and arr.shape[1] != n_features:
-        raise ValueError(f"{name} has {arr.shape[1]} features but the model was fitted with {n_features}")
+        raise ValueError(f"{name} has {arr.shape[1]} features, but the model is expecting {n_features} features as "
+                         f"input (the model was fitted with {n_features})")
     return arr
 
 

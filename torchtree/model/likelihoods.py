@@ -35,7 +35,12 @@ class DirichletMultinomial:
         if not alpha > 0 or not math.isfinite(alpha):
             raise ValueError(f"alpha must be a positive finite number, got {alpha}")
         self.alpha = alpha
-        self._tables: Dict = {}
+        self._tables: Dict = {}  # lgamma lookup tables of log_marginal_counts, rebuilt on demand
+
+    def __getstate__(self) -> Dict:
+        """The settings only: the lookup tables grow with the rows seen and are rebuilt when needed
+        (a pickled estimator would otherwise carry ~16 bytes per training row)."""
+        return {**self.__dict__, "_tables": {}}
 
     def n_stats(self, data) -> int:
         """S = K (class counts)."""

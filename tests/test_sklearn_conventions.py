@@ -1,0 +1,104 @@
+"""scikit-learn conventions of the estimators: check_estimator passes, and each convention a QA pass
+found broken (NotFittedError, random_state objects, column-vector y, pickles without the training
+data, unseen labels in score, feature_importances_, verbose, sparse input) holds."""
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+from torchtree import BayesianTreeClassifier, BayesianTreeRegressor
+
+sklearn = pytest.importorskip("sklearn")
+from sklearn.exceptions import DataConversionWarning, NotFittedError  # noqa: E402
+
+
+def _data(n=200, seed=0):
+    g = np.random.default_rng(seed)
+    X = g.normal(size=(n, 4))
+    return X, (X[:, 1] > 0.2).astype(int), 2.0 * (X[:, 1] > 0.2) + 0.1 * g.normal(size=n)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", [BayesianTreeClassifier, BayesianTreeRegressor])
+def test_check_estimator_passes(cls):
+    from sklearn.utils.estimator_checks import check_estimator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(cls(n_particles=20, n_islands=1), on_fail=None)
+    failed = [(r["check_name"], str(r["exception"])[:200]) for r in results if r["status"] == "failed"]
+    assert not failed, failed
+
+
+def test_unfitted_estimators_raise_scikit_learns_not_fitted_error():
+    X, _, _ = _data()
+    for est in (BayesianTreeClassifier(), BayesianTreeRegressor()):
+        with pytest.raises(NotFittedError):
+            est.predict(X)
+    with pytest.raises(NotFittedError):
+        BayesianTreeClassifier().feature_importances_
+    assert not hasattr(BayesianTreeClassifier(), "feature_importances_")  # an AttributeError, as hasattr needs
+
+
+def test_random_state_objects_seed_the_fit_as_in_scikit_learn():
+    X, y, _ = _data()
+    fit = lambda rs: BayesianTreeClassifier(n_particles=20, random_state=rs).fit(X, y).predict_proba(X)  # noqa: E731
+    np.testing.assert_array_equal(fit(np.random.RandomState(0)), fit(np.random.RandomState(0)))
+    np.testing.assert_array_equal(fit(np.random.default_rng(3)), fit(np.random.default_rng(3)))
+    rs = np.random.RandomState(0)
+    assert not np.array_equal(fit(rs), fit(rs))  # the object moves on: a new draw per fit
+    with pytest.raises(ValueError, match="random_state must be"):
+        fit("zero")
+
+
+def test_a_column_vector_y_warns_and_is_flattened():
+    X, y, yr = _data()
+    with pytest.warns(DataConversionWarning, match="column-vector y"):
+        a = BayesianTreeClassifier(n_particles=20).fit(X, y[:, None]).predict_proba(X)
+    np.testing.assert_array_equal(a, BayesianTreeClassifier(n_particles=20).fit(X, y).predict_proba(X))
+    with pytest.warns(DataConversionWarning):
+        BayesianTreeRegressor(n_particles=20).fit(X, yr[:, None])
+
+
+def test_the_pickle_holds_the_model_not_the_training_data():
+    g = np.random.default_rng(0)
+    X = g.normal(size=(20_000, 4))
+    y = (X[:, 1] > 0.2).astype(int)
+    est = BayesianTreeClassifier(n_particles=10, n_islands=1).fit(X, y)
+    assert not hasattr(est, "data_")
+    blob = pickle.dumps(est)
+    assert len(blob) < X.nbytes / 4, len(blob)  # 640 KB of features; the trees of 10 particles are far less
+    np.testing.assert_array_equal(pickle.loads(blob).predict_proba(X[:50]), est.predict_proba(X[:50]))
+
+
+def test_score_refuses_labels_not_seen_at_fit():
+    X, y, _ = _data()
+    est = BayesianTreeClassifier(n_particles=20).fit(X, y)
+    with pytest.raises(ValueError, match=r"label\(s\) \[7\] not seen at fit"):
+        est.score(X[:5], np.array([0, 1, 7, 0, 1]))
+    assert 0.0 <= est.score(X, y) <= 1.0
+
+
+@pytest.mark.parametrize("method, kw", [("smc", dict(n_particles=50)), ("bart", dict(n_trees=10, n_samples=20, n_warmup=20))])
+def test_feature_importances_share_the_splits_and_find_the_signal(method, kw):
+    X, y, yr = _data(400)
+    for est in (BayesianTreeClassifier(method=method, **kw).fit(X, y), BayesianTreeRegressor(method=method, **kw).fit(X, yr)):
+        imp = est.feature_importances_
+        assert imp.shape == (4,) and abs(imp.sum() - 1.0) < 1e-12 and (imp >= 0).all()
+        assert int(np.argmax(imp)) == 1  # the only informative feature
+
+
+def test_verbose_is_a_parameter_and_shows_progress(capsys):
+    X, y, _ = _data()
+    est = BayesianTreeClassifier(n_particles=20, verbose=1)
+    assert est.get_params()["verbose"] == 1
+    est.fit(X, y)
+    assert "it" in capsys.readouterr().err  # tqdm's progress line
+
+
+def test_sparse_input_is_refused_with_what_to_do():
+    sparse = pytest.importorskip("scipy.sparse")
+    X, y, _ = _data()
+    with pytest.raises(TypeError, match=r"sparse input is not supported; use X\.toarray\(\)"):
+        BayesianTreeClassifier(n_particles=20).fit(sparse.csr_matrix(X), y)
