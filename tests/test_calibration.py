@@ -51,3 +51,33 @@ def test_predictive_interval_covers_at_its_level_on_data_from_the_prior():
         hits += int(lo <= y_new <= hi)
     coverage = hits / R
     assert abs(coverage - 0.9) < 0.06, coverage
+
+
+@pytest.mark.parametrize("method", ["smc", "mcmc", "smc-moves", "bart"])
+def test_targets_with_no_spread_do_not_make_a_confident_prior(method):
+    """One row, or a constant target, says nothing about the noise: the data-calibrated prior falls
+    back to the targets' magnitude instead of a variance of 1 (or 0) that the evidence then shrinks
+    (one row used to predict 3.0 within [2.82, 3.18]; a constant 5.0 within 5 +- 2e-7)."""
+    import warnings
+
+    from torchtree import BayesianTreeRegressor
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MCMC's convergence warning on such data
+        one = BayesianTreeRegressor(method=method, random_state=0).fit(np.array([[1.0, 2.0]]), np.array([3.0]))
+        const = BayesianTreeRegressor(method=method, random_state=0).fit(
+            np.random.default_rng(0).normal(size=(50, 2)), np.full(50, 5.0))
+    lo, hi = one.predict_interval(np.array([[1.0, 2.0]]), 0.9)[0]
+    assert lo < 3.0 < hi and hi - lo > 2.5, (lo, hi)  # about the targets' magnitude, 3
+    lo, hi = const.predict_interval(np.zeros((1, 2)), 0.9)[0]
+    assert lo < 5.0 < hi and hi - lo > 1.0, (lo, hi)
+
+
+def test_target_scale_falls_back_to_the_magnitude():
+    import torch
+
+    from torchtree.model.likelihoods import NormalInverseGamma, target_scale
+
+    assert target_scale(torch.tensor([1.0, 3.0])) == 2.0  # the variance when there is spread
+    assert target_scale(torch.tensor([3.0])) == 9.0 and target_scale(torch.full((4,), -0.1)) == 1.0
+    assert NormalInverseGamma.default_for(torch.tensor([3.0])).b0 == 0.5 * 9.0

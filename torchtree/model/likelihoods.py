@@ -14,6 +14,15 @@ import torch
 __all__ = ["DirichletMultinomial", "NormalInverseGamma", "likelihood_from_config"]
 
 
+def target_scale(y: torch.Tensor) -> float:
+    """``var(y)``, or ``max(max|y|^2, 1)`` when ``y`` shows no spread (fewer than 2 rows, or all equal)."""
+    y = y.double()
+    var = float(y.var()) if y.numel() > 1 else 0.0
+    if var > 0 and math.isfinite(var):
+        return var
+    return max(float(y.abs().max()) ** 2, 1.0) if y.numel() else 1.0
+
+
 class DirichletMultinomial:
     """Dirichlet-multinomial leaves (paper 001, eq. 3), symmetric prior ``alpha/K``.
 
@@ -167,14 +176,17 @@ class NormalInverseGamma:
         """Prior scaled to the targets: ``mu0`` = mean(y), prior mean of ``sigma^2`` =
         ``noise_fraction * var(y)`` (``b0 = (a0 - 1) * noise_fraction * var(y)``).
 
+        When the targets say nothing about their spread (one row, or all equal), ``var(y)``
+        is replaced by ``max(max|y|^2, 1)``, the scale of their magnitude: a prior
+        calibrated on such data must not claim a noise level the data never showed.
+
         Parameters
         ----------
         y : Tensor [N] float targets
         """
         y = y.double()
-        var = float(y.var()) if y.numel() > 1 else 1.0
-        var = var if var > 0 else 1.0
-        return cls(mu0=float(y.mean()), kappa0=kappa0, a0=a0, b0=max((a0 - 1.0), 0.5) * noise_fraction * var)
+        return cls(mu0=float(y.mean()) if y.numel() else 0.0, kappa0=kappa0, a0=a0,
+                   b0=max((a0 - 1.0), 0.5) * noise_fraction * target_scale(y))
 
     def n_stats(self, data) -> int:
         """S = 3."""

@@ -18,14 +18,13 @@ evidence maximiser on all rows; the evidence itself is not reported from it).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
 from torchtree.model.data import Data
-from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
+from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma, target_scale
 from torchtree.model.priors import ChipmanPrior
 
 __all__ = ["EvidenceSearch", "choose_by_evidence", "ALPHA_GRID", "NOISE_GRID", "BETA_SPLIT_GRID"]
@@ -111,8 +110,7 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
     search = EvidenceSearch(chosen={}, n_rows=pilot.n, n_particles=n_particles)
     beta = float(beta_split)
     y = pilot.y.double()
-    var = float(y.var()) if y.numel() > 1 else 1.0
-    var = var if var > 0 and math.isfinite(var) else 1.0
+    var = target_scale(y)
     centre = float(y.mean()) if mu0 is None else float(mu0)
 
     def leaf(value):
@@ -126,6 +124,10 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
     else:
         name, given = "b0", fixed.get("b0")
         grid = [max(a0 - 1.0, 0.5) * f * var for f in noise_grid]
+        if given is None and not (y.numel() > 1 and float(y.var()) > 0):
+            # targets with no spread (one row, all equal) sit at the prior mean, whose evidence then grows
+            # without bound as the noise shrinks: nothing to choose from, the default scale stays
+            given = NormalInverseGamma.default_for(y, kappa0=kappa0, a0=a0).b0
     if given is None:
         curve = [(v, _pilot_evidence(pilot, ChipmanPrior(alpha_split, beta), leaf(v), n_particles, seed, n_threads))
                  for v in grid]
