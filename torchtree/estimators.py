@@ -17,7 +17,7 @@ import torch
 
 from torchtree.core.threads import check_threads, resolve_threads, using_threads
 from torchtree.estimator_defaults import apply_method_defaults
-from torchtree.model.data import Data, _frame_columns
+from torchtree.model.data import Data, _frame_columns, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.posterior import attach_feature_names
 from torchtree.model.priors import make_prior
@@ -412,6 +412,8 @@ class _BayesianTreeBase:
                 raise ValueError(f"X has duplicate column names {dup}; columns are matched by name at prediction, "
                                  "so give every column its own name")
         check_threads(self.n_threads)
+        if self.device is not None:
+            resolve_device(self.device)  # an unavailable device is refused now, not after the evidence pilots
         y_shape = _shape(y)
         if len(y_shape) == 2 and y_shape[1] == 1:
             warnings.warn("A column-vector y was passed when a 1d array was expected; it is flattened to shape "
