@@ -200,6 +200,25 @@ def test_dcc_gets_a_cpu_budget_unless_max_seconds_is_given(monkeypatch):
     assert c.max_seconds is None
     c = BayesianTreeClassifier(method="dcc", max_seconds=5, clock="wall")._build_sampler(data).config
     assert (c.max_seconds, c.clock) == (5, "wall")
+    # one clock: a given budget is CPU seconds too unless clock is named (it used to switch to wall time)
+    c = BayesianTreeClassifier(method="dcc", max_seconds=5)._build_sampler(data).config
+    assert (c.max_seconds, c.clock) == (5, "cpu")
+
+
+def test_dcc_warns_when_its_budget_ends_the_run_early(monkeypatch):
+    from torchtree.samplers import driver
+    from torchtree.soft import DCC
+
+    from _counting import TickClock
+
+    X = np.random.default_rng(2).normal(size=(60, 2))
+    y = (X[:, 0] > 0).astype(int)
+    kw = dict(n_iterations=50, n_initial=6, n_chains=2, n_samples=4, n_warmup=6, max_depth=2, max_tree_depth=3,
+              max_rows=None, clock="cpu")
+    monkeypatch.setitem(driver.CLOCKS, "cpu", TickClock(1.0))
+    with pytest.warns(UserWarning, match=r"stopped the run after \d+ of n_iterations=50 iterations"):
+        post = DCC(max_seconds=400, **kw).run((X, y), seed=0)
+    assert post.info["iterations"] < 50
 
 
 def test_dcc_regression_aims_at_a_higher_acceptance_unless_given():

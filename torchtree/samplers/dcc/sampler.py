@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import random as _pyrandom
 import time
+import warnings
 from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -332,6 +333,11 @@ class DCC(SettingsAsAttributes):
                 f"DCC: max_seconds={self.config.max_seconds} ({self.config.clock} clock) ran out before any topology "
                 f"finished its warm-up ({ctx.extra['n_warmup']} iterations of {self.config.n_chains} chains) and "
                 f"{MIN_DRAWS} draws; raise max_seconds (or lower n_warmup, n_chains, n_parallel or max_rows)")
+        if state.step < self.config.n_iterations:
+            warnings.warn(f"DCC: max_seconds={self.config.max_seconds:g} ({self.config.clock} clock) stopped the run after "
+                          f"{state.step} of n_iterations={self.config.n_iterations} iterations; the posterior holds the "
+                          f"{sum(r.active for r in state.records.values())} topologies refined so far (raise max_seconds "
+                          "for more)", UserWarning, stacklevel=2)
         post = self._posterior(ctx.data, state.records, state.evidence, stats)
         # the run's per-topology records (chains, draws, pseudo-samples, counts) and LAIS
         # evidence stay with its result: a sampler holds settings only
