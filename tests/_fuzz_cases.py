@@ -319,6 +319,14 @@ def _cells(X, y) -> List[List[str]]:
     return [[repr(float(v)) for v in row] + [str(t)] for row, t in zip(X, y)]
 
 
+def _is_num(v) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
+
+
 def _csv(header, rows, delim=",", eol="\n") -> bytes:
     return (eol.join(delim.join(r) for r in [header, *rows]) + eol).encode()
 
@@ -402,6 +410,10 @@ def cli_fit() -> List[Case]:
         add("constant-features", _csv(header, [["1.0"] * d + [row[-1]] for row in rows]), "fit")
         add(f"column-1e8-plus-k-c{c}", _csv(header, [
             [*(row[:c]), repr(1e8 + float(i % 4)), *(row[c + 1:])] for i, row in enumerate(rows)]), "fit")
+        add("no-header", _csv(rows[0], rows[1:]) if all(_is_num(v) for v in rows[0]) else _csv(
+            [str(i) for i in range(d + 1)], rows), "refuse", r"line 1 holds only numbers.*header row")
+        add("integer-target-many-values", _csv(header, [row[:-1] + [str(i % 25)] for i, row in enumerate(rows)]),
+            "refuse", r"distinct integers: give --task classification .* or --task regression")
         add("two-rows", _csv(header, rows[:2]), "either", r"\.csv", n_rows=2)
         add("quoted-newline-in-label", _csv(header, [row[:-1] + [f'"{row[-1]}\nx"' if i == r else row[-1]]
                                                      for i, row in enumerate(rows)]), "either", r"\.csv")
@@ -442,7 +454,9 @@ def cli_predict() -> List[Case]:
         add("sane", _csv(header, rows), "fit")
         add("no-target-column", _csv(header[:3], [x[:3] for x in rows]), "fit")
         add("reordered", _csv(header[::-1], [x[::-1] for x in rows]), "fit")
-        add("extra-column", _csv(header + ["extra"], [x + ["0"] for x in rows]), "fit")
+        add("extra-column", _csv(header + ["extra"], [x + ["0"] for x in rows]), "refuse", r"'extra' were not used in training")
+        add("no-header", _csv([str(v) for v in range(len(header) - 1)], [x[:-1] for x in rows]), "refuse",
+            r"line 1 holds only numbers.*header row")
         add("unseen-label", _csv(header, [x[:3] + ["never"] for x in rows]), "fit")
         add("garbage-target", _csv(header, [x[:3] + ["nan"] for x in rows]), "fit")
         renamed = list(header)

@@ -310,10 +310,10 @@ def test_dcc_lists_only_the_model_options_it_uses(files, tmp_path, capsys):
     assert "--alpha-split X Chipman structure prior: split probability alpha at the root (paper: 0.95) (default: 0.95)" in flat
     assert "(default: 1.0)" in flat.split("--beta-split X", 1)[1][:120]
     assert "--alpha X Dirichlet-multinomial total concentration (default: the number of classes" in flat
-    with pytest.raises(SystemExit) as exc:
-        main(["fit", str(files["reg"]), "--method", "dcc", "--mu0", "100", "--out", str(tmp_path / "p.pt"), "--quiet"])
-    assert exc.value.code == 2
-    assert "unrecognized arguments: --mu0 100" in capsys.readouterr().err
+    assert main(["fit", str(files["reg"]), "--method", "dcc", "--mu0", "100", "--out", str(tmp_path / "p.pt"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--mu0: not an option of torchtree fit --method dcc (DCC)" in err and "--help" in err
+    assert "usage:" not in err  # the method's options are named, not the top-level usage
     # smc keeps them
     with pytest.raises(SystemExit):
         main(["fit", "--method", "smc", "--help"])
@@ -503,3 +503,59 @@ def test_demo_reports_the_one_time_start_up_on_its_own_line():
     text = buf.getvalue().splitlines()
     assert text[1].startswith("one-time start-up")
     assert len(rows) in (3, 4) and all(r[2] >= 0 for r in rows)
+
+
+# ------------------------------------------------------------- findings of the QA pass
+def test_predict_into_a_directory_is_refused_and_leaves_nothing(fitted, files, tmp_path, capsys):
+    out = tmp_path / "preds"
+    out.mkdir()
+    assert main(["predict", str(fitted["cls"]), str(files["cls"]), "--out", str(out), "--quiet"]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["preds"] and not any(out.iterdir())  # no .tmp-PID left
+
+
+def test_a_file_without_a_header_row_is_refused_not_read_as_names(fitted, files, tmp_path, capsys):
+    body = (files["dir"] / "animals.csv").read_text().splitlines()[1:]
+    headless = tmp_path / "rows.csv"
+    headless.write_text("\n".join(",".join(line.split(",")[:3]) for line in body) + "\n")
+    assert main(["predict", str(fitted["cls"]), str(headless), "--quiet"]) == 2
+    assert "line 1 holds only numbers" in capsys.readouterr().err  # it used to predict one row too few
+    numeric = tmp_path / "num.csv"
+    numeric.write_text("\n".join(",".join(line.split(",")[:3] + ["1"]) for line in body) + "\n")
+    assert main(["fit", str(numeric), "--quiet"]) == 2
+    assert "header row" in capsys.readouterr().err
+
+
+def test_an_integer_target_with_many_values_asks_for_the_task(files, tmp_path, capsys):
+    X = files["X"]
+    path = _write(tmp_path / "counts.csv", ["a", "b", "c", "count"], [[*x, int(40 * x[0] + 40)] for x in X])
+    assert main(["fit", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "distinct integers: give --task classification" in err and "--task regression" in err
+    assert main(["fit", str(path), "--task", "regression", "--n-particles", "20", "--quiet"]) == 0
+
+
+def test_an_option_of_another_method_is_named_not_the_top_level_usage(files, capsys):
+    assert main(["fit", str(files["cls"]), "--method", "mcmc", "--n-particles", "5", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--n-particles: not an option of torchtree fit --method mcmc (MCMC)" in err and "usage:" not in err
+
+
+def test_warnings_print_in_the_command_lines_words(files, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "torchtree", "fit", str(files["cls"]), "--method", "mcmc", "--n-chains", "2",
+                        "--n-samples", "10", "--n-warmup", "10", "--quiet", "--out", str(tmp_path / "m.pt")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "torchtree: warning: MCMC chains look unconverged" in r.stderr
+    assert "UserWarning" not in r.stderr and ".py:" not in r.stderr
+
+
+def test_bart_reports_sums_of_trees_not_distinct_trees_or_a_map_tree(files, tmp_path, capsys):
+    out = tmp_path / "bart.pt"
+    assert main(["fit", str(files["reg"]), "--method", "bart", "--n-trees", "5", "--n-samples", "5", "--n-warmup", "5",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "draws of a sum of 5 trees" in text and "?" not in text
+    assert main(["summary", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "no single MAP tree" in text and "MAP tree (tree" not in text and "share of all splits" in text

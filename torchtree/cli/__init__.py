@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchtree.cli.bench import _cmd_bench, _cmd_demo, demo
@@ -205,10 +206,19 @@ def _split_bench(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     return list(argv), []
 
 
+def _method_class_name(method: str) -> str:
+    from torchtree.estimators import get_method
+
+    return get_method(method).__name__
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the ``torchtree`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    shown = warnings.formatwarning
+    if not debug:  # "torchtree: warning: ..." rather than Python's file:line: Category: form
+        warnings.formatwarning = lambda message, category, *a, **k: f"torchtree: warning: {message}\n"
     try:
         command = _command_of(argv)
         method = _peek(argv, "--method") if command == "fit" else None
@@ -218,7 +228,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             args = parser.parse_args(head)
             args._extra = extra
         else:
-            args = parser.parse_args(argv)
+            args, unknown = parser.parse_known_args(argv)
+            if unknown and command == "fit" and getattr(args, "command", None) == "fit":
+                flags = [u for u in unknown if u.startswith("-")] or unknown
+                m = method or "smc"
+                raise ValueError(f"{' '.join(flags)}: not an option of torchtree fit --method {m} "
+                                 f"({_method_class_name(m)}); its options: torchtree fit --method {m} --help")
+            if unknown:
+                args = parser.parse_args(argv)  # argparse's own message and exit status
         if not getattr(args, "command", None):
             parser.print_help(sys.stderr)
             return 2
@@ -246,6 +263,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             msg = f"out of memory: {msg}"
         print(f"torchtree: error: {msg}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = shown
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -47,6 +47,10 @@ def _split(y: np.ndarray, test_size: float, seed: int, stratify: bool) -> Tuple[
     return tr, te
 
 
+#: an integer target with more distinct values than this needs --task (classes or a quantity?)
+ASK_CLASSES = 20
+
+
 def _check_classes(y: np.ndarray, path: str, target: str) -> None:
     """The class checks of ``torchtree.Data``, before the split and in the command line's words.
 
@@ -76,6 +80,11 @@ def _cmd_fit(args) -> int:
     table = read_csv(args.data, target=target)
     task = args.task or infer_task(table.y)
     y = parse_target(table.y, task, table.lines, table.path, f"target {table.target_name!r}")
+    if args.task is None and task == "classification" and y.dtype.kind in "iu" and len(np.unique(y)) > ASK_CLASSES:
+        # counts, ages, ratings: integers with many values may be classes or a quantity; a guess either way
+        # would fit the wrong model in silence (136 classes at accuracy 0.03, where regression was meant)
+        raise ValueError(f"{args.data}: target {table.target_name!r} holds {len(np.unique(y))} distinct integers: "
+                         "give --task classification (each value a class) or --task regression (a quantity)")
     X = table.X
     if task == "classification":
         _check_classes(y, args.data, table.target_name)
@@ -157,10 +166,14 @@ def _cmd_fit(args) -> int:
     ess = getattr(post, "ess", None)
     n_part = getattr(post, "n_particles", None)
     sizes = _sizes(post)
+    if "n_distinct" in sizes:
+        distinct = f" ({sizes['n_distinct']} distinct trees)"
+    else:  # BART: every draw is a sum of trees
+        distinct = f" of a sum of {post.summary()['n_trees']} trees" if hasattr(post, "variable_importance") else ""
     if "rhat_leaves" in info and n_part:
-        rows.append(("samples", f"{n_part} draws ({sizes.get('n_distinct', '?')} distinct trees)"))
+        rows.append(("samples", f"{n_part} draws{distinct}"))
     elif isinstance(ess, (int, float)) and n_part:
-        rows.append(("ESS", f"{ess:.1f} of {n_part} particles ({sizes.get('n_distinct', '?')} distinct trees)"))
+        rows.append(("ESS", f"{ess:.1f} of {n_part} particles{distinct}"))
     if "rhat_leaves" in info or "ess_leaves" in info:
         rows.append(("chains", f"R-hat(leaves) {_fmt(info.get('rhat_leaves'), '.3f')}, ESS(leaves) {_fmt(info.get('ess_leaves'), '.1f')}"
                                + (f", accept {_fmt(info.get('accept/all'), '.3f')}" if "accept/all" in info else "")))

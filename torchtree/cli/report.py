@@ -162,6 +162,8 @@ def _cmd_summary(args) -> int:
     label = "feature usage (expected number of splits on each feature per tree):"
     if usage is None and "feature_usage_top" in s:
         usage, label = s["feature_usage_top"], "feature usage (mean split weight, heaviest topology):"
+    if usage is None and "split_share" in s:
+        usage, label = s["split_share"], "feature usage (share of all splits, over draws and trees):"
     if usage is not None:
         u = np.asarray(usage, dtype=np.float64)
         order = np.argsort(-u, kind="stable")
@@ -177,6 +179,10 @@ def _cmd_summary(args) -> int:
             print(f"  ... {rest} more")
         if unused:
             print(f"  ({unused} feature{'s' if unused > 1 else ''} never split on)")
+    if "split_share" in s:  # a sum of trees: no tree of it is a posterior mode
+        print(f"sum of {s['n_trees']} trees per draw: no single MAP tree (torchtree summary {args.posterior} --dot "
+              "--tree I draws tree I of the last draw)")
+        return 0
     w = post.weights
     i = int(np.argmax(np.asarray(w.detach().cpu() if hasattr(w, "detach") else w)))
     print(f"MAP tree (tree {i} of {len(w)}, weight {float(w[i]):.3f}):")

@@ -125,6 +125,14 @@ def _rows_of(path: str) -> Iterator[Tuple[int, List[str]]]:
             raise ValueError(f"{path}: not a UTF-8 text file ({exc.reason})") from None
 
 
+def _all_numbers(cells: Sequence[str]) -> bool:
+    """Every cell of a row is a finite number (a header row names columns; data rows are numbers)."""
+    try:
+        return bool(cells) and all(math.isfinite(float(c)) for c in cells)
+    except ValueError:
+        return False
+
+
 def _to_float(s: str) -> float:
     v = float(s)
     if not math.isfinite(v):
@@ -189,6 +197,10 @@ def read_csv(
     _, header = next(it)
     if not any(header):
         raise ValueError(f"{path}: line 1: the header row is empty")
+    if _all_numbers(header):
+        # a file without a header row: its first row of data would silently become the column names
+        raise ValueError(f"{path}: line 1 holds only numbers ({','.join(header[:4])}{',...' if len(header) > 4 else ''}): "
+                         "the first line must be a header row naming the columns; add one")
     header = [h if h else f"column{i + 1}" for i, h in enumerate(header)]
     dup = sorted({h for h in header if header.count(h) > 1})
     if dup:
@@ -381,6 +393,11 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
             + (f"; not used in training: {', '.join(map(repr, extra))}" if extra else "")
             + f" (the model takes {', '.join(map(repr, names))})")
     if names and all(n in header for n in names):
+        extra = [h for h in header if h not in names and h != target_name]
+        if extra:  # a column the model never saw: dropping it in silence could hide a wrong file
+            raise ValueError(f"{path}: column(s) {', '.join(map(repr, extra))} were not used in training; remove them "
+                             f"(the model takes {', '.join(map(repr, names))}"
+                             + (f", and the target {target_name!r} may stay)" if target_name else ")"))
         table = read_csv(path, has_target=False, features=names)
         if target_name and target_name in header:
             # Keep the target for evaluation, when it parses.
@@ -424,10 +441,16 @@ def write_csv(path: Optional[str], header: Sequence[str], columns: Sequence[Sequ
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):  # say so about the user's path, not the temporary file's
         raise FileNotFoundError(f"{path}: directory {folder} does not exist")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path}: is a directory; give the path of the CSV file to write")
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(header)
-        for r in rows:
-            w.writerow([fmt(v) for v in r])
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", newline="") as fh:
+            w = csv.writer(fh, lineterminator="\n")
+            w.writerow(header)
+            for r in rows:
+                w.writerow([fmt(v) for v in r])
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):  # a failed write leaves nothing behind
+            os.remove(tmp)
