@@ -307,3 +307,24 @@ def test_a_monitor_without_on_step_does_not_make_samplers_compute_reports(monkey
     both = MonitorList([CallbackMonitor(on_start=started.append), CallbackMonitor(on_step=lambda s, i: None)])
     TopDownSMC(n_particles=10).run(data, seed=0, monitor=both)
     assert calls  # one member reads the reports
+
+
+def test_a_disabled_progress_bar_costs_no_per_step_work():
+    """A disabled ProgressMonitor (what the CLI attaches when stderr is no terminal) used to make the
+    samplers build their per-step reports anyway: +8% work here, 2x CPU on 140k rows. Counted in
+    function calls, not seconds."""
+    from _counting import Calls
+
+    from torchtree import Data, TopDownSMC
+    from torchtree.datasets.scale import interactions
+    from torchtree.monitor import ProgressMonitor
+
+    X, y = interactions(20000, 10, seed=0)
+    data = Data(X, y)
+    assert ProgressMonitor(disable=True).wants_steps is False and ProgressMonitor(disable=False).wants_steps
+    counts = []
+    for mon in (None, ProgressMonitor(disable=True)):
+        with Calls() as c:
+            TopDownSMC(n_particles=100, proposal="empirical").run(data, seed=0, monitor=mon)
+        counts.append(c.n)
+    assert counts[1] <= 1.02 * counts[0], counts

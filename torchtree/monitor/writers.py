@@ -214,6 +214,12 @@ class ProgressMonitor(Monitor):
         self._total = None
         self._last_postfix = -math.inf
 
+    @property
+    def wants_steps(self) -> bool:
+        """A disabled bar shows nothing: the samplers then skip their per-step reports (which cost
+        as much as the run itself on large tables)."""
+        return not self.disable
+
     def _resolve_disable(self, disable: bool | None) -> bool:
         if disable is not None:
             return bool(disable)
