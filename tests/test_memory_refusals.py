@@ -95,3 +95,26 @@ def test_available_bytes_and_limit_parsing(monkeypatch):
     with pytest.raises(ValueError, match="lower n_things"):
         memory.check_memory("a run", 2e9, "n_things", limit=1e9)
     memory.check_memory("a run", 1e9, "n_things", limit=2e9)  # fits: no error
+
+
+def test_the_node_table_of_many_classes_stays_within_its_bound():
+    """1000 classes on 2000 rows grew top-down SMC's node table (a count per class and node) to 16.9 GB;
+    the table now stops at its bound with a MemoryError naming what to lower, having allocated no
+    tensor beyond the bound."""
+    g = np.random.default_rng(0)
+    X = g.normal(size=(600, 5))
+    y = g.integers(0, 300, 600)
+    bound = 32 << 20
+    with Allocations() as a, pytest.raises(MemoryError, match=r"node table would need .* statistics per node.*n_particles"):
+        TopDownSMC(n_particles=1000, proposal="empirical", max_memory_bytes=bound).run(Data(X, y), seed=0)
+    assert a.largest <= bound, a.largest
+
+
+def test_many_classes_leave_the_optimal_proposal_to_small_label_sets():
+    """The optimal proposal's work per candidate cut grows with the classes (it took 464 s on 1000
+    classes x 2000 rows): the estimators choose it by rows x features x classes / 2."""
+    from torchtree.samplers.topdown_starts import start_settings
+
+    assert start_settings(2000, 5, "classification", 1000, n_classes=2)["proposal"] == "optimal"
+    assert start_settings(2000, 5, "classification", 1000, n_classes=1000)["proposal"] == "empirical"
+    assert start_settings(297, 13, "classification", 1000, n_classes=5)["proposal"] == "optimal"  # heart_cleveland

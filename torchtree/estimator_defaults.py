@@ -38,7 +38,8 @@ DCC_MAX_SECONDS = 60.0
 DCC_TARGET_ACCEPT_REGRESSION = 0.9
 
 
-def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, task: str = "classification") -> None:
+def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, task: str = "classification",
+                          n_classes: int = 2) -> None:
     """Add the estimators' defaults for ``method`` to the sampler settings ``kwargs`` (in place).
 
     Parameters
@@ -47,11 +48,12 @@ def apply_method_defaults(method: str, kwargs: Dict[str, Any], n: int, d: int, t
     kwargs : dict, the sampler's settings so far (what the user gave, plus the model objects)
     n, d : int, rows and features of the training data
     task : "classification" or "regression"
+    n_classes : int, classes of a classification task
     """
     from torchtree.samplers.topdown import TopDownConfig
 
     # classification on small tables: the optimal proposal (README "Defaults"), for smc and for the top-down starts
-    optimal = start_settings(n, d, task, 1)["proposal"] == "optimal"
+    optimal = start_settings(n, d, task, 1, n_classes)["proposal"] == "optimal"
     if method == "smc" and task == "regression" and "n_islands" not in kwargs:
         particles = kwargs.get("n_particles", TopDownConfig.n_particles)
         if isinstance(particles, int) and particles % SMC_ISLANDS_REGRESSION == 0:  # islands must divide it

@@ -384,7 +384,7 @@ class _BayesianTreeBase:
             kwargs["device"] = self.device
         if "n_threads" in accepted:
             kwargs["n_threads"] = self.n_threads
-        apply_method_defaults(self.method, kwargs, data.n, data.d, data.task)
+        apply_method_defaults(self.method, kwargs, data.n, data.d, data.task, data.n_classes or 2)
         return cls(**kwargs)
 
     def _make_data(self, X, y) -> Data:

@@ -25,7 +25,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from torchtree.core.memory import check_tree_memory
+from torchtree.core.memory import available_bytes, check_tree_memory
 from torchtree.core.resampling import RESAMPLERS, get_resampler
 from torchtree.model.posterior import TreePosterior
 from torchtree.model.priors import make_prior
@@ -59,7 +59,8 @@ class TopDownConfig(SamplerConfig):
     redistribution: str = option("auto", help="how resampled particles move between ranks",
                                  choices=REDISTRIBUTIONS, result=False)
     max_stages: int = option(100000, help="safety bound on the number of stages", low=1, result=False)
-    max_memory_bytes: Optional[int] = option(None, help="bound on the node-data pool (bytes)", low=1, result=False)
+    max_memory_bytes: Optional[int] = option(None, help="bound on the node table: node records, their statistics and "
+                                             "the node-data pool (bytes)", low=1, result=False)
     checkpoint: Optional[str] = option(None, help="checkpoint file (resume when it exists)", result=False)
     checkpoint_every: int = option(1, help="save after every k-th stage", low=1, result=False)
 
@@ -139,8 +140,10 @@ class TopDownSMC(SettingsAsAttributes):
     use_likelihood : bool
         False runs the same sampler with the labels ignored (samples the prior).
     max_memory_bytes : int, optional
-        Bound on the node-data pool; exceeding it raises ``MemoryError`` with advice
-        instead of crashing. Default: half the physical memory (CPU) or of the GPU.
+        Bound on the node table (node records, their class counts or regression
+        statistics, and the node-data pool); exceeding it raises ``MemoryError`` with
+        advice instead of crashing. Default: half the physical memory (CPU) or of the
+        GPU, and at most 3/4 of the memory available (``TORCHTREE_MEMORY_LIMIT`` caps it).
     checkpoint : str, optional
         Path of a checkpoint file (see :mod:`torchtree.io.checkpoint`). When it exists,
         :meth:`run` resumes from it and returns exactly what an uninterrupted run
@@ -233,7 +236,9 @@ class TopDownSMC(SettingsAsAttributes):
         # every rank checks divisibility alike, so all of them raise the same error
         ctx.extra["layout"] = "single" if ctx.world_size == 1 else layout_for(c.n_particles, c.n_islands, ctx.world_size)
         grower = Grower(self.prior, ctx.extra["likelihood"], ctx.data, c.proposal, ctx.seed, c.use_likelihood)
-        grower.table.limit_bytes = c.max_memory_bytes or default_memory_limit(ctx.device)
+        avail = available_bytes(ctx.device)  # TORCHTREE_MEMORY_LIMIT caps it too; the run needs the rest
+        grower.table.limit_bytes = c.max_memory_bytes or int(min(default_memory_limit(ctx.device),
+                                                                 0.75 * avail if avail is not None else float("inf")))
         return grower
 
     def _weights_shape(self, ctx: driver.RunContext) -> Tuple[int, int]:

@@ -73,7 +73,7 @@ def wide_table_particles(n: int, d: int, n_particles: int) -> int:
     return max(n_particles, min(WIDE_MAX_PARTICLES, -(-need // 1000) * 1000, WIDE_MAX_WORK // max(n, 1) // 1000 * 1000))
 
 
-def start_settings(n: int, d: int, task: str, n_particles: int) -> dict:
+def start_settings(n: int, d: int, task: str, n_particles: int, n_classes: int = 2) -> dict:
     """The top-down SMC settings (``proposal``, ``n_islands``, ``n_particles``) of a start on an ``n x d`` table.
 
     Chosen with ``examples/bench_quality.py`` and ``examples/bench_variants.py`` (README
@@ -88,6 +88,8 @@ def start_settings(n: int, d: int, task: str, n_particles: int) -> dict:
     n, d : int, rows and features of the training data
     task : "classification" or "regression"
     n_particles : int, particles asked for (regression islands may take up to 4 fewer)
+    n_classes : int, classes (the optimal proposal's work per cell grows with them: its bound is
+        on ``n * d * n_classes / 2``, rows x features for binary labels)
 
     Returns
     -------
@@ -102,7 +104,7 @@ def start_settings(n: int, d: int, task: str, n_particles: int) -> dict:
                 "n_particles": n_particles - n_particles % REGRESSION_ISLANDS}
     if task == "regression":
         return {"proposal": "prior", "n_islands": 1, "n_particles": n_particles}
-    if n * d <= OPTIMAL_MAX_CELLS:
+    if n * d * max(n_classes, 2) / 2 <= OPTIMAL_MAX_CELLS:
         return {"proposal": "optimal", "n_islands": 1, "n_particles": n_particles}
     return {"proposal": "empirical", "n_islands": 1, "n_particles": wide}
 
@@ -131,7 +133,7 @@ def topdown_draws(model: TreeModel, gidx: torch.Tensor, seed: int, n_particles: 
                          "use a prior-drawn start with the Poisson prior")
     data = model.data
     post = TopDownSMC(model.prior, model.likelihood, use_likelihood=model.use_likelihood,
-                      device=model.X.device, **start_settings(data.n, data.d, data.task, n_particles)
+                      device=model.X.device, **start_settings(data.n, data.d, data.task, n_particles, data.n_classes or 2)
                       ).run(data, seed=seed)
     cdf = torch.softmax(post.log_weights.double(), 0).cumsum(0)
     u = keyed_uniform(seed, 0, gidx.to(cdf.device)) * cdf[-1]

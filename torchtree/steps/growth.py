@@ -133,6 +133,11 @@ class NodeTable:
         self.buf = state["buf"].to(device=dev, dtype=torch.int32).clone()
         self.live_after_gc = int(state["live_after_gc"])
 
+    def row_bytes(self) -> int:
+        """Bytes of one uid's records (with its statistics: 4 bytes per class for counts)."""
+        per = sum(getattr(self, name).element_size() for name in self._RECORDS)
+        return per + self.threshold.element_size() + self.rthr.element_size() + self.stats[0].numel() * self.stats.element_size()
+
     def _reserve(self, need: int) -> None:
         cap = self.depth.numel()
         if need <= cap:
@@ -140,6 +145,14 @@ class NodeTable:
         new = cap
         while new < need:
             new *= 2
+        if self.limit_bytes is not None:
+            # old and new records coexist while they are copied
+            peak = (cap + new) * self.row_bytes() + self.buf.numel() * self.buf.element_size()
+            if peak > self.limit_bytes:
+                raise MemoryError(
+                    f"the node table would need {peak / 2**30:.2f} GiB for {new} nodes of {self.row_bytes()} bytes "
+                    f"each ({self.stats.shape[1]} statistics per node; limit {self.limit_bytes / 2**30:.2f} GiB): "
+                    "reduce n_particles, use more islands or ranks, or raise max_memory_bytes")
         for name, (dt, fill) in self._RECORDS.items():
             old = getattr(self, name)
             setattr(self, name, torch.cat([old, torch.full((new - cap,), fill, dtype=dt, device=self.device)]))
