@@ -118,3 +118,14 @@ def test_many_classes_leave_the_optimal_proposal_to_small_label_sets():
     assert start_settings(2000, 5, "classification", 1000, n_classes=2)["proposal"] == "optimal"
     assert start_settings(2000, 5, "classification", 1000, n_classes=1000)["proposal"] == "empirical"
     assert start_settings(297, 13, "classification", 1000, n_classes=5)["proposal"] == "optimal"  # heart_cleveland
+
+
+def test_bart_with_too_many_trees_is_refused_before_it_allocates(four_gib):
+    """n_trees=10**7 failed in the allocator (40.9 GB) with no estimate first."""
+    from torchtree import BART
+
+    X, y = _data()
+    data = Data(X, y.astype(float), task="regression")
+    with Allocations() as a, pytest.raises(ValueError, match=r"BART with 10000000 trees .* needs at least .*lower n_trees"):
+        BART(n_trees=10**7, n_samples=10, n_warmup=10).run(data, seed=0)
+    assert a.largest < 16 * MiB, a.largest

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from torchtree.core.memory import check_memory
 from torchtree.core.random import derive_seed, keyed_uniform
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, heap_depth
 from torchtree.model.bart_posterior import BARTPosterior
@@ -215,6 +216,13 @@ class BART(SettingsAsAttributes):
             raise ValueError(f"n_chains ({c.n_chains}) must be a multiple of the number of ranks ({W})")
         n_local = c.n_chains // W
         dt = torch.float32 if c.dtype == "float32" else torch.float64
+        # per tree and chain: the heap's feature / cut (int16) and values, each point's leaf (int16), and
+        # the kept draws' copies of the heap; refused before any of it is allocated
+        slot = 2 + 2 + (4 if dt == torch.float32 else 8)
+        per_tree = prior.n_slots * slot * (1 + c.n_samples) + 2 * data.n
+        check_memory(f"BART with {c.n_trees} trees x {n_local} chains ({c.n_samples} kept draws of "
+                     f"{prior.n_slots}-slot trees)", float(c.n_trees) * n_local * per_tree,
+                     "n_trees, n_chains or n_samples (or max_depth)", device=ctx.device)
         y = data.y.to(torch.float64)
         target = (y - prior.offset) / prior.scale if data.task == "regression" else y
         updates = c.n_trees * self.n_iterations
