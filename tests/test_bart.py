@@ -395,3 +395,43 @@ def test_unconverged_chains_warn_and_prior_only_ones_do_not():
         warnings.simplefilter("error", UserWarning)
         post = BART(n_trees=3, n_chains=4, n_warmup=100, n_samples=1000, use_likelihood=False).run(data, seed=0)
     assert post.info["rhat_sigma"] <= 1.1 and post.info["ess_sigma"] >= 100
+
+
+def test_posterior_storage_follows_the_trees_it_holds(tmp_path):
+    """A few deep trees no longer set the width of every tree: the posterior keeps a main block and
+    the deep trees apart, predicts exactly what the dense trees give, and saves and loads both forms."""
+    from torchtree.model.bart import ABSENT, LEAF, forest_sum
+    from torchtree.model.bart_posterior import BARTPosterior
+
+    X, y, _ = _friedman(300, 4)
+    post = BART(n_trees=20, n_samples=30, n_warmup=30, compile="off").run(Data(X, y, task="regression"), seed=1)
+    S, T = post.n_particles, post.n_trees
+    f, c, v = post.feature.clone(), post.cut.clone(), post.value.clone()
+    # make three trees deep: a chain of splits down the left edge to depth 7
+    K = 255
+    wide = lambda a, fill: torch.cat([a, torch.full((S, T, K - a.shape[-1]), fill, dtype=a.dtype)], -1)  # noqa: E731
+    f, c, v = wide(f, ABSENT), wide(c, 0), wide(v, 0)
+    for s_, t_ in ((0, 0), (5, 3), (29 * 4 - 1, 19)):
+        f[s_, t_] = ABSENT
+        node = 0
+        for depth in range(7):
+            f[s_, t_, node], c[s_, t_, node] = depth % 4, 1 + depth
+            f[s_, t_, 2 * node + 2], v[s_, t_, 2 * node + 2] = LEAF, 0.01 * depth
+            node = 2 * node + 1
+        f[s_, t_, node], v[s_, t_, node] = LEAF, -0.05
+    deep = BARTPosterior(post.prior, post.grid, f, c, v, post.sigma, post.chain_of, post.n_features, info=post.info)
+    main_f, deep_f = deep._main[0], deep._deep[0]
+    apart = set(zip(deep._deep[3].tolist(), deep._deep[4].tolist()))
+    assert {(0, 0), (5, 3), (29 * 4 - 1, 19)} <= apart and len(apart) < S * T // 10
+    assert main_f.shape[-1] < 64 and deep_f.shape[-1] == K
+    stored = sum(t.numel() * t.element_size() for t in (*deep._main, *deep._deep))
+    assert stored < (f.numel() * (2 + 2 + v.element_size())) / 4  # the dense form's quarter at most
+    assert torch.equal(deep.feature[..., :K], f) and torch.equal(deep.value[..., :K], v)
+    Xb = deep._bins(X[:50])
+    ref = post.prior.offset + post.prior.scale * forest_sum(f, c, v, Xb).mean(0)
+    np.testing.assert_allclose(deep.predict(X[:50]), ref.numpy(), rtol=0, atol=1e-9)
+    deep.save(str(tmp_path / "b.pt"))
+    back = BARTPosterior.load(str(tmp_path / "b.pt"))
+    np.testing.assert_array_equal(back.predict(X[:50]), deep.predict(X[:50]))
+    assert back.summary()["leaves_mean"] == deep.summary()["leaves_mean"]
+    assert "n0 -> n1" in deep.to_dot(0, tree=0) and deep.to_dot(0, tree=0).count("->") == 14

@@ -45,3 +45,10 @@ def test_compare_flags_a_slower_one_thread_figure(capsys):
     flagged = h.compare({"a": {"1": row(1.0, 1.5)}}, record, 1.3)
     assert flagged == ["a/predict: 1.50x the recorded 1.000 CPU s"]
     assert "<-- SLOWER" in capsys.readouterr().out
+
+
+def test_bart_posterior_size_smoke():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bart_posterior_size.py"), "--smoke"],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "slots stored" in r.stdout and "bart_posterior_size: done" in r.stdout

@@ -4,6 +4,14 @@ Draw ``s`` is a forest of ``T`` heap trees (:mod:`torchtree.model.bart`) and a n
 function is ``f_s(x) = offset + scale * sum_t value[s, t, leaf_t(x)]``. Regression predicts
 with ``y ~ N(f_s(x), sigma_s^2)`` mixed over the draws; classification with
 ``P(y = 1 | x) = mean_s Phi(f_s(x))`` (probit).
+
+Storage holds what the trees use. A heap tree of depth ``d`` needs ``2^(d+1) - 1`` slots, and
+one deep tree would set the width of all ``S x T`` trees of a dense array (a 768-row table's
+posterior took 408 MB for trees of 4 nodes on average). The trees are kept as a *main* block
+``[S, T, K_main]`` and the deeper trees apart as ``[n_deep, K_deep]`` with their draw and tree
+indices (their places in the main block hold a single leaf of value 0); ``K_main`` is the heap
+width of the depth that makes the two together smallest. Prediction sums both
+(:func:`~torchtree.model.bart.forest_sum`), so its work follows the split nodes the trees hold.
 """
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ import numpy as np
 import torch
 
 from torchtree.core.random import keyed_uniform
-from torchtree.model.bart import LEAF, BartPrior, CutGrid, forest_sum
+from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum, heap_depth
 from torchtree.model.data import as_feature_matrix
 from torchtree.core.budget import rows_per_chunk
 from torchtree.model.interval import check_interval, equal_tailed
@@ -24,6 +32,48 @@ __all__ = ["BARTPosterior"]
 
 _ROWS = 4096  # test points per block of draws x trees
 
+def _depths(feature: torch.Tensor) -> torch.Tensor:
+    """Depth of each heap tree ``[...]`` (of its deepest used slot) from ``feature [..., K]``."""
+    K = feature.shape[-1]
+    slot = torch.arange(K, device=feature.device)
+    last = torch.where(feature != ABSENT, slot, torch.zeros_like(slot)).amax(-1)
+    return heap_depth(last)
+
+
+def _width(depth: int) -> int:
+    return (1 << (int(depth) + 1)) - 1
+
+
+def split_deep(feature, cut, value):
+    """Dense ``[S, T, K]`` trees as a main block and the deep trees apart (module notes).
+
+    Returns
+    -------
+    (main feature, cut, value ``[S, T, K_main]``; deep feature, cut, value ``[n_deep, K_deep]``;
+    deep draw and tree indices ``[n_deep]``)
+    """
+    S, T, K = feature.shape
+    d = _depths(feature)
+    keep = 0
+    if d.numel():
+        # the main block's depth that stores all trees in the fewest slots: S T W(keep) for the block,
+        # plus W(deepest) for each deeper tree (and its two indices)
+        counts = torch.bincount(d.reshape(-1).cpu(), minlength=int(d.max()) + 1).double()
+        deeper = counts.sum() - torch.cumsum(counts, 0)
+        slots = [d.numel() * _width(k) + float(deeper[k]) * (_width(int(d.max())) + 4) for k in range(counts.numel())]
+        keep = int(np.argmin(slots))
+    k_main = min(K, _width(keep))
+    deep = d > keep
+    ds, dt = deep.nonzero(as_tuple=True)
+    k_deep = min(K, _width(int(d.max()))) if ds.numel() else 1
+    df, dc, dv = feature[ds, dt, :k_deep].clone(), cut[ds, dt, :k_deep].clone(), value[ds, dt, :k_deep].clone()
+    mf, mc, mv = feature[..., :k_main].clone(), cut[..., :k_main].clone(), value[..., :k_main].clone()
+    mf[ds, dt] = ABSENT
+    mf[ds, dt, 0] = LEAF
+    mc[ds, dt] = 0
+    mv[ds, dt] = 0
+    return mf, mc, mv, df, dc, dv, ds, dt
+
 
 class BARTPosterior(Posterior):
     """Draws of a BART model (see the module notes).
@@ -31,26 +81,82 @@ class BARTPosterior(Posterior):
     Parameters
     ----------
     prior : BartPrior; grid : CutGrid
-    feature, cut : Int16Tensor [S, T, K]; value : Tensor [S, T, K]   (scaled response)
+    feature, cut : Int16Tensor [S, T, K]; value : Tensor [S, T, K]   (scaled response): the trees,
+        dense (they are stored compactly, module notes); or the main block when ``deep`` is given
     sigma : Tensor [S] float64, noise sd per draw (scaled; 1 for probit)
     chain_of : LongTensor [S], the global chain of each draw
     n_features : int; classes : labels of classes 0 and 1 (classification)
     info : dict of run facts and diagnostics
+    deep : tuple, optional; the deep trees (feature, cut, value, draw, tree) of a compact form
     """
 
-    FORMAT = "torchtree.BARTPosterior/1"
+    FORMAT = "torchtree.BARTPosterior/2"
+    _FORMATS = ("torchtree.BARTPosterior/1", FORMAT)  # /1: dense [S, T, K] trees
 
     def __init__(self, prior: BartPrior, grid: CutGrid, feature, cut, value, sigma, chain_of, n_features: int,
-                 classes=None, info: Optional[Dict[str, Any]] = None) -> None:
+                 classes=None, info: Optional[Dict[str, Any]] = None, deep=None) -> None:
         self.prior, self.grid = prior, grid
-        self.feature, self.cut, self.value = feature, cut, value
+        if deep is None:  # dense trees: keep the main block and the deep trees apart
+            feature, cut, value, *deep = split_deep(feature, cut, value)
+        self._main = (feature, cut, value)
+        self._deep = tuple(deep)  # feature, cut, value [n_deep, K_deep]; draw, tree [n_deep]
         self.sigma, self.chain_of = sigma.double(), chain_of
         self.n_features = int(n_features)
         self.classes_ = None if classes is None else np.asarray(classes)
         self.info: Dict[str, Any] = dict(info or {})
         self.n_particles = int(feature.shape[0])
+        self.n_trees = int(feature.shape[1])
         self.log_evidence = None
         self.feature_names: Optional[list] = None
+
+    # ----------------------------------------------------------- the trees
+    @property
+    def device(self) -> torch.device:
+        return self._main[0].device
+
+    def _dense(self, i: int, fill) -> torch.Tensor:
+        """Field ``i`` of every tree as one dense ``[S, T, K]`` array (the deep trees' width)."""
+        main, deep = self._main[i], self._deep[i]
+        K = max(main.shape[-1], deep.shape[-1] if deep.numel() else 1)
+        out = torch.full((*main.shape[:2], K), fill, dtype=main.dtype, device=main.device)
+        out[..., : main.shape[-1]] = main
+        if deep.numel():
+            ds, dt = self._deep[3], self._deep[4]
+            out[ds, dt] = fill
+            out[ds, dt, : deep.shape[-1]] = deep
+        return out
+
+    @property
+    def feature(self) -> torch.Tensor:
+        """Every tree's heap features as a dense ``[S, T, K]`` Int16Tensor (built on access, at the
+        deepest tree's width: for inspection; the posterior itself keeps the compact form)."""
+        return self._dense(0, ABSENT)
+
+    @property
+    def cut(self) -> torch.Tensor:
+        """Cut indices, dense ``[S, T, K]`` (as :attr:`feature`)."""
+        return self._dense(1, 0)
+
+    @property
+    def value(self) -> torch.Tensor:
+        """Leaf values (scaled response), dense ``[S, T, K]`` (as :attr:`feature`)."""
+        return self._dense(2, 0)
+
+    def _tree(self, s: int, t: int):
+        """``(feature, cut, value)`` lists of tree ``t`` of draw ``s``."""
+        ds, dt = self._deep[3], self._deep[4]
+        hit = ((ds == s) & (dt == t)).nonzero()
+        if hit.numel():
+            k = int(hit[0, 0])
+            return tuple(self._deep[i][k].tolist() for i in range(3))
+        return tuple(self._main[i][s, t].tolist() for i in range(3))
+
+    def _leaves(self) -> torch.Tensor:
+        """Leaves of every tree ``[S, T]``."""
+        leaves = (self._main[0] == LEAF).sum(2)
+        if self._deep[0].numel():
+            leaves[self._deep[3], self._deep[4]] = (self._deep[0] == LEAF).sum(1)
+        return leaves
 
     @property
     def task(self) -> str:
@@ -65,7 +171,7 @@ class BARTPosterior(Posterior):
     def _bins(self, X) -> torch.Tensor:
         arr = as_feature_matrix(X, self.n_features)
         Xt = torch.as_tensor(arr, dtype=torch.float64)
-        return self.grid.bins(Xt).to(self.feature.device)
+        return self.grid.bins(Xt).to(self.device)
 
     def _blocks(self, Xb: torch.Tensor, per_row_extra: float = 0.0, what: str = "prediction", also: str = ""):
         """``(rows, f)`` per block of test points: ``f`` ``[S, b]`` float64 on the scaled
@@ -73,10 +179,14 @@ class BARTPosterior(Posterior):
         budget (:func:`torchtree.core.budget.rows_per_chunk`)."""
         M = Xb.shape[1]
         per_row = 8.0 * self.n_particles + per_row_extra
-        rows = min(_ROWS, rows_per_chunk(per_row, what, device=self.feature.device, also=also))
+        rows = min(_ROWS, rows_per_chunk(per_row, what, device=self.device, also=also))
+        df, dc, dv, ds, _ = self._deep
         for m0 in range(0, M, rows):
             sl = slice(m0, min(M, m0 + rows))
-            yield sl, forest_sum(self.feature, self.cut, self.value, Xb[:, sl])
+            f = forest_sum(*self._main, Xb[:, sl])
+            if ds.numel():  # the deep trees, each a forest of one, added to their draws
+                f.index_add_(0, ds, forest_sum(df[:, None, :], dc[:, None, :], dv[:, None, :], Xb[:, sl]))
+            yield sl, f
 
     def latent_draws(self, X) -> torch.Tensor:
         """``f_s(x)`` per draw and point, ``[S, M]`` float64 on the original scale (the probit
@@ -84,7 +194,7 @@ class BARTPosterior(Posterior):
         ``predict_proba``, ``predict_interval`` and ``log_predictive`` stream over rows instead."""
         Xb = self._bins(X)
         rows_per_chunk(8.0 * self.n_particles, "latent_draws", rows_at_once=max(1, Xb.shape[1]),
-                       device=self.feature.device, also=" (or predict in smaller batches of rows)")
+                       device=self.device, also=" (or predict in smaller batches of rows)")
         out = [f for _, f in self._blocks(Xb)]
         f = torch.cat(out, 1) if out else torch.zeros(self.n_particles, 0, dtype=torch.float64)
         return self.prior.offset + self.prior.scale * f
@@ -120,7 +230,7 @@ class BARTPosterior(Posterior):
         level, n_draws = check_interval(self.task, level, n_draws)
         Xb = self._bins(X)
         S, M = self.n_particles, Xb.shape[1]
-        dev = self.feature.device
+        dev = self.device
         idx = torch.arange(n_draws, device=dev)
         pick = (keyed_uniform(seed, 0, idx) * S).long().clamp(max=S - 1)
         sd = (self.sigma.to(dev)[pick] * self.prior.scale)[:, None]
@@ -153,11 +263,11 @@ class BARTPosterior(Posterior):
     # ----------------------------------------------------------- summaries
     def summary(self) -> Dict[str, Any]:
         """Tree sizes, split counts per feature, noise sd and the sampler's diagnostics."""
-        f = self.feature.long()
-        leaves = (f == LEAF).sum(2).double()  # [S, T]
-        inner = f[f >= 0]
+        leaves = self._leaves().double()  # [S, T]
+        main, deep = self._main[0].long(), self._deep[0].long()
+        inner = torch.cat([main[main >= 0], deep[deep >= 0]])
         counts = torch.bincount(inner.cpu(), minlength=self.n_features)[: self.n_features]
-        out = {"n_draws": self.n_particles, "n_trees": int(f.shape[1]), "leaves_mean": float(leaves.mean()),
+        out = {"n_draws": self.n_particles, "n_trees": self.n_trees, "leaves_mean": float(leaves.mean()),
                "split_counts": counts.tolist(), "split_share": (counts.double() / max(1, int(counts.sum()))).tolist()}
         if self.task == "regression":
             s = self.sigma * self.prior.scale
@@ -175,7 +285,7 @@ class BARTPosterior(Posterior):
         """Graphviz DOT text of tree ``tree`` of draw ``i`` (default: the last draw)."""
         s = self.n_particles - 1 if i is None else int(i)
         names = feature_names or self.feature_names
-        f, c, v = self.feature[s, tree].tolist(), self.cut[s, tree].tolist(), self.value[s, tree].tolist()
+        f, c, v = self._tree(s, tree)
         lines = ["digraph tree {"]
         for j, fj in enumerate(f):
             if fj >= 0:
@@ -195,8 +305,9 @@ class BARTPosterior(Posterior):
         from torchtree.io.checkpoint import atomic_save, seal
 
         payload = {"format": self.FORMAT, "prior": self.prior.to_dict(), "cuts": self.grid.cuts.cpu(),
-                   "n_cuts": self.grid.n_cuts.cpu(), "feature": self.feature.cpu(), "cut": self.cut.cpu(),
-                   "value": self.value.cpu(), "sigma": self.sigma.cpu(), "chain_of": self.chain_of.cpu(),
+                   "n_cuts": self.grid.n_cuts.cpu(), "feature": self._main[0].cpu(), "cut": self._main[1].cpu(),
+                   "value": self._main[2].cpu(), "deep": [t.cpu() for t in self._deep],
+                   "sigma": self.sigma.cpu(), "chain_of": self.chain_of.cpu(),
                    "n_features": self.n_features,
                    "classes": None if self.classes_ is None else self.classes_.tolist(), "info": _plain(self.info),
                    "feature_names": self.feature_names}
@@ -208,17 +319,18 @@ class BARTPosterior(Posterior):
         from torchtree.io.checkpoint import read_payload
 
         p = read_payload(path, "torchtree posterior file", device or "cpu")
-        if not isinstance(p, dict) or p.get("format") != cls.FORMAT:
+        if not isinstance(p, dict) or p.get("format") not in cls._FORMATS:
             raise ValueError(f"{path} is not a torchtree BART posterior file")
         obj = cls(BartPrior(**p["prior"]), CutGrid(p["cuts"], p["n_cuts"]), p["feature"], p["cut"], p["value"],
                   p["sigma"], p["chain_of"], p["n_features"],
-                  classes=None if p["classes"] is None else np.asarray(p["classes"]), info=p["info"])
+                  classes=None if p["classes"] is None else np.asarray(p["classes"]), info=p["info"],
+                  deep=p.get("deep"))
         obj.feature_names = p.get("feature_names")
         return obj
 
     def __repr__(self) -> str:
-        return (f"BARTPosterior(task={self.task!r}, n_draws={self.n_particles}, n_trees={self.feature.shape[1]}, "
-                f"leaves_mean={float((self.feature == LEAF).sum(2).double().mean()):.2f})")
+        return (f"BARTPosterior(task={self.task!r}, n_draws={self.n_particles}, n_trees={self.n_trees}, "
+                f"leaves_mean={float(self._leaves().double().mean()):.2f})")
 
 
 
