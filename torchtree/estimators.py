@@ -7,7 +7,6 @@ without special cases.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import warnings
 from typing import Any, Dict, Optional
@@ -16,7 +15,18 @@ import numpy as np
 import torch
 
 from torchtree.core.threads import check_threads, resolve_threads, using_threads
+from torchtree._sklearn import DataConversionWarning, NotFittedError, _seed, _shape, _sklearn_flavoured
 from torchtree.estimator_defaults import apply_method_defaults
+from torchtree.methods import (  # METHODS, register_method, get_method, model_settings: re-exported
+    _LIKELIHOOD_SETTINGS,
+    _PRIOR_SETTINGS,
+    HYPER_MODES,
+    METHODS,
+    _accepted,
+    get_method,
+    model_settings,
+    register_method,
+)
 from torchtree.model.data import Data, _frame_columns, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.posterior import attach_feature_names
@@ -25,164 +35,6 @@ from torchtree.model.priors import make_prior
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "DataConversionWarning",
            "register_method", "get_method",
            "model_settings"]
-
-# name -> "module:Class" (imported lazily so optional samplers cost nothing) or a class.
-METHODS: Dict[str, Any] = {
-    "smc": "torchtree.samplers.topdown:TopDownSMC",
-    "mcmc": "torchtree.samplers.mcmc:MCMC",
-    "smc-moves": "torchtree.samplers.smc_moves:SMCSampler",
-    "dcc": "torchtree.samplers.dcc.sampler:DCC",
-    "bart": "torchtree.samplers.bart:BART",
-}
-
-
-class NotFittedError(RuntimeError, ValueError, AttributeError):
-    """An estimator used before ``fit``. A ValueError and an AttributeError like
-    scikit-learn's ``NotFittedError``, and a RuntimeError as torchtree raised before. When
-    scikit-learn is loaded, the error raised is also an instance of
-    ``sklearn.exceptions.NotFittedError`` (scikit-learn is not imported for it)."""
-
-
-class DataConversionWarning(UserWarning):
-    """A column-vector ``y`` ``[N, 1]`` was flattened to ``[N]``. When scikit-learn is loaded, the
-    warning is also an ``sklearn.exceptions.DataConversionWarning``."""
-
-
-_WITH_SKLEARN: Dict[type, type] = {}
-
-
-def _sklearn_flavoured(cls: type, sklearn_name: str) -> type:
-    """``cls``, or (once scikit-learn has been imported by the user) a subclass of both ``cls`` and
-    scikit-learn's class of that name, so that code catching either catches it."""
-    import sys
-
-    if "sklearn.exceptions" not in sys.modules:
-        return cls
-    if cls not in _WITH_SKLEARN:
-        other = getattr(sys.modules["sklearn.exceptions"], sklearn_name)
-        _WITH_SKLEARN[cls] = type(cls.__name__, (cls, other), {"__module__": cls.__module__, "__doc__": cls.__doc__})
-    return _WITH_SKLEARN[cls]
-
-
-def _shape(a) -> tuple:
-    """The shape of an array-like (a tensor's, a frame's, or that of ``numpy.asarray(a)``; () if none)."""
-    shape = getattr(a, "shape", None)
-    if shape is None:
-        try:
-            shape = np.asarray(a, dtype=object).shape
-        except Exception:  # ragged or exotic input: the data checks say what is wrong
-            return ()
-    return tuple(int(v) for v in shape)
-
-
-def _seed(random_state) -> Optional[int]:
-    """An int seed from ``random_state``: an int, None (a fresh seed per fit, drawn by the sampler),
-    or a ``numpy.random.RandomState`` / ``Generator`` (one draw from it, as scikit-learn's
-    estimators use such an object)."""
-    if random_state is None or isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
-        return None if random_state is None else int(random_state)
-    if isinstance(random_state, np.random.RandomState):
-        return int(random_state.randint(2**31 - 1))
-    if isinstance(random_state, np.random.Generator):
-        return int(random_state.integers(2**31 - 1))
-    raise ValueError(f"random_state must be None, an int, a numpy RandomState or Generator, got {random_state!r}")
-
-
-def register_method(name: str, sampler_cls: Any) -> None:
-    """Make ``method=name`` available to the estimators and the CLI.
-
-    Parameters
-    ----------
-    name : str
-    sampler_cls : class or ``"module:Class"`` string
-        Its constructor takes the prior and likelihood (keywords ``prior``,
-        ``likelihood`` where it uses them) and sampler options by their
-        ARCHITECTURE.md names; ``run(data, *, seed, monitor)`` returns a posterior.
-    """
-    METHODS[name] = sampler_cls
-
-
-def get_method(name: str):
-    """The sampler class registered as ``name`` (``ValueError`` listing the valid names)."""
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; available: {sorted(METHODS)}")
-    entry = METHODS[name]
-    if isinstance(entry, str):
-        mod, cls = entry.split(":")
-        try:
-            entry = getattr(importlib.import_module(mod), cls)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"method {name!r} is not available in this installation: {exc}") from exc
-        METHODS[name] = entry
-    return entry
-
-
-def _accepted(cls) -> set:
-    """The keyword settings ``cls`` takes: its config's fields (protocol samplers) or its
-    constructor's parameters."""
-    from torchtree.samplers.protocol import config_class_of
-
-    sig = inspect.signature(cls.__init__)
-    config = config_class_of(cls)
-    if config is not None:
-        # the config's fields, and the model objects the constructor takes besides them
-        # (TopDownSMC: prior, likelihood, backend; DCC builds its own priors: none)
-        own = {n for n, p in sig.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-        return {o.name for o in config.options()} | own
-    return {p for p in sig.parameters if p != "self"}
-
-
-# estimator-level model settings, and the object the estimator builds from them
-_PRIOR_SETTINGS = ("prior", "alpha_split", "beta_split", "poisson_lambda")
-_LIKELIHOOD_SETTINGS = ("alpha", "mu0", "kappa0", "a0", "b0")
-
-#: One line per model setting: the CLI's help text and the estimators' documentation read it
-#: (the samplers' own settings are described by their configs).
-MODEL_SETTINGS_HELP = {
-    "prior": "tree structure prior: chipman (split probability alpha_split (1 + depth)^-beta_split) "
-             "or poisson (zero-truncated Poisson number of leaves, paper 002)",
-    "alpha_split": "Chipman prior: probability that the root splits (default: 0.95)",
-    "beta_split": "Chipman prior: how fast the split probability falls with depth (default: 0.5)",
-    "poisson_lambda": "Poisson prior: rate of the number of leaves (default: 5)",
-    "alpha": "Dirichlet concentration of each leaf's class probabilities, total over the K classes (default: 5)",
-    "mu0": "prior mean of a leaf's value (default: the mean of the targets)",
-    "kappa0": "prior strength of a leaf's mean, in pseudo-observations (default: 0.1)",
-    "a0": "shape of the inverse-gamma prior of a leaf's noise variance (default: 2)",
-    "b0": "scale of the inverse-gamma prior of a leaf's noise variance (default: half the targets' variance "
-          "times max(a0 - 1, 0.5))",
-    "hyper": "evidence: choose the leaf prior (alpha or b0) and beta_split by the evidence of top-down SMC pilot "
-             "runs, keeping those you set; fixed: the defaults above (default: evidence)",
-}
-
-#: what ``hyper=`` may be (a DCC ``SoftTreeHyper`` object is also passed through to DCC)
-HYPER_MODES = ("evidence", "fixed")
-
-
-def model_settings(cls) -> Dict[str, str]:
-    """How a sampler class uses the estimators' prior and leaf-model settings.
-
-    Parameters
-    ----------
-    cls : sampler class (see :func:`get_method`)
-
-    Returns
-    -------
-    dict name -> ``"object"`` (through the ``prior`` / ``likelihood`` object the
-    estimator builds) or ``"keyword"`` (passed to the sampler by name, which then
-    applies its own default when the setting is left at ``None``). Settings not in
-    the dict are not used by that sampler: DCC, for one, builds its own soft-tree
-    priors and takes no ``prior`` or ``likelihood`` object.
-    """
-    accepted = _accepted(cls)
-    out: Dict[str, str] = {}
-    for group, obj in ((_PRIOR_SETTINGS, "prior"), (_LIKELIHOOD_SETTINGS, "likelihood")):
-        for name in group:
-            if obj in accepted:
-                out[name] = "object"
-            elif name in accepted:
-                out[name] = "keyword"
-    return out
-
 
 def _write_curves(monitor, search) -> None:
     """The evidence curves of ``hyper="evidence"`` to every monitor that draws curves

@@ -197,8 +197,8 @@ def sampler_options(cls) -> List[Tuple[str, Dict[str, Any]]]:
 
 def _estimator_options() -> List[Tuple[str, Dict[str, Any], str]]:
     """Options of the estimators (prior, likelihood): ``[(name, kwargs, task or "")]``."""
-    from torchtree.estimators import (MODEL_SETTINGS_HELP, BayesianTreeClassifier, BayesianTreeRegressor,
-                                      _BayesianTreeBase)
+    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, _BayesianTreeBase
+    from torchtree.methods import MODEL_SETTINGS_HELP
 
     out, seen = [], set()
     for cls, task in ((_BayesianTreeBase, ""), (BayesianTreeClassifier, "classification"), (BayesianTreeRegressor, "regression")):

@@ -1,0 +1,61 @@
+"""scikit-learn's conventions for the estimators, without importing scikit-learn: its error and warning
+classes when the user has loaded it, seeds from its ``random_state`` objects, shapes of array-likes."""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+
+__all__ = ["NotFittedError", "DataConversionWarning"]
+
+
+class NotFittedError(RuntimeError, ValueError, AttributeError):
+    """An estimator used before ``fit``. A ValueError and an AttributeError like
+    scikit-learn's ``NotFittedError``, and a RuntimeError as torchtree raised before. When
+    scikit-learn is loaded, the error raised is also an instance of
+    ``sklearn.exceptions.NotFittedError`` (scikit-learn is not imported for it)."""
+
+
+class DataConversionWarning(UserWarning):
+    """A column-vector ``y`` ``[N, 1]`` was flattened to ``[N]``. When scikit-learn is loaded, the
+    warning is also an ``sklearn.exceptions.DataConversionWarning``."""
+
+
+_WITH_SKLEARN: Dict[type, type] = {}
+
+
+def _sklearn_flavoured(cls: type, sklearn_name: str) -> type:
+    """``cls``, or (once scikit-learn has been imported by the user) a subclass of both ``cls`` and
+    scikit-learn's class of that name, so that code catching either catches it."""
+    import sys
+
+    if "sklearn.exceptions" not in sys.modules:
+        return cls
+    if cls not in _WITH_SKLEARN:
+        other = getattr(sys.modules["sklearn.exceptions"], sklearn_name)
+        _WITH_SKLEARN[cls] = type(cls.__name__, (cls, other), {"__module__": cls.__module__, "__doc__": cls.__doc__})
+    return _WITH_SKLEARN[cls]
+
+
+def _shape(a) -> tuple:
+    """The shape of an array-like (a tensor's, a frame's, or that of ``numpy.asarray(a)``; () if none)."""
+    shape = getattr(a, "shape", None)
+    if shape is None:
+        try:
+            shape = np.asarray(a, dtype=object).shape
+        except Exception:  # ragged or exotic input: the data checks say what is wrong
+            return ()
+    return tuple(int(v) for v in shape)
+
+
+def _seed(random_state) -> Optional[int]:
+    """An int seed from ``random_state``: an int, None (a fresh seed per fit, drawn by the sampler),
+    or a ``numpy.random.RandomState`` / ``Generator`` (one draw from it, as scikit-learn's
+    estimators use such an object)."""
+    if random_state is None or isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        return None if random_state is None else int(random_state)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(2**31 - 1))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(2**31 - 1))
+    raise ValueError(f"random_state must be None, an int, a numpy RandomState or Generator, got {random_state!r}")

@@ -1,0 +1,258 @@
+"""Checks of what users pass as features and labels: arrays, frames and tensors turned into clean
+numpy arrays, or one ``ValueError`` naming the problem (the row, the column, what to do), so that no
+stack trace from deep inside a kernel reaches a user. :class:`~torchtree.model.data.Data` builds on them.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["InputTypeError", "as_feature_matrix", "encode_class_labels", "check_class_count", "check_no_missing_labels"]
+
+
+class InputTypeError(TypeError, ValueError):
+    """Input of a kind torchtree does not take (a sparse matrix, a cell that is no number): a
+    TypeError, as numpy's conversions raise, and a ValueError, as torchtree's other input refusals."""
+
+
+def _to_numpy(obj: Any, name: str) -> np.ndarray:
+    """Convert numpy arrays, torch tensors (any device) and pandas-like objects."""
+    if isinstance(obj, torch.Tensor):
+        if obj.layout != torch.strided:
+            raise InputTypeError(f"{name}: sparse input is not supported; use {name}.to_dense()")
+        return obj.detach().cpu().numpy()
+    if hasattr(obj, "toarray") and hasattr(obj, "nnz"):  # scipy.sparse matrices and arrays
+        raise InputTypeError(f"{name}: sparse input is not supported; use {name}.toarray()")
+    if obj is None:
+        raise ValueError(f"this estimator requires {name} to be passed, but the target {name} is None"
+                         if name == "y" else f"{name} is None; expected an array-like")
+    try:
+        arr = np.asarray(obj)
+    except Exception as exc:  # pragma: no cover - exotic inputs
+        raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
+    return arr
+
+
+def _frame_columns(obj: Any) -> Optional[list]:
+    """Column names of a pandas-like frame (an object with ``columns`` and ``dtypes``), else None."""
+    cols = getattr(obj, "columns", None)
+    if cols is None or not hasattr(obj, "dtypes") or isinstance(obj, (np.ndarray, torch.Tensor)):
+        return None
+    try:
+        return list(cols)
+    except TypeError:  # pragma: no cover - exotic frames
+        return None
+
+
+def _column(j: int, names: Optional[Sequence] = None) -> str:
+    """``column j`` or ``column j ('name')`` for error messages."""
+    if names is not None and j < len(names):
+        return f"column {j} ({names[j]!r})"
+    return f"column {j}"
+
+
+def _check_no_categoricals(obj: Any, name: str) -> None:
+    """ValueError for pandas categorical columns.
+
+    A tree would split on the category codes, whose order follows each frame's own
+    category list: meaningless for unordered categories, and for ordered ones the
+    codes of a test frame need not match those of the training frame. So every
+    categorical column is refused, ordered or not, and the user converts it.
+    """
+    names = _frame_columns(obj)
+    if names is None:
+        return
+    for j, dt in enumerate(obj.dtypes):
+        if getattr(dt, "name", None) == "category":
+            raise ValueError(
+                f"{name} {_column(j, names)} is a pandas categorical: trees would split on its category codes, "
+                "which mean nothing as numbers; convert it first: .astype(float) when its categories are "
+                "meaningful numbers, .cat.codes for an ordered scale coded the same way at training and prediction"
+            )
+
+
+def _is_missing(v) -> bool:
+    """None, NaN or a pandas NA among labels of any type."""
+    if v is None:
+        return True
+    try:
+        return bool(v != v)  # NaN (float or numpy)
+    except TypeError:  # pandas.NA: its comparisons are NA, whose truth value is undefined
+        return True
+
+
+def check_no_missing_labels(yn: np.ndarray, name: str = "y") -> None:
+    """ValueError naming the first missing label (None / NaN / NA) of an object label array."""
+    if yn.dtype.kind != "O":
+        return  # float labels: NaN is refused with the other non-finite values
+    bad = [i for i, v in enumerate(yn.tolist()) if _is_missing(v)]
+    if len(bad):
+        raise ValueError(f"{name} has {len(bad)} missing label(s) (None / NaN); the first is at row {int(bad[0])}")
+
+
+def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes: Optional[Sequence] = None):
+    """Class labels to codes ``0..K-1``.
+
+    Parameters
+    ----------
+    yn : numpy.ndarray [N], labels of any type (strings, ints, integral floats)
+    n_classes : int, optional, labels are already codes ``0..n_classes-1``
+    classes : sequence [K], optional, the label of each code (fixes the coding)
+
+    Returns
+    -------
+    (codes int64 [N], classes numpy.ndarray [K]); without ``n_classes`` or ``classes``
+    the classes are the sorted distinct labels, at least two of them.
+    """
+    check_no_missing_labels(yn)
+    if classes is not None:
+        classes_arr = np.asarray(classes)
+        lookup = {c: i for i, c in enumerate(classes_arr.tolist())}
+        try:
+            codes = np.array([lookup[v] for v in yn.tolist()], dtype=np.int64)
+        except KeyError as exc:
+            raise ValueError(f"label {exc.args[0]!r} is not in the given classes") from exc
+        return codes, classes_arr
+    if yn.dtype.kind == "f":
+        if not np.isfinite(yn).all():
+            raise ValueError("y contains NaN or infinite labels")
+        if not np.all(yn == np.round(yn)):
+            raise ValueError(
+                "y has continuous (non-integer) labels, given for classification; "
+                "use task='regression' (BayesianTreeRegressor) for real-valued targets"
+            )
+        yn = yn.astype(np.int64)
+    if n_classes is not None:
+        if yn.dtype.kind not in "iub":
+            raise ValueError("n_classes requires integer labels 0..n_classes-1")
+        yi = yn.astype(np.int64)
+        if yi.min() < 0 or yi.max() >= n_classes:
+            raise ValueError(f"labels must lie in 0..{n_classes - 1} when n_classes={n_classes}")
+        return yi, np.arange(n_classes)
+    try:
+        classes_arr, codes = np.unique(yn, return_inverse=True)
+    except TypeError:  # labels of types that cannot be sorted together (an int among strings)
+        kinds = sorted({type(v).__name__ for v in yn.tolist()})
+        raise ValueError(f"y mixes label types ({', '.join(kinds)}) that cannot be ordered as one set of classes; "
+                         "give labels of one type (e.g. y.astype(str))") from None
+    check_class_count(len(classes_arr), len(yn))
+    if len(classes_arr) < 2:
+        raise ValueError(
+            "y has a single class (1 class); pass n_classes (or classes) to fit a classifier anyway, "
+            "e.g. torchtree.Data(X, y, n_classes=K) to a sampler's run()"
+        )
+    return codes.astype(np.int64), classes_arr
+
+
+#: Below this many classes every class count is cheap, so toy data with one row per class stays allowed.
+_FEW_CLASSES = 100
+
+
+def check_class_count(n_classes: int, n_rows: int, name: str = "y",
+                      advice: str = "use task='regression' (BayesianTreeRegressor; --task regression on the command line)") -> None:
+    """ValueError for more classes than a classifier can learn from.
+
+    More classes than half the rows means most classes have fewer than two examples:
+    such labels are almost always a real-valued target read as classes (and the
+    leaves' class counts grow as rows x classes, which is what ran out of memory).
+
+    Parameters
+    ----------
+    n_classes : int, distinct labels inferred from the data
+    n_rows : int
+    name : str, the labels' name in the message
+    advice : str, what to do instead, in the caller's words
+    """
+    if n_classes > _FEW_CLASSES and 2 * n_classes > n_rows:
+        raise ValueError(
+            f"{name} has {n_classes} classes for {n_rows} rows: most classes would have fewer than 2 examples, "
+            f"nothing a classifier can learn from. This looks like a regression target? {advice}"
+        )
+
+
+def _check_target_magnitude(yf: np.ndarray) -> None:
+    """ValueError for regression targets too large for float64 sums of squares.
+
+    The leaf statistics are sums of squared deviations from the mean, and squares of sums
+    of them; the mean itself is rounded, so even equal targets deviate by up to
+    ``eps * |y|``. All of it stays finite while ``(N * max|y|)^2`` does (``|y|`` up to about
+    ``1e154 / N``); beyond, the default leaf prior and the marginal likelihoods overflow.
+    """
+    big = float(np.abs(yf).max())
+    with np.errstate(over="ignore"):
+        ok = np.isfinite(np.square(np.float64(len(yf)) * big))  # numpy: inf, not OverflowError
+    if not ok:
+        raise ValueError(f"y is too large for float64 sums of squares (max |y| = {big:.3g} over {len(yf)} targets); "
+                         "rescale y (e.g. divide it by a power of ten)")
+
+
+def _first_non_number(arr: np.ndarray, names: Optional[Sequence] = None) -> str:
+    """``"row i, column j ('name') holds 'abc': "`` for the first cell of a 2-D array that
+    ``float()`` refuses (what a user must fix), else ``""``."""
+    if arr.ndim != 2:
+        return ""
+    for j in range(arr.shape[1]):
+        for i, v in enumerate(arr[:, j].tolist()):
+            try:
+                float(v)
+            except (TypeError, ValueError):
+                return f"row {i}, {_column(j, names)} holds {v!r}: "
+    return ""
+
+
+def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X") -> np.ndarray:
+    """Validate a feature matrix and return it as a float64 numpy array.
+
+    Parameters
+    ----------
+    X : array-like [N, D]
+        Numbers only; a 1-D input is refused (ambiguous) rather than guessed.
+    n_features : int, optional
+        If given, ``D`` must equal it (test data vs. training data).
+    name : str
+        Name used in error messages.
+
+    Returns
+    -------
+    numpy.ndarray [N, D], float64
+    """
+    _check_no_categoricals(X, name)
+    arr = _to_numpy(X, name)
+    if arr.dtype == object or arr.dtype.kind in "US":
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputTypeError(f"{name} must be numeric; {_first_non_number(arr, _frame_columns(X))}could not "
+                                 f"convert: {exc}") from exc
+    if arr.dtype.kind == "c":
+        raise ValueError(f"{name} must be numeric: Complex data not supported (dtype {arr.dtype})")
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D [n_samples, n_features], got shape {tuple(arr.shape)}"
+            + (". Reshape your data: X.reshape(-1, 1) for a single feature, X.reshape(1, -1) for a single row"
+               if arr.ndim == 1 else "")
+        )
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} has zero rows: 0 sample(s) (shape={tuple(arr.shape)}) while a minimum of 1 is required.")
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} has zero features: 0 feature(s) (shape={tuple(arr.shape)}) while a minimum of 1 is "
+                         "required.")
+    arr = arr.astype(np.float64, copy=False)
+    if not arr.flags.writeable:
+        # a pandas frame's values may be read-only; torch warns about (and would share) them
+        arr = arr.copy()
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        kind = "NaN" if np.isnan(arr[r, c]) else "infinite"
+        raise ValueError(
+            f"{name} contains {int(bad.sum())} non-finite value(s); first is {kind} at row {r}, column {c}"
+        )
+    if n_features is not None and arr.shape[1] != n_features:
+        raise ValueError(f"{name} has {arr.shape[1]} features, but the model is expecting {n_features} features as "
+                         f"input (the model was fitted with {n_features})")
+    return arr
