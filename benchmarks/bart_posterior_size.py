@@ -20,7 +20,6 @@ import tempfile
 import time
 import warnings
 
-import numpy as np
 import torch
 
 # smoke-expect: ^nodes used

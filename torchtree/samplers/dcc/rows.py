@@ -274,9 +274,9 @@ def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int
     if (m is not None or n_warmup != config.n_warmup) and saved is None:
         fits = f"DCC fits {m} of {n} rows (a seeded uniform subset)" if m is not None else f"DCC fits all {n} rows"
         short = f" with a warm-up of {n_warmup} iterations" if n_warmup != config.n_warmup else ""
-        warnings.warn(f"{fits}{short}: {why}. The posterior is the exact one given these rows"
-                      f"{', wider than the full data' + chr(39) + 's' if m is not None else ''}"
-                      f"{'; a shorter warm-up adapts the step size and mass less well' if short else ''}.",
+        wider = ", wider than the full data's" if m is not None else ""
+        adapts = "; a shorter warm-up adapts the step size and mass less well" if short else ""
+        warnings.warn(f"{fits}{short}: {why}. The posterior is the exact one given these rows{wider}{adapts}.",
                       UserWarning, stacklevel=2)
     ctx.extra["rows"] = (n if m is None else m, n)
     return ctx.extra["rows"][0]
