@@ -35,9 +35,14 @@ from torchtree import TreePosterior, register_method
 from torchtree.core.random import keyed_uniform
 from torchtree.model.trees import INTERNAL, LEAF, HardTrees
 from torchtree.samplers import driver
+from torchtree.samplers.base import SamplerBase
+from torchtree.samplers.presets import Preset
 from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
 
 __all__ = ["StumpsConfig", "StumpsState", "PriorStumps"]
+
+#: the "many-features" preset of ``batch_size``: stumps per feature and step
+STUMPS_PER_FEATURE = 8
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,10 @@ class StumpsConfig(SamplerConfig):
     """Settings of :class:`PriorStumps`: the table the estimator, the CLI and checkpoints read."""
 
     n_steps: int = option(10, help="steps; each draws batch_size stumps", low=1)
-    batch_size: int = option(64, help="stumps drawn per step, across ranks", low=1)
+    batch_size: int = option(64, help="stumps drawn per step, across ranks", low=1, presets=(
+        Preset("many-features", f"a stump tries one feature: {STUMPS_PER_FEATURE} per feature and step, in blocks of 64",
+               lambda v, s: STUMPS_PER_FEATURE * s.n_features > 64,
+               lambda v, s: -(-STUMPS_PER_FEATURE * s.n_features // 64) * 64),))
     device: Optional[str] = option(None, help="torch device (None: the data's)", result=False)
     checkpoint: Optional[str] = option(None, help="checkpoint file (resume when it exists)", result=False)
     checkpoint_every: int = option(1, help="save after every k-th step", low=1, result=False)
@@ -64,8 +72,12 @@ class StumpsState(SamplerState):
     logw: torch.Tensor
 
 
-class PriorStumps:
-    """Importance sampling of decision stumps from a uniform split prior (a toy method)."""
+class PriorStumps(SamplerBase):
+    """Importance sampling of decision stumps from a uniform split prior (a toy method).
+
+    ``run(data, seed=..., monitor=...)`` (inherited) goes through the one driver and returns a
+    ``TreePosterior`` over stumps.
+    """
 
     name = "PriorStumps"
     config_class = StumpsConfig
@@ -74,10 +86,6 @@ class PriorStumps:
         self.config = StumpsConfig(**settings)
         self.likelihood = likelihood
         self.backend = backend
-
-    def run(self, data, *, seed=None, monitor=None) -> TreePosterior:
-        """Run through the one driver; returns a ``TreePosterior`` over stumps."""
-        return driver.run(self, data, seed=seed, monitor=monitor, backend=self.backend)
 
     # -------------------------------------------------------------- protocol
     def setup(self, ctx: driver.RunContext) -> None:

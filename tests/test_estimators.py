@@ -152,50 +152,59 @@ def test_not_fitted_error_is_what_scikit_learn_catches():
             BayesianTreeClassifier().predict(X)
 
 
-def test_mcmc_defaults_scale_with_the_rows(monkeypatch):
-    import torchtree.estimator_defaults as est
+def test_mcmc_defaults_scale_with_the_rows():
+    from torchtree.samplers import presets
+    from torchtree.samplers.mcmc import SMALL_TABLE_CHAINS, SMALL_TABLE_SAMPLES, MCMCConfig
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 3))
     y = (X[:, 0] > 0).astype(int)
-    fast = dict(method="mcmc", hyper="fixed", random_state=0)
+    data = Data(X, y)
 
-    def info(**kw):
-        return BayesianTreeClassifier(**fast, **kw).fit(X, y).posterior_.info
+    def config(**kw):
+        return BayesianTreeClassifier(method="mcmc", hyper="fixed", **kw)._build_sampler(data).config
 
-    monkeypatch.setattr(est, "MCMC_SAMPLES_SMALL", 5)  # the counts, not the run length, are tested
-    i = info()
-    assert (i["n_chains"], i["n_samples"], i["n_warmup"]) == (est.MCMC_CHAINS_SMALL, 5, 5)
-    i = info(n_chains=2, n_samples=6)  # what the user gives is kept
-    assert (i["n_chains"], i["n_samples"]) == (2, 6)
-    assert info(engine="host", n_samples=6)["n_chains"] == 1
-    monkeypatch.setattr(est, "TOPDOWN_INIT_ROWS", 100)  # from here MCMC's own defaults (1 x 1000)
-    i = info(n_samples=6)
-    assert i["n_chains"] == 1 and i["n_samples"] == 6
+    c = config()
+    assert (c.n_chains, c.n_samples, c.n_warmup) == (SMALL_TABLE_CHAINS, SMALL_TABLE_SAMPLES, None)
+    assert c.resolution["n_chains"].preset == "small-table"
+    c = config(n_chains=2, n_samples=6)  # what the user gives is kept
+    assert (c.n_chains, c.n_samples) == (2, 6) and "n_chains" not in c.resolution
+    assert config(engine="host", n_samples=6).n_chains == 1
+    # from SMALL_TABLE_ROWS rows MCMC's own defaults (1 x 1000)
+    big = MCMCConfig(n_chains="auto", n_samples="auto").resolve(
+        presets.RunShape(presets.SMALL_TABLE_ROWS, 3, "classification", 2))
+    assert (big.n_chains, big.n_samples) == (1, 1000) and big.resolution["n_chains"].preset == "default"
+    # a fit keeps the resolved config and says which preset chose what
+    est = BayesianTreeClassifier(method="mcmc", hyper="fixed", random_state=0, n_samples=5).fit(X, y)
+    assert est.sampler_config_.n_chains == SMALL_TABLE_CHAINS
+    assert est.posterior_.info["settings"]["n_chains"].startswith(f"{SMALL_TABLE_CHAINS} (small-table: ")
+    assert "n_samples" not in est.posterior_.info["settings"]  # given, not chosen
+    assert "settings" in repr(est.posterior_.summary()) and "small-table" in repr(est.posterior_.summary())
 
 
 def test_mcmc_starts_wide_tables_at_topdown_draws(monkeypatch):
-    import torchtree.estimator_defaults as est
+    from torchtree.samplers import presets
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(80, 6))
     y = (X[:, 0] > 0).astype(int)
     kw = dict(method="mcmc", hyper="fixed", random_state=0, n_chains=2, n_samples=5)
-    monkeypatch.setattr(est, "TOPDOWN_INIT_FEATURES", 5)
+    monkeypatch.setattr(presets, "WIDE_TABLE_FEATURES", 5)
     assert BayesianTreeClassifier(**kw)._build_sampler(Data(X, y)).config.init == "topdown"
     assert BayesianTreeClassifier(**kw, init="root")._build_sampler(Data(X, y)).config.init == "root"
-    monkeypatch.setattr(est, "TOPDOWN_INIT_FEATURES", 6)
+    monkeypatch.setattr(presets, "WIDE_TABLE_FEATURES", 6)
     assert BayesianTreeClassifier(**kw)._build_sampler(Data(X, y)).config.init == "root"
 
 
 def test_dcc_gets_a_cpu_budget_unless_max_seconds_is_given(monkeypatch):
-    import torchtree.estimator_defaults as defaults
+    from torchtree.samplers.dcc.config import BOUNDED_FIT_SECONDS, DCCConfig
 
     X = np.random.default_rng(2).normal(size=(40, 2))
     y = (X[:, 0] > 0).astype(int)
     data = Data(X, y)
     c = BayesianTreeClassifier(method="dcc")._build_sampler(data).config
-    assert (c.max_seconds, c.clock) == (defaults.DCC_MAX_SECONDS, "cpu")
+    assert (c.max_seconds, c.clock) == (BOUNDED_FIT_SECONDS, "cpu")
+    assert (DCCConfig.max_seconds, DCCConfig.clock) == (None, "wall")  # the sampler's own defaults stay
     c = BayesianTreeClassifier(method="dcc", max_seconds=None)._build_sampler(data).config
     assert c.max_seconds is None
     c = BayesianTreeClassifier(method="dcc", max_seconds=5, clock="wall")._build_sampler(data).config
@@ -222,24 +231,23 @@ def test_dcc_warns_when_its_budget_ends_the_run_early(monkeypatch):
 
 
 def test_dcc_regression_aims_at_a_higher_acceptance_unless_given():
-    import torchtree.estimator_defaults as defaults
     from torchtree.samplers.dcc.config import DCCConfig
 
     X = np.random.default_rng(2).normal(size=(40, 2))
     reg = Data(X, X[:, 0] + 0.1 * X[:, 1], task="regression")
     cls = Data(X, (X[:, 0] > 0).astype(int))
-    assert BayesianTreeRegressor(method="dcc")._build_sampler(reg).config.target_accept == defaults.DCC_TARGET_ACCEPT_REGRESSION
+    assert BayesianTreeRegressor(method="dcc")._build_sampler(reg).config.target_accept == 0.9
     assert BayesianTreeRegressor(method="dcc", target_accept=0.7)._build_sampler(reg).config.target_accept == 0.7
     assert BayesianTreeClassifier(method="dcc")._build_sampler(cls).config.target_accept == DCCConfig.target_accept
 
 
 def test_smc_regression_runs_islands_unless_given():
-    import torchtree.estimator_defaults as defaults
+    from torchtree.samplers.presets import REGRESSION_ISLANDS
 
     rng = np.random.default_rng(3)
     X = rng.normal(size=(60, 2))
     data = Data(X, X[:, 0] + 0.1 * rng.normal(size=60), task="regression")
-    assert BayesianTreeRegressor()._build_sampler(data).config.n_islands == defaults.SMC_ISLANDS_REGRESSION
+    assert BayesianTreeRegressor()._build_sampler(data).config.n_islands == REGRESSION_ISLANDS
     assert BayesianTreeRegressor(n_islands=2)._build_sampler(data).config.n_islands == 2
     assert BayesianTreeRegressor(n_particles=999)._build_sampler(data).config.n_islands == 1  # 5 does not divide it
     clf = Data(X, (X[:, 0] > 0).astype(int))

@@ -119,8 +119,8 @@ def test_poisson_prior_is_refused():
 
 def _spy_on_start_option(monkeypatch, name):
     """The list that receives the built sampler's ``name`` setting at every fit (200-row threshold)."""
-    import torchtree.estimator_defaults as defaults
     import torchtree.estimators as est_mod
+    from torchtree.samplers import presets
 
     seen = []
     real = est_mod._BayesianTreeBase._build_sampler
@@ -131,7 +131,7 @@ def _spy_on_start_option(monkeypatch, name):
         return s
 
     monkeypatch.setattr(est_mod._BayesianTreeBase, "_build_sampler", spy)
-    monkeypatch.setattr(defaults, "TOPDOWN_INIT_ROWS", 200)
+    monkeypatch.setattr(presets, "SMALL_TABLE_ROWS", 200)
     return seen
 
 
@@ -217,7 +217,7 @@ def test_wide_table_particles():
 def test_estimator_smc_particles_by_width(monkeypatch):
     """Classification smc without the optimal proposal takes wide_table_particles; given settings, the optimal
     proposal and regression keep theirs."""
-    import torchtree.samplers.topdown_starts as starts
+    from torchtree.samplers import presets as starts
 
     seen = _spy_on_start_option(monkeypatch, "n_particles")
     d = _xor(120)
@@ -279,7 +279,7 @@ def test_estimator_regression_starts(monkeypatch):
 def test_estimator_smc_moves_is_resample_move(monkeypatch):
     """SMC with moves runs as resample-move for regression and from the optimal proposal's start, unless
     mh_step or tempering is given; reweighted from the empirical proposal's start (wider tables)."""
-    import torchtree.samplers.topdown_starts as starts
+    from torchtree.samplers import presets as starts
 
     seen = _spy_on_start_option(monkeypatch, "mh_step")
     d = _xor(120, regression=True)

@@ -89,6 +89,31 @@ def test_through_the_estimator():
         BayesianTreeClassifier(method="stumps", alpha_split=0.5).fit(X.numpy(), y.numpy())
 
 
+def test_presets_resolve_through_the_estimator_and_the_cli(tmp_path, capsys):
+    """The toy's one preset (``batch_size``: STUMPS_PER_FEATURE per feature on wide tables) reaches the
+    estimator, its summary, the CLI's help and a direct run given ``"auto"``, with no code outside the example."""
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(50, 12, generator=g)
+    y = (X[:, 4] > 0.5).long()
+    per = toy.STUMPS_PER_FEATURE
+    clf = BayesianTreeClassifier(method="stumps", n_steps=2, random_state=0).fit(X.numpy(), y.numpy())
+    assert clf.sampler_config_.batch_size == -(-per * 12 // 64) * 64 == 128
+    assert clf.posterior_.info["settings"]["batch_size"].startswith("128 (many-features: ")
+    assert clf.posterior_.n_particles == 2 * 128
+    narrow = BayesianTreeClassifier(method="stumps", n_steps=2, random_state=0).fit(X[:, :3].numpy(), y.numpy())
+    assert narrow.sampler_config_.batch_size == toy.StumpsConfig.batch_size  # no preset holds: the literal default
+    assert narrow.posterior_.info["settings"]["batch_size"].startswith("64 (default: ")
+    given = BayesianTreeClassifier(method="stumps", n_steps=2, batch_size=16, random_state=0).fit(X.numpy(), y.numpy())
+    assert given.sampler_config_.batch_size == 16 and "settings" not in given.posterior_.info
+    # a direct run keeps the literal default unless asked for "auto"; the sampler's own config is left as given
+    assert PriorStumps(n_steps=1).run((X, y), seed=0).n_particles == 64
+    auto = PriorStumps(n_steps=1, batch_size="auto")
+    assert auto.run((X, y), seed=0).n_particles == 128 and auto.config.batch_size == "auto"
+    with pytest.raises(SystemExit):
+        main(["fit", "x.csv", "--method", "stumps", "--help"])
+    assert "many-features" in capsys.readouterr().out
+
+
 def test_through_the_cli(tmp_path, capsys):
     X, y = _data(80)
     path = tmp_path / "d.csv"

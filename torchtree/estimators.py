@@ -12,11 +12,10 @@ import warnings
 from typing import Any, Dict, Optional
 
 import numpy as np
-import torch
 
+from torchtree.core.random import seed_to_int
 from torchtree.core.threads import check_threads, resolve_threads, using_threads
 from torchtree._sklearn import DataConversionWarning, NotFittedError, _seed, _shape, _sklearn_flavoured
-from torchtree.estimator_defaults import apply_method_defaults
 from torchtree.methods import (  # METHODS, register_method, get_method, model_settings: re-exported
     _LIKELIHOOD_SETTINGS,
     _PRIOR_SETTINGS,
@@ -30,7 +29,9 @@ from torchtree.methods import (  # METHODS, register_method, get_method, model_s
 from torchtree.model.data import Data, _frame_columns, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.posterior import attach_feature_names
-from torchtree.model.priors import make_prior
+from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, make_prior
+from torchtree.samplers.presets import AUTO, RunShape
+from torchtree.samplers.protocol import config_class_of
 
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "DataConversionWarning",
            "register_method", "get_method",
@@ -171,14 +172,14 @@ class _BayesianTreeBase:
         from torchtree.samplers.hyper import choose_by_evidence
 
         fixed = {"alpha": getattr(self, "alpha", None), "b0": getattr(self, "b0", None)}
-        seed = self._seed_ if self._seed_ is not None else int(torch.seed() % (2 ** 31))
+        seed = self._seed_ if self._seed_ is not None else seed_to_int(None)  # a checkpointed run's seed is drawn later
         # a Poisson or user-built prior has no beta_split to search
-        kw = {"alpha_split": 0.95 if self.alpha_split is None else self.alpha_split,
-              "beta_split": 0.5 if self.beta_split is None else self.beta_split,
+        kw = {"alpha_split": ALPHA_SPLIT if self.alpha_split is None else self.alpha_split,
+              "beta_split": BETA_SPLIT if self.beta_split is None else self.beta_split,
               "search_split": self.prior == "chipman" and self.beta_split is None}
         if data.task == "regression":
             kw.update(a0=self.a0, kappa0=self.kappa0, mu0=self.mu0)
-        return choose_by_evidence(data, fixed=fixed, seed=int(seed), n_threads=self.n_threads, **kw)
+        return choose_by_evidence(data, fixed=fixed, seed=int(seed), n_threads=self.n_threads, device=self.device, **kw)
 
     def _make_likelihood(self, data: Data):
         raise NotImplementedError
@@ -209,10 +210,11 @@ class _BayesianTreeBase:
         if used.get("prior") == "object":
             self._make_prior()  # the other structure prior's settings would be dropped as well
 
-    def _build_sampler(self, data: Data):
+    def _build_sampler(self, data: Data, checked: bool = False):
         cls = get_method(self.method)
         accepted = _accepted(cls)
-        self._check_model_settings(cls)
+        if not checked:  # fit checks before the evidence pilots
+            self._check_model_settings(cls)
         kwargs = dict(self._sampler_options)
         unknown = [k for k in kwargs if k not in accepted]
         if unknown:
@@ -236,8 +238,27 @@ class _BayesianTreeBase:
             kwargs["device"] = self.device
         if "n_threads" in accepted:
             kwargs["n_threads"] = self.n_threads
-        apply_method_defaults(self.method, kwargs, data.n, data.d, data.task, data.n_classes or 2)
-        return cls(**kwargs)
+        config = self._resolved_config(cls, kwargs, data)
+        sampler = cls(**kwargs)
+        if config is not None:
+            object.__setattr__(sampler.config, "_resolution", config.resolution)
+        return sampler
+
+    def _resolved_config(self, cls, kwargs: Dict[str, Any], data: Data):
+        """The sampler's config with every preset setting the user left out resolved from the data's
+        shape (``SamplerConfig.resolve``); ``kwargs`` takes the resolved values. None for a sampler
+        without a config class."""
+        config_cls = config_class_of(cls)
+        if config_cls is None:
+            return None
+        names = {o.name for o in config_cls.options()}
+        for o in config_cls.options():
+            if o.presets and o.name not in kwargs:
+                kwargs[o.name] = AUTO
+        shape = RunShape.of(data, prior=kwargs.get("prior"), device=self.device)
+        config = config_cls(**{k: v for k, v in kwargs.items() if k in names}).resolve(shape)
+        kwargs.update({k: getattr(config, k) for k in list(kwargs) if k in names})
+        return config
 
     def _make_data(self, X, y) -> Data:
         return Data(X, y, task=self._task)
@@ -272,12 +293,17 @@ class _BayesianTreeBase:
                           f"({y_shape[0]},)", _sklearn_flavoured(DataConversionWarning, "DataConversionWarning"),
                           stacklevel=2)
         self._seed_ = _seed(self.random_state)
+        if self._seed_ is None and self._sampler_options.get("checkpoint") is None:
+            # one seed for the evidence pilots and the run, recorded in posterior_.info["seed"]; with a
+            # checkpoint the run draws its own, which the checkpoint keeps for a resumed fit
+            self._seed_ = seed_to_int(None)
         data = self._make_data(X, y)
         cls = get_method(self.method)
         self._check_model_settings(cls)
         search = self._search_hyperparameters(cls, data)
         self._tuned = dict(search.chosen) if search is not None else {}
-        sampler = self._build_sampler(data)
+        sampler = self._build_sampler(data, checked=True)
+        self.sampler_config_ = getattr(sampler, "config", None)
         monitor = self.monitor
         if monitor is None and self.verbose:
             from torchtree.monitor import ProgressMonitor
@@ -417,20 +443,19 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         Passed to the sampler by name (``n_particles``, ``n_islands``, ``proposal``,
         ``expansion``, ``resampling``, ``ess_threshold``, ``n_chains``, ...); a
         ``likelihood=`` object is used as is (instead of ``alpha`` / ``mu0`` / ...).
-        ``method="smc"`` classifies with ``proposal="optimal"`` below 5000 rows and up to 10,000
-        rows x features (``start_settings``), elsewhere with 40 particles per feature (rounded up
-        to thousands, 1000 to 8000, rows x particles at most 4 x 10^8: ``wide_table_particles``)
-        unless ``n_particles`` or ``n_islands`` is given; top-down starts of classification take
-        as many.
-        ``method="smc-moves"`` with the Chipman prior starts its particles at top-down SMC draws
-        (``init_prior="topdown"``; with ``mh_step=True`` for regression and where that start uses
-        the optimal proposal), and ``method="mcmc"`` its chains (``init="topdown"``) for
-        regression, on at least ``TOPDOWN_INIT_ROWS`` (5000) rows or on more than
-        ``TOPDOWN_INIT_FEATURES`` (100) features, unless that option is given. Below 5000 rows ``method="mcmc"`` runs
-        ``MCMC_CHAINS_SMALL`` (16) chains of ``MCMC_SAMPLES_SMALL`` (500) kept draws (warm-up
-        as long) unless ``n_chains`` / ``n_samples`` (or ``engine="host"``) are given; from 5000
-        rows MCMC's own one chain of 1000 + 1000. ``method="dcc"`` stops after
-        ``DCC_MAX_SECONDS`` (60) CPU seconds unless ``max_seconds`` is given (None: no budget).
+        Every sampler setting declared with presets that is not given is ``"auto"``: it is
+        resolved from the training table's shape when ``fit`` runs
+        (:meth:`~torchtree.samplers.protocol.SamplerConfig.resolve`; the presets are written next to
+        the settings in each sampler's config, and ``torchtree fit --method M --help`` lists them).
+        ``sampler_config_`` keeps the resolved config and ``posterior_.info["settings"]`` says which
+        preset chose each value and why. A sampler called directly keeps its literal defaults.
+
+    Attributes
+    ----------
+    posterior_ : the fitted posterior
+    sampler_config_ : the sampler's config as run (None for a sampler without a config class)
+    hyper_search_ : EvidenceSearch or None, what ``hyper="evidence"`` chose
+    log_evidence_, n_features_in_, feature_names_in_, classes_ : as in :meth:`fit`
 
     Examples
     --------

@@ -3,9 +3,12 @@ class, imported lazily), the keyword options a sampler class takes, and how it u
 prior and leaf-model settings."""
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from typing import Any, Dict
+
+from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA
 
 __all__ = ["METHODS", "register_method", "get_method", "model_settings", "MODEL_SETTINGS_HELP", "HYPER_MODES"]
 
@@ -48,9 +51,10 @@ def get_method(name: str):
     return entry
 
 
-def _accepted(cls) -> set:
+@functools.lru_cache(maxsize=None)
+def _accepted(cls) -> frozenset:
     """The keyword settings ``cls`` takes: its config's fields (protocol samplers) or its
-    constructor's parameters."""
+    constructor's parameters (read once per class)."""
     from torchtree.samplers.protocol import config_class_of
 
     sig = inspect.signature(cls.__init__)
@@ -59,8 +63,8 @@ def _accepted(cls) -> set:
         # the config's fields, and the model objects the constructor takes besides them
         # (TopDownSMC: prior, likelihood, backend; DCC builds its own priors: none)
         own = {n for n, p in sig.parameters.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-        return {o.name for o in config.options()} | own
-    return {p for p in sig.parameters if p != "self"}
+        return frozenset({o.name for o in config.options()} | own)
+    return frozenset(p for p in sig.parameters if p != "self")
 
 
 # estimator-level model settings, and the object the estimator builds from them
@@ -72,9 +76,9 @@ _LIKELIHOOD_SETTINGS = ("alpha", "mu0", "kappa0", "a0", "b0")
 MODEL_SETTINGS_HELP = {
     "prior": "tree structure prior: chipman (split probability alpha_split (1 + depth)^-beta_split) "
              "or poisson (zero-truncated Poisson number of leaves, paper 002)",
-    "alpha_split": "Chipman prior: probability that the root splits (default: 0.95)",
-    "beta_split": "Chipman prior: how fast the split probability falls with depth (default: 0.5)",
-    "poisson_lambda": "Poisson prior: rate of the number of leaves (default: 5)",
+    "alpha_split": f"Chipman prior: probability that the root splits (default: {ALPHA_SPLIT:g})",
+    "beta_split": f"Chipman prior: how fast the split probability falls with depth (default: {BETA_SPLIT:g})",
+    "poisson_lambda": f"Poisson prior: rate of the number of leaves (default: {POISSON_LAMBDA:g})",
     "alpha": "Dirichlet concentration of each leaf's class probabilities, total over the K classes (default: 5)",
     "mu0": "prior mean of a leaf's value (default: the mean of the targets)",
     "kappa0": "prior strength of a leaf's mean, in pseudo-observations (default: 0.1)",

@@ -27,16 +27,16 @@ def _say(args, *msg) -> None:
 
 
 def _resolve_device(device: str) -> str:
-    import torch
+    from torchtree.model.data import resolve_device
 
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device is None:
+        device = "auto"  # the option's default
     try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
+        dev = resolve_device(device)
+    except ValueError as exc:
+        if "CUDA" in str(exc):
+            raise ValueError(f"--device {device}: CUDA is not available on this machine (use --device cpu)") from None
         raise ValueError(f"--device {device!r}: {exc}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available on this machine (use --device cpu)")
     return str(dev)
 
 

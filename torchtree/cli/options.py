@@ -125,7 +125,7 @@ def _option_kwargs(param: inspect.Parameter, doc: Tuple[str, str] = ("", ""), no
     help_text, choices = _help_and_choices(doc)
     shown = default if not isinstance(default, torch.dtype) else str(default).replace("torch.", "")
     # a None default whose docstring already states the effective default says nothing more
-    said = default is None and "default" in help_text.lower()
+    said = (default is None and "default" in help_text.lower()) or "(default" in note
     help_text = " ".join(x for x in (help_text, note, "" if said else f"(default: {shown})") if x)
     kw: Dict[str, Any] = {"default": argparse.SUPPRESS, "help": help_text.replace("%", "%%")}
     if isinstance(default, bool):
@@ -159,6 +159,15 @@ def _option_kwargs(param: inspect.Parameter, doc: Tuple[str, str] = ("", ""), no
     return kw
 
 
+def _preset_note(opt) -> str:
+    """``(default: auto: ...)`` for a setting with presets: the fit resolves it from the table."""
+    if not opt.presets:
+        return ""
+    shown = "; ".join(f"{p.name}: {p.value!r}" if not callable(p.value) else f"{p.name}: by the table"
+                      for p in opt.presets)
+    return f"(default: auto, from the table: {shown}; else {opt.default!r})"
+
+
 def _config_options(config_class) -> List[Tuple[str, Dict[str, Any]]]:
     """Options from a sampler's typed config (``SamplerConfig.options()``): help, choices and
     defaults come from the one table the sampler validates against."""
@@ -171,7 +180,7 @@ def _config_options(config_class) -> List[Tuple[str, Dict[str, Any]]]:
         kind = base_type(opt.type) or opt.type  # Optional[float] -> float
         param = inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=opt.default, annotation=kind)
         kind = "{" + ", ".join(f'"{c}"' for c in opt.choices) + "}" if opt.choices else ""
-        kw = _option_kwargs(param, (kind, opt.help))
+        kw = _option_kwargs(param, (kind, opt.help), _preset_note(opt))
         if kw is not None:
             out.append((opt.name, kw))
     return out

@@ -361,13 +361,15 @@ def coerce_data(data) -> "Data":
     raise TypeError(f"data must be a torchtree.Data or a pair (X, y), got {type(data).__name__}")
 
 
-def resolve_device(device) -> torch.device:
-    """The device a sampler runs on.
+def resolve_device(device, data_device=None) -> torch.device:
+    """The device a run uses: the one resolution every method and face shares.
 
     Parameters
     ----------
     device : str, torch.device or None
-        ``"auto"`` or None: CUDA when available, else CPU.
+        None: ``data_device`` (the data's own device; the CPU when it is None); ``"auto"``: CUDA
+        when available, else the CPU; anything else names a device.
+    data_device : torch.device, optional
 
     Returns
     -------
@@ -376,11 +378,16 @@ def resolve_device(device) -> torch.device:
     Raises
     ------
     ValueError
-        CUDA was asked for but is not available.
+        CUDA was asked for but is not available, or ``device`` names no device.
     """
-    if device is None or device == "auto":
+    if device is None:
+        return torch.device(data_device) if data_device is not None else torch.device("cpu")
+    if isinstance(device, str) and device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device {device!r} is not a device: {exc}") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' was requested but CUDA is not available")
     return dev

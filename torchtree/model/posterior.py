@@ -84,6 +84,9 @@ class PosteriorSummary(dict):
             elif isinstance(v, (int, str, bool, type(None))):
                 text = str(v)
                 rows.append((k, text if len(text) <= 60 else text[:57] + "..."))
+            elif isinstance(v, dict) and v and all(isinstance(e, str) for e in v.values()):
+                # e.g. "settings": what each preset chose and why, one line each
+                rows.extend((f"{k}.{name}", text if len(text) <= 100 else text[:97] + "...") for name, text in v.items())
             elif isinstance(v, (list, tuple)) and 0 < len(v) <= 6 and all(isinstance(e, (int, float)) for e in v):
                 rows.append((k, "[" + ", ".join(f"{e:.6g}" for e in v) + "]"))
             elif isinstance(v, (list, tuple)):

@@ -22,7 +22,11 @@ import torch
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, HardTrees
 from torchtree.core.validate import check_real
 
-__all__ = ["ChipmanPrior", "PoissonPrior", "check_split_prior", "node_ranges", "prior_from_config", "make_prior"]
+#: the Chipman prior's defaults (Chipman, George & McCulloch 1998; paper 001): split probability
+#: ``ALPHA_SPLIT (1 + depth)^-BETA_SPLIT``; and the Poisson prior's rate of leaves (paper 002)
+ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA = 0.95, 0.5, 5.0
+
+__all__ = ["ALPHA_SPLIT", "BETA_SPLIT", "POISSON_LAMBDA", "ChipmanPrior", "PoissonPrior", "check_split_prior", "node_ranges", "prior_from_config", "make_prior"]
 
 
 def node_ranges(trees: HardTrees, X: torch.Tensor, chunk_pairs: int = 1 << 22) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -94,7 +98,7 @@ class ChipmanPrior:
 
     name = "chipman"
 
-    def __init__(self, alpha_split: float = 0.95, beta_split: float = 0.5) -> None:
+    def __init__(self, alpha_split: float = ALPHA_SPLIT, beta_split: float = BETA_SPLIT) -> None:
         check_split_prior(alpha_split, beta_split)
         self.alpha_split, self.beta_split = float(alpha_split), float(beta_split)
 
@@ -213,7 +217,7 @@ def prior_from_config(cfg: Dict):
     raise ValueError(f"unknown prior {name!r}")
 
 
-_SPLIT_DEFAULTS = {"alpha_split": 0.95, "beta_split": 0.5, "poisson_lambda": 5.0}
+_SPLIT_DEFAULTS = {"alpha_split": ALPHA_SPLIT, "beta_split": BETA_SPLIT, "poisson_lambda": POISSON_LAMBDA}
 
 
 def make_prior(prior=None, alpha_split: float = _SPLIT_DEFAULTS["alpha_split"],

@@ -9,6 +9,7 @@ chains split over ranks draw what one process draws.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -20,7 +21,8 @@ from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, heap_depth
 from torchtree.model.bart_posterior import BARTPosterior
 from torchtree.model.diagnostics import chain_ess, rhat, warn_if_unconverged
 from torchtree.samplers import driver
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, SettingsAsAttributes, option
+from torchtree.samplers.base import SamplerBase
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
 from torchtree.steps.bart_moves import draw_latent, draw_sigma, tree_update
 
 __all__ = ["BART", "BARTConfig", "BARTState"]
@@ -89,7 +91,20 @@ def _update(ctx, *args):
         return tree_update(*args)
 
 
-_STREAMS = 8  # random streams per sweep: moves, leaf normals, sigma, latents, PG
+_STREAMS = 8  # random streams per sweep (``Stream``'s first five; sweep ``it`` uses ``it * _STREAMS + stream``)
+
+
+class Stream(enum.IntEnum):
+    """BART's random streams: per sweep ``it``, ``keyed_uniform(seed, it * _STREAMS + stream, ...)``; before the
+    first sweep, ``derive_seed(seed, INITIAL_LATENTS)`` (fixed values: same draws as ever)."""
+
+    MOVES = 0  #: each tree's move type, node, rule and acceptance uniforms
+    LEAVES = 1  #: the leaves' normal draws
+    SIGMA = 2  #: the noise variance's gamma draw (regression)
+    LATENTS = 3  #: the probit latents (classification)
+    PARTICLE_GIBBS = 4  #: ``bart_sampler="pg"``: the conditional SMC's uniforms
+    INITIAL_LATENTS = 7  #: the probit latents of the starting state
+
 
 
 def _check_dtype(name: str, v):
@@ -165,7 +180,7 @@ class BARTState(SamplerState):
     trace_leaves: List[torch.Tensor]  # per sweep: [C] mean leaves per tree
 
 
-class BART(SettingsAsAttributes):
+class BART(SamplerBase):
     """Bayesian additive regression trees (Chipman, George & McCulloch 2010), batched over chains.
 
     Parameters
@@ -256,7 +271,7 @@ class BART(SettingsAsAttributes):
         target = ctx.extra["target"]
         latent = torch.zeros(0, device=dev, dtype=ctx.extra["dt"])
         if ctx.data.task == "classification":
-            u = keyed_uniform(derive_seed(ctx.seed, 7), 0, ctx.extra["chains"][:, None] * N
+            u = keyed_uniform(derive_seed(ctx.seed, Stream.INITIAL_LATENTS), 0, ctx.extra["chains"][:, None] * N
                               + torch.arange(N, device=dev)[None, :])
             latent = draw_latent(torch.full((C, N), prior.offset, dtype=torch.float64, device=dev),
                                  target.bool(), u).to(ctx.extra["dt"])
@@ -301,16 +316,16 @@ class BART(SettingsAsAttributes):
             for t in range(T):
                 f, k, v, L, resid = pg_tree_update(
                     prior, feature[t].long(), cut[t].long(), value[t], leaf_of[t].long(), resid, Xb, n_cuts,
-                    state.sigma2, Z[t].to(value.dtype), c.n_pg_particles, ctx.seed, base + 4, tree_chain[t], use,
+                    state.sigma2, Z[t].to(value.dtype), c.n_pg_particles, ctx.seed, base + Stream.PARTICLE_GIBBS, tree_chain[t], use,
                     level_fn=ctx.extra["pg_level_fn"])
                 feature[t], cut[t], value[t], leaf_of[t] = f.to(torch.int16), k.to(torch.int16), v, L
         sigma2, latent = state.sigma2, state.latent
         if prior.task == "regression":
-            u = keyed_uniform(ctx.seed, base + 2, gidx[:, None, None],
+            u = keyed_uniform(ctx.seed, base + Stream.SIGMA, gidx[:, None, None],
                               torch.arange(2 * _GAMMA_TRIES, device=dev).view(_GAMMA_TRIES, 2))
             sigma2 = draw_sigma(prior, resid if use else resid[:, :0], u)  # no data: a draw from its prior
         elif prior.task == "classification" and use:
-            u = keyed_uniform(ctx.seed, base + 3, gidx[:, None] * N + torch.arange(N, device=dev)[None, :])
+            u = keyed_uniform(ctx.seed, base + Stream.LATENTS, gidx[:, None] * N + torch.arange(N, device=dev)[None, :])
             fit = latent.double() - resid.double()  # offset + sum of trees
             new = draw_latent(fit, ctx.extra["target"].bool(), u).to(latent.dtype)
             resid = resid + (new - latent)
@@ -390,7 +405,7 @@ def _leaf_normals(seed: int, base: int, tree_chain: torch.Tensor, K: int, Kz: in
     slots from ``Kz`` on are 0 (no leaf can be there this sweep)."""
     T, C = tree_chain.shape
     Z = torch.zeros(T, C, K, dtype=torch.float64, device=tree_chain.device)
-    Z[..., :Kz] = torch.special.ndtri(keyed_uniform(seed, base + 1, tree_chain[..., None],
+    Z[..., :Kz] = torch.special.ndtri(keyed_uniform(seed, base + Stream.LEAVES, tree_chain[..., None],
                                                     torch.arange(Kz, device=tree_chain.device)))
     return Z
 
@@ -404,7 +419,7 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     feature, cut : Int16Tensor [T, C, K]; value : Tensor [T, C, K]; leaf_of : Int16Tensor [T, C, N]
         the chains' trees, updated in place
     resid : Tensor [C, N] the response minus the sum of trees; sigma2 : Tensor [C] float64
-    seed, base : the keyed random streams of this sweep (``base`` moves, ``base + 1`` leaves)
+    seed, base : the keyed random streams of this sweep (``base + Stream.MOVES`` moves, ``base + Stream.LEAVES`` leaves)
     tree_chain : LongTensor [T, C] global (tree, chain) keys
     update : the tree update (:func:`~torchtree.steps.bart_moves.tree_update` or its compiled form)
 
@@ -414,7 +429,7 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     """
     T, C, K = feature.shape
     dev = resid.device
-    U = keyed_uniform(seed, base, tree_chain[..., None], torch.arange(5, device=dev))
+    U = keyed_uniform(seed, base + Stream.MOVES, tree_chain[..., None], torch.arange(5, device=dev))
     # a grow deepens a tree by one level at most, so slots below the deepest node's
     # children are never leaves in this sweep
     used = (feature != ABSENT).flatten(0, 1).any(0).nonzero()

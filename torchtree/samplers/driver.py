@@ -22,11 +22,13 @@ from torchtree.core.random import seed_to_int
 from torchtree.core.threads import resolve_threads, using_threads
 from torchtree.core.validate import check_backend
 from torchtree.io.checkpoint import Checkpointer, fingerprint
-from torchtree.model.data import Data, coerce_data, resolve_device
+from torchtree.model.data import Data, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoint
+from torchtree.samplers.presets import RunShape, describe_resolution
+from torchtree.samplers.protocol import HOOKS
 
-__all__ = ["run", "RunContext", "CLOCKS", "checkpointer", "default_likelihood", "seed_key", "describe",
+__all__ = ["run", "sub_run", "RunContext", "CLOCKS", "checkpointer", "default_likelihood", "seed_key", "describe",
            "default_memory_limit", "on_device", "opened_backend", "work_size", "run_threads"]
 
 
@@ -71,7 +73,7 @@ def default_memory_limit(dev: torch.device) -> int:
 def on_device(data: Data, device) -> Data:
     """``data`` on the run's device: ``device`` (``"auto"`` = CUDA if present), or the data's own
     device when ``device`` is None."""
-    dev = resolve_device(device) if device is not None else data.device
+    dev = resolve_device(device, data.device)
     return data if data.device == dev else data.to(dev)
 
 
@@ -141,6 +143,8 @@ class RunContext:
     budget_before : float, seconds of ``clock`` that earlier segments of a resumed run spent
         (the restored state's ``elapsed_budget``; 0 for a fresh run)
     n_threads : int, the torch intra-op threads the run uses (set for its duration)
+    sub_runs : list of dict, the nested runs :func:`sub_run` made (recorded in the posterior's
+        ``info["sub_runs"]``)
     """
 
     data: Data
@@ -156,6 +160,7 @@ class RunContext:
     c0: float = 0.0
     budget_before: float = 0.0
     n_threads: int = 1
+    sub_runs: list = field(default_factory=list)
 
     @property
     def rank(self) -> int:
@@ -218,6 +223,37 @@ def _over_budget(ctx: RunContext, budget: float) -> bool:
     return bool(ctx.backend.all_reduce(torch.tensor([int(spent)], dtype=torch.int64), "max").item())
 
 
+def sub_run(ctx: RunContext, sampler, data, *, seed: int, purpose: str):
+    """A run nested in the run of ``ctx`` (e.g. the top-down SMC whose draws start MCMC's chains).
+
+    It runs on the parent's data device and thread count, in one process (every rank of a
+    multi-rank parent runs the same seeded sub-run), without the parent's monitors, and is recorded
+    in ``ctx.sub_runs`` (``purpose``, sampler, seed, settings, seconds, log evidence), which the
+    parent's posterior carries as ``info["sub_runs"]``.
+
+    Parameters
+    ----------
+    ctx : RunContext of the parent run
+    sampler : a complete sampler (its config has no ``"auto"`` left)
+    data : Data, on the parent's device
+    seed : int, derived from the parent's seed by the caller's named stream
+    purpose : str, one line
+
+    Returns
+    -------
+    The sub-run's posterior.
+    """
+    if "n_threads" in getattr(type(sampler.config), "__dataclass_fields__", {}):
+        sampler.config = sampler.config.replace(n_threads=ctx.n_threads)
+    t0 = time.perf_counter()
+    post = run(sampler, data, seed=seed)
+    settings = {k: v for k, v in sampler.config.result_settings().items() if isinstance(v, (int, float, str, bool))}
+    ctx.sub_runs.append({"purpose": purpose, "sampler": sampler.name, "seed": int(seed), "settings": settings,
+                         "seconds": time.perf_counter() - t0,
+                         "log_evidence": float(getattr(post, "log_evidence", None) or float("nan"))})
+    return post
+
+
 def run(sampler, data, *, seed=None, monitor=None, backend=None):
     """Run ``sampler`` on ``data`` through its ``init`` / ``step`` / ``finalize``.
 
@@ -253,27 +289,44 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
     ``info`` and saves the checkpoint under the last transition's index, so such a step
     should end where a report is due and at ``ctx.checkpoint_every`` boundaries.
     """
-    cfg = sampler.config
-    clock = CLOCKS[getattr(cfg, "clock", None) or "wall"]
-    t0, c0 = time.perf_counter(), clock()
+    missing = [h for h in HOOKS if not callable(getattr(sampler, h, None))]
+    if missing:
+        raise TypeError(f"{type(sampler).__name__} lacks the sampler hook(s) {missing}: subclass "
+                        "torchtree.samplers.base.SamplerBase, which declares each with its default")
+    given = sampler.config
+    t0 = time.perf_counter()
     with opened_backend(backend) as be:
-        data = coerce_data(data) if not hasattr(sampler, "prepare") else data
-        device = getattr(cfg, "device", None)
-        data = sampler.prepare(data, device) if hasattr(sampler, "prepare") else on_device(data, device)
-        rank = None if be is None else int(be.rank)
-        ctx = RunContext(data=data, device=data.device, seed=0, backend=be, monitor=as_monitor(monitor, rank=rank),
-                         t0=t0, clock=clock, c0=c0)
-        with run_threads(cfg, int(data.X.shape[0]), ctx.world_size) as n_threads:
-            ctx.n_threads = n_threads
-            return _run_loop(sampler, ctx, seed)
+        data = sampler.prepare(data, getattr(given, "device", None))
+        unresolved = bool(given.unresolved())
+        if unresolved:  # "auto" settings: this run's values from the data's shape (the sampler's own config is kept)
+            sampler.config = given.resolve(RunShape.of(data, prior=getattr(sampler, "prior", None)))
+        try:
+            cfg = sampler.config
+            clock = CLOCKS[getattr(cfg, "clock", None) or "wall"]
+            rank = None if be is None else int(be.rank)
+            ctx = RunContext(data=data, device=data.device, seed=0, backend=be, monitor=as_monitor(monitor, rank=rank),
+                             t0=t0, clock=clock, c0=clock())
+            with run_threads(cfg, int(data.X.shape[0]), ctx.world_size) as n_threads:
+                ctx.n_threads = n_threads
+                post = _run_loop(sampler, ctx, seed)
+            if isinstance(getattr(post, "info", None), dict):
+                post.info.setdefault("seed", ctx.seed)
+                chosen = getattr(cfg, "resolution", None)
+                if chosen:
+                    post.info["settings"] = describe_resolution(chosen)
+                if ctx.sub_runs:
+                    post.info["sub_runs"] = list(ctx.sub_runs)
+            return post
+        finally:
+            if unresolved:
+                sampler.config = given
 
 
 def _run_loop(sampler, ctx: RunContext, seed):
     """:func:`run` after the set-up of its data, backend and threads."""
     cfg, data, be = sampler.config, ctx.data, ctx.backend
-    if hasattr(sampler, "setup"):
-        sampler.setup(ctx)
-    settings = sampler.settings(ctx) if hasattr(sampler, "settings") else {}
+    sampler.setup(ctx)
+    settings = sampler.settings(ctx)
     ck = checkpointer(sampler, data, settings, seed_key(seed), be)
     ctx.checkpoint_every = ck.every if ck.enabled else None
     saved = ck.load() if ck.enabled else None
@@ -286,8 +339,7 @@ def _run_loop(sampler, ctx: RunContext, seed):
         state = sampler.restore(saved["state"], ctx)
         ctx.resumed_at = int(state.step)
         ctx.budget_before = float(getattr(state, "elapsed_budget", 0.0))
-    start = {"sampler": sampler.name, **(sampler.start_info(ctx) if hasattr(sampler, "start_info") else {}),
-             "n_threads": ctx.n_threads}
+    start = {"sampler": sampler.name, **sampler.start_info(ctx), "n_threads": ctx.n_threads}
     if ctx.resumed_at is not None:
         start["resumed_at_step"] = ctx.resumed_at
     mon = ctx.monitor
@@ -318,8 +370,6 @@ def _run_loop(sampler, ctx: RunContext, seed):
         ck.save(int(state.step) - 1, payload())
         notify_checkpoint(mon, int(state.step) - 1)
     post = sampler.finalize(state, ctx)
-    end = {"seconds": ctx.seconds(), "posterior": post}
-    if hasattr(sampler, "end_info"):
-        end.update(sampler.end_info(post))
+    end = {"seconds": ctx.seconds(), "posterior": post, **sampler.end_info(post)}
     mon.on_end(end)
     return post

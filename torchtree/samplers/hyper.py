@@ -25,10 +25,12 @@ import torch
 
 from torchtree.model.data import Data
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma, target_scale
-from torchtree.model.priors import ChipmanPrior
+from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, ChipmanPrior
 
 __all__ = ["EvidenceSearch", "choose_by_evidence", "ALPHA_GRID", "NOISE_GRID", "BETA_SPLIT_GRID"]
 
+#: the pilots' row subset is drawn with the seed plus this (the pilots themselves take the seed)
+PILOT_ROWS_OFFSET = 7919
 #: Dirichlet concentrations tried (classification)
 ALPHA_GRID = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0)
 #: prior mean of the leaf noise variance, as a fraction of var(y), tried (regression)
@@ -48,6 +50,7 @@ class EvidenceSearch:
     n_rows : int, rows the pilots ran on
     n_particles : int, particles of each pilot
     seconds : float, wall time of all pilots
+    seed : int, the pilots' common seed
     """
 
     chosen: Dict[str, float]
@@ -55,34 +58,37 @@ class EvidenceSearch:
     n_rows: int = 0
     n_particles: int = 0
     seconds: float = 0.0
+    seed: int = 0
 
     def as_dict(self) -> Dict[str, Any]:
         """Plain values (for ``posterior.info`` and summaries)."""
         return {"chosen": dict(self.chosen), "curves": {k: [list(p) for p in v] for k, v in self.curves.items()},
-                "n_rows": self.n_rows, "n_particles": self.n_particles, "seconds": self.seconds}
+                "n_rows": self.n_rows, "n_particles": self.n_particles, "seconds": self.seconds,
+                "seed": self.seed}
 
 
-def _pilot_evidence(data: Data, prior, likelihood, n_particles: int, seed: int, n_threads="auto") -> float:
+def _pilot_evidence(data: Data, prior, likelihood, n_particles: int, seed: int, n_threads="auto", device=None) -> float:
     from torchtree.samplers.topdown import TopDownSMC
 
-    post = TopDownSMC(prior, likelihood, n_particles=n_particles, n_threads=n_threads).run(data, seed=seed)
+    post = TopDownSMC(prior, likelihood, n_particles=n_particles, n_threads=n_threads, device=device).run(data, seed=seed)
     return float(post.log_evidence)
 
 
 def _subset(data: Data, max_rows: int, seed: int) -> Data:
     if data.n <= max_rows:
         return data
-    g = torch.Generator().manual_seed(int(seed) + 7919)
+    g = torch.Generator().manual_seed(int(seed) + PILOT_ROWS_OFFSET)
     rows = torch.randperm(data.n, generator=g)[:max_rows].sort().values.to(data.X.device)
     return data.subset(rows)
 
 
 def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, kappa0: float = 0.1,
-                       mu0: Optional[float] = None, alpha_split: float = 0.95, beta_split: float = 0.5,
+                       mu0: Optional[float] = None, alpha_split: float = ALPHA_SPLIT, beta_split: float = BETA_SPLIT,
                        search_split: bool = True, n_particles: int = 100,
                        max_rows: int = 5000, seed: int = 0, alpha_grid: Sequence[float] = ALPHA_GRID,
                        noise_grid: Sequence[float] = NOISE_GRID,
-                       beta_split_grid: Sequence[float] = BETA_SPLIT_GRID, n_threads="auto") -> EvidenceSearch:
+                       beta_split_grid: Sequence[float] = BETA_SPLIT_GRID, n_threads="auto",
+                       device=None) -> EvidenceSearch:
     """Choose the leaf prior and the split prior's depth decay by the evidence of pilot runs.
 
     Parameters
@@ -98,6 +104,7 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
     seed : int, the pilots' common seed
     alpha_grid, noise_grid, beta_split_grid : the values tried
     n_threads : "auto" or int, the pilots' thread setting
+    device : str, torch.device or None, the pilots' device (None: the data's)
 
     Returns
     -------
@@ -107,7 +114,7 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
 
     t0 = time.perf_counter()
     pilot = _subset(data, max_rows, seed)
-    search = EvidenceSearch(chosen={}, n_rows=pilot.n, n_particles=n_particles)
+    search = EvidenceSearch(chosen={}, n_rows=pilot.n, n_particles=n_particles, seed=int(seed))
     beta = float(beta_split)
     y = pilot.y.double()
     var = target_scale(y)
@@ -129,7 +136,8 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
             # without bound as the noise shrinks: nothing to choose from, the default scale stays
             given = NormalInverseGamma.default_for(y, kappa0=kappa0, a0=a0).b0
     if given is None:
-        curve = [(v, _pilot_evidence(pilot, ChipmanPrior(alpha_split, beta), leaf(v), n_particles, seed, n_threads))
+        curve = [(v, _pilot_evidence(pilot, ChipmanPrior(alpha_split, beta), leaf(v), n_particles, seed, n_threads,
+                                 device))
                  for v in grid]
         search.curves[name] = curve
         best_leaf = max(curve, key=lambda p: p[1])[0]
@@ -141,7 +149,7 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
         for b in beta_split_grid:
             known = [p for p in search.curves.get(name, []) if p[0] == best_leaf] if b == beta else []
             lz = known[0][1] if known else _pilot_evidence(pilot, ChipmanPrior(alpha_split, b), leaf(best_leaf),
-                                                           n_particles, seed, n_threads)
+                                                           n_particles, seed, n_threads, device)
             curve.append((b, lz))
         search.curves["beta_split"] = curve
         search.chosen["beta_split"] = max(curve, key=lambda p: p[1])[0]

@@ -21,6 +21,7 @@ draws of all chains; the traces themselves are in ``info["trace"]``
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -33,12 +34,14 @@ from torchtree.core.random import derive_seed, keyed_uniform
 from torchtree.distributed import BlockLayout
 from torchtree.model.diagnostics import chain_ess, rhat, warn_if_unconverged  # noqa: F401  (rhat, chain_ess re-exported)
 from torchtree.model.posterior import TreePosterior
-from torchtree.model.priors import make_prior
+from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA, make_prior
 from torchtree.model.trees import HardTrees
 from torchtree.samplers import driver
 from torchtree.samplers.driver import default_likelihood, describe
 from torchtree.samplers.topdown_starts import topdown_draws
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, option, SettingsAsAttributes
+from torchtree.samplers.presets import SMALL_TABLE_ROWS, WIDE_TABLE_FEATURES, Preset, small_table, wide_table
+from torchtree.samplers.base import SamplerBase
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
 from torchtree.steps.host_moves import HostChain, host_trees, pack_snapshots, unpack_snapshots
 from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
 from torchtree.steps.moves import (CUT_PROPOSALS, MOVES, N_SLOTS, TreeModel, TreeState, check_move_probs, draw_moves,
@@ -47,6 +50,17 @@ from torchtree.steps.moves import (CUT_PROPOSALS, MOVES, N_SLOTS, TreeModel, Tre
 __all__ = ["MCMC", "MCMCConfig", "MCMCState", "HostMCMCState", "rhat", "chain_ess", "make_prior", "check_move_probs"]
 
 _BLOCK = 512  # iterations whose uniforms are drawn in one call
+
+
+class Stream(enum.IntEnum):
+    """MCMC's random streams: ``derive_seed(run seed, stream)`` seeds each (fixed values: same draws as ever)."""
+
+    PRIOR_START = 1  #: ``init="prior"``: each chain's starting tree
+    MOVES = 2  #: every iteration's move type, cut and acceptance uniforms, keyed by chain and iteration
+    TOPDOWN_START = 3  #: ``init="topdown"``: the top-down run and the draws from it
+
+#: chains x kept draws of the "small-table" presets (below ``SMALL_TABLE_ROWS`` rows)
+SMALL_TABLE_CHAINS, SMALL_TABLE_SAMPLES = 16, 500
 ENGINES = ("auto", "batched", "host")
 
 
@@ -54,8 +68,14 @@ ENGINES = ("auto", "batched", "host")
 class MCMCConfig(SamplerConfig):
     """Settings of :class:`MCMC` (see its docstring)."""
 
-    n_chains: int = option(1, help="chains run together as one batch", low=1)
-    n_samples: int = option(1000, help="kept draws per chain (after warm-up and thinning)", low=1)
+    n_chains: int = option(1, help="chains run together as one batch", low=1, presets=(
+        Preset("small-table", f"below {SMALL_TABLE_ROWS} rows, {SMALL_TABLE_CHAINS} shorter chains explore more "
+               "trees than one long chain at about the same cost (one batch)",
+               lambda v, s: small_table(s) and v["engine"] != "host", SMALL_TABLE_CHAINS),))
+    n_samples: int = option(1000, help="kept draws per chain (after warm-up and thinning)", low=1, presets=(
+        Preset("small-table", f"below {SMALL_TABLE_ROWS} rows, {SMALL_TABLE_SAMPLES} kept draws per chain of "
+               f"{SMALL_TABLE_CHAINS} (warm-up as long)", lambda v, s: small_table(s),
+               SMALL_TABLE_SAMPLES),))
     n_warmup: Optional[int] = option(None, help="burn-in iterations per chain (default: n_samples * thin, half the "
                                                 "run, as in paper 002)", low=0)
     thin: int = option(1, help="keep every thin-th iteration after warm-up", low=1)
@@ -63,7 +83,11 @@ class MCMCConfig(SamplerConfig):
         (0.25, 0.25, 0.25, 0.25), help="probabilities of grow, prune, change, swap (normalised)")
     init: str = option("root", help="start each chain at the root-only tree, at a draw from the Chipman prior, or "
                                     "at a draw of a top-down SMC run (1000 particles, more on wide tables; big data)",
-                       choices=("root", "prior", "topdown"))
+                       choices=("root", "prior", "topdown"), presets=(
+        Preset("topdown-start", f"chains from the root stay far below the posterior's trees on {SMALL_TABLE_ROWS}+ "
+               f"rows, more than {WIDE_TABLE_FEATURES} features, or regression targets",
+               lambda v, s: s.prior == "chipman" and (not small_table(s) or s.regression or wide_table(s)),
+               "topdown"),))
     keep: str = option("samples", help="predict with the kept draws, or with every iteration including warm-up "
                                        "(paper 001's baseline)", choices=("samples", "all"))
     use_likelihood: bool = option(True, help="False samples the prior (labels ignored)")
@@ -190,7 +214,7 @@ class HostMCMCState(SamplerState):
                 "version": int(self.version), "snap_version": int(self.snap_version)}
 
 
-class MCMC(SettingsAsAttributes):
+class MCMC(SamplerBase):
     """Chipman et al. (1998) Metropolis-Hastings sampler, many chains as one batch.
 
     Parameters
@@ -271,8 +295,8 @@ class MCMC(SettingsAsAttributes):
 
     config_class = MCMCConfig
 
-    def __init__(self, prior=None, likelihood=None, *, alpha_split: float = 0.95, beta_split: float = 0.5,
-                 poisson_lambda: float = 5.0, backend=None, **settings: Any) -> None:
+    def __init__(self, prior=None, likelihood=None, *, alpha_split: float = ALPHA_SPLIT,
+                 beta_split: float = BETA_SPLIT, poisson_lambda: float = POISSON_LAMBDA, backend=None, **settings: Any) -> None:
         self.config = MCMCConfig(**settings)
         driver.check_backend(backend)
         self.backend = backend
@@ -357,12 +381,12 @@ class MCMC(SettingsAsAttributes):
     def init(self, ctx: driver.RunContext):
         """Every chain at the root-only tree or at a prior draw; nothing kept yet."""
         c, model = self.config, ctx.extra["model"]
-        ctx.extra["useed"] = derive_seed(ctx.seed, 2)
+        ctx.extra["useed"] = derive_seed(ctx.seed, Stream.MOVES)
         gidx = ctx.extra["chains"]
         if c.init == "prior":
-            chains, _ = sample_prior_state(model, gidx.numel(), derive_seed(ctx.seed, 1), index=gidx.to(ctx.device))
+            chains, _ = sample_prior_state(model, gidx.numel(), derive_seed(ctx.seed, Stream.PRIOR_START), index=gidx.to(ctx.device))
         elif c.init == "topdown":
-            chains, _ = topdown_draws(model, gidx, derive_seed(ctx.seed, 3))
+            chains, _ = topdown_draws(model, gidx, derive_seed(ctx.seed, Stream.TOPDOWN_START), ctx=ctx)
         else:
             chains = TreeState.roots(model, gidx.numel())
         if ctx.extra["host"]:
@@ -378,7 +402,7 @@ class MCMC(SettingsAsAttributes):
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext):
         """The state a checkpoint holds."""
-        ctx.extra["useed"] = derive_seed(ctx.seed, 2)
+        ctx.extra["useed"] = derive_seed(ctx.seed, Stream.MOVES)
         if not ctx.extra["host"]:
             return MCMCState.from_state_dict(saved, ctx.device)
         return HostMCMCState.from_state_dict(saved, HostChain(ctx.extra["model"], self.config.move_probs))

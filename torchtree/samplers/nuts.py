@@ -34,7 +34,8 @@ from torchtree.model.topology import Topology
 from torchtree.monitor import as_monitor
 from torchtree.samplers import driver
 from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, SettingsAsAttributes, option
+from torchtree.samplers.base import SamplerBase
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
 from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
 from torchtree.steps.adaptation import sharpness_schedule
 from torchtree.steps.soft_init import INIT_MODES, informed_start
@@ -149,7 +150,7 @@ class NUTSState(SamplerState):
     trace: Optional[SampleTrace] = None
 
 
-class NUTS(SettingsAsAttributes):
+class NUTS(SamplerBase):
     """Batched multinomial NUTS with per-chain adaptation, on soft trees.
 
     Settings: :class:`NUTSConfig` (``n_chains``, ``n_samples``, ``n_warmup`` and ``thin``

@@ -1,6 +1,6 @@
 """The sampler contract: a typed settings object and three pure-ish functions.
 
-A sampler is
+A sampler is a :class:`~torchtree.samplers.base.SamplerBase` subclass (every hook declared, with its default) with
 
 * a :class:`SamplerConfig` (frozen dataclass of its settings, validated in one place;
   :func:`option` attaches the help text, the choices and whether a setting decides the
@@ -25,16 +25,18 @@ import torch
 
 from torchtree.core.threads import check_threads
 from torchtree.core.validate import check_bool, check_choice, check_int, check_real
+from torchtree.samplers.presets import AUTO, Preset, Resolved, RunShape, SettingsView
 
-__all__ = ["SamplerConfig", "SamplerState", "Option", "option", "Sampler", "config_class_of", "base_type",
-           "SettingsAsAttributes"]
+__all__ = ["SamplerConfig", "SamplerState", "Option", "option", "Sampler", "HOOKS", "config_class_of",
+           "base_type", "SettingsAsAttributes"]
 
 _MISSING = dataclasses.MISSING
 
 
 def option(default: Any = _MISSING, *, help: str, choices: Optional[Sequence] = None, low: Optional[float] = None,
            high: Optional[float] = None, low_open: bool = False, high_open: bool = False, result: bool = True,
-           cli: bool = True, check: Optional[Callable[[str, Any], Any]] = None, kw_only: bool = False) -> Any:
+           cli: bool = True, check: Optional[Callable[[str, Any], Any]] = None, kw_only: bool = False,
+           presets: Sequence[Preset] = ()) -> Any:
     """A field of a :class:`SamplerConfig` with its documentation.
 
     Parameters
@@ -53,9 +55,13 @@ def option(default: Any = _MISSING, *, help: str, choices: Optional[Sequence] = 
     kw_only : bool
         Keyword-only in the constructor (a base class's field then leaves the positional
         order of its subclasses' fields alone).
+    presets : sequence of :class:`~torchtree.samplers.presets.Preset`
+        Data-dependent defaults, tried in order when the setting is ``"auto"`` (see
+        :meth:`SamplerConfig.resolve`); the literal ``default`` applies when none holds.
     """
     meta = {"help": help, "choices": None if choices is None else tuple(choices), "low": low, "high": high,
-            "low_open": low_open, "high_open": high_open, "result": result, "cli": cli, "check": check}
+            "low_open": low_open, "high_open": high_open, "result": result, "cli": cli, "check": check,
+            "presets": tuple(presets)}
     return field(default=default, metadata=meta, kw_only=kw_only)
 
 
@@ -72,6 +78,7 @@ class Option:
     high: Optional[float]
     result: bool
     cli: bool
+    presets: Tuple[Preset, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,9 @@ class SamplerConfig:
     the run, ``"auto"`` (:func:`torchtree.core.threads.choose_threads`) or an int >= 1. It does
     not decide the result, so it is outside the checkpoint fingerprint: a run may resume with
     another thread count.
+
+    A setting declared with ``presets`` may be ``"auto"``: such a config is checked field by field
+    and :meth:`resolve` turns it into a complete one (its cross-setting :meth:`check` runs then).
     """
 
     n_threads: Union[str, int] = option("auto", help="torch intra-op threads: 'auto' (1 for small work; cores / "
@@ -96,7 +106,7 @@ class SamplerConfig:
         for f in fields(self):
             meta = f.metadata
             value = getattr(self, f.name)
-            if not meta or value is None:
+            if not meta or value is None or (meta.get("presets") and isinstance(value, str) and value == AUTO):
                 continue
             kind = base_type(hints.get(f.name))
             if meta.get("check") is not None:
@@ -112,7 +122,42 @@ class SamplerConfig:
                 value = check_real(f.name, value, meta.get("low"), meta.get("high"), low_open=meta["low_open"],
                                    high_open=meta["high_open"])
             object.__setattr__(self, f.name, value)
-        self.check()
+        if not self.unresolved():
+            self.check()
+
+    def unresolved(self) -> List[str]:
+        """The settings still ``"auto"`` that have presets (empty once :meth:`resolve` ran)."""
+        return [f.name for f in fields(self) if (f.metadata or {}).get("presets")
+                and isinstance(getattr(self, f.name), str) and getattr(self, f.name) == AUTO]
+
+    def resolve(self, shape: RunShape) -> "SamplerConfig":
+        """This config with every ``"auto"`` setting given its preset's value on ``shape``.
+
+        Parameters
+        ----------
+        shape : RunShape (rows, features, task, classes, device, structure prior)
+
+        Returns
+        -------
+        A complete config of the same class (checked again); its :attr:`resolution` says, per
+        resolved setting, the value, the preset that chose it and why. ``self`` when nothing is ``"auto"``.
+        """
+        todo = self.unresolved()
+        if not todo:
+            return self
+        presets = {f.name: f.metadata["presets"] for f in fields(self) if (f.metadata or {}).get("presets")}
+        defaults = {f.name: f.default for f in fields(self) if f.name in presets}
+        view = SettingsView({f.name: getattr(self, f.name) for f in fields(self)}, presets, defaults, shape)
+        for name in todo:
+            view[name]
+        out = dataclasses.replace(self, **{k: r.value for k, r in view.resolved.items()})
+        object.__setattr__(out, "_resolution", {k: view.resolved[k] for k in todo})
+        return out
+
+    @property
+    def resolution(self) -> Dict[str, Resolved]:
+        """``{setting: Resolved}`` for the settings :meth:`resolve` chose (empty otherwise)."""
+        return dict(getattr(self, "_resolution", {}))
 
     def check(self) -> None:
         """Checks between settings (override); raise ``ValueError`` naming the settings."""
@@ -126,7 +171,8 @@ class SamplerConfig:
             meta = f.metadata or {}
             default = f.default if f.default is not _MISSING else None
             out.append(Option(f.name, default, hints.get(f.name), meta.get("help", ""), meta.get("choices"),
-                              meta.get("low"), meta.get("high"), meta.get("result", True), meta.get("cli", True)))
+                              meta.get("low"), meta.get("high"), meta.get("result", True), meta.get("cli", True),
+                              tuple(meta.get("presets", ()))))
         return out
 
     def result_settings(self) -> Dict[str, Any]:
@@ -219,15 +265,32 @@ class SamplerState:
         return cls(**kw)
 
 
+#: every hook :func:`torchtree.samplers.driver.run` calls, in the order of a run
+HOOKS = ("prepare", "setup", "settings", "init", "restore", "start_info", "step", "finalize", "end_info")
+
+
 @typing.runtime_checkable
 class Sampler(typing.Protocol):
-    """What :func:`torchtree.samplers.driver.run` needs of a sampler."""
+    """What :func:`torchtree.samplers.driver.run` calls of a sampler
+    (:class:`torchtree.samplers.base.SamplerBase` declares each hook with its default; subclass it)."""
 
     name: str
     config: SamplerConfig
 
+    def prepare(self, data, device) -> Any: ...
+
+    def setup(self, ctx) -> None: ...
+
+    def settings(self, ctx) -> Dict[str, Any]: ...
+
     def init(self, ctx) -> SamplerState: ...
 
-    def step(self, state: SamplerState, ctx) -> Tuple[SamplerState, Dict[str, Any]]: ...
+    def restore(self, saved: Dict[str, Any], ctx) -> SamplerState: ...
+
+    def start_info(self, ctx) -> Dict[str, Any]: ...
+
+    def step(self, state: SamplerState, ctx) -> Tuple[SamplerState, Optional[Dict[str, Any]]]: ...
 
     def finalize(self, state: SamplerState, ctx) -> Any: ...
+
+    def end_info(self, posterior) -> Dict[str, Any]: ...

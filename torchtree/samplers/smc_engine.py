@@ -9,6 +9,9 @@ one ``[I * m]`` vector of log-weights (float64). Per step the engine
   (:func:`island_ancestors`), with one generator per (seed, step, island) so that any number
   of ranks draws the same ancestors,
 * and at the end weighs the islands equally (:func:`island_posterior`).
+
+Adaptive likelihood tempering (:func:`next_temperature`) picks the next power of the
+likelihood from the weights' ESS.
 """
 from __future__ import annotations
 
@@ -23,7 +26,11 @@ from torchtree.model.data import Data
 from torchtree.model.posterior import TreePosterior
 from torchtree.model.trees import HardTrees
 
-__all__ = ["canonical_ancestors", "island_weights_step", "island_ancestors", "island_posterior", "islands_ess"]
+#: the islands' resampling generators: ``derive_seed(seed, RESAMPLING_STREAM, step, island)``
+RESAMPLING_STREAM = 1
+
+__all__ = ["RESAMPLING_STREAM", "canonical_ancestors", "island_weights_step", "island_ancestors", "island_posterior", "islands_ess",
+           "next_temperature"]
 
 
 def canonical_ancestors(ancestors: torch.Tensor) -> torch.Tensor:
@@ -84,7 +91,7 @@ def island_ancestors(logw: torch.Tensor, need: List[int], m: int, resample: Call
     anc = torch.arange(logw.numel(), device=logw.device)
     lw2 = logw.view(-1, m)
     for j in need:
-        g = torch.Generator(device="cpu").manual_seed(derive_seed(seed, 1, step, first_island + j))
+        g = torch.Generator(device="cpu").manual_seed(derive_seed(seed, RESAMPLING_STREAM, step, first_island + j))
         a = resample(g, lw2[j], m)
         anc[j * m:(j + 1) * m] = canonical_ancestors(a) + j * m
         logw[j * m:(j + 1) * m] = 0.0
@@ -111,3 +118,29 @@ def island_posterior(trees: HardTrees, logw: torch.Tensor, logz: torch.Tensor, l
     log_evidence = float(torch.logsumexp(logz, 0) - math.log(I))
     info = {**info, "island_log_evidence": logz.cpu().tolist(), "island_ess": islands_ess(logw, I).cpu().tolist()}
     return TreePosterior(trees, final_lw, lik, data.d, classes=data.classes_, log_evidence=log_evidence, info=info)
+
+
+def next_temperature(stats, logw: torch.Tensor, ll: torch.Tensor, phi: float, target_ess: float,
+                      steps_left: int, grid: int = 16, rounds: int = 5) -> float:
+    """Next likelihood power: about the largest one whose reweighting keeps ESS >= ``target_ess``,
+    but at least an equal share of what is left so that 1 is reached in time.
+
+    A grid search (``grid`` candidates per round, ``rounds`` rounds: resolution
+    ``(1 - phi) grid^-rounds``) that evaluates all candidates of a round in the two
+    collectives of ``stats`` (:func:`torchtree.distributed.exact.global_stats` over the
+    rows ``logw + d ll``, logw and ll [n] float64); like a bisection it assumes the ESS
+    falls with the step.
+    """
+    floor = phi + (1.0 - phi) / steps_left
+    span = 1.0 - phi
+    lo, hi = 0.0, span
+    for rnd in range(rounds):
+        cands = [lo + (hi - lo) * (i + 1) / grid for i in range(grid)]
+        cands[-1] = hi
+        d = torch.tensor(cands, dtype=torch.float64, device=logw.device)
+        _, ess, _, _ = stats(logw[None, :] + d[:, None] * ll[None, :])
+        if rnd == 0 and ess[-1] >= target_ess:
+            return 1.0
+        f = next((i for i, e in enumerate(ess) if e < target_ess), grid - 1)
+        lo, hi = (cands[f - 1] if f > 0 else lo), cands[f]
+    return max(phi + lo, floor)

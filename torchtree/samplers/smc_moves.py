@@ -69,6 +69,7 @@ rank plus a manifest (:class:`~torchtree.io.checkpoint.Checkpointer`).
 """
 from __future__ import annotations
 
+import enum
 import functools
 import math
 from dataclasses import dataclass
@@ -90,16 +91,28 @@ from torchtree.distributed import (
 )
 from torchtree.distributed.exact import global_stats
 from torchtree.model.posterior import TreePosterior, dedupe_trees
-from torchtree.model.priors import ChipmanPrior, make_prior
+from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA, ChipmanPrior, make_prior
 from torchtree.model.trees import HardTrees
 from torchtree.samplers import driver
 from torchtree.samplers.topdown_starts import topdown_draws
 from torchtree.samplers.driver import default_likelihood, describe
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, option, SettingsAsAttributes
+from torchtree.samplers.presets import Preset, optimal_proposal_fits
+from torchtree.samplers.smc_engine import next_temperature
+from torchtree.samplers.base import SamplerBase
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
 from torchtree.steps.moves import (CUT_PROPOSALS, N_SLOTS, TreeModel, TreeState, check_move_probs, draw_moves, propose,
                                    sample_prior_state, snapshot_trees)
 
 __all__ = ["SMCSampler", "SMCSamplerConfig", "SMCSamplerState", "per_particle_accuracy"]
+
+class Stream(enum.IntEnum):
+    """SMC with moves' random streams: ``derive_seed(run seed, stream, ...)`` seeds each (fixed values)."""
+
+    PRIOR_START = 1  #: the initial particles drawn from q_0
+    MOVES = 2  #: every iteration's move type, cut and acceptance uniforms, keyed by particle and iteration
+    RESAMPLING = 3  #: the resampling generator of each iteration (``derive_seed(seed, RESAMPLING, step)``)
+    TOPDOWN_START = 4  #: ``init_prior="topdown"``: the top-down run and the draws from it
+
 
 _LL_KEY = "smc.log_likelihood"  # per-particle tempering state travelling with the trees
 
@@ -116,12 +129,17 @@ class SMCSamplerConfig(SamplerConfig):
     ess_threshold: float = option(0.5, help="resample when ESS < ess_threshold x n_particles (paper: 0.5)",
                                   low=0.0, high=1.0)
     mh_step: bool = option(False, help="resample-move variant: accept/reject every proposal with the MH ratio "
-                                       "(weights then stay constant after the initial step)")
+                                       "(weights then stay constant after the initial step)", presets=(
+        Preset("well-weighted-start", "from a top-down start that is already well weighted (regression, small "
+               "classification tables) reweighting after each move collapses the particles onto a few trees",
+               lambda v, s: not v["tempering"] and (s.regression or optimal_proposal_fits(s)), True),))
     use_likelihood: bool = option(True, help="False targets the prior (labels ignored)")
     init_prior: Optional[Union[str, ChipmanPrior]] = option(
         None, help="initial proposal q_0: 'chipman' (in Python also a ChipmanPrior; default: the target's "
                    "Chipman prior, or ChipmanPrior() for a Poisson target), or 'topdown': draws from a top-down "
-                   "SMC run on the same model (big data)")
+                   "SMC run on the same model (big data)", presets=(
+        Preset("topdown-start", "particles drawn from the prior stay far below the posterior's trees in 10 "
+               "iterations", lambda v, s: s.prior == "chipman" and not v["tempering"], "topdown"),))
     tempering: bool = option(False, help="likelihood tempering from power 0 to 1 with MH moves, instead of "
                                          "reweighting by eq. 5b")
     device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
@@ -194,33 +212,7 @@ class SMCSamplerState(SamplerState):
                    moved=list(saved["moved"]), ess=list(saved["ess"]), phis=list(saved["phis"]))
 
 
-def _next_temperature(stats, logw: torch.Tensor, ll: torch.Tensor, phi: float, target_ess: float,
-                      steps_left: int, grid: int = 16, rounds: int = 5) -> float:
-    """Next likelihood power: about the largest one whose reweighting keeps ESS >= ``target_ess``,
-    but at least an equal share of what is left so that 1 is reached in time.
-
-    A grid search (``grid`` candidates per round, ``rounds`` rounds: resolution
-    ``(1 - phi) grid^-rounds``) that evaluates all candidates of a round in the two
-    collectives of ``stats`` (:func:`torchtree.distributed.exact.global_stats` over the
-    rows ``logw + d ll``, logw and ll [n] float64); like a bisection it assumes the ESS
-    falls with the step.
-    """
-    floor = phi + (1.0 - phi) / steps_left
-    span = 1.0 - phi
-    lo, hi = 0.0, span
-    for rnd in range(rounds):
-        cands = [lo + (hi - lo) * (i + 1) / grid for i in range(grid)]
-        cands[-1] = hi
-        d = torch.tensor(cands, dtype=torch.float64, device=logw.device)
-        _, ess, _, _ = stats(logw[None, :] + d[:, None] * ll[None, :])
-        if rnd == 0 and ess[-1] >= target_ess:
-            return 1.0
-        f = next((i for i, e in enumerate(ess) if e < target_ess), grid - 1)
-        lo, hi = (cands[f - 1] if f > 0 else lo), cands[f]
-    return max(phi + lo, floor)
-
-
-class SMCSampler(SettingsAsAttributes):
+class SMCSampler(SamplerBase):
     """Sequential Monte Carlo sampler with tree moves (Drousiotis, Varsi et al., Alg. 4).
 
     Parameters
@@ -297,8 +289,8 @@ class SMCSampler(SettingsAsAttributes):
 
     config_class = SMCSamplerConfig
 
-    def __init__(self, prior=None, likelihood=None, *, alpha_split: float = 0.95, beta_split: float = 0.5,
-                 poisson_lambda: float = 5.0, backend=None, **settings: Any) -> None:
+    def __init__(self, prior=None, likelihood=None, *, alpha_split: float = ALPHA_SPLIT,
+                 beta_split: float = BETA_SPLIT, poisson_lambda: float = POISSON_LAMBDA, backend=None, **settings: Any) -> None:
         self.config = SMCSamplerConfig(**settings)
         driver.check_backend(backend)
         if backend is not None and not isinstance(backend, str):  # a name is resolved in run()
@@ -399,14 +391,16 @@ class SMCSampler(SettingsAsAttributes):
         at once when their ESS is already too low."""
         c, model, P = self.config, ctx.extra["model"], self.config.n_particles
         tempered = ctx.extra["tempered"]
-        ctx.extra["useed"] = derive_seed(ctx.seed, 2)
+        ctx.extra["useed"] = derive_seed(ctx.seed, Stream.MOVES)
         if c.init_prior == "topdown":
             # equal weights: a properly weighted sample whose mean weight is the run's evidence
-            particles, log_z = topdown_draws(model, ctx.extra["gidx"], derive_seed(ctx.seed, 4), n_particles=P)
+            seed = derive_seed(ctx.seed, Stream.TOPDOWN_START)
+            particles, log_z = topdown_draws(model, ctx.extra["gidx"], seed, n_particles=P, ctx=ctx)
             logw = torch.full((ctx.extra["n_local"],), log_z, dtype=torch.float64, device=ctx.device)
         else:
-            particles, log_q0 = sample_prior_state(model, ctx.extra["n_local"], derive_seed(ctx.seed, 1),
-                                                   ctx.extra["gidx"], draw_prior=self.init_prior)
+            seed = derive_seed(ctx.seed, Stream.PRIOR_START)
+            particles, log_q0 = sample_prior_state(model, ctx.extra["n_local"], seed, ctx.extra["gidx"],
+                                                   draw_prior=self.init_prior)
             logw = particles.log_posterior(model) - log_q0  # eq. 4b
         ll = particles.log_likelihood(model) if tempered else None
         if tempered:
@@ -425,7 +419,7 @@ class SMCSampler(SettingsAsAttributes):
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> SMCSamplerState:
         """The state a checkpoint holds (this rank's file)."""
-        ctx.extra["useed"] = derive_seed(ctx.seed, 2)
+        ctx.extra["useed"] = derive_seed(ctx.seed, Stream.MOVES)
         st = SMCSamplerState.from_state_dict(saved, ctx.device)
         if st.particles.n_trees != ctx.extra["n_local"]:
             raise ValueError(f"checkpoint holds {st.particles.n_trees} particles on this rank, expected "
@@ -436,7 +430,7 @@ class SMCSampler(SettingsAsAttributes):
         """Resample by ``st.logw`` (in place); copies in canonical order, the same on any number of ranks."""
         c, P, W, dev = self.config, self.config.n_particles, ctx.world_size, ctx.device
         backend, n = ctx.extra["backend"], ctx.extra["n_local"]
-        g = torch.Generator(device="cpu").manual_seed(derive_seed(ctx.seed, 3, step))
+        g = torch.Generator(device="cpu").manual_seed(derive_seed(ctx.seed, Stream.RESAMPLING, step))
         if c.resampling in ("systematic", "multinomial"):
             nc = ncopies_from_log_weights(st.logw, backend, method=c.resampling, generator=g)
         else:  # every rank draws the same global ancestors from the gathered log-weights
@@ -470,7 +464,7 @@ class SMCSampler(SettingsAsAttributes):
                 new_phi = 1.0
             else:
                 stats = functools.partial(global_stats, ctx.extra["backend"], P)
-                new_phi = _next_temperature(stats, st.logw, st.ll, phi, c.ess_threshold * P, K - k)
+                new_phi = next_temperature(stats, st.logw, st.ll, phi, c.ess_threshold * P, K - k)
             new_logw = st.logw + (new_phi - phi) * st.ll
             (l0, l1), (_, e), (cap,), _ = self._stats(ctx, [st.logw, new_logw], maxes=[st.particles.trees.capacity])
             st.particles.trees.reserve(int(cap))

@@ -31,7 +31,11 @@ from torchtree.model.posterior import TreePosterior
 from torchtree.model.priors import make_prior
 from torchtree.samplers import driver
 from torchtree.samplers.driver import default_likelihood, default_memory_limit, describe
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, option, SettingsAsAttributes
+from torchtree.samplers.presets import (OPTIMAL_MAX_CELLS, PARTICLES_PER_FEATURE, REGRESSION_ISLANDS, SMALL_TABLE_ROWS,
+                                        WIDE_MAX_PARTICLES, WIDE_MAX_WORK, Preset, needs_more_particles, optimal_proposal_fits,
+                                        wide_table_particles)
+from torchtree.samplers.base import SamplerBase
+from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
 from torchtree.samplers.topdown_particles import expansion_pairs, gather_trees, layout_for, move_particles, tree_report
 from torchtree.samplers.smc_engine import canonical_ancestors, island_ancestors, island_posterior, island_weights_step
 from torchtree.steps.growth import PROPOSALS, Grower, GrowthState
@@ -46,9 +50,20 @@ REDISTRIBUTIONS = ("auto", "alltoall", "rotational")
 class TopDownConfig(SamplerConfig):
     """Settings of :class:`TopDownSMC` (see its docstring)."""
 
-    n_particles: int = option(1000, help="particles in total, across islands (and ranks)", low=1)
-    n_islands: int = option(1, help="independent filters sharing n_particles equally (must divide it)", low=1)
-    proposal: str = option("prior", help="how a node's split is proposed", choices=PROPOSALS)
+    n_particles: int = option(1000, help="particles in total, across islands (and ranks)", low=1, presets=(
+        Preset("wide-table", f"a particle tries one feature per node: {PARTICLES_PER_FEATURE} particles per feature "
+               f"(thousands, at most {WIDE_MAX_PARTICLES} and {WIDE_MAX_WORK:.0e} rows x particles)",
+               lambda v, s: (s.classification and v["proposal"] != "optimal" and not v.given("n_islands")
+                             and needs_more_particles(s)),
+               lambda v, s: wide_table_particles(s.n_rows, s.n_features, TopDownConfig.n_particles)),))
+    n_islands: int = option(1, help="independent filters sharing n_particles equally (must divide it)", low=1, presets=(
+        Preset("regression-islands", f"{REGRESSION_ISLANDS} independent filters: one regression filter collapses "
+               "onto few distinct trees", lambda v, s: s.regression and v["n_particles"] % REGRESSION_ISLANDS == 0,
+               REGRESSION_ISLANDS),))
+    proposal: str = option("prior", help="how a node's split is proposed", choices=PROPOSALS, presets=(
+        Preset("small-classification", f"every cut scored: nearly perfect weights, affordable below "
+               f"{SMALL_TABLE_ROWS} rows and {OPTIMAL_MAX_CELLS} rows x features x classes / 2",
+               lambda v, s: optimal_proposal_fits(s), "optimal"),))
     expansion: str = option("node", help="one node per stage (breadth-first) or a whole layer", choices=EXPANSIONS)
     resampling: str = option("multinomial", help="resampling scheme", choices=tuple(RESAMPLERS))
     ess_threshold: float = option(0.1, help="resample an island when its ESS < ess_threshold x its particles",
@@ -107,7 +122,7 @@ class TopDownState(SamplerState):
                 "growth": self.grower.state_dict(self.particles)}
 
 
-class TopDownSMC(SettingsAsAttributes):
+class TopDownSMC(SamplerBase):
     """Top-down SMC sampler over decision trees (Lakshminarayanan, Roy & Teh, 2013).
 
     Parameters

@@ -21,6 +21,9 @@ from typing import Tuple
 import torch
 
 from torchtree.core.random import keyed_uniform
+from torchtree.samplers.presets import (OPTIMAL_MAX_CELLS, PARTICLES_PER_FEATURE, REGRESSION_ISLANDS, SMALL_TABLE_ROWS,
+                                        WIDE_MAX_PARTICLES, WIDE_MAX_WORK, RunShape, optimal_proposal_fits, small_table,
+                                        wide_table_particles)
 from torchtree.model.target import TreeModel
 from torchtree.steps.from_trees import state_from_trees
 from torchtree.steps.moves import TreeState
@@ -31,53 +34,12 @@ __all__ = ["TOPDOWN_INIT_PARTICLES", "SMALL_TABLE_ROWS", "OPTIMAL_MAX_CELLS", "R
 
 #: particles of the top-down SMC run that starts are drawn from
 TOPDOWN_INIT_PARTICLES = 1000
-#: below this many rows the top-down run uses the small-table settings of :func:`start_settings`
-SMALL_TABLE_ROWS = 5000
-#: ... and the optimal proposal for classification up to this many rows x features (its cost grows with
-#: both: 2-2.6x the prior proposal's CPU at 4,400 cells, 15x at students_dropout's 111,000)
-OPTIMAL_MAX_CELLS = 10_000
-#: ... and this many islands of the prior proposal for regression (when they divide the particles)
-REGRESSION_ISLANDS = 5
-#: classification without the optimal proposal: at least this many particles per feature (each particle tries
-#: one feature per node, so on wide tables a thousand particles miss the informative ones) ...
-PARTICLES_PER_FEATURE = 40
-#: ... up to this many, and up to this many rows x particles (a filter's memory grows with both: 10^5 rows x 100
-#: features took 1.3 GB with 1000 particles, 2.7 GB with 4000; 4 x 10^8 keeps the 1000 particles' work of 4 x 10^5 rows)
-WIDE_MAX_PARTICLES = 8000
-WIDE_MAX_WORK = 400_000_000
-
-
-def wide_table_particles(n: int, d: int, n_particles: int) -> int:
-    """Particles for a classification filter without the optimal proposal on ``n`` rows x ``d``
-    features: where ``PARTICLES_PER_FEATURE * d`` exceeds 1000 (more than 25 features),
-    ``n_particles`` raised to it rounded up to thousands (what divides 1000, ranks or islands,
-    still divides it), at most ``WIDE_MAX_PARTICLES`` and ``WIDE_MAX_WORK / n`` (thousands);
-    on narrower tables ``n_particles`` as asked.
-
-    Chosen with ``examples/bench_variants.py`` on madelon, students_dropout and synthetic tables of
-    36-200 features (README "Defaults", "Wide tables"). A top-down filter's cost grows far slower
-    than its particles (nodes shared by particles are scored once).
-
-    Parameters
-    ----------
-    n, d : int, rows and features of the training data
-    n_particles : int, particles asked for
-
-    Returns
-    -------
-    int
-    """
-    need = PARTICLES_PER_FEATURE * d
-    if need <= 1000:  # up to 25 features: as asked
-        return n_particles
-    return max(n_particles, min(WIDE_MAX_PARTICLES, -(-need // 1000) * 1000, WIDE_MAX_WORK // max(n, 1) // 1000 * 1000))
 
 
 def start_settings(n: int, d: int, task: str, n_particles: int, n_classes: int = 2) -> dict:
     """The top-down SMC settings (``proposal``, ``n_islands``, ``n_particles``) of a start on an ``n x d`` table.
 
-    Chosen with ``examples/bench_quality.py`` and ``examples/bench_variants.py`` (README
-    "Defaults"): on small classification tables the optimal proposal's filter is close to
+    On small classification tables the optimal proposal's filter is close to
     perfectly weighted; on small regression tables one filter of the empirical proposal collapses
     onto few trees, islands of the prior proposal do not; from ``SMALL_TABLE_ROWS`` rows the
     empirical proposal finds cuts the prior proposal misses; wider classification tables take
@@ -96,7 +58,7 @@ def start_settings(n: int, d: int, task: str, n_particles: int, n_classes: int =
     dict of :class:`~torchtree.samplers.topdown.TopDownSMC` settings
     """
     wide = wide_table_particles(n, d, n_particles) if task == "classification" else n_particles
-    if n >= SMALL_TABLE_ROWS:  # the prior proposal's cuts miss on many rows
+    if not small_table(RunShape(n, d, task, n_classes)):  # the prior proposal's cuts miss on many rows
         return {"proposal": "empirical", "n_islands": 1, "n_particles": wide}
     if task == "regression" and n_particles >= 2 * REGRESSION_ISLANDS:
         # islands must divide the particles: a few fewer (1020 of 1024) rather than one filter
@@ -104,13 +66,13 @@ def start_settings(n: int, d: int, task: str, n_particles: int, n_classes: int =
                 "n_particles": n_particles - n_particles % REGRESSION_ISLANDS}
     if task == "regression":
         return {"proposal": "prior", "n_islands": 1, "n_particles": n_particles}
-    if n * d * max(n_classes, 2) / 2 <= OPTIMAL_MAX_CELLS:
+    if optimal_proposal_fits(RunShape(n, d, task, n_classes)):
         return {"proposal": "optimal", "n_islands": 1, "n_particles": n_particles}
     return {"proposal": "empirical", "n_islands": 1, "n_particles": wide}
 
 
-def topdown_draws(model: TreeModel, gidx: torch.Tensor, seed: int, n_particles: int = TOPDOWN_INIT_PARTICLES
-                  ) -> Tuple[TreeState, float]:
+def topdown_draws(model: TreeModel, gidx: torch.Tensor, seed: int, n_particles: int = TOPDOWN_INIT_PARTICLES,
+                  ctx=None) -> Tuple[TreeState, float]:
     """Draws from a one-process top-down SMC run on ``model``: index ``g`` takes the tree at its
     keyed uniform in the weights' CDF (a multinomial draw, so the draws are an equally weighted,
     properly weighted sample of the run's approximation).
@@ -121,6 +83,8 @@ def topdown_draws(model: TreeModel, gidx: torch.Tensor, seed: int, n_particles: 
     gidx : LongTensor [n] global chain / particle indices
     seed : int
     n_particles : int, particles asked for (regression islands may take up to 4 fewer)
+    ctx : RunContext of the run being started, optional: the top-down run is then its recorded
+        sub-run (:func:`torchtree.samplers.driver.sub_run`: its threads, recorded in its posterior)
 
     Returns
     -------
@@ -131,10 +95,12 @@ def topdown_draws(model: TreeModel, gidx: torch.Tensor, seed: int, n_particles: 
     if not model.chipman:
         raise ValueError("init='topdown' needs the Chipman prior (top-down SMC grows trees under it); "
                          "use a prior-drawn start with the Poisson prior")
+    from torchtree.samplers.driver import sub_run
+
     data = model.data
-    post = TopDownSMC(model.prior, model.likelihood, use_likelihood=model.use_likelihood,
-                      device=model.X.device, **start_settings(data.n, data.d, data.task, n_particles, data.n_classes or 2)
-                      ).run(data, seed=seed)
+    smc = TopDownSMC(model.prior, model.likelihood, use_likelihood=model.use_likelihood, device=model.X.device,
+                     **start_settings(data.n, data.d, data.task, n_particles, data.n_classes or 2))
+    post = smc.run(data, seed=seed) if ctx is None else sub_run(ctx, smc, data, seed=seed, purpose="top-down start")
     cdf = torch.softmax(post.log_weights.double(), 0).cumsum(0)
     u = keyed_uniform(seed, 0, gidx.to(cdf.device)) * cdf[-1]
     pick = torch.searchsorted(cdf, u).clamp(max=cdf.numel() - 1)

@@ -59,7 +59,8 @@ from torchtree.samplers.dcc.records import (
 from torchtree.samplers.dcc.rows import use_rows
 from torchtree.samplers.dcc.state import DCCState, _new_stats
 from torchtree.samplers.dcc.utility import dcc_utility
-from torchtree.samplers.protocol import SettingsAsAttributes
+from torchtree.samplers.base import SamplerBase
+
 from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
 from torchtree.steps.adaptation import sharpness_schedule
 from torchtree.steps.hmc import hmc_init
@@ -81,7 +82,11 @@ class _BudgetSpent(Exception):
 _Record, _compact_keys, _inherit = Record, compact_keys, inherit
 
 
-class DCC(SettingsAsAttributes):
+#: the bookkeeping generator's seed is the run's seed plus this (NUTS' generator takes the seed itself)
+BOOKKEEPING_OFFSET = 1
+
+
+class DCC(SamplerBase):
     """Divide-Conquer-Combine sampler over soft-tree topologies (``method="dcc"``).
 
     Settings: :class:`~torchtree.samplers.dcc.config.DCCConfig` (keyword arguments here,
@@ -200,7 +205,7 @@ class DCC(SettingsAsAttributes):
         c = self.config
         state = DCCState(step=0, done=False, records={}, evidence=EvidenceAccumulator(0, device=torch.device("cpu")),
                          generator=torch.Generator(device=ctx.device).manual_seed(ctx.seed),
-                         bookkeeping=torch.Generator().manual_seed(ctx.seed + 1),  # CPU draws for bookkeeping
+                         bookkeeping=torch.Generator().manual_seed(ctx.seed + BOOKKEEPING_OFFSET),  # CPU draws for bookkeeping
                          rng=_pyrandom.Random(ctx.seed), hmc_step=0,
                          stats=_new_stats())
         for t in sample_prior_topologies(c.n_initial, c.alpha_split, c.beta_split, c.max_depth, state.rng):
