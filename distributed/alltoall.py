@@ -23,7 +23,7 @@ import torch
 from ._buffers import as_one_buffer
 from .backend import Backend
 from .blocks import Block, Workspace
-from .plan import _expand, _local, _plan
+from .plan import expand_runs, local_redistribute, make_plan
 
 __all__ = ["alltoall_redistribute", "destination_ranges"]
 
@@ -80,10 +80,10 @@ def alltoall_redistribute(
     dict str -> Tensor ``[n, ...]``: rows ``[rank n, (rank + 1) n)`` of
     ``sequential_redistribute(global block, global ncopies)``, exactly.
     """
-    plan = _plan(block, ncopies, backend, out)
+    plan = make_plan(block, ncopies, backend, out)
     P, rank, n = backend.world_size, backend.rank, plan.n
     if P == 1 or n == 0:
-        return _local(block, plan.counts, local, out)
+        return local_redistribute(block, plan.counts, local, out)
     counts = plan.counts
     device = counts.device
     words = plan.layout.words
@@ -115,4 +115,4 @@ def alltoall_redistribute(
             f"all-to-all redistribution internal error: rank {rank} received {int(run_counts.sum())} "
             f"copies for {n} slots (please report)"
         )
-    return _expand(plan.layout, rows, run_counts, local, out)
+    return expand_runs(plan.layout, rows, run_counts, local, out)

@@ -55,7 +55,7 @@ class CollectiveTimeout(CollectiveError, TimeoutError):
     """
 
 
-def _seconds(timeout: float | timedelta) -> float:
+def timeout_seconds(timeout: float | timedelta) -> float:
     """Normalise a timeout given as seconds or :class:`datetime.timedelta` to seconds."""
     if isinstance(timeout, timedelta):
         timeout = timeout.total_seconds()
@@ -65,7 +65,7 @@ def _seconds(timeout: float | timedelta) -> float:
     return timeout
 
 
-def _check_op(op: str) -> str:
+def check_op(op: str) -> str:
     if op not in _REDUCE_OPS:
         raise ValueError(f"reduce op must be one of {_REDUCE_OPS}, got {op!r}")
     return op
@@ -216,13 +216,13 @@ class LocalBackend:
     def __init__(self, timeout: float | timedelta = DEFAULT_TIMEOUT):
         self.rank = 0
         self.world_size = 1
-        self.timeout = _seconds(timeout)
+        self.timeout = timeout_seconds(timeout)
 
     def __repr__(self) -> str:
         return "LocalBackend()"
 
     def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        _check_op(op)
+        check_op(op)
         return t.clone()
 
     def exclusive_scan(self, t: torch.Tensor) -> torch.Tensor:

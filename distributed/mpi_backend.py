@@ -37,7 +37,7 @@ from typing import Sequence
 
 import torch
 
-from .backend import DEFAULT_TIMEOUT, CollectiveError, CollectiveTimeout, _check_op, _seconds
+from .backend import DEFAULT_TIMEOUT, CollectiveError, CollectiveTimeout, check_op, timeout_seconds
 
 __all__ = ["MPIBackend"]
 
@@ -78,7 +78,7 @@ class MPIBackend:
         self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         self.rank = self.comm.Get_rank()
         self.world_size = self.comm.Get_size()
-        self.timeout = _seconds(timeout)
+        self.timeout = timeout_seconds(timeout)
         self._row_types: dict[int, object] = {}
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
@@ -136,7 +136,7 @@ class MPIBackend:
 
     # ------------------------------------------------------------------ collectives
     def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        _check_op(op)
+        check_op(op)
         s = self._host(t).to(self._reduce_dtype(t))
         r = torch.empty_like(s)
         req = self.comm.Iallreduce(s.numpy(), r.numpy(), op=self._ops[op])

@@ -20,7 +20,7 @@ METHODS = ("auto", "sequential", "gather", "rotational", "alltoall")
 LOCAL_METHODS = ("gather", "sequential")
 
 
-def _check_ncopies(ncopies: torch.Tensor, rows: int) -> str:
+def check_ncopies(ncopies: torch.Tensor, rows: int) -> str:
     """Describe what is wrong with a local ``ncopies`` (empty string when nothing is)."""
     if not isinstance(ncopies, torch.Tensor):
         return f"ncopies must be a tensor, got {type(ncopies).__name__}"
@@ -108,7 +108,7 @@ def sequential_redistribute(
     order (``sum(ncopies) == M`` for a resampling step).
     """
     rows = block_rows(block)
-    problem = _check_ncopies(ncopies, rows)
+    problem = check_ncopies(ncopies, rows)
     if problem:
         raise ValueError(problem)
     counts = ncopies.tolist()
@@ -152,7 +152,7 @@ def gather_redistribute(
     construction (the point of Alg. 5's Pad step).
     """
     rows = block_rows(block)
-    problem = _check_ncopies(ncopies, rows)
+    problem = check_ncopies(ncopies, rows)
     if problem:
         raise ValueError(problem)
     device = next(iter(block.values())).device
@@ -165,7 +165,7 @@ def gather_redistribute(
     return dict(out)
 
 
-def _local(block: Mapping[str, torch.Tensor], counts: torch.Tensor, local: str, out=None) -> Block:
+def local_redistribute(block: Mapping[str, torch.Tensor], counts: torch.Tensor, local: str, out=None) -> Block:
     if local == "gather":
         return gather_redistribute(block, counts, out=out)
     if local == "sequential":
@@ -173,7 +173,7 @@ def _local(block: Mapping[str, torch.Tensor], counts: torch.Tensor, local: str, 
     raise ValueError(f"local must be one of {LOCAL_METHODS}, got {local!r}")
 
 
-def _expand(layout: BlockLayout, rows: torch.Tensor, counts: torch.Tensor, local: str, out) -> Block:
+def expand_runs(layout: BlockLayout, rows: torch.Tensor, counts: torch.Tensor, local: str, out) -> Block:
     """Step 5 of the distributed variants: expand packed runs ``rows`` by ``counts``."""
     if local == "gather":
         return layout.unpack(rows, index=ancestors_from_ncopies(counts), out=out)
@@ -192,7 +192,7 @@ class _Plan:
     counts: torch.Tensor  # int64 [n] ncopies on the block's device
 
 
-def _plan(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor, backend: Backend, out=None) -> _Plan:
+def make_plan(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor, backend: Backend, out=None) -> _Plan:
     """Validate inputs on every rank at once and learn the per-rank totals: one ``all_gather``.
 
     Each rank contributes ``[problem flag, n, layout hash, sum(ncopies), #zero ncopies]``; every
@@ -207,7 +207,7 @@ def _plan(block: Mapping[str, torch.Tensor], ncopies: torch.Tensor, backend: Bac
     except ValueError as exc:
         problem = f"bad particle block: {exc}"
     if not problem:
-        problem = _check_ncopies(ncopies, n)
+        problem = check_ncopies(ncopies, n)
     if not problem:
         try:
             check_out(out, block, n)

@@ -35,8 +35,8 @@ import torch
 from .alltoall import alltoall_redistribute
 from .backend import Backend, LocalBackend
 from .blocks import Block, block_rows
-from .plan import (LOCAL_METHODS, METHODS, _check_ncopies, _local, ancestors_from_ncopies, check_out,
-                   gather_redistribute, sequential_redistribute)
+from .plan import (LOCAL_METHODS, METHODS, ancestors_from_ncopies, check_ncopies, check_out, gather_redistribute,
+                   local_redistribute, sequential_redistribute)
 from .rotational import rotational_redistribute
 
 __all__ = [
@@ -106,12 +106,12 @@ def redistribute(
             raise ValueError(f"method {method!r} runs on one rank; use 'rotational' or 'alltoall'")
         rows = block_rows(block)
         check_out(out, block, rows)
-        problem = _check_ncopies(ncopies, rows)
+        problem = check_ncopies(ncopies, rows)
         if problem:
             raise ValueError(problem)
         if int(ncopies.sum()) != rows:
             raise ValueError(f"sum(ncopies) is {int(ncopies.sum())}; it must equal N = {rows}")
-        return _local(block, ncopies, method, out)
+        return local_redistribute(block, ncopies, method, out)
     if method == "rotational":
         return rotational_redistribute(block, ncopies, backend, local=local, out=out, workspace=workspace)
     return alltoall_redistribute(block, ncopies, backend, local=local, out=out, workspace=workspace)

@@ -35,7 +35,7 @@ Step 5, S-R. Each rank now holds runs that cover exactly its ``n`` output slots,
 expands them locally (``local="gather"`` or ``"sequential"``).
 
 Cost per rank: ``2 ceil(log2 P) + 2`` paired exchanges of ``n`` packed rows each, plus the one
-set-up ``all_gather`` of :func:`~torchtree.distributed.redistribution._plan`. Works for any ``P``
+set-up ``all_gather`` of :func:`~torchtree.distributed.plan.make_plan`. Works for any ``P``
 (not only powers of two): partners outside ``[0, P)`` are skipped, and no run ever needs one.
 """
 
@@ -47,7 +47,7 @@ import torch
 
 from .backend import Backend
 from .blocks import Block, Workspace
-from .plan import _expand, _local, _plan, ancestors_from_ncopies
+from .plan import ancestors_from_ncopies, expand_runs, local_redistribute, make_plan
 
 __all__ = ["rotational_redistribute"]
 
@@ -182,10 +182,10 @@ def rotational_redistribute(
     With one rank this is the local S-R (the paper's ``if P > 1``). See the module notes for
     the algorithm, why it never collides, and its cost.
     """
-    plan = _plan(block, ncopies, backend, out)
+    plan = make_plan(block, ncopies, backend, out)
     P, rank, n = backend.world_size, backend.rank, plan.n
     if P == 1 or n == 0:
-        return _local(block, plan.counts, local, out)
+        return local_redistribute(block, plan.counts, local, out)
     counts = plan.counts
     device = counts.device
     first = plan.offset + torch.cumsum(counts, 0) - counts
@@ -223,7 +223,7 @@ def rotational_redistribute(
         raise _internal("runs do not tile this rank's output slots")
     if local == "sequential":
         rows = torch.cat([buf.index_select(0, idx) for buf, idx, _ in sources])
-        return _expand(plan.layout, rows, run_counts, local, out)
+        return expand_runs(plan.layout, rows, run_counts, local, out)
     result = plan.layout.empty(n, device) if out is None else dict(out)
     start = 0
     for buf, idx, m in sources:

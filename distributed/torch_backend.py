@@ -27,7 +27,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from .backend import DEFAULT_TIMEOUT, CollectiveError, CollectiveTimeout, _check_op, _seconds
+from .backend import DEFAULT_TIMEOUT, CollectiveError, CollectiveTimeout, check_op, timeout_seconds
 
 __all__ = ["TorchDistBackend"]
 
@@ -67,7 +67,7 @@ class TorchDistBackend:
             )
         self.group = group
         self._owns_process_group = False  # set by from_env when it initialised the default group
-        self.timeout = _seconds(timeout)
+        self.timeout = timeout_seconds(timeout)
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.transport = str(dist.get_backend(group)).lower()
@@ -102,7 +102,7 @@ class TorchDistBackend:
             If the group is not initialised and ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` or
             ``MASTER_PORT`` is missing from the environment.
         """
-        seconds = _seconds(timeout)
+        seconds = timeout_seconds(timeout)
         if not dist.is_initialized():
             missing = [v for v in _TORCHRUN_VARS if v not in os.environ]
             if missing:
@@ -157,7 +157,7 @@ class TorchDistBackend:
 
     # ------------------------------------------------------------------ collectives
     def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        _check_op(op)
+        check_op(op)
         w = self._to_wire(t).clone()
         self._wait(dist.all_reduce(w, _DIST_OPS[op], group=self.group, async_op=True), f"all_reduce({op})")
         return self._from_wire(w, t)

@@ -25,13 +25,13 @@ __all__ = ["node_region_keys", "mixture_over_leaves"]
 _GOLD = GOLDEN
 
 
-def _bits(threshold: torch.Tensor) -> torch.Tensor:
+def threshold_bits(threshold: torch.Tensor) -> torch.Tensor:
     if threshold.dtype == torch.float64:
         return threshold.view(torch.int64)
     return threshold.float().view(torch.int32).long()
 
 
-def _rule_hash(key: torch.Tensor, feature: torch.Tensor, thr_bits: torch.Tensor) -> torch.Tensor:
+def rule_hash(key: torch.Tensor, feature: torch.Tensor, thr_bits: torch.Tensor) -> torch.Tensor:
     return _mix(_mix(key * _GOLD + feature.long()) + thr_bits * _GOLD)
 
 
@@ -50,14 +50,14 @@ def node_region_keys(feature, threshold, left, right, depth, used) -> torch.Tens
     P, C = feature.shape
     key = torch.zeros(P, C, dtype=torch.long, device=feature.device)
     key[:, 0] = 0x5DEECE66D
-    bits = _bits(threshold)
+    bits = threshold_bits(threshold)
     internal = used & (feature >= 0)
     max_d = int(torch.where(used, depth, 0).max()) if used.any() else 0
     for q in range(max_d):
         p, c = (internal & (depth == q)).nonzero(as_tuple=True)
         if p.numel() == 0:
             continue
-        h = _rule_hash(key[p, c], feature[p, c], bits[p, c])
+        h = rule_hash(key[p, c], feature[p, c], bits[p, c])
         key[p, left[p, c].long()] = _mix(h + 1)
         key[p, right[p, c].long()] = _mix(h + 2)
     return key
@@ -96,7 +96,7 @@ def mixture_over_leaves(
     M = X.shape[0]
     out = torch.zeros(M, out_dim, dtype=torch.float64, device=dev)
     key = node_region_keys(feature, threshold, left, right, depth, used)
-    bits = _bits(threshold)
+    bits = threshold_bits(threshold)
     is_leaf = used & (feature < 0)
     internal = used & (feature >= 0)
     # Regions of the current level: sorted keys, and their point lists in a flat buffer.
@@ -128,7 +128,7 @@ def mixture_over_leaves(
         ip, ic = (internal & at_q).nonzero(as_tuple=True)
         if ip.numel() == 0:
             break
-        h = _rule_hash(key[ip, ic], feature[ip, ic], bits[ip, ic])
+        h = rule_hash(key[ip, ic], feature[ip, ic], bits[ip, ic])
         hu, first_i = _unique_first(h)
         ip, ic = ip[first_i], ic[first_i]
         r = torch.searchsorted(reg_key, key[ip, ic])

@@ -123,14 +123,14 @@ def _spy_on_start_option(monkeypatch, name):
     from torchtree.samplers import presets
 
     seen = []
-    real = est_mod._BayesianTreeBase._build_sampler
+    real = est_mod.BayesianTreeBase._build_sampler
 
-    def spy(self, data):
-        s = real(self, data)
+    def spy(self, data, **kw):
+        s = real(self, data, **kw)
         seen.append(getattr(s.config, name))
         return s
 
-    monkeypatch.setattr(est_mod._BayesianTreeBase, "_build_sampler", spy)
+    monkeypatch.setattr(est_mod.BayesianTreeBase, "_build_sampler", spy)
     monkeypatch.setattr(presets, "SMALL_TABLE_ROWS", 200)
     return seen
 

@@ -81,13 +81,13 @@ def test_what_the_layout_cannot_hold_is_stored_as_is():
 
 def _old_format_save(post, path):
     """A posterior file as the previous version (format /1) wrote it."""
-    from torchtree.model.posterior import _plain
+    from torchtree.model.posterior import to_plain
 
     payload = {"format": "torchtree.TreePosterior/1", "trees": {k: v.cpu() for k, v in post.trees.as_dict().items()},
                "log_weights": post.log_weights.cpu(), "likelihood": post.likelihood.config(),
                "n_features": post.n_features, "classes": None if post.classes_ is None else post.classes_.tolist(),
                "log_evidence": post.log_evidence, "n_particles": post.n_particles, "ess": post.ess,
-               "info": _plain(post.info)}
+               "info": to_plain(post.info)}
     atomic_save(seal(payload), path)
 
 

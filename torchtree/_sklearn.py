@@ -24,7 +24,7 @@ class DataConversionWarning(UserWarning):
 _WITH_SKLEARN: Dict[type, type] = {}
 
 
-def _sklearn_flavoured(cls: type, sklearn_name: str) -> type:
+def sklearn_flavoured(cls: type, sklearn_name: str) -> type:
     """``cls``, or (once scikit-learn has been imported by the user) a subclass of both ``cls`` and
     scikit-learn's class of that name, so that code catching either catches it."""
     import sys
@@ -37,7 +37,7 @@ def _sklearn_flavoured(cls: type, sklearn_name: str) -> type:
     return _WITH_SKLEARN[cls]
 
 
-def _shape(a) -> tuple:
+def shape_of(a) -> tuple:
     """The shape of an array-like (a tensor's, a frame's, or that of ``numpy.asarray(a)``; () if none)."""
     shape = getattr(a, "shape", None)
     if shape is None:
@@ -48,7 +48,7 @@ def _shape(a) -> tuple:
     return tuple(int(v) for v in shape)
 
 
-def _seed(random_state) -> Optional[int]:
+def seed_from_random_state(random_state) -> Optional[int]:
     """An int seed from ``random_state``: an int, None (a fresh seed per fit, drawn by the sampler),
     or a ``numpy.random.RandomState`` / ``Generator`` (one draw from it, as scikit-learn's
     estimators use such an object)."""

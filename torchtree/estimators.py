@@ -15,18 +15,19 @@ import numpy as np
 
 from torchtree.core.random import seed_to_int
 from torchtree.core.threads import check_threads, resolve_threads, using_threads
-from torchtree._sklearn import DataConversionWarning, NotFittedError, _seed, _shape, _sklearn_flavoured
+from torchtree._sklearn import DataConversionWarning, NotFittedError, seed_from_random_state, shape_of, sklearn_flavoured
 from torchtree.methods import (  # METHODS, register_method, get_method, model_settings: re-exported
-    _LIKELIHOOD_SETTINGS,
-    _PRIOR_SETTINGS,
     HYPER_MODES,
+    LIKELIHOOD_SETTINGS,
     METHODS,
-    _accepted,
+    PRIOR_SETTINGS,
+    accepted_settings,
     get_method,
     model_settings,
     register_method,
 )
-from torchtree.model.data import Data, _frame_columns, resolve_device
+from torchtree.model.data import Data, resolve_device
+from torchtree.model.inputs import frame_columns
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.posterior import attach_feature_names
 from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, make_prior
@@ -50,7 +51,7 @@ def _write_curves(monitor, search) -> None:
                 m.add_curve(f"hyper/{name}_log_evidence", [x for x, _ in curve], [lz for _, lz in curve])
 
 
-class _BayesianTreeBase:
+class BayesianTreeBase:
     """Shared estimator logic (see the two public subclasses)."""
 
     _task = "classification"
@@ -108,7 +109,7 @@ class _BayesianTreeBase:
             out["alpha"] = self.alpha
         return {k: v for k, v in out.items() if v is not None}
 
-    def set_params(self, **params: Any) -> "_BayesianTreeBase":
+    def set_params(self, **params: Any) -> "BayesianTreeBase":
         """Set parameters, as scikit-learn's ``set_params`` does.
 
         Parameters
@@ -150,8 +151,8 @@ class _BayesianTreeBase:
     def _make_prior(self):
         # settings left at None take make_prior's defaults (those of the samplers), or the
         # values chosen by evidence (hyper="evidence")
-        given = {n: getattr(self, n) for n in _PRIOR_SETTINGS[1:] if getattr(self, n) is not None}
-        tuned = {n: v for n, v in getattr(self, "_tuned", {}).items() if n in _PRIOR_SETTINGS and n not in given}
+        given = {n: getattr(self, n) for n in PRIOR_SETTINGS[1:] if getattr(self, n) is not None}
+        tuned = {n: v for n, v in getattr(self, "_tuned", {}).items() if n in PRIOR_SETTINGS and n not in given}
         return make_prior(self.prior, **given, **tuned)
 
     def _tuned_value(self, name: str):
@@ -194,16 +195,16 @@ class _BayesianTreeBase:
         for klass in reversed(type(self).__mro__):
             if "__init__" in vars(klass):
                 defaults.update({n: p.default for n, p in inspect.signature(klass.__init__).parameters.items()})
-        changed = [n for n in _PRIOR_SETTINGS + _LIKELIHOOD_SETTINGS
+        changed = [n for n in PRIOR_SETTINGS + LIKELIHOOD_SETTINGS
                    if n in defaults and getattr(self, n) != defaults[n]]
         if "likelihood" in self._sampler_options:
             # a likelihood object given as a sampler option is used as is
-            own = [n for n in changed if n in _LIKELIHOOD_SETTINGS]
+            own = [n for n in changed if n in LIKELIHOOD_SETTINGS]
             if own:
                 raise ValueError(f"{', '.join(own)} do(es) not apply when likelihood= is given; set them on it")
         unused = [n for n in changed if n not in used]
         if unused:
-            where = f"{cls.__name__}(hyper=...) and its other options" if "hyper" in _accepted(cls) else f"{cls.__name__}'s own options"
+            where = f"{cls.__name__}(hyper=...) and its other options" if "hyper" in accepted_settings(cls) else f"{cls.__name__}'s own options"
             raise ValueError(
                 f"method {self.method!r} ({cls.__name__}) does not use {', '.join(unused)}: it builds its own "
                 f"prior and leaf model; set them through {where}")
@@ -212,7 +213,7 @@ class _BayesianTreeBase:
 
     def _build_sampler(self, data: Data, checked: bool = False):
         cls = get_method(self.method)
-        accepted = _accepted(cls)
+        accepted = accepted_settings(cls)
         if not checked:  # fit checks before the evidence pilots
             self._check_model_settings(cls)
         kwargs = dict(self._sampler_options)
@@ -263,7 +264,7 @@ class _BayesianTreeBase:
     def _make_data(self, X, y) -> Data:
         return Data(X, y, task=self._task)
 
-    def fit(self, X, y) -> "_BayesianTreeBase":
+    def fit(self, X, y) -> "BayesianTreeBase":
         """Sample the posterior over trees given training data.
 
         Parameters
@@ -278,7 +279,7 @@ class _BayesianTreeBase:
         ``predict*``, ``score`` and ``log_predictive`` take a frame's columns by name and
         refuse unknown or missing names) and, for classifiers, ``classes_``.
         """
-        names = _frame_columns(X)
+        names = frame_columns(X)
         if names is not None and all(isinstance(c, str) for c in names):
             dup = sorted({c for c in names if names.count(c) > 1})
             if dup:  # predict* takes a frame's columns by name: which of two 'a' columns is 'a'?
@@ -287,12 +288,12 @@ class _BayesianTreeBase:
         check_threads(self.n_threads)
         if self.device is not None:
             resolve_device(self.device)  # an unavailable device is refused now, not after the evidence pilots
-        y_shape = _shape(y)
+        y_shape = shape_of(y)
         if len(y_shape) == 2 and y_shape[1] == 1:
             warnings.warn("A column-vector y was passed when a 1d array was expected; it is flattened to shape "
-                          f"({y_shape[0]},)", _sklearn_flavoured(DataConversionWarning, "DataConversionWarning"),
+                          f"({y_shape[0]},)", sklearn_flavoured(DataConversionWarning, "DataConversionWarning"),
                           stacklevel=2)
-        self._seed_ = _seed(self.random_state)
+        self._seed_ = seed_from_random_state(self.random_state)
         if self._seed_ is None and self._sampler_options.get("checkpoint") is None:
             # one seed for the evidence pilots and the run, recorded in posterior_.info["seed"]; with a
             # checkpoint the run draws its own, which the checkpoint keeps for a resumed fit
@@ -309,7 +310,7 @@ class _BayesianTreeBase:
             from torchtree.monitor import ProgressMonitor
 
             monitor = ProgressMonitor(disable=False)  # asked for: shown even when stderr is no terminal
-        if "n_threads" in _accepted(type(sampler)):
+        if "n_threads" in accepted_settings(type(sampler)):
             self.posterior_ = sampler.run(data, seed=self._seed_, monitor=monitor)
         else:  # a registered sampler outside the protocol: the estimator applies the setting
             with using_threads(resolve_threads(self.n_threads, data.n)):
@@ -341,9 +342,9 @@ class _BayesianTreeBase:
             ``X`` is a frame whose column names are not those seen at ``fit``.
         """
         fitted = getattr(self, "feature_names_in_", None)
-        names = _frame_columns(X)
+        names = frame_columns(X)
         if fitted is None or names is None or not all(isinstance(c, str) for c in names):
-            x_shape = _shape(X)
+            x_shape = shape_of(X)
             if len(x_shape) == 2 and x_shape[1] != self.n_features_in_:
                 raise ValueError(f"X has {x_shape[1]} features, but {type(self).__name__} is expecting "
                                  f"{self.n_features_in_} features as input")
@@ -378,7 +379,7 @@ class _BayesianTreeBase:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "posterior_"):
-            raise _sklearn_flavoured(NotFittedError, "NotFittedError")(
+            raise sklearn_flavoured(NotFittedError, "NotFittedError")(
                 f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
 
     @property
@@ -407,7 +408,7 @@ class _BayesianTreeBase:
         return self.posterior_.log_predictive(self._check_columns(X), self._target(X, y))
 
 
-class BayesianTreeClassifier(_BayesianTreeBase):
+class BayesianTreeClassifier(BayesianTreeBase):
     """Bayesian decision-tree classifier.
 
     Parameters
@@ -500,7 +501,7 @@ class BayesianTreeClassifier(_BayesianTreeBase):
         return self.posterior_.accuracy(self._check_columns(X), yn)
 
 
-class BayesianTreeRegressor(_BayesianTreeBase):
+class BayesianTreeRegressor(BayesianTreeBase):
     """Bayesian decision-tree regressor with Normal-inverse-gamma leaves.
 
     Parameters

@@ -52,7 +52,7 @@ def get_method(name: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _accepted(cls) -> frozenset:
+def accepted_settings(cls) -> frozenset:
     """The keyword settings ``cls`` takes: its config's fields (protocol samplers) or its
     constructor's parameters (read once per class)."""
     from torchtree.samplers.protocol import config_class_of
@@ -68,8 +68,8 @@ def _accepted(cls) -> frozenset:
 
 
 # estimator-level model settings, and the object the estimator builds from them
-_PRIOR_SETTINGS = ("prior", "alpha_split", "beta_split", "poisson_lambda")
-_LIKELIHOOD_SETTINGS = ("alpha", "mu0", "kappa0", "a0", "b0")
+PRIOR_SETTINGS = ("prior", "alpha_split", "beta_split", "poisson_lambda")
+LIKELIHOOD_SETTINGS = ("alpha", "mu0", "kappa0", "a0", "b0")
 
 #: One line per model setting: the CLI's help text and the estimators' documentation read it
 #: (the samplers' own settings are described by their configs).
@@ -108,9 +108,9 @@ def model_settings(cls) -> Dict[str, str]:
     the dict are not used by that sampler: DCC, for one, builds its own soft-tree
     priors and takes no ``prior`` or ``likelihood`` object.
     """
-    accepted = _accepted(cls)
+    accepted = accepted_settings(cls)
     out: Dict[str, str] = {}
-    for group, obj in ((_PRIOR_SETTINGS, "prior"), (_LIKELIHOOD_SETTINGS, "likelihood")):
+    for group, obj in ((PRIOR_SETTINGS, "prior"), (LIKELIHOOD_SETTINGS, "likelihood")):
         for name in group:
             if obj in accepted:
                 out[name] = "object"

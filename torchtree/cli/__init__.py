@@ -28,11 +28,11 @@ import sys
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from torchtree.cli.bench import _cmd_bench, _cmd_demo, demo
-from torchtree.cli.common import USER_ERRORS, _flag
-from torchtree.cli.fit import _cmd_fit, _cmd_predict
-from torchtree.cli.options import _estimator_options, _peek, parse_threads, sampler_options
-from torchtree.cli.report import _cmd_summary, load_posterior
+from torchtree.cli.bench import cmd_bench, cmd_demo, demo
+from torchtree.cli.common import USER_ERRORS, option_flag
+from torchtree.cli.fit import cmd_fit, cmd_predict
+from torchtree.cli.options import estimator_options, parse_threads, peek_option, sampler_options
+from torchtree.cli.report import cmd_summary, load_posterior
 
 __all__ = ["main", "demo", "build_parser", "sampler_options", "load_posterior"]
 
@@ -105,10 +105,10 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     taken = {"data", "target", "method", "task", "test_size", "test", "device", "logdir", "out", "seed", "quiet", "debug",
              "checkpoint", "checkpoint_every", "threads", "n_threads"}
     est_tasks: Dict[str, str] = {}
-    for name, kw, task in _estimator_options():
+    for name, kw, task in estimator_options():
         if used is not None and used.get(name) != "object":
             continue
-        est.add_argument(_flag(name), dest=name, **kw)
+        est.add_argument(option_flag(name), dest=name, **kw)
         taken.add(name)
         est_tasks[name] = task
     title = f"sampler options (--method {method}: {cls.__name__})" if cls is not None else f"sampler options (--method {method})"
@@ -118,9 +118,9 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
         for name, kw in sampler_options(cls):
             if name in taken:
                 continue
-            smp.add_argument(_flag(name), dest=name, **kw)
+            smp.add_argument(option_flag(name), dest=name, **kw)
             names.append(name)
-    p.set_defaults(func=_cmd_fit, _sampler_names=names, _estimator_tasks=est_tasks)
+    p.set_defaults(func=cmd_fit, _sampler_names=names, _estimator_tasks=est_tasks)
 
     # -------------------------------------------------------------- predict
     p = sub.add_parser(
@@ -138,7 +138,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     p.add_argument("--proba", action="store_true", help="classification: one probability column per class")
     p.add_argument("--level", type=float, default=None, help="regression: credible level of the interval (default: 0.9)")
     p.add_argument("--out", metavar="FILE", help="write CSV here (default: standard output)")
-    p.set_defaults(func=_cmd_predict)
+    p.set_defaults(func=cmd_predict)
 
     # -------------------------------------------------------------- summary
     p = sub.add_parser(
@@ -153,7 +153,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     p.add_argument("posterior", metavar="POSTERIOR.pt")
     p.add_argument("--dot", action="store_true", help="print the tree as Graphviz DOT instead (pipe to 'dot -Tpng')")
     p.add_argument("--tree", type=int, metavar="I", help="which tree (default: the heaviest, i.e. the MAP tree)")
-    p.set_defaults(func=_cmd_summary)
+    p.set_defaults(func=cmd_summary)
 
     # ----------------------------------------------------------------- demo
     p = sub.add_parser(
@@ -165,7 +165,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the samplers and of the split (default: 0)")
-    p.set_defaults(func=_cmd_demo)
+    p.set_defaults(func=cmd_demo)
 
     # ---------------------------------------------------------------- bench
     p = sub.add_parser(
@@ -181,7 +181,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", metavar="NAME")
     p.add_argument("--list", action="store_true", help="list the available benchmarks")
     p.add_argument("--out", metavar="FILE.json", help="JSON output (passed to the script as --out)")
-    p.set_defaults(func=_cmd_bench)
+    p.set_defaults(func=cmd_bench)
     return parser
 
 
@@ -221,7 +221,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         warnings.formatwarning = lambda message, category, *a, **k: f"torchtree: warning: {message}\n"
     try:
         command = _command_of(argv)
-        method = _peek(argv, "--method") if command == "fit" else None
+        method = peek_option(argv, "--method") if command == "fit" else None
         parser = build_parser(method or "smc")
         if command == "bench":
             head, extra = _split_bench(argv)

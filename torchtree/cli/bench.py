@@ -10,7 +10,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from torchtree.cli.common import _say
+from torchtree.cli.common import say
 
 def _demo_data(seed: int = 0):
     """scikit-learn's bundled breast-cancer data (569 x 30) split 70/30, or, without
@@ -91,7 +91,7 @@ def demo(seed: int = 0, out=sys.stdout) -> List[tuple]:
     return rows
 
 
-def _cmd_demo(args) -> int:
+def cmd_demo(args) -> int:
     demo(seed=args.seed)
     return 0
 
@@ -126,7 +126,7 @@ def _first_doc_line(path: Path) -> str:
     return (doc or "").strip().splitlines()[0] if doc else ""
 
 
-def _cmd_bench(args) -> int:
+def cmd_bench(args) -> int:
     found = benchmarks()
     extra = list(getattr(args, "_extra", []))
     if args.list or not args.name:
@@ -150,8 +150,8 @@ def _cmd_bench(args) -> int:
     if args.out:
         cmd += ["--out", args.out]
     cmd += extra
-    _say(args, "torchtree bench: " + " ".join(cmd))
+    say(args, "torchtree bench: " + " ".join(cmd))
     rc = subprocess.call(cmd)
     if rc == 0 and args.out and os.path.exists(args.out):
-        _say(args, f"torchtree bench: wrote {args.out}")
+        say(args, f"torchtree bench: wrote {args.out}")
     return rc

@@ -21,12 +21,12 @@ ESTIMATOR_RESERVED = {"self", "method", "random_state", "device", "monitor", "n_
 POSTERIOR_FORMAT = "torchtree.TreePosterior/1"
 
 
-def _say(args, *msg) -> None:
+def say(args, *msg) -> None:
     if not getattr(args, "quiet", False):
         print(*msg, file=sys.stderr)
 
 
-def _resolve_device(device: str) -> str:
+def resolve_device_option(device: str) -> str:
     from torchtree.model.data import resolve_device
 
     if device is None:
@@ -40,7 +40,7 @@ def _resolve_device(device: str) -> str:
     return str(dev)
 
 
-def _fmt(v: Any, spec: str = ".4f") -> str:
+def fmt(v: Any, spec: str = ".4f") -> str:
     if v is None:
         return "n/a"
     if isinstance(v, float) and not math.isfinite(v):
@@ -48,5 +48,5 @@ def _fmt(v: Any, spec: str = ".4f") -> str:
     return format(v, spec)
 
 
-def _flag(name: str) -> str:
+def option_flag(name: str) -> str:
     return "--" + name.replace("_", "-")

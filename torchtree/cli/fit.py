@@ -11,8 +11,8 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from torchtree.model.posterior import attach_feature_names
-from torchtree.cli.common import _flag, _fmt, _resolve_device, _say
-from torchtree.cli.report import _n_features, _schema, _sizes, load_posterior
+from torchtree.cli.common import fmt, option_flag, resolve_device_option, say
+from torchtree.cli.report import cli_schema, load_posterior, n_features_of, size_summary
 
 def _split(y: np.ndarray, test_size: float, seed: int, stratify: bool) -> Tuple[np.ndarray, np.ndarray]:
     """Train / test indices: a seeded random split, per class for classification
@@ -68,10 +68,10 @@ def _check_classes(y: np.ndarray, path: str, target: str) -> None:
     check_class_count(len(classes), len(y), name=f"{path}: target {target!r}", advice="use --task regression")
 
 
-def _cmd_fit(args) -> int:
+def cmd_fit(args) -> int:
 
     from torchtree.io.csv import infer_task, parse_target, read_csv
-    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, _accepted, get_method
+    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, accepted_settings, get_method
     from torchtree.monitor import ProgressMonitor, TensorBoardMonitor
 
     quiet = getattr(args, "quiet", False)
@@ -106,13 +106,13 @@ def _cmd_fit(args) -> int:
     est_kw = {k: given[k] for k in args._estimator_tasks if k in given}
     for k in est_kw:
         if args._estimator_tasks[k] and args._estimator_tasks[k] != task:
-            raise ValueError(f"{_flag(k)} applies to {args._estimator_tasks[k]} only; this is a {task} task")
+            raise ValueError(f"{option_flag(k)} applies to {args._estimator_tasks[k]} only; this is a {task} task")
     smp_kw = {k: (tuple(given[k]) if isinstance(given[k], list) else given[k]) for k in args._sampler_names if k in given}
     if args.checkpoint_every is not None and not args.checkpoint:
         raise ValueError("--checkpoint-every applies with --checkpoint FILE")
     if args.checkpoint:
         args.checkpoint_every = 1 if args.checkpoint_every is None else args.checkpoint_every
-        if "checkpoint" not in _accepted(cls):
+        if "checkpoint" not in accepted_settings(cls):
             raise ValueError(f"--method {args.method} ({cls.__name__}) cannot checkpoint; drop --checkpoint")
         if args.checkpoint_every < 1:
             raise ValueError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
@@ -121,8 +121,8 @@ def _cmd_fit(args) -> int:
             raise FileNotFoundError(f"--checkpoint {args.checkpoint}: directory {ck_dir} does not exist")
         smp_kw.update(checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
         if os.path.exists(args.checkpoint) or os.path.exists(args.checkpoint + ".manifest.json"):
-            _say(args, f"torchtree fit: resuming from {args.checkpoint}")
-    device = _resolve_device(args.device)
+            say(args, f"torchtree fit: resuming from {args.checkpoint}")
+    device = resolve_device_option(args.device)
     monitors: List[Any] = [ProgressMonitor(desc=f"torchtree fit [{args.method}]", disable=True if quiet else None)]
     if args.logdir:
         monitors.append(TensorBoardMonitor(args.logdir))
@@ -162,10 +162,10 @@ def _cmd_fit(args) -> int:
     info = getattr(post, "info", {}) or {}
     rows.append(("time", f"{secs:.2f} s"))
     le = getattr(post, "log_evidence", None)
-    rows.append(("log evidence", _fmt(le) if le is not None else f"n/a ({args.method} does not estimate it)"))
+    rows.append(("log evidence", fmt(le) if le is not None else f"n/a ({args.method} does not estimate it)"))
     ess = getattr(post, "ess", None)
     n_part = getattr(post, "n_particles", None)
-    sizes = _sizes(post)
+    sizes = size_summary(post)
     if "n_distinct" in sizes:
         distinct = f" ({sizes['n_distinct']} distinct trees)"
     else:  # BART: every draw is a sum of trees
@@ -175,8 +175,8 @@ def _cmd_fit(args) -> int:
     elif isinstance(ess, (int, float)) and n_part:
         rows.append(("ESS", f"{ess:.1f} of {n_part} particles{distinct}"))
     if "rhat_leaves" in info or "ess_leaves" in info:
-        rows.append(("chains", f"R-hat(leaves) {_fmt(info.get('rhat_leaves'), '.3f')}, ESS(leaves) {_fmt(info.get('ess_leaves'), '.1f')}"
-                               + (f", accept {_fmt(info.get('accept/all'), '.3f')}" if "accept/all" in info else "")))
+        rows.append(("chains", f"R-hat(leaves) {fmt(info.get('rhat_leaves'), '.3f')}, ESS(leaves) {fmt(info.get('ess_leaves'), '.1f')}"
+                               + (f", accept {fmt(info.get('accept/all'), '.3f')}" if "accept/all" in info else "")))
     schema = {
         "features": table.feature_names,
         "target": table.target_name,
@@ -291,18 +291,18 @@ def _intervals(post, X: np.ndarray, level: float) -> np.ndarray:
     return post.predict_interval(X, level=level)
 
 
-def _cmd_predict(args) -> int:
+def cmd_predict(args) -> int:
     from torchtree.io.csv import parse_target, read_features, write_csv
 
     post = load_posterior(args.posterior)
-    schema = _schema(post)
-    D = _n_features(post)
+    schema = cli_schema(post)
+    D = n_features_of(post)
     table = read_features(args.data, D, schema.get("features"), schema.get("target"))
     X = table.X
     task = post.task
     if task == "classification":
         if args.level is not None:
-            _say(args, "torchtree predict: --level applies to regression; writing the labels and probabilities")
+            say(args, "torchtree predict: --level applies to regression; writing the labels and probabilities")
         proba = post.predict_proba(X)
         classes = post.classes_ if getattr(post, "classes_", None) is not None else np.arange(proba.shape[1])
         classes = np.asarray(classes)
@@ -316,7 +316,7 @@ def _cmd_predict(args) -> int:
             cols = [pred.tolist(), proba[np.arange(len(codes)), codes]]
     else:
         if args.proba:
-            _say(args, "torchtree predict: --proba applies to classification; writing the mean and interval")
+            say(args, "torchtree predict: --proba applies to classification; writing the mean and interval")
         if args.level is None:
             args.level = 0.9
         if not 0 < args.level < 1:
@@ -338,5 +338,5 @@ def _cmd_predict(args) -> int:
         except ValueError:
             pass
     if args.out:
-        _say(args, f"torchtree predict: wrote {len(X)} rows to {args.out}")
+        say(args, f"torchtree predict: wrote {len(X)} rows to {args.out}")
     return 0

@@ -204,13 +204,13 @@ def sampler_options(cls) -> List[Tuple[str, Dict[str, Any]]]:
     return out
 
 
-def _estimator_options() -> List[Tuple[str, Dict[str, Any], str]]:
+def estimator_options() -> List[Tuple[str, Dict[str, Any], str]]:
     """Options of the estimators (prior, likelihood): ``[(name, kwargs, task or "")]``."""
-    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, _BayesianTreeBase
+    from torchtree.estimators import BayesianTreeBase, BayesianTreeClassifier, BayesianTreeRegressor
     from torchtree.methods import MODEL_SETTINGS_HELP
 
     out, seen = [], set()
-    for cls, task in ((_BayesianTreeBase, ""), (BayesianTreeClassifier, "classification"), (BayesianTreeRegressor, "regression")):
+    for cls, task in ((BayesianTreeBase, ""), (BayesianTreeClassifier, "classification"), (BayesianTreeRegressor, "regression")):
         for name, p in inspect.signature(cls.__init__).parameters.items():
             if name in ESTIMATOR_RESERVED or name in seen or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 continue
@@ -226,7 +226,7 @@ def _estimator_options() -> List[Tuple[str, Dict[str, Any], str]]:
     return out
 
 
-def _peek(argv: Sequence[str], option: str) -> Optional[str]:
+def peek_option(argv: Sequence[str], option: str) -> Optional[str]:
     for i, a in enumerate(argv):
         if a == option and i + 1 < len(argv):
             return argv[i + 1]

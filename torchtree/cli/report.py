@@ -7,9 +7,9 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from torchtree.cli.common import POSTERIOR_FORMAT, _fmt
+from torchtree.cli.common import POSTERIOR_FORMAT, fmt
 
-def _sizes(post) -> Dict[str, float]:
+def size_summary(post) -> Dict[str, float]:
     from torchtree.model.diagnostics import tree_sizes
 
     try:
@@ -26,7 +26,7 @@ def _sizes(post) -> Dict[str, float]:
     }
 
 
-def _schema(post) -> Dict[str, Any]:
+def cli_schema(post) -> Dict[str, Any]:
     raw = getattr(post, "info", {}).get("cli")
     if isinstance(raw, str):
         try:
@@ -36,7 +36,7 @@ def _schema(post) -> Dict[str, Any]:
     return {}
 
 
-def _n_features(post) -> int:
+def n_features_of(post) -> int:
     n = getattr(post, "n_features", None)
     if n is None:
         n = post.data.n_features  # soft-tree posteriors
@@ -111,10 +111,10 @@ def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:
     return lines
 
 
-def _cmd_summary(args) -> int:
+def cmd_summary(args) -> int:
     post = load_posterior(args.posterior)
-    schema = _schema(post)
-    D = _n_features(post)
+    schema = cli_schema(post)
+    D = n_features_of(post)
     names = schema.get("features") or [f"x{d}" for d in range(D)]
     if len(names) != D:
         names = [f"x{d}" for d in range(D)]
@@ -141,17 +141,17 @@ def _cmd_summary(args) -> int:
     print(head)
     sampler = info.get("sampler") or type(post).__name__
     rows: List[Tuple[str, str]] = []
-    sizes = _sizes(post)
+    sizes = size_summary(post)
     if "n_particles" in s:
         unit = "draws" if "rhat_leaves" in info else "particles"
-        ess_part = "" if unit == "draws" else f", ESS {_fmt(s.get('ess'), '.1f')}"
+        ess_part = "" if unit == "draws" else f", ESS {fmt(s.get('ess'), '.1f')}"
         rows.append(("sampler", f"{sampler}{' (' + schema['method'] + ')' if schema.get('method') else ''}, {s['n_particles']} {unit}, "
                                 f"{s.get('n_distinct_trees', sizes.get('n_distinct'))} distinct trees{ess_part}"))
     else:
         rows.append(("sampler", f"{sampler}{' (' + schema['method'] + ')' if schema.get('method') else ''}, {sizes.get('n_distinct', '?')} distinct trees/topologies"))
-    rows.append(("log evidence", _fmt(s.get("log_evidence"))))
+    rows.append(("log evidence", fmt(s.get("log_evidence"))))
     if "rhat_leaves" in info:
-        rows.append(("chains", f"R-hat(leaves) {_fmt(info.get('rhat_leaves'), '.3f')}, ESS(leaves) {_fmt(info.get('ess_leaves'), '.1f')}"))
+        rows.append(("chains", f"R-hat(leaves) {fmt(info.get('rhat_leaves'), '.3f')}, ESS(leaves) {fmt(info.get('ess_leaves'), '.1f')}"))
     if sizes:
         rows.append(("leaves", f"mean {sizes['leaves_mean']:.2f}, max {sizes['leaves_max']}"))
         rows.append(("depth", f"mean {sizes['depth_mean']:.2f}, max {sizes['depth_max']}"))

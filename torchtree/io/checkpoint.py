@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from torchtree.io.integrity import (CHECKSUM_KEY, CheckpointError, _feed, _sigint_deferred, content_checksum,  # noqa: F401
+from torchtree.io.integrity import (CHECKSUM_KEY, CheckpointError, content_checksum, feed_hash, sigint_deferred,  # noqa: F401
                                     read_payload, seal, verify_checksum)
 
 __all__ = [
@@ -87,7 +87,7 @@ def fingerprint(*parts: Any) -> str:
 
     h = hashlib.sha256()
     for p in parts:
-        _feed(h, p)
+        feed_hash(h, p)
     return h.hexdigest()[:16]
 
 
@@ -110,7 +110,7 @@ def _atomic_write(path: str, write: Callable[[Any], None], mode: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"{path}: directory {directory} does not exist")
-    with _sigint_deferred():
+    with sigint_deferred():
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
         try:
             with os.fdopen(fd, mode) as fh:

@@ -26,7 +26,7 @@ class CheckpointError(ValueError):
     or from a different run (other data, settings or seed)."""
 
 
-def _feed(h, obj: Any) -> None:
+def feed_hash(h, obj: Any) -> None:
     """Feed a canonical byte form of ``obj`` into the hash ``h``."""
     if isinstance(obj, torch.Tensor):
         t = obj.detach().to("cpu").contiguous()
@@ -35,16 +35,16 @@ def _feed(h, obj: Any) -> None:
     elif isinstance(obj, dict):
         h.update(b"{")
         for k in sorted(obj, key=repr):
-            _feed(h, k)
-            _feed(h, obj[k])
+            feed_hash(h, k)
+            feed_hash(h, obj[k])
         h.update(b"}")
     elif isinstance(obj, (list, tuple)):
         h.update(b"[" if isinstance(obj, list) else b"(")
         for v in obj:
-            _feed(h, v)
+            feed_hash(h, v)
         h.update(b"]")
     elif hasattr(obj, "__array__") and hasattr(obj, "dtype"):  # numpy arrays
-        _feed(h, torch.as_tensor(obj))
+        feed_hash(h, torch.as_tensor(obj))
     else:
         h.update(repr(obj).encode())
     h.update(b";")
@@ -64,7 +64,7 @@ def content_checksum(payload: Dict[str, Any]) -> str:
         ``"sha256:<64 hex digits>"``.
     """
     h = hashlib.sha256()
-    _feed(h, {k: v for k, v in payload.items() if k != CHECKSUM_KEY})
+    feed_hash(h, {k: v for k, v in payload.items() if k != CHECKSUM_KEY})
     return "sha256:" + h.hexdigest()
 
 
@@ -121,7 +121,7 @@ def verify_checksum(payload: Any, path: str, what: str = "checkpoint") -> bool:
 
 
 @contextlib.contextmanager
-def _sigint_deferred():
+def sigint_deferred():
     """Hold back SIGINT for the duration of the block, then raise it.
 
     A ``KeyboardInterrupt`` raised inside ``torch.save`` leaves torch's zip writer

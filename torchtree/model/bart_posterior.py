@@ -25,7 +25,7 @@ from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum, h
 from torchtree.model.data import as_feature_matrix
 from torchtree.core.budget import rows_per_chunk
 from torchtree.model.interval import check_interval, equal_tailed
-from torchtree.model.posterior import _plain
+from torchtree.model.posterior import to_plain
 from torchtree.model.posterior_base import Posterior
 
 __all__ = ["BARTPosterior"]
@@ -309,7 +309,7 @@ class BARTPosterior(Posterior):
                    "value": self._main[2].cpu(), "deep": [t.cpu() for t in self._deep],
                    "sigma": self.sigma.cpu(), "chain_of": self.chain_of.cpu(),
                    "n_features": self.n_features,
-                   "classes": None if self.classes_ is None else self.classes_.tolist(), "info": _plain(self.info),
+                   "classes": None if self.classes_ is None else self.classes_.tolist(), "info": to_plain(self.info),
                    "feature_names": self.feature_names}
         atomic_save(seal(payload), path)
 

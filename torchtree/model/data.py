@@ -10,13 +10,13 @@ import torch
 
 from torchtree.core.validate import check_choice
 from torchtree.model.inputs import (  # as_feature_matrix, encode_class_labels, check_class_count: re-exported
-    _check_target_magnitude,
-    _column,
-    _frame_columns,
-    _to_numpy,
     as_feature_matrix,
     check_class_count,
+    check_target_magnitude,
+    column_label,
     encode_class_labels,
+    frame_columns,
+    to_numpy,
 )
 
 __all__ = ["Data", "as_feature_matrix", "encode_class_labels", "check_class_count", "resolve_device"]
@@ -60,7 +60,7 @@ def _float_storage_problem(uniq: Sequence[np.ndarray], dtype: torch.dtype, Xn: n
         if np.isinf(c[0]) or np.isinf(c[-1]):
             row = int(np.argmax(np.isinf(torch.as_tensor(Xn[:, j]).to(dtype).numpy())))
             return (
-                f"X {_column(j, names)} has a value at row {row} ({Xn[row, j]:.6g}) beyond the {str(dtype)[6:]} "
+                f"X {column_label(j, names)} has a value at row {row} ({Xn[row, j]:.6g}) beyond the {str(dtype)[6:]} "
                 f"range (+-{fi.max:.3g}) the trees store features in; rescale the column"
             )
         if len(u) < 2:
@@ -74,7 +74,7 @@ def _float_storage_problem(uniq: Sequence[np.ndarray], dtype: torch.dtype, Xn: n
         if bad.any():
             g = int(np.flatnonzero(bad)[0])
             return (
-                f"X {_column(j, names)} has {len(u)} distinct values but only {len(starts)} remain in "
+                f"X {column_label(j, names)} has {len(u)} distinct values but only {len(starts)} remain in "
                 f"{str(dtype)[6:]}, the precision the trees store features in ({float(u[starts[g]])!r} and "
                 f"{float(u[ends[g]])!r} become equal, so no split could separate them); centre or scale the column "
                 f"(e.g. subtract its median {float(np.median(Xn[:, j]))!r}) before fitting, or leave dtype "
@@ -149,7 +149,7 @@ class Data:
         if task is not None:
             check_choice("task", task, _TASKS)
         Xn = as_feature_matrix(X, name="X")
-        yn = _to_numpy(y, "y")
+        yn = to_numpy(y, "y")
         if yn.ndim == 2 and yn.shape[1] == 1:
             yn = yn[:, 0]
         if yn.ndim != 1:
@@ -173,7 +173,7 @@ class Data:
                 raise ValueError(f"y must be numeric for regression: {exc}") from exc
             if not np.isfinite(yf).all():
                 raise ValueError(f"y contains {int((~np.isfinite(yf)).sum())} non-finite regression target(s)")
-            _check_target_magnitude(yf)
+            check_target_magnitude(yf)
             self.classes_ = None
             self.n_classes = None
             self.y = torch.as_tensor(yf, dtype=torch.float64, device=dev)
@@ -185,7 +185,7 @@ class Data:
                     f"y has {self.n_classes} classes: the leaves' class counts of {Xn.shape[0]} rows would need "
                     f"about {need:.3g} bytes, more than the {have:.3g} bytes of memory of {dev or 'the CPU'}"
                 )
-        names = _frame_columns(X)
+        names = frame_columns(X)
         # one sort per column gives both the distinct values and every point's rank
         uniq, inverse = zip(*(np.unique(Xn[:, j], return_inverse=True) for j in range(Xn.shape[1]))) \
             if Xn.shape[1] else ((), ())
@@ -208,7 +208,7 @@ class Data:
         """
         if self.classes_ is None:
             raise ValueError("decode_labels only applies to classification data")
-        return self.classes_[_to_numpy(codes, "codes").astype(np.int64)]
+        return self.classes_[to_numpy(codes, "codes").astype(np.int64)]
 
     # ---------------------------------------------------------------- features
     def _build_ranks(self, Xn: np.ndarray, dev, names: Optional[Sequence], uniq, inverse) -> None:
@@ -293,7 +293,7 @@ class Data:
         -------
         Tensor [M]: long codes (classification) or float64 (regression).
         """
-        yn = _to_numpy(y, "y")
+        yn = to_numpy(y, "y")
         if yn.ndim != 1:
             raise ValueError(f"y must be 1-D, got shape {tuple(yn.shape)}")
         if self.task == "regression":

@@ -17,7 +17,7 @@ class InputTypeError(TypeError, ValueError):
     TypeError, as numpy's conversions raise, and a ValueError, as torchtree's other input refusals."""
 
 
-def _to_numpy(obj: Any, name: str) -> np.ndarray:
+def to_numpy(obj: Any, name: str) -> np.ndarray:
     """Convert numpy arrays, torch tensors (any device) and pandas-like objects."""
     if isinstance(obj, torch.Tensor):
         if obj.layout != torch.strided:
@@ -35,7 +35,7 @@ def _to_numpy(obj: Any, name: str) -> np.ndarray:
     return arr
 
 
-def _frame_columns(obj: Any) -> Optional[list]:
+def frame_columns(obj: Any) -> Optional[list]:
     """Column names of a pandas-like frame (an object with ``columns`` and ``dtypes``), else None."""
     cols = getattr(obj, "columns", None)
     if cols is None or not hasattr(obj, "dtypes") or isinstance(obj, (np.ndarray, torch.Tensor)):
@@ -46,7 +46,7 @@ def _frame_columns(obj: Any) -> Optional[list]:
         return None
 
 
-def _column(j: int, names: Optional[Sequence] = None) -> str:
+def column_label(j: int, names: Optional[Sequence] = None) -> str:
     """``column j`` or ``column j ('name')`` for error messages."""
     if names is not None and j < len(names):
         return f"column {j} ({names[j]!r})"
@@ -61,13 +61,13 @@ def _check_no_categoricals(obj: Any, name: str) -> None:
     codes of a test frame need not match those of the training frame. So every
     categorical column is refused, ordered or not, and the user converts it.
     """
-    names = _frame_columns(obj)
+    names = frame_columns(obj)
     if names is None:
         return
     for j, dt in enumerate(obj.dtypes):
         if getattr(dt, "name", None) == "category":
             raise ValueError(
-                f"{name} {_column(j, names)} is a pandas categorical: trees would split on its category codes, "
+                f"{name} {column_label(j, names)} is a pandas categorical: trees would split on its category codes, "
                 "which mean nothing as numbers; convert it first: .astype(float) when its categories are "
                 "meaningful numbers, .cat.codes for an ordered scale coded the same way at training and prediction"
             )
@@ -172,7 +172,7 @@ def check_class_count(n_classes: int, n_rows: int, name: str = "y",
         )
 
 
-def _check_target_magnitude(yf: np.ndarray) -> None:
+def check_target_magnitude(yf: np.ndarray) -> None:
     """ValueError for regression targets too large for float64 sums of squares.
 
     The leaf statistics are sums of squared deviations from the mean, and squares of sums
@@ -198,7 +198,7 @@ def _first_non_number(arr: np.ndarray, names: Optional[Sequence] = None) -> str:
             try:
                 float(v)
             except (TypeError, ValueError):
-                return f"row {i}, {_column(j, names)} holds {v!r}: "
+                return f"row {i}, {column_label(j, names)} holds {v!r}: "
     return ""
 
 
@@ -219,12 +219,12 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X")
     numpy.ndarray [N, D], float64
     """
     _check_no_categoricals(X, name)
-    arr = _to_numpy(X, name)
+    arr = to_numpy(X, name)
     if arr.dtype == object or arr.dtype.kind in "US":
         try:
             arr = arr.astype(np.float64)
         except (TypeError, ValueError) as exc:
-            raise InputTypeError(f"{name} must be numeric; {_first_non_number(arr, _frame_columns(X))}could not "
+            raise InputTypeError(f"{name} must be numeric; {_first_non_number(arr, frame_columns(X))}could not "
                                  f"convert: {exc}") from exc
     if arr.dtype.kind == "c":
         raise ValueError(f"{name} must be numeric: Complex data not supported (dtype {arr.dtype})")

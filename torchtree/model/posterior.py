@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from torchtree.model.data import as_feature_matrix
-from torchtree.kernels.forest import _bits, _rule_hash, mixture_over_leaves, node_region_keys
+from torchtree.kernels.forest import mixture_over_leaves, node_region_keys, rule_hash, threshold_bits
 from torchtree.core.budget import memory_budget, release_freed_memory, rows_per_chunk
 from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
@@ -232,7 +232,7 @@ class TreePosterior(Posterior):
             used = t.status != 0
             key = node_region_keys(t.feature, t.threshold, t.left, t.right, t.depth, used)
             internal = used & (t.feature >= 0)
-            rule = torch.where(internal, _rule_hash(key, t.feature, _bits(t.threshold)), key)
+            rule = torch.where(internal, rule_hash(key, t.feature, threshold_bits(t.threshold)), key)
             depth = t.depth[used].long()
             # one int64 key per (depth, leaf or split, rule): a 1-D unique (sort-based) instead of
             # torch.unique(dim=0), 7x slower; a hash collision would only shift this estimate
@@ -472,7 +472,7 @@ class TreePosterior(Posterior):
             "log_evidence": self.log_evidence,
             "n_particles": self.n_particles,
             "ess": self.ess,
-            "info": _plain(self.info),
+            "info": to_plain(self.info),
         }
         if getattr(self, "feature_names", None) is not None:
             payload["feature_names"] = list(self.feature_names)
@@ -562,12 +562,12 @@ def _checked_trees(payload: Dict[str, Any], path: str) -> HardTrees:
     return trees
 
 
-def _plain(obj):
+def to_plain(obj):
     """Reduce diagnostics to what ``torch.load(weights_only=True)`` accepts."""
     if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
+        return {str(k): to_plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
+        return [to_plain(v) for v in obj]
     if isinstance(obj, torch.Tensor):
         return obj.detach().cpu()
     if isinstance(obj, np.ndarray):

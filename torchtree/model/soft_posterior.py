@@ -396,7 +396,7 @@ class SoftTreePosterior(Posterior):
         """Write the posterior to ``path`` atomically (plain tensors, numbers, strings,
         lists and dicts, tagged with :attr:`FORMAT`; readable with ``weights_only=True``)."""
         from torchtree.io.checkpoint import atomic_save, seal
-        from torchtree.model.posterior import _plain
+        from torchtree.model.posterior import to_plain
 
         d = self.data
         atomic_save(seal(
@@ -408,7 +408,7 @@ class SoftTreePosterior(Posterior):
                     "classes": None if d.classes is None else np.asarray(d.classes).tolist(),
                     "signed": d.signed,
                 },
-                "hyper": _plain(asdict(self.hyper)),
+                "hyper": to_plain(asdict(self.hyper)),
                 "sharpness": self.sharpness,
                 "topologies": [list(t.internal) for t in self.topologies],
                 "draws": [x.cpu() for x in self.draws],

@@ -21,7 +21,7 @@ from typing import Any, Dict
 
 import torch
 
-from torchtree.model.trees import _FILL, _NODE_FIELDS, INTERNAL, HardTrees
+from torchtree.model.trees import INTERNAL, NODE_FIELDS, NODE_FILL, HardTrees
 
 __all__ = ["COMPACT_FORMAT", "compact_trees", "expand_trees", "is_compact"]
 
@@ -57,7 +57,7 @@ def _same_as_before(trees: HardTrees, stride: int) -> torch.Tensor:
     """BoolTensor [P]: tree ``i`` equals tree ``i - stride`` in every field (False for ``i < stride``)."""
     P = trees.n_trees
     same = torch.zeros(P, dtype=torch.bool)
-    fields = [_bits(getattr(trees, f)).reshape(P, -1) for f in _NODE_FIELDS] + [trees.n_nodes[:, None]]
+    fields = [_bits(getattr(trees, f)).reshape(P, -1) for f in NODE_FIELDS] + [trees.n_nodes[:, None]]
     for s in range(stride, P, _CHUNK):
         e = min(s + _CHUNK, P)
         eq = torch.ones(e - s, dtype=torch.bool)
@@ -91,7 +91,7 @@ def compact_trees(trees: HardTrees, stride: int = 0) -> Dict[str, Any]:
     dict of tensors, ints and strings (what ``torch.load(weights_only=True)`` reads).
     """
     t = trees.to("cpu")
-    dtypes = {f: str(getattr(t, f).dtype).removeprefix("torch.") for f in _NODE_FIELDS + ("n_nodes",)}
+    dtypes = {f: str(getattr(t, f).dtype).removeprefix("torch.") for f in NODE_FIELDS + ("n_nodes",)}
     raw = {"format": COMPACT_FORMAT, "raw": t.as_dict()}
     if t.extra:
         return raw
@@ -112,7 +112,7 @@ def compact_trees(trees: HardTrees, stride: int = 0) -> Dict[str, Any]:
     internal = status == INTERNAL
     leafy = used & ~internal
     # the layout stores nothing else, so refuse anything it would not give back
-    ok = all(bool((_bits(getattr(t, f))[~used] == _bits(torch.tensor(_FILL[f], dtype=getattr(t, f).dtype))).all())
+    ok = all(bool((_bits(getattr(t, f))[~used] == _bits(torch.tensor(NODE_FILL[f], dtype=getattr(t, f).dtype))).all())
              for f in ("feature", "threshold", "left", "right", "parent", "depth", "status"))
     ok = ok and bool((_bits(t.stats)[~used] == 0).all())
     ok = ok and bool((t.feature[leafy] == -1).all() and (t.left[leafy] == -1).all() and (t.right[leafy] == -1).all())

@@ -31,8 +31,8 @@ __all__ = ["HardTrees", "UNUSED", "OPEN", "LEAF", "INTERNAL"]
 
 UNUSED, OPEN, LEAF, INTERNAL = 0, 1, 2, 3
 
-_NODE_FIELDS = ("feature", "threshold", "left", "right", "parent", "depth", "status", "stats")
-_FILL = {"feature": -1, "threshold": 0.0, "left": -1, "right": -1, "parent": -1, "depth": 0, "status": UNUSED, "stats": 0}
+NODE_FIELDS = ("feature", "threshold", "left", "right", "parent", "depth", "status", "stats")
+NODE_FILL = {"feature": -1, "threshold": 0.0, "left": -1, "right": -1, "parent": -1, "depth": 0, "status": UNUSED, "stats": 0}
 
 
 class HardTrees:
@@ -132,7 +132,7 @@ class HardTrees:
 
     def node_fields(self) -> Dict[str, torch.Tensor]:
         """All per-node tensors [P, C, ...] by name (core fields and extras)."""
-        out = {name: getattr(self, name) for name in _NODE_FIELDS}
+        out = {name: getattr(self, name) for name in NODE_FIELDS}
         out.update({f"extra.{k}": v for k, v in self.extra.items()})
         return out
 
@@ -166,8 +166,8 @@ class HardTrees:
             pad = torch.full((t.shape[0], new_c - old_c) + tuple(t.shape[2:]), fill, dtype=t.dtype, device=t.device)
             return torch.cat([t, pad], 1)
 
-        for name in _NODE_FIELDS:
-            setattr(self, name, resize(getattr(self, name), _FILL[name]))
+        for name in NODE_FIELDS:
+            setattr(self, name, resize(getattr(self, name), NODE_FILL[name]))
         self.extra = {k: resize(v, 0) for k, v in self.extra.items()}
 
     def take(self, index: torch.Tensor) -> "HardTrees":
@@ -183,7 +183,7 @@ class HardTrees:
         """
         index = index.to(self.device)
         return HardTrees(
-            **{name: getattr(self, name).index_select(0, index) for name in _NODE_FIELDS},
+            **{name: getattr(self, name).index_select(0, index) for name in NODE_FIELDS},
             n_nodes=self.n_nodes.index_select(0, index),
             extra={k: v.index_select(0, index) for k, v in self.extra.items()},
         )
@@ -205,7 +205,7 @@ class HardTrees:
         if dst.numel() == 0:
             return
         src = index[dst]
-        for name in _NODE_FIELDS:
+        for name in NODE_FIELDS:
             t = getattr(self, name)
             t[dst] = t[src]
         self.n_nodes[dst] = self.n_nodes[src]
@@ -215,7 +215,7 @@ class HardTrees:
     def clone(self) -> "HardTrees":
         """Deep copy."""
         return HardTrees(
-            **{name: getattr(self, name).clone() for name in _NODE_FIELDS},
+            **{name: getattr(self, name).clone() for name in NODE_FIELDS},
             n_nodes=self.n_nodes.clone(),
             extra={k: v.clone() for k, v in self.extra.items()},
         )
@@ -223,7 +223,7 @@ class HardTrees:
     def to(self, device) -> "HardTrees":
         """Copy to ``device``."""
         return HardTrees(
-            **{name: getattr(self, name).to(device) for name in _NODE_FIELDS},
+            **{name: getattr(self, name).to(device) for name in NODE_FIELDS},
             n_nodes=self.n_nodes.to(device),
             extra={k: v.to(device) for k, v in self.extra.items()},
         )
@@ -237,7 +237,7 @@ class HardTrees:
         parts = [p if p.capacity == c else p.with_capacity(c) for p in parts]
         keys = set(parts[0].extra)
         return HardTrees(
-            **{name: torch.cat([getattr(p, name) for p in parts]) for name in _NODE_FIELDS},
+            **{name: torch.cat([getattr(p, name) for p in parts]) for name in NODE_FIELDS},
             n_nodes=torch.cat([p.n_nodes for p in parts]),
             extra={k: torch.cat([p.extra[k] for p in parts]) for k in keys},
         )
@@ -245,7 +245,7 @@ class HardTrees:
     # ------------------------------------------------------------ serialising
     def as_dict(self) -> Dict[str, torch.Tensor]:
         """Plain tensors by name (every tensor has leading dim P); inverse of :meth:`from_dict`."""
-        d = {name: getattr(self, name) for name in _NODE_FIELDS}
+        d = {name: getattr(self, name) for name in NODE_FIELDS}
         d["n_nodes"] = self.n_nodes
         d.update({f"extra.{k}": v for k, v in self.extra.items()})
         return d
@@ -253,11 +253,11 @@ class HardTrees:
     @classmethod
     def from_dict(cls, d: Dict[str, torch.Tensor]) -> "HardTrees":
         """Rebuild from :meth:`as_dict` output."""
-        missing = [k for k in _NODE_FIELDS + ("n_nodes",) if k not in d]
+        missing = [k for k in NODE_FIELDS + ("n_nodes",) if k not in d]
         if missing:
             raise ValueError(f"tree dict lacks fields {missing}")
         extra = {k[len("extra."):]: v for k, v in d.items() if k.startswith("extra.")}
-        return cls(**{k: d[k] for k in _NODE_FIELDS}, n_nodes=d["n_nodes"], extra=extra)
+        return cls(**{k: d[k] for k in NODE_FIELDS}, n_nodes=d["n_nodes"], extra=extra)
 
     # ------------------------------------------------------------- inspection
     def is_leaf(self) -> torch.Tensor:

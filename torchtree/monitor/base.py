@@ -78,17 +78,17 @@ class NullMonitor(Monitor):
 # ----------------------------------------------------------------------------
 
 
-def _flatten(info: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+def flatten_info(info: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(tag, value) pairs, nested mappings joined with ``/``."""
     for key, value in info.items():
         tag = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            yield from _flatten(value, tag + "/")
+            yield from flatten_info(value, tag + "/")
         else:
             yield tag, value
 
 
-def _is_scalar(value: Any) -> bool:
+def is_scalar(value: Any) -> bool:
     """Python / numpy real number, or a 0-d tensor / array (1-D ones are histograms)."""
     if isinstance(value, (numbers.Real, np.bool_)):
         return True
@@ -97,12 +97,12 @@ def _is_scalar(value: Any) -> bool:
     return False
 
 
-def _is_vector(value: Any) -> bool:
+def is_vector(value: Any) -> bool:
     """A tensor or array with at least one dimension (written as a histogram)."""
     return isinstance(value, (Tensor, np.ndarray)) and value.ndim >= 1
 
 
-def _scalar_values(items: Sequence[tuple[str, Any]]) -> dict[str, float]:
+def scalar_values(items: Sequence[tuple[str, Any]]) -> dict[str, float]:
     """Float values of scalar entries; tensors are fetched with one sync per device."""
     out: dict[str, float] = {}
     by_device: dict[torch.device, list[tuple[str, Tensor]]] = {}
@@ -131,7 +131,7 @@ def _copy_value(value: Any) -> Any:
     return value
 
 
-def _markdown_table(pairs: Iterable[tuple[str, Any]]) -> str:
+def markdown_table(pairs: Iterable[tuple[str, Any]]) -> str:
     """Two-column markdown table of printable values (TensorBoard renders it)."""
     rows = ["| key | value |", "|---|---|"]
     for key, value in pairs:
@@ -181,7 +181,7 @@ class TraceMonitor(Monitor):
     def on_step(self, step: int, info: Mapping[str, Any]) -> None:
         step = int(step)
         self.steps.append(step)
-        for tag, value in _flatten(info):
+        for tag, value in flatten_info(info):
             self.trace.setdefault(tag, []).append(_copy_value(value))
             self.trace_steps.setdefault(tag, []).append(step)
 
@@ -199,7 +199,7 @@ class TraceMonitor(Monitor):
         """
         out: dict[str, np.ndarray] = {}
         for tag, values in self.trace.items():
-            if not all(_is_scalar(v) for v in values):
+            if not all(is_scalar(v) for v in values):
                 continue
             py = [v.item() if isinstance(v, (Tensor, np.ndarray, np.generic)) else v for v in values]
             if all(isinstance(v, bool) for v in py):

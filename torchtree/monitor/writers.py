@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 
-from torchtree.monitor.base import Monitor, _flatten, _is_scalar, _is_vector, _markdown_table, _scalar_values
+from torchtree.monitor.base import Monitor, flatten_info, is_scalar, is_vector, markdown_table, scalar_values
 
 __all__ = ["TensorBoardMonitor", "ProgressMonitor", "DEFAULT_PROGRESS_KEYS"]
 
@@ -83,13 +83,13 @@ class TensorBoardMonitor(Monitor):
 
     def _write(self, items: Sequence[tuple[str, Any]], step: int) -> None:
         w = self.writer
-        scalars = [(t, v) for t, v in items if _is_scalar(v)]
-        for tag, value in _scalar_values(scalars).items():
+        scalars = [(t, v) for t, v in items if is_scalar(v)]
+        for tag, value in scalar_values(scalars).items():
             w.add_scalar(self._tag(tag), value, global_step=step)
         for tag, value in items:
             if isinstance(value, str):
                 w.add_text(self._tag(tag), value, global_step=step)
-            elif self.histograms and _is_vector(value):
+            elif self.histograms and is_vector(value):
                 if isinstance(value, Tensor):
                     arr = value.detach().to("cpu", torch.float64).reshape(-1).numpy()
                 else:
@@ -100,20 +100,20 @@ class TensorBoardMonitor(Monitor):
                     w.add_histogram(self._tag(tag), arr, global_step=step)
 
     def on_start(self, info: Mapping[str, Any]) -> None:
-        items = list(_flatten(info))
-        self.writer.add_text(self._tag("start"), _markdown_table(items), global_step=0)
-        vectors = [(t, v) for t, v in items if _is_vector(v)]
+        items = list(flatten_info(info))
+        self.writer.add_text(self._tag("start"), markdown_table(items), global_step=0)
+        vectors = [(t, v) for t, v in items if is_vector(v)]
         if vectors:
             self._write(vectors, 0)
 
     def on_step(self, step: int, info: Mapping[str, Any]) -> None:
         self._last_step = int(step)
-        self._write(list(_flatten(info)), self._last_step)
+        self._write(list(flatten_info(info)), self._last_step)
 
     def on_end(self, info: Mapping[str, Any]) -> None:
-        items = list(_flatten(info))
+        items = list(flatten_info(info))
         self._write(items, self._last_step)
-        self.writer.add_text(self._tag("summary"), _markdown_table(items), global_step=self._last_step)
+        self.writer.add_text(self._tag("summary"), markdown_table(items), global_step=self._last_step)
         self.close()
 
     def add_curve(self, tag: str, xs: Sequence[float], ys: Sequence[float]) -> None:
@@ -232,14 +232,14 @@ class ProgressMonitor(Monitor):
     def _choose_keys(self, items: Sequence[tuple[str, Any]]) -> list[str]:
         if self.keys is not None:
             return self.keys
-        scalar_tags = [t for t, v in items if _is_scalar(v)]
+        scalar_tags = [t for t, v in items if is_scalar(v)]
         chosen = [t for t in scalar_tags if t.rsplit("/", 1)[-1] in DEFAULT_PROGRESS_KEYS]
         return (chosen or scalar_tags)[: self.max_keys]
 
     def _postfix(self, items: Sequence[tuple[str, Any]]) -> dict[str, str]:
         wanted = set(self._choose_keys(items))
-        picked = [(t, v) for t, v in items if t in wanted and _is_scalar(v)]
-        return {t.rsplit("/", 1)[-1]: f"{v:.4g}" for t, v in _scalar_values(picked).items()}
+        picked = [(t, v) for t, v in items if t in wanted and is_scalar(v)]
+        return {t.rsplit("/", 1)[-1]: f"{v:.4g}" for t, v in scalar_values(picked).items()}
 
     def on_start(self, info: Mapping[str, Any]) -> None:
         from tqdm.auto import tqdm
@@ -266,7 +266,7 @@ class ProgressMonitor(Monitor):
         now = time.monotonic()
         if now - self._last_postfix >= self.mininterval:
             self._last_postfix = now
-            self.bar.set_postfix(self._postfix(list(_flatten(info))), refresh=False)
+            self.bar.set_postfix(self._postfix(list(flatten_info(info))), refresh=False)
         if self._total is None:
             self.bar.update(1)
         else:
@@ -275,7 +275,7 @@ class ProgressMonitor(Monitor):
 
     def on_end(self, info: Mapping[str, Any]) -> None:
         if self.bar is not None and not self.disable:
-            post = self._postfix(list(_flatten(info)))
+            post = self._postfix(list(flatten_info(info)))
             if post:
                 self.bar.set_postfix(post, refresh=False)
         self.close()
