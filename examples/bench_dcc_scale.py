@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from torchtree.model.soft_trees import SoftTrees  # noqa: E402
 from torchtree.model.topology import Topology  # noqa: E402
 from torchtree.samplers.dcc.lais import lais_log_weights, lais_memory_bytes  # noqa: E402
-from torchtree.samplers.soft_chains import draw, make_kernel, warmup  # noqa: E402
+from torchtree.samplers.nuts.chains import draw, make_kernel, warmup  # noqa: E402
 from torchtree.soft import DCC  # noqa: E402
 
 # smoke-expect: ^N=200 D=5 .*grad

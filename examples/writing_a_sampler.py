@@ -39,7 +39,7 @@ from torchtree.samplers.base import SamplerBase
 from torchtree.samplers.presets import Preset
 from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
 
-__all__ = ["StumpsConfig", "StumpsState", "PriorStumps"]
+__all__ = ["StumpsConfig", "StumpsSetup", "StumpsState", "PriorStumps"]
 
 #: the "many-features" preset of ``batch_size``: stumps per feature and step
 STUMPS_PER_FEATURE = 8
@@ -72,6 +72,14 @@ class StumpsState(SamplerState):
     logw: torch.Tensor
 
 
+@dataclass(frozen=True)
+class StumpsSetup:
+    """What a run sets up once (before its seed is known): the leaf ``likelihood``. The driver keeps it
+    as ``ctx.setup``."""
+
+    likelihood: Any
+
+
 class PriorStumps(SamplerBase):
     """Importance sampling of decision stumps from a uniform split prior (a toy method).
 
@@ -88,14 +96,14 @@ class PriorStumps(SamplerBase):
         self.backend = backend
 
     # -------------------------------------------------------------- protocol
-    def setup(self, ctx: driver.RunContext) -> None:
-        ctx.extra["likelihood"] = self.likelihood or driver.default_likelihood(ctx.data)
+    def setup(self, ctx: driver.RunContext) -> StumpsSetup:
         if self.config.batch_size % ctx.world_size:
             raise ValueError(f"batch_size ({self.config.batch_size}) must be divisible by the number of ranks "
                              f"({ctx.world_size})")
+        return StumpsSetup(likelihood=self.likelihood or driver.default_likelihood(ctx.data))
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
-        return {"likelihood": driver.describe(ctx.extra["likelihood"])}
+        return {"likelihood": driver.describe(ctx.setup.likelihood)}
 
     def init(self, ctx: driver.RunContext) -> StumpsState:
         empty = torch.empty(0, dtype=torch.float64, device=ctx.device)
@@ -130,7 +138,7 @@ class PriorStumps(SamplerBase):
         trees = self._stumps(feature, threshold, ctx)
         log_evidence = float(torch.logsumexp(logw, 0) - math.log(logw.numel()))
         info = {"sampler": self.name, "n_steps": state.step}
-        return TreePosterior(trees, logw, ctx.extra["likelihood"], ctx.data.d, classes=ctx.data.classes_,
+        return TreePosterior(trees, logw, ctx.setup.likelihood, ctx.data.d, classes=ctx.data.classes_,
                              log_evidence=log_evidence, info=info)
 
     def end_info(self, post: TreePosterior) -> Dict[str, Any]:
@@ -138,19 +146,19 @@ class PriorStumps(SamplerBase):
 
     # --------------------------------------------------------------- helpers
     def _split_stats(self, feature, threshold, ctx):
-        data, lik = ctx.data, ctx.extra["likelihood"]
+        data, lik = ctx.data, ctx.setup.likelihood
         points = lik.point_stats(data.y, getattr(data, "n_classes", None)).double()  # [N, S]
         goes_left = (data.X.double()[:, feature].T <= threshold[:, None]).double()  # [k, N]
         left = goes_left @ points
         return points.sum(0).expand_as(left), left, points.sum(0) - left
 
     def _leaf_stats_log_marginal(self, feature, threshold, ctx) -> torch.Tensor:
-        lik = ctx.extra["likelihood"]
+        lik = ctx.setup.likelihood
         _, left, right = self._split_stats(feature, threshold, ctx)
         return (lik.log_marginal(left) + lik.log_marginal(right)).double()
 
     def _stumps(self, feature, threshold, ctx) -> HardTrees:
-        lik = ctx.extra["likelihood"]
+        lik = ctx.setup.likelihood
         root, left, right = self._split_stats(feature, threshold, ctx)
         P = feature.numel()
         dev, i32 = ctx.device, dict(dtype=torch.int32, device=ctx.device)

@@ -361,7 +361,7 @@ def test_time_budget_stops_between_sweeps_and_keeps_a_posterior(monkeypatch):
 
 
 def test_a_failing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
-    from torchtree.samplers import bart as bart_module
+    from torchtree.samplers.bart import sampler as bart_module
 
     def broken(*args):
         raise RuntimeError("no C++ compiler")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from torchtree.soft import DCC, NUTS, SoftTrees, Topology
-from torchtree.samplers.soft_chains import draw, make_kernel, warmup
+from torchtree.samplers.nuts.chains import draw, make_kernel, warmup
 from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights
 from torchtree.model.topology import propose_topology, sample_prior_topologies
 from torchtree.samplers.dcc.utility import dcc_utility, exploitation_term, exploration_term

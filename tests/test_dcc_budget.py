@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from torchtree.samplers import driver
-from torchtree.samplers.soft_chains import draw, make_kernel, warmup
+from torchtree.samplers.nuts.chains import draw, make_kernel, warmup
 from torchtree.soft import DCC
 
 from _counting import TickClock

@@ -14,7 +14,7 @@ from torchtree.steps.adaptation import (
     welford_update,
     welford_variance,
 )
-from torchtree.samplers.soft_chains import draw, make_kernel, warmup
+from torchtree.samplers.nuts.chains import draw, make_kernel, warmup
 from torchtree.steps.hmc import hmc_init, kinetic_energy, leapfrog, sample_momentum
 
 

@@ -1,4 +1,4 @@
-"""Hyperparameters by evidence (``hyper="evidence"``, torchtree.samplers.hyper).
+"""Hyperparameters by evidence (``hyper="evidence"``, torchtree.samplers.tuning.evidence).
 
 The search is a grid of top-down SMC pilot runs with one seed. Tested against exact answers:
 on tiny data the evidence of every grid point is computed exactly by enumeration
@@ -17,7 +17,7 @@ from torchtree import BayesianTreeClassifier, BayesianTreeRegressor, TopDownSMC
 from torchtree.model.data import Data
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.priors import ChipmanPrior
-from torchtree.samplers.hyper import choose_by_evidence
+from torchtree.samplers.tuning.evidence import choose_by_evidence
 from torchtree.testing import exact_log_evidence
 
 

@@ -184,7 +184,7 @@ def test_estimator_smc_moves_starts_at_topdown_draws_at_every_size(monkeypatch):
 
 
 def test_start_settings_by_table():
-    from torchtree.samplers.topdown_starts import start_settings
+    from torchtree.samplers.tuning.starts import start_settings
 
     assert start_settings(300, 13, "classification", 1000) == {"proposal": "optimal", "n_islands": 1, "n_particles": 1000}
     assert start_settings(3000, 36, "classification", 1000)["proposal"] == "empirical"
@@ -203,7 +203,7 @@ def test_start_settings_by_table():
 
 
 def test_wide_table_particles():
-    from torchtree.samplers.topdown_starts import wide_table_particles
+    from torchtree.samplers.tuning.starts import wide_table_particles
 
     assert [wide_table_particles(2000, d, 1000) for d in (1, 25, 26, 50, 51, 100, 200, 201, 10_000)] == \
         [1000, 1000, 2000, 2000, 3000, 4000, 8000, 8000, 8000]

@@ -113,7 +113,7 @@ def test_the_node_table_of_many_classes_stays_within_its_bound():
 def test_many_classes_leave_the_optimal_proposal_to_small_label_sets():
     """The optimal proposal's work per candidate cut grows with the classes (it took 464 s on 1000
     classes x 2000 rows): the estimators choose it by rows x features x classes / 2."""
-    from torchtree.samplers.topdown_starts import start_settings
+    from torchtree.samplers.tuning.starts import start_settings
 
     assert start_settings(2000, 5, "classification", 1000, n_classes=2)["proposal"] == "optimal"
     assert start_settings(2000, 5, "classification", 1000, n_classes=1000)["proposal"] == "empirical"

@@ -292,7 +292,7 @@ def test_a_monitor_without_on_step_does_not_make_samplers_compute_reports(monkey
     to on_start / on_end (wants_steps False) must not make the sampler build them."""
     import numpy as np
 
-    import torchtree.samplers.topdown as topdown
+    import torchtree.samplers.topdown.sampler as topdown
     from torchtree import Data, TopDownSMC
     from torchtree.monitor import CallbackMonitor, MonitorList
 

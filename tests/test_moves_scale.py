@@ -16,7 +16,7 @@ import torch
 import torchtree as tt
 import torchtree.model.target as target
 from torchtree.core.memory import check_tree_memory, move_model_bytes
-from torchtree.model.target import TreeModel, _bit_of, quantile_binned
+from torchtree.model.target import TreeModel, bit_of, quantile_binned
 from torchtree.model.trees import INTERNAL
 from torchtree.samplers.mcmc import MCMC
 from torchtree.samplers.smc_moves import SMCSampler
@@ -53,7 +53,7 @@ def _random_nodes(N, n, seed):
     mask[3] = False
     mask[3, [7, 8, 9]] = True
     B = torch.zeros(n, (N + 63) // 64, dtype=torch.long)
-    w, v = _bit_of(torch.arange(N))
+    w, v = bit_of(torch.arange(N))
     for i in range(n):
         B[i].index_put_((w[mask[i]],), v[mask[i]], accumulate=True)
     return mask, B
@@ -92,7 +92,7 @@ def test_kernels_match_brute_force(buckets, small_work, monkeypatch):
     r = (torch.rand(len(mask), generator=torch.Generator().manual_seed(3)) * model.n_unique[f]).long() - 1
     right = torch.arange(len(mask)) % 2 == 1
     child = model.split_bits(B, f, r, right)
-    w, v = _bit_of(torch.arange(N))
+    w, v = bit_of(torch.arange(N))
     for i in range(len(mask)):
         sel = mask[i] & ((R[:, f[i]] <= r[i]) != bool(right[i]))
         ref = torch.zeros(model.W, dtype=torch.long).index_put_((w[sel],), v[sel], accumulate=True)

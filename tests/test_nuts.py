@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from torchtree.samplers.soft_chains import draw, make_kernel, warmup
+from torchtree.samplers.nuts.chains import draw, make_kernel, warmup
 from torchtree.steps.hmc import hmc_init
 from torchtree.steps.nuts import nuts_step
 

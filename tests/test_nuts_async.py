@@ -11,7 +11,7 @@ from scipy import stats as sps
 
 from torchtree.monitor import Monitor
 from torchtree.soft import NUTS
-from torchtree.samplers.soft_chains import ChainState, draw, make_kernel
+from torchtree.samplers.nuts.chains import ChainState, draw, make_kernel
 from torchtree.steps.hmc import HMCState, hmc_init, leapfrog
 from torchtree.steps.nuts import nuts_step
 from torchtree.steps.nuts_async import nuts_draw_async

@@ -34,7 +34,7 @@ import pytest
 import torch
 
 from torchtree import MCMC, BayesianTreeClassifier, Data, TopDownSMC, TraceMonitor
-from torchtree.samplers import mcmc as mcmc_module
+from torchtree.samplers.mcmc import sampler as mcmc_module
 from torchtree.io.checkpoint import CheckpointError, load_checkpoint
 from torchtree.monitor import CallbackMonitor
 

@@ -76,7 +76,7 @@ def test_a_bad_monitor_is_a_type_error(make):
 
 
 def test_the_chain_loops_check_their_monitor_too():
-    from torchtree.samplers.soft_chains import make_kernel, warmup
+    from torchtree.samplers.nuts.chains import make_kernel, warmup
 
     def gaussian(x):
         return 0.5 * (x * x).sum(1), x

@@ -8,7 +8,7 @@ import torch
 import torch.distributions as td
 
 from torchtree.soft import NUTS, SoftTreeHyper, SoftTrees, Topology
-from torchtree.samplers.soft_chains import draw, make_kernel, warmup
+from torchtree.samplers.nuts.chains import draw, make_kernel, warmup
 
 
 TOPOLOGIES = [Topology((0,)), Topology((0, 2, 5)), Topology((0, 1, 2, 3))]

@@ -11,7 +11,7 @@ Each job then runs ``examples/distributed_smc.py --smoke`` on its 4 ranks (the s
 
 Exactness: classification runs are compared bit for bit (log evidence, predictive
 probabilities, every tree field, weights); regression to 1e-9 (its float node statistics are
-cumulated over the distinct nodes present on a rank, see ``torchtree.samplers.topdown_dist``).
+cumulated over the distinct nodes present on a rank, see ``torchtree.samplers.topdown``).
 Fast in-process checks with a thread backend cover export/import, errors and monitors.
 """
 
@@ -36,7 +36,7 @@ from torchtree import Data, TopDownSMC, TraceMonitor
 from torchtree.steps.growth import Grower
 from torchtree.model.likelihoods import DirichletMultinomial
 from torchtree.model.priors import ChipmanPrior
-from torchtree.samplers.topdown_dist import export_particles, import_particles, layout_for
+from torchtree.samplers.topdown import export_particles, import_particles, layout_for
 
 WORKERS = Path(__file__).parent / "_dist_workers"
 ROOT = Path(__file__).resolve().parents[1]

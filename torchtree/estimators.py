@@ -162,7 +162,7 @@ class BayesianTreeBase:
 
     def _search_hyperparameters(self, cls, data: Data):
         """``hyper="evidence"``: the leaf prior and ``beta_split`` chosen by the evidence of top-down
-        SMC pilots (:func:`torchtree.samplers.hyper.choose_by_evidence`), for methods that take
+        SMC pilots (:func:`torchtree.samplers.tuning.evidence.choose_by_evidence`), for methods that take
         the estimator's prior and likelihood objects; None where nothing is searched."""
         if isinstance(self.hyper, str) and self.hyper not in HYPER_MODES:
             raise ValueError(f"hyper must be one of {HYPER_MODES} (or a DCC SoftTreeHyper), got {self.hyper!r}")
@@ -170,7 +170,7 @@ class BayesianTreeBase:
         if (self.hyper != "evidence" or used.get("prior") != "object" or used.get("b0") != "object"
                 or "likelihood" in self._sampler_options):
             return None
-        from torchtree.samplers.hyper import choose_by_evidence
+        from torchtree.samplers.tuning.evidence import choose_by_evidence
 
         fixed = {"alpha": getattr(self, "alpha", None), "b0": getattr(self, "b0", None)}
         seed = self._seed_ if self._seed_ is not None else seed_to_int(None)  # a checkpointed run's seed is drawn later

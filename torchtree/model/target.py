@@ -62,7 +62,7 @@ def _popcount(x: torch.Tensor) -> torch.Tensor:
     return (x * 0x0101010101010101) >> 56
 
 
-def _bit_of(idx: torch.Tensor):
+def bit_of(idx: torch.Tensor):
     """(word, bit value) of point indices: the bitset of point i is ``1 << (i % 64)`` in word ``i // 64``."""
     return idx // 64, torch.ones_like(idx) << (idx % 64)
 
@@ -165,7 +165,7 @@ class TreeModel:
         self.n_unique = data.n_unique.long()
         self.umax = int(self.n_unique.max())
         self.sorted_flat = data.sorted_values.reshape(-1)
-        word, val = _bit_of(torch.arange(N, device=dev))
+        word, val = bit_of(torch.arange(N, device=dev))
         _, self.row_id = torch.unique(data.X, dim=0, return_inverse=True)
         self.all_bits = torch.zeros(self.W, dtype=torch.long, device=dev).index_put_((word,), val, accumulate=True)
         self.class_bits = None
@@ -545,7 +545,7 @@ class TreeModel:
             fs, rs = f.index_select(0, sel), r.index_select(0, sel)
             for i, pt in self._run_members(B, self.run_start.index_select(0, rows.index_select(0, sel)),
                                            self.value_end.index_select(0, fs * self.umax + rs), rows=sel):
-                word, val = _bit_of(pt)
+                word, val = bit_of(pt)
                 left.view(-1).index_put_((sel.index_select(0, i) * self.W + word,), val, accumulate=True)
         # right child: B & ~left = B ^ left, as left is a subset of B
         left ^= B & (-right.long())[:, None]

@@ -36,8 +36,10 @@ class SamplerBase(SettingsAsAttributes):
         """The run's data: ``data`` (a ``Data`` or a pair ``(X, y)``) on ``device`` (None: its own)."""
         return driver.on_device(coerce_data(data), device)
 
-    def setup(self, ctx) -> None:
-        """Build the run objects that do not depend on the seed (``ctx.extra``); default: none."""
+    def setup(self, ctx) -> Any:
+        """The run objects that do not depend on the seed (the likelihood, the target, ...), as a frozen
+        dataclass of the method; the driver keeps it as ``ctx.setup``. Default: None."""
+        return None
 
     def settings(self, ctx) -> Dict[str, Any]:
         """What besides ``config.result_settings()`` decides the result (the prior, the likelihood, ...)."""

@@ -137,7 +137,8 @@ class RunContext:
     resumed_at : int or None, the step a checkpoint resumed at
     checkpoint_every : int or None, save after steps ``k-1, 2k-1, ...`` (None: no
         checkpoints); a step that runs several transitions ends at these points
-    extra : dict, per-sampler run objects (the likelihood, a grower, ...)
+    setup : the sampler's run objects, what its ``setup(ctx)`` returned (a frozen dataclass of the
+        method: the likelihood, the target, ...; None when it has none)
     clock : callable, the budget's clock (``CLOCKS[config.clock]``, wall time by default)
     c0 : float, ``clock()`` at the start of the run
     budget_before : float, seconds of ``clock`` that earlier segments of a resumed run spent
@@ -155,7 +156,7 @@ class RunContext:
     t0: float = 0.0
     resumed_at: Optional[int] = None
     checkpoint_every: Optional[int] = None
-    extra: Dict[str, Any] = field(default_factory=dict)
+    setup: Any = None
     clock: Callable[[], float] = time.perf_counter
     c0: float = 0.0
     budget_before: float = 0.0
@@ -325,7 +326,7 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
 def _run_loop(sampler, ctx: RunContext, seed):
     """:func:`run` after the set-up of its data, backend and threads."""
     cfg, data, be = sampler.config, ctx.data, ctx.backend
-    sampler.setup(ctx)
+    ctx.setup = sampler.setup(ctx)
     settings = sampler.settings(ctx)
     ck = checkpointer(sampler, data, settings, seed_key(seed), be)
     ctx.checkpoint_every = ck.every if ck.enabled else None

@@ -8,7 +8,7 @@ model     ``SoftTrees`` (torchtree.model.soft_trees), ``SoftTreeHyper`` / ``Para
           torchtree.kernels.soft_gradient
 steps     HMC and NUTS transitions (steps.hmc, steps.nuts, steps.nuts_async), adaptation
 samplers  ``NUTS`` / ``HMC`` with ``NUTSConfig`` (samplers.nuts; warm-up and draw loops in
-          samplers.soft_chains), ``DCC`` with ``DCCConfig`` (samplers.dcc: sampler, config,
+          samplers.nuts.chains), ``DCC`` with ``DCCConfig`` (samplers.dcc: sampler, config,
           records, lais, utility); both run through torchtree.samplers.driver.run
 """
 from torchtree.steps.adaptation import (
@@ -23,7 +23,7 @@ from torchtree.steps.adaptation import (
     welford_update,
     welford_variance,
 )
-from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
+from torchtree.samplers.nuts.chains import ChainState, SampleTrace, draw, make_kernel, warmup
 from torchtree.samplers.dcc.config import DCCConfig
 from torchtree.samplers.dcc.sampler import DCC
 from torchtree.steps.hmc import HMCInfo, HMCState, hmc_init, hmc_step, kinetic_energy, leapfrog, sample_momentum

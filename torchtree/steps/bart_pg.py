@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from torchtree.core.random import keyed_uniform
+from torchtree.core.smc import conditional_ancestors
 from torchtree.model.bart import ABSENT, LEAF, BartPrior
 from torchtree.steps.bart_moves import log_marginal, pick_nth
 
@@ -104,9 +105,7 @@ def pg_level(d: int, last: bool, use_likelihood: bool, ref_feature, ref_cut, fea
     # conditional multinomial resampling where a chain has leaves left to consider
     if not last:
         go_on = (feat[:, :, 2 * j0 + 1:2 * j0 + 1 + 2 * W] == LEAF).flatten(1).any(1)
-        cdf = torch.softmax(lw, 1).cumsum(1)
-        anc = torch.searchsorted(cdf, (u_r * cdf[:, -1:]).contiguous()).clamp(max=P - 1)
-        anc = torch.where(go_on[:, None] & (pidx[None, :] > 0), anc, pidx[None, :])
+        anc = conditional_ancestors(lw, u_r, go_on)
         feat = feat.gather(1, anc[..., None].expand(C, P, K))
         cuts = cuts.gather(1, anc[..., None].expand(C, P, K))
         node = node.gather(1, anc[..., None].expand(C, P, N))

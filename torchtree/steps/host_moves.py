@@ -20,7 +20,7 @@ import torch
 
 from torchtree.model.likelihoods import DirichletMultinomial
 from torchtree.model.trees import INTERNAL, LEAF, HardTrees
-from torchtree.steps.moves import _MAX_DEPTH, CHANGE, GROW, PRUNE, SWAP, TreeModel
+from torchtree.steps.moves import MAX_DEPTH, CHANGE, GROW, PRUNE, SWAP, TreeModel
 
 __all__ = ["HostChain", "pack_snapshots", "unpack_snapshots", "host_trees"]
 
@@ -54,7 +54,7 @@ class HostChain:
         self.cp = np.cumsum(np.asarray(move_probs, dtype=np.float64))
         self.cp = self.cp / self.cp[-1]
         self.lg_ratio = math.log(max(move_probs[1], 1e-300) / max(move_probs[0], 1e-300))
-        depths = torch.arange(_MAX_DEPTH + 2)
+        depths = torch.arange(MAX_DEPTH + 2)
         lps, lpn = model.split_prior.log_split_probs(depths)
         self.lps, self.lpn = lps.numpy(), lpn.numpy()
         if not model.chipman:

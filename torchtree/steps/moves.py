@@ -66,7 +66,7 @@ from torchtree.kernels.segments import rank_within
 from torchtree.model.priors import ChipmanPrior
 from torchtree.model.routing import routed_node_bits, subtree_bits
 from torchtree.core.random import keyed_uniform
-from torchtree.model.target import TreeModel, _bit_of
+from torchtree.model.target import TreeModel, bit_of
 from torchtree.steps import cut_proposals as cp
 from torchtree.steps.cut_proposals import CUT_PROPOSALS, choose as _choose, prior_cut as _cut
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, UNUSED, HardTrees
@@ -81,7 +81,7 @@ __all__ = [
 MOVES = ("grow", "prune", "change", "swap")
 GROW, PRUNE, CHANGE, SWAP = 0, 1, 2, 3
 N_SLOTS = 5  # uniforms per tree and move: kind, node, dimension, cut, accept
-_MAX_DEPTH = 60  # heap codes live in int64
+MAX_DEPTH = 60  # heap codes live in int64
 
 
 # ----------------------------------------------------------------------------- state
@@ -211,7 +211,7 @@ def check_state(state: TreeState, model: TreeModel, atol: float = 1e-6) -> None:
     t = state.trees
     t.validate(model.data, model.likelihood)
     leaves = t.leaf_index(model.X)  # [P, N]
-    word, val = _bit_of(torch.arange(model.N, device=t.device))
+    word, val = bit_of(torch.arange(model.N, device=t.device))
     P, C = t.n_trees, t.capacity
     rec = torch.zeros(P, C, model.W, dtype=torch.long, device=t.device)
     rec.view(P * C, model.W).index_put_(((torch.arange(P, device=t.device)[:, None] * C + leaves).reshape(-1), word.repeat(P)), val.repeat(P), accumulate=True)
@@ -462,8 +462,8 @@ def _apply_grow(t: HardTrees, rows, j, f, thr, r) -> None:
     t.right[rows, j] = (n0 + 1).to(t.right.dtype)
     t.status[rows, j] = INTERNAL
     d1 = t.depth[rows, j] + 1
-    if int(d1.max()) > _MAX_DEPTH:
-        raise RuntimeError(f"tree depth above {_MAX_DEPTH} is not supported (heap codes are int64)")
+    if int(d1.max()) > MAX_DEPTH:
+        raise RuntimeError(f"tree depth above {MAX_DEPTH} is not supported (heap codes are int64)")
     h = t.extra["heap"][rows, j]
     for k in (0, 1):
         c = n0 + k
@@ -530,7 +530,7 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
     root_vary = model.varying(model.all_bits[None])
     # the open nodes (p-major, slots ascending, as a nonzero() of the status lists them) and their bitsets
     po, co, B = torch.arange(P, device=dev), torch.zeros(P, dtype=torch.long, device=dev), model.all_bits[None].expand(P, -1)
-    for level in range(_MAX_DEPTH + 1):
+    for level in range(MAX_DEPTH + 1):
         C = t.capacity
         if po.numel() == 0:
             break
@@ -549,8 +549,8 @@ def sample_prior_state(model: TreeModel, n_trees: int, seed: int, index: Optiona
         sp = split.nonzero().squeeze(1)
         if sp.numel() == 0:
             break
-        if level + 1 > _MAX_DEPTH:
-            raise RuntimeError(f"tree depth above {_MAX_DEPTH} is not supported")
+        if level + 1 > MAX_DEPTH:
+            raise RuntimeError(f"tree depth above {MAX_DEPTH} is not supported")
         ps, cs, gs, Bsp = po[sp], co[sp], g[sp], B[sp]
         u_dim = keyed_uniform(seed, stream + 4 * level + 1, key[sp], cs)
         u_cut = keyed_uniform(seed, stream + 4 * level + 2, key[sp], cs)

@@ -208,8 +208,9 @@ def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int
     ----------
     config : DCCConfig
     ctx : driver.RunContext, after ``DCC.setup`` (``ctx.seed`` set); on a subset its
-        ``data``, ``extra["hyper"]`` (resolved on the subset) and thread count change;
-        ``extra["n_warmup"]`` / ``extra["n_warmup_warm"]`` and their sharpness schedules are set
+        ``data`` and thread count change; ``ctx.setup`` is replaced by a copy whose ``hyper``
+        (resolved on the subset), ``n_warmup`` / ``n_warmup_warm``, their sharpness schedules and
+        ``rows`` are this run's
     records : the run's topology records (the first warm-up's batch is timed by "auto")
     min_draws : int, ``MIN_DRAWS`` of the sampler (draws a warm-up needs to count)
     saved : int, optional; the rows a checkpointed run used (a resumed run keeps them)
@@ -217,7 +218,7 @@ def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int
 
     Returns
     -------
-    int, the rows the run fits (``ctx.extra["rows"] = (used, total)`` as well).
+    int, the rows the run fits (``ctx.setup.rows = (used, total)`` as well).
 
     Raises
     ------
@@ -235,7 +236,7 @@ def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int
         why = f"max_rows={config.max_rows}; max_rows=None uses every row"
     elif config.max_rows == "auto" and config.max_seconds is not None:
         batch = _first_batch(config, records)
-        a, b = gradient_cost_model(ctx.data, batch, config.n_chains, ctx.extra["h_start"], ctx.extra["hyper"],
+        a, b = gradient_cost_model(ctx.data, batch, config.n_chains, ctx.setup.h_start, ctx.setup.hyper,
                                    ctx.clock)
         transitions, leapfrog = config.n_warmup + min_draws, 2 ** config.max_tree_depth - 1
         full = transitions * leapfrog * (a + b * n)
@@ -259,15 +260,14 @@ def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int
             m = floor_rows if floor_rows < n else None
             why = (f"{what}; even on {floor_rows} rows only {n_warmup} of n_warmup={config.n_warmup} warm-up "
                    "iterations fit, so the warm-up is shortened too; a larger max_seconds restores them")
-    ctx.extra["n_warmup"] = n_warmup
-    ctx.extra["n_warmup_warm"] = min(config.warmup_warm, n_warmup)
+    chosen = {"n_warmup": n_warmup, "n_warmup_warm": min(config.warmup_warm, n_warmup), "rows": (n if m is None else m, n)}
     if n_warmup != config.n_warmup:
-        h_start = ctx.extra["h_start"]
-        ctx.extra["schedule"] = sharpness_schedule(n_warmup, h_start, config.h_final)
-        ctx.extra["warm_schedule"] = sharpness_schedule(ctx.extra["n_warmup_warm"], h_start, config.h_final)
+        h_start = ctx.setup.h_start
+        chosen["schedule"] = sharpness_schedule(n_warmup, h_start, config.h_final)
+        chosen["warm_schedule"] = sharpness_schedule(chosen["n_warmup_warm"], h_start, config.h_final)
     if m is not None:
         ctx.data = subset_soft_data(ctx.data, dcc_row_subset(n, m, ctx.seed))
-        ctx.extra["hyper"] = config.soft_hyper().resolve(ctx.data)
+        chosen["hyper"] = config.soft_hyper().resolve(ctx.data)
         if config.n_threads == "auto":  # as many threads as a run on the subset itself would take
             ctx.n_threads = min(ctx.n_threads, resolve_threads("auto", work_size(config, m)))
             torch.set_num_threads(ctx.n_threads)  # the driver restores the caller's count afterwards
@@ -278,5 +278,5 @@ def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int
         adapts = "; a shorter warm-up adapts the step size and mass less well" if short else ""
         warnings.warn(f"{fits}{short}: {why}. The posterior is the exact one given these rows{wider}{adapts}.",
                       UserWarning, stacklevel=2)
-    ctx.extra["rows"] = (n if m is None else m, n)
-    return ctx.extra["rows"][0]
+    ctx.setup = dataclasses.replace(ctx.setup, **chosen)
+    return ctx.setup.rows[0]

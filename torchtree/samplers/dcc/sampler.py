@@ -26,6 +26,7 @@ the loop can start.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random as _pyrandom
 import time
@@ -57,11 +58,11 @@ from torchtree.samplers.dcc.records import (
     warm_start_chains,
 )
 from torchtree.samplers.dcc.rows import use_rows
-from torchtree.samplers.dcc.state import DCCState, _new_stats
+from torchtree.samplers.dcc.state import DCCSetup, DCCState, new_stats
 from torchtree.samplers.dcc.utility import dcc_utility
 from torchtree.samplers.base import SamplerBase
 
-from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
+from torchtree.samplers.nuts.chains import ChainState, SampleTrace, draw, make_kernel, warmup
 from torchtree.steps.adaptation import sharpness_schedule
 from torchtree.steps.hmc import hmc_init
 from torchtree.steps.soft_init import informed_start
@@ -181,24 +182,27 @@ class DCC(SamplerBase):
         dev = None if device is None else resolve_device(device)
         return as_soft_data(data, dtype=self.config.dtype, device=dev, signed=self.hyper.signed_splits)
 
-    def setup(self, ctx: driver.RunContext) -> None:
-        """The run's resolved hyperparameters and warm-up schedules."""
+    def setup(self, ctx: driver.RunContext) -> DCCSetup:
+        """The run's resolved hyperparameters and warm-up schedules (the rows and warm-up length
+        are settled in :meth:`init`, once the seed is known)."""
         c = self.config
         check_memory("DCC's evidence (LAIS) for the one-split tree",
                      lais_memory_bytes(1, c.n_chains, c.n_samples, c.n_proposals, ctx.data.n_features + 4,
                                        itemsize=ctx.data.X.element_size()),
                      "n_chains, n_samples or n_proposals (or use fewer features)", device=ctx.device)
-        ctx.extra["hyper"] = self.hyper.resolve(ctx.data)
         informed = c.init == "data"
         # a data-informed start is already a sharp partition: no annealing
         h_start = c.h_final if informed else c.h_init
-        ctx.extra.update(informed=informed, h_start=h_start, cpu0=time.process_time(), before=(0.0, 0.0),
-                         schedule=sharpness_schedule(c.n_warmup, h_start, c.h_final),
-                         warm_schedule=sharpness_schedule(c.warmup_warm, h_start, c.h_final))
+        n = int(ctx.data.X.shape[0])
+        return DCCSetup(hyper=self.hyper.resolve(ctx.data), informed=informed, h_start=h_start,
+                        cpu0=time.process_time(), before=(0.0, 0.0),
+                        schedule=sharpness_schedule(c.n_warmup, h_start, c.h_final),
+                        warm_schedule=sharpness_schedule(c.warmup_warm, h_start, c.h_final),
+                        n_warmup=c.n_warmup, n_warmup_warm=min(c.warmup_warm, c.n_warmup), rows=(n, n))
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
         """What decides the result besides the config: the resolved hyperparameters, the task."""
-        return {"hyper": asdict(ctx.extra["hyper"]), "task": ctx.data.task}
+        return {"hyper": asdict(ctx.setup.hyper), "task": ctx.data.task}
 
     def init(self, ctx: driver.RunContext) -> DCCState:
         """Generators from the seed, and the ``n_initial`` topologies drawn from the prior."""
@@ -207,12 +211,12 @@ class DCC(SamplerBase):
                          generator=torch.Generator(device=ctx.device).manual_seed(ctx.seed),
                          bookkeeping=torch.Generator().manual_seed(ctx.seed + BOOKKEEPING_OFFSET),  # CPU draws for bookkeeping
                          rng=_pyrandom.Random(ctx.seed), hmc_step=0,
-                         stats=_new_stats())
+                         stats=new_stats())
         for t in sample_prior_topologies(c.n_initial, c.alpha_split, c.beta_split, c.max_depth, state.rng):
             self._propose(state, t)
-        ctx.extra["n_discovered"] = len(state.records)
+        ctx.setup = dataclasses.replace(ctx.setup, n_discovered=len(state.records))
         state.rows_used = use_rows(c, ctx, state.records.values(), MIN_DRAWS)  # before any per-row work
-        state.warmup_used = ctx.extra["n_warmup"]
+        state.warmup_used = ctx.setup.n_warmup
         return state
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> DCCState:
@@ -229,22 +233,22 @@ class DCC(SamplerBase):
             setattr(acc, name, saved["evidence"][name].to(torch.float64))
         records = {r.topology: r for r in (record_from_state(d, ctx.device) for d in saved["records"])}
         step = int(saved["iteration"]) + 1
-        stats = _new_stats()
+        stats = new_stats()
         stats.update(saved["stats"])
-        ctx.extra["before"] = (float(saved["elapsed_wall"]), float(saved["elapsed_cpu"]))
-        ctx.extra["n_discovered"] = len(records)
+        ctx.setup = dataclasses.replace(ctx.setup, before=(float(saved["elapsed_wall"]), float(saved["elapsed_cpu"])),
+                                        n_discovered=len(records))
         return DCCState(step=step, done=step >= self.config.n_iterations, records=records, evidence=acc,
                         generator=gen, bookkeeping=rgen, rng=rng, hmc_step=int(saved["hmc_step"]), stats=stats,
                         elapsed_budget=float(saved["elapsed_budget"]), elapsed_wall=float(saved["elapsed_wall"]),
                         elapsed_cpu=float(saved["elapsed_cpu"]),
                         rows_used=use_rows(self.config, ctx, (), MIN_DRAWS, saved=saved["rows_used"],
                                            saved_warmup=saved.get("warmup_used")),
-                        warmup_used=ctx.extra["n_warmup"])
+                        warmup_used=ctx.setup.n_warmup)
 
     def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
         c = self.config
         info = {"method": "dcc", "n_iterations": c.n_iterations, "n_chains": c.n_chains, "n_samples": c.n_samples,
-                "n_warmup": c.n_warmup, "n_discovered": ctx.extra["n_discovered"]}
+                "n_warmup": c.n_warmup, "n_discovered": ctx.setup.n_discovered}
         # no "total": on_step also carries the hmc/... tags of every NUTS iteration, whose
         # number is not known in advance, so a progress bar counts steps without a total
         if ctx.resumed_at is not None:
@@ -329,14 +333,14 @@ class DCC(SamplerBase):
         stats["divergence_rate"] = stats["divergences"] / max(stats["transitions"], 1)  # per chain transition
         stats["iterations"] = state.step
         stats["seconds"], stats["cpu_seconds"] = self._elapsed(ctx)
-        stats["rows_used"], stats["rows_total"] = ctx.extra["rows"]
-        stats["warmup_used"] = ctx.extra["n_warmup"]
+        stats["rows_used"], stats["rows_total"] = ctx.setup.rows
+        stats["warmup_used"] = ctx.setup.n_warmup
         if ctx.resumed_at is not None:
             stats["resumed_from_iteration"] = ctx.resumed_at - 1
         if not any(r.active for r in state.records.values()):
             raise ValueError(
                 f"DCC: max_seconds={self.config.max_seconds} ({self.config.clock} clock) ran out before any topology "
-                f"finished its warm-up ({ctx.extra['n_warmup']} iterations of {self.config.n_chains} chains) and "
+                f"finished its warm-up ({ctx.setup.n_warmup} iterations of {self.config.n_chains} chains) and "
                 f"{MIN_DRAWS} draws; raise max_seconds (or lower n_warmup, n_chains, n_parallel or max_rows)")
         if state.step < self.config.n_iterations:
             warnings.warn(f"DCC: max_seconds={self.config.max_seconds:g} ({self.config.clock} clock) stopped the run after "
@@ -375,8 +379,8 @@ class DCC(SamplerBase):
     @staticmethod
     def _elapsed(ctx: driver.RunContext) -> Tuple[float, float]:
         """Wall and CPU seconds of the whole run (earlier segments of a resumed run included)."""
-        wall, cpu = ctx.extra["before"]
-        return wall + ctx.seconds(), cpu + time.process_time() - ctx.extra["cpu0"]
+        wall, cpu = ctx.setup.before
+        return wall + ctx.seconds(), cpu + time.process_time() - ctx.setup.cpu0
 
     def _propose(self, state: DCCState, t: Topology, parent: Optional[Topology] = None) -> None:
         """Count a proposal of ``t`` (recording it, with its first proposer, when new)."""
@@ -415,34 +419,34 @@ class DCC(SamplerBase):
         their transient are no draws of the posterior, and LAIS needs draws to build its
         proposals from. Its topologies keep their proposal counts (a resumed run with
         more budget warms them up again)."""
-        c, x, gen, records = self.config, ctx.extra, state.generator, state.records
+        c, x, gen, records = self.config, ctx.setup, state.generator, state.records
         # new splits start from prior draws, so the sharpness is annealed for warm starts
         # too (a hard split gives its threshold almost no gradient to follow)
-        model = self._model(ctx, batch, x["h_start"], gen)
+        model = self._model(ctx, batch, x.h_start, gen)
         if warm:
             pos, inv, step = warm_start_chains(model, batch, records, c.n_chains, ctx.data.task == "regression",
                                                state.bookkeeping)
-            if x["informed"]:
+            if x.informed:
                 fresh = torch.stack([
                     torch.tensor([i in r.topology.internal and i not in records[r.parent].topology.internal
                                   for i in range(model.layout.n_internal)], device=pos.device)
                     for r in batch]).repeat_interleave(c.n_chains, 0)
                 pos = informed_start(model, pos, fresh, generator=gen).to(pos)
-            n_wu = x["n_warmup_warm"]
+            n_wu = x.n_warmup_warm
             ch, st = warmup(
                 self._kernel(model), model.potential_and_grad, pos, n_wu, generator=gen, coord_mask=model.coord_mask,
                 step_size=step, inv_mass=inv, target_accept=c.target_accept, monitor=ctx.monitor,
-                step_offset=state.hmc_step, sharpness=x["warm_schedule"], set_sharpness=model.set_sharpness,
+                step_offset=state.hmc_step, sharpness=x.warm_schedule, set_sharpness=model.set_sharpness,
                 stop=stop,
             )
         else:
             start = model.theta.data
-            if x["informed"]:
+            if x.informed:
                 start = informed_start(model, generator=gen)
-            n_wu = x["n_warmup"]
+            n_wu = x.n_warmup
             ch, st = warmup(
                 self._kernel(model), model.potential_and_grad, start, n_wu, generator=gen,
-                coord_mask=model.coord_mask, target_accept=c.target_accept, sharpness=x["schedule"],
+                coord_mask=model.coord_mask, target_accept=c.target_accept, sharpness=x.schedule,
                 set_sharpness=model.set_sharpness, monitor=ctx.monitor, step_offset=state.hmc_step, stop=stop,
             )
         state.hmc_step += st["iterations"]
@@ -476,7 +480,7 @@ class DCC(SamplerBase):
         c = self.config
         return SoftTrees(
             ctx.data, [r.topology for r in recs], n_chains=c.n_chains, sharpness=h,
-            hyper=ctx.extra["hyper"], dtype=ctx.data.X.dtype, generator=gen, compile=c.compile and c.asynchronous,
+            hyper=ctx.setup.hyper, dtype=ctx.data.X.dtype, generator=gen, compile=c.compile and c.asynchronous,
         )
 
     def _kernel(self, model: SoftTrees):

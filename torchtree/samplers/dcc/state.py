@@ -1,10 +1,11 @@
-"""DCC's state between two iterations (:class:`DCCState`) and its checkpoint form (``state_dict``);
-the sampler (:mod:`torchtree.samplers.dcc.sampler`) reads it back in ``DCC.restore``."""
+"""What a DCC run holds: its set-up objects (:class:`DCCSetup`), its state between two iterations
+(:class:`DCCState`) and the state's checkpoint form (``state_dict``), which the sampler
+(:mod:`torchtree.samplers.dcc.sampler`) reads back in ``DCC.restore``."""
 from __future__ import annotations
 
 import random as _pyrandom
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import torch
 
@@ -13,10 +14,37 @@ from torchtree.samplers.dcc.lais import EvidenceAccumulator
 from torchtree.samplers.dcc.records import Record, record_state
 from torchtree.samplers.protocol import SamplerState
 
-__all__ = ["DCCState"]
+__all__ = ["DCCSetup", "DCCState", "new_stats"]
 
 
-def _new_stats() -> Dict[str, int]:
+@dataclass(frozen=True)
+class DCCSetup:
+    """A DCC run's objects.
+
+    Set up before the seed is known: ``hyper`` (the soft-tree hyperparameters resolved on the data),
+    ``informed`` (``init="data"``), ``h_start`` (the warm-up's first split sharpness), ``cpu0`` (the
+    process's CPU time at the start), ``before`` ((wall, cpu) seconds of earlier segments of a resumed
+    run), ``schedule`` / ``warm_schedule`` (the sharpness of each warm-up iteration, fresh and
+    warm-started). Settled in ``DCC.init`` / ``restore`` (a copy replaces ``ctx.setup``): the rows
+    fitted ``rows`` = (used, total), ``n_warmup`` / ``n_warmup_warm`` (the planner may shorten them,
+    with their schedules and, on a row subset, ``hyper``), and ``n_discovered`` (topologies known at
+    the start).
+    """
+
+    hyper: Any
+    informed: bool
+    h_start: float
+    cpu0: float
+    before: Tuple[float, float]
+    schedule: Any
+    warm_schedule: Any
+    n_warmup: int
+    n_warmup_warm: int
+    rows: Tuple[int, int]
+    n_discovered: int = 0
+
+
+def new_stats() -> Dict[str, int]:
     """The run's counters; ``warmups_cut`` / ``visits_cut``: topologies whose warm-up or
     refinement the time budget cut (left out, see :meth:`DCC._activate_batch`)."""
     return dict.fromkeys(("nuts_iterations", "divergences", "transitions", "grad_evals", "warmups", "warmups_cut", "visits_cut"), 0)

@@ -1,5 +1,23 @@
-"""Top-down SMC across ranks: the layouts, and the particle codec re-exported.
+"""Top-down particle filtering for Bayesian decision trees (paper 001).
 
+Stage ``i`` targets the posterior under the prior truncated at stage ``i``.
+Every particle grows its tree node by node (``expansion="node"``: the oldest
+open leaf, i.e. breadth-first; since children are appended, that is node ``i``
+at stage ``i``) or layer by layer (``expansion="layer"``: every open leaf of the
+shallowest open depth). Incremental weights:
+
+* ``prior``: ``l(Y_left) l(Y_right) / l(Y_node)`` on a split, 1 on a stop;
+* ``empirical``: the same times ``(U - 1) gap / range`` (prior over proposal
+  density of the cut, U distinct values in the node);
+* ``optimal``: the normaliser of the one-step optimal proposal over
+  ``l(Y_node)`` (sec. 3.1).
+
+The running product of the mean incremental weights estimates ``p(Y | X)``.
+Islands are independent filters sharing ``n_particles`` equally; their evidence
+is combined by log-mean-exp and their posteriors averaged.
+
+Ranks
+-----
 A multi-rank :class:`~torchtree.samplers.topdown.TopDownSMC` run goes through the same driver
 (:func:`torchtree.samplers.driver.run`) and the same ``step`` as a one-process run; its
 backend has more than one rank. This page documents how particles are laid out and moved. Every rank holds the full training data and
@@ -66,17 +84,14 @@ their summation order with the thread count for rows over 32768 elements, so isl
 than 32768 particles are reproducible across world sizes only at equal thread counts
 (``torchrun`` sets ``OMP_NUM_THREADS=1``).
 """
-from __future__ import annotations
-
-from torchtree.samplers.topdown_particles import (EXPORT_FIELDS, export_particles, gather_trees, import_particles,
+from torchtree.samplers.topdown.config import TopDownConfig, EXPANSIONS, REDISTRIBUTIONS
+from torchtree.samplers.topdown.sampler import TopDownSMC
+from torchtree.samplers.topdown.state import TopDownSetup, TopDownState
+from torchtree.samplers.driver import default_likelihood
+from torchtree.core.smc import canonical_ancestors
+from torchtree.samplers.topdown.particles import (EXPORT_FIELDS, export_particles, gather_trees, import_particles,
                                                   layout_for, materialise_ancestors, move_particles)
 
-__all__ = [
-    "EXPORT_FIELDS",
-    "layout_for",
-    "export_particles",
-    "import_particles",
-    "materialise_ancestors",
-    "move_particles",
-    "gather_trees",
-]
+__all__ = ["EXPORT_FIELDS", "EXPANSIONS", "REDISTRIBUTIONS", "TopDownConfig", "TopDownSMC", "TopDownSetup", "TopDownState",
+           "canonical_ancestors", "default_likelihood", "export_particles", "gather_trees", "import_particles", "layout_for",
+           "materialise_ancestors", "move_particles"]

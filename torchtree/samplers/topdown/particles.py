@@ -4,7 +4,7 @@ A particle is a row of node uids into its rank's node table. To move it to anoth
 exported as padded per-node arrays (``EXPORT_FIELDS``), sent through
 ``torchtree.distributed.redistribute`` and imported into the receiver's table, which
 re-materialises the node data of the ancestors it did not hold (see
-:mod:`torchtree.samplers.topdown_dist` for the layouts and costs).
+:mod:`torchtree.samplers.topdown` for the layouts and costs).
 """
 from __future__ import annotations
 

@@ -1,29 +1,7 @@
-"""Metropolis-Hastings over decision trees (Chipman, George & McCulloch, 1998).
-
-Any number of chains run as one batch: every iteration proposes one
-grow / prune / change / swap move per chain (:mod:`torchtree.steps.moves`) and accepts it
-with probability ``min(1, pi(t') q(t | t') / (pi(t) q(t' | t)))``. A single chain
-is latency-bound: an iteration is a fixed number of small tensor operations,
-random numbers are drawn in blocks of iterations, and nothing is synchronised
-with the host except the subtree height that bounds the routing loop; the host engine
-(:class:`torchtree.steps.host_moves.HostChain`) runs the same chain in numpy.
-
-The run goes through :func:`torchtree.samplers.driver.run` (device, seed, checkpoints,
-monitors). One driver step runs the iterations up to the next monitor report or
-checkpoint (or the end): a host iteration costs about 0.2 ms, so a call per iteration
-would be a measurable share of it.
-
-Diagnostics: acceptance rate per move type, and split-R-hat and effective sample
-size (:func:`torchtree.model.diagnostics.rhat`, :func:`torchtree.model.diagnostics.chain_ess`,
-re-exported here) of the number of leaves and of the log posterior over the kept
-draws of all chains; the traces themselves are in ``info["trace"]``
-(``[chains, draws]``), which :func:`torchtree.model.diagnostics.to_arviz` exports.
-"""
+"""``MCMC``: the sampler of :mod:`torchtree.samplers.mcmc` (see the package for the method)."""
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -38,180 +16,18 @@ from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA, make
 from torchtree.model.trees import HardTrees
 from torchtree.samplers import driver
 from torchtree.samplers.driver import default_likelihood, describe
-from torchtree.samplers.topdown_starts import topdown_draws
-from torchtree.samplers.presets import SMALL_TABLE_ROWS, WIDE_TABLE_FEATURES, Preset, small_table, wide_table
+from torchtree.samplers.tuning.starts import topdown_draws
 from torchtree.samplers.base import SamplerBase
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
-from torchtree.steps.host_moves import HostChain, host_trees, pack_snapshots, unpack_snapshots
-from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
-from torchtree.steps.moves import (CUT_PROPOSALS, MOVES, N_SLOTS, TreeModel, TreeState, check_move_probs, draw_moves,
-                                   propose, sample_prior_state, snapshot_trees)
+from torchtree.steps.host_moves import HostChain, host_trees
+from torchtree.steps.moves import (MOVES, N_SLOTS, TreeModel, TreeState, draw_moves, propose, sample_prior_state, snapshot_trees)
 
-__all__ = ["MCMC", "MCMCConfig", "MCMCState", "HostMCMCState", "rhat", "chain_ess", "make_prior", "check_move_probs"]
+from torchtree.samplers.mcmc.config import MCMCConfig, Stream
+from torchtree.samplers.mcmc.state import MCMCSetup, MCMCState, HostMCMCState
+
+__all__ = ["MCMC"]
+
 
 _BLOCK = 512  # iterations whose uniforms are drawn in one call
-
-
-class Stream(enum.IntEnum):
-    """MCMC's random streams: ``derive_seed(run seed, stream)`` seeds each (fixed values: same draws as ever)."""
-
-    PRIOR_START = 1  #: ``init="prior"``: each chain's starting tree
-    MOVES = 2  #: every iteration's move type, cut and acceptance uniforms, keyed by chain and iteration
-    TOPDOWN_START = 3  #: ``init="topdown"``: the top-down run and the draws from it
-
-#: chains x kept draws of the "small-table" presets (below ``SMALL_TABLE_ROWS`` rows)
-SMALL_TABLE_CHAINS, SMALL_TABLE_SAMPLES = 16, 500
-ENGINES = ("auto", "batched", "host")
-
-
-@dataclass(frozen=True)
-class MCMCConfig(SamplerConfig):
-    """Settings of :class:`MCMC` (see its docstring)."""
-
-    n_chains: int = option(1, help="chains run together as one batch", low=1, presets=(
-        Preset("small-table", f"below {SMALL_TABLE_ROWS} rows, {SMALL_TABLE_CHAINS} shorter chains explore more "
-               "trees than one long chain at about the same cost (one batch)",
-               lambda v, s: small_table(s) and v["engine"] != "host", SMALL_TABLE_CHAINS),))
-    n_samples: int = option(1000, help="kept draws per chain (after warm-up and thinning)", low=1, presets=(
-        Preset("small-table", f"below {SMALL_TABLE_ROWS} rows, {SMALL_TABLE_SAMPLES} kept draws per chain of "
-               f"{SMALL_TABLE_CHAINS} (warm-up as long)", lambda v, s: small_table(s),
-               SMALL_TABLE_SAMPLES),))
-    n_warmup: Optional[int] = option(None, help="burn-in iterations per chain (default: n_samples * thin, half the "
-                                                "run, as in paper 002)", low=0)
-    thin: int = option(1, help="keep every thin-th iteration after warm-up", low=1)
-    move_probs: Tuple[float, float, float, float] = option(
-        (0.25, 0.25, 0.25, 0.25), help="probabilities of grow, prune, change, swap (normalised)")
-    init: str = option("root", help="start each chain at the root-only tree, at a draw from the Chipman prior, or "
-                                    "at a draw of a top-down SMC run (1000 particles, more on wide tables; big data)",
-                       choices=("root", "prior", "topdown"), presets=(
-        Preset("topdown-start", f"chains from the root stay far below the posterior's trees on {SMALL_TABLE_ROWS}+ "
-               f"rows, more than {WIDE_TABLE_FEATURES} features, or regression targets",
-               lambda v, s: s.prior == "chipman" and (not small_table(s) or s.regression or wide_table(s)),
-               "topdown"),))
-    keep: str = option("samples", help="predict with the kept draws, or with every iteration including warm-up "
-                                       "(paper 001's baseline)", choices=("samples", "all"))
-    use_likelihood: bool = option(True, help="False samples the prior (labels ignored)")
-    device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
-                                   result=False)
-    monitor_every: int = option(100, help="iterations between monitor reports", low=1, result=False)
-    engine: str = option("auto", help="batched: all chains as one batch of tensor ops on the data's device; host: "
-                                      "one chain in numpy on the CPU (same chain, lower latency); auto: host for "
-                                      "one chain with prior cuts", choices=ENGINES)
-    checkpoint: Optional[str] = option(None, help="checkpoint file (resume when it exists)", result=False)
-    checkpoint_every: int = option(1, help="save after every k-th iteration", low=1, result=False)
-    cut_proposal: str = option("prior", help="how grow / change moves draw a cut: uniform on the node's range "
-                                             "(prior), uniform among the gaps between distinct values (data), or "
-                                             "by the likelihood of the split (informed); not prior runs the "
-                                             "batched engine", choices=CUT_PROPOSALS)
-    max_bins: Optional[int] = option(None, help="rank each feature into at most max_bins quantile bins and cut only "
-                                                "between bins: a change of the split prior (cuts uniform over the "
-                                                "grid's range, not the data's), for large data; None: the data "
-                                                "(the paper's model)", low=2)
-
-    def check(self) -> None:
-        if self.engine == "host" and self.n_chains != 1:
-            raise ValueError(f"engine='host' runs a single chain; got n_chains={self.n_chains} (use engine='batched' "
-                             f"or 'auto' for several)")
-        object.__setattr__(self, "move_probs", check_move_probs(self.move_probs))
-        if self.engine == "host" and self.cut_proposal != "prior":
-            raise ValueError("engine='host' implements cut_proposal='prior' only; use engine='batched'")
-
-
-@dataclass
-class MCMCState(SamplerState):
-    """The batched chains between two iterations.
-
-    Attributes
-    ----------
-    step : int, the next iteration
-    done : bool, every iteration ran
-    chains : TreeState [P] (the trees with the moves' per-node caches)
-    proposed, accepted : LongTensor [4], moves per type (grow, prune, change, swap)
-    kept : list of HardTrees, the draws kept for prediction (concatenated at saves and at the end)
-    trace_leaves : list of LongTensor [P], every chain's number of leaves at each recorded draw
-    trace_lp : list of float64 Tensor [P], every chain's log posterior at each recorded draw
-    """
-
-    step: int
-    done: bool
-    chains: TreeState
-    proposed: torch.Tensor
-    accepted: torch.Tensor
-    kept: List[HardTrees]
-    trace_leaves: List[torch.Tensor]
-    trace_lp: List[torch.Tensor]
-
-    def state_dict(self) -> Dict[str, Any]:
-        if len(self.kept) > 1:  # concatenating in pieces gives the same trees as at the end, and saves stay O(new)
-            self.kept[:] = [HardTrees.cat(self.kept)]
-        return {"step": int(self.step), "done": bool(self.done),
-                "trees": {k: v.clone() for k, v in self.chains.trees.as_dict().items()},
-                "proposed": self.proposed.clone(), "accepted": self.accepted.clone(),
-                "kept": compact_trees(self.kept[0], stride=self.chains.trees.n_trees) if self.kept else None,
-                "trace_leaves": torch.stack(self.trace_leaves) if self.trace_leaves else None,
-                "trace_lp": torch.stack(self.trace_lp) if self.trace_lp else None}
-
-    @classmethod
-    def from_state_dict(cls, saved: Dict[str, Any], device=None) -> "MCMCState":
-        def trace(t):
-            return [] if t is None else list(t.to(device).unbind(0))
-
-        return cls(step=int(saved["step"]), done=bool(saved["done"]),
-                   chains=TreeState(HardTrees.from_dict(saved["trees"]).to(device)),
-                   proposed=saved["proposed"].to(device), accepted=saved["accepted"].to(device),
-                   kept=[] if saved["kept"] is None else [_kept_trees(saved["kept"]).to(device)],
-                   trace_leaves=trace(saved["trace_leaves"]), trace_lp=trace(saved["trace_lp"]))
-
-
-def _kept_trees(saved) -> HardTrees:
-    """The kept draws of a checkpoint: compact (deduplicated runs) or, from older files, plain."""
-    return expand_trees(saved) if is_compact(saved) else HardTrees.from_dict(saved)
-
-
-@dataclass
-class HostMCMCState(SamplerState):
-    """The single host chain between two iterations.
-
-    Attributes
-    ----------
-    step : int, the next iteration; done : bool
-    chain : HostChain (its arrays are the state; ``chain.state_dict()``)
-    proposed, accepted : int64 ndarray [4], moves per type
-    snaps : list of snapshot tuples, the distinct consecutive kept trees; counts : list of
-        int, how many kept iterations each stands for
-    trace_leaves : list of int; trace_lp : list of float (one per recorded draw)
-    version : int, accepted moves so far; snap_version : int, ``version`` of the last snapshot
-    """
-
-    step: int
-    done: bool
-    chain: HostChain
-    proposed: np.ndarray
-    accepted: np.ndarray
-    snaps: list
-    counts: List[int]
-    trace_leaves: List[int]
-    trace_lp: List[float]
-    version: int
-    snap_version: int
-
-    @classmethod
-    def from_state_dict(cls, saved: Dict[str, Any], chain: HostChain) -> "HostMCMCState":  # type: ignore[override]
-        """Rebuild from :meth:`state_dict`; ``chain``: a fresh HostChain of the run's model and
-        move probabilities (the arrays are loaded into it)."""
-        chain.load_state_dict(saved["chain"])
-        return cls(step=int(saved["step"]), done=bool(saved["done"]), chain=chain,
-                   proposed=saved["proposed"].numpy().copy(), accepted=saved["accepted"].numpy().copy(),
-                   snaps=unpack_snapshots(saved["snaps"]), counts=list(saved["counts"]),
-                   trace_leaves=list(saved["trace_leaves"]), trace_lp=list(saved["trace_lp"]),
-                   version=int(saved["version"]), snap_version=int(saved["snap_version"]))
-
-    def state_dict(self) -> Dict[str, Any]:
-        return {"step": int(self.step), "done": bool(self.done), "chain": self.chain.state_dict(),
-                "proposed": torch.from_numpy(self.proposed.copy()), "accepted": torch.from_numpy(self.accepted.copy()),
-                "snaps": pack_snapshots(self.snaps), "counts": list(self.counts),
-                "trace_leaves": list(self.trace_leaves), "trace_lp": list(self.trace_lp),
-                "version": int(self.version), "snap_version": int(self.snap_version)}
 
 
 class MCMC(SamplerBase):
@@ -244,7 +60,7 @@ class MCMC(SamplerBase):
     init : {"root", "prior", "topdown"}
         Start each chain at the root-only tree, at a draw from the Chipman prior, or at a
         weighted draw from a top-down SMC run on the same model (1000 particles, settings by
-        :func:`~torchtree.samplers.topdown_starts.start_settings`: more particles on wide
+        :func:`~torchtree.samplers.tuning.starts.start_settings`: more particles on wide
         classification tables): on large data, chains from the root need far more iterations to
         grow trees of the posterior's size. The chains still target the same posterior.
     keep : {"samples", "all"}
@@ -346,11 +162,10 @@ class MCMC(SamplerBase):
         return driver.run(self, data, seed=seed, monitor=monitor, backend=backend)
 
     # ------------------------------------------------------------ protocol
-    def setup(self, ctx: driver.RunContext) -> None:
+    def setup(self, ctx: driver.RunContext) -> "MCMCSetup":
         """The likelihood (default from the data), the target and the engine of this run."""
         lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
-        ctx.extra["likelihood"] = lik
-        ctx.extra["model"] = TreeModel(self.prior, lik, ctx.data, self.config.use_likelihood, self.config.max_bins)
+        model = TreeModel(self.prior, lik, ctx.data, self.config.use_likelihood, self.config.max_bins)
         W, n_chains = ctx.world_size, self.config.n_chains
         if n_chains % W:
             raise ValueError(f"n_chains ({n_chains}) must be divisible by the number of ranks ({W}): every rank "
@@ -359,37 +174,37 @@ class MCMC(SamplerBase):
             raise ValueError("engine='host' runs a single chain in one process; a multi-rank run needs "
                              "engine='batched' (or 'auto')")
         n_local = n_chains // W
-        ctx.extra["host"] = host = self.engine == "host" or (self.engine == "auto" and n_chains == 1)
+        host = self.engine == "host" or (self.engine == "auto" and n_chains == 1)
         check_tree_memory("MCMC", n_local, ctx.data, "n_chains (or n_samples)",
                           kept_per_tree=0 if host else self.config.n_samples,
                           per_tree=0 if host else min(_BLOCK, self.n_iterations) * N_SLOTS * 8)  # a block of uniforms
-        ctx.extra["chains"] = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local)  # global chain indices
+        return MCMCSetup(likelihood=lik, model=model, host=host,
+                         chains=torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local))
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
         """What decides the result besides the config: the prior, the likelihood, the task."""
-        return {"prior": describe(self.prior), "likelihood": describe(ctx.extra["likelihood"]), "task": ctx.data.task}
+        return {"prior": describe(self.prior), "likelihood": describe(ctx.setup.likelihood), "task": ctx.data.task}
 
     def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
         c = self.config
         info = {"n_chains": c.n_chains, "n_iterations": self.n_iterations, "total": self.n_iterations, "n_warmup": self.n_warmup, "thin": c.thin,
                 "n": ctx.data.n, "d": ctx.data.d, "prior": repr(self.prior),
-                "engine": "host" if ctx.extra["host"] else "batched"}
+                "engine": "host" if ctx.setup.host else "batched"}
         if ctx.resumed_at is not None:
             info["resumed_at_iteration"] = ctx.resumed_at
         return info
 
     def init(self, ctx: driver.RunContext):
         """Every chain at the root-only tree or at a prior draw; nothing kept yet."""
-        c, model = self.config, ctx.extra["model"]
-        ctx.extra["useed"] = derive_seed(ctx.seed, Stream.MOVES)
-        gidx = ctx.extra["chains"]
+        c, model = self.config, ctx.setup.model
+        gidx = ctx.setup.chains
         if c.init == "prior":
             chains, _ = sample_prior_state(model, gidx.numel(), derive_seed(ctx.seed, Stream.PRIOR_START), index=gidx.to(ctx.device))
         elif c.init == "topdown":
             chains, _ = topdown_draws(model, gidx, derive_seed(ctx.seed, Stream.TOPDOWN_START), ctx=ctx)
         else:
             chains = TreeState.roots(model, gidx.numel())
-        if ctx.extra["host"]:
+        if ctx.setup.host:
             chain = HostChain(model, c.move_probs)
             t = chains.trees.to("cpu")
             chain.load(t, t.leaf_index(model.X.cpu())[0].numpy())
@@ -402,10 +217,9 @@ class MCMC(SamplerBase):
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext):
         """The state a checkpoint holds."""
-        ctx.extra["useed"] = derive_seed(ctx.seed, Stream.MOVES)
-        if not ctx.extra["host"]:
+        if not ctx.setup.host:
             return MCMCState.from_state_dict(saved, ctx.device)
-        return HostMCMCState.from_state_dict(saved, HostChain(ctx.extra["model"], self.config.move_probs))
+        return HostMCMCState.from_state_dict(saved, HostChain(ctx.setup.model, self.config.move_probs))
 
     def step(self, state, ctx: driver.RunContext) -> Tuple[Any, Optional[dict]]:
         """The iterations up to the next monitor report or checkpoint (or the end)."""
@@ -414,20 +228,20 @@ class MCMC(SamplerBase):
         for every in (c.monitor_every if ctx.watch else None, ctx.checkpoint_every):
             if every is not None:
                 end = min(end, (start // every + 1) * every)
-        if ctx.extra["host"]:
+        if ctx.setup.host:
             self._host_iterations(state, start, end, ctx)
         else:
             self._batched_iterations(state, start, end, ctx)
         state.step, state.done = end, end == total
         if not ctx.watch or (end % c.monitor_every and end != total):
             return state, None
-        if ctx.extra["host"]:
+        if ctx.setup.host:
             ch, n = state.chain, state.chain.n
             return state, _report(torch.from_numpy(state.proposed), torch.from_numpy(state.accepted),
                                   torch.tensor([ch.log_posterior()]), torch.tensor([int(ch.leaf[:n].sum())]),
                                   torch.tensor([int(ch.depth[:n][ch.leaf[:n]].max())]), ctx.seconds())
         t = state.chains.trees
-        return state, _report(state.proposed, state.accepted, state.chains.log_posterior(ctx.extra["model"]),
+        return state, _report(state.proposed, state.accepted, state.chains.log_posterior(ctx.setup.model),
                               t.n_leaves(), t.max_depth(), ctx.seconds())
 
     def _uniforms(self, it: int, ctx: driver.RunContext) -> Tuple[int, Any]:
@@ -435,20 +249,21 @@ class MCMC(SamplerBase):
         ``[B, P, N_SLOTS]`` on the device (batched) or ``[B, N_SLOTS]`` numpy (host). Keyed by
         seed, chain and iteration, so a run resumed inside a block draws the same numbers."""
         b0 = it - it % _BLOCK
-        cached = ctx.extra.get("uniforms")
-        if cached is None or cached[0] != b0:
-            host = ctx.extra["host"]
+        cache = ctx.setup.uniforms
+        if not cache or cache[0][0] != b0:
+            host = ctx.setup.host
             dev = torch.device("cpu") if host else ctx.device
-            gidx = ctx.extra["chains"].to(dev)
+            gidx = ctx.setup.chains.to(dev)
             its = torch.arange(b0, min(b0 + _BLOCK, self.n_iterations), device=dev)
             slots = torch.arange(N_SLOTS, device=dev)
-            U = keyed_uniform(ctx.extra["useed"], 0, gidx[None, :, None], its[:, None, None] * N_SLOTS + slots)
-            cached = ctx.extra["uniforms"] = (b0, U[:, 0].numpy() if host else U)
-        return cached
+            U = keyed_uniform(derive_seed(ctx.seed, Stream.MOVES), 0, gidx[None, :, None],
+                              its[:, None, None] * N_SLOTS + slots)
+            cache[:] = [(b0, U[:, 0].numpy() if host else U)]
+        return cache[0]
 
     def _batched_iterations(self, st: MCMCState, start: int, end: int, ctx: driver.RunContext) -> None:
         """Iterations ``start .. end-1`` of all chains as one batch (in place on ``st``)."""
-        c, model = self.config, ctx.extra["model"]
+        c, model = self.config, ctx.setup.model
         mp, warm, thin, keep_all = c.move_probs, self.n_warmup, c.thin, c.keep == "all"
         for it in range(start, end):  # a Markov chain: iterations are sequential
             b0, U = self._uniforms(it, ctx)
@@ -498,8 +313,8 @@ class MCMC(SamplerBase):
 
     def finalize(self, state, ctx: driver.RunContext) -> TreePosterior:
         """Equal weights over the kept draws (a host chain's repeated draws merged with their counts)."""
-        c, data, lik = self.config, ctx.data, ctx.extra["likelihood"]
-        if ctx.extra["host"]:
+        c, data, lik = self.config, ctx.data, ctx.setup.likelihood
+        if ctx.setup.host:
             trees = host_trees(state.snaps, state.chain.dt, lik.stats_dtype)
             logw = torch.log(torch.tensor(state.counts, dtype=torch.float64))
             n_kept = int(sum(state.counts))
@@ -516,9 +331,9 @@ class MCMC(SamplerBase):
             logw = torch.zeros(trees.n_trees, dtype=torch.float64)
             n_kept = trees.n_trees
             leaves, lp = leaves.cpu().numpy(), lp.cpu().numpy()
-        trees = ctx.extra["model"].on_grid(trees)  # max_bins: thresholds onto the grid
+        trees = ctx.setup.model.on_grid(trees)  # max_bins: thresholds onto the grid
         elapsed, total = ctx.seconds(), self.n_iterations
-        info = {"sampler": self.name, "engine": "host" if ctx.extra["host"] else "batched", "n_chains": c.n_chains,
+        info = {"sampler": self.name, "engine": "host" if ctx.setup.host else "batched", "n_chains": c.n_chains,
                 "world_size": ctx.world_size, "n_samples": c.n_samples, "n_warmup": self.n_warmup, "thin": c.thin, "keep": c.keep,
                 "n_iterations": total, "prior": repr(self.prior), "move_probs": list(c.move_probs),
                 "seconds": elapsed, "iterations_per_second": total / max(elapsed, 1e-12)}
@@ -542,7 +357,7 @@ def _gather_chains(ctx: driver.RunContext, trees: HardTrees, proposed, accepted,
     """Every rank's kept draws and traces, in the one-process order (draw-major, then global
     chain), and the summed move counters: collective, the same on every rank."""
     be, W = ctx.backend, ctx.world_size
-    n = ctx.extra["chains"].numel()
+    n = ctx.setup.chains.numel()
     cap = int(be.all_reduce(torch.tensor([trees.capacity], dtype=torch.int64), "max").item())
     if trees.capacity != cap:
         trees = trees.with_capacity(cap)

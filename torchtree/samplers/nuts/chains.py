@@ -1,4 +1,5 @@
-"""Warm-up and sampling loops for batched HMC / NUTS chains (the functional driver).
+"""Warm-up and sampling loops of batched HMC / NUTS chains, as plain functions (``NUTS`` and DCC call them
+inside their ``step``; the run itself is the driver's).
 
 ``warmup`` adapts every chain's step size and diagonal inverse mass matrix with
 Stan's windowed schedule (see :mod:`torchtree.steps.adaptation`), optionally annealing

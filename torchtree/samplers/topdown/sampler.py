@@ -1,125 +1,29 @@
-"""Top-down particle filtering for Bayesian decision trees (paper 001).
-
-Stage ``i`` targets the posterior under the prior truncated at stage ``i``.
-Every particle grows its tree node by node (``expansion="node"``: the oldest
-open leaf, i.e. breadth-first; since children are appended, that is node ``i``
-at stage ``i``) or layer by layer (``expansion="layer"``: every open leaf of the
-shallowest open depth). Incremental weights:
-
-* ``prior``: ``l(Y_left) l(Y_right) / l(Y_node)`` on a split, 1 on a stop;
-* ``empirical``: the same times ``(U - 1) gap / range`` (prior over proposal
-  density of the cut, U distinct values in the node);
-* ``optimal``: the normaliser of the one-step optimal proposal over
-  ``l(Y_node)`` (sec. 3.1).
-
-The running product of the mean incremental weights estimates ``p(Y | X)``.
-Islands are independent filters sharing ``n_particles`` equally; their evidence
-is combined by log-mean-exp and their posteriors averaged.
-"""
+"""``TopDownSMC``: the sampler of :mod:`torchtree.samplers.topdown` (see the package for the method)."""
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from torchtree.core.memory import available_bytes, check_tree_memory
-from torchtree.core.resampling import RESAMPLERS, get_resampler
+from torchtree.core.resampling import get_resampler
+from torchtree.model.data import Data
 from torchtree.model.posterior import TreePosterior
 from torchtree.model.priors import make_prior
+from torchtree.model.trees import HardTrees
 from torchtree.samplers import driver
 from torchtree.samplers.driver import default_likelihood, default_memory_limit, describe
-from torchtree.samplers.presets import (OPTIMAL_MAX_CELLS, PARTICLES_PER_FEATURE, REGRESSION_ISLANDS, SMALL_TABLE_ROWS,
-                                        WIDE_MAX_PARTICLES, WIDE_MAX_WORK, Preset, needs_more_particles, optimal_proposal_fits,
-                                        wide_table_particles)
 from torchtree.samplers.base import SamplerBase
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
-from torchtree.samplers.topdown_particles import expansion_pairs, gather_trees, layout_for, move_particles, tree_report
-from torchtree.samplers.smc_engine import canonical_ancestors, island_ancestors, island_posterior, island_weights_step
-from torchtree.steps.growth import PROPOSALS, Grower, GrowthState
+from torchtree.samplers.topdown.particles import expansion_pairs, gather_trees, layout_for, move_particles, tree_report
+from torchtree.core.smc import island_ancestors, island_weights_step, islands_ess
+from torchtree.steps.growth import Grower
 
-__all__ = ["TopDownSMC", "TopDownConfig", "TopDownState", "default_likelihood", "canonical_ancestors"]
+from torchtree.samplers.topdown.config import TopDownConfig
+from torchtree.samplers.topdown.state import TopDownSetup, TopDownState
 
-EXPANSIONS = ("node", "layer")
-REDISTRIBUTIONS = ("auto", "alltoall", "rotational")
-
-
-@dataclass(frozen=True)
-class TopDownConfig(SamplerConfig):
-    """Settings of :class:`TopDownSMC` (see its docstring)."""
-
-    n_particles: int = option(1000, help="particles in total, across islands (and ranks)", low=1, presets=(
-        Preset("wide-table", f"a particle tries one feature per node: {PARTICLES_PER_FEATURE} particles per feature "
-               f"(thousands, at most {WIDE_MAX_PARTICLES} and {WIDE_MAX_WORK:.0e} rows x particles)",
-               lambda v, s: (s.classification and v["proposal"] != "optimal" and not v.given("n_islands")
-                             and needs_more_particles(s)),
-               lambda v, s: wide_table_particles(s.n_rows, s.n_features, TopDownConfig.n_particles)),))
-    n_islands: int = option(1, help="independent filters sharing n_particles equally (must divide it)", low=1, presets=(
-        Preset("regression-islands", f"{REGRESSION_ISLANDS} independent filters: one regression filter collapses "
-               "onto few distinct trees", lambda v, s: s.regression and v["n_particles"] % REGRESSION_ISLANDS == 0,
-               REGRESSION_ISLANDS),))
-    proposal: str = option("prior", help="how a node's split is proposed", choices=PROPOSALS, presets=(
-        Preset("small-classification", f"every cut scored: nearly perfect weights, affordable below "
-               f"{SMALL_TABLE_ROWS} rows and {OPTIMAL_MAX_CELLS} rows x features x classes / 2",
-               lambda v, s: optimal_proposal_fits(s), "optimal"),))
-    expansion: str = option("node", help="one node per stage (breadth-first) or a whole layer", choices=EXPANSIONS)
-    resampling: str = option("multinomial", help="resampling scheme", choices=tuple(RESAMPLERS))
-    ess_threshold: float = option(0.1, help="resample an island when its ESS < ess_threshold x its particles",
-                                  low=0.0, high=1.0)
-    use_likelihood: bool = option(True, help="False samples the prior (labels ignored)")
-    device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
-                                   result=False)
-    redistribution: str = option("auto", help="how resampled particles move between ranks",
-                                 choices=REDISTRIBUTIONS, result=False)
-    max_stages: int = option(100000, help="safety bound on the number of stages", low=1, result=False)
-    max_memory_bytes: Optional[int] = option(None, help="bound on the node table: node records, their statistics and "
-                                             "the node-data pool (bytes)", low=1, result=False)
-    checkpoint: Optional[str] = option(None, help="checkpoint file (resume when it exists)", result=False)
-    checkpoint_every: int = option(1, help="save after every k-th stage", low=1, result=False)
-
-    def check(self) -> None:
-        if self.n_particles % self.n_islands:
-            raise ValueError(f"n_islands ({self.n_islands}) must be >= 1 and divide n_particles ({self.n_particles})")
-
-
-@dataclass
-class TopDownState(SamplerState):
-    """A top-down SMC run between two stages.
-
-    Attributes
-    ----------
-    step : int, the next stage
-    done : bool, no open node is left
-    particles : GrowthState (rows of node uids ``[P, C]``, ``n_nodes [P]``)
-    logw : Tensor [P] float64, island-major log-weights
-    logz : Tensor [I] float64, each island's log-evidence so far
-    n_resample, resample_steps : int, islands resampled / stages with a resampling
-    resample_seconds : float
-    grower : Grower, the node table the particles point into (saved with them)
-    layout : {"single", "islands", "gathered"}, how the particles are laid out over ranks
-        (see :mod:`torchtree.samplers.topdown_dist`); ``logw`` is this rank's ``[P / W]`` in
-        ``"islands"`` (with ``logz`` its ``[I / W]`` islands), the global ``[P]`` otherwise
-    received : int, particles this rank received from other ranks
-    """
-
-    step: int
-    done: bool
-    particles: GrowthState
-    logw: torch.Tensor
-    logz: torch.Tensor
-    n_resample: int
-    resample_steps: int
-    resample_seconds: float
-    grower: Any
-    layout: str = "single"
-    received: int = 0
-
-    def state_dict(self) -> Dict[str, Any]:
-        return {"stage": self.step, "done": self.done, "logw": self.logw.clone(), "logz": self.logz.clone(),
-                "n_resample": self.n_resample, "resample_steps": self.resample_steps,
-                "growth": self.grower.state_dict(self.particles)}
+__all__ = ["TopDownSMC", "island_posterior"]
 
 
 class TopDownSMC(SamplerBase):
@@ -147,7 +51,7 @@ class TopDownSMC(SamplerBase):
         ``torchtree.distributed.get_backend``). Each rank holds ``n_particles /
         world_size`` particles (global indices ``rank * n_local + i``) and every rank
         returns the same global posterior; results do not depend on the number of
-        ranks. See :mod:`torchtree.samplers.topdown_dist` for the layouts and costs.
+        ranks. See :mod:`torchtree.samplers.topdown` for the layouts and costs.
     redistribution : {"auto", "alltoall", "rotational"}
         How resampled particles move between ranks (``torchtree.distributed.redistribute``).
     max_stages : int
@@ -225,32 +129,33 @@ class TopDownSMC(SamplerBase):
         self.__dict__["_backend"] = value
 
     # ------------------------------------------------------------ protocol
-    def setup(self, ctx: driver.RunContext) -> None:
-        """Resolve the likelihood for the data (default: :func:`default_likelihood`)."""
+    def setup(self, ctx: driver.RunContext) -> "TopDownSetup":
+        """The likelihood for the data (default: :func:`default_likelihood`) and the rank layout."""
         lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
         if lik.task != ctx.data.task:
             raise ValueError(f"likelihood {lik!r} is for {lik.task} but the data is {ctx.data.task}")
-        ctx.extra["likelihood"] = lik
+        c = self.config
+        # every rank checks divisibility alike, so all of them raise the same error
+        layout = "single" if ctx.world_size == 1 else layout_for(c.n_particles, c.n_islands, ctx.world_size)
+        return TopDownSetup(likelihood=lik, layout=layout)
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
         """What decides the result besides the config: the prior, the likelihood, the task."""
-        return {"prior": describe(self.prior), "likelihood": describe(ctx.extra["likelihood"]), "task": ctx.data.task}
+        return {"prior": describe(self.prior), "likelihood": describe(ctx.setup.likelihood), "task": ctx.data.task}
 
     def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
         c = self.config
         info = {"n_particles": c.n_particles, "n_islands": c.n_islands, "proposal": c.proposal,
                 "expansion": c.expansion, "n": ctx.data.n, "d": ctx.data.d, "n_steps": None}
         if ctx.world_size > 1:
-            info.update(world_size=ctx.world_size, layout=ctx.extra["layout"])
+            info.update(world_size=ctx.world_size, layout=ctx.setup.layout)
         if ctx.resumed_at is not None:
             info["resumed_at_stage"] = ctx.resumed_at
         return info
 
     def _grower(self, ctx: driver.RunContext) -> Grower:
         c = self.config
-        # every rank checks divisibility alike, so all of them raise the same error
-        ctx.extra["layout"] = "single" if ctx.world_size == 1 else layout_for(c.n_particles, c.n_islands, ctx.world_size)
-        grower = Grower(self.prior, ctx.extra["likelihood"], ctx.data, c.proposal, ctx.seed, c.use_likelihood)
+        grower = Grower(self.prior, ctx.setup.likelihood, ctx.data, c.proposal, ctx.seed, c.use_likelihood)
         avail = available_bytes(ctx.device)  # TORCHTREE_MEMORY_LIMIT caps it too; the run needs the rest
         grower.table.limit_bytes = c.max_memory_bytes or int(min(default_memory_limit(ctx.device),
                                                                  0.75 * avail if avail is not None else float("inf")))
@@ -260,7 +165,7 @@ class TopDownSMC(SamplerBase):
         """(particles, islands) in this rank's weight vector: its own in the islands layout,
         the global ones otherwise (the gathered layout keeps global weights on every rank)."""
         c = self.config
-        if ctx.extra["layout"] == "islands":
+        if ctx.setup.layout == "islands":
             return c.n_particles // ctx.world_size, c.n_islands // ctx.world_size
         return c.n_particles, c.n_islands
 
@@ -271,14 +176,14 @@ class TopDownSMC(SamplerBase):
         grower = self._grower(ctx)
         n_local = c.n_particles // ctx.world_size
         check_tree_memory("TopDownSMC", n_local, ctx.data, "n_particles", capacity=0, caches=False, per_tree=2 * 4 * 32 + 80)
-        lik = ctx.extra["likelihood"]
+        lik = ctx.setup.likelihood
         root_ll = float(lik.log_marginal(grower.table.stats[0])) if c.use_likelihood else 0.0
         n_w, n_isl = self._weights_shape(ctx)
         return TopDownState(step=0, done=False, particles=grower.init_state(n_local),
                             logw=torch.zeros(n_w, dtype=torch.float64, device=dev),
                             logz=torch.full((n_isl,), root_ll, dtype=torch.float64, device=dev),
                             n_resample=0, resample_steps=0, resample_seconds=0.0, grower=grower,
-                            layout=ctx.extra["layout"])
+                            layout=ctx.setup.layout)
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> TopDownState:
         """The state a checkpoint holds (on several ranks: this rank's file)."""
@@ -287,7 +192,7 @@ class TopDownSMC(SamplerBase):
         return TopDownState(step=int(saved["stage"]), done=bool(saved["done"]), particles=particles,
                             logw=saved["logw"].to(ctx.device), logz=saved["logz"].to(ctx.device),
                             n_resample=int(saved["n_resample"]), resample_steps=int(saved["resample_steps"]),
-                            resample_seconds=0.0, grower=grower, layout=ctx.extra["layout"])
+                            resample_seconds=0.0, grower=grower, layout=ctx.setup.layout)
 
     def step(self, state: TopDownState, ctx: driver.RunContext) -> Tuple[TopDownState, Optional[dict]]:
         """Expand one stage's nodes, weigh, resample the islands whose ESS fell too low.
@@ -357,7 +262,7 @@ class TopDownSMC(SamplerBase):
         info = {"sampler": self.name, "proposal": self.config.proposal, "expansion": self.config.expansion,
                 "n_stages": state.step, "n_resample": state.n_resample, "seconds": ctx.seconds(),
                 "resample_seconds": state.resample_seconds, "resample_steps": state.resample_steps}
-        lik, particles = ctx.extra["likelihood"], state.particles
+        lik, particles = ctx.setup.likelihood, state.particles
         if state.layout == "single":
             return island_posterior(state.grower.to_trees(particles), state.logw, state.logz, lik, ctx.data, info)
         be, W = ctx.backend, ctx.world_size
@@ -377,3 +282,25 @@ class TopDownSMC(SamplerBase):
 
     def end_info(self, post: TreePosterior) -> Dict[str, Any]:
         return {"log_evidence": post.log_evidence, "n_stages": post.info.get("n_stages")}
+
+
+def island_posterior(trees: HardTrees, logw: torch.Tensor, logz: torch.Tensor, lik, data: Data,
+                     info: dict) -> TreePosterior:
+    """The posterior of a finished run: islands weighted equally, each normalised.
+
+    Parameters
+    ----------
+    trees : HardTrees [P trees], logw : Tensor [P] (island-major),
+    logz : Tensor [I] per-island log evidence, lik : likelihood, data : Data
+    info : dict, run facts (``sampler``, ``n_stages``, ``seconds``, ...)
+
+    Returns
+    -------
+    TreePosterior with final log weights summing to one over all P particles.
+    """
+    I = logz.numel()
+    lw2 = logw.view(I, -1)
+    final_lw = (lw2 - torch.logsumexp(lw2, 1, keepdim=True) - math.log(I)).reshape(-1)
+    log_evidence = float(torch.logsumexp(logz, 0) - math.log(I))
+    info = {**info, "island_log_evidence": logz.cpu().tolist(), "island_ess": islands_ess(logw, I).cpu().tolist()}
+    return TreePosterior(trees, final_lw, lik, data.d, classes=data.classes_, log_evidence=log_evidence, info=info)

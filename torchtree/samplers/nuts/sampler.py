@@ -1,25 +1,8 @@
-"""``HMC`` and ``NUTS`` samplers: batched chains on soft trees or on any potential.
-
-Two ways in:
-
-* ``NUTS(...).run(data, seed=..., monitor=...)`` samples the soft tree of one
-  topology (``topology=`` or a full tree of ``depth=``) with ``n_chains`` chains and
-  returns a :class:`~torchtree.model.soft_posterior.SoftTreePosterior` (optionally with a
-  LAIS evidence estimate). It goes through :func:`torchtree.samplers.driver.run` (seed,
-  device, monitors) with two steps: warm-up, then sampling;
-* ``NUTS(...).sample(potential_and_grad, init, seed=...)`` samples any batched
-  potential ``[B, P] -> ([B], [B, P])`` and returns an :class:`MCMCResult`.
-
-Both run warm-up (Stan windows, per-chain dual averaging and diagonal mass matrix,
-optional sharpness annealing ``h_init -> h_final``) and then sampling, all chains in
-lockstep (see :mod:`torchtree.samplers.soft_chains`); ``NUTS(asynchronous=True)`` samples with
-each chain at its own pace instead (see :mod:`torchtree.steps.nuts_async`).
-"""
+"""``NUTS`` and ``HMC``: the samplers of :mod:`torchtree.samplers.nuts` (see the package for the method)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -27,7 +10,7 @@ from torchtree.core.memory import check_soft_memory
 
 from torchtree.core.random import seed_to_int
 from torchtree.model.data import resolve_device
-from torchtree.model.soft_data import FLOAT_DTYPES, SoftData, as_soft_data
+from torchtree.model.soft_data import SoftData, as_soft_data
 from torchtree.model.soft_posterior import SoftTreePosterior
 from torchtree.model.soft_trees import SoftTreeHyper, SoftTrees
 from torchtree.model.topology import Topology
@@ -35,121 +18,18 @@ from torchtree.monitor import as_monitor
 from torchtree.samplers import driver
 from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights
 from torchtree.samplers.base import SamplerBase
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
-from torchtree.samplers.soft_chains import ChainState, SampleTrace, draw, make_kernel, warmup
+from torchtree.samplers.nuts.chains import ChainState, SampleTrace, draw, make_kernel, warmup
 from torchtree.steps.adaptation import sharpness_schedule
-from torchtree.steps.soft_init import INIT_MODES, informed_start
+from torchtree.steps.soft_init import informed_start
 
-__all__ = ["MCMCResult", "NUTS", "HMC", "NUTSConfig", "NUTSState"]
+from torchtree.samplers.nuts.config import NUTSConfig
+from torchtree.samplers.nuts.state import MCMCResult, NUTSState
+
+__all__ = ["NUTS", "HMC"]
+
 
 # default of ``NUTS(asynchronous=...)``: chosen by measurement (not faster on the
 # soft-tree benchmark), see the class docstring
-ASYNC_DEFAULT = False
-
-
-class MCMCResult(NamedTuple):
-    """Output of :meth:`NUTS.sample` / :meth:`HMC.sample`.
-
-    Attributes
-    ----------
-    samples : Tensor [S, B, P], kept draws (``S = n_samples``)
-    trace : SampleTrace, per-draw diagnostics
-    chains : ChainState, final state with adapted step sizes and inverse masses
-    warmup_stats : dict, ``accept_prob [B]`` and ``divergences [B]`` of warm-up
-    seconds : float, wall time
-    """
-
-    samples: torch.Tensor
-    trace: SampleTrace
-    chains: ChainState
-    warmup_stats: dict
-    seconds: float
-
-
-@dataclass(frozen=True)
-class NUTSConfig(SamplerConfig):
-    """Settings of :class:`NUTS` and :class:`HMC` (their docstring says more on a few)."""
-
-    n_chains: int = option(4, help="chains, sampled in one batch", low=1)
-    n_samples: int = option(500, help="kept draws per chain", low=1)
-    n_warmup: int = option(500, help="warm-up (adaptation) iterations", low=0)
-    thin: int = option(1, help="keep every thin-th draw", low=1)
-    depth: int = option(2, help="depth of the full tree sampled when no topology is given", low=1)
-    topology: Optional[Topology] = option(None, help="the topology: a Topology or its internal node ids "
-                                          "(default: the full tree of depth)", cli=False)
-    sharpness: float = option(0.05, help="split sharpness h of the target", low=0.0, low_open=True)
-    h_init: Optional[float] = option(None, help="split sharpness at the start of the warm-up, annealed to "
-                                     "sharpness (default: no annealing)", low=0.0, low_open=True)
-    max_tree_depth: int = option(10, help="NUTS trajectory depth cap", low=1)
-    target_accept: float = option(0.8, help="acceptance rate the step-size adaptation aims at",
-                                  low=0.0, high=1.0, low_open=True, high_open=True)
-    max_energy_error: float = option(1000.0, help="energy error that marks a divergent transition",
-                                     low=0.0, low_open=True)
-    hyper: Optional[SoftTreeHyper] = option(None, help="soft-tree prior and likelihood hyperparameters "
-                                            "(alpha, split_concentration, signed_splits override it)", cli=False)
-    alpha: Optional[float] = option(None, help="Dirichlet-multinomial total concentration (default: the number of "
-                                    "classes, or hyper's value)", low=0.0, low_open=True)
-    split_concentration: Optional[float] = option(None, help="Dirichlet prior of split weights (default: 1, or "
-                                                  "hyper's value)", low=0.0, low_open=True)
-    signed_splits: Optional[bool] = option(None, help="splits weigh the inputs and their mirror images 1 - x, so "
-                                           "either sign (not in the paper; default: off, or hyper's value)")
-    evidence: bool = option(False, help="estimate the topology's log evidence with LAIS after sampling")
-    n_proposals: int = option(5, help="LAIS pseudo-samples per draw", low=1)
-    device: Optional[str] = option(None, help="torch device (default: the data's; 'auto': CUDA if present)",
-                                   result=False)
-    dtype: torch.dtype = option(torch.float32, help="float dtype of the scaled inputs and the parameters",
-                                choices=FLOAT_DTYPES)
-    n_leapfrog: int = option(10, help="leapfrog steps per HMC iteration (HMC only)", low=1)
-    compile: bool = option(False, help="run the potential (lockstep NUTS: each leapfrog step) through "
-                           "torch.compile; 20-60 s of compilation per process and tree depth")
-    asynchronous: bool = option(ASYNC_DEFAULT, help="NUTS sampling phase with every chain at its own pace "
-                                "(warm-up stays in lockstep)")
-    init: str = option("prior", help="where the chains start: prior draws, or splits fitted to the data "
-                       "(then the warm-up runs at sharpness)", choices=INIT_MODES)
-
-    def check(self) -> None:
-        if self.topology is not None:
-            object.__setattr__(self, "topology", Topology.coerce(self.topology))
-        if self.tree_topology().n_internal == 0:
-            raise ValueError("the topology needs at least one split (depth >= 1)")
-        if self.evidence and self.n_samples < 2:
-            raise ValueError(f"evidence=True needs n_samples >= 2 (LAIS builds its proposals from the draws), "
-                             f"got n_samples={self.n_samples}")
-
-    def tree_topology(self) -> Topology:
-        """``topology``, or the full tree of ``depth``."""
-        return self.topology if self.topology is not None else Topology.coerce(self.depth)
-
-    def soft_hyper(self) -> SoftTreeHyper:
-        """``hyper`` with the ``alpha`` / ``split_concentration`` / ``signed_splits`` overrides."""
-        return SoftTreeHyper.with_overrides(self.hyper, alpha=self.alpha, split_concentration=self.split_concentration,
-                                            signed_splits=self.signed_splits)
-
-
-@dataclass
-class NUTSState(SamplerState):
-    """A soft-tree NUTS / HMC run: ``step`` 0 before warm-up, 1 before sampling, 2 done.
-
-    Attributes
-    ----------
-    model : SoftTrees, the batch of ``n_chains`` trees of one topology
-    generator : torch.Generator on the run's device
-    position : Tensor [C, P], the starting positions (before warm-up)
-    chains : ChainState or None, the adapted chains (after warm-up)
-    warmup_stats : dict or None, ``accept_prob [C]`` and ``divergences [C]`` of warm-up
-    trace : SampleTrace or None, the kept draws ``[S, C, P]`` (after sampling)
-    """
-
-    step: int
-    done: bool
-    model: SoftTrees
-    generator: torch.Generator
-    position: torch.Tensor
-    chains: Optional[ChainState] = None
-    warmup_stats: Optional[dict] = None
-    trace: Optional[SampleTrace] = None
-
-
 class NUTS(SamplerBase):
     """Batched multinomial NUTS with per-chain adaptation, on soft trees.
 

@@ -1,17 +1,7 @@
-"""``BART``: sum-of-trees models by batched Bayesian backfitting or Particle Gibbs.
-
-Every chain holds ``n_trees`` heap trees (:mod:`torchtree.model.bart`); a step is one sweep:
-each tree in turn is redrawn on its partial residual in all chains at once (grow / prune /
-change moves, :func:`torchtree.steps.bart_moves.tree_update`, or a conditional top-down SMC,
-:func:`torchtree.steps.bart_pg.pg_tree_update`), then the noise variance (regression) or
-the probit latents (classification). Randomness is keyed by (sweep, tree, global chain), so
-chains split over ranks draw what one process draws.
-"""
+"""``BART``: the sampler of :mod:`torchtree.samplers.bart` (see the package for the method), its compiled tree update and ``backfit_sweep``."""
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict
 
 import torch
 
@@ -22,10 +12,13 @@ from torchtree.model.bart_posterior import BARTPosterior
 from torchtree.model.diagnostics import chain_ess, rhat, warn_if_unconverged
 from torchtree.samplers import driver
 from torchtree.samplers.base import SamplerBase
-from torchtree.samplers.protocol import SamplerConfig, SamplerState, option
 from torchtree.steps.bart_moves import draw_latent, draw_sigma, tree_update
 
-__all__ = ["BART", "BARTConfig", "BARTState"]
+from torchtree.samplers.bart.config import BARTConfig, Stream
+from torchtree.samplers.bart.state import BARTSetup, BARTState
+
+__all__ = ["BART", "backfit_sweep"]
+
 
 _GAMMA_TRIES = 16
 #: tree updates in a run from which ``compile="auto"`` compiles (one-time cost ~5-20 s, then ~4x faster)
@@ -76,8 +69,8 @@ def _warn_compile_failed(exc: Exception) -> None:
 def _update(ctx, *args):
     """One tree update, compiled where the run asked for it; a compilation failure falls back
     to eager execution for the rest of the process, with a warning."""
-    fn = ctx.extra.get("update_fn")
-    if fn is None or fn is tree_update:
+    fn = ctx.setup.update_fn
+    if fn is tree_update or _COMPILED.get("fn") is None:  # eager asked for, or compilation failed earlier
         return tree_update(*args)
     leaf_of, resid, Xb = args[4], args[5], args[6]
     for t in (leaf_of, resid, Xb):
@@ -87,97 +80,10 @@ def _update(ctx, *args):
     except Exception as exc:  # compiler missing or failing: the eager code computes the same
         _warn_compile_failed(exc)
         _COMPILED["fn"] = None
-        ctx.extra["update_fn"] = tree_update
         return tree_update(*args)
 
 
 _STREAMS = 8  # random streams per sweep (``Stream``'s first five; sweep ``it`` uses ``it * _STREAMS + stream``)
-
-
-class Stream(enum.IntEnum):
-    """BART's random streams: per sweep ``it``, ``keyed_uniform(seed, it * _STREAMS + stream, ...)``; before the
-    first sweep, ``derive_seed(seed, INITIAL_LATENTS)`` (fixed values: same draws as ever)."""
-
-    MOVES = 0  #: each tree's move type, node, rule and acceptance uniforms
-    LEAVES = 1  #: the leaves' normal draws
-    SIGMA = 2  #: the noise variance's gamma draw (regression)
-    LATENTS = 3  #: the probit latents (classification)
-    PARTICLE_GIBBS = 4  #: ``bart_sampler="pg"``: the conditional SMC's uniforms
-    INITIAL_LATENTS = 7  #: the probit latents of the starting state
-
-
-
-def _check_dtype(name: str, v):
-    if v not in ("float32", "float64"):
-        raise ValueError(f"{name} must be 'float32' or 'float64', got {v!r}")
-    return v
-
-
-@dataclass(frozen=True)
-class BARTConfig(SamplerConfig):
-    """Settings of :class:`BART` (see the module notes)."""
-
-    n_trees: int = option(200, help="trees in the sum (m)", low=1)
-    n_chains: int = option(4, help="chains run together as one batch", low=1)
-    n_samples: int = option(250, help="kept sweeps per chain (after warm-up and thinning)", low=1)
-    n_warmup: int = option(250, help="burn-in sweeps per chain", low=0)
-    thin: int = option(1, help="keep every thin-th sweep after warm-up", low=1)
-    bart_sampler: str = option("mcmc", help="how a tree is redrawn: grow/prune/change Metropolis-Hastings (mcmc) "
-                               "or a conditional top-down SMC (pg, Particle Gibbs)", choices=("mcmc", "pg"))
-    n_pg_particles: int = option(10, help="Particle Gibbs: particles per tree and chain, the kept tree included",
-                                 low=2)
-    alpha_split: Optional[float] = option(None, help="split prior alpha (1+depth)^-beta: alpha (default 0.95)",
-                                          low=0.0, high=1.0, low_open=True, high_open=True)
-    beta_split: Optional[float] = option(None, help="split prior: beta (default 2, BART's)", low=0.0)
-    k: float = option(2.0, help="leaf prior: tau = half range / (k sqrt(n_trees)) (3 / (k sqrt(m)) for probit)",
-                      low=0.0, low_open=True)
-    nu: float = option(3.0, help="noise prior: sigma^2 ~ nu lambda / chi2_nu (regression)", low=0.0, low_open=True)
-    q: float = option(0.9, help="noise prior: P(sigma < sigma_hat) (calibrates lambda)", low=0.0, high=1.0,
-                      low_open=True, high_open=True)
-    sigma_hat: Optional[float] = option(None, help="rough noise sd for the noise prior (default: residual sd of a "
-                                        "linear fit)", low=0.0, low_open=True)
-    max_depth: int = option(8, help="deepest leaf (split probability 0 there)", low=1, high=14)
-    max_cuts: int = option(100, help="cut points per feature (quantiles when a feature has more values)", low=1,
-                           high=32000)
-    use_likelihood: bool = option(True, help="False samples the prior (targets ignored)")
-    dtype: str = option("float32", help="float type of residuals and leaf values", check=_check_dtype)
-    compile: str = option("auto", help="run the tree update (grow/prune/change, or a PG level) through "
-                          "torch.compile: 'auto' (on CPU when the run makes at least 40,000 tree updates; ~3-5 s "
-                          "per process with a warm compile cache, ~20 s cold), 'on', 'off'",
-                          choices=("auto", "on", "off"), result=False)
-    device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
-                                   result=False)
-    monitor_every: int = option(10, help="sweeps between monitor reports", low=1, result=False)
-    checkpoint: Optional[str] = option(None, help="checkpoint file (resume when it exists)", result=False)
-    checkpoint_every: int = option(10, help="save after every k-th sweep", low=1, result=False)
-    max_seconds: Optional[float] = option(None, help="time budget in seconds (stops between sweeps; the draws kept "
-                                          "so far make the posterior)", low=0.0, low_open=True, result=False)
-
-    def check(self) -> None:
-        if (1 << (self.max_depth + 1)) - 1 > 32767:  # pragma: no cover - max_depth <= 14 by its bounds
-            raise ValueError("max_depth too large")
-        if 2 * self.n_chains * (1 << (self.max_depth + 1)) >= 1 << 31:  # the tree update's int32 cell indices
-            raise ValueError(f"n_chains={self.n_chains} with max_depth={self.max_depth} is too large for one rank: "
-                             "2 n_chains 2^(max_depth+1) must stay below 2^31; lower n_chains or max_depth")
-
-
-@dataclass
-class BARTState(SamplerState):
-    """A sweep's state; trees are ``[T, C, K]`` heap arrays, points' leaves ``[T, C, N]``."""
-
-    step: int
-    done: bool
-    feature: torch.Tensor
-    cut: torch.Tensor
-    value: torch.Tensor
-    leaf_of: torch.Tensor
-    resid: torch.Tensor
-    sigma2: torch.Tensor
-    latent: torch.Tensor
-    counts: torch.Tensor  # [2, 3] proposed / accepted per move type (grow, prune, change)
-    kept: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per kept sweep: [C, T, K'] trees
-    kept_sigma: List[torch.Tensor]  # per kept sweep: [C]
-    trace_leaves: List[torch.Tensor]  # per sweep: [C] mean leaves per tree
 
 
 class BART(SamplerBase):
@@ -215,7 +121,7 @@ class BART(SamplerBase):
         return driver.run(self, data, seed=seed, monitor=monitor, backend=self.backend if backend is None else backend)
 
     # ------------------------------------------------------------ protocol
-    def setup(self, ctx: driver.RunContext) -> None:
+    def setup(self, ctx: driver.RunContext) -> "BARTSetup":
         """The prior calibrated on the data, the cut grid, the bins, this rank's chains."""
         c, data = self.config, ctx.data
         if data.task == "classification" and data.n_classes != 2:
@@ -243,14 +149,14 @@ class BART(SamplerBase):
         updates = c.n_trees * self.n_iterations
         want = c.compile == "on" or (c.compile == "auto" and ctx.device.type == "cpu"
                                      and updates >= COMPILE_MIN_UPDATES)
-        ctx.extra["update_fn"] = (_compiled("fn", tree_update) or tree_update) if want else tree_update
-        ctx.extra["pg_level_fn"] = _compiled_pg_level if want else None
-        ctx.extra.update(prior=prior, grid=grid, Xb=grid.bins(data.X).to(ctx.device),
-                         n_cuts=grid.n_cuts.to(ctx.device), dt=dt, target=target.to(dt),
+        return BARTSetup(update_fn=(_compiled("fn", tree_update) or tree_update) if want else tree_update,
+                         pg_level_fn=_compiled_pg_level if want else None, prior=prior, grid=grid,
+                         Xb=grid.bins(data.X).to(ctx.device), n_cuts=grid.n_cuts.to(ctx.device), dt=dt,
+                         target=target.to(dt),
                          chains=torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=ctx.device))
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
-        return {"prior": ctx.extra["prior"].to_dict(), "task": ctx.data.task}
+        return {"prior": ctx.setup.prior.to_dict(), "task": ctx.data.task}
 
     def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
         c = self.config
@@ -264,22 +170,22 @@ class BART(SamplerBase):
 
     def init(self, ctx: driver.RunContext) -> BARTState:
         """Every tree a single leaf of value 0; sigma at its prior guess; probit latents drawn."""
-        c, prior, dev = self.config, ctx.extra["prior"], ctx.device
-        C, T, N, K = ctx.extra["chains"].numel(), c.n_trees, ctx.data.n, prior.n_slots
+        c, prior, dev = self.config, ctx.setup.prior, ctx.device
+        C, T, N, K = ctx.setup.chains.numel(), c.n_trees, ctx.data.n, prior.n_slots
         feature = torch.full((T, C, K), ABSENT, dtype=torch.int16, device=dev)
         feature[:, :, 0] = LEAF
-        target = ctx.extra["target"]
-        latent = torch.zeros(0, device=dev, dtype=ctx.extra["dt"])
+        target = ctx.setup.target
+        latent = torch.zeros(0, device=dev, dtype=ctx.setup.dt)
         if ctx.data.task == "classification":
-            u = keyed_uniform(derive_seed(ctx.seed, Stream.INITIAL_LATENTS), 0, ctx.extra["chains"][:, None] * N
+            u = keyed_uniform(derive_seed(ctx.seed, Stream.INITIAL_LATENTS), 0, ctx.setup.chains[:, None] * N
                               + torch.arange(N, device=dev)[None, :])
             latent = draw_latent(torch.full((C, N), prior.offset, dtype=torch.float64, device=dev),
-                                 target.bool(), u).to(ctx.extra["dt"])
+                                 target.bool(), u).to(ctx.setup.dt)
             resid = latent - prior.offset
         else:
             resid = target[None, :].expand(C, N).clone()
         return BARTState(step=0, done=False, feature=feature, cut=torch.zeros_like(feature),
-                         value=torch.zeros(T, C, K, dtype=ctx.extra["dt"], device=dev),
+                         value=torch.zeros(T, C, K, dtype=ctx.setup.dt, device=dev),
                          leaf_of=torch.zeros(T, C, N, dtype=torch.int16, device=dev), resid=resid,
                          sigma2=torch.full((C,), prior.sigma_hat ** 2 if prior.task == "regression" else 1.0,
                                            dtype=torch.float64, device=dev),
@@ -295,15 +201,15 @@ class BART(SamplerBase):
 
     def step(self, state: BARTState, ctx: driver.RunContext):
         """One sweep over the trees, then sigma (or the latents); keeps the sweep after warm-up."""
-        c, prior = self.config, ctx.extra["prior"]
+        c, prior = self.config, ctx.setup.prior
         T, C, K = state.feature.shape
         N = ctx.data.n
         it = state.step
         dev = ctx.device
-        gidx = ctx.extra["chains"]
+        gidx = ctx.setup.chains
         tree_chain = torch.arange(T, device=dev)[:, None] * c.n_chains + gidx[None, :]  # [T, C] global keys
         base = it * _STREAMS
-        Xb, n_cuts, use = ctx.extra["Xb"], ctx.extra["n_cuts"], c.use_likelihood
+        Xb, n_cuts, use = ctx.setup.Xb, ctx.setup.n_cuts, c.use_likelihood
         feature, cut, value, leaf_of = state.feature, state.cut, state.value, state.leaf_of
         if c.bart_sampler == "mcmc":
             resid, moves = backfit_sweep(prior, feature, cut, value, leaf_of, state.resid, Xb, n_cuts, state.sigma2,
@@ -317,7 +223,7 @@ class BART(SamplerBase):
                 f, k, v, L, resid = pg_tree_update(
                     prior, feature[t].long(), cut[t].long(), value[t], leaf_of[t].long(), resid, Xb, n_cuts,
                     state.sigma2, Z[t].to(value.dtype), c.n_pg_particles, ctx.seed, base + Stream.PARTICLE_GIBBS, tree_chain[t], use,
-                    level_fn=ctx.extra["pg_level_fn"])
+                    level_fn=ctx.setup.pg_level_fn)
                 feature[t], cut[t], value[t], leaf_of[t] = f.to(torch.int16), k.to(torch.int16), v, L
         sigma2, latent = state.sigma2, state.latent
         if prior.task == "regression":
@@ -327,7 +233,7 @@ class BART(SamplerBase):
         elif prior.task == "classification" and use:
             u = keyed_uniform(ctx.seed, base + Stream.LATENTS, gidx[:, None] * N + torch.arange(N, device=dev)[None, :])
             fit = latent.double() - resid.double()  # offset + sum of trees
-            new = draw_latent(fit, ctx.extra["target"].bool(), u).to(latent.dtype)
+            new = draw_latent(fit, ctx.setup.target.bool(), u).to(latent.dtype)
             resid = resid + (new - latent)
             latent = new
         counts = state.counts + moves.cpu()
@@ -358,7 +264,7 @@ class BART(SamplerBase):
 
     def finalize(self, state: BARTState, ctx: driver.RunContext) -> BARTPosterior:
         """The kept sweeps of every chain (draw-major, then global chain) as a posterior."""
-        c, prior, dev = self.config, ctx.extra["prior"], ctx.device
+        c, prior, dev = self.config, ctx.setup.prior, ctx.device
         T, C, K = state.feature.shape
         S = len(state.kept)
         if S == 0:  # a time budget ended the run in warm-up: keep the last sweep
@@ -393,7 +299,7 @@ class BART(SamplerBase):
             info["accept/all"] = sum(ac) / max(sum(pr), 1)
         warn_if_unconverged(info, S, "Run longer chains (n_warmup, n_samples) or more of them (n_chains)")
         chain_of = torch.arange(Cg).repeat(S)
-        return BARTPosterior(prior, ctx.extra["grid"], feat.to(dev), cut.to(dev), val.to(dev), sig_flat.to(dev),
+        return BARTPosterior(prior, ctx.setup.grid, feat.to(dev), cut.to(dev), val.to(dev), sig_flat.to(dev),
                              chain_of, ctx.data.d, classes=ctx.data.classes_, info=info)
 
     def end_info(self, post: BARTPosterior) -> Dict[str, Any]:
@@ -481,4 +387,3 @@ def _gather(ctx, feat, cut, val, sig, leaves, counts, width):
     leaves = be.all_gather(leaves.cpu().contiguous())
     counts = be.all_reduce(counts.cpu(), "sum")
     return feat, cut, val, sig, leaves, counts
-

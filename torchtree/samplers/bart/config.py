@@ -1,0 +1,78 @@
+"""The settings of BART (``BARTConfig``) and its named random streams."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Optional
+
+from torchtree.samplers.protocol import SamplerConfig, option
+
+
+__all__ = ["BARTConfig", "Stream"]
+
+
+class Stream(enum.IntEnum):
+    """BART's random streams: per sweep ``it``, ``keyed_uniform(seed, it * _STREAMS + stream, ...)``; before the
+    first sweep, ``derive_seed(seed, INITIAL_LATENTS)`` (fixed values: same draws as ever)."""
+
+    MOVES = 0  #: each tree's move type, node, rule and acceptance uniforms
+    LEAVES = 1  #: the leaves' normal draws
+    SIGMA = 2  #: the noise variance's gamma draw (regression)
+    LATENTS = 3  #: the probit latents (classification)
+    PARTICLE_GIBBS = 4  #: ``bart_sampler="pg"``: the conditional SMC's uniforms
+    INITIAL_LATENTS = 7  #: the probit latents of the starting state
+
+
+
+def _check_dtype(name: str, v):
+    if v not in ("float32", "float64"):
+        raise ValueError(f"{name} must be 'float32' or 'float64', got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class BARTConfig(SamplerConfig):
+    """Settings of :class:`BART` (see the module notes)."""
+
+    n_trees: int = option(200, help="trees in the sum (m)", low=1)
+    n_chains: int = option(4, help="chains run together as one batch", low=1)
+    n_samples: int = option(250, help="kept sweeps per chain (after warm-up and thinning)", low=1)
+    n_warmup: int = option(250, help="burn-in sweeps per chain", low=0)
+    thin: int = option(1, help="keep every thin-th sweep after warm-up", low=1)
+    bart_sampler: str = option("mcmc", help="how a tree is redrawn: grow/prune/change Metropolis-Hastings (mcmc) "
+                               "or a conditional top-down SMC (pg, Particle Gibbs)", choices=("mcmc", "pg"))
+    n_pg_particles: int = option(10, help="Particle Gibbs: particles per tree and chain, the kept tree included",
+                                 low=2)
+    alpha_split: Optional[float] = option(None, help="split prior alpha (1+depth)^-beta: alpha (default 0.95)",
+                                          low=0.0, high=1.0, low_open=True, high_open=True)
+    beta_split: Optional[float] = option(None, help="split prior: beta (default 2, BART's)", low=0.0)
+    k: float = option(2.0, help="leaf prior: tau = half range / (k sqrt(n_trees)) (3 / (k sqrt(m)) for probit)",
+                      low=0.0, low_open=True)
+    nu: float = option(3.0, help="noise prior: sigma^2 ~ nu lambda / chi2_nu (regression)", low=0.0, low_open=True)
+    q: float = option(0.9, help="noise prior: P(sigma < sigma_hat) (calibrates lambda)", low=0.0, high=1.0,
+                      low_open=True, high_open=True)
+    sigma_hat: Optional[float] = option(None, help="rough noise sd for the noise prior (default: residual sd of a "
+                                        "linear fit)", low=0.0, low_open=True)
+    max_depth: int = option(8, help="deepest leaf (split probability 0 there)", low=1, high=14)
+    max_cuts: int = option(100, help="cut points per feature (quantiles when a feature has more values)", low=1,
+                           high=32000)
+    use_likelihood: bool = option(True, help="False samples the prior (targets ignored)")
+    dtype: str = option("float32", help="float type of residuals and leaf values", check=_check_dtype)
+    compile: str = option("auto", help="run the tree update (grow/prune/change, or a PG level) through "
+                          "torch.compile: 'auto' (on CPU when the run makes at least 40,000 tree updates; ~3-5 s "
+                          "per process with a warm compile cache, ~20 s cold), 'on', 'off'",
+                          choices=("auto", "on", "off"), result=False)
+    device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
+                                   result=False)
+    monitor_every: int = option(10, help="sweeps between monitor reports", low=1, result=False)
+    checkpoint: Optional[str] = option(None, help="checkpoint file (resume when it exists)", result=False)
+    checkpoint_every: int = option(10, help="save after every k-th sweep", low=1, result=False)
+    max_seconds: Optional[float] = option(None, help="time budget in seconds (stops between sweeps; the draws kept "
+                                          "so far make the posterior)", low=0.0, low_open=True, result=False)
+
+    def check(self) -> None:
+        if (1 << (self.max_depth + 1)) - 1 > 32767:  # pragma: no cover - max_depth <= 14 by its bounds
+            raise ValueError("max_depth too large")
+        if 2 * self.n_chains * (1 << (self.max_depth + 1)) >= 1 << 31:  # the tree update's int32 cell indices
+            raise ValueError(f"n_chains={self.n_chains} with max_depth={self.max_depth} is too large for one rank: "
+                             "2 n_chains 2^(max_depth+1) must stay below 2^31; lower n_chains or max_depth")

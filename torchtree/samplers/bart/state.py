@@ -1,0 +1,57 @@
+"""What a BART run holds: its set-up objects (``BARTSetup``) and its chains between sweeps (``BARTState``, what a checkpoint saves)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Tuple
+
+import torch
+
+from torchtree.samplers.protocol import SamplerState
+
+
+__all__ = ["BARTSetup", "BARTState"]
+
+
+@dataclass
+class BARTState(SamplerState):
+    """A sweep's state; trees are ``[T, C, K]`` heap arrays, points' leaves ``[T, C, N]``."""
+
+    step: int
+    done: bool
+    feature: torch.Tensor
+    cut: torch.Tensor
+    value: torch.Tensor
+    leaf_of: torch.Tensor
+    resid: torch.Tensor
+    sigma2: torch.Tensor
+    latent: torch.Tensor
+    counts: torch.Tensor  # [2, 3] proposed / accepted per move type (grow, prune, change)
+    kept: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per kept sweep: [C, T, K'] trees
+    kept_sigma: List[torch.Tensor]  # per kept sweep: [C]
+    trace_leaves: List[torch.Tensor]  # per sweep: [C] mean leaves per tree
+
+
+@dataclass(frozen=True)
+class BARTSetup:
+    """A BART run's objects.
+
+    Attributes
+    ----------
+    prior : BartPrior, calibrated on the data; grid : CutGrid, the cut grid
+    Xb : int Tensor [N, D], each point's bin per feature; n_cuts : LongTensor [D], cuts per feature
+    dt : torch.dtype of the leaf values and residuals; target : Tensor [N], the standardised
+        response (regression) or the labels (classification)
+    chains : LongTensor [n_local], this rank's global chain indices
+    update_fn : the tree update (``tree_update``, or its compiled form); pg_level_fn : the Particle
+        Gibbs level update's compiled form, or None (eager)
+    """
+
+    prior: Any
+    grid: Any
+    Xb: torch.Tensor
+    n_cuts: torch.Tensor
+    dt: torch.dtype
+    target: torch.Tensor
+    chains: torch.Tensor
+    update_fn: Callable
+    pg_level_fn: Optional[Callable]
