@@ -252,3 +252,23 @@ def test_smc_regression_runs_islands_unless_given():
     assert BayesianTreeRegressor(n_particles=999)._build_sampler(data).config.n_islands == 1  # 5 does not divide it
     clf = Data(X, (X[:, 0] > 0).astype(int))
     assert BayesianTreeClassifier()._build_sampler(clf).config.n_islands == 1
+
+
+def test_one_seed_per_fit_and_nested_runs_are_recorded():
+    """random_state=None: the evidence pilots and the run share one drawn seed, recorded in both; the
+    top-down run that starts MCMC's chains is a recorded sub-run on the parent's stream."""
+    from torchtree.core.random import derive_seed
+    from torchtree.samplers.mcmc import Stream
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(80, 2))
+    y = X[:, 0] + 0.1 * rng.normal(size=80)
+    est = BayesianTreeRegressor(method="mcmc", random_state=None, n_chains=2, n_samples=5).fit(X, y)
+    seed = est.posterior_.info["seed"]
+    assert est.hyper_search_.seed == seed and est.posterior_.info["hyper_search"]["seed"] == seed
+    (start,) = est.posterior_.info["sub_runs"]  # regression: MCMC starts at top-down draws
+    assert start["purpose"] == "top-down start" and start["sampler"] == "TopDownSMC"
+    assert start["seed"] == derive_seed(seed, Stream.TOPDOWN_START)
+    assert start["settings"]["proposal"] == "prior" and start["settings"]["n_islands"] == 5
+    again = BayesianTreeRegressor(method="mcmc", random_state=seed, n_chains=2, n_samples=5).fit(X, y)
+    assert np.array_equal(again.predict(X), est.predict(X))  # the recorded seed reproduces the fit

@@ -144,6 +144,7 @@ class RunContext:
     budget_before : float, seconds of ``clock`` that earlier segments of a resumed run spent
         (the restored state's ``elapsed_budget``; 0 for a fresh run)
     n_threads : int, the torch intra-op threads the run uses (set for its duration)
+    thread_setting : ``"auto"`` or int, the config's ``n_threads`` (what a sub-run inherits)
     sub_runs : list of dict, the nested runs :func:`sub_run` made (recorded in the posterior's
         ``info["sub_runs"]``)
     """
@@ -161,6 +162,7 @@ class RunContext:
     c0: float = 0.0
     budget_before: float = 0.0
     n_threads: int = 1
+    thread_setting: Any = "auto"
     sub_runs: list = field(default_factory=list)
 
     @property
@@ -227,7 +229,8 @@ def _over_budget(ctx: RunContext, budget: float) -> bool:
 def sub_run(ctx: RunContext, sampler, data, *, seed: int, purpose: str):
     """A run nested in the run of ``ctx`` (e.g. the top-down SMC whose draws start MCMC's chains).
 
-    It runs on the parent's data device and thread count, in one process (every rank of a
+    It runs on the parent's data device with the parent's thread setting (``"auto"`` resolves for
+    the sub-run's own work; an int is used as it is), in one process (every rank of a
     multi-rank parent runs the same seeded sub-run), without the parent's monitors, and is recorded
     in ``ctx.sub_runs`` (``purpose``, sampler, seed, settings, seconds, log evidence), which the
     parent's posterior carries as ``info["sub_runs"]``.
@@ -245,7 +248,7 @@ def sub_run(ctx: RunContext, sampler, data, *, seed: int, purpose: str):
     The sub-run's posterior.
     """
     if "n_threads" in getattr(type(sampler.config), "__dataclass_fields__", {}):
-        sampler.config = sampler.config.replace(n_threads=ctx.n_threads)
+        sampler.config = sampler.config.replace(n_threads=ctx.thread_setting)
     t0 = time.perf_counter()
     post = run(sampler, data, seed=seed)
     settings = {k: v for k, v in sampler.config.result_settings().items() if isinstance(v, (int, float, str, bool))}
@@ -306,7 +309,7 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
             clock = CLOCKS[getattr(cfg, "clock", None) or "wall"]
             rank = None if be is None else int(be.rank)
             ctx = RunContext(data=data, device=data.device, seed=0, backend=be, monitor=as_monitor(monitor, rank=rank),
-                             t0=t0, clock=clock, c0=clock())
+                             t0=t0, clock=clock, c0=clock(), thread_setting=getattr(cfg, "n_threads", "auto"))
             with run_threads(cfg, int(data.X.shape[0]), ctx.world_size) as n_threads:
                 ctx.n_threads = n_threads
                 post = _run_loop(sampler, ctx, seed)
