@@ -242,7 +242,7 @@ class BayesianTreeBase:
         config = self._resolved_config(cls, kwargs, data)
         sampler = cls(**kwargs)
         if config is not None:
-            object.__setattr__(sampler.config, "_resolution", config.resolution)
+            sampler.config.with_resolution_of(config)
         return sampler
 
     def _resolved_config(self, cls, kwargs: Dict[str, Any], data: Data):

@@ -163,9 +163,9 @@ def _preset_note(opt) -> str:
     """``(default: auto: ...)`` for a setting with presets: the fit resolves it from the table."""
     if not opt.presets:
         return ""
-    shown = "; ".join(f"{p.name}: {p.value!r}" if not callable(p.value) else f"{p.name}: by the table"
+    shown = "; ".join(f"{p.name}: {p.value!r}" if not callable(p.value) else f"{p.name}: set by the table's size"
                       for p in opt.presets)
-    return f"(default: auto, from the table: {shown}; else {opt.default!r})"
+    return f"(default: auto = {shown}; otherwise {opt.default!r})"
 
 
 def _config_options(config_class) -> List[Tuple[str, Dict[str, Any]]]:

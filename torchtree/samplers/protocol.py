@@ -159,6 +159,14 @@ class SamplerConfig:
         """``{setting: Resolved}`` for the settings :meth:`resolve` chose (empty otherwise)."""
         return dict(getattr(self, "_resolution", {}))
 
+    def with_resolution_of(self, resolved: "SamplerConfig") -> "SamplerConfig":
+        """This config, carrying the :attr:`resolution` record of ``resolved`` (a config with the same
+        values, e.g. the one a sampler's constructor rebuilt from them)."""
+        if any(getattr(self, k) != r.value for k, r in resolved.resolution.items()):
+            raise ValueError("with_resolution_of: the configs' resolved values differ")
+        object.__setattr__(self, "_resolution", resolved.resolution)
+        return self
+
     def check(self) -> None:
         """Checks between settings (override); raise ``ValueError`` naming the settings."""
 
