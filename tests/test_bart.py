@@ -213,8 +213,6 @@ def test_estimators_fit_predict_intervals_and_save(tmp_path):
     p = clf.predict_proba(Xt)
     assert p.shape == (300, 2) and np.allclose(p.sum(1), 1)
     assert np.mean(clf.predict(Xt) == (ft > np.median(f))) > 0.8
-    with pytest.raises(ValueError, match="two classes"):
-        BayesianTreeClassifier(method="bart").fit(X, np.arange(300) % 3)
     with pytest.raises(ValueError, match="does not use"):
         BayesianTreeRegressor(method="bart", b0=0.3).fit(X, y)
 

@@ -415,8 +415,9 @@ class BayesianTreeClassifier(BayesianTreeBase):
     ----------
     method : str
         ``"smc"`` (top-down SMC, default), ``"mcmc"``, ``"smc-moves"``, ``"dcc"``,
-        ``"bart"`` (a sum of trees, :class:`~torchtree.samplers.bart.BART`; binary
-        classification through a probit link), or any name added with :func:`register_method`.
+        ``"bart"`` (a sum of trees, :class:`~torchtree.samplers.bart.BART`; classification
+        through a probit link: binary probit, or multinomial probit for three classes and
+        more), or any name added with :func:`register_method`.
     alpha : float, optional
         Dirichlet concentration of the leaves (total; alpha/K per class); default 5.
     prior : {"chipman", "poisson"} or a prior object (``ChipmanPrior``, ``PoissonPrior``)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from torchtree.core.random import keyed_uniform
-from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum, heap_depth
+from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum, heap_depth, mnp_probabilities, GL_NODES
 from torchtree.model.data import as_feature_matrix
 from torchtree.core.budget import rows_per_chunk
 from torchtree.model.interval import check_interval, equal_tailed
@@ -31,6 +31,7 @@ from torchtree.model.posterior_base import Posterior
 __all__ = ["BARTPosterior"]
 
 _ROWS = 4096  # test points per block of draws x trees
+_DRAW_CHUNK = 32  # draws per quadrature batch of multinomial probit probabilities
 
 def _depths(feature: torch.Tensor) -> torch.Tensor:
     """Depth of each heap tree ``[...]`` (of its deepest used slot) from ``feature [..., K]``."""
@@ -85,16 +86,20 @@ class BARTPosterior(Posterior):
         dense (they are stored compactly, module notes); or the main block when ``deep`` is given
     sigma : Tensor [S] float64, noise sd per draw (scaled; 1 for probit)
     chain_of : LongTensor [S], the global chain of each draw
-    n_features : int; classes : labels of classes 0 and 1 (classification)
+    n_features : int; classes : the class labels, in code order (classification)
     info : dict of run facts and diagnostics
     deep : tuple, optional; the deep trees (feature, cut, value, draw, tree) of a compact form
+    n_utilities : int, forests per draw: 1, or ``K - 1`` for ``K >= 3`` classes (multinomial probit:
+        forest ``s U + u`` is utility ``u + 1`` of draw ``s``, see :func:`~torchtree.model.bart.mnp_probabilities`)
+    offsets : Tensor [n_utilities] float64, the utilities' offsets (multinomial probit only)
     """
 
     FORMAT = "torchtree.BARTPosterior/2"
     _FORMATS = ("torchtree.BARTPosterior/1", FORMAT)  # /1: dense [S, T, K] trees
 
     def __init__(self, prior: BartPrior, grid: CutGrid, feature, cut, value, sigma, chain_of, n_features: int,
-                 classes=None, info: Optional[Dict[str, Any]] = None, deep=None) -> None:
+                 classes=None, info: Optional[Dict[str, Any]] = None, deep=None, n_utilities: int = 1,
+                 offsets=None) -> None:
         self.prior, self.grid = prior, grid
         if deep is None:  # dense trees: keep the main block and the deep trees apart
             feature, cut, value, *deep = split_deep(feature, cut, value)
@@ -104,7 +109,10 @@ class BARTPosterior(Posterior):
         self.n_features = int(n_features)
         self.classes_ = None if classes is None else np.asarray(classes)
         self.info: Dict[str, Any] = dict(info or {})
-        self.n_particles = int(feature.shape[0])
+        self.n_forests = int(feature.shape[0])
+        self.n_utilities = int(n_utilities)
+        self.offsets = None if offsets is None else torch.as_tensor(offsets, dtype=torch.float64)
+        self.n_particles = self.n_forests // self.n_utilities  # draws
         self.n_trees = int(feature.shape[1])
         self.log_evidence = None
         self.feature_names: Optional[list] = None
@@ -178,7 +186,7 @@ class BARTPosterior(Posterior):
         response; the block size keeps ``b (8 S + per_row_extra)`` bytes within the memory
         budget (:func:`torchtree.core.budget.rows_per_chunk`)."""
         M = Xb.shape[1]
-        per_row = 8.0 * self.n_particles + per_row_extra
+        per_row = 8.0 * self.n_forests + per_row_extra
         rows = min(_ROWS, rows_per_chunk(per_row, what, device=self.device, also=also))
         df, dc, dv, ds, _ = self._deep
         for m0 in range(0, M, rows):
@@ -196,8 +204,21 @@ class BARTPosterior(Posterior):
         rows_per_chunk(8.0 * self.n_particles, "latent_draws", rows_at_once=max(1, Xb.shape[1]),
                        device=self.device, also=" (or predict in smaller batches of rows)")
         out = [f for _, f in self._blocks(Xb)]
-        f = torch.cat(out, 1) if out else torch.zeros(self.n_particles, 0, dtype=torch.float64)
+        f = torch.cat(out, 1) if out else torch.zeros(self.n_forests, 0, dtype=torch.float64)
+        if self.n_utilities > 1:  # [S, U, M]: each utility's mean
+            return f.view(self.n_particles, self.n_utilities, -1) + self.offsets.to(f.device)[:, None]
         return self.prior.offset + self.prior.scale * f
+
+    def _class_probs(self, f: torch.Tensor) -> torch.Tensor:
+        """Per-draw class probabilities ``[S, K, b]`` of a block's forest sums ``f`` ``[S U, b]``
+        (multinomial probit; draws in chunks, the quadrature's memory stays ``O(chunk U b)``)."""
+        U = self.n_utilities
+        f = f.view(self.n_particles, U, -1) + self.offsets.to(f.device)[:, None]
+        return torch.cat([mnp_probabilities(f[s:s + _DRAW_CHUNK]) for s in range(0, f.shape[0], _DRAW_CHUNK)])
+
+    def _quadrature_bytes(self) -> float:
+        """Bytes per test point of :meth:`_class_probs` beyond the forest sums."""
+        return 8.0 * (self.n_particles * (self.n_utilities + 1) + 4 * _DRAW_CHUNK * self.n_utilities * GL_NODES)
 
     def _p1(self, Xb: torch.Tensor) -> torch.Tensor:
         out = torch.empty(Xb.shape[1], dtype=torch.float64, device=Xb.device)
@@ -205,17 +226,40 @@ class BARTPosterior(Posterior):
             out[sl] = torch.special.ndtr(self.prior.offset + f).mean(0)
         return out
 
+    def class_probability_draws(self, X) -> torch.Tensor:
+        """Each draw's class probabilities ``[S, K, M]`` float64 (classification; draws in the order
+        of the kept sweeps, then the chains). Holds all ``S K M`` values."""
+        if self.task != "classification":
+            raise ValueError("class_probability_draws applies to classification")
+        Xb = self._bins(X)
+        out = []
+        for _, f in self._blocks(Xb, self._quadrature_bytes() if self.n_utilities > 1 else 0.0):
+            if self.n_utilities > 1:
+                out.append(self._class_probs(f))
+            else:
+                p1 = torch.special.ndtr(self.prior.offset + f)
+                out.append(torch.stack([1 - p1, p1], 1))
+        return torch.cat(out, 2) if out else torch.zeros(self.n_particles, self.n_utilities + 1, 0)
+
     def predict_proba(self, X) -> np.ndarray:
-        """``[M, 2]``: ``mean_s (1 - Phi(f_s), Phi(f_s))`` (classification)."""
+        """``[M, K]`` class probabilities, columns in ``classes_`` order: ``mean_s (1 - Phi(f_s), Phi(f_s))``
+        for two classes, the draws' mean of :func:`~torchtree.model.bart.mnp_probabilities` for more."""
         if self.task != "classification":
             raise ValueError("predict_proba applies to classification")
+        if self.n_utilities > 1:
+            Xb = self._bins(X)
+            out = torch.empty(Xb.shape[1], self.n_utilities + 1, dtype=torch.float64, device=Xb.device)
+            for sl, f in self._blocks(Xb, self._quadrature_bytes(), "predict_proba"):
+                out[sl] = self._class_probs(f).mean(0).T
+            return out.cpu().numpy()
         p1 = self._p1(self._bins(X))
         return torch.stack([1 - p1, p1], 1).cpu().numpy()
 
     def predict(self, X) -> np.ndarray:
         """The more probable class (original labels), or the posterior mean of ``f`` (regression)."""
         if self.task == "classification":
-            codes = (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
+            proba = self.predict_proba(X)
+            codes = (proba[:, 1] > 0.5).astype(np.int64) if proba.shape[1] == 2 else proba.argmax(1)
             return self.classes_[codes] if self.classes_ is not None else codes
         Xb = self._bins(X)
         out = torch.empty(Xb.shape[1], dtype=torch.float64, device=Xb.device)
@@ -249,6 +293,12 @@ class BARTPosterior(Posterior):
         S, M = self.n_particles, Xb.shape[1]
         yt = self._encode_y(y, M).to(Xb.device)
         total = 0.0
+        if self.n_utilities > 1:
+            for sl, f in self._blocks(Xb, 16.0 * S + self._quadrature_bytes(), "log_predictive"):
+                p = self._class_probs(f)  # [S, K, b]
+                py = p.gather(1, yt[sl].to(p.device)[None, None, :].expand(S, 1, -1))[:, 0]
+                total += float((torch.logsumexp(torch.log(py), 0) - np.log(S)).sum())
+            return total / max(M, 1)
         for sl, f in self._blocks(Xb, 16.0 * S):
             f = self.prior.offset + self.prior.scale * f
             if self.task == "classification":
@@ -282,8 +332,9 @@ class BARTPosterior(Posterior):
         return np.asarray(self.summary()["split_share"])
 
     def to_dot(self, i: Optional[int] = None, feature_names=None, tree: int = 0) -> str:
-        """Graphviz DOT text of tree ``tree`` of draw ``i`` (default: the last draw)."""
-        s = self.n_particles - 1 if i is None else int(i)
+        """Graphviz DOT text of tree ``tree`` of forest ``i`` (default: the last; with ``K >= 3`` classes
+        forest ``s U + u`` is utility ``u + 1`` of draw ``s``)."""
+        s = self.n_forests - 1 if i is None else int(i)
         names = feature_names or self.feature_names
         f, c, v = self._tree(s, tree)
         lines = ["digraph tree {"]
@@ -310,7 +361,8 @@ class BARTPosterior(Posterior):
                    "sigma": self.sigma.cpu(), "chain_of": self.chain_of.cpu(),
                    "n_features": self.n_features,
                    "classes": None if self.classes_ is None else self.classes_.tolist(), "info": to_plain(self.info),
-                   "feature_names": self.feature_names}
+                   "feature_names": self.feature_names, "n_utilities": self.n_utilities,
+                   "offsets": None if self.offsets is None else self.offsets.cpu()}
         atomic_save(seal(payload), path)
 
     @classmethod
@@ -324,7 +376,7 @@ class BARTPosterior(Posterior):
         obj = cls(BartPrior(**p["prior"]), CutGrid(p["cuts"], p["n_cuts"]), p["feature"], p["cut"], p["value"],
                   p["sigma"], p["chain_of"], p["n_features"],
                   classes=None if p["classes"] is None else np.asarray(p["classes"]), info=p["info"],
-                  deep=p.get("deep"))
+                  deep=p.get("deep"), n_utilities=int(p.get("n_utilities", 1)), offsets=p.get("offsets"))
         obj.feature_names = p.get("feature_names")
         return obj
 

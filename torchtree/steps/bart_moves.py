@@ -20,7 +20,7 @@ import torch
 
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, heap_depth
 
-__all__ = ["MOVE_PROBS", "log_marginal", "tree_update", "draw_sigma", "draw_latent", "gamma_from_uniforms",
+__all__ = ["MOVE_PROBS", "log_marginal", "tree_update", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
            "leaf_ranges", "pick_nth"]
 
 #: probabilities of grow, prune and change
@@ -296,3 +296,47 @@ def draw_latent(fit: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Te
     sign = torch.where(y, 1.0, -1.0).to(f)
     e = -sign * torch.special.ndtri(u.double() * torch.special.ndtr(sign * f))
     return (f + e).to(fit.dtype)
+
+
+def truncated_normal(mean: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """``N(mean, 1)`` truncated to ``[lo, hi]`` by the inverse CDF at ``u`` (float64; bounds may be
+    infinite). An interval above the mean is drawn through the survival function, so that its tail
+    keeps its precision."""
+    m = mean.double()
+    a, b, u = lo.double() - m, hi.double() - m, u.double()
+    pa, pb = torch.special.ndtr(a), torch.special.ndtr(b)
+    qa, qb = torch.special.ndtr(-a), torch.special.ndtr(-b)
+    t = torch.where(a > 0, -torch.special.ndtri(qa - u * (qa - qb)), torch.special.ndtri(pa + u * (pb - pa)))
+    t = torch.where(torch.isfinite(t), t, torch.where(torch.isfinite(a), a, b))  # both bounds ~40 sd away
+    return m + torch.minimum(torch.maximum(t, a), b)
+
+
+def draw_utilities(fit: torch.Tensor, latent: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One Gibbs sweep over the latent utilities of multinomial probit (Albert & Chib's augmentation
+    for ``K`` classes): class 0's utility is 0, class ``k >= 1``'s is ``W_k ~ N(fit_k, 1)``, and the
+    observed class has the largest. In turn for ``k = 1 .. K-1``, ``W_k`` is drawn from its
+    conditional: above ``max(0, W_j, j != k)`` where ``y = k``, below the observed class's utility
+    elsewhere.
+
+    Parameters
+    ----------
+    fit : Tensor [C, K-1, N], the utilities' means (offsets plus sums of trees)
+    latent : Tensor [C, K-1, N], the current utilities; y : LongTensor [N] class codes
+    u : Tensor [C, K-1, N] uniforms
+
+    Returns
+    -------
+    Tensor [C, K-1, N] (``latent``'s dtype)
+    """
+    W = latent.double().clone()
+    U = W.shape[1]
+    inf = torch.full_like(W[:, 0], float("inf"))
+    own = (y[None, :] - 1).clamp(min=0).expand(W.shape[0], -1)[:, None, :]  # the observed class's utility
+    for k in range(U):
+        others = W.clone()
+        others[:, k] = -inf
+        top = others.amax(1).clamp(min=0.0)  # the largest other utility, class 0's included
+        mine = y == k + 1
+        beat = torch.where(y[None, :] == 0, torch.zeros_like(top), W.gather(1, own)[:, 0])
+        W[:, k] = truncated_normal(fit[:, k], torch.where(mine, top, -inf), torch.where(mine, inf, beat), u[:, k])
+    return W.to(latent.dtype)

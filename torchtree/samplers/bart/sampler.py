@@ -7,12 +7,12 @@ import torch
 
 from torchtree.core.memory import check_memory
 from torchtree.core.random import derive_seed, keyed_uniform
-from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, heap_depth
+from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, heap_depth, mnp_offsets
 from torchtree.model.bart_posterior import BARTPosterior
 from torchtree.model.diagnostics import chain_ess, rhat, warn_if_unconverged
 from torchtree.samplers import driver
 from torchtree.samplers.base import SamplerBase
-from torchtree.steps.bart_moves import draw_latent, draw_sigma, tree_update
+from torchtree.steps.bart_moves import draw_latent, draw_sigma, draw_utilities, tree_update
 
 from torchtree.samplers.bart.config import BARTConfig, Stream
 from torchtree.samplers.bart.state import BARTSetup, BARTState
@@ -107,7 +107,8 @@ class BART(SamplerBase):
 
         Parameters
         ----------
-        data : Data or (X, y); regression, or classification with two classes (probit)
+        data : Data or (X, y); regression, or classification (binary probit for two classes,
+            multinomial probit with a forest per class but the first for more)
         seed : int, torch.Generator or None
         monitor : Monitor(s); receives ``bart/sigma``, ``bart/accept``, ``bart/accept/<move>``,
             ``trees/leaves_mean``, ``bart/splits/x<d>`` (splits on feature ``d`` in the current
@@ -124,12 +125,12 @@ class BART(SamplerBase):
     def setup(self, ctx: driver.RunContext) -> "BARTSetup":
         """The prior calibrated on the data, the cut grid, the bins, this rank's chains."""
         c, data = self.config, ctx.data
-        if data.task == "classification" and data.n_classes != 2:
-            raise ValueError(f"y has {data.n_classes} classes; method 'bart' classifies two classes (probit link). "
-                             "Use method='smc' for more classes")
+        U = data.n_classes - 1 if data.task == "classification" and data.n_classes > 2 else 1
         ps = {"alpha_split": 0.95 if c.alpha_split is None else c.alpha_split,
               "beta_split": 2.0 if c.beta_split is None else c.beta_split}
-        prior = BartPrior.from_data(data.X, data.y, data.task, c.n_trees, k=c.k, nu=c.nu, q=c.q,
+        # K >= 3 classes: the prior of each utility's forest is binary probit's (offset unused, see offsets)
+        y_prior = data.y if U == 1 else (data.y > 0).long()
+        prior = BartPrior.from_data(data.X, y_prior, data.task, c.n_trees, k=c.k, nu=c.nu, q=c.q,
                                     sigma_hat=c.sigma_hat, max_depth=c.max_depth, **ps)
         grid = CutGrid.from_data(data, c.max_cuts)
         W = ctx.world_size
@@ -141,19 +142,22 @@ class BART(SamplerBase):
         # the kept draws' copies of the heap; refused before any of it is allocated
         slot = 2 + 2 + (4 if dt == torch.float32 else 8)
         per_tree = prior.n_slots * slot * (1 + c.n_samples) + 2 * data.n
-        check_memory(f"BART with {c.n_trees} trees x {n_local} chains ({c.n_samples} kept draws of "
-                     f"{prior.n_slots}-slot trees)", float(c.n_trees) * n_local * per_tree,
+        forests = f"{n_local} chains" if U == 1 else f"{n_local} chains x {U} class utilities"
+        check_memory(f"BART with {c.n_trees} trees x {forests} ({c.n_samples} kept draws of "
+                     f"{prior.n_slots}-slot trees)", float(c.n_trees) * n_local * U * per_tree,
                      "n_trees, n_chains or n_samples (or max_depth)", device=ctx.device)
         y = data.y.to(torch.float64)
         target = (y - prior.offset) / prior.scale if data.task == "regression" else y
         updates = c.n_trees * self.n_iterations
         want = c.compile == "on" or (c.compile == "auto" and ctx.device.type == "cpu"
                                      and updates >= COMPILE_MIN_UPDATES)
+        chains = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=ctx.device)
         return BARTSetup(update_fn=(_compiled("fn", tree_update) or tree_update) if want else tree_update,
                          pg_level_fn=_compiled_pg_level if want else None, prior=prior, grid=grid,
                          Xb=grid.bins(data.X).to(ctx.device), n_cuts=grid.n_cuts.to(ctx.device), dt=dt,
-                         target=target.to(dt),
-                         chains=torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=ctx.device))
+                         target=target.to(dt), chains=chains, n_utilities=U,
+                         instances=(chains[:, None] * U + torch.arange(U, device=ctx.device)).reshape(-1),
+                         offsets=mnp_offsets(data.y, data.n_classes) if U > 1 else None)
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
         return {"prior": ctx.setup.prior.to_dict(), "task": ctx.data.task}
@@ -161,7 +165,7 @@ class BART(SamplerBase):
     def start_info(self, ctx: driver.RunContext) -> Dict[str, Any]:
         c = self.config
         return {"n_trees": c.n_trees, "n_chains": c.n_chains, "bart_sampler": c.bart_sampler, "n": ctx.data.n,
-                "d": ctx.data.d}
+                "d": ctx.data.d, "n_utilities": ctx.setup.n_utilities}
 
     @property
     def n_iterations(self) -> int:
@@ -171,17 +175,23 @@ class BART(SamplerBase):
     def init(self, ctx: driver.RunContext) -> BARTState:
         """Every tree a single leaf of value 0; sigma at its prior guess; probit latents drawn."""
         c, prior, dev = self.config, ctx.setup.prior, ctx.device
-        C, T, N, K = ctx.setup.chains.numel(), c.n_trees, ctx.data.n, prior.n_slots
+        inst, U = ctx.setup.instances, ctx.setup.n_utilities
+        C, T, N, K = inst.numel(), c.n_trees, ctx.data.n, prior.n_slots
         feature = torch.full((T, C, K), ABSENT, dtype=torch.int16, device=dev)
         feature[:, :, 0] = LEAF
         target = ctx.setup.target
         latent = torch.zeros(0, device=dev, dtype=ctx.setup.dt)
         if ctx.data.task == "classification":
-            u = keyed_uniform(derive_seed(ctx.seed, Stream.INITIAL_LATENTS), 0, ctx.setup.chains[:, None] * N
+            u = keyed_uniform(derive_seed(ctx.seed, Stream.INITIAL_LATENTS), 0, inst[:, None] * N
                               + torch.arange(N, device=dev)[None, :])
-            latent = draw_latent(torch.full((C, N), prior.offset, dtype=torch.float64, device=dev),
-                                 target.bool(), u).to(ctx.setup.dt)
-            resid = latent - prior.offset
+            if U == 1:
+                latent = draw_latent(torch.full((C, N), prior.offset, dtype=torch.float64, device=dev),
+                                     target.bool(), u).to(ctx.setup.dt)
+                resid = latent - prior.offset
+            else:  # one Gibbs sweep over the utilities from their means (the offsets: every tree is 0)
+                fit = ctx.setup.offsets.to(dev)[None, :, None].expand(C // U, U, N)
+                latent = draw_utilities(fit, fit, target.long(), u.view(C // U, U, N)).reshape(C, N).to(ctx.setup.dt)
+                resid = latent - fit.reshape(C, N).to(latent.dtype)
         else:
             resid = target[None, :].expand(C, N).clone()
         return BARTState(step=0, done=False, feature=feature, cut=torch.zeros_like(feature),
@@ -206,8 +216,8 @@ class BART(SamplerBase):
         N = ctx.data.n
         it = state.step
         dev = ctx.device
-        gidx = ctx.setup.chains
-        tree_chain = torch.arange(T, device=dev)[:, None] * c.n_chains + gidx[None, :]  # [T, C] global keys
+        gidx, U = ctx.setup.instances, ctx.setup.n_utilities
+        tree_chain = torch.arange(T, device=dev)[:, None] * (c.n_chains * U) + gidx[None, :]  # [T, C] global keys
         base = it * _STREAMS
         Xb, n_cuts, use = ctx.setup.Xb, ctx.setup.n_cuts, c.use_likelihood
         feature, cut, value, leaf_of = state.feature, state.cut, state.value, state.leaf_of
@@ -233,7 +243,12 @@ class BART(SamplerBase):
         elif prior.task == "classification" and use:
             u = keyed_uniform(ctx.seed, base + Stream.LATENTS, gidx[:, None] * N + torch.arange(N, device=dev)[None, :])
             fit = latent.double() - resid.double()  # offset + sum of trees
-            new = draw_latent(fit, ctx.setup.target.bool(), u).to(latent.dtype)
+            if U == 1:
+                new = draw_latent(fit, ctx.setup.target.bool(), u).to(latent.dtype)
+            else:
+                shape = (C // U, U, N)
+                new = draw_utilities(fit.view(shape), latent.view(shape), ctx.setup.target.long(), u.view(shape))
+                new = new.reshape(C, N)
             resid = resid + (new - latent)
             latent = new
         counts = state.counts + moves.cpu()
@@ -298,9 +313,13 @@ class BART(SamplerBase):
             info.update({f"accept/{m}": (a / p if p else float("nan")) for m, p, a in zip(("grow", "prune", "change"), pr, ac)})
             info["accept/all"] = sum(ac) / max(sum(pr), 1)
         warn_if_unconverged(info, S, "Run longer chains (n_warmup, n_samples) or more of them (n_chains)")
-        chain_of = torch.arange(Cg).repeat(S)
+        U = ctx.setup.n_utilities
+        chain_of = torch.arange(Cg).repeat(S) // U  # each forest's chain
+        if U > 1:
+            info["n_utilities"] = U
         return BARTPosterior(prior, ctx.setup.grid, feat.to(dev), cut.to(dev), val.to(dev), sig_flat.to(dev),
-                             chain_of, ctx.data.d, classes=ctx.data.classes_, info=info)
+                             chain_of, ctx.data.d, classes=ctx.data.classes_, info=info, n_utilities=U,
+                             offsets=ctx.setup.offsets)
 
     def end_info(self, post: BARTPosterior) -> Dict[str, Any]:
         return {k: v for k, v in post.info.items() if k.startswith(("accept", "rhat", "ess"))}

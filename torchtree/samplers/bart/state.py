@@ -14,7 +14,8 @@ __all__ = ["BARTSetup", "BARTState"]
 
 @dataclass
 class BARTState(SamplerState):
-    """A sweep's state; trees are ``[T, C, K]`` heap arrays, points' leaves ``[T, C, N]``."""
+    """A sweep's state; trees are ``[T, C, K]`` heap arrays, points' leaves ``[T, C, N]``, residuals and
+    latents ``[C, N]``, ``C`` this rank's forests (chains x utilities, :class:`BARTSetup`)."""
 
     step: int
     done: bool
@@ -42,6 +43,12 @@ class BARTSetup:
     dt : torch.dtype of the leaf values and residuals; target : Tensor [N], the standardised
         response (regression) or the labels (classification)
     chains : LongTensor [n_local], this rank's global chain indices
+    n_utilities : int, forests per chain: 1 (regression, two classes), or ``K - 1`` for ``K >= 3``
+        classes (multinomial probit: a latent utility per class but the reference class 0)
+    instances : LongTensor [n_local * n_utilities], this rank's global forest indices
+        (``chain * n_utilities + utility``; the chains themselves when ``n_utilities == 1``): the
+        chain axis of the trees, residuals and latents, and the keys of their random draws
+    offsets : Tensor [n_utilities] float64, the utilities' offsets (multinomial probit), or None
     update_fn : the tree update (``tree_update``, or its compiled form); pg_level_fn : the Particle
         Gibbs level update's compiled form, or None (eager)
     """
@@ -55,3 +62,6 @@ class BARTSetup:
     chains: torch.Tensor
     update_fn: Callable
     pg_level_fn: Optional[Callable]
+    n_utilities: int = 1
+    instances: Optional[torch.Tensor] = None
+    offsets: Optional[torch.Tensor] = None
