@@ -52,3 +52,17 @@ def test_bart_posterior_size_smoke():
                        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     assert "slots stored" in r.stdout and "bart_posterior_size: done" in r.stdout
+
+
+def test_multiclass_bart_benchmark_smoke():
+    """benchmarks/bench_bart_multiclass.py --smoke runs (scikit-learn's HistGradientBoosting is its reference)."""
+    import pytest
+
+    pytest.importorskip("sklearn")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_bart_multiclass.py"), "--smoke", "--tables",
+                        "iris", "--splits", "1"], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "bench_bart_multiclass: done" in r.stdout
+    for m in ("hgb", "smc", "bart"):
+        assert any(line.split()[:2] == ["iris", m] for line in r.stdout.splitlines()), m

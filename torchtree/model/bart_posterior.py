@@ -198,8 +198,9 @@ class BARTPosterior(Posterior):
 
     def latent_draws(self, X) -> torch.Tensor:
         """``f_s(x)`` per draw and point, ``[S, M]`` float64 on the original scale (the probit
-        latent's mean for classification). Holds all ``S M`` values: ``predict``,
-        ``predict_proba``, ``predict_interval`` and ``log_predictive`` stream over rows instead."""
+        latent's mean for classification); with ``K >= 3`` classes ``[S, K - 1, M]``, each utility's
+        mean. Holds all of them: ``predict``, ``predict_proba``, ``predict_interval`` and
+        ``log_predictive`` stream over rows instead."""
         Xb = self._bins(X)
         rows_per_chunk(8.0 * self.n_particles, "latent_draws", rows_at_once=max(1, Xb.shape[1]),
                        device=self.device, also=" (or predict in smaller batches of rows)")
