@@ -186,3 +186,12 @@ def test_prediction_adds_each_utilitys_offset_to_its_forest():
     got = post.predict_proba(X[:4])
     assert np.allclose(got, expect[None, :], atol=1e-12, rtol=0)
     assert np.allclose(post.latent_draws(X[:2])[:, :, 0].numpy(), f.numpy())
+
+
+def test_particle_gibbs_fits_three_classes():
+    X, y = _three_classes(200, 4)
+    clf = BayesianTreeClassifier(method="bart", bart_sampler="pg", n_trees=10, n_chains=2, n_warmup=30,
+                                 n_samples=30, random_state=0).fit(X[:150], y[:150])
+    p = clf.predict_proba(X[150:])
+    assert p.shape == (50, 3) and np.allclose(p.sum(1), 1.0)
+    assert float((clf.predict(X[150:]) == y[150:]).mean()) > 0.85
