@@ -301,7 +301,7 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
     t0 = time.perf_counter()
     with opened_backend(backend) as be:
         data = sampler.prepare(data, getattr(given, "device", None))
-        unresolved = bool(given.unresolved())
+        unresolved = bool(getattr(given, "unresolved", list)())  # a config without presets has nothing to resolve
         if unresolved:  # "auto" settings: this run's values from the data's shape (the sampler's own config is kept)
             sampler.config = given.resolve(RunShape.of(data, prior=getattr(sampler, "prior", None)))
         try:
