@@ -96,3 +96,21 @@ def test_predict_interval_options_are_checked():
     for kwargs, name in [(dict(level=1.0), "level"), (dict(level=float("nan")), "level"), (dict(n_draws=0), "n_draws")]:
         with pytest.raises(ValueError, match=name):
             post.predict_interval(X[:3], **kwargs)
+
+
+def test_every_dtype_setting_takes_a_torch_dtype_or_its_name():
+    """BART, NUTS and DCC read ``dtype`` alike (torchtree.core.validate.check_float_dtype): either spelling is
+    accepted and stored as the config's own type; anything else is refused naming the setting."""
+    import pytest
+    import torch
+
+    from torchtree.samplers.bart import BARTConfig
+    from torchtree.samplers.dcc.config import DCCConfig
+    from torchtree.samplers.nuts import NUTSConfig
+
+    for spelling in (torch.float64, "float64", "torch.float64"):
+        assert BARTConfig(dtype=spelling).dtype == "float64"
+        assert DCCConfig(dtype=spelling).dtype is torch.float64 and NUTSConfig(dtype=spelling).dtype is torch.float64
+    for cls in (BARTConfig, DCCConfig, NUTSConfig):
+        with pytest.raises(ValueError, match="dtype must be float32 or float64"):
+            cls(dtype="float16")

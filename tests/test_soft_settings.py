@@ -205,9 +205,10 @@ def test_dataframe_inputs_are_accepted(separable, fitted):
 def test_dtype_and_evidence_settings_are_checked_up_front():
     import torch
 
-    for make in (lambda: NUTS(dtype="float64"), lambda: DCC(dtype=torch.int64)):
-        with pytest.raises(ValueError, match="dtype must be one of"):
+    for make in (lambda: NUTS(dtype="float16"), lambda: DCC(dtype=torch.int64)):
+        with pytest.raises(ValueError, match="dtype must be float32 or float64"):
             make()
+    assert NUTS(dtype="float64").config.dtype is torch.float64  # a name reads as its dtype, as BART's does
     with pytest.raises(ValueError, match="dtype must be one of"):
         as_soft_data(np.zeros((3, 2)), np.array([0, 1, 0]), dtype=torch.float16)
     # with one draw per chain LAIS has nothing to build proposals from: this used to

@@ -13,7 +13,8 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["check_int", "check_real", "check_probabilities", "check_choice", "check_bool", "check_backend"]
+__all__ = ["check_int", "check_real", "check_probabilities", "check_choice", "check_bool", "check_backend",
+           "check_float_dtype"]
 
 
 def check_int(name: str, value, minimum: int = 0, maximum: Optional[int] = None) -> int:
@@ -148,3 +149,25 @@ def check_backend(backend) -> None:
     for attr in ("rank", "world_size", "all_reduce", "all_gather"):
         if not hasattr(backend, attr):
             raise TypeError(f"backend must be a torchtree.distributed.Backend (it lacks {attr!r}), got {backend!r}")
+
+
+def check_float_dtype(name: str, value, as_name: bool = False):
+    """A float dtype setting, spelled either way: ``torch.float32`` / ``torch.float64`` or the names
+    ``"float32"`` / ``"float64"`` (``"torch.float32"`` too). One reading for every sampler's ``dtype``.
+
+    Returns
+    -------
+    The ``torch.dtype``, or its name (``"float32"``) when ``as_name``.
+
+    Raises
+    ------
+    ValueError naming ``name``, for anything else.
+    """
+    import torch
+
+    names = {"float32": torch.float32, "float64": torch.float64}
+    key = value.replace("torch.", "") if isinstance(value, str) else next(
+        (k for k, dt in names.items() if value == dt), None)
+    if key not in names:
+        raise ValueError(f"{name} must be float32 or float64 (a torch dtype or its name), got {value!r}")
+    return key if as_name else names[key]

@@ -5,6 +5,7 @@ import enum
 from dataclasses import dataclass
 from typing import Optional
 
+from torchtree.core.validate import check_float_dtype
 from torchtree.samplers.protocol import SamplerConfig, option
 
 
@@ -25,9 +26,7 @@ class Stream(enum.IntEnum):
 
 
 def _check_dtype(name: str, v):
-    if v not in ("float32", "float64"):
-        raise ValueError(f"{name} must be 'float32' or 'float64', got {v!r}")
-    return v
+    return check_float_dtype(name, v, as_name=True)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Optional, Tuple, Union
 
 import torch
 
-from torchtree.core.validate import check_probabilities
+from torchtree.core.validate import check_float_dtype, check_probabilities
 from torchtree.model.soft_data import FLOAT_DTYPES
 from torchtree.model.soft_trees import SoftTreeHyper
 from torchtree.samplers.dcc.rows import BUDGET_SHARE, check_max_rows
@@ -105,7 +105,8 @@ class DCCConfig(SamplerConfig):
     device: Optional[str] = option(None, help="torch device (default: the data's; 'auto': CUDA if present)",
                                    result=False)
     dtype: torch.dtype = option(torch.float32, help="float dtype of the scaled inputs and the parameters",
-                                choices=FLOAT_DTYPES)
+                                choices=FLOAT_DTYPES,
+                                check=check_float_dtype)
     checkpoint: Optional[str] = option(None, help="checkpoint file (resume when it exists)", result=False)
     checkpoint_every: int = option(1, help="save after every k-th iteration", low=1, result=False)
     asynchronous: bool = option(False, help="draw each visit's NUTS samples with every chain at its own pace "

@@ -6,6 +6,7 @@ from typing import Optional
 
 import torch
 
+from torchtree.core.validate import check_float_dtype
 from torchtree.model.soft_data import FLOAT_DTYPES
 from torchtree.model.soft_trees import SoftTreeHyper
 from torchtree.model.topology import Topology
@@ -51,7 +52,8 @@ class NUTSConfig(SamplerConfig):
     device: Optional[str] = option(None, help="torch device (default: the data's; 'auto': CUDA if present)",
                                    result=False)
     dtype: torch.dtype = option(torch.float32, help="float dtype of the scaled inputs and the parameters",
-                                choices=FLOAT_DTYPES)
+                                choices=FLOAT_DTYPES,
+                                check=check_float_dtype)
     n_leapfrog: int = option(10, help="leapfrog steps per HMC iteration (HMC only)", low=1)
     compile: bool = option(False, help="run the potential (lockstep NUTS: each leapfrog step) through "
                            "torch.compile; 20-60 s of compilation per process and tree depth")
