@@ -21,7 +21,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 import torch
 
-from torchtree.model.data import as_feature_matrix, encode_class_labels
+from torchtree.model.data import as_feature_matrix, encode_class_labels, resolve_device
 from torchtree.core.validate import check_choice
 
 __all__ = ["SoftData", "as_soft_data", "mirror_columns", "scale_inputs", "FLOAT_DTYPES", "FLOAT32_TARGET_LIMIT",
@@ -172,7 +172,8 @@ def as_soft_data(
     n_classes : int, optional
     dtype : torch.dtype, float dtype of the scaled inputs (float64 instead of float32
         for regression targets beyond :data:`FLOAT32_TARGET_LIMIT`, see :func:`run_dtype`)
-    device : torch.device, optional
+    device : torch.device or str, optional; None keeps the inputs' own device, ``"auto"`` is CUDA when
+        present (:func:`torchtree.model.data.resolve_device`)
     signed : bool
         Append the mirrored columns ``1 - x`` for signed splits (see the module
         docstring).
@@ -187,6 +188,7 @@ def as_soft_data(
         Bad inputs, or a ``SoftData`` prepared with the other ``signed`` setting.
     """
     check_choice("dtype", dtype, FLOAT_DTYPES)
+    device = None if device is None else resolve_device(device)
     if isinstance(data, SoftData):
         if data.signed != bool(signed):
             raise ValueError(f"this SoftData was prepared with signed={data.signed}, the model asks for "

@@ -38,7 +38,6 @@ import torch
 
 from torchtree.core.memory import check_memory
 
-from torchtree.model.data import resolve_device
 from torchtree.model.soft_data import SoftData, as_soft_data
 from torchtree.model.soft_posterior import SoftTreePosterior
 from torchtree.model.soft_trees import SoftTreeHyper, SoftTrees
@@ -179,8 +178,7 @@ class DCC(SamplerBase):
     # ------------------------------------------------------------ protocol
     def prepare(self, data, device) -> SoftData:
         """``data`` as SoftData (inputs scaled to [0, 1]) on ``device`` (None: the data's own)."""
-        dev = None if device is None else resolve_device(device)
-        return as_soft_data(data, dtype=self.config.dtype, device=dev, signed=self.hyper.signed_splits)
+        return as_soft_data(data, dtype=self.config.dtype, device=device, signed=self.hyper.signed_splits)
 
     def setup(self, ctx: driver.RunContext) -> DCCSetup:
         """The run's resolved hyperparameters and warm-up schedules (the rows and warm-up length
