@@ -159,6 +159,9 @@ def test_estimator_fits_three_classes_and_the_posterior_round_trips(tmp_path):
     acc = float((clf.predict(X[200:]) == labels[200:]).mean())
     assert acc > 0.85  # the rule is a few axis-aligned cuts; the majority class alone gets 0.4
     assert np.isfinite(clf.log_predictive(X[200:], labels[200:]))
+    s = clf.posterior_.summary()
+    assert s["reference_class"] == clf.classes_[0] and list(s["class_utilities"]) == list(clf.classes_[1:])
+    assert f"utility of class {clf.classes_[2]}" in clf.posterior_.to_dot(3)  # forest 3 = draw 1, utility 2
     path = str(tmp_path / "mc.pt")
     clf.posterior_.save(path)
     back = BARTPosterior.load(path)

@@ -180,8 +180,11 @@ def cmd_summary(args) -> int:
         if unused:
             print(f"  ({unused} feature{'s' if unused > 1 else ''} never split on)")
     if "split_share" in s:  # a sum of trees: no tree of it is a posterior mode
-        print(f"sum of {s['n_trees']} trees per draw: no single MAP tree (torchtree summary {args.posterior} --dot "
-              "--tree I draws tree I of the last draw)")
+        utilities = s.get("class_utilities")
+        per = f"per class utility ({', '.join(map(str, utilities))}; reference class {s['reference_class']})" \
+            if utilities else "per draw"
+        print(f"sum of {s['n_trees']} trees {per}: no single MAP tree (torchtree summary {args.posterior} --dot "
+              "--tree I draws tree I of the last forest)")
         return 0
     w = post.weights
     i = int(np.argmax(np.asarray(w.detach().cpu() if hasattr(w, "detach") else w)))

@@ -323,6 +323,9 @@ class BARTPosterior(Posterior):
         if self.task == "regression":
             s = self.sigma * self.prior.scale
             out["sigma_mean"] = float(s.mean())
+        if self.n_utilities > 1:  # multinomial probit: a forest per class but the reference class
+            labels = list(self.classes_) if self.classes_ is not None else list(range(self.n_utilities + 1))
+            out["reference_class"], out["class_utilities"] = labels[0], labels[1:]
         if self.feature_names is not None:
             out["feature_names"] = list(self.feature_names)
         out.update({k: v for k, v in self.info.items() if k != "trace"})
@@ -339,6 +342,10 @@ class BARTPosterior(Posterior):
         names = feature_names or self.feature_names
         f, c, v = self._tree(s, tree)
         lines = ["digraph tree {"]
+        if self.n_utilities > 1:
+            labels = list(self.classes_) if self.classes_ is not None else list(range(self.n_utilities + 1))
+            lines.append(f'  label="tree {tree} of draw {s // self.n_utilities}: utility of class '
+                         f'{labels[1 + s % self.n_utilities]}";')
         for j, fj in enumerate(f):
             if fj >= 0:
                 name = names[fj] if names is not None else f"x{fj}"
