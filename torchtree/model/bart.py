@@ -360,7 +360,8 @@ def mnp_probabilities(f: torch.Tensor) -> torch.Tensor:
 
     the integrals by ``GL_NODES``-point Gauss-Legendre on ``[0, max(f) + 8]`` (the integrand is
     below ``phi(8)`` beyond), renormalised to sum to one. With one utility (``K = 2``), ``P(1) =
-    Phi(f_1)`` exactly: binary probit.
+    Phi(f_1)`` exactly: binary probit. The model is not symmetric in the classes: which class is the
+    reference (the first of the sorted labels) changes the fit.
 
     Parameters
     ----------
