@@ -219,7 +219,8 @@ def test_the_checker_finds_upward_imports_and_cycles():
                                      ("torchtree.samplers.topdown_particles", "torchtree.samplers.topdown.particles"),
                                      ("torchtree.samplers.hyper", "torchtree.samplers.tuning.evidence"),
                                      ("torchtree.samplers.topdown_starts", "torchtree.samplers.tuning.starts"),
-                                     ("torchtree.samplers.soft_chains", "torchtree.samplers.nuts.chains")])
+                                     ("torchtree.samplers.soft_chains", "torchtree.samplers.nuts.chains"),
+                                     ("torchtree.samplers.smc_engine", "torchtree.core.smc")])
 def test_old_module_paths_still_import_with_a_warning(old, new):
     import importlib
     import sys
