@@ -49,38 +49,34 @@ def _compiled_pg_level(d: int):
 def _pg_level_guarded(*args):
     from torchtree.steps.bart_pg import pg_level
 
-    fn = _COMPILED.get("pg")
+    return _compiled_or_eager("pg", pg_level, args)
+
+
+def _compiled_or_eager(key: str, eager, args):
+    """``_COMPILED[key](*args)``, or ``eager(*args)`` when there is none; a compilation failure falls back to
+    eager execution for the rest of the process, with a warning (the eager code computes the same)."""
+    fn = _COMPILED.get(key)
     if fn is None:
-        return pg_level(*args)
+        return eager(*args)
     try:
         return fn(*args)
-    except Exception as exc:  # compiler missing or failing: the eager code computes the same
-        _warn_compile_failed(exc)
-        _COMPILED["pg"] = None
-        return pg_level(*args)
+    except Exception as exc:  # compiler missing or failing
+        import warnings
 
-
-def _warn_compile_failed(exc: Exception) -> None:
-    import warnings
-
-    warnings.warn(f"BART: torch.compile failed ({type(exc).__name__}: {exc}); running eagerly", RuntimeWarning)
+        warnings.warn(f"BART: torch.compile failed ({type(exc).__name__}: {exc}); running eagerly", RuntimeWarning)
+        _COMPILED[key] = None
+        return eager(*args)
 
 
 def _update(ctx, *args):
     """One tree update, compiled where the run asked for it; a compilation failure falls back
     to eager execution for the rest of the process, with a warning."""
-    fn = ctx.setup.update_fn
-    if fn is tree_update or _COMPILED.get("fn") is None:  # eager asked for, or compilation failed earlier
+    if ctx.setup.update_fn is tree_update or _COMPILED.get("fn") is None:  # eager asked for, or a failed compile
         return tree_update(*args)
     leaf_of, resid, Xb = args[4], args[5], args[6]
     for t in (leaf_of, resid, Xb):
         torch._dynamo.maybe_mark_dynamic(t, 1)
-    try:
-        return fn(*args)
-    except Exception as exc:  # compiler missing or failing: the eager code computes the same
-        _warn_compile_failed(exc)
-        _COMPILED["fn"] = None
-        return tree_update(*args)
+    return _compiled_or_eager("fn", tree_update, args)
 
 
 _STREAMS = 8  # random streams per sweep (``Stream``'s first five; sweep ``it`` uses ``it * _STREAMS + stream``)

@@ -17,6 +17,7 @@ from torchtree.model.soft_data import FLOAT_DTYPES
 from torchtree.model.soft_trees import SoftTreeHyper
 from torchtree.samplers.dcc.rows import BUDGET_SHARE, check_max_rows
 from torchtree.samplers.presets import Preset, always
+from torchtree.samplers.nuts.config import soft_tree_option
 from torchtree.samplers.protocol import SamplerConfig, option
 from torchtree.steps.soft_init import INIT_MODES
 
@@ -67,14 +68,10 @@ class DCCConfig(SamplerConfig):
         Preset("regression", "smaller steps: regression's Normal likelihood is sharper, and 0.8 diverged in a few "
                "per cent of transitions", lambda v, s: s.regression, 0.9),))
     lais_form: str = option("spatial", help="LAIS proposal form", choices=LAIS_FORMS)
-    hyper: Optional[SoftTreeHyper] = option(None, help="soft-tree prior and likelihood hyperparameters "
-                                            "(alpha, split_concentration, signed_splits override it)", cli=False)
-    alpha: Optional[float] = option(None, help="Dirichlet-multinomial total concentration (default: the number of "
-                                    "classes, or hyper's value)", low=0.0, low_open=True)
-    split_concentration: Optional[float] = option(None, help="Dirichlet prior of split weights (default: 1, or "
-                                                  "hyper's value)", low=0.0, low_open=True)
-    signed_splits: Optional[bool] = option(None, help="splits weigh the inputs and their mirror images 1 - x, so "
-                                           "either sign (not in the paper; default: off, or hyper's value)")
+    hyper: Optional[SoftTreeHyper] = soft_tree_option("hyper")
+    alpha: Optional[float] = soft_tree_option("alpha")
+    split_concentration: Optional[float] = soft_tree_option("split_concentration")
+    signed_splits: Optional[bool] = soft_tree_option("signed_splits")
     max_predict_draws: int = option(200, help="draws per topology kept in the posterior", low=1)
     local_posterior: str = option("weighted", help="each topology's posterior: LAIS pseudo-samples resampled by "
                                   "weight, NUTS draws weighted per chain by its evidence, or plain draws",

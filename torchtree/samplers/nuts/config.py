@@ -14,10 +14,25 @@ from torchtree.samplers.protocol import SamplerConfig, option
 from torchtree.steps.soft_init import INIT_MODES
 
 
-__all__ = ["NUTSConfig", "ASYNC_DEFAULT"]
+__all__ = ["NUTSConfig", "ASYNC_DEFAULT", "soft_tree_option"]
 
 
 ASYNC_DEFAULT = False
+
+
+def soft_tree_option(name: str):
+    """The option of a soft-tree hyperparameter setting, shared by NUTS's and DCC's configs (one help text)."""
+    table = {
+        "hyper": dict(help="soft-tree prior and likelihood hyperparameters (alpha, split_concentration, "
+                           "signed_splits override it)", cli=False),
+        "alpha": dict(help="Dirichlet-multinomial total concentration (default: the number of classes, or "
+                           "hyper's value)", low=0.0, low_open=True),
+        "split_concentration": dict(help="Dirichlet prior of split weights (default: 1, or hyper's value)",
+                                    low=0.0, low_open=True),
+        "signed_splits": dict(help="splits weigh the inputs and their mirror images 1 - x, so either sign (not in "
+                                   "the paper; default: off, or hyper's value)"),
+    }
+    return option(None, **table[name])
 
 
 @dataclass(frozen=True)
@@ -39,14 +54,10 @@ class NUTSConfig(SamplerConfig):
                                   low=0.0, high=1.0, low_open=True, high_open=True)
     max_energy_error: float = option(1000.0, help="energy error that marks a divergent transition",
                                      low=0.0, low_open=True)
-    hyper: Optional[SoftTreeHyper] = option(None, help="soft-tree prior and likelihood hyperparameters "
-                                            "(alpha, split_concentration, signed_splits override it)", cli=False)
-    alpha: Optional[float] = option(None, help="Dirichlet-multinomial total concentration (default: the number of "
-                                    "classes, or hyper's value)", low=0.0, low_open=True)
-    split_concentration: Optional[float] = option(None, help="Dirichlet prior of split weights (default: 1, or "
-                                                  "hyper's value)", low=0.0, low_open=True)
-    signed_splits: Optional[bool] = option(None, help="splits weigh the inputs and their mirror images 1 - x, so "
-                                           "either sign (not in the paper; default: off, or hyper's value)")
+    hyper: Optional[SoftTreeHyper] = soft_tree_option("hyper")
+    alpha: Optional[float] = soft_tree_option("alpha")
+    split_concentration: Optional[float] = soft_tree_option("split_concentration")
+    signed_splits: Optional[bool] = soft_tree_option("signed_splits")
     evidence: bool = option(False, help="estimate the topology's log evidence with LAIS after sampling")
     n_proposals: int = option(5, help="LAIS pseudo-samples per draw", low=1)
     device: Optional[str] = option(None, help="torch device (default: the data's; 'auto': CUDA if present)",
