@@ -188,16 +188,20 @@ def test_cli_predict_partial_name_match_is_an_error(tmp_path, capsys):
 
 
 # ----------------------------------------------------------- 4. pandas categoricals
-def test_numeric_categorical_column_is_refused_by_name():
+def test_categorical_columns_are_split_by_levels_and_ordered_ones_by_order():
+    """pandas categoricals are categorical (by their labels, not their codes); ordered ones keep
+    their order; categorical_features=None refuses a text column by name."""
     pd = pytest.importorskip("pandas")
     X, y = _blobs()
     df = pd.DataFrame(X, columns=["a", "b", "c"])
     df["b"] = pd.Categorical(np.round(X[:, 1] * 3))
-    with pytest.raises(ValueError, match=r"column 1 \('b'\).*categor"):
-        Data(df, y)
+    d = Data(df, y)
+    assert d.encoder.columns[1].source == "categorical"
     df["b"] = pd.Categorical(np.round(X[:, 1] * 3), ordered=True)
-    with pytest.raises(ValueError, match=r"'b'.*categor"):
-        BayesianTreeClassifier(n_particles=10, n_islands=1).fit(df, y)
+    assert Data(df, y).encoder.columns[1].source == "ordered"
+    df["b"] = np.where(X[:, 1] > 0, "hi", "lo")
+    with pytest.raises(ValueError, match=r"column 1 \('b'\) holds text.*categorical_features"):
+        Data(df, y, categorical_features=None)
 
 
 # ------------------------------------------------------- 5. absurd class counts

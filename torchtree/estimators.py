@@ -70,6 +70,7 @@ class BayesianTreeBase:
         hyper: Any = "evidence",
         n_threads: Any = "auto",
         verbose: int = 0,
+        categorical_features: Any = "from_dtype",
         **sampler_options: Any,
     ) -> None:
         self.method = method
@@ -83,6 +84,7 @@ class BayesianTreeBase:
         self.monitor = monitor
         self.n_threads = n_threads
         self.verbose = verbose
+        self.categorical_features = categorical_features
         self._sampler_options = dict(sampler_options)
 
     @property
@@ -94,7 +96,7 @@ class BayesianTreeBase:
     def get_params(self, deep: bool = True) -> Dict[str, Any]:
         """Estimator parameters (the constructor's, sampler options flattened in)."""
         out = {k: getattr(self, k) for k in ("method", "prior", "alpha_split", "beta_split", "poisson_lambda", "random_state", "device", "monitor",
-                                              "hyper", "n_threads", "verbose")}
+                                              "hyper", "n_threads", "verbose", "categorical_features")}
         out.update(self._extra_params())
         out.update(self._sampler_options)
         return out
@@ -262,7 +264,7 @@ class BayesianTreeBase:
         return config
 
     def _make_data(self, X, y) -> Data:
-        return Data(X, y, task=self._task)
+        return Data(X, y, task=self._task, categorical_features=self.categorical_features)
 
     def fit(self, X, y) -> "BayesianTreeBase":
         """Sample the posterior over trees given training data.
@@ -323,7 +325,7 @@ class BayesianTreeBase:
             _write_curves(self.monitor, search)
         attach_feature_names(self.posterior_, X)
         self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
-        self.n_features_in_ = data.d
+        self.n_features_in_ = data.encoder.n_inputs if data.encoder is not None else data.d
         if names is not None and all(isinstance(c, str) for c in names):
             self.feature_names_in_ = np.asarray(names, dtype=object)
         elif hasattr(self, "feature_names_in_"):
@@ -436,6 +438,11 @@ class BayesianTreeClassifier(BayesianTreeBase):
     verbose : int
         0 (default): quiet; 1 or more: a progress bar on standard error (``ProgressMonitor``)
         when ``monitor`` is None.
+    categorical_features : "from_dtype" (default), None, or column indices / names / boolean mask
+        Categorical columns, split by subsets of their levels; ``"from_dtype"``: pandas
+        ``category`` columns and columns holding text. Missing values (NaN, None) are modelled
+        in every column. The hard-tree methods and ``bart`` take both; the soft trees
+        (``dcc``, ``nuts``) refuse them. The model: :mod:`torchtree.model.encoding`.
     n_threads : "auto" or int
         torch intra-op threads during ``fit`` (the previous count is restored after it).
         ``"auto"`` (default): one thread unless the work (rows x particles or chains) is

@@ -20,7 +20,8 @@ from typing import Dict, Tuple
 import numpy as np
 import torch
 
-__all__ = ["exact_log_evidence", "exact_predictive", "exact_prior_leaves", "exact_prior_depth", "exact_bart_tree"]
+__all__ = ["exact_log_evidence", "exact_predictive", "exact_prior_leaves", "exact_prior_depth", "exact_bart_tree",
+           "exact_table"]
 
 
 def _logaddexp(a: float, b: float) -> float:
@@ -81,6 +82,12 @@ class _Enumerator:
             acc = _logaddexp(acc, math.log(p) + math.log(w) + self.logz(lm, q + 1) + self.logz(rm, q + 1))
         return acc
 
+    @staticmethod
+    def frac_left(split, x: np.ndarray) -> float:
+        """Share of the split's cuts that send ``x`` left: cuts tau in (v0, v1), left when x_d <= tau."""
+        d, v0, v1 = split[:3]
+        return min(max((v1 - float(x[d])) / (v1 - v0), 0.0), 1.0)
+
     def log_pred_weighted(self, mask: int, q: int, x: np.ndarray, cache: Dict) -> np.ndarray:
         """Sum over subtrees T of p(T) l(Y|T) f(leaf of x in T), where f is the leaf's
         predictive probability vector (classification, returned in log space) or its
@@ -96,10 +103,9 @@ class _Enumerator:
         p = self.split_p(q) if sp else 0.0
         stop_l = (math.log1p(-p) if sp else 0.0) + self.loglik(mask)
         res = math.exp(stop_l) * leaf_f if reg else stop_l + leaf_f
-        for d, v0, v1, w, lm, rm in sp:
-            # Cuts tau in (v0, v1): x goes left when x_d <= tau.
-            xd = float(x[d])
-            frac_left = min(max((v1 - xd) / (v1 - v0), 0.0), 1.0)
+        for split in sp:
+            _, _, _, w, lm, rm = split
+            frac_left = self.frac_left(split, x)
             for frac, go, other in ((frac_left, lm, rm), (1.0 - frac_left, rm, lm)):
                 if frac <= 0:
                     continue
@@ -207,7 +213,7 @@ def exact_prior_depth(data, prior) -> np.ndarray:
     return _prior_dist(data, prior, "depth")
 
 
-def exact_bart_tree(bins: np.ndarray, n_cuts, prior, resid=None, sigma2: float = 1.0):
+def exact_bart_tree(bins: np.ndarray, n_cuts, prior, resid=None, sigma2: float = 1.0, groups=None):
     """Exact posterior (or prior) of ONE BART tree on a cut grid, by enumeration.
 
     The tree prior is BART's (:class:`torchtree.model.bart.BartPrior`): a node splits with
@@ -223,6 +229,9 @@ def exact_bart_tree(bins: np.ndarray, n_cuts, prior, resid=None, sigma2: float =
     prior : BartPrior (``tau``, ``split_prob``, ``max_depth``)
     resid : float array [N] or None (None: the prior)
     sigma2 : float, the noise variance
+    groups : int array [D], optional, the input column of each feature of a coded table: the
+        feature is then an input column uniform among those with a cut left, then a feature of
+        it uniform among its features with a cut left
 
     Returns
     -------
@@ -250,9 +259,11 @@ def exact_bart_tree(bins: np.ndarray, n_cuts, prior, resid=None, sigma2: float =
         dist = np.zeros(size)
         dist[1] = (1.0 - p) * w
         mean = (1.0 - p) * w * m * inside
+        g_of = list(range(len(ranges))) if groups is None else [int(g) for g in groups]
+        n_groups = len({g_of[d] for d in avail})
         for d in avail:
             lo, hi = ranges[d]
-            c = p / len(avail) / (hi - lo)
+            c = p / n_groups / sum(g_of[e] == g_of[d] for e in avail) / (hi - lo)
             for k in range(lo, hi):
                 left = ranges[:d] + ((lo, k),) + ranges[d + 1:]
                 right = ranges[:d] + ((k + 1, hi),) + ranges[d + 1:]
@@ -265,3 +276,144 @@ def exact_bart_tree(bins: np.ndarray, n_cuts, prior, resid=None, sigma2: float =
     dist, mean = node(tuple((0, int(c)) for c in n_cuts), 0)
     z = dist.sum()
     return dist / z, mean / z
+
+
+class _TableEnumerator(_Enumerator):
+    """The same recursion on a raw table, with the missing-value and categorical rules written from
+    their definitions (:mod:`torchtree.model.encoding`), not through the encoder: an input column
+    uniform among those that can split the node; then, for a numeric column with missing values in
+    training, the missing side (1/2 each) and a cut uniform on the node's observed range extended
+    to the stand-in ``max + delta`` (side right) or ``min - delta`` (side left) when the node holds
+    missing values (the extension is the rule "is missing"); for a categorical column a non-trivial
+    partition of the node's levels (missing is a level), uniform."""
+
+    def __init__(self, X, y, prior, likelihood, categorical, n_classes):
+        X = np.asarray(X, dtype=object)
+        if X.shape[0] > 16:
+            raise ValueError("exact enumeration is meant for tiny data (N <= 16)")
+        self.N, self.D = X.shape
+        self.prior, self.lik = prior, likelihood
+        yt = torch.as_tensor(np.asarray(y))
+        self.pstats = likelihood.point_stats(yt, n_classes).double().numpy()
+        self.cols = []
+        for d in range(self.D):
+            cells = X[:, d].tolist()
+            miss = np.array([v is None or v != v for v in cells])
+            if d in categorical:
+                labels = sorted({v for v, m in zip(cells, miss) if not m}, key=str)
+                code = np.array([len(labels) if m else labels.index(v) for v, m in zip(cells, miss)])
+                self.cols.append(("cat", code, labels, bool(miss.any()), int(np.bincount(code).argmax())))
+            else:
+                v = np.array([np.nan if m else float(c) for c, m in zip(cells, miss)])
+                obs = np.unique(v[~miss])
+                delta = (obs[-1] - obs[0]) / (len(obs) - 1) if len(obs) > 1 else 1.0
+                self.cols.append(("num", v, float(obs[0]), float(obs[-1]), float(delta), bool(miss.any()),
+                                  float(np.median(v[~miss]))))
+
+    def _column_splits(self, d: int, idx: np.ndarray):
+        col = self.cols[d]
+        out = []  # (weight within the column, left rows, route)
+        if col[0] == "cat":
+            code = col[1][idx]
+            lv = sorted(set(code.tolist()))
+            k = len(lv)
+            for m in range(2 ** (k - 1) - 1):
+                S = {lv[0]} | {lv[i + 1] for i in range(k - 1) if m >> i & 1}
+                out.append((1.0 / (2 ** (k - 1) - 1), idx[np.isin(code, list(S))], ("set", d, frozenset(S))))
+            return out
+        _, v, lo_d, hi_d, delta, has_missing, _ = col
+        xs = v[idx]
+        miss = np.isnan(xs)
+        obs = np.unique(xs[~miss])
+        sides = ("right", "left") if has_missing else (None,)
+        for side in sides:
+            top = obs[-1] if not miss.any() else (hi_d + delta if side == "right" else obs[-1])
+            bot = obs[0] if not miss.any() else (lo_d - delta if side == "left" else obs[0])
+            rng = top - bot
+            for j in range(len(obs) - 1):
+                left = idx[(~miss & (xs <= obs[j])) | (miss & (side == "left"))]
+                out.append(((obs[j + 1] - obs[j]) / rng / len(sides), left, ("cut", d, obs[j], obs[j + 1], side)))
+            if miss.any():
+                gap = (top - obs[-1]) if side == "right" else (obs[0] - bot)
+                left = idx[~miss] if side == "right" else idx[miss]
+                out.append((gap / rng / len(sides), left, ("miss", d, side)))
+        return out
+
+    @lru_cache(maxsize=None)
+    def splits(self, mask: int):
+        idx = self.members(mask)
+        per_col = []
+        for d in range(self.D):
+            col = self.cols[d]
+            if col[0] == "cat":
+                ok = len(set(col[1][idx].tolist())) > 1
+            else:
+                xs = col[1][idx]
+                n_obs = len(np.unique(xs[~np.isnan(xs)]))
+                ok = n_obs > 1 or (n_obs == 1 and bool(np.isnan(xs).any()))
+            if ok:
+                per_col.append(self._column_splits(d, idx))
+        out = []
+        for parts in per_col:
+            for w, left, route in parts:
+                lm = sum(1 << int(i) for i in left)
+                out.append((route, None, None, w / len(per_col), lm, mask & ~lm))
+        return tuple(out)
+
+    def frac_left(self, split, x) -> float:
+        route = split[0]
+        d = route[1]
+        xd = x[d]
+        if route[0] == "set":
+            return 1.0 if xd in route[2] else 0.0
+        missing = xd != xd
+        if route[0] == "miss":
+            return float(missing == (route[2] == "left"))
+        if missing:
+            return 1.0 if route[4] == "left" else 0.0
+        return min(max((route[3] - xd) / (route[3] - route[2]), 0.0), 1.0)
+
+    def query(self, row) -> list:
+        """A query row in the enumerator's terms: level codes; what training has no rule for replaced
+        by the training median (numeric) or most frequent level (categorical)."""
+        out = []
+        for d, v in enumerate(row):
+            col = self.cols[d]
+            miss = v is None or v != v
+            if col[0] == "cat":
+                labels, has_missing, mode = col[2], col[3], col[4]
+                if not miss and v in labels:
+                    out.append(labels.index(v))
+                else:
+                    out.append(len(labels) if has_missing else mode)
+            else:
+                out.append(np.nan if miss and col[5] else (col[6] if miss else float(v)))
+        return out
+
+
+def exact_table(X, y, prior, likelihood, categorical=(), n_classes=None, X_query=None):
+    """Exact log evidence (and posterior predictive) of a single tree on a tiny raw table with
+    missing values and categorical columns, from the model's definitions (:class:`_TableEnumerator`).
+
+    Parameters
+    ----------
+    X : array-like [N, D] (object): numbers, NaN / None for missing, any labels in ``categorical`` columns
+    y : array-like [N]: class codes ``0..K-1`` (with ``n_classes``) or float targets
+    prior : ChipmanPrior; likelihood : DirichletMultinomial or NormalInverseGamma
+    categorical : column indices that are categorical
+    X_query : array-like [M, D] (object), optional
+
+    Returns
+    -------
+    (log evidence float, predictive numpy.ndarray [M, K] or [M, 1] (regression mean), or None)
+    """
+    e = _TableEnumerator(X, y, prior, likelihood, set(categorical), n_classes)
+    full = (1 << e.N) - 1
+    logz = e.logz(full, 0)
+    if X_query is None:
+        return logz, None
+    out = []
+    for row in np.asarray(X_query, dtype=object):
+        val = e.log_pred_weighted(full, 0, e.query(list(row)), {})
+        out.append(val / math.exp(logz) if likelihood.task == "regression" else np.exp(val - logz))
+    return logz, np.array(out)

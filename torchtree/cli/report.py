@@ -79,6 +79,7 @@ def load_posterior(path: str):
 
 def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:
     """The hard tree ``i`` as indented text."""
+    from torchtree.model.encoding import rule_text
     from torchtree.model.trees import INTERNAL
 
     t = post.trees
@@ -100,7 +101,8 @@ def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:
     def walk(node: int, prefix: str, label: str, last: bool) -> None:
         branch = "" if not label else ("`-- " if last else "|-- ") + label + ": "
         if int(t.status[i, node]) == INTERNAL:
-            lines.append(f"{prefix}{branch}{names[int(t.feature[i, node])]} <= {float(t.threshold[i, node]):.6g}")
+            rule = rule_text(getattr(post, "encoder", None), names, int(t.feature[i, node]), float(t.threshold[i, node]))
+            lines.append(f"{prefix}{branch}{rule}")
             child_prefix = prefix + ("" if not label else ("    " if last else "|   "))
             walk(int(t.left[i, node]), child_prefix, "yes", False)
             walk(int(t.right[i, node]), child_prefix, "no", True)

@@ -165,7 +165,9 @@ class CutGrid:
 
     A feature with at most ``max_cuts + 1`` distinct values gets a cut midway between each pair
     of neighbours; otherwise ``max_cuts`` cuts at the points' quantiles (midway between the
-    distinct values on either side). Constant features get no cut and are never split.
+    distinct values on either side). Constant features get no cut and are never split. A column
+    with missing values (:class:`~torchtree.model.encoding.TableEncoder`) always keeps the cut between
+    its observed values and the missing values' stand-in (the rule "is missing").
 
     Attributes
     ----------
@@ -183,6 +185,8 @@ class CutGrid:
         nu = data.n_unique.cpu().tolist()
         sv = data.sorted_values.double().cpu()
         rank = data.X_rank.cpu()
+        enc = getattr(data, "encoder", None)
+        side = enc.missing_sides() if enc is not None else [0] * D
         rows = []
         for d in range(D):
             u = nu[d]
@@ -193,6 +197,8 @@ class CutGrid:
                 cum = torch.bincount(rank[:, d].long(), minlength=u).cumsum(0)
                 targets = torch.arange(1, max_cuts + 1, dtype=torch.float64) * data.n / (max_cuts + 1)
                 idx = torch.unique(torch.searchsorted(cum.double(), targets).clamp(max=u - 2))
+                if side[d]:  # the "is missing" cut, between the observed values and the missing stand-in
+                    idx = torch.unique(torch.cat([idx, torch.tensor([u - 2 if side[d] > 0 else 0])]))
             rows.append(0.5 * (vals[idx] + vals[idx + 1]))
         width = max(1, max(r.numel() for r in rows))
         cuts = torch.full((D, width), float("inf"), dtype=torch.float64)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from torchtree.core.random import keyed_uniform
+from torchtree.model.encoding import TableEncoder, rule_text
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum, heap_depth, mnp_probabilities, GL_NODES
 from torchtree.model.data import as_feature_matrix
 from torchtree.core.budget import rows_per_chunk
@@ -116,6 +117,7 @@ class BARTPosterior(Posterior):
         self.n_trees = int(feature.shape[1])
         self.log_evidence = None
         self.feature_names: Optional[list] = None
+        self.encoder: Optional[TableEncoder] = None  # the training table's coding (missing values, categories)
 
     # ----------------------------------------------------------- the trees
     @property
@@ -177,7 +179,7 @@ class BARTPosterior(Posterior):
 
     # ----------------------------------------------------------- prediction
     def _bins(self, X) -> torch.Tensor:
-        arr = as_feature_matrix(X, self.n_features)
+        arr = self.encoder.transform(X) if self.encoder is not None else as_feature_matrix(X, self.n_features)
         Xt = torch.as_tensor(arr, dtype=torch.float64)
         return self.grid.bins(Xt).to(self.device)
 
@@ -318,6 +320,8 @@ class BARTPosterior(Posterior):
         main, deep = self._main[0].long(), self._deep[0].long()
         inner = torch.cat([main[main >= 0], deep[deep >= 0]])
         counts = torch.bincount(inner.cpu(), minlength=self.n_features)[: self.n_features]
+        if self.encoder is not None:  # per input column (its missing-value sides and level subsets together)
+            counts = torch.as_tensor(self.encoder.group_sums(counts.numpy())).long()
         out = {"n_draws": self.n_particles, "n_trees": self.n_trees, "leaves_mean": float(leaves.mean()),
                "split_counts": counts.tolist(), "split_share": (counts.double() / max(1, int(counts.sum()))).tolist()}
         if self.task == "regression":
@@ -348,9 +352,8 @@ class BARTPosterior(Posterior):
                          f'{labels[1 + s % self.n_utilities]}";')
         for j, fj in enumerate(f):
             if fj >= 0:
-                name = names[fj] if names is not None else f"x{fj}"
-                thr = float(self.grid.cuts[fj, c[j]])
-                lines.append(f'  n{j} [label="{name} <= {thr:.6g}"];')
+                rule = rule_text(self.encoder, names, int(fj), float(self.grid.cuts[fj, c[j]]))
+                lines.append(f'  n{j} [label="{rule}"];')
                 lines.append(f"  n{j} -> n{2 * j + 1};")
                 lines.append(f"  n{j} -> n{2 * j + 2};")
             elif fj == LEAF:
@@ -370,7 +373,8 @@ class BARTPosterior(Posterior):
                    "n_features": self.n_features,
                    "classes": None if self.classes_ is None else self.classes_.tolist(), "info": to_plain(self.info),
                    "feature_names": self.feature_names, "n_utilities": self.n_utilities,
-                   "offsets": None if self.offsets is None else self.offsets.cpu()}
+                   "offsets": None if self.offsets is None else self.offsets.cpu(),
+                   "encoder": None if self.encoder is None else self.encoder.state()}
         atomic_save(seal(payload), path)
 
     @classmethod
@@ -386,6 +390,8 @@ class BARTPosterior(Posterior):
                   classes=None if p["classes"] is None else np.asarray(p["classes"]), info=p["info"],
                   deep=p.get("deep"), n_utilities=int(p.get("n_utilities", 1)), offsets=p.get("offsets"))
         obj.feature_names = p.get("feature_names")
+        if p.get("encoder") is not None:
+            obj.encoder = TableEncoder.from_state(p["encoder"])
         return obj
 
     def __repr__(self) -> str:

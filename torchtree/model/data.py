@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from torchtree.core.validate import check_choice
+from torchtree.model.encoding import TableEncoder, needs_encoding
 from torchtree.model.inputs import (  # as_feature_matrix, encode_class_labels, check_class_count: re-exported
     as_feature_matrix,
     check_class_count,
@@ -89,13 +90,14 @@ class Data:
     Parameters
     ----------
     X : array-like [N, D]
-        Features (numpy, torch on any device, pandas, nested lists). NaN/inf are errors;
-        constant features are allowed (they are never split on). Pandas categorical
-        columns, ordered or not, are refused (their codes follow each frame's category
-        list; convert them explicitly). With an explicit ``dtype``, a value beyond its
-        range and a column whose distinct values it cannot tell apart (1e8 and 1e8 + 1 in
-        float32) are refused with the column named, since the trees compare features in
-        ``dtype``.
+        Features (numpy, torch on any device, pandas, nested lists). Infinite values are
+        errors; constant features are allowed (they are never split on). Missing values
+        (NaN, None) and categorical columns (pandas ``category``, text) are coded by a
+        :class:`~torchtree.model.encoding.TableEncoder` (``encoder``): missing values are
+        modelled (MIA), categories split by level subsets; see that module for the model.
+        With an explicit ``dtype``, a value beyond its range and a column whose distinct
+        values it cannot tell apart (1e8 and 1e8 + 1 in float32) are refused with the
+        column named, since the trees compare features in ``dtype``.
     y : array-like [N]
         Labels. Classification: any discrete labels (ints with gaps, strings, bools),
         mapped to ``0..K-1`` (``classes_`` maps back); more than half as many inferred
@@ -121,10 +123,15 @@ class Data:
         every finite column is accepted: latitudes with six decimals, N(1000, 10) draws,
         1e8 and 1e8 + 1, 1e39. Given explicitly, it is used as it is (and checked as above).
     device : str or torch.device, optional
+    categorical_features : "from_dtype" (default), None, or indices / names / boolean mask
+        Which columns are categorical (:meth:`TableEncoder.fit`): by default pandas
+        ``category`` columns and columns holding text.
 
     Attributes
     ----------
-    X : Tensor [N, D] float
+    X : Tensor [N, D] float, the split columns (the coded table when ``encoder`` is set)
+    encoder : TableEncoder or None, the coding of a table with missing values or categories
+    groups : LongTensor [D] or None, the input column of each split column (with ``encoder``)
     y : Tensor [N] long (classification) or float64 (regression)
     n_classes : int or None
     classes_ : numpy.ndarray [K] or None
@@ -145,17 +152,20 @@ class Data:
         classes: Optional[Sequence] = None,
         dtype: Optional[torch.dtype] = None,
         device: Optional[str | torch.device] = None,
+        categorical_features: Any = "from_dtype",
     ) -> None:
         if task is not None:
             check_choice("task", task, _TASKS)
-        Xn = as_feature_matrix(X, name="X")
+        encode = needs_encoding(X, categorical_features)
+        Xn = None if encode else as_feature_matrix(X, name="X")
+        n_rows = Xn.shape[0] if Xn is not None else len(X)
         yn = to_numpy(y, "y")
         if yn.ndim == 2 and yn.shape[1] == 1:
             yn = yn[:, 0]
         if yn.ndim != 1:
             raise ValueError(f"y must be 1-D [n_samples], got shape {tuple(yn.shape)}")
-        if yn.shape[0] != Xn.shape[0]:
-            raise ValueError(f"X has {Xn.shape[0]} rows but y has {yn.shape[0]} labels")
+        if yn.shape[0] != n_rows:
+            raise ValueError(f"X has {n_rows} rows but y has {yn.shape[0]} labels")
         if task is None:
             task = "classification"
         self.task = task
@@ -177,6 +187,12 @@ class Data:
             self.classes_ = None
             self.n_classes = None
             self.y = torch.as_tensor(yf, dtype=torch.float64, device=dev)
+        self.encoder: Optional[TableEncoder] = None
+        self.groups: Optional[torch.Tensor] = None
+        if encode:
+            self.encoder = TableEncoder.fit(X, self.y.cpu().numpy(), categorical_features)
+            Xn = self.encoder.transform(X)
+            self.groups = torch.as_tensor(self.encoder.groups, device=dev)
         if task == "classification":
             need = 12 * Xn.shape[0] * self.n_classes  # one-hot int64 rows, then their float32 copy
             have = _memory_bytes(dev)
@@ -314,6 +330,8 @@ class Data:
         out.__dict__.update(self.__dict__)
         for name in ("X", "y", "sorted_values", "n_unique", "X_rank", "feature_min", "feature_max"):
             setattr(out, name, getattr(self, name).to(device))
+        if self.groups is not None:
+            out.groups = self.groups.to(device)
         return out
 
     def subset(self, index: Any) -> "Data":
@@ -326,12 +344,12 @@ class Data:
         idx = torch.as_tensor(index, device=self.device)
         y = self.y[idx].cpu().numpy()
         if self.task == "classification":
-            return Data(self.X[idx], y, n_classes=self.n_classes, dtype=self.X.dtype, device=self.device)._with_classes(self.classes_)
-        return Data(self.X[idx], y, task="regression", dtype=self.X.dtype, device=self.device)
-
-    def _with_classes(self, classes_: np.ndarray) -> "Data":
-        self.classes_ = classes_
-        return self
+            out = Data(self.X[idx], y, n_classes=self.n_classes, dtype=self.X.dtype, device=self.device)
+            out.classes_ = self.classes_
+        else:
+            out = Data(self.X[idx], y, task="regression", dtype=self.X.dtype, device=self.device)
+        out.encoder, out.groups = self.encoder, self.groups  # the coded columns keep their input columns
+        return out
 
     def __repr__(self) -> str:
         extra = f", n_classes={self.n_classes}" if self.n_classes else ""

@@ -6,6 +6,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
+from torchtree.model.encoding import TableEncoder, rule_text
 from torchtree.model.data import as_feature_matrix
 from torchtree.kernels.forest import mixture_over_leaves, node_region_keys, rule_hash, threshold_bits
 from torchtree.core.budget import memory_budget, release_freed_memory, rows_per_chunk
@@ -133,7 +134,8 @@ def attach_feature_names(posterior, X, names=None) -> None:
         Names to use instead of ``X``'s columns.
     """
     names = list(names) if names is not None else _names_of(X)
-    n = getattr(posterior, "n_features", None)
+    enc = getattr(posterior, "encoder", None)
+    n = enc.n_inputs if enc is not None else getattr(posterior, "n_features", None)
     if names is not None and (n is None or len(names) == int(n)):
         posterior.feature_names = [str(v) for v in names]
 
@@ -190,6 +192,7 @@ class TreePosterior(Posterior):
         self.log_evidence = None if log_evidence is None else float(log_evidence)
         self.info: Dict[str, Any] = dict(info or {})
         self.feature_names: Optional[list] = None
+        self.encoder: Optional[TableEncoder] = None  # the training table's coding (missing values, categories)
         self._table = None
         self._used = None
 
@@ -208,6 +211,8 @@ class TreePosterior(Posterior):
         return self.trees.n_trees
 
     def _X(self, X) -> torch.Tensor:
+        if self.encoder is not None:
+            return torch.as_tensor(self.encoder.transform(X), dtype=self.trees.threshold.dtype, device=self.trees.device)
         if isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[1] == self.n_features and bool(torch.isfinite(X).all()) and X.shape[0] > 0:
             return X.to(device=self.trees.device, dtype=self.trees.threshold.dtype)
         arr = as_feature_matrix(X, self.n_features)
@@ -424,28 +429,39 @@ class TreePosterior(Posterior):
             "leaves_max": int(leaves.max()),
             "depth_mean": float((w * depth).sum()),
             "depth_max": int(depth.max()),
-            "feature_usage": (w[:, None] * usage[:, : self.n_features]).sum(0).cpu().numpy(),
-            "feature_names": list(getattr(self, "feature_names", None) or [f"x{d}" for d in range(self.n_features)]),
+            "feature_usage": self._per_input((w[:, None] * usage[:, : self.n_features]).sum(0).cpu().numpy()),
+            "feature_names": self._input_names(),
             "map_tree": int(torch.argmax(w)),
         }
         out.update({k: v for k, v in self.info.items() if k not in out})
         return PosteriorSummary(out)
 
+    def _input_names(self) -> list:
+        """Names of the input columns: the training table's, else ``x0, x1, ...``."""
+        if getattr(self, "feature_names", None):
+            return list(self.feature_names)
+        return list(self.encoder.names) if self.encoder is not None else [f"x{d}" for d in range(self.n_features)]
+
+    def _per_input(self, per_column: np.ndarray) -> np.ndarray:
+        return self.encoder.group_sums(per_column) if self.encoder is not None else per_column
+
     def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
-        """Graphviz DOT text of tree ``i`` (default: the heaviest tree)."""
+        """Graphviz DOT text of tree ``i`` (default: the heaviest tree); rules on a table with missing
+        values or categories read as on the input (``x is missing``, ``c in {a, b}``)."""
         i = int(torch.argmax(self.weights)) if i is None else int(i)
         if not 0 <= i < self.trees.n_trees:
             raise IndexError(f"tree index {i} out of range [0, {self.trees.n_trees})")
         t = self.trees
         n = int(t.n_nodes[i])
-        names = feature_names if feature_names is not None else [f"x{d}" for d in range(self.n_features)]
-        if len(names) != self.n_features:
-            raise ValueError(f"feature_names has {len(names)} names; the data has {self.n_features} features")
+        names = list(feature_names) if feature_names is not None else self._input_names()
+        if len(names) != len(self._input_names()):
+            raise ValueError(f"feature_names has {len(names)} names; the data has {len(self._input_names())} features")
         table = self.likelihood.predictive_table(t.stats[i, :n]).cpu()
         lines = ["digraph tree {", '  node [shape=box, fontname="Helvetica"];']
         for node in range(n):
             if int(t.status[i, node]) == INTERNAL:
-                lines.append(f'  n{node} [label="{names[int(t.feature[i, node])]} <= {float(t.threshold[i, node]):.6g}"];')
+                rule = rule_text(self.encoder, names, int(t.feature[i, node]), float(t.threshold[i, node]))
+                lines.append(f'  n{node} [label="{rule}"];')
                 lines.append(f'  n{node} -> n{int(t.left[i, node])} [label="yes"];')
                 lines.append(f'  n{node} -> n{int(t.right[i, node])} [label="no"];')
             else:
@@ -476,6 +492,8 @@ class TreePosterior(Posterior):
         }
         if getattr(self, "feature_names", None) is not None:
             payload["feature_names"] = list(self.feature_names)
+        if self.encoder is not None:
+            payload["encoder"] = self.encoder.state()
         from torchtree.io.checkpoint import atomic_save, seal
 
         atomic_save(seal(payload), path)
@@ -513,8 +531,10 @@ class TreePosterior(Posterior):
             dedupe=False,
         )
         obj.n_particles, obj.ess = payload["n_particles"], payload["ess"]
+        if payload.get("encoder") is not None:
+            obj.encoder = TableEncoder.from_state(payload["encoder"])
         names = payload.get("feature_names")
-        if isinstance(names, list) and len(names) == obj.n_features:
+        if isinstance(names, list) and len(names) == len(obj._input_names()):
             obj.feature_names = [str(v) for v in names]
         return obj
 

@@ -19,6 +19,8 @@ from typing import Dict, Tuple
 
 import torch
 
+from torchtree.model.feature_groups import choice_count
+
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, HardTrees
 from torchtree.core.validate import check_real
 
@@ -141,7 +143,8 @@ class ChipmanPrior:
         rng = (hi_f - lo_f)
         thr = trees.threshold.double()
         ok = (nvary > 0) & (rng > 0) & (thr >= lo_f) & (thr < hi_f)
-        term = torch.where(ok, -torch.log(nvary.clamp(min=1).double()) - torch.log(rng.clamp(min=1e-300)), torch.full_like(rng, -math.inf))
+        n_choice = choice_count(varying, f, getattr(data, "groups", None))
+        term = torch.where(ok, -torch.log(n_choice.clamp(min=1).double()) - torch.log(rng.clamp(min=1e-300)), torch.full_like(rng, -math.inf))
         rule = torch.where(internal, term, torch.zeros_like(term)).sum(1)
         used = trees.status != 0
         empty = (used & (count == 0)).any(1)

@@ -185,7 +185,8 @@ def as_soft_data(
     Raises
     ------
     ValueError
-        Bad inputs, or a ``SoftData`` prepared with the other ``signed`` setting.
+        Bad inputs, a ``SoftData`` prepared with the other ``signed`` setting, or a ``Data`` coded
+        from a table with missing values or categorical columns (no soft-tree model of them).
     """
     check_choice("dtype", dtype, FLOAT_DTYPES)
     device = None if device is None else resolve_device(device)
@@ -195,6 +196,12 @@ def as_soft_data(
                              f"signed_splits={bool(signed)}")
         return data
     fmin = fmax = classes = None
+    if getattr(data, "encoder", None) is not None:
+        raise ValueError(
+            f"X has missing values or categorical columns (coded as {data.encoder!r}), and soft trees take "
+            "numeric tables without missing values. Use a hard-tree method ('smc', 'mcmc', 'smc-moves', "
+            "'bart'), which model missing values and split categories by subsets of their levels, or impute "
+            "and one-hot encode the table first")
     if hasattr(data, "X") and hasattr(data, "y"):
         classes = getattr(data, "classes_", None)
         X, yy = data.X, data.y

@@ -88,6 +88,7 @@ def quantile_binned(data, max_bins: int):
     if max(nu) <= max_bins:
         return data
     N, D = data.X.shape
+    side = data.encoder.missing_sides().tolist() if getattr(data, "encoder", None) is not None else [0] * D
     X, rank, sv = data.X.clone(), data.X_rank.clone(), []
     for d in range(D):
         vals = data.sorted_values[d, : nu[d]]
@@ -96,6 +97,10 @@ def quantile_binned(data, max_bins: int):
             continue
         cnt = torch.bincount(data.X_rank[:, d], minlength=nu[d])
         b = (cnt.cumsum(0) - cnt) * max_bins // N  # bin of each distinct value, non-decreasing
+        if side[d] > 0:  # missing values' stand-in above: a bin of its own ("is missing" stays a cut)
+            b[-1] = torch.maximum(b[-1], b[-2] + 1)
+        elif side[d] < 0:
+            b[1:] += (b[1] == b[0]).long()
         last = torch.ones_like(b, dtype=torch.bool)
         last[:-1] = b[1:] != b[:-1]  # the largest value of each bin represents it
         new_rank = torch.cat([torch.zeros(1, dtype=torch.long, device=b.device), last[:-1].long().cumsum(0)])
@@ -155,6 +160,7 @@ class TreeModel:
         self.split_prior = prior if self.chipman else ChipmanPrior()
         dev = data.device
         self.X = data.X
+        self.groups = None if getattr(data, "groups", None) is None else data.groups.to(dev)  # feature_groups
         N, D = data.X.shape
         self.N, self.D, self.W = N, D, (N + 63) // 64
         ps = likelihood.point_stats(data.y, data.n_classes).to(likelihood.stats_dtype)
@@ -250,7 +256,8 @@ class TreeModel:
         return ll + torch.where(nonconst, lpn, torch.zeros_like(lpn))
 
     def internal_term(self, depth: torch.Tensor, nvary: torch.Tensor, rng: torch.Tensor) -> torch.Tensor:
-        """Per-split term: ``log p_split(depth) - log nv - log range`` (rule density, eq. 4-5)."""
+        """Per-split term: ``log p_split(depth) - log nv - log range`` (rule density, eq. 4-5); ``nvary``
+        is ``1 / P(column)``, :func:`~torchtree.model.feature_groups.choice_count`."""
         rule = -torch.log(nvary.clamp(min=1).double()) - torch.log(rng.double().clamp(min=1e-300))
         if not self.chipman:
             return rule

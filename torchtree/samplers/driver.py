@@ -374,6 +374,8 @@ def _run_loop(sampler, ctx: RunContext, seed):
         ck.save(int(state.step) - 1, payload())
         notify_checkpoint(mon, int(state.step) - 1)
     post = sampler.finalize(state, ctx)
+    if getattr(ctx.data, "encoder", None) is not None and hasattr(post, "encoder"):
+        post.encoder = ctx.data.encoder  # predictions take the raw table, coded as in training
     end = {"seconds": ctx.seconds(), "posterior": post, **sampler.end_info(post)}
     mon.on_end(end)
     return post

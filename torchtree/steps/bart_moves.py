@@ -14,11 +14,12 @@ With the rule drawn from its prior, the rule's probability cancels from every ra
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, heap_depth
+from torchtree.model.feature_groups import choose_column
 
 __all__ = ["MOVE_PROBS", "log_marginal", "tree_update", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
            "leaf_ranges", "pick_nth"]
@@ -48,6 +49,15 @@ def pick_nth(mask: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     nth = (u * cnt).floor().long().clamp(max=(cnt - 1).clamp(min=0))
     before = mask.long().cumsum(1) <= nth[:, None]
     return before.sum(1).clamp(max=mask.shape[1] - 1)
+
+
+def pick_column(mask: torch.Tensor, u: torch.Tensor, groups: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """A rule's feature among the True entries of ``mask [M, D]`` (features with a cut left): uniform
+    (:func:`pick_nth`), or input column then split column for a coded table
+    (:func:`~torchtree.model.feature_groups.choose_column`, ``groups [D]``)."""
+    if groups is None:
+        return pick_nth(mask, u)
+    return choose_column(mask, u, groups)[0]
 
 
 def leaf_ranges(feature: torch.Tensor, cut: torch.Tensor, node: torch.Tensor, depth: torch.Tensor,
@@ -109,7 +119,8 @@ def _tables(prior: BartPrior, K: int, device) -> Tuple[torch.Tensor, torch.Tenso
 
 def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor,
                 leaf_of: torch.Tensor, resid: torch.Tensor, Xb: torch.Tensor, n_cuts: torch.Tensor,
-                sigma2: torch.Tensor, u: torch.Tensor, z_leaf: torch.Tensor, use_likelihood: bool = True):
+                sigma2: torch.Tensor, u: torch.Tensor, z_leaf: torch.Tensor, use_likelihood: bool = True,
+                groups: Optional[torch.Tensor] = None):
     """Redraw one tree in every chain: an MH move on its partial residual, then its leaf values.
 
     Parameters
@@ -123,6 +134,8 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     u : Tensor [C, 5] uniforms (move type, node, feature, cut, acceptance)
     z_leaf : Tensor [C, K] standard normals for the leaf values
     use_likelihood : bool, False samples the prior (residuals ignored)
+    groups : LongTensor [D], optional, the input column of each feature of a coded table
+        (:func:`pick_column`; the rule's prior is its proposal, so it cancels in the ratio)
 
     Returns
     -------
@@ -149,7 +162,7 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     lo, hi = leaf_ranges(feature, cut, j, depth, n_cuts, prior.max_depth)
     avail = (hi - lo).clamp(min=0)
     nav = (avail > 0).sum(1)
-    f_new = pick_nth(avail > 0, u[:, 2])
+    f_new = pick_column(avail > 0, u[:, 2], groups)
     k_new = lo.gather(1, f_new[:, None])[:, 0] + (u[:, 3] * avail.gather(1, f_new[:, None])[:, 0]).floor().long()
     grow_ok = (move == GROW) & (nav > 0) & (depth < prior.max_depth)
     valid = grow_ok | ((move != GROW) & (n_nog > 0))

@@ -20,7 +20,7 @@ import torch
 from torchtree.core.random import keyed_uniform
 from torchtree.core.smc import conditional_ancestors
 from torchtree.model.bart import ABSENT, LEAF, BartPrior
-from torchtree.steps.bart_moves import log_marginal, pick_nth
+from torchtree.steps.bart_moves import log_marginal, pick_column
 
 __all__ = ["pg_tree_update"]
 
@@ -38,13 +38,14 @@ def _stats(cp_node: torch.Tensor, R: torch.Tensor, size: int):
 
 
 def pg_level(d: int, last: bool, use_likelihood: bool, ref_feature, ref_cut, feat, cuts, node, lo, hi, lw, Rp,
-             Xflat, s2, tau2, ps_d, u3, u_r):
+             Xflat, s2, tau2, ps_d, u3, u_r, groups=None):
     """One level of the conditional SMC: the leaves of depth ``d`` split (or not), the points move to
     the new children, the weights take the likelihood ratios, then conditional multinomial
     resampling where a chain has leaves left to consider. Shapes as in :func:`pg_tree_update`:
     ``feat, cuts`` [C, P, K], ``node`` [C, P, N], ``lo, hi`` [C, P, 2^d, D], ``lw`` [C, P],
     ``u3`` [C, P, 2^d, 3] uniforms (split, feature, cut), ``u_r`` [C, P]; ``ps_d`` [C] the
-    split probability at depth ``d``. Tensors in, tensors out, so it compiles as one graph."""
+    split probability at depth ``d``; ``groups`` [D] the input column of each feature of a coded
+    table, or None. Tensors in, tensors out, so it compiles as one graph."""
     C, P, K = feat.shape
     N = node.shape[-1]
     D = lo.shape[-1]
@@ -55,7 +56,7 @@ def pg_level(d: int, last: bool, use_likelihood: bool, ref_feature, ref_cut, fea
     front = feat[:, :, j0:j0 + W] == LEAF  # [C, P, W]
     avail = (hi - lo).clamp(min=0)  # [C, P, W, D]
     has_cut = (avail > 0).any(-1)
-    f_draw = pick_nth((avail > 0).reshape(-1, D), u3[..., 1].reshape(-1)).view(C, P, W)
+    f_draw = pick_column((avail > 0).reshape(-1, D), u3[..., 1].reshape(-1), groups).view(C, P, W)
     av_f = avail.gather(3, f_draw[..., None])[..., 0]
     k_draw = lo.gather(3, f_draw[..., None])[..., 0] + (u3[..., 2] * av_f).floor().long()
     split = front & has_cut & (u3[..., 0] < ps_d.view(C, 1, 1))
@@ -118,7 +119,7 @@ def pg_level(d: int, last: bool, use_likelihood: bool, ref_feature, ref_cut, fea
 def pg_tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor,
                    leaf_of: torch.Tensor, resid: torch.Tensor, Xb: torch.Tensor, n_cuts: torch.Tensor,
                    sigma2: torch.Tensor, z_leaf: torch.Tensor, n_particles: int, seed: int, stream: int,
-                   keys: torch.Tensor, use_likelihood: bool = True, level_fn=None):
+                   keys: torch.Tensor, use_likelihood: bool = True, level_fn=None, groups=None):
     """Redraw one tree in every chain by conditional SMC, then its leaf values.
 
     Parameters
@@ -134,6 +135,8 @@ def pg_tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, v
         (tree, chain) keys, so each chain's numbers do not depend on the others
     use_likelihood : bool, False samples the prior
     level_fn : callable ``d -> `` a compiled :func:`pg_level` for level ``d``, or None (eager)
+    groups : LongTensor [D], optional, the input column of each feature of a coded table
+        (:func:`~torchtree.steps.bart_moves.pick_column`)
 
     Returns
     -------
@@ -177,7 +180,7 @@ def pg_tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, v
             for t in (node, Rp, Xflat):
                 torch._dynamo.maybe_mark_dynamic(t, t.dim() - 1)
         feat, cuts, node, lo, hi, lw = fn(d, d == last, use_likelihood, feature, cut, feat, cuts, node, lo, hi, lw,
-                                          Rp, Xflat, s2, tau2_t, ps_d, u3, u_r)
+                                          Rp, Xflat, s2, tau2_t, ps_d, u3, u_r, groups)
 
     # one particle per chain, in proportion to its weight
     u_pick = keyed_uniform(seed, stream, keys, _SLOTS_PER_LEVEL * (prior.max_depth + 1))

@@ -23,6 +23,7 @@ import math
 import torch
 
 from torchtree.kernels import distinct as _distinct
+from torchtree.model.feature_groups import choose_column, choose_uniform
 
 __all__ = ["INFORMED_CELLS", "INFORMED_MIX", "CUT_PROPOSALS", "prior_cut", "draw_rule", "gap_cut", "log_gap_density",
            "informed_cell_logp", "informed_cut", "informed_log_density", "choose"]
@@ -41,25 +42,19 @@ def prior_cut(lo: torch.Tensor, hi: torch.Tensor, u: torch.Tensor):
     return torch.maximum(thr, lo), rng
 
 
-def _kth_true(mask: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Column of the k-th True of each row of ``mask [P, C]`` (k < count)."""
-    return (mask.long().cumsum(1) > k[:, None]).to(torch.uint8).argmax(1)
-
-
 def choose(mask: torch.Tensor, u: torch.Tensor):
     """Uniform choice of a True column per row of ``mask [P, C]`` from ``u [P]``; returns (column [P], count [P])."""
-    cnt = mask.sum(1)
-    k = torch.minimum((u * cnt.double()).long(), (cnt - 1).clamp(min=0))
-    return _kth_true(mask, k), cnt
+    return choose_uniform(mask, u)
 
 
 def draw_rule(model, B: torch.Tensor, vary: torch.Tensor, u_dim: torch.Tensor, u_cut: torch.Tensor):
-    """Prior draw of a rule on nodes ``B [n, W]`` (dimension uniform over the varying ones
-    ``vary [n, D]``, cut uniform on the data range).
+    """Prior draw of a rule on nodes ``B [n, W]`` (column drawn among the varying ones ``vary [n, D]``
+    by :func:`~torchtree.model.feature_groups.choose_column`, cut uniform on the data range).
 
-    Returns (feature, threshold, threshold rank, n varying, range float64), each [n].
+    Returns (feature, threshold, threshold rank, ``1 / P(feature)`` (the number of varying columns
+    for a numeric table), range float64), each [n].
     """
-    f, nv = choose(vary, u_dim)
+    f, nv = choose_column(vary, u_dim, model.groups)
     lo, hi = model.extent(B, f)
     thr, rng = prior_cut(lo, hi, u_cut)
     return f, thr, model.threshold_rank(f, thr), nv, rng

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from torchtree.model.feature_groups import choice_count
 from torchtree.model.target import TreeModel
 from torchtree.model.trees import INTERNAL, LEAF, UNUSED, HardTrees
 from torchtree.steps.moves import TreeState
@@ -156,7 +157,7 @@ def _filled_state(model: TreeModel, src: HardTrees, capacity: int, n_batch: int)
         rules, ir = torch.unique(torch.stack([inv[sp], f, r], 1), dim=0, return_inverse=True)
         Br, fr, rr = Bu.index_select(0, rules[:, 0]), rules[:, 1], rules[:, 2]
         lo, hi = model.extent(Br, fr)
-        term[ps, cs] = model.internal_term(depth[sp], vary.sum(1), (hi.double() - lo.double()).index_select(0, ir))
+        term[ps, cs] = model.internal_term(depth[sp], choice_count(vary, f, model.groups), (hi.double() - lo.double()).index_select(0, ir))
         left = model.split_bits(Br, fr, rr, torch.zeros_like(fr, dtype=torch.bool))
         lc, rc = t.left[ps, cs].long(), t.right[ps, cs].long()
         h = heap[ps, cs]

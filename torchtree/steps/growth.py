@@ -31,6 +31,7 @@ import torch
 from torchtree.steps.split_candidates import STAGE_CHUNK_BYTES, SortedCandidates, node_batches
 from torchtree.kernels.segments import exclusive_cumsum, ragged_arange, rank_within, segment_minmax, segmented_searchsorted
 from torchtree.core.random import keyed_uniforms
+from torchtree.model.feature_groups import choose_column, column_log_probs
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, HardTrees
 from torchtree.core.validate import check_choice
 
@@ -430,10 +431,13 @@ class Grower:
             return split, logw, sp, None, None, None, None
         k = inv[sp]
         u_dim, u_cut, u_int = u[_U_DIM:, sp].unbind(0)
-        # The kth varying dimension, k uniform in [0, nvary).
-        kth = (u_dim * nvary[k].double()).long().clamp(max=nvary[k] - 1)
-        cumv = torch.cumsum(varying.int(), 1)
-        feat = torch.searchsorted(cumv[k], (kth + 1).int()[:, None]).squeeze(1)
+        groups = getattr(data, "groups", None)
+        if groups is None:  # the kth varying dimension, k uniform in [0, nvary)
+            kth = (u_dim * nvary[k].double()).long().clamp(max=nvary[k] - 1)
+            cumv = torch.cumsum(varying.int(), 1)
+            feat = torch.searchsorted(cumv[k], (kth + 1).int()[:, None]).squeeze(1)
+        else:  # input column, then split column (torchtree.model.feature_groups)
+            feat, _ = choose_column(varying.index_select(0, k), u_dim, groups)
         lo_f, hi_f = lo[k, feat], hi[k, feat]
         # Sort only the distinct (node, dim) groups that some particle asked for.
         gk, ginv = torch.unique(k * data.d + feat, return_inverse=True)
@@ -505,12 +509,16 @@ class Grower:
         n_l = e + 1 - s0
         n_r = t.cnt[uu].index_select(0, node_of) - n_l
         cand_lw = torch.log(gap) - log_rng + self._loglik(left_all, n_l) + self._loglik(right_all, n_r)
+        groups = getattr(data, "groups", None)
+        if groups is not None:  # the column's prior probability (1 / nv for a numeric table, below)
+            cand_lw = cand_lw + column_log_probs(varying, groups)[gu, gd].index_select(0, g)
         # Segmented logsumexp over the candidates of each distinct node.
         mx = torch.full((U,), -math.inf, dtype=torch.float64, device=dev).scatter_reduce(0, node_of, cand_lw, "amax")
         ssum = torch.zeros(U, dtype=torch.float64, device=dev).index_add_(0, node_of, torch.exp(cand_lw - mx[node_of]))
         lse = mx + ssum.log()
         has = nvary > 0
-        log_split = torch.where(has, psplit_u.log() - torch.log(nvary.clamp(min=1).double()) + lse, torch.full_like(lse, -math.inf))
+        log_nv = torch.log(nvary.clamp(min=1).double()) if groups is None else torch.zeros_like(lse)
+        log_split = torch.where(has, psplit_u.log() - log_nv + lse, torch.full_like(lse, -math.inf))
         log_stop = torch.where(has, torch.log1p(-psplit_u) + lp_u, lp_u)
         logz = _logaddexp(log_stop, log_split)
         split = u[_U_STOP] >= torch.exp(log_stop - logz)[inv]

@@ -30,15 +30,17 @@ Data extents and per-node log posterior terms come from
 :mod:`torchtree.steps.cut_proposals`.
 
 Proposal ratios (``log q(t | t') - log q(t' | t)``, exact; ``b`` = number of
-candidates, ``p_m`` = move-type probabilities, ``nv`` = varying dimensions of the
-node's data, ``r`` = its extent in the split dimension):
+candidates, ``p_m`` = move-type probabilities, ``nv(f)`` = ``1 / P(column f)`` in the
+node (its varying columns; :func:`~torchtree.model.feature_groups.choice_count` for a coded
+table), ``r`` = its extent in the split dimension):
 
 * grow leaf ``l``: ``log p_prune - log p_grow + log b_leaves(t) - log b_prunable(t')
-  + log nv_l - log q_cut(c)`` (the dimension is drawn as the prior draws it; with
+  + log nv_l(f) - log q_cut(c)`` (the dimension is drawn as the prior draws it; with
   ``cut_proposal="prior"`` so is the cut, ``q_cut = 1 / r_l(f)``);
 * prune node ``j``: the inverse expression with ``t`` and ``t'`` exchanged (``q_cut``
   of the removed cut);
-* change node ``j``: ``log q_cut(c_old) - log q_cut(c_new)`` (``log r_j(f_new) - log
+* change node ``j``: ``log q_cut(c_old) - log q_cut(c_new) + log nv_j(f_new) - log nv_j(f_old)``
+  (the last two cancel for a numeric table; ``log r_j(f_new) - log
   r_j(f_old)`` for the prior proposal; the ``"data"`` and ``"informed"`` proposals'
   densities depend only on node ``j``'s data, which the move does not change, so the
   same density serves the forward and the reverse move);
@@ -68,6 +70,7 @@ from torchtree.model.routing import routed_node_bits, subtree_bits
 from torchtree.core.random import keyed_uniform
 from torchtree.model.target import TreeModel, bit_of
 from torchtree.steps import cut_proposals as cp
+from torchtree.model.feature_groups import choice_count, choose_column
 from torchtree.steps.cut_proposals import CUT_PROPOSALS, choose as _choose, prior_cut as _cut
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, UNUSED, HardTrees
 from torchtree.core.validate import check_choice, check_probabilities
@@ -346,10 +349,12 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
         Bu, iu = routed_node_bits(model, trees, jc)
         Bj, vary_j = Bu.index_select(0, iu), model.varying(Bu).index_select(0, iu)
     nv1 = vary_j.sum(1)
-    f_new, _ = _choose(vary_j, u[:, 2])
+    f_new, n_new = choose_column(vary_j, u[:, 2], model.groups)
     feat = trees.feature.long()
     f_old = feat.gather(1, jc[:, None]).squeeze(1).clamp(min=0)
     f_swp = feat.gather(1, c[:, None]).squeeze(1).clamp(min=0)  # the rule j receives in a swap
+    # 1 / P(column) of the new, the old and the swapped-in rule (nv1 each for a numeric table)
+    n_old, n_swp = choice_count(vary_j, f_old, model.groups), choice_count(vary_j, f_swp, model.groups)
     # Extents of j in the dimensions of the new, the old and the swapped-in rule, each only
     # where the tree's move uses it (grow / change, prune / change, swap).
     need = torch.stack([is_g | is_c, is_p | is_c, is_s]) & has  # [3, P]
@@ -421,12 +426,13 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     jt = ii[rel.index_select(0, ii) == 0]
     pj = sp.index_select(0, jt)
     rng_j = torch.where(is_s, rng_swp, rng_new).index_select(0, pj)
-    term_s[jt] = model.internal_term(depth_s.index_select(0, jt), nv1.index_select(0, pj), rng_j)
+    term_s[jt] = model.internal_term(depth_s.index_select(0, jt), torch.where(is_s, n_swp, n_new).index_select(0, pj), rng_j)
     ii = ii[rel.index_select(0, ii) > 0]
     if ii.numel():
         Bi, fi = Bs[ii], f_fl.index_select(0, sflat[ii])
         lo_i, hi_i = model.extent(Bi, fi)
-        term_s[ii] = model.internal_term(depth_s[ii], model.varying(Bi).sum(1), hi_i.double() - lo_i.double())
+        term_s[ii] = model.internal_term(depth_s[ii], choice_count(model.varying(Bi), fi, model.groups),
+                                         hi_i.double() - lo_i.double())
     old_term = trees.extra["term"]
     delta = torch.zeros(P, dtype=torch.float64, device=dev).index_add_(0, sp, term_s)
     delta = delta - torch.where(in_old, old_term, torch.zeros_like(old_term)).sum(1)
@@ -445,9 +451,9 @@ def propose(state: TreeState, model: TreeModel, kind: torch.Tensor, u: torch.Ten
     lg = lambda x: torch.log(x.double().clamp(min=1e-300))  # noqa: E731
     lgp = math.log(max(pq, 1e-300) / max(pg, 1e-300))
     log_q = torch.zeros(P, dtype=torch.float64, device=dev)
-    log_q = torch.where(is_g, lgp + lg(n_leaves_old) - lg(prunable_new.sum(1)) + lg(nv1) - lqc_new, log_q)
-    log_q = torch.where(is_p, -lgp + lg(prunable.sum(1)) - lg(n_leaves_new) - lg(nv1) + lqc_old, log_q)
-    log_q = torch.where(is_c, lqc_old - lqc_new, log_q)
+    log_q = torch.where(is_g, lgp + lg(n_leaves_old) - lg(prunable_new.sum(1)) + lg(n_new) - lqc_new, log_q)
+    log_q = torch.where(is_p, -lgp + lg(prunable.sum(1)) - lg(n_leaves_new) - lg(n_old) + lqc_old, log_q)
+    log_q = torch.where(is_c, lqc_old - lqc_new + (lg(n_new) - lg(n_old)), log_q)
     zero = torch.zeros_like(log_q)
     return Proposal(new, kind, j, valid, torch.where(valid, delta, zero), torch.where(valid, log_q, zero),
                     torch.where(valid, d_ll, zero), sp, sc, Bs)

@@ -153,7 +153,8 @@ class BART(SamplerBase):
                          Xb=grid.bins(data.X).to(ctx.device), n_cuts=grid.n_cuts.to(ctx.device), dt=dt,
                          target=target.to(dt), chains=chains, n_utilities=U,
                          instances=(chains[:, None] * U + torch.arange(U, device=ctx.device)).reshape(-1),
-                         offsets=mnp_offsets(data.y, data.n_classes) if U > 1 else None)
+                         offsets=mnp_offsets(data.y, data.n_classes) if U > 1 else None,
+                         groups=None if data.groups is None else data.groups.to(ctx.device))
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
         return {"prior": ctx.setup.prior.to_dict(), "task": ctx.data.task}
@@ -219,7 +220,7 @@ class BART(SamplerBase):
         feature, cut, value, leaf_of = state.feature, state.cut, state.value, state.leaf_of
         if c.bart_sampler == "mcmc":
             resid, moves = backfit_sweep(prior, feature, cut, value, leaf_of, state.resid, Xb, n_cuts, state.sigma2,
-                                         ctx.seed, base, tree_chain, use, lambda *a: _update(ctx, *a))
+                                         ctx.seed, base, tree_chain, use, lambda *a: _update(ctx, *a), ctx.setup.groups)
         else:
             from torchtree.steps.bart_pg import pg_tree_update
 
@@ -229,7 +230,7 @@ class BART(SamplerBase):
                 f, k, v, L, resid = pg_tree_update(
                     prior, feature[t].long(), cut[t].long(), value[t], leaf_of[t].long(), resid, Xb, n_cuts,
                     state.sigma2, Z[t].to(value.dtype), c.n_pg_particles, ctx.seed, base + Stream.PARTICLE_GIBBS, tree_chain[t], use,
-                    level_fn=ctx.setup.pg_level_fn)
+                    level_fn=ctx.setup.pg_level_fn, groups=ctx.setup.groups)
                 feature[t], cut[t], value[t], leaf_of[t] = f.to(torch.int16), k.to(torch.int16), v, L
         sigma2, latent = state.sigma2, state.latent
         if prior.task == "regression":
@@ -332,7 +333,7 @@ def _leaf_normals(seed: int, base: int, tree_chain: torch.Tensor, K: int, Kz: in
 
 
 def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, seed: int, base: int,
-                  tree_chain: torch.Tensor, use_likelihood: bool = True, update=tree_update):
+                  tree_chain: torch.Tensor, use_likelihood: bool = True, update=tree_update, groups=None):
     """One Bayesian-backfitting sweep: every tree in turn redrawn on its partial residual.
 
     Parameters
@@ -343,6 +344,7 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     seed, base : the keyed random streams of this sweep (``base + Stream.MOVES`` moves, ``base + Stream.LEAVES`` leaves)
     tree_chain : LongTensor [T, C] global (tree, chain) keys
     update : the tree update (:func:`~torchtree.steps.bart_moves.tree_update` or its compiled form)
+    groups : LongTensor [D], optional, the input column of each feature of a coded table
 
     Returns
     -------
@@ -360,7 +362,8 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     ones = torch.ones(C, dtype=torch.long, device=dev)
     for t in range(T):
         f, k, v, L, resid, (move, acc) = update(prior, feature[t].long(), cut[t].long(), value[t], leaf_of[t], resid,
-                                                Xb, n_cuts, sigma2, U[t], Z[t].to(value.dtype), use_likelihood)
+                                                Xb, n_cuts, sigma2, U[t], Z[t].to(value.dtype), use_likelihood,
+                                                *(() if groups is None else (groups,)))
         moves[0].index_add_(0, move, ones)
         moves[1].index_add_(0, move, acc.long())
         feature[t], cut[t], value[t], leaf_of[t] = f.to(torch.int16), k.to(torch.int16), v, L

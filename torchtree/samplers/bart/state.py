@@ -51,6 +51,7 @@ class BARTSetup:
     offsets : Tensor [n_utilities] float64, the utilities' offsets (multinomial probit), or None
     update_fn : the tree update (``tree_update``, or its compiled form); pg_level_fn : the Particle
         Gibbs level update's compiled form, or None (eager)
+    groups : LongTensor [D] or None, the input column of each feature of a coded table
     """
 
     prior: Any
@@ -65,3 +66,4 @@ class BARTSetup:
     n_utilities: int = 1
     instances: Optional[torch.Tensor] = None
     offsets: Optional[torch.Tensor] = None
+    groups: Optional[torch.Tensor] = None

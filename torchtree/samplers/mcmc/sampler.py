@@ -76,7 +76,7 @@ class MCMC(SamplerBase):
         ``"batched"`` runs all chains as one batch of tensor operations on the data's
         device; ``"host"`` runs one chain with numpy on the CPU (a single chain is
         latency-bound; same moves, same random numbers, same chain); ``"auto"`` picks
-        ``"host"`` for one chain.
+        ``"host"`` for one chain on a numeric table (the host engine does not take missing values or categories).
     checkpoint : str, optional
         Path of a checkpoint file (see :mod:`torchtree.io.checkpoint`). When it exists,
         :meth:`run` resumes from it and returns exactly what an uninterrupted run with
@@ -174,7 +174,10 @@ class MCMC(SamplerBase):
             raise ValueError("engine='host' runs a single chain in one process; a multi-rank run needs "
                              "engine='batched' (or 'auto')")
         n_local = n_chains // W
-        host = self.engine == "host" or (self.engine == "auto" and n_chains == 1)
+        if model.groups is not None and self.engine == "host":
+            raise ValueError("engine='host' takes numeric tables only; a table with missing values or categorical "
+                             "columns runs on engine='batched' (or 'auto')")
+        host = model.groups is None and (self.engine == "host" or (self.engine == "auto" and n_chains == 1))
         check_tree_memory("MCMC", n_local, ctx.data, "n_chains (or n_samples)",
                           kept_per_tree=0 if host else self.config.n_samples,
                           per_tree=0 if host else min(_BLOCK, self.n_iterations) * N_SLOTS * 8)  # a block of uniforms

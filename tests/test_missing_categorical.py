@@ -1,0 +1,270 @@
+"""Missing values (MIA) and categorical subset splits against exact answers on tiny tables.
+
+The exact answers come from :func:`torchtree.testing.exact_table`, which enumerates trees on the
+raw table with the missing-value and subset rules written from their definitions (not through
+:class:`~torchtree.model.encoding.TableEncoder`). Each sampler's evidence / predictive must agree
+within the stated Monte Carlo tolerance; a planted defect (sides not drawn 1/2 each, subsets not
+uniform over the node's partitions, a wrong "is missing" mass) moves the exact answers by more.
+"""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import torchtree as tt
+from torchtree.model.encoding import TableEncoder
+from torchtree.model.trees import INTERNAL
+from torchtree import MCMC, SMCSampler, TopDownSMC
+from torchtree.testing import exact_log_evidence, exact_predictive, exact_table
+
+NAN = float("nan")
+
+
+def tiny_table():
+    """8 rows: a numeric column with 3 missing cells (missing rows mostly class 1), a 3-level
+    categorical (level 'b' mostly class 1), a numeric column with no missing value."""
+    X = np.array([[0.1, "a", 1.0], [NAN, "b", 0.2], [0.4, "c", 0.9], [NAN, "b", 0.1], [0.7, "a", 0.8],
+                  [0.2, "c", 0.3], [NAN, "a", 0.5], [0.9, "b", 0.6]], dtype=object)
+    y = np.array([0, 1, 0, 1, 1, 0, 1, 1])
+    return X, y
+
+
+XQ = np.array([[0.5, "a", 0.5], [NAN, "c", 0.8], [0.15, "b", 0.2], [NAN, "zz", NAN]], dtype=object)
+
+
+def frame(X):
+    return pd.DataFrame({"x": pd.array([NAN if v != v else float(v) for v in X[:, 0]], dtype="float64"),
+                         "c": pd.Series(X[:, 1], dtype=object), "z": X[:, 2].astype(float)})
+
+
+def log_mean_exp(v):
+    v = np.asarray(v)
+    return float(np.log(np.mean(np.exp(v - v.max()))) + v.max())
+
+
+def test_exact_table_matches_the_numeric_enumerator_on_a_numeric_table():
+    """Without missing values or categories, the table enumerator is the numeric one."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(7, 2))
+    y = (X[:, 0] > 0).astype(int)
+    prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(2.0)
+    data = tt.Data(X, y)
+    ev, _ = exact_table(X.astype(object), y, prior, lik, (), 2)
+    assert ev == pytest.approx(exact_log_evidence(data, prior, lik), abs=1e-6)  # Data keeps X in float32
+    Xq = rng.normal(size=(3, 2))
+    _, pred = exact_table(X.astype(object), y, prior, lik, (), 2, Xq.astype(object))
+    assert np.allclose(pred, exact_predictive(data, prior, lik, Xq), atol=1e-6)
+
+
+def test_encoder_codes_sides_and_subsets():
+    """The coded columns: two MIA copies with stand-ins at max + delta and min - delta (delta the mean
+    gap), 2^(L-1) - 1 = 3 subset indicators for L = 3 levels, the numeric column as is."""
+    X, y = tiny_table()
+    enc = TableEncoder.fit(frame(X), y)
+    Z = enc.transform(frame(X))
+    assert enc.n_columns == 2 + 3 + 1 and list(enc.groups) == [0, 0, 1, 1, 1, 2]
+    delta = (0.9 - 0.1) / 4  # 5 observed values, 4 gaps
+    assert Z[1, 0] == pytest.approx(0.9 + delta) and Z[1, 1] == pytest.approx(0.1 - delta)
+    # subsets containing level 'a': {a}, {a, b}, {a, c}; value 0 inside the subset
+    assert Z[0, 2:5].tolist() == [0, 0, 0] and Z[1, 2:5].tolist() == [1, 0, 1] and Z[2, 2:5].tolist() == [1, 1, 0]
+    assert enc.describe(0, 0.95) == "x is not missing" and enc.describe(1, 0.0) == "x is missing"
+    assert enc.describe(3, 0.5) == "c in {a, b}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("proposal", ["prior", "optimal"])
+def test_topdown_evidence_and_predictive_match_exact(proposal):
+    """12 runs x 300 particles: log mean evidence within 0.08 and mean predictive within 0.03 of exact
+    enumeration (numbers as for numeric tables, tests/test_topdown.py)."""
+    X, y = tiny_table()
+    prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(2.0)
+    exact, exact_pred = exact_table(X, y, prior, lik, (1,), 2, XQ)
+    data = tt.Data(frame(X), y)
+    ests, preds = [], []
+    for s in range(12):
+        post = TopDownSMC(prior, lik, n_particles=300, proposal=proposal).run(data, seed=s)
+        ests.append(post.log_evidence)
+        preds.append(post.predict_proba(frame(XQ)))
+    assert abs(log_mean_exp(ests) - exact) < 0.08, (log_mean_exp(ests), exact)
+    assert np.abs(np.mean(preds, 0) - exact_pred).max() < 0.03
+
+
+def test_planted_defects_move_the_exact_answer():
+    """The tolerance above can fail: the exact evidence changes by more than 0.08 when the missing
+    rows are imputed (median) or the categories one-hot coded (different models)."""
+    X, y = tiny_table()
+    prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(2.0)
+    exact, _ = exact_table(X, y, prior, lik, (1,), 2)
+    Xi = X.copy()
+    Xi[:, 0] = [0.4 if v != v else v for v in X[:, 0]]
+    imputed, _ = exact_table(Xi, y, prior, lik, (1,), 2)
+    onehot = np.column_stack([Xi[:, 0], X[:, 1] == "a", X[:, 1] == "b", X[:, 1] == "c", X[:, 2]]).astype(float)
+    oh = exact_log_evidence(tt.Data(onehot, y), prior, lik)
+    assert abs(imputed - exact) > 0.08 and abs(oh - exact) > 0.08
+
+
+@pytest.mark.slow
+def test_mcmc_predictive_matches_exact():
+    """300 chains x 150 kept draws: predictive within 0.03 of exact enumeration."""
+    X, y = tiny_table()
+    prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(2.0)
+    _, exact_pred = exact_table(X, y, prior, lik, (1,), 2, XQ)
+    post = MCMC(prior, lik, n_chains=300, n_warmup=100, n_samples=150).run(tt.Data(frame(X), y), seed=1)
+    assert np.abs(post.predict_proba(frame(XQ)) - exact_pred).max() < 0.03
+
+
+@pytest.mark.slow
+def test_smc_moves_evidence_and_predictive_match_exact():
+    """4000 particles, resample-move: log evidence within 0.1, predictive within 0.025 of exact."""
+    X, y = tiny_table()
+    prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(2.0)
+    exact, exact_pred = exact_table(X, y, prior, lik, (1,), 2, XQ)
+    post = SMCSampler(prior, lik, n_particles=4000, n_iterations=10, mh_step=True).run(tt.Data(frame(X), y), seed=0)
+    assert abs(post.log_evidence - exact) < 0.1
+    assert np.abs(post.predict_proba(frame(XQ)) - exact_pred).max() < 0.025
+
+
+def test_regression_topdown_matches_exact():
+    """Regression with missing values and a categorical: 8 runs x 300 particles (optimal proposal),
+    evidence within 0.1 and predictive means within 0.1 of exact (targets sd ~1)."""
+    X, _ = tiny_table()
+    y = np.array([0.1, 1.2, -0.3, 1.0, 0.8, -0.2, 1.1, 0.9])
+    prior = tt.ChipmanPrior(0.95, 0.5)
+    lik = tt.NormalInverseGamma.default_for(torch.as_tensor(y))
+    exact, mean = exact_table(X, y, prior, lik, (1,), None, XQ)
+    data = tt.Data(frame(X), y, task="regression")
+    ests, preds = [], []
+    for s in range(8):
+        post = TopDownSMC(prior, lik, n_particles=300, proposal="optimal").run(data, seed=s)
+        ests.append(post.log_evidence)
+        preds.append(post.predict(frame(XQ)))
+    assert abs(log_mean_exp(ests) - exact) < 0.1
+    assert np.abs(np.mean(preds, 0) - mean[:, 0]).max() < 0.1
+
+
+def test_prior_only_mcmc_draws_sides_and_subsets_uniformly():
+    """Labels ignored, 4000 chains from prior draws, 20 iterations: among root splits on the categorical,
+    the three partitions of its levels are equally likely, and among root splits on x with its
+    missing rows on one side, both sides are equally likely (chi-square, alpha = 1e-3)."""
+    from scipy.stats import chisquare
+
+    X, y = tiny_table()
+    data = tt.Data(frame(X), y)
+    post = MCMC(tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(2.0), n_chains=4000, n_warmup=19,
+                n_samples=1, init="prior", use_likelihood=False).run(data, seed=3)
+    t = post.trees
+    f = t.feature[:, 0].long().numpy()
+    internal = (t.status[:, 0] == INTERNAL).numpy()
+    w = post.weights.numpy() * post.n_particles  # counts of each distinct tree
+    cat = [float(w[(f == c) & internal].sum()) for c in (2, 3, 4)]
+    assert chisquare(cat).pvalue > 1e-3, cat
+    sides = [float(w[(f == c) & internal].sum()) for c in (0, 1)]
+    assert chisquare(sides).pvalue > 1e-3, sides
+
+
+def test_missing_at_prediction_follows_the_documented_rules():
+    """A missing value follows its rule's side; a column never missing in training fills in its
+    median; an unseen level counts as missing where the column had missing values, else as the
+    most frequent level."""
+    X, y = tiny_table()
+    enc = TableEncoder.fit(frame(X), y)
+    q = pd.DataFrame({"x": [NAN, 5.0], "c": ["zz", "a"], "z": [NAN, 0.5]})
+    Z = enc.transform(q)
+    delta = (0.9 - 0.1) / 4  # 5 observed values, 4 gaps
+    assert Z[0, 0] == pytest.approx(0.9 + delta) and Z[0, 1] == pytest.approx(0.1 - delta)
+    assert Z[1, 0] == pytest.approx(0.9) and Z[1, 1] == pytest.approx(0.9)  # clipped to the training range
+    assert Z[0, 5] == pytest.approx(np.median(X[:, 2].astype(float)))
+    mode_a = TableEncoder.fit(pd.DataFrame({"c": ["a", "a", "b"]}), None).transform(pd.DataFrame({"c": ["zz"]}))
+    assert mode_a.tolist() == [[0.0]]  # level 'a' (the first, in every subset)
+
+
+def test_shuffled_categories_give_the_same_fit():
+    """Same labels, another category order (and a string column instead): identical posterior."""
+    X, y = tiny_table()
+    f1 = frame(X)
+    f2 = f1.copy()
+    f2["c"] = pd.Categorical(f1["c"], categories=["c", "a", "b"])
+    f3 = f1.copy()
+    f3["c"] = pd.Categorical(f1["c"], categories=["b", "c", "a"])
+    outs = []
+    for f in (f1, f2, f3):
+        post = TopDownSMC(tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(2.0), n_particles=64).run(
+            tt.Data(f, y), seed=0)
+        outs.append(post.predict_proba(frame(XQ)))
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
+
+
+def test_numeric_tables_are_not_coded():
+    """A table without missing values or categories takes the numeric path (no encoder, same draws)."""
+    X = np.random.default_rng(0).normal(size=(20, 3))
+    y = (X[:, 0] > 0).astype(int)
+    d = tt.Data(X, y)
+    assert d.encoder is None and d.groups is None
+    assert tt.Data(pd.DataFrame(X, columns=list("abc")), y).encoder is None
+
+
+def test_soft_trees_refuse_coded_tables_with_advice():
+    X, y = tiny_table()
+    with pytest.raises(ValueError, match="hard-tree method"):
+        tt.BayesianTreeClassifier(method="dcc", random_state=0).fit(frame(X), y)
+
+
+@pytest.mark.parametrize("method", ["smc", "mcmc", "smc-moves", "bart"])
+def test_estimators_take_raw_frames(method, tmp_path):
+    """Every hard-tree method and BART fits a frame with NaN and a text column, predicts frames with
+    unseen levels and missing cells, names the rules on the input, and saves / loads the coding."""
+    rng = np.random.default_rng(0)
+    n = 120
+    x = rng.normal(size=n)
+    c = rng.choice(["u", "v", "w"], n)
+    y = ((x > 0) ^ (c == "v")).astype(int)
+    x[rng.random(n) < 0.2] = np.nan
+    X = pd.DataFrame({"x": x, "c": c})
+    opts = dict(n_trees=20, n_samples=50, n_warmup=50) if method == "bart" else {}
+    est = tt.BayesianTreeClassifier(method=method, random_state=0, **opts).fit(X, y)
+    assert est.n_features_in_ == 2 and list(est.feature_names_in_) == ["x", "c"]
+    assert est.feature_importances_.shape == (2,)
+    p = est.predict_proba(pd.DataFrame({"x": [np.nan, 1.0], "c": ["zz", "v"]}))
+    assert p.shape == (2, 2) and np.allclose(p.sum(1), 1)
+    assert est.score(X, y) > 0.7
+    path = str(tmp_path / "post.pt")
+    est.posterior_.save(path)
+    back = type(est.posterior_).load(path)
+    assert np.array_equal(back.predict_proba(X), est.posterior_.predict_proba(X))
+    dot = est.posterior_.to_dot()
+    assert "x0" not in dot and "x1" not in dot  # rules are named on the input columns
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bart_sampler", ["mcmc", "pg"])
+def test_one_tree_bart_on_a_coded_table_equals_enumeration(bart_sampler):
+    """One BART tree on a table with missing values and a 3-level categorical: the leaves' count
+    distribution and the posterior mean at each point equal enumeration over the coded grid with
+    the group-wise feature draw (within 5 standard errors over 64 chains)."""
+    from torchtree import BART
+    from torchtree.model.bart import LEAF, CutGrid
+    from torchtree.testing import exact_bart_tree
+
+    x = np.array([0.0, NAN, 1.0, 2.0, NAN, 1.0, 2.0, 0.0, NAN, 2.0])
+    c = np.array(["a", "b", "a", "c", "c", "b", "a", "c", "b", "a"], dtype=object)
+    y = np.array([0.1, 1.4, 0.3, 1.1, 1.3, 1.0, 0.9, 0.2, 1.6, 1.0])
+    data = tt.Data(pd.DataFrame({"x": x, "c": c}), y, task="regression")
+    C = 64
+    post = BART(n_trees=1, n_chains=C, n_warmup=100, n_samples=600, max_depth=2, nu=1e9, sigma_hat=0.3,
+                bart_sampler=bart_sampler, beta_split=1.0).run(data, seed=5)
+    prior = post.prior
+    grid = CutGrid.from_data(data, 100)
+    bins = grid.bins(data.X).T.numpy()
+    resid = (y - prior.offset) / prior.scale
+    leaves_exact, mean_exact = exact_bart_tree(bins, grid.n_cuts.tolist(), prior, resid, prior.lam,
+                                               groups=data.groups.numpy())
+    n_leaves = (post.feature == LEAF).sum(-1)[:, 0].numpy()
+    onehot = (n_leaves[:, None] == np.arange(leaves_exact.size)[None, :]).astype(float)
+    per_chain = onehot.reshape(-1, C, onehot.shape[1]).mean(0)
+    freq, se = per_chain.mean(0), per_chain.std(0, ddof=1) / np.sqrt(C)
+    assert np.all(np.abs(freq - leaves_exact) < 5 * se + 0.005), (freq[:5], leaves_exact[:5])
+    f = post.latent_draws(pd.DataFrame({"x": x, "c": c})).numpy()
+    per_chain = f.reshape(-1, C, f.shape[1]).mean(0)
+    fm, fse = per_chain.mean(0), per_chain.std(0, ddof=1) / np.sqrt(C)
+    exact_f = prior.offset + prior.scale * mean_exact
+    assert np.all(np.abs(fm - exact_f) < 5 * fse + 1e-3), (fm, exact_f, fse)

@@ -1,0 +1,496 @@
+"""Tables with missing values and categorical columns, as the numeric columns hard trees split on.
+
+:class:`TableEncoder` turns a user's table (NaN cells, string or pandas ``category`` columns) into
+numeric split columns, each belonging to one input column (its *group*), such that the hard-tree
+prior over split rules on the encoded columns is the model below. The samplers draw a rule's column
+group by group (:mod:`torchtree.model.feature_groups`): an input column uniformly among those with a
+possible split in the node, then a split column uniformly among its group's possible ones.
+
+**Missing values** (MIA, "missingness incorporated in attributes", Twala, Jones & Hand 2008;
+Kapelner & Bleich 2015 for BART). A numeric column ``x_d`` that has missing values in training
+becomes two split columns, ``x_d`` with a missing value standing at ``hi_d = max_d + delta_d`` (rows
+missing ``x_d`` go right of every cut inside the observed values) and at ``lo_d = min_d - delta_d``
+(they go left), where ``max_d, min_d`` are the observed extremes and ``delta_d`` the mean gap
+between consecutive distinct observed values (1 for a column with one observed value). So a rule on
+``x_d`` carries its missing side, each side with prior 1/2; the cut is uniform on the node's range
+of the column as encoded, and a cut between the node's observed values and the stand-in is the rule
+"is ``x_d`` missing". In a node without missing values in ``x_d`` the two columns are the same
+column, so the side contributes no factor. Rules on the encoded columns therefore read, on the
+input: ``x_d <= t, missing right`` / ``x_d <= t or missing`` / ``x_d is missing``.
+
+**Categorical columns** (Chipman, George & McCulloch 1998). A column of ``L`` levels (sorted
+labels; a missing value is one more level, the last, when training has any) becomes the
+``2^(L-1) - 1`` indicator columns of the subsets ``S`` of levels that contain the first level and
+not all of them (value 0 on ``S``, which goes left). In a node holding ``k`` of the levels, each
+non-trivial partition of those ``k`` levels is the restriction of exactly ``2^(L-k)`` of these
+subsets, so the draw "column uniform among the group's splitting ones" is uniform over the node's
+non-trivial partitions: the CGM prior. This costs ``2^(L-1) - 1`` columns, so columns of more than
+``max_subset_levels`` levels (default 8: at most 127 columns) are instead one ordinal column, the
+levels ordered by their mean training response (classification: the share of the most frequent
+class), smoothed by one pseudo-row at the overall mean: rules then send a contiguous run of that
+order left (as CART orders levels for binary and regression targets). Ordered pandas categoricals
+are ordinal in their category order (with MIA for missing values).
+
+**Prediction.** Missing values follow the learnt rules as above; observed values beyond the
+training range of an MIA column are clipped to it (an "is missing" rule sends every observed value
+left). A value training gives no rule for (a missing value in a column that had none, a level not
+seen in training) is replaced by the training column's median (numeric) or most frequent level
+(categorical).
+
+Everything about a table's coding lives in the encoder and is saved with the posterior, so
+prediction takes the same raw frames as ``fit``; labels, not codes, define levels, so frames with
+the same labels in another category order give the same fit.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+
+from torchtree.model.inputs import column_label, frame_columns, to_numpy
+
+__all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
+
+#: categorical columns with at most this many levels get exact subset splits (2^(L-1) - 1 columns)
+MAX_SUBSET_LEVELS = 8
+#: more encoded columns than this is refused (the samplers' per-node work is linear in columns)
+MAX_ENCODED_COLUMNS = 4096
+
+_KINDS = ("numeric", "mia", "subsets", "ordinal", "constant")
+
+
+def _is_missing_cell(v) -> bool:
+    if v is None:
+        return True
+    try:
+        return bool(v != v)
+    except TypeError:  # pandas.NA
+        return True
+
+
+def _frame_dtype_kind(dt) -> str:
+    """'category', 'ordered', 'object' or 'numeric' for a pandas dtype."""
+    name = getattr(dt, "name", "")
+    if name == "category":
+        return "ordered" if bool(getattr(dt, "ordered", False)) else "category"
+    kind = getattr(dt, "kind", "O")
+    if name in ("string", "str") or kind in "OUS":
+        return "object"
+    return "numeric"
+
+
+def _raw_columns(X: Any, name: str = "X"):
+    """The table's columns as a list of 1-D numpy arrays, their dtype kinds and names."""
+    names = frame_columns(X)
+    if names is not None:
+        cols, kinds = [], []
+        for j, dt in enumerate(X.dtypes):
+            kind = _frame_dtype_kind(dt)
+            s = X.iloc[:, j]
+            if kind in ("category", "ordered"):
+                cats = list(s.cat.categories)
+                codes = np.asarray(s.cat.codes)
+                col = np.array([None if c < 0 else cats[c] for c in codes.tolist()], dtype=object)
+                cols.append((col, cats if kind == "ordered" else None))
+            elif kind == "object":
+                cols.append((np.asarray(s.to_numpy(dtype=object), dtype=object), None))
+            else:
+                cols.append((np.asarray(s.to_numpy(dtype=np.float64, na_value=np.nan)), None))
+            kinds.append(kind)
+        return cols, kinds, names
+    arr = to_numpy(X, name)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [n_samples, n_features], got shape {tuple(arr.shape)}")
+    cols, kinds = [], []
+    for j in range(arr.shape[1]):
+        c = arr[:, j]
+        if c.dtype.kind in "biuf":
+            cols.append((c.astype(np.float64), None))
+            kinds.append("numeric")
+        else:
+            cols.append((c.astype(object), None))
+            kinds.append("object")
+    return cols, kinds, None
+
+
+def _as_numbers(col: np.ndarray):
+    """float64 of an object column, or None when some present cell is not a number."""
+    out = np.empty(len(col), dtype=np.float64)
+    for i, v in enumerate(col.tolist()):
+        if _is_missing_cell(v):
+            out[i] = np.nan
+            continue
+        if isinstance(v, (bool, np.bool_)):
+            out[i] = float(v)
+            continue
+        try:
+            out[i] = float(v)
+        except (TypeError, ValueError):
+            return None
+    return out
+
+
+def needs_encoding(X: Any, categorical_features="from_dtype") -> bool:
+    """Whether ``X`` has missing cells, text or declared categorical columns (then :class:`TableEncoder`
+    codes it; otherwise the numeric path takes it as it is, and refuses what it cannot take)."""
+    if categorical_features is not None and not (isinstance(categorical_features, str)
+                                                 and categorical_features == "from_dtype"):
+        return True
+    if hasattr(X, "toarray") and hasattr(X, "nnz"):
+        return False  # refused on the numeric path with its message
+    try:
+        if frame_columns(X) is None and to_numpy(X, "X").dtype.kind in "cMm":
+            return False  # complex numbers, dates: the numeric path refuses them
+        cols, kinds, _ = _raw_columns(X)
+    except Exception:
+        return False  # the numeric path says what is wrong with it
+    for (col, _), kind in zip(cols, kinds):
+        if col.dtype.kind in "cMm":
+            return False  # complex numbers, dates: the numeric path refuses them
+        if kind in ("category", "ordered"):
+            return True
+        if kind == "numeric":
+            if col.dtype.kind == "f" and bool(np.isnan(col).any()):
+                return True
+            continue
+        nums = _as_numbers(col)
+        if nums is None or bool(np.isnan(nums).any()):
+            return True
+    return False
+
+
+def _sorted_levels(values: Sequence) -> list:
+    try:
+        return sorted(set(values))
+    except TypeError:  # labels of types that do not compare: order by type, then text
+        return sorted(set(values), key=lambda v: (type(v).__name__, str(v)))
+
+
+@dataclass
+class _Column:
+    """How one input column is coded: ``kind`` in ``_KINDS``; ``n_out`` split columns."""
+    kind: str
+    n_out: int
+    source: str = "numeric"    # "numeric", "categorical" (unordered levels) or "ordered" (ordered levels)
+    lo: float = 0.0            # numeric / mia: observed extremes (mia clips predictions to them)
+    hi: float = 0.0
+    delta: float = 1.0         # mia: distance of the stand-ins beyond the extremes
+    fill: float = 0.0          # numeric value a rule-less missing cell becomes (training median)
+    levels: list = field(default_factory=list)  # categorical: labels in code order (None: the missing level)
+    fill_level: int = 0        # code a rule-less level becomes (the most frequent training level)
+    order: list = field(default_factory=list)   # ordinal of many levels: rank of each code
+
+    def state(self) -> dict:
+        return {"kind": self.kind, "n_out": self.n_out, "source": self.source, "lo": self.lo, "hi": self.hi, "delta": self.delta,
+                "fill": self.fill, "levels": [None if v is None else (v if isinstance(v, (int, float, bool)) else str(v))
+                                              for v in self.levels],
+                "fill_level": self.fill_level, "order": list(self.order)}
+
+
+class TableEncoder:
+    """Codes a table with missing values and categorical columns for the hard trees (module notes).
+
+    Build with :meth:`fit`; :meth:`transform` codes a table with the same columns.
+
+    Attributes
+    ----------
+    n_inputs : int, input columns ``D_in``
+    n_columns : int, encoded split columns ``D``
+    groups : numpy.ndarray [D] int64, the input column of each split column
+    names : list [D_in] of str, the input columns' names
+    """
+
+    def __init__(self, columns: List[_Column], names: List[str], frame_names: Optional[list] = None):
+        self.columns = columns
+        self.names = names
+        self.frame_names = frame_names
+        self.groups = np.repeat(np.arange(len(columns)), [c.n_out for c in columns]).astype(np.int64)
+        self.offsets = np.r_[0, np.cumsum([c.n_out for c in columns])].astype(np.int64)
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.columns)
+
+    @property
+    def n_columns(self) -> int:
+        return int(self.offsets[-1])
+
+    # ------------------------------------------------------------------ fit
+    @classmethod
+    def fit(cls, X: Any, y: Optional[np.ndarray] = None, categorical_features="from_dtype",
+            max_subset_levels: int = MAX_SUBSET_LEVELS) -> "TableEncoder":
+        """Learn the coding of ``X``.
+
+        Parameters
+        ----------
+        X : array-like [N, D_in]; a pandas DataFrame (``category`` columns, string/object columns, NaN),
+            a numpy array (float with NaN, or object with strings / None), a torch tensor, nested lists
+        y : numpy.ndarray [N], optional
+            Class codes (int) or regression targets (float): orders the levels of categorical columns
+            with more than ``max_subset_levels`` levels. Without it those levels keep label order.
+        categorical_features : "from_dtype" (default), None, or indices / names / boolean mask [D_in]
+            ``"from_dtype"``: pandas ``category`` columns and columns holding text; None: no column
+            is categorical (a text column is then an error); otherwise exactly the columns given
+            (a text column not among them is an error).
+        max_subset_levels : int
+            Categorical columns with at most this many levels (the missing level included) get
+            exact subset splits; larger ones an ordinal column of levels ordered by mean response.
+        """
+        cols, kinds, fnames = _raw_columns(X)
+        if not cols:
+            raise ValueError("X has zero features: 0 feature(s) while a minimum of 1 is required.")
+        n = len(cols[0][0])
+        if n == 0:
+            raise ValueError("X has zero rows: 0 sample(s) while a minimum of 1 is required.")
+        names = [str(v) for v in fnames] if fnames is not None else [f"x{j}" for j in range(len(cols))]
+        declared = cls._declared(categorical_features, len(cols), fnames)
+        out = []
+        for j, ((col, ordered_cats), kind) in enumerate(zip(cols, kinds)):
+            where = column_label(j, fnames)
+            nums = col if kind == "numeric" else (_as_numbers(col) if kind == "object" else None)
+            is_cat = declared[j] if declared is not None else (kind in ("category", "ordered") or nums is None)
+            if not is_cat:
+                if nums is None:
+                    raise ValueError(f"X {where} holds text ({_first_text(col)!r}) but categorical_features does "
+                                     "not name it; list it in categorical_features, or use the default 'from_dtype'")
+                out.append(cls._numeric(nums, where))
+            elif kind == "ordered":
+                present = [None if _is_missing_cell(v) else ordered_cats.index(v) for v in col.tolist()]
+                codes = np.array([np.nan if v is None else float(v) for v in present])
+                out.append(cls._numeric(codes, where, levels=list(ordered_cats), source="ordered"))
+            else:
+                out.append(cls._categorical(col, y, max_subset_levels, where))
+        total = sum(c.n_out for c in out)
+        if total > MAX_ENCODED_COLUMNS:
+            raise ValueError(f"the categorical columns' subset splits need {total} split columns (over "
+                             f"{MAX_ENCODED_COLUMNS}); lower max_subset_levels")
+        return cls(out, names, fnames)
+
+    @staticmethod
+    def _declared(spec, d: int, fnames) -> Optional[np.ndarray]:
+        if spec is None:
+            return np.zeros(d, dtype=bool)
+        if isinstance(spec, str):
+            if spec == "from_dtype":
+                return None
+            spec = [spec]
+        arr = np.asarray(list(spec))
+        if arr.dtype == bool:
+            if arr.shape != (d,):
+                raise ValueError(f"categorical_features as a mask must have {d} entries, got {arr.shape[0]}")
+            return arr
+        mask = np.zeros(d, dtype=bool)
+        for v in arr.tolist():
+            if isinstance(v, str):
+                if fnames is None or v not in [str(c) for c in fnames]:
+                    raise ValueError(f"categorical_features names {v!r}, which is not a column of X")
+                mask[[str(c) for c in fnames].index(v)] = True
+            else:
+                k = int(v)
+                if not -d <= k < d:
+                    raise ValueError(f"categorical_features index {k} is out of range for {d} columns")
+                mask[k] = True
+        return mask
+
+    @staticmethod
+    def _numeric(x: np.ndarray, where: str, levels: Optional[list] = None, source: str = "numeric") -> _Column:
+        if np.isinf(x).any():
+            r = int(np.flatnonzero(np.isinf(x))[0])
+            raise ValueError(f"X {where} holds an infinite value at row {r}; trees take finite values and NaN "
+                             "(missing) only")
+        miss = np.isnan(x)
+        obs = np.unique(x[~miss])
+        kind_levels = list(levels) if levels is not None else []
+        if len(obs) == 0:
+            return _Column("constant", 1, source=source, levels=kind_levels)
+        lo, hi, fill = float(obs[0]), float(obs[-1]), float(np.median(x[~miss]))
+        if not miss.any():
+            return _Column("numeric", 1, source=source, lo=lo, hi=hi, fill=fill, levels=kind_levels)
+        delta = (hi - lo) / (len(obs) - 1) if len(obs) > 1 else 1.0
+        return _Column("mia", 2, source=source, lo=lo, hi=hi, delta=float(delta), fill=fill, levels=kind_levels)
+
+    @staticmethod
+    def _categorical(col: np.ndarray, y: Optional[np.ndarray], max_levels: int, where: str = "column") -> _Column:
+        cells = col.tolist()
+        miss = np.array([_is_missing_cell(v) for v in cells])
+        for i, v in enumerate(cells):
+            if not miss[i] and (not isinstance(v, (str, bytes, int, float, bool, np.generic)) or
+                                isinstance(v, (complex, np.complexfloating, np.datetime64, np.timedelta64))):
+                raise ValueError(f"X {where} holds a {type(v).__name__} at row {i} ({v!r}); a cell must be a number, "
+                                 "a text label or missing (NaN / None)")
+        labels = _sorted_levels([v for v, m in zip(cells, miss) if not m])
+        levels = labels + ([None] if miss.any() else [])
+        code = {v: i for i, v in enumerate(labels)}
+        codes = np.array([len(labels) if m else code[v] for v, m in zip(cells, miss)], dtype=np.int64)
+        counts = np.bincount(codes, minlength=len(levels))
+        fill_level = int(np.argmax(counts))
+        L = len(levels)
+        if L <= 1:
+            return _Column("constant", 1, source="categorical", levels=levels, fill_level=fill_level)
+        if L <= max_levels:
+            return _Column("subsets", 2 ** (L - 1) - 1, source="categorical", levels=levels, fill_level=fill_level)
+        score = _level_scores(codes, L, y)
+        order = np.empty(L, dtype=np.int64)
+        order[np.lexsort((np.arange(L), score))] = np.arange(L)
+        return _Column("ordinal", 1, source="categorical", levels=levels, fill_level=fill_level, order=order.tolist())
+
+    # ------------------------------------------------------------ transform
+    def transform(self, X: Any) -> np.ndarray:
+        """Code a table with the training columns: float64 ``[M, D]`` (no NaN)."""
+        cols, kinds, fnames = _raw_columns(X)
+        if len(cols) != self.n_inputs:
+            raise ValueError(f"X has {len(cols)} features, but the model is expecting {self.n_inputs} features as "
+                             f"input (the model was fitted with {self.n_inputs})")
+        m = len(cols[0][0])
+        if m == 0:
+            raise ValueError(f"X has zero rows: 0 sample(s) (shape=(0, {len(cols)})) while a minimum of 1 is required.")
+        out = np.empty((m, self.n_columns), dtype=np.float64)
+        for j, (c, (col, cats)) in enumerate(zip(self.columns, cols)):
+            o = self.offsets[j]
+            out[:, o:o + c.n_out] = self._code(c, col, cats, kinds[j], column_label(j, fnames))
+        return out
+
+    def _code(self, c: _Column, col: np.ndarray, cats, kind: str, where: str) -> np.ndarray:
+        if c.source == "categorical":
+            codes = self._level_codes(c, col)
+            if c.kind == "constant":
+                return np.zeros((len(col), 1))
+            if c.kind == "ordinal":
+                return np.asarray(c.order, dtype=np.float64)[codes][:, None]
+            masks = np.arange(c.n_out, dtype=np.int64)[None, :]
+            shift = np.maximum(codes[:, None] - 1, 0)
+            in_s = (codes[:, None] == 0) | ((masks >> shift) & 1 == 1)
+            return np.where(in_s, 0.0, 1.0)
+        if c.source == "ordered":  # codes in category order; an unseen level is a missing value
+            lookup = {v: i for i, v in enumerate(c.levels)}
+            x = np.array([np.nan if _is_missing_cell(v) else float(lookup.get(v, np.nan)) for v in col.tolist()])
+        else:
+            x = col if kind == "numeric" else _as_numbers(col)
+            if x is None:
+                raise ValueError(f"X {where} holds text ({_first_text(col)!r}) but was numeric in training")
+        if np.isinf(x).any():
+            raise ValueError(f"X {where} holds an infinite value; trees take finite values and NaN (missing) only")
+        if c.kind == "constant":
+            return np.zeros((len(x), 1))
+        miss = np.isnan(x)
+        if c.kind == "numeric":
+            return np.where(miss, c.fill, x)[:, None]
+        xc = np.clip(x, c.lo, c.hi)
+        return np.stack([np.where(miss, c.hi + c.delta, xc), np.where(miss, c.lo - c.delta, xc)], 1)
+
+    def _level_codes(self, c: _Column, col: np.ndarray) -> np.ndarray:
+        has_missing = c.levels and c.levels[-1] is None
+        lookup = {v: i for i, v in enumerate(c.levels) if v is not None}
+        miss_code = len(c.levels) - 1 if has_missing else c.fill_level
+        out = np.empty(len(col), dtype=np.int64)
+        for i, v in enumerate(col.tolist()):
+            if _is_missing_cell(v):
+                out[i] = miss_code
+            else:
+                k = lookup.get(v)
+                if k is None and not isinstance(v, str):
+                    k = lookup.get(str(v))
+                out[i] = miss_code if k is None and has_missing else (c.fill_level if k is None else k)
+        return out
+
+    # --------------------------------------------------------- description
+    def describe(self, column: int, threshold: float, names: Optional[Sequence[str]] = None) -> str:
+        """The rule "split column ``column`` <= ``threshold``" (the left branch) in the input's terms
+        (``names``: the input columns' names, default the training table's)."""
+        j = int(self.groups[column])
+        c, k = self.columns[j], column - int(self.offsets[j])
+        name = str(names[j]) if names is not None else self.names[j]
+        if c.source == "numeric" and c.kind in ("numeric", "constant"):
+            return f"{name} <= {threshold:.6g}"
+        if c.kind == "subsets":
+            L = len(c.levels)
+            s = [0] + [i + 1 for i in range(L - 1) if (k >> i) & 1]
+            return f"{name} in {{{', '.join(_level_text(c.levels[i]) for i in s)}}}"
+        if c.kind == "ordinal":
+            left = [c.levels[i] for i in range(len(c.levels)) if c.order[i] <= threshold]
+            shown = ", ".join(_level_text(v) for v in left[:6]) + (f", ... ({len(left)} levels)" if len(left) > 6 else "")
+            return f"{name} in {{{shown}}}"
+        if c.source == "ordered":  # numeric or mia coding of the category codes
+            top = int(math.floor(threshold))
+            base = f"{name} <= {_level_text(c.levels[min(max(top, 0), len(c.levels) - 1)])}"
+        else:
+            base = f"{name} <= {threshold:.6g}"
+        if c.kind == "numeric":
+            return base
+        if k == 0:
+            return f"{name} is not missing" if threshold >= c.hi else f"{base}, missing right"
+        return f"{name} is missing" if threshold < c.lo else f"{base} or missing"
+
+    def missing_sides(self) -> np.ndarray:
+        """Per split column: +1 where missing values stand above the observed ones, -1 below, 0 where the
+        column has no missing values ``[D]`` int64 (grids and bins keep the "is missing" cut)."""
+        out = np.zeros(self.n_columns, dtype=np.int64)
+        for j, c in enumerate(self.columns):
+            if c.kind == "mia":
+                out[self.offsets[j]], out[self.offsets[j] + 1] = 1, -1
+        return out
+
+    def group_sums(self, per_column: np.ndarray) -> np.ndarray:
+        """Sum ``per_column [..., D]`` over each input column's split columns: ``[..., D_in]``."""
+        per_column = np.asarray(per_column, dtype=np.float64)
+        out = np.zeros(per_column.shape[:-1] + (self.n_inputs,))
+        np.add.at(out, (..., self.groups), per_column)
+        return out
+
+    # ---------------------------------------------------------- persistence
+    def state(self) -> dict:
+        """Plain-data form (lists, numbers, strings) saved with a posterior."""
+        return {"columns": [c.state() for c in self.columns], "names": list(self.names),
+                "frame_names": None if self.frame_names is None else [str(v) for v in self.frame_names]}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "TableEncoder":
+        cols = [_Column(**c) for c in state["columns"]]
+        for c in cols:
+            if c.kind not in _KINDS:
+                raise ValueError(f"unknown column coding {c.kind!r}")
+        return cls(cols, list(state["names"]), state.get("frame_names"))
+
+    def __repr__(self) -> str:
+        kinds = {k: sum(c.kind == k for c in self.columns) for k in _KINDS}
+        parts = ", ".join(f"{v} {k}" for k, v in kinds.items() if v)
+        return f"TableEncoder({self.n_inputs} inputs -> {self.n_columns} split columns: {parts})"
+
+
+def _level_text(v) -> str:
+    return "missing" if v is None else str(v)
+
+
+def _first_text(col: np.ndarray):
+    for v in col.tolist():
+        if not _is_missing_cell(v):
+            try:
+                float(v)
+            except (TypeError, ValueError):
+                return v
+    return None
+
+
+def _level_scores(codes: np.ndarray, L: int, y: Optional[np.ndarray]) -> np.ndarray:
+    """Mean response per level, smoothed by one pseudo-row at the overall mean (zeros without y)."""
+    if y is None:
+        return np.zeros(L)
+    y = np.asarray(y)
+    if y.dtype.kind in "iub":
+        top = np.bincount(y.astype(np.int64)).argmax()
+        t = (y == top).astype(np.float64)
+    else:
+        t = y.astype(np.float64)
+    s = np.bincount(codes, weights=t, minlength=L)
+    n = np.bincount(codes, minlength=L)
+    return (s + t.mean()) / (n + 1.0)
+
+
+def rule_text(encoder: Optional[TableEncoder], names: Optional[Sequence[str]], column: int, threshold: float) -> str:
+    """A split rule's left branch for summaries and DOT files: ``name <= t`` on a numeric table, else
+    :meth:`TableEncoder.describe` (``names``: input column names, or None for the defaults)."""
+    if encoder is not None:
+        return encoder.describe(column, threshold, names)
+    return f"{names[column] if names is not None else f'x{column}'} <= {threshold:.6g}"
