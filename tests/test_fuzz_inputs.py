@@ -289,7 +289,7 @@ def test_cli_refusal_as_a_real_process(tmp_path):
     """The cases above call ``main()`` in a worker; once, the console entry point itself: a
     separate interpreter exits with status 2 and prints one line, no traceback."""
     bad = tmp_path / "bad.csv"
-    bad.write_bytes(b"a,b,label\n0.1,0.2,x\n0.3,nan,y\n")
+    bad.write_bytes(b"a,b,label\n0.1,0.2,x\n0.3,inf,y\n")
     proc = subprocess.run([sys.executable, "-m", "torchtree", "fit", str(bad), "--quiet", "--out", str(tmp_path / "p.pt")],
                           capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, OMP_NUM_THREADS="1"))

@@ -195,12 +195,19 @@ def test_shuffled_categories_give_the_same_fit():
 
 
 def test_numeric_tables_are_not_coded():
-    """A table without missing values or categories takes the numeric path (no encoder, same draws)."""
+    """A table without missing values or categories takes the numeric path (no coding, same draws); a
+    missing value at prediction takes the training median of its column."""
     X = np.random.default_rng(0).normal(size=(20, 3))
     y = (X[:, 0] > 0).astype(int)
     d = tt.Data(X, y)
-    assert d.encoder is None and d.groups is None
-    assert tt.Data(pd.DataFrame(X, columns=list("abc")), y).encoder is None
+    assert not d.encoder.is_coded and d.groups is None and torch.equal(d.X, torch.as_tensor(X, dtype=torch.float32))
+    assert not tt.Data(pd.DataFrame(X, columns=list("abc")), y).encoder.is_coded
+    post = TopDownSMC(tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(2.0), n_particles=64).run(d, seed=0)
+    q = X[:2].copy()
+    q[0, 0] = np.nan
+    filled = q.copy()
+    filled[0, 0] = np.median(X[:, 0])
+    assert np.array_equal(post.predict_proba(q), post.predict_proba(filled))
 
 
 def test_soft_trees_refuse_coded_tables_with_advice():
@@ -268,3 +275,34 @@ def test_one_tree_bart_on_a_coded_table_equals_enumeration(bart_sampler):
     fm, fse = per_chain.mean(0), per_chain.std(0, ddof=1) / np.sqrt(C)
     exact_f = prior.offset + prior.scale * mean_exact
     assert np.all(np.abs(fm - exact_f) < 5 * fse + 1e-3), (fm, exact_f, fse)
+
+
+def test_cli_fits_files_with_empty_cells_and_text_columns(tmp_path, capsys):
+    """A CSV with empty cells and a text column: one notice per text column, a fit, predictions on a
+    file with an unseen level and empty cells, and a summary that names the rules on the inputs;
+    --categorical makes a numeric column categorical."""
+    from torchtree.cli import main
+
+    rng = np.random.default_rng(1)
+    n = 90
+    x = rng.normal(size=n)
+    c = rng.choice(["red", "green", "blue"], n)
+    y = np.where((x > 0) ^ (c == "red"), "yes", "no")
+    cells = [("" if rng.random() < 0.15 else f"{v:.3f}", k, t) for v, k, t in zip(x, c, y)]
+    path = tmp_path / "t.csv"
+    path.write_text("x,colour,label\n" + "".join(f"{a},{b},{t}\n" for a, b, t in cells))
+    out = tmp_path / "p.pt"
+    assert main(["fit", str(path), "--out", str(out), "--device", "cpu", "--n-particles", "200"]) == 0
+    text = capsys.readouterr()
+    assert "column 'colour' holds text ('" in text.err and "categorical, 3 levels" in text.err
+    q = tmp_path / "q.csv"
+    q.write_text("x,colour\n,purple\n0.5,red\n")
+    assert main(["predict", str(out), str(q), "--quiet"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 3
+    assert main(["summary", str(out)]) == 0
+    summary = capsys.readouterr().out
+    assert "colour in {" in summary or "missing" in summary
+    assert main(["fit", str(path), "--out", str(out), "--device", "cpu", "--categorical", "x", "--quiet"]) == 0
+    from torchtree.cli.report import load_posterior
+
+    assert load_posterior(str(out)).encoder.columns[0].source == "categorical"

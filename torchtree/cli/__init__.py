@@ -81,6 +81,8 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--test-size", type=float, default=0.3, metavar="FRAC", help="fraction held out for testing, 0 for none (default: 0.3)")
     g.add_argument("--test", metavar="TEST.csv", help="test data in a separate file (same columns)")
+    p.add_argument("--categorical", metavar="COLS", help="comma-separated feature columns to split by subsets of "
+                   "their levels, numbers included (columns holding text are categorical anyway)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, or auto = CUDA when present (default: auto)")
     p.add_argument("--threads", default="auto", type=parse_threads, metavar="N",
                    help="torch intra-op threads while sampling: an integer >= 1, or auto = 1 for small work, at most "

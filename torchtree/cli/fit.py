@@ -68,6 +68,24 @@ def _check_classes(y: np.ndarray, path: str, target: str) -> None:
     check_class_count(len(classes), len(y), name=f"{path}: target {target!r}", advice="use --task regression")
 
 
+def _categorical_columns(args, table):
+    """``categorical_features`` for the estimator: the text columns (each with a one-line notice) and
+    the columns ``--categorical`` names; ``"from_dtype"`` when there are none."""
+    forced = [c.strip() for c in (getattr(args, "categorical", None) or "").split(",") if c.strip()]
+    unknown = [c for c in forced if c not in table.feature_names]
+    if unknown:
+        raise ValueError(f"--categorical names {', '.join(map(repr, unknown))}, not feature columns of {args.data} "
+                         f"({', '.join(table.feature_names)})")
+    for name, (cell, line) in table.text_columns.items():
+        if name not in forced:
+            col = table.X[:, table.feature_names.index(name)]
+            levels = len({v for v in col.tolist() if v == v})
+            say(args, f"torchtree fit: column {name!r} holds text ({cell!r} at line {line}): categorical, "
+                      f"{levels} levels (--categorical to name categorical columns yourself)")
+    names = set(forced) | set(table.text_columns)  # from the whole file: a test split may hold a column's text
+    return [j for j, n in enumerate(table.feature_names) if n in names] if names else "from_dtype"
+
+
 def cmd_fit(args) -> int:
 
     from torchtree.io.csv import infer_task, parse_target, read_csv
@@ -88,6 +106,7 @@ def cmd_fit(args) -> int:
     X = table.X
     if task == "classification":
         _check_classes(y, args.data, table.target_name)
+    categorical = _categorical_columns(args, table)
     if args.test:
         test = read_csv(args.test, target=table.target_name if args.target is None else args.target)
         if test.feature_names != table.feature_names:
@@ -128,7 +147,7 @@ def cmd_fit(args) -> int:
         monitors.append(TensorBoardMonitor(args.logdir))
     Est = BayesianTreeClassifier if task == "classification" else BayesianTreeRegressor
     model = Est(args.method, random_state=args.seed, device=device, monitor=monitors, n_threads=args.threads,
-                **est_kw, **smp_kw)
+                categorical_features=categorical, **est_kw, **smp_kw)
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(out_dir):
         raise FileNotFoundError(f"--out {args.out}: directory {out_dir} does not exist")
@@ -154,6 +173,7 @@ def cmd_fit(args) -> int:
         named = re.sub(r"\bX column (\d+)\b", lambda m: f"{args.data}: column {m[1]} ({table.feature_names[int(m[1])]!r})"
                        if int(m[1]) < len(table.feature_names) else m[0], str(exc))
         named = re.sub(r"^y\b", f"{args.data}: target {table.target_name!r}", named)
+        named = re.sub(r"^X has\b", f"{args.data} has", named)
         if named == str(exc):
             raise
         raise ValueError(named) from exc
@@ -291,6 +311,22 @@ def _intervals(post, X: np.ndarray, level: float) -> np.ndarray:
     return post.predict_interval(X, level=level)
 
 
+def _check_cells(table, encoder) -> None:
+    """ValueError naming the first cell of ``table`` the model cannot take: text in a column that was
+    numeric in training, or an empty cell for a model without a coding (soft trees, older files)."""
+    numeric = [encoder is None or c.source == "numeric" for c in (encoder.columns if encoder is not None
+                                                                   else table.feature_names)]
+    for i, row in enumerate(table.X.tolist()):
+        for j, v in enumerate(row):
+            text = isinstance(v, str)
+            if (text and numeric[j]) or (encoder is None and not text and v != v):
+                what = f"{v!r} is not a number" if text else "is empty (missing value)"
+                why = ("the column held numbers in training" if encoder is not None else
+                       "the model was fitted on a table of numbers only")
+                raise ValueError(f"{table.path}: line {int(table.lines[i])}: column {table.feature_names[j]!r}: "
+                                 f"{what}; {why}")
+
+
 def cmd_predict(args) -> int:
     from torchtree.io.csv import parse_target, read_features, write_csv
 
@@ -299,6 +335,8 @@ def cmd_predict(args) -> int:
     D = n_features_of(post)
     table = read_features(args.data, D, schema.get("features"), schema.get("target"))
     X = table.X
+    if X.dtype == object:  # empty or text cells
+        _check_cells(table, getattr(post, "encoder", None))
     task = post.task
     if task == "classification":
         if args.level is not None:

@@ -37,6 +37,9 @@ def cli_schema(post) -> Dict[str, Any]:
 
 
 def n_features_of(post) -> int:
+    """Input columns a posterior takes (a coded table's input columns, not its split columns)."""
+    if getattr(post, "encoder", None) is not None:
+        return int(post.encoder.n_inputs)
     n = getattr(post, "n_features", None)
     if n is None:
         n = post.data.n_features  # soft-tree posteriors

@@ -1,13 +1,14 @@
 """Reading CSV files for the command line (no pandas: the ``csv`` module and numpy).
 
-A file has one header row and one row per instance. Features are numbers; the
-target column (named, or the last one) may hold numbers or strings (class
-labels such as ``setosa``). Problems are reported with their line numbers, all
+A file has one header row and one row per instance. Feature cells are numbers,
+text (a categorical column's labels) or empty (a missing value); the target
+column (named, or the last one) may hold numbers or strings (class labels such
+as ``setosa``). Problems are reported with their line numbers, all
 of them up to a limit, in one ``ValueError``::
 
     data.csv: 2 malformed rows:
       line 7: expected 5 fields, got 4
-      line 9: column 'x2': 'abc' is not a number
+      line 9: column 'x2': 'inf' is not a finite number
 
 ``.gz`` files are read through gzip. Blank lines are skipped; a UTF-8 byte
 order mark and whitespace around fields are ignored; the delimiter is a comma
@@ -22,7 +23,7 @@ import math
 import os
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -38,7 +39,8 @@ class Table:
 
     Attributes
     ----------
-    X : numpy.ndarray [N, D] float64
+    X : numpy.ndarray [N, D]: float64, or object when a cell is empty (a missing value, NaN) or
+        holds text (a categorical column's label, kept as the string)
     y : numpy.ndarray [N] of str or None
         The target column as read (strings); see :func:`parse_target`.
     feature_names : list of str
@@ -55,6 +57,8 @@ class Table:
     lines: np.ndarray
     path: str
     header: List[str] = field(default_factory=list)
+    #: feature columns holding text: name -> (its first text cell, that cell's line)
+    text_columns: dict = field(default_factory=dict)
 
     @property
     def n_rows(self) -> int:
@@ -189,8 +193,8 @@ def read_csv(
         If ``path`` does not exist.
     ValueError
         Empty file, no data rows, duplicate or unknown column names, or malformed
-        rows (wrong number of fields, a feature that is not a finite number, an
-        empty target), each listed with its line number.
+        rows (wrong number of fields, an infinite feature value, an empty target),
+        each listed with its line number.
     """
     path = os.fspath(path)
     it = _rows(path)
@@ -222,7 +226,9 @@ def read_csv(
         f_idx = [i for i in range(n_cols) if i != t_idx]
     errors: List[str] = []
     n_errors = 0
-    X_rows: List[List[float]] = []
+    coded = False  # a missing cell or a text cell: X is then an object array
+    text: dict = {}  # text column -> (first text cell, its line)
+    X_rows: List[List[Any]] = []
     y_vals: List[str] = []
     lines: List[int] = []
 
@@ -236,17 +242,24 @@ def read_csv(
         if len(fields) != n_cols:
             err(f"line {line}: expected {n_cols} fields, got {len(fields)}")
             continue
-        row: List[float] = []
+        row: List[Any] = []
         bad = False
         for j in f_idx:
             s = fields[j]
             try:
-                row.append(_to_float(s))
-            except ValueError:
-                what = "is empty (missing value)" if s == "" else f"{s!r} is not a finite number"
-                err(f"line {line}: column {header[j]!r}: {what}")
+                v = float(s)
+            except ValueError:  # a text label (a categorical column), or an empty cell (a missing value)
+                coded = True
+                row.append(math.nan if s == "" else s)
+                if s != "" and header[j] not in text:
+                    text[header[j]] = (s, line)
+                continue
+            if math.isinf(v):
+                err(f"line {line}: column {header[j]!r}: {s!r} is not a finite number")
                 bad = True
                 break
+            coded = coded or math.isnan(v)
+            row.append(v)
         if bad:
             continue
         if t_idx is not None:
@@ -264,13 +277,14 @@ def read_csv(
     if not f_idx:
         raise ValueError(f"{path}: no feature columns")
     return Table(
-        X=np.asarray(X_rows, dtype=np.float64).reshape(len(X_rows), len(f_idx)),
+        X=np.asarray(X_rows, dtype=object if coded else np.float64).reshape(len(X_rows), len(f_idx)),
         y=np.asarray(y_vals, dtype=object) if t_idx is not None else None,
         feature_names=[header[j] for j in f_idx],
         target_name=header[t_idx] if t_idx is not None else None,
         lines=np.asarray(lines, dtype=np.int64),
         path=path,
         header=header,
+        text_columns=text,
     )
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from torchtree.core.random import keyed_uniform
-from torchtree.model.encoding import TableEncoder, rule_text
+from torchtree.model.encoding import TableEncoder, needs_encoding, rule_text
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum, heap_depth, mnp_probabilities, GL_NODES
 from torchtree.model.data import as_feature_matrix
 from torchtree.core.budget import rows_per_chunk
@@ -179,7 +179,8 @@ class BARTPosterior(Posterior):
 
     # ----------------------------------------------------------- prediction
     def _bins(self, X) -> torch.Tensor:
-        arr = self.encoder.transform(X) if self.encoder is not None else as_feature_matrix(X, self.n_features)
+        coded = self.encoder is not None and (self.encoder.is_coded or needs_encoding(X))
+        arr = self.encoder.transform(X) if coded else as_feature_matrix(X, self.n_features)
         Xt = torch.as_tensor(arr, dtype=torch.float64)
         return self.grid.bins(Xt).to(self.device)
 

@@ -130,8 +130,9 @@ class Data:
     Attributes
     ----------
     X : Tensor [N, D] float, the split columns (the coded table when ``encoder`` is set)
-    encoder : TableEncoder or None, the coding of a table with missing values or categories
-    groups : LongTensor [D] or None, the input column of each split column (with ``encoder``)
+    encoder : TableEncoder, the table's coding (``encoder.is_coded``: missing values or categories
+        were coded; else the columns as they are, with medians that fill missing values at prediction)
+    groups : LongTensor [D] or None, the input column of each split column (None: not coded)
     y : Tensor [N] long (classification) or float64 (regression)
     n_classes : int or None
     classes_ : numpy.ndarray [K] or None
@@ -205,6 +206,8 @@ class Data:
         # one sort per column gives both the distinct values and every point's rank
         uniq, inverse = zip(*(np.unique(Xn[:, j], return_inverse=True) for j in range(Xn.shape[1]))) \
             if Xn.shape[1] else ((), ())
+        if self.encoder is None:  # a complete numeric table: its columns as they are, medians for prediction
+            self.encoder = TableEncoder.plain(Xn, frame_columns(X))
         if dtype is None:  # float32 unless it would lose a column's order (then float64)
             dtype = torch.float64 if _float_storage_problem(uniq, torch.float32, Xn) else torch.float32
         self.X = torch.as_tensor(Xn, dtype=dtype, device=dev)

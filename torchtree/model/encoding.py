@@ -209,6 +209,23 @@ class TableEncoder:
         self.groups = np.repeat(np.arange(len(columns)), [c.n_out for c in columns]).astype(np.int64)
         self.offsets = np.r_[0, np.cumsum([c.n_out for c in columns])].astype(np.int64)
 
+    @classmethod
+    def plain(cls, Xn: np.ndarray, names: Optional[Sequence] = None) -> "TableEncoder":
+        """The coding of a complete numeric table ``Xn [N, D]`` float64: every column as it is, with its
+        training median for a missing value at prediction (``is_coded`` False)."""
+        if Xn.shape[0] == 0:
+            raise ValueError("X has zero rows")
+        lo, hi, med = Xn.min(0), Xn.max(0), np.median(Xn, axis=0)
+        cols = [_Column("numeric", 1, lo=float(a), hi=float(b), fill=float(m)) for a, b, m in zip(lo, hi, med)]
+        out_names = [str(v) for v in names] if names is not None else [f"x{j}" for j in range(Xn.shape[1])]
+        return cls(cols, out_names, list(names) if names is not None else None)
+
+    @property
+    def is_coded(self) -> bool:
+        """Whether some input column is coded (missing values modelled, categorical, ordered levels):
+        False for a complete numeric table, whose split columns are its columns."""
+        return any(c.kind != "numeric" or c.source != "numeric" for c in self.columns)
+
     @property
     def n_inputs(self) -> int:
         return len(self.columns)

@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
-from torchtree.model.encoding import TableEncoder, rule_text
+from torchtree.model.encoding import TableEncoder, needs_encoding, rule_text
 from torchtree.model.data import as_feature_matrix
 from torchtree.kernels.forest import mixture_over_leaves, node_region_keys, rule_hash, threshold_bits
 from torchtree.core.budget import memory_budget, release_freed_memory, rows_per_chunk
@@ -211,12 +211,12 @@ class TreePosterior(Posterior):
         return self.trees.n_trees
 
     def _X(self, X) -> torch.Tensor:
-        if self.encoder is not None:
-            return torch.as_tensor(self.encoder.transform(X), dtype=self.trees.threshold.dtype, device=self.trees.device)
+        dt, dev = self.trees.threshold.dtype, self.trees.device
+        if self.encoder is not None and (self.encoder.is_coded or needs_encoding(X)):
+            return torch.as_tensor(self.encoder.transform(X), dtype=dt, device=dev)  # missing values, categories
         if isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[1] == self.n_features and bool(torch.isfinite(X).all()) and X.shape[0] > 0:
-            return X.to(device=self.trees.device, dtype=self.trees.threshold.dtype)
-        arr = as_feature_matrix(X, self.n_features)
-        return torch.as_tensor(arr, dtype=self.trees.threshold.dtype, device=self.trees.device)
+            return X.to(device=dev, dtype=dt)
+        return torch.as_tensor(as_feature_matrix(X, self.n_features), dtype=dt, device=dev)
 
     def _mixture_rows(self, X: torch.Tensor, chunk_pairs: int = 1 << 23):
         """Yield (tree slice, gathered predictive rows [q, M, S]) in chunks of trees."""

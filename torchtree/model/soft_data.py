@@ -196,7 +196,7 @@ def as_soft_data(
                              f"signed_splits={bool(signed)}")
         return data
     fmin = fmax = classes = None
-    if getattr(data, "encoder", None) is not None:
+    if getattr(data, "encoder", None) is not None and data.encoder.is_coded:
         raise ValueError(
             f"X has missing values or categorical columns (coded as {data.encoder!r}), and soft trees take "
             "numeric tables without missing values. Use a hard-tree method ('smc', 'mcmc', 'smc-moves', "
