@@ -207,8 +207,12 @@ def test_classification_errors(cls_post):
         post.predict(torch.zeros(4, 5))
     with pytest.raises(ValueError, match="features"):
         post.log_predictive(X[:, :2], y)
-    with pytest.raises(ValueError, match="NaN"):
-        post.predict_proba(torch.tensor([[0.0, float("nan"), 1.0]]))
+    with pytest.raises(ValueError, match="infinite"):
+        post.predict_proba(torch.tensor([[0.0, float("inf"), 1.0]]))
+    # a missing value takes the training median of its column (torchtree.model.encoding)
+    med = float(np.median(data.X[:, 1].double().numpy()))
+    assert np.array_equal(post.predict_proba(torch.tensor([[0.0, float("nan"), 1.0]])),
+                          post.predict_proba(torch.tensor([[0.0, med, 1.0]])))
     with pytest.raises(ValueError, match="not seen in training"):
         post.log_predictive(X[:2], ["cat", "yak"])
     with pytest.raises(ValueError, match="1-D"):
