@@ -143,10 +143,12 @@ class BayesianTreeBase:
 
         scikit-learn is not a dependency: it calls this, so it is installed then.
         """
-        from sklearn.utils import ClassifierTags, RegressorTags, Tags, TargetTags
+        from sklearn.utils import ClassifierTags, InputTags, RegressorTags, Tags, TargetTags
 
         clf = self._task == "classification"
+        soft = self.method in ("dcc", "nuts")  # no model of missing values (torchtree.model.encoding)
         return Tags(estimator_type=self._estimator_type, target_tags=TargetTags(required=True),
+                    input_tags=InputTags(allow_nan=not soft),
                     classifier_tags=ClassifierTags() if clf else None, regressor_tags=None if clf else RegressorTags())
 
     # ---------------------------------------------------------------- fitting

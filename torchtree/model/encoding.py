@@ -49,7 +49,7 @@ from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
-from torchtree.model.inputs import column_label, frame_columns, to_numpy
+from torchtree.model.inputs import InputTypeError, column_label, frame_columns, to_numpy
 
 __all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
 
@@ -335,8 +335,8 @@ class TableEncoder:
         for i, v in enumerate(cells):
             if not miss[i] and (not isinstance(v, (str, bytes, int, float, bool, np.generic)) or
                                 isinstance(v, (complex, np.complexfloating, np.datetime64, np.timedelta64))):
-                raise ValueError(f"X {where} holds a {type(v).__name__} at row {i} ({v!r}); a cell must be a number, "
-                                 "a text label or missing (NaN / None)")
+                raise InputTypeError(f"X {where} holds a {type(v).__name__} at row {i} ({v!r}): not a number, a text "
+                                     "label or a missing value (float()'s argument must be a string or a real number)")
         labels = _sorted_levels([v for v, m in zip(cells, miss) if not m])
         levels = labels + ([None] if miss.any() else [])
         code = {v: i for i, v in enumerate(labels)}
