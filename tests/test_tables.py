@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {"abalone": (4177, 10), "breast_cancer_wisconsin_original": (683, 9), "heart_cleveland": (297, 13),
           "heart_statlog": (270, 13), "iris": (150, 4), "madelon_train": (2000, 500), "madelon_valid": (600, 500),
           "magic04": (19020, 10), "pendigits_test": (3498, 16), "pendigits_train": (7494, 16),
-          "pima_diabetes": (768, 8), "raisin": (900, 7), "students_dropout": (4424, 36), "wine": (178, 13)}
+          "pima_diabetes": (768, 8), "raisin": (900, 7), "students_dropout": (4424, 36), "wine": (178, 13),
+          "letter": (20000, 16)}
 
 
 def test_every_table_is_in_the_repository_and_documented():

@@ -39,6 +39,7 @@ TABLES = {
     "heart_cleveland": ("9adac65247f576c4653bb802a3205bd277913abb2247ed5d70de01fc240f1fed", "classification"),
     "heart_statlog": ("be823610c140e500ca4b5f18db116ba71a6da19dae1a68c5cc7f18efd3259c68", "classification"),
     "iris": ("7b3e4d3006a59de48e65a78aa30f8dedfad71512cf7ebdc3e604a33730b0d2da", "classification"),
+    "letter": ("8adc3aa60d496bf76c6cea3a3bb3ba7ea33f479d310d2a2efa5fe2deff07174e", "classification"),
     "madelon_train": ("a1bf4c5bd510bf2644daad64fa9c3299fb91a845dd324dd1599841198e4f52c0", "classification"),
     "madelon_valid": ("d9f2d78c0c8cd9acceadecf3440f658782253a33407cab4b126db443929f0b4d", "classification"),
     "magic04": ("61636fef5fe19a3f5c66f6a76f81650b0c28fff5a8ab700af9e385c00b2c4fef", "classification"),
