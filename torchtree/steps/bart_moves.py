@@ -18,10 +18,11 @@ from typing import Optional, Tuple
 
 import torch
 
+from torchtree.kernels import native
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, heap_depth
 from torchtree.model.feature_groups import choose_column
 
-__all__ = ["MOVE_PROBS", "log_marginal", "tree_update", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
+__all__ = ["MOVE_PROBS", "log_marginal", "tree_update", "tree_update_native", "prior_tables", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
            "leaf_ranges", "pick_nth"]
 
 #: probabilities of grow, prune and change
@@ -108,7 +109,7 @@ def _children_term(log1m_ps: torch.Tensor, lo, hi, nav, f, k, depth) -> torch.Te
 _TABLES: dict = {}
 
 
-def _tables(prior: BartPrior, K: int, device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def prior_tables(prior: BartPrior, K: int, device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Depth of every heap slot, split probability by depth and ``log(1 - p_split)`` (cached)."""
     key = (prior.alpha_split, prior.beta_split, prior.max_depth, K, str(device))
     if key not in _TABLES:
@@ -157,7 +158,7 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     nog = (feature[:, :kint] >= 0) & (feature[:, 1:2 * kint + 1:2] == LEAF) & (feature[:, 2:2 * kint + 2:2] == LEAF)
     n_leaf, n_nog = is_leaf.sum(1), nog.sum(1)
     j = torch.where(move == GROW, pick_nth(is_leaf, u[:, 1]), pick_nth(nog, u[:, 1]))
-    depth_of, ps_lut, log1m_ps = _tables(prior, K, dev)
+    depth_of, ps_lut, log1m_ps = prior_tables(prior, K, dev)
     depth = depth_of[j]
     lo, hi = leaf_ranges(feature, cut, j, depth, n_cuts, prior.max_depth)
     avail = (hi - lo).clamp(min=0)
@@ -247,6 +248,28 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     resid = R - value.reshape(-1)[leaf_new + offs]
     leaf_of = leaf_new.to(leaf_of.dtype)
     return feature, cut, value, leaf_of, resid, (move, accept)
+
+
+def tree_update_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor,
+                       leaf_of: torch.Tensor, resid: torch.Tensor, Xb: torch.Tensor, n_cuts: torch.Tensor,
+                       sigma2: torch.Tensor, u: torch.Tensor, z_leaf: torch.Tensor, use_likelihood: bool = True,
+                       groups: Optional[torch.Tensor] = None):
+    """:func:`tree_update` as one compiled C++ kernel per call (``torchtree.kernels.native``), on CPU
+    tensors: the same arguments, the same results (the sums in the same order and dtypes), one pass
+    over the points to score the move and one to write the leaves and residuals. Runs the reference
+    :func:`tree_update` where the kernel is unavailable (it could not be built) or the data is on CUDA.
+    """
+    kernel = native.op("bart_tree_update") if resid.device.type == "cpu" else None
+    if kernel is None:
+        return tree_update(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, u, z_leaf, use_likelihood,
+                           groups)
+    _, ps_lut, log1m_ps = prior_tables(prior, feature.shape[1], resid.device)
+    pg, pp, _ = MOVE_PROBS
+    empty = torch.empty(0, dtype=torch.long)
+    f, k, v, L, r, move, acc = kernel(feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, u, z_leaf,
+                                      empty if groups is None else groups, ps_lut, log1m_ps, float(prior.tau ** 2),
+                                      float(pg), float(pp), int(prior.max_depth), bool(use_likelihood))
+    return f, k, v, L, r, (move, acc)
 
 
 def gamma_from_uniforms(shape: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -57,10 +57,13 @@ class BARTConfig(SamplerConfig):
                            high=32000)
     use_likelihood: bool = option(True, help="False samples the prior (targets ignored)")
     dtype: str = option("float32", help="float type of residuals and leaf values", check=_check_dtype)
-    compile: str = option("auto", help="run the tree update (grow/prune/change, or a PG level) through "
-                          "torch.compile: 'auto' (on CPU when the run makes at least 40,000 tree updates; ~3-5 s "
-                          "per process with a warm compile cache, ~20 s cold), 'on', 'off'",
-                          choices=("auto", "on", "off"), result=False)
+    compile: str = option("auto", help="how the tree update runs: 'native' (backfitting MCMC on CPU: one compiled "
+                          "C++ kernel per update, torchtree.kernels.native, built on first use), 'on' (torch.compile "
+                          "of the torch code; ~3-5 s per process with a warm cache, ~20 s cold), 'off' (the torch "
+                          "code as it is); 'auto': 'native' for MCMC on CPU when the kernel builds, else 'on' on "
+                          "CPU when the run makes at least 40,000 tree updates (and for Particle Gibbs levels), "
+                          "else 'off'",
+                          choices=("auto", "native", "on", "off"), result=False)
     device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
                                    result=False)
     monitor_every: int = option(10, help="sweeps between monitor reports", low=1, result=False)

@@ -12,7 +12,8 @@ from torchtree.model.bart_posterior import BARTPosterior
 from torchtree.model.diagnostics import chain_ess, rhat, warn_if_unconverged
 from torchtree.samplers import driver
 from torchtree.samplers.base import SamplerBase
-from torchtree.steps.bart_moves import draw_latent, draw_sigma, draw_utilities, tree_update
+from torchtree.kernels.native import available as native_ok
+from torchtree.steps.bart_moves import draw_latent, draw_sigma, draw_utilities, tree_update, tree_update_native
 
 from torchtree.samplers.bart.config import BARTConfig, Stream
 from torchtree.samplers.bart.state import BARTSetup, BARTState
@@ -71,6 +72,8 @@ def _compiled_or_eager(key: str, eager, args):
 def _update(ctx, *args):
     """One tree update, compiled where the run asked for it; a compilation failure falls back
     to eager execution for the rest of the process, with a warning."""
+    if ctx.setup.update_fn is tree_update_native:
+        return tree_update_native(*args)
     if ctx.setup.update_fn is tree_update or _COMPILED.get("fn") is None:  # eager asked for, or a failed compile
         return tree_update(*args)
     leaf_of, resid, Xb = args[4], args[5], args[6]
@@ -145,10 +148,12 @@ class BART(SamplerBase):
         y = data.y.to(torch.float64)
         target = (y - prior.offset) / prior.scale if data.task == "regression" else y
         updates = c.n_trees * self.n_iterations
-        want = c.compile == "on" or (c.compile == "auto" and ctx.device.type == "cpu"
-                                     and updates >= COMPILE_MIN_UPDATES)
+        cpu = ctx.device.type == "cpu"
+        want = c.compile == "on" or (c.compile == "auto" and cpu and updates >= COMPILE_MIN_UPDATES)
+        native = c.bart_sampler == "mcmc" and cpu and (c.compile == "native" or (c.compile == "auto" and native_ok()))
+        update_fn = tree_update_native if native else (_compiled("fn", tree_update) or tree_update) if want else tree_update
         chains = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=ctx.device)
-        return BARTSetup(update_fn=(_compiled("fn", tree_update) or tree_update) if want else tree_update,
+        return BARTSetup(update_fn=update_fn,
                          pg_level_fn=_compiled_pg_level if want else None, prior=prior, grid=grid,
                          Xb=grid.bins(data.X).to(ctx.device), n_cuts=grid.n_cuts.to(ctx.device), dt=dt,
                          target=target.to(dt), chains=chains, n_utilities=U,

@@ -1,0 +1,288 @@
+// One BART tree update per chain, fused: the C++ CPU implementation of
+// torchtree.steps.bart_moves.tree_update (the plain-torch reference), operation for operation.
+//
+// Per chain: the move (grow / prune / change) and its node from the uniforms, the node's cut
+// ranges from its ancestors, the proposed rule (feature uniform among those with a cut left, or
+// input column then split column for a coded table), one pass over the points accumulating the
+// partial residual's sums per (leaf, side of the proposed rule), the Metropolis-Hastings ratio
+// with the leaf values integrated out, the new tree, the leaves' Gibbs draws and a second pass
+// writing every point's leaf and residual. Sums run point by point in the reference's dtypes; float32
+// runs equal the reference bit for bit, float64 ones to the last bit (torch may order a leaf's sum
+// differently); see tests/test_native.py.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace {
+
+constexpr int64_t LEAF = -1;
+constexpr int64_t ABSENT = -2;
+constexpr int GROW = 0, PRUNE = 1, CHANGE = 2;
+
+// floor(u * count)-th True of mask[0..n) (the reference's pick_nth): n - 1 when there is none.
+int64_t pick_nth(const std::vector<char>& mask, int64_t n, double u) {
+  int64_t cnt = 0;
+  for (int64_t i = 0; i < n; ++i) cnt += mask[i];
+  int64_t nth = static_cast<int64_t>(std::floor(u * static_cast<double>(cnt)));
+  nth = std::min(nth, std::max<int64_t>(cnt - 1, 0));
+  int64_t before = 0, seen = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    seen += mask[i];
+    if (seen <= nth) ++before;
+  }
+  return std::min(before, n - 1);
+}
+
+// the k-th True of mask (k < count), as kth_true of torchtree.model.feature_groups
+int64_t kth_true(const std::vector<char>& mask, int64_t n, int64_t k) {
+  int64_t seen = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    seen += mask[i];
+    if (seen > k) return i;
+  }
+  return 0;
+}
+
+// choose_column of torchtree.model.feature_groups: input column, then split column
+int64_t choose_grouped(const std::vector<char>& mask, int64_t D, double u, const int64_t* groups) {
+  std::vector<int64_t> cnt(D, 0);
+  for (int64_t d = 0; d < D; ++d) cnt[groups[d]] += mask[d];
+  std::vector<char> has(D, 0);
+  int64_t n_groups = 0;
+  for (int64_t g = 0; g < D; ++g) {
+    has[g] = cnt[g] > 0;
+    n_groups += has[g];
+  }
+  double s = u * static_cast<double>(n_groups);
+  int64_t k = std::min(static_cast<int64_t>(std::floor(s)), std::max<int64_t>(n_groups - 1, 0));
+  int64_t g = kth_true(has, D, k);
+  double frac = std::min(std::max(s - static_cast<double>(k), 0.0), 1.0 - 1e-12);
+  int64_t c = cnt[g];
+  int64_t k2 = std::min(static_cast<int64_t>(std::floor(frac * static_cast<double>(c))), std::max<int64_t>(c - 1, 0));
+  std::vector<char> in_g(D, 0);
+  for (int64_t d = 0; d < D; ++d) in_g[d] = mask[d] && groups[d] == g;
+  return kth_true(in_g, D, k2);
+}
+
+inline double log_marginal(double n, double s, double s2, double tau2) {
+  double v = s2 + n * tau2;
+  return -0.5 * std::log(v / s2) + 0.5 * tau2 * s * s / (s2 * v);
+}
+
+inline int64_t heap_depth(int64_t j) {
+  int64_t d = 0;
+  while ((j + 1) >> (d + 1)) ++d;
+  return d;
+}
+
+template <typename scalar_t, typename leaf_t>
+void update_chain(int64_t c, int64_t K, int64_t N, int64_t D, int64_t* feat, int64_t* cut, scalar_t* value,
+                  leaf_t* leaf_of, scalar_t* resid, const int16_t* Xb, const int64_t* n_cuts, double s2,
+                  const double* u, const double* z, const int64_t* groups, const double* ps_lut,
+                  const double* log1m_ps, double tau2, double pg, double pp, int64_t max_depth, bool use_lik,
+                  int64_t* move_out, bool* accept_out) {
+  const int64_t kint = (K - 1) / 2;
+  // move and node
+  int move = u[0] < pg ? GROW : (u[0] < pg + pp ? PRUNE : CHANGE);
+  std::vector<char> is_leaf(K), nog(std::max<int64_t>(kint, 1), 0);
+  int64_t n_leaf = 0, n_nog = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    is_leaf[k] = feat[k] == LEAF;
+    n_leaf += is_leaf[k];
+  }
+  for (int64_t i = 0; i < kint; ++i) {
+    nog[i] = feat[i] >= 0 && feat[2 * i + 1] == LEAF && feat[2 * i + 2] == LEAF;
+    n_nog += nog[i];
+  }
+  int64_t j = move == GROW ? pick_nth(is_leaf, K, u[1]) : pick_nth(nog, kint, u[1]);
+  int64_t depth = heap_depth(j);
+  // cut ranges left to j by its ancestors
+  std::vector<int64_t> lo(D, 0), hi(n_cuts, n_cuts + D);
+  for (int64_t l = 0; l < depth; ++l) {
+    int64_t shift = depth - l;
+    int64_t anc = ((j + 1) >> shift) - 1;
+    int64_t below = ((j + 1) >> (shift - 1)) - 1;
+    int64_t f = std::max<int64_t>(feat[anc], 0), k = cut[anc];
+    if (below % 2 == 1) hi[f] = std::min(hi[f], k);
+    else lo[f] = std::max(lo[f], k + 1);
+  }
+  std::vector<char> avail(D);
+  int64_t nav = 0;
+  for (int64_t d = 0; d < D; ++d) {
+    avail[d] = hi[d] - lo[d] > 0;
+    nav += avail[d];
+  }
+  int64_t f_new = groups ? choose_grouped(avail, D, u[2], groups) : pick_nth(avail, D, u[2]);
+  int64_t av_f = std::max<int64_t>(hi[f_new] - lo[f_new], 0);
+  int64_t k_new = lo[f_new] + static_cast<int64_t>(std::floor(u[3] * static_cast<double>(av_f)));
+  bool grow_ok = move == GROW && nav > 0 && depth < max_depth;
+  bool valid = grow_ok || (move != GROW && n_nog > 0);
+  int64_t cl = std::min(2 * j + 1, K - 1), cr = std::min(2 * j + 2, K - 1);
+  int64_t f_old = std::max<int64_t>(feat[j], 0), k_old = cut[j];
+
+  // pass 1: partial residual sums per (leaf, side of the proposed rule); side 1 = left
+  std::vector<scalar_t> s_cell(2 * K, scalar_t(0));
+  std::vector<double> n_cell(2 * K, 0.0);
+  std::vector<scalar_t> R(N);
+  const int16_t* xf = Xb + f_new * N;
+  const int16_t k16 = static_cast<int16_t>(k_new);
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t leaf = static_cast<int64_t>(leaf_of[n]);
+    R[n] = resid[n] + value[leaf];
+    int64_t cell = 2 * leaf + (xf[n] <= k16 ? 1 : 0);
+    s_cell[cell] += R[n];
+    n_cell[cell] += 1.0;
+  }
+  if (!use_lik) {
+    std::fill(s_cell.begin(), s_cell.end(), scalar_t(0));
+    std::fill(n_cell.begin(), n_cell.end(), 0.0);
+  }
+  auto S = [&](int64_t node, int side) { return static_cast<double>(s_cell[2 * node + side]); };
+  auto Nn = [&](int64_t node, int side) { return n_cell[2 * node + side]; };
+  double s_all = (S(j, 0) + S(cl, 0) + S(cr, 0)) + (S(j, 1) + S(cl, 1) + S(cr, 1));
+  double n_all = (Nn(j, 0) + Nn(cl, 0) + Nn(cr, 0)) + (Nn(j, 1) + Nn(cl, 1) + Nn(cr, 1));
+  double s_nl = S(j, 1) + S(cl, 1) + S(cr, 1), n_nl = Nn(j, 1) + Nn(cl, 1) + Nn(cr, 1);
+  double ll_joined = log_marginal(n_all, s_all, s2, tau2);
+  double ll_new = log_marginal(n_nl, s_nl, s2, tau2) + log_marginal(n_all - n_nl, s_all - s_nl, s2, tau2);
+  double ll_old = log_marginal(Nn(cl, 0) + Nn(cl, 1), S(cl, 0) + S(cl, 1), s2, tau2) +
+                  log_marginal(Nn(cr, 0) + Nn(cr, 1), S(cr, 0) + S(cr, 1), s2, tau2);
+
+  double ps = ps_lut[depth];
+  auto kids = [&](int64_t f, int64_t k) {
+    bool left_avail = (nav - 1 + (k > lo[f] ? 1 : 0)) > 0;
+    bool right_avail = (nav - 1 + (hi[f] > k + 1 ? 1 : 0)) > 0;
+    double lc = log1m_ps[depth + 1];
+    return (left_avail ? lc : 0.0) + (right_avail ? lc : 0.0);
+  };
+  double kids_new = kids(f_new, k_new), kids_old = kids(f_old, k_old);
+  int64_t sib = std::min(std::max<int64_t>(j % 2 == 1 ? j + 1 : j - 1, 0), K - 1);
+  bool parent_was_nog = j > 0 && feat[sib] == LEAF;
+  int64_t nog_after = n_nog + 1 - (parent_was_nog ? 1 : 0);
+  double log_pg = std::log(pg), log_pp = std::log(pp);
+  double log_split = std::log(ps) - std::log1p(-ps);
+  double a_grow = log_split + kids_new + ll_new - ll_joined + log_pp - std::log(static_cast<double>(nog_after)) - log_pg +
+                  std::log(static_cast<double>(n_leaf));
+  double a_prune = -log_split - kids_old + ll_joined - ll_old + log_pg -
+                   std::log(static_cast<double>(std::max<int64_t>(n_leaf - 1, 1))) - log_pp +
+                   std::log(static_cast<double>(std::max<int64_t>(n_nog, 1)));
+  double a_change = kids_new - kids_old + ll_new - ll_old;
+  double log_a = move == GROW ? a_grow : (move == PRUNE ? a_prune : a_change);
+  bool accept = valid && std::log(u[4]) < log_a;
+  *move_out = move;
+  *accept_out = accept;
+
+  // the tree: node j's rule and its children's status (the reference's write order)
+  bool acc_g = accept && move == GROW, acc_p = accept && move == PRUNE, acc_split = accept && move != PRUNE;
+  int64_t fj = acc_p ? LEAF : (acc_split ? f_new : feat[j]);
+  int64_t kj = acc_split ? k_new : k_old;
+  int64_t child = acc_g ? LEAF : (acc_p ? ABSENT : feat[cl]);
+  int64_t child_r = acc_g ? LEAF : (acc_p ? ABSENT : feat[cr]);
+  feat[cl] = child;
+  feat[cr] = child_r;
+  feat[j] = fj;
+  cut[j] = kj;
+
+  // where each (leaf, side) cell goes
+  std::vector<int64_t> to(2 * K);
+  for (int64_t k = 0; k < K; ++k) to[2 * k] = to[2 * k + 1] = k;
+  const int64_t pos[6] = {2 * j, 2 * j + 1, 2 * cl, 2 * cl + 1, 2 * cr, 2 * cr + 1};
+  int64_t dst[6];
+  if (!accept) {
+    int64_t t[6] = {j, j, cl, cl, cr, cr};
+    std::copy(t, t + 6, dst);
+  } else if (move == GROW) {
+    int64_t t[6] = {cr, cl, cl, cl, cr, cr};
+    std::copy(t, t + 6, dst);
+  } else if (move == PRUNE) {
+    std::fill(dst, dst + 6, j);
+  } else {
+    int64_t t[6] = {j, j, cr, cl, cr, cl};
+    std::copy(t, t + 6, dst);
+  }
+  for (int i = 0; i < 6; ++i) to[pos[i]] = dst[i];
+  std::vector<double> s_leaf(K, 0.0), n_leaf_pts(K, 0.0);
+  for (int64_t cell = 0; cell < 2 * K; ++cell) {
+    s_leaf[to[cell]] += static_cast<double>(s_cell[cell]);
+    n_leaf_pts[to[cell]] += n_cell[cell];
+  }
+  // leaf values: Gibbs from N(tau2 s / (sigma2 + n tau2), tau2 sigma2 / (sigma2 + n tau2))
+  for (int64_t k = 0; k < K; ++k) {
+    double v = s2 + n_leaf_pts[k] * tau2;
+    double mean = tau2 * s_leaf[k] / v;
+    double sd = std::sqrt(tau2 * s2 / v);
+    value[k] = static_cast<scalar_t>(feat[k] == LEAF ? mean + sd * z[k] : 0.0);
+  }
+  // pass 2: every point's leaf and residual
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t leaf = static_cast<int64_t>(leaf_of[n]);
+    int64_t nl = to[2 * leaf + (xf[n] <= k16 ? 1 : 0)];
+    leaf_of[n] = static_cast<leaf_t>(nl);
+    resid[n] = R[n] - value[nl];
+  }
+}
+
+std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of,
+                                         at::Tensor resid, at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2,
+                                         at::Tensor u, at::Tensor z, at::Tensor groups, at::Tensor ps_lut,
+                                         at::Tensor log1m_ps, double tau2, double pg, double pp, int64_t max_depth,
+                                         bool use_likelihood) {
+  TORCH_CHECK(feature.device().is_cpu(), "bart_tree_update: CPU tensors only");
+  auto feat = feature.to(at::kLong).contiguous().clone();
+  auto cu = cut.to(at::kLong).contiguous().clone();
+  auto val = value.contiguous().clone();
+  auto lo = leaf_of.contiguous().clone();
+  auto res = resid.contiguous().clone();
+  auto xb = Xb.to(at::kShort).contiguous();
+  auto nc = n_cuts.to(at::kLong).contiguous();
+  auto s2 = sigma2.to(at::kDouble).contiguous();
+  auto uu = u.to(at::kDouble).contiguous();
+  auto zz = z.to(at::kDouble).contiguous();
+  auto gr = groups.numel() ? groups.to(at::kLong).contiguous() : groups;
+  auto psl = ps_lut.to(at::kDouble).contiguous();
+  auto l1m = log1m_ps.to(at::kDouble).contiguous();
+  TORCH_CHECK(val.scalar_type() == res.scalar_type(), "value and resid must share a dtype");
+  const int64_t C = feat.size(0), K = feat.size(1), N = res.size(1), D = xb.size(0);
+  auto move = at::empty({C}, feat.options());
+  auto accept = at::empty({C}, feat.options().dtype(at::kBool));
+  const int64_t* g = groups.numel() ? gr.data_ptr<int64_t>() : nullptr;
+  AT_DISPATCH_FLOATING_TYPES(val.scalar_type(), "bart_tree_update", [&] {
+    auto run = [&](auto* leaf_ptr) {
+      using leaf_t = std::remove_pointer_t<decltype(leaf_ptr)>;
+      at::parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+          update_chain<scalar_t, leaf_t>(c, K, N, D, feat.data_ptr<int64_t>() + c * K, cu.data_ptr<int64_t>() + c * K,
+                                         val.data_ptr<scalar_t>() + c * K, leaf_ptr + c * N,
+                                         res.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(),
+                                         nc.data_ptr<int64_t>(), s2.data_ptr<double>()[c],
+                                         uu.data_ptr<double>() + c * uu.size(1), zz.data_ptr<double>() + c * K, g,
+                                         psl.data_ptr<double>(), l1m.data_ptr<double>(), tau2, pg, pp, max_depth,
+                                         use_likelihood, move.data_ptr<int64_t>() + c, accept.data_ptr<bool>() + c);
+        }
+      });
+    };
+    if (lo.scalar_type() == at::kShort) run(lo.data_ptr<int16_t>());
+    else if (lo.scalar_type() == at::kInt) run(lo.data_ptr<int32_t>());
+    else {
+      TORCH_CHECK(lo.scalar_type() == at::kLong, "leaf_of must be int16, int32 or int64");
+      run(lo.data_ptr<int64_t>());
+    }
+  });
+  return {feat, cu, val, lo, res, move, accept};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(torchtree, m) {
+  m.def("bart_tree_update(Tensor feature, Tensor cut, Tensor value, Tensor leaf_of, Tensor resid, Tensor Xb, "
+        "Tensor n_cuts, Tensor sigma2, Tensor u, Tensor z, Tensor groups, Tensor ps_lut, Tensor log1m_ps, "
+        "float tau2, float pg, float pp, int max_depth, bool use_likelihood) -> Tensor[]");
+}
+
+TORCH_LIBRARY_IMPL(torchtree, CPU, m) {
+  m.impl("bart_tree_update", bart_tree_update);
+}

@@ -1,0 +1,108 @@
+"""The compiled C++ kernels (torchtree.kernels.native) against their plain-torch references.
+
+``bart_tree_update`` must return what :func:`torchtree.steps.bart_moves.tree_update` returns, bit for
+bit in these runs (the sums run in the same order and dtypes; only ``log`` may differ in its last
+bit, which would flip an acceptance with probability ~1e-16 per update): whole BART runs with
+``compile="native"`` and ``compile="off"`` give the same trees, noise draws and predictions, for
+regression (float32 and float64), binary and multiclass probit, a coded table (missing values and a
+categorical column: the group-wise feature draw), Particle-Gibbs-free prior runs, and single updates
+from random states.
+"""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from torchtree import BART, Data
+from torchtree.kernels import native
+from torchtree.steps.bart_moves import tree_update, tree_update_native
+
+pytestmark = [pytest.mark.filterwarnings("ignore:MCMC chains look unconverged"),
+              pytest.mark.skipif(not native.available(), reason="the C++ kernels could not be built here")]
+
+
+def _same(a, b, exact=True):
+    assert torch.equal(a.feature, b.feature) and torch.equal(a.cut, b.cut)
+    for x, y in zip((a.value, a.sigma), (b.value, b.sigma)):
+        assert torch.equal(x, y) if exact else torch.allclose(x, y, rtol=1e-12, atol=1e-15)
+
+
+def _friedman(n=300, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(n, 6))
+    y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + 5 * X[:, 4] + rng.normal(size=n)
+    return X, y
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_regression_runs_equal_the_reference(dtype):
+    X, y = _friedman()
+    d = Data(X, y, task="regression")
+    kw = dict(n_trees=20, n_chains=3, n_warmup=40, n_samples=40, dtype=dtype)
+    a = BART(**kw, compile="off").run(d, seed=2)
+    b = BART(**kw, compile="native").run(d, seed=2)
+    # float64: torch's index_add_ may sum a leaf's residuals in another order (last-bit differences)
+    _same(a, b, exact=dtype == "float32")
+    assert np.allclose(a.predict(X[:20]), b.predict(X[:20]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_probit_runs_equal_the_reference(n_classes):
+    X, y = _friedman(seed=1)
+    yc = np.digitize(y, np.quantile(y, np.linspace(0, 1, n_classes + 1)[1:-1]))
+    d = Data(X, yc)
+    kw = dict(n_trees=10, n_chains=2, n_warmup=30, n_samples=30)
+    a, b = BART(**kw, compile="off").run(d, seed=5), BART(**kw, compile="native").run(d, seed=5)
+    _same(a, b)
+    assert np.array_equal(a.predict_proba(X[:20]), b.predict_proba(X[:20]))
+
+
+def test_coded_table_and_prior_runs_equal_the_reference():
+    rng = np.random.default_rng(3)
+    n = 200
+    x = rng.normal(size=n)
+    c = rng.choice(list("abcd"), n)
+    y = x + (c == "b") + 0.3 * rng.normal(size=n)
+    x[rng.random(n) < 0.2] = np.nan
+    d = Data(pd.DataFrame({"x": x, "c": c, "z": rng.normal(size=n)}), y, task="regression")
+    assert d.groups is not None
+    for use in (True, False):
+        kw = dict(n_trees=10, n_chains=2, n_warmup=30, n_samples=30, use_likelihood=use)
+        _same(BART(**kw, compile="off").run(d, seed=7), BART(**kw, compile="native").run(d, seed=7))
+
+
+def test_single_updates_from_random_states_equal_the_reference():
+    """200 updates from states reached by earlier updates, with fresh uniforms each: every output equal."""
+    X, y = _friedman(n=150, seed=4)
+    post = BART(n_trees=5, n_chains=4, n_warmup=5, n_samples=5, compile="off").run(Data(X, y, task="regression"), seed=1)
+    prior, grid = post.prior, post.grid
+    Xb = grid.bins(torch.as_tensor(X)).contiguous()
+    g = torch.Generator().manual_seed(0)
+    C, K = 4, prior.n_slots
+    feature = torch.full((C, K), -2, dtype=torch.long)
+    feature[:, 0] = -1
+    cut = torch.zeros(C, K, dtype=torch.long)
+    value = torch.zeros(C, K)
+    leaf_of = torch.zeros(C, len(y), dtype=torch.int16)
+    resid = torch.as_tensor((y - prior.offset) / prior.scale, dtype=torch.float32).repeat(C, 1)
+    sigma2 = torch.full((C,), 0.3, dtype=torch.float64)
+    for _ in range(200):
+        u = torch.rand(C, 5, generator=g, dtype=torch.float64)
+        z = torch.randn(C, K, generator=g)
+        a = tree_update(prior, feature, cut, value, leaf_of, resid, Xb, grid.n_cuts, sigma2, u, z)
+        b = tree_update_native(prior, feature, cut, value, leaf_of, resid, Xb, grid.n_cuts, sigma2, u, z)
+        for x_, y_ in zip(a[:5] + a[5], b[:5] + b[5]):
+            assert torch.equal(x_, y_)
+        feature, cut, value, leaf_of, resid = a[:5]
+    assert int((feature >= 0).sum()) > 0  # the trees grew
+
+
+def test_without_the_kernels_the_reference_runs(monkeypatch):
+    """TORCHTREE_NATIVE=0 (or a failed build) leaves the reference: same results, no error."""
+    X, y = _friedman(n=100)
+    d = Data(X, y, task="regression")
+    kw = dict(n_trees=5, n_chains=2, n_warmup=10, n_samples=10)
+    ref = BART(**kw, compile="off").run(d, seed=0)
+    monkeypatch.setenv("TORCHTREE_NATIVE", "0")
+    assert native.op("bart_tree_update") is None
+    _same(BART(**kw, compile="native").run(d, seed=0), ref)
