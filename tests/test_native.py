@@ -1,6 +1,7 @@
 """The compiled C++ kernels (torchtree.kernels.native) against their plain-torch references.
 
-``bart_tree_update`` must return what :func:`torchtree.steps.bart_moves.tree_update` returns, bit for
+``bart_sweep`` (a whole backfitting sweep in place, what ``compile="native"`` runs) and
+``bart_tree_update`` (one update) must return what :func:`torchtree.steps.bart_moves.tree_update` returns, bit for
 bit in these runs (the sums run in the same order and dtypes; only ``log`` may differ in its last
 bit, which would flip an acceptance with probability ~1e-16 per update): whole BART runs with
 ``compile="native"`` and ``compile="off"`` give the same trees, noise draws and predictions, for
@@ -23,6 +24,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:MCMC chains look unconverged"),
 
 def _same(a, b, exact=True):
     assert torch.equal(a.feature, b.feature) and torch.equal(a.cut, b.cut)
+    assert all(a.info[k] == b.info[k] for k in a.info if k.startswith("accept/"))  # the sweeps' move counts
     for x, y in zip((a.value, a.sigma), (b.value, b.sigma)):
         assert torch.equal(x, y) if exact else torch.allclose(x, y, rtol=1e-12, atol=1e-15)
 

@@ -80,8 +80,8 @@ inline int64_t heap_depth(int64_t j) {
   return d;
 }
 
-template <typename scalar_t, typename leaf_t>
-void update_chain(int64_t c, int64_t K, int64_t N, int64_t D, int64_t* feat, int64_t* cut, scalar_t* value,
+template <typename scalar_t, typename leaf_t, typename feat_t>
+void update_chain(int64_t K, int64_t N, int64_t D, feat_t* feat, feat_t* cut, scalar_t* value,
                   leaf_t* leaf_of, scalar_t* resid, const int16_t* Xb, const int64_t* n_cuts, double s2,
                   const double* u, const double* z, const int64_t* groups, const double* ps_lut,
                   const double* log1m_ps, double tau2, double pg, double pp, int64_t max_depth, bool use_lik,
@@ -107,7 +107,7 @@ void update_chain(int64_t c, int64_t K, int64_t N, int64_t D, int64_t* feat, int
     int64_t shift = depth - l;
     int64_t anc = ((j + 1) >> shift) - 1;
     int64_t below = ((j + 1) >> (shift - 1)) - 1;
-    int64_t f = std::max<int64_t>(feat[anc], 0), k = cut[anc];
+    int64_t f = std::max<int64_t>(feat[anc], 0), k = static_cast<int64_t>(cut[anc]);
     if (below % 2 == 1) hi[f] = std::min(hi[f], k);
     else lo[f] = std::max(lo[f], k + 1);
   }
@@ -123,7 +123,7 @@ void update_chain(int64_t c, int64_t K, int64_t N, int64_t D, int64_t* feat, int
   bool grow_ok = move == GROW && nav > 0 && depth < max_depth;
   bool valid = grow_ok || (move != GROW && n_nog > 0);
   int64_t cl = std::min(2 * j + 1, K - 1), cr = std::min(2 * j + 2, K - 1);
-  int64_t f_old = std::max<int64_t>(feat[j], 0), k_old = cut[j];
+  int64_t f_old = std::max<int64_t>(feat[j], 0), k_old = static_cast<int64_t>(cut[j]);
 
   // pass 1: partial residual sums per (leaf, side of the proposed rule); side 1 = left
   std::vector<scalar_t> s_cell(2 * K, scalar_t(0));
@@ -178,14 +178,14 @@ void update_chain(int64_t c, int64_t K, int64_t N, int64_t D, int64_t* feat, int
 
   // the tree: node j's rule and its children's status (the reference's write order)
   bool acc_g = accept && move == GROW, acc_p = accept && move == PRUNE, acc_split = accept && move != PRUNE;
-  int64_t fj = acc_p ? LEAF : (acc_split ? f_new : feat[j]);
+  int64_t fj = acc_p ? LEAF : (acc_split ? f_new : static_cast<int64_t>(feat[j]));
   int64_t kj = acc_split ? k_new : k_old;
-  int64_t child = acc_g ? LEAF : (acc_p ? ABSENT : feat[cl]);
-  int64_t child_r = acc_g ? LEAF : (acc_p ? ABSENT : feat[cr]);
-  feat[cl] = child;
-  feat[cr] = child_r;
-  feat[j] = fj;
-  cut[j] = kj;
+  int64_t child = acc_g ? LEAF : (acc_p ? ABSENT : static_cast<int64_t>(feat[cl]));
+  int64_t child_r = acc_g ? LEAF : (acc_p ? ABSENT : static_cast<int64_t>(feat[cr]));
+  feat[cl] = static_cast<feat_t>(child);
+  feat[cr] = static_cast<feat_t>(child_r);
+  feat[j] = static_cast<feat_t>(fj);
+  cut[j] = static_cast<feat_t>(kj);
 
   // where each (leaf, side) cell goes
   std::vector<int64_t> to(2 * K);
@@ -255,7 +255,7 @@ std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at:
       using leaf_t = std::remove_pointer_t<decltype(leaf_ptr)>;
       at::parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
         for (int64_t c = c0; c < c1; ++c) {
-          update_chain<scalar_t, leaf_t>(c, K, N, D, feat.data_ptr<int64_t>() + c * K, cu.data_ptr<int64_t>() + c * K,
+          update_chain<scalar_t, leaf_t, int64_t>(K, N, D, feat.data_ptr<int64_t>() + c * K, cu.data_ptr<int64_t>() + c * K,
                                          val.data_ptr<scalar_t>() + c * K, leaf_ptr + c * N,
                                          res.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(),
                                          nc.data_ptr<int64_t>(), s2.data_ptr<double>()[c],
@@ -275,14 +275,73 @@ std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at:
   return {feat, cu, val, lo, res, move, accept};
 }
 
+// One backfitting sweep: every tree t in turn, every chain, in place. feature, cut: int16 [T, C, K];
+// value: [T, C, K]; leaf_of: int16 [T, C, N]; resid: [C, N]; u: [T, C, 5]; z: [T, C, Kz] (Kz <= K: the
+// slots that can be leaves this sweep; the others are never read). Returns the proposed and accepted
+// counts per move type, [2, 3].
+at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of, at::Tensor resid,
+                      at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2, at::Tensor u, at::Tensor z,
+                      at::Tensor groups, at::Tensor ps_lut, at::Tensor log1m_ps, double tau2, double pg, double pp,
+                      int64_t max_depth, bool use_likelihood) {
+  TORCH_CHECK(feature.device().is_cpu(), "bart_sweep: CPU tensors only");
+  TORCH_CHECK(feature.scalar_type() == at::kShort && cut.scalar_type() == at::kShort && leaf_of.scalar_type() == at::kShort,
+              "bart_sweep: feature, cut and leaf_of are int16");
+  TORCH_CHECK(feature.is_contiguous() && cut.is_contiguous() && value.is_contiguous() && leaf_of.is_contiguous() &&
+              resid.is_contiguous(), "bart_sweep: contiguous state tensors");
+  TORCH_CHECK(value.scalar_type() == resid.scalar_type(), "value and resid must share a dtype");
+  auto xb = Xb.to(at::kShort).contiguous();
+  auto nc = n_cuts.to(at::kLong).contiguous();
+  auto s2 = sigma2.to(at::kDouble).contiguous();
+  auto uu = u.to(at::kDouble).contiguous();
+  auto gr = groups.numel() ? groups.to(at::kLong).contiguous() : groups;
+  auto psl = ps_lut.to(at::kDouble).contiguous();
+  auto l1m = log1m_ps.to(at::kDouble).contiguous();
+  const int64_t T = feature.size(0), C = feature.size(1), K = feature.size(2), N = resid.size(1), D = xb.size(0);
+  const int64_t Kz = z.size(2);
+  auto zz = z.to(value.scalar_type()).to(at::kDouble).contiguous();  // the reference's rounding of z
+  const int64_t* g = groups.numel() ? gr.data_ptr<int64_t>() : nullptr;
+  std::vector<int64_t> moves(static_cast<size_t>(C) * T), accepted(static_cast<size_t>(C) * T);
+  AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_sweep", [&] {
+    at::parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
+      std::vector<double> zrow(K, 0.0);
+      for (int64_t c = c0; c < c1; ++c) {
+        for (int64_t t = 0; t < T; ++t) {
+          const double* zt = zz.data_ptr<double>() + (t * C + c) * Kz;
+          std::copy(zt, zt + Kz, zrow.begin());
+          bool acc = false;
+          update_chain<scalar_t, int16_t, int16_t>(
+              K, N, D, feature.data_ptr<int16_t>() + (t * C + c) * K, cut.data_ptr<int16_t>() + (t * C + c) * K,
+              value.data_ptr<scalar_t>() + (t * C + c) * K, leaf_of.data_ptr<int16_t>() + (t * C + c) * N,
+              resid.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(), nc.data_ptr<int64_t>(),
+              s2.data_ptr<double>()[c], uu.data_ptr<double>() + (t * C + c) * 5, zrow.data(), g,
+              psl.data_ptr<double>(), l1m.data_ptr<double>(), tau2, pg, pp, max_depth, use_likelihood,
+              &moves[c * T + t], &acc);
+          accepted[c * T + t] = acc ? 1 : 0;
+        }
+      }
+    });
+  });
+  auto counts = at::zeros({2, 3}, feature.options().dtype(at::kLong));
+  auto cp = counts.data_ptr<int64_t>();
+  for (size_t i = 0; i < moves.size(); ++i) {
+    cp[moves[i]] += 1;
+    cp[3 + moves[i]] += accepted[i];
+  }
+  return counts;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(torchtree, m) {
   m.def("bart_tree_update(Tensor feature, Tensor cut, Tensor value, Tensor leaf_of, Tensor resid, Tensor Xb, "
         "Tensor n_cuts, Tensor sigma2, Tensor u, Tensor z, Tensor groups, Tensor ps_lut, Tensor log1m_ps, "
         "float tau2, float pg, float pp, int max_depth, bool use_likelihood) -> Tensor[]");
+  m.def("bart_sweep(Tensor(a!) feature, Tensor(b!) cut, Tensor(c!) value, Tensor(d!) leaf_of, Tensor(e!) resid, "
+        "Tensor Xb, Tensor n_cuts, Tensor sigma2, Tensor u, Tensor z, Tensor groups, Tensor ps_lut, "
+        "Tensor log1m_ps, float tau2, float pg, float pp, int max_depth, bool use_likelihood) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(torchtree, CPU, m) {
   m.impl("bart_tree_update", bart_tree_update);
+  m.impl("bart_sweep", bart_sweep);
 }

@@ -22,7 +22,7 @@ from torchtree.kernels import native
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, heap_depth
 from torchtree.model.feature_groups import choose_column
 
-__all__ = ["MOVE_PROBS", "log_marginal", "tree_update", "tree_update_native", "prior_tables", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
+__all__ = ["MOVE_PROBS", "log_marginal", "tree_update", "tree_update_native", "sweep_native", "prior_tables", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
            "leaf_ranges", "pick_nth"]
 
 #: probabilities of grow, prune and change
@@ -270,6 +270,25 @@ def tree_update_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tenso
                                       empty if groups is None else groups, ps_lut, log1m_ps, float(prior.tau ** 2),
                                       float(pg), float(pp), int(prior.max_depth), bool(use_likelihood))
     return f, k, v, L, r, (move, acc)
+
+
+def sweep_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor, leaf_of: torch.Tensor,
+                 resid: torch.Tensor, Xb: torch.Tensor, n_cuts: torch.Tensor, sigma2: torch.Tensor, U: torch.Tensor,
+                 Z: torch.Tensor, use_likelihood: bool = True, groups: Optional[torch.Tensor] = None):
+    """A whole backfitting sweep (every tree in turn, every chain) as one compiled C++ call, in place:
+    :func:`tree_update` for ``t = 0 .. T-1`` with ``U[t]``, ``Z[t]``. ``feature, cut`` int16 ``[T, C, K]``,
+    ``value [T, C, K]``, ``leaf_of`` int16 ``[T, C, N]``, ``resid [C, N]`` (contiguous, CPU); ``U [T, C, 5]``,
+    ``Z [T, C, Kz]``. Returns the proposed / accepted counts per move type ``[2, 3]``, or None where the
+    kernel is unavailable (nothing is changed then)."""
+    kernel = native.op("bart_sweep") if resid.device.type == "cpu" else None
+    if kernel is None:
+        return None
+    _, ps_lut, log1m_ps = prior_tables(prior, feature.shape[-1], resid.device)
+    pg, pp, _ = MOVE_PROBS
+    empty = torch.empty(0, dtype=torch.long)
+    return kernel(feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, Z, empty if groups is None else groups,
+                  ps_lut, log1m_ps, float(prior.tau ** 2), float(pg), float(pp), int(prior.max_depth),
+                  bool(use_likelihood))
 
 
 def gamma_from_uniforms(shape: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

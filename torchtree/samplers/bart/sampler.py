@@ -13,7 +13,8 @@ from torchtree.model.diagnostics import chain_ess, rhat, warn_if_unconverged
 from torchtree.samplers import driver
 from torchtree.samplers.base import SamplerBase
 from torchtree.kernels.native import available as native_ok
-from torchtree.steps.bart_moves import draw_latent, draw_sigma, draw_utilities, tree_update, tree_update_native
+from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities, sweep_native, tree_update,
+                                       tree_update_native)
 
 from torchtree.samplers.bart.config import BARTConfig, Stream
 from torchtree.samplers.bart.state import BARTSetup, BARTState
@@ -224,8 +225,9 @@ class BART(SamplerBase):
         Xb, n_cuts, use = ctx.setup.Xb, ctx.setup.n_cuts, c.use_likelihood
         feature, cut, value, leaf_of = state.feature, state.cut, state.value, state.leaf_of
         if c.bart_sampler == "mcmc":
+            update = tree_update_native if ctx.setup.update_fn is tree_update_native else (lambda *a: _update(ctx, *a))
             resid, moves = backfit_sweep(prior, feature, cut, value, leaf_of, state.resid, Xb, n_cuts, state.sigma2,
-                                         ctx.seed, base, tree_chain, use, lambda *a: _update(ctx, *a), ctx.setup.groups)
+                                         ctx.seed, base, tree_chain, use, update, ctx.setup.groups)
         else:
             from torchtree.steps.bart_pg import pg_tree_update
 
@@ -363,6 +365,10 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     used = (feature != ABSENT).flatten(0, 1).any(0).nonzero()
     deepest = int(heap_depth(used.max())) if used.numel() else 0
     Z = _leaf_normals(seed, base, tree_chain, K, min(K, (1 << (deepest + 2)) - 1))
+    if update is tree_update_native and all(x.is_contiguous() for x in (feature, cut, value, leaf_of, resid)):
+        counts = sweep_native(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, Z, use_likelihood, groups)
+        if counts is not None:  # the whole sweep in one compiled call
+            return resid, counts
     moves = torch.zeros(2, 3, dtype=torch.long, device=dev)
     ones = torch.ones(C, dtype=torch.long, device=dev)
     for t in range(T):
