@@ -108,3 +108,53 @@ def test_without_the_kernels_the_reference_runs(monkeypatch):
     monkeypatch.setenv("TORCHTREE_NATIVE", "0")
     assert native.op("bart_tree_update") is None
     _same(BART(**kw, compile="native").run(d, seed=0), ref)
+
+
+def test_grow_from_root_without_likelihood_draws_the_prior():
+    """With the likelihood off, the grow-from-root proposal is the BART tree prior itself: 4000 trees
+    regrown once have the leaf-count distribution of exact enumeration (chi-square, alpha = 1e-3);
+    with a planted defect (the split probability of the next depth) the test fails."""
+    from scipy.stats import chisquare
+
+    from torchtree.model.bart import LEAF, CutGrid
+    from torchtree.steps.bart_moves import gfr_sweep_native
+    from torchtree.testing import exact_bart_tree
+
+    X = np.array([[a, b] for a in range(4) for b in range(3)], dtype=np.float64)
+    data = Data(X, np.zeros(len(X)), task="regression")
+    prior = BART(n_trees=1, n_chains=1, n_warmup=1, n_samples=1, max_depth=3, beta_split=0.5).run(data, seed=0).prior
+    grid = CutGrid.from_data(data, 100)
+    Xb = grid.bins(data.X).contiguous()
+    C, K, N = 4000, prior.n_slots, len(X)
+    feature = torch.full((1, C, K), -2, dtype=torch.int16)
+    feature[..., 0] = LEAF
+    cut = torch.zeros(1, C, K, dtype=torch.int16)
+    value = torch.zeros(1, C, K)
+    leaf_of = torch.zeros(1, C, N, dtype=torch.int16)
+    resid = torch.zeros(C, N)
+    g = torch.Generator().manual_seed(3)
+    U, Z = torch.rand(1, C, K, generator=g, dtype=torch.float64), torch.randn(1, C, K, generator=g, dtype=torch.float64)
+    assert gfr_sweep_native(prior, feature, cut, value, leaf_of, resid, Xb, grid.n_cuts, torch.ones(C, dtype=torch.float64),
+                            U, Z, use_likelihood=False)
+    exact, _ = exact_bart_tree(Xb.T.numpy(), grid.n_cuts.tolist(), prior)
+    leaves = (feature[0] == LEAF).sum(1).numpy()
+    counts = np.bincount(leaves, minlength=exact.size)[: exact.size].astype(float)
+    keep = exact * C > 5
+    f_exp = exact[keep] * C
+    assert chisquare(counts[keep], f_exp * counts[keep].sum() / f_exp.sum()).pvalue > 1e-3, (counts[:8], f_exp[:8])
+    # every point sits in a leaf that holds it, and the residuals moved by the leaf values drawn
+    rows = torch.arange(C)[:, None]
+    assert bool((feature[0][rows, leaf_of[0].long()] == LEAF).all())
+    assert torch.allclose(resid, -value[0].gather(1, leaf_of[0].long()))
+
+
+def test_grow_from_root_runs_are_seeded_and_fall_back_to_mcmc():
+    X, y = _friedman(n=200)
+    d = Data(X, y, task="regression")
+    kw = dict(n_trees=20, n_chains=2, n_warmup=20, n_samples=20, n_gfr=5)
+    a, b = BART(**kw).run(d, seed=4), BART(**kw).run(d, seed=4)
+    _same(a, b)
+    off = BART(**kw, compile="off").run(d, seed=4)  # no compiled kernels: the 5 sweeps are MCMC sweeps
+    assert not torch.equal(off.feature, a.feature)
+    with pytest.raises(ValueError, match="n_warmup"):
+        BART(n_gfr=30, n_warmup=20)

@@ -22,7 +22,7 @@ from torchtree.kernels import native
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, heap_depth
 from torchtree.model.feature_groups import choose_column
 
-__all__ = ["MOVE_PROBS", "log_marginal", "tree_update", "tree_update_native", "sweep_native", "prior_tables", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
+__all__ = ["MOVE_PROBS", "log_marginal", "tree_update", "tree_update_native", "sweep_native", "gfr_sweep_native", "prior_tables", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
            "leaf_ranges", "pick_nth"]
 
 #: probabilities of grow, prune and change
@@ -289,6 +289,28 @@ def sweep_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, val
     return kernel(feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, Z, empty if groups is None else groups,
                   ps_lut, log1m_ps, float(prior.tau ** 2), float(pg), float(pp), int(prior.max_depth),
                   bool(use_likelihood))
+
+
+def gfr_sweep_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor,
+                     leaf_of: torch.Tensor, resid: torch.Tensor, Xb: torch.Tensor, n_cuts: torch.Tensor,
+                     sigma2: torch.Tensor, U: torch.Tensor, Z: torch.Tensor, use_likelihood: bool = True,
+                     groups: Optional[torch.Tensor] = None) -> bool:
+    """One grow-from-root sweep in place (XBART's warm start, He & Hahn 2021), as one compiled call: every
+    tree in turn regrown from the root on its partial residual. A node of depth ``d`` holding ``n`` points
+    with residual sum ``s`` stops with weight ``(1 - p_d) l(n, s)`` or splits on rule ``(f, k)`` with weight
+    ``p_d P(f) / avail_f l(n_L, s_L) l(n_R, s_R)`` (``P(f)``, ``avail_f``: the prior's feature and cut
+    draws, ``l``: :func:`log_marginal`'s likelihood), drawn with ``U[t, c, slot]``: paper 001's one-step
+    optimal proposal applied to one tree. The leaves then take their Gibbs draws with ``Z[t, c, slot]``.
+    Shapes as :func:`sweep_native` with ``U, Z [T, C, K]``. Not a Markov kernel of the posterior: a warm
+    start for the MCMC sweeps. Returns False (nothing changed) where the kernel is unavailable."""
+    kernel = native.op("bart_gfr_sweep") if resid.device.type == "cpu" else None
+    if kernel is None:
+        return False
+    _, ps_lut, _ = prior_tables(prior, feature.shape[-1], resid.device)
+    empty = torch.empty(0, dtype=torch.long)
+    kernel(feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, Z, empty if groups is None else groups, ps_lut,
+           float(prior.tau ** 2), int(prior.max_depth), bool(use_likelihood))
+    return True
 
 
 def gamma_from_uniforms(shape: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

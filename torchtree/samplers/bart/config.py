@@ -21,6 +21,7 @@ class Stream(enum.IntEnum):
     SIGMA = 2  #: the noise variance's gamma draw (regression)
     LATENTS = 3  #: the probit latents (classification)
     PARTICLE_GIBBS = 4  #: ``bart_sampler="pg"``: the conditional SMC's uniforms
+    GROW_FROM_ROOT = 5  #: the grow-from-root sweeps' node decisions (and ``LEAVES`` their leaves)
     INITIAL_LATENTS = 7  #: the probit latents of the starting state
 
 
@@ -38,6 +39,9 @@ class BARTConfig(SamplerConfig):
     n_samples: int = option(250, help="kept sweeps per chain (after warm-up and thinning)", low=1)
     n_warmup: int = option(250, help="burn-in sweeps per chain", low=0)
     thin: int = option(1, help="keep every thin-th sweep after warm-up", low=1)
+    n_gfr: int = option(0, help="grow-from-root sweeps (XBART's warm start: each tree regrown from the root with "
+                        "rules drawn in proportion to prior x marginal likelihood) that open the warm-up, counted in "
+                        "n_warmup; CPU with the compiled kernels (else they are MCMC sweeps)", low=0)
     bart_sampler: str = option("mcmc", help="how a tree is redrawn: grow/prune/change Metropolis-Hastings (mcmc) "
                                "or a conditional top-down SMC (pg, Particle Gibbs)", choices=("mcmc", "pg"))
     n_pg_particles: int = option(10, help="Particle Gibbs: particles per tree and chain, the kept tree included",
@@ -73,6 +77,9 @@ class BARTConfig(SamplerConfig):
                                           "so far make the posterior)", low=0.0, low_open=True, result=False)
 
     def check(self) -> None:
+        if self.n_gfr > self.n_warmup:
+            raise ValueError(f"n_gfr={self.n_gfr} grow-from-root sweeps open the warm-up, so n_warmup "
+                             f"({self.n_warmup}) must be at least n_gfr")
         if (1 << (self.max_depth + 1)) - 1 > 32767:  # pragma: no cover - max_depth <= 14 by its bounds
             raise ValueError("max_depth too large")
         if 2 * self.n_chains * (1 << (self.max_depth + 1)) >= 1 << 31:  # the tree update's int32 cell indices

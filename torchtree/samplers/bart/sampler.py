@@ -13,8 +13,8 @@ from torchtree.model.diagnostics import chain_ess, rhat, warn_if_unconverged
 from torchtree.samplers import driver
 from torchtree.samplers.base import SamplerBase
 from torchtree.kernels.native import available as native_ok
-from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities, sweep_native, tree_update,
-                                       tree_update_native)
+from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities, gfr_sweep_native, sweep_native,
+                                       tree_update, tree_update_native)
 
 from torchtree.samplers.bart.config import BARTConfig, Stream
 from torchtree.samplers.bart.state import BARTSetup, BARTState
@@ -224,7 +224,16 @@ class BART(SamplerBase):
         base = it * _STREAMS
         Xb, n_cuts, use = ctx.setup.Xb, ctx.setup.n_cuts, c.use_likelihood
         feature, cut, value, leaf_of = state.feature, state.cut, state.value, state.leaf_of
-        if c.bart_sampler == "mcmc":
+        gfr = it < c.n_gfr and ctx.setup.update_fn is tree_update_native
+        if gfr:  # a grow-from-root sweep opens the warm-up (XBART's warm start)
+            U_g = keyed_uniform(ctx.seed, base + Stream.GROW_FROM_ROOT, tree_chain[..., None], torch.arange(K, device=dev))
+            Z = _leaf_normals(ctx.seed, base, tree_chain, K, K)
+            gfr = gfr_sweep_native(prior, feature, cut, value, leaf_of, state.resid, Xb, n_cuts, state.sigma2, U_g, Z,
+                                   use, ctx.setup.groups)
+            resid, moves = state.resid, torch.zeros(2, 3, dtype=torch.long, device=dev)
+        if gfr:
+            pass
+        elif c.bart_sampler == "mcmc":
             update = tree_update_native if ctx.setup.update_fn is tree_update_native else (lambda *a: _update(ctx, *a))
             resid, moves = backfit_sweep(prior, feature, cut, value, leaf_of, state.resid, Xb, n_cuts, state.sigma2,
                                          ctx.seed, base, tree_chain, use, update, ctx.setup.groups)
