@@ -11,6 +11,7 @@
 // differently); see tests/test_native.py.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <ATen/native/Math.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,6 +24,32 @@ namespace {
 constexpr int64_t LEAF = -1;
 constexpr int64_t ABSENT = -2;
 constexpr int GROW = 0, PRUNE = 1, CHANGE = 2;
+
+// torchtree.core.random.keyed_uniform, bit for bit: SplitMix64 finalisers over (stream base, index, slot)
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+inline double keyed_uniform(uint64_t base, int64_t index, int64_t slot) {
+  const uint64_t golden = 0x9E3779B97F4A7C15ULL;
+  uint64_t z = mix64(static_cast<uint64_t>(index) * golden + base);
+  uint64_t bits = mix64(z + static_cast<uint64_t>(slot) * golden + 0x632BE5ABULL) >> 11;
+  double u = (static_cast<double>(bits) + 0.5) * (1.0 / 9007199254740992.0);
+  return std::min(u, 1.0 - std::numeric_limits<double>::epsilon() / 2);
+}
+
+// where a leaf's standard normal comes from: a row of a tensor, or keyed draws made on demand
+struct LeafNormals {
+  const double* row = nullptr;  // [K] (zeros past the drawn slots)
+  uint64_t base = 0;
+  int64_t key = 0, kz = 0;
+  double operator()(int64_t k) const {
+    if (row) return row[k];
+    return k < kz ? calc_ndtri(keyed_uniform(base, key, k)) : 0.0;
+  }
+};
 
 // floor(u * count)-th True of mask[0..n) (the reference's pick_nth): n - 1 when there is none.
 int64_t pick_nth(const std::vector<char>& mask, int64_t n, double u) {
@@ -83,7 +110,7 @@ inline int64_t heap_depth(int64_t j) {
 template <typename scalar_t, typename leaf_t, typename feat_t>
 void update_chain(int64_t K, int64_t N, int64_t D, feat_t* feat, feat_t* cut, scalar_t* value,
                   leaf_t* leaf_of, scalar_t* resid, const int16_t* Xb, const int64_t* n_cuts, double s2,
-                  const double* u, const double* z, const int64_t* groups, const double* ps_lut,
+                  const double* u, const LeafNormals& z, const int64_t* groups, const double* ps_lut,
                   const double* log1m_ps, double tau2, double pg, double pp, int64_t max_depth, bool use_lik,
                   int64_t* move_out, bool* accept_out) {
   const int64_t kint = (K - 1) / 2;
@@ -215,7 +242,8 @@ void update_chain(int64_t K, int64_t N, int64_t D, feat_t* feat, feat_t* cut, sc
     double v = s2 + n_leaf_pts[k] * tau2;
     double mean = tau2 * s_leaf[k] / v;
     double sd = std::sqrt(tau2 * s2 / v);
-    value[k] = static_cast<scalar_t>(feat[k] == LEAF ? mean + sd * z[k] : 0.0);
+    // z rounded to the values' dtype first, as the reference receives it
+    value[k] = static_cast<scalar_t>(feat[k] == LEAF ? mean + sd * static_cast<double>(static_cast<scalar_t>(z(k))) : 0.0);
   }
   // pass 2: every point's leaf and residual
   for (int64_t n = 0; n < N; ++n) {
@@ -259,7 +287,7 @@ std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at:
                                          val.data_ptr<scalar_t>() + c * K, leaf_ptr + c * N,
                                          res.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(),
                                          nc.data_ptr<int64_t>(), s2.data_ptr<double>()[c],
-                                         uu.data_ptr<double>() + c * uu.size(1), zz.data_ptr<double>() + c * K, g,
+                                         uu.data_ptr<double>() + c * uu.size(1), LeafNormals{zz.data_ptr<double>() + c * K}, g,
                                          psl.data_ptr<double>(), l1m.data_ptr<double>(), tau2, pg, pp, max_depth,
                                          use_likelihood, move.data_ptr<int64_t>() + c, accept.data_ptr<bool>() + c);
         }
@@ -277,12 +305,14 @@ std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at:
 
 // One backfitting sweep: every tree t in turn, every chain, in place. feature, cut: int16 [T, C, K];
 // value: [T, C, K]; leaf_of: int16 [T, C, N]; resid: [C, N]; u: [T, C, 5]; z: [T, C, Kz] (Kz <= K: the
-// slots that can be leaves this sweep; the others are never read). Returns the proposed and accepted
-// counts per move type, [2, 3].
+// slots that can be leaves this sweep; the others are never read), or empty: then each leaf's normal is
+// drawn when needed, ndtri(keyed_uniform(leaves_base, keys[t, c], slot)) for slot < kz, else 0 (the
+// same numbers a z tensor made by torchtree.core.random holds). Returns the proposed and accepted counts
+// per move type, [2, 3].
 at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of, at::Tensor resid,
                       at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2, at::Tensor u, at::Tensor z,
                       at::Tensor groups, at::Tensor ps_lut, at::Tensor log1m_ps, double tau2, double pg, double pp,
-                      int64_t max_depth, bool use_likelihood) {
+                      int64_t max_depth, bool use_likelihood, int64_t leaves_base, at::Tensor keys, int64_t kz) {
   TORCH_CHECK(feature.device().is_cpu(), "bart_sweep: CPU tensors only");
   TORCH_CHECK(feature.scalar_type() == at::kShort && cut.scalar_type() == at::kShort && leaf_of.scalar_type() == at::kShort,
               "bart_sweep: feature, cut and leaf_of are int16");
@@ -297,8 +327,10 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
   auto psl = ps_lut.to(at::kDouble).contiguous();
   auto l1m = log1m_ps.to(at::kDouble).contiguous();
   const int64_t T = feature.size(0), C = feature.size(1), K = feature.size(2), N = resid.size(1), D = xb.size(0);
-  const int64_t Kz = z.size(2);
-  auto zz = z.to(value.scalar_type()).to(at::kDouble).contiguous();  // the reference's rounding of z
+  const bool keyed = z.numel() == 0;  // keyed draws (keys [T, C], slots < kz) instead of a z tensor
+  const int64_t Kz = keyed ? kz : z.size(2);
+  auto zz = keyed ? z : z.to(at::kDouble).contiguous();
+  auto kk = keyed ? keys.to(at::kLong).contiguous() : keys;
   const int64_t* g = groups.numel() ? gr.data_ptr<int64_t>() : nullptr;
   std::vector<int64_t> moves(static_cast<size_t>(C) * T), accepted(static_cast<size_t>(C) * T);
   AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_sweep", [&] {
@@ -306,14 +338,20 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
       std::vector<double> zrow(K, 0.0);
       for (int64_t c = c0; c < c1; ++c) {
         for (int64_t t = 0; t < T; ++t) {
-          const double* zt = zz.data_ptr<double>() + (t * C + c) * Kz;
-          std::copy(zt, zt + Kz, zrow.begin());
+          LeafNormals zs;
+          if (keyed) {
+            zs.base = static_cast<uint64_t>(leaves_base), zs.key = kk.data_ptr<int64_t>()[t * C + c], zs.kz = Kz;
+          } else {
+            const double* zt = zz.data_ptr<double>() + (t * C + c) * Kz;
+            std::copy(zt, zt + Kz, zrow.begin());
+            zs.row = zrow.data();
+          }
           bool acc = false;
           update_chain<scalar_t, int16_t, int16_t>(
               K, N, D, feature.data_ptr<int16_t>() + (t * C + c) * K, cut.data_ptr<int16_t>() + (t * C + c) * K,
               value.data_ptr<scalar_t>() + (t * C + c) * K, leaf_of.data_ptr<int16_t>() + (t * C + c) * N,
               resid.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(), nc.data_ptr<int64_t>(),
-              s2.data_ptr<double>()[c], uu.data_ptr<double>() + (t * C + c) * 5, zrow.data(), g,
+              s2.data_ptr<double>()[c], uu.data_ptr<double>() + (t * C + c) * 5, zs, g,
               psl.data_ptr<double>(), l1m.data_ptr<double>(), tau2, pg, pp, max_depth, use_likelihood,
               &moves[c * T + t], &acc);
           accepted[c * T + t] = acc ? 1 : 0;
@@ -498,7 +536,8 @@ TORCH_LIBRARY(torchtree, m) {
         "float tau2, float pg, float pp, int max_depth, bool use_likelihood) -> Tensor[]");
   m.def("bart_sweep(Tensor(a!) feature, Tensor(b!) cut, Tensor(c!) value, Tensor(d!) leaf_of, Tensor(e!) resid, "
         "Tensor Xb, Tensor n_cuts, Tensor sigma2, Tensor u, Tensor z, Tensor groups, Tensor ps_lut, "
-        "Tensor log1m_ps, float tau2, float pg, float pp, int max_depth, bool use_likelihood) -> Tensor");
+        "Tensor log1m_ps, float tau2, float pg, float pp, int max_depth, bool use_likelihood, int leaves_base, "
+        "Tensor keys, int kz) -> Tensor");
   m.def("bart_gfr_sweep(Tensor(a!) feature, Tensor(b!) cut, Tensor(c!) value, Tensor(d!) leaf_of, Tensor(e!) resid, "
         "Tensor Xb, Tensor n_cuts, Tensor sigma2, Tensor u, Tensor z, Tensor groups, Tensor ps_lut, float tau2, "
         "int max_depth, bool use_likelihood) -> ()");

@@ -274,21 +274,31 @@ def tree_update_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tenso
 
 def sweep_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor, leaf_of: torch.Tensor,
                  resid: torch.Tensor, Xb: torch.Tensor, n_cuts: torch.Tensor, sigma2: torch.Tensor, U: torch.Tensor,
-                 Z: torch.Tensor, use_likelihood: bool = True, groups: Optional[torch.Tensor] = None):
+                 Z: Optional[torch.Tensor], use_likelihood: bool = True, groups: Optional[torch.Tensor] = None,
+                 keyed_leaves: Optional[Tuple[int, torch.Tensor, int]] = None):
     """A whole backfitting sweep (every tree in turn, every chain) as one compiled C++ call, in place:
     :func:`tree_update` for ``t = 0 .. T-1`` with ``U[t]``, ``Z[t]``. ``feature, cut`` int16 ``[T, C, K]``,
     ``value [T, C, K]``, ``leaf_of`` int16 ``[T, C, N]``, ``resid [C, N]`` (contiguous, CPU); ``U [T, C, 5]``,
-    ``Z [T, C, Kz]``. Returns the proposed / accepted counts per move type ``[2, 3]``, or None where the
-    kernel is unavailable (nothing is changed then)."""
+    ``Z [T, C, Kz]``, or None with ``keyed_leaves = (base, keys [T, C], Kz)``: each leaf's normal is then
+    drawn in the kernel when a leaf needs it, ``ndtri(keyed_uniform)`` with stream seed ``base`` (the
+    numbers ``Z`` would hold; most slots are no leaf). Returns the proposed / accepted counts per move
+    type ``[2, 3]``, or None where the kernel is unavailable (nothing is changed then)."""
     kernel = native.op("bart_sweep") if resid.device.type == "cpu" else None
     if kernel is None:
         return None
     _, ps_lut, log1m_ps = prior_tables(prior, feature.shape[-1], resid.device)
     pg, pp, _ = MOVE_PROBS
     empty = torch.empty(0, dtype=torch.long)
-    return kernel(feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, Z, empty if groups is None else groups,
-                  ps_lut, log1m_ps, float(prior.tau ** 2), float(pg), float(pp), int(prior.max_depth),
-                  bool(use_likelihood))
+    base, keys, kz = keyed_leaves if Z is None else (0, empty, 0)
+    return kernel(feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, empty.double() if Z is None else Z,
+                  empty if groups is None else groups, ps_lut, log1m_ps, float(prior.tau ** 2), float(pg), float(pp),
+                  int(prior.max_depth), bool(use_likelihood), _signed(base), keys, int(kz))
+
+
+def _signed(v: int) -> int:
+    """A 64-bit seed as the signed int64 an operator's ``int`` argument takes (same bits)."""
+    v = int(v) & ((1 << 64) - 1)
+    return v - (1 << 64) if v >= 1 << 63 else v
 
 
 def gfr_sweep_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor,

@@ -373,11 +373,13 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     # children are never leaves in this sweep
     used = (feature != ABSENT).flatten(0, 1).any(0).nonzero()
     deepest = int(heap_depth(used.max())) if used.numel() else 0
-    Z = _leaf_normals(seed, base, tree_chain, K, min(K, (1 << (deepest + 2)) - 1))
     if update is tree_update_native and all(x.is_contiguous() for x in (feature, cut, value, leaf_of, resid)):
-        counts = sweep_native(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, Z, use_likelihood, groups)
+        kz = min(K, (1 << (deepest + 2)) - 1)  # the leaves' normals drawn in the kernel, only where a leaf needs one
+        counts = sweep_native(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, None, use_likelihood,
+                              groups, keyed_leaves=(derive_seed(seed, base + Stream.LEAVES), tree_chain, kz))
         if counts is not None:  # the whole sweep in one compiled call
             return resid, counts
+    Z = _leaf_normals(seed, base, tree_chain, K, min(K, (1 << (deepest + 2)) - 1))
     moves = torch.zeros(2, 3, dtype=torch.long, device=dev)
     ones = torch.ones(C, dtype=torch.long, device=dev)
     for t in range(T):
