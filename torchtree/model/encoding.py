@@ -141,8 +141,12 @@ def needs_encoding(X: Any, categorical_features="from_dtype") -> bool:
     if hasattr(X, "toarray") and hasattr(X, "nnz"):
         return False  # refused on the numeric path with its message
     try:
-        if frame_columns(X) is None and to_numpy(X, "X").dtype.kind in "cMm":
-            return False  # complex numbers, dates: the numeric path refuses them
+        if frame_columns(X) is None:
+            arr = to_numpy(X, "X")
+            if arr.dtype.kind in "cMmbiu":
+                return False  # numbers without NaN; complex numbers and dates the numeric path refuses
+            if arr.dtype.kind == "f":
+                return bool(np.isnan(arr).any())  # one pass, no copy (large numeric tables)
         cols, kinds, _ = _raw_columns(X)
     except Exception:
         return False  # the numeric path says what is wrong with it
