@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
+import torch
 
 from torchtree.model.inputs import InputTypeError, column_label, frame_columns, to_numpy
 
@@ -140,6 +141,8 @@ def needs_encoding(X: Any, categorical_features="from_dtype") -> bool:
         return True
     if hasattr(X, "toarray") and hasattr(X, "nnz"):
         return False  # refused on the numeric path with its message
+    if isinstance(X, torch.Tensor) and X.layout == torch.strided and X.dim() == 2:
+        return bool(torch.isnan(X).any()) if X.is_floating_point() else False  # on its device, no copy
     try:
         if frame_columns(X) is None:
             arr = to_numpy(X, "X")
