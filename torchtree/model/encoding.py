@@ -50,7 +50,7 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 import torch
 
-from torchtree.model.inputs import InputTypeError, column_label, frame_columns, to_numpy
+from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, to_numpy
 
 __all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
 
@@ -60,15 +60,6 @@ MAX_SUBSET_LEVELS = 8
 MAX_ENCODED_COLUMNS = 4096
 
 _KINDS = ("numeric", "mia", "subsets", "ordinal", "constant")
-
-
-def _is_missing_cell(v) -> bool:
-    if v is None:
-        return True
-    try:
-        return bool(v != v)
-    except TypeError:  # pandas.NA
-        return True
 
 
 def _frame_dtype_kind(dt) -> str:
@@ -120,7 +111,7 @@ def _as_numbers(col: np.ndarray):
     """float64 of an object column, or None when some present cell is not a number."""
     out = np.empty(len(col), dtype=np.float64)
     for i, v in enumerate(col.tolist()):
-        if _is_missing_cell(v):
+        if is_missing_cell(v):
             out[i] = np.nan
             continue
         if isinstance(v, (bool, np.bool_)):
@@ -281,7 +272,7 @@ class TableEncoder:
                                      "not name it; list it in categorical_features, or use the default 'from_dtype'")
                 out.append(cls._numeric(nums, where))
             elif kind == "ordered":
-                present = [None if _is_missing_cell(v) else ordered_cats.index(v) for v in col.tolist()]
+                present = [None if is_missing_cell(v) else ordered_cats.index(v) for v in col.tolist()]
                 codes = np.array([np.nan if v is None else float(v) for v in present])
                 out.append(cls._numeric(codes, where, levels=list(ordered_cats), source="ordered"))
             else:
@@ -338,7 +329,7 @@ class TableEncoder:
     @staticmethod
     def _categorical(col: np.ndarray, y: Optional[np.ndarray], max_levels: int, where: str = "column") -> _Column:
         cells = col.tolist()
-        miss = np.array([_is_missing_cell(v) for v in cells])
+        miss = np.array([is_missing_cell(v) for v in cells])
         for i, v in enumerate(cells):
             if not miss[i] and (not isinstance(v, (str, bytes, int, float, bool, np.generic)) or
                                 isinstance(v, (complex, np.complexfloating, np.datetime64, np.timedelta64))):
@@ -389,7 +380,7 @@ class TableEncoder:
             return np.where(in_s, 0.0, 1.0)
         if c.source == "ordered":  # codes in category order; an unseen level is a missing value
             lookup = {v: i for i, v in enumerate(c.levels)}
-            x = np.array([np.nan if _is_missing_cell(v) else float(lookup.get(v, np.nan)) for v in col.tolist()])
+            x = np.array([np.nan if is_missing_cell(v) else float(lookup.get(v, np.nan)) for v in col.tolist()])
         else:
             x = col if kind == "numeric" else _as_numbers(col)
             if x is None:
@@ -410,7 +401,7 @@ class TableEncoder:
         miss_code = len(c.levels) - 1 if has_missing else c.fill_level
         out = np.empty(len(col), dtype=np.int64)
         for i, v in enumerate(col.tolist()):
-            if _is_missing_cell(v):
+            if is_missing_cell(v):
                 out[i] = miss_code
             else:
                 k = lookup.get(v)
@@ -489,7 +480,7 @@ def _level_text(v) -> str:
 
 def _first_text(col: np.ndarray):
     for v in col.tolist():
-        if not _is_missing_cell(v):
+        if not is_missing_cell(v):
             try:
                 float(v)
             except (TypeError, ValueError):

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-__all__ = ["InputTypeError", "as_feature_matrix", "encode_class_labels", "check_class_count", "check_no_missing_labels"]
+__all__ = ["InputTypeError", "is_missing_cell", "as_feature_matrix", "encode_class_labels", "check_class_count", "check_no_missing_labels"]
 
 
 class InputTypeError(TypeError, ValueError):
@@ -73,8 +73,8 @@ def _check_no_categoricals(obj: Any, name: str) -> None:
             )
 
 
-def _is_missing(v) -> bool:
-    """None, NaN or a pandas NA among labels of any type."""
+def is_missing_cell(v) -> bool:
+    """None, NaN or a pandas NA among labels or cells of any type."""
     if v is None:
         return True
     try:
@@ -87,7 +87,7 @@ def check_no_missing_labels(yn: np.ndarray, name: str = "y") -> None:
     """ValueError naming the first missing label (None / NaN / NA) of an object label array."""
     if yn.dtype.kind != "O":
         return  # float labels: NaN is refused with the other non-finite values
-    bad = [i for i, v in enumerate(yn.tolist()) if _is_missing(v)]
+    bad = [i for i, v in enumerate(yn.tolist()) if is_missing_cell(v)]
     if len(bad):
         raise ValueError(f"{name} has {len(bad)} missing label(s) (None / NaN); the first is at row {int(bad[0])}")
 
