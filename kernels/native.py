@@ -1,9 +1,9 @@
 """torchtree's compiled CPU kernels: C++ sources in ``csrc/`` built on first use and cached.
 
 :func:`op` returns a ``torch.ops.torchtree`` operator, building the extension the first time any is
-asked for in a process (``torch.utils.cpp_extension.load``: g++ and ninja, about a minute cold; the
-build is cached under ``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``, and reused by
-later processes until the sources change). Nothing is installed beyond the package itself. When the
+asked for in a process (``torch.utils.cpp_extension.load``: g++ and ninja, about a minute cold). The
+build is kept in :func:`build_directory` (one folder per source content under ``TORCH_EXTENSIONS_DIR``,
+default ``~/.cache/torch_extensions``); later processes load the built library directly. Nothing is installed beyond the package itself. When the
 build fails (no compiler, an unsupported platform) or ``TORCHTREE_NATIVE=0`` is set, :func:`op`
 returns None and the callers run their plain-torch reference; a failed build warns once.
 
@@ -16,7 +16,9 @@ Layer: base (no torchtree imports).
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -27,15 +29,35 @@ import torch
 __all__ = ["op", "available", "SOURCES"]
 
 SOURCES = [Path(__file__).resolve().parent / "csrc" / "bart_update.cpp"]
+FLAGS = ["-O3", "-ffp-contract=off"]
 _STATE: dict = {}
 _LOCK = threading.Lock()
 
 
-def _build() -> bool:
-    from torch.utils.cpp_extension import load
+def build_directory() -> Path:
+    """Where the build of these sources lives: one folder per content (sources, flags, torch version) under
+    ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``), shared by every checkout of them."""
+    h = hashlib.sha256()
+    for p in SOURCES:
+        h.update(p.read_bytes())
+    h.update(repr((FLAGS, torch.__version__)).encode())
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions")
+    return Path(root) / f"torchtree_native_{h.hexdigest()[:16]}"
 
-    load(name="torchtree_native", sources=[str(p) for p in SOURCES], extra_cflags=["-O3", "-ffp-contract=off"],
-         is_python_module=False, verbose=False)
+
+def _build() -> bool:
+    folder = build_directory()
+    lib = folder / "torchtree_native.so"
+    if lib.is_file():  # built before: load it (no build lock, no ninja run)
+        torch.ops.load_library(str(lib))
+    else:
+        from torch.utils.cpp_extension import load
+
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"torchtree: building the compiled CPU kernels once, into {folder} (about a minute)", file=sys.stderr,
+              flush=True)
+        load(name="torchtree_native", sources=[str(p) for p in SOURCES], extra_cflags=FLAGS,
+             build_directory=str(folder), is_python_module=False, verbose=False)
     return hasattr(torch.ops.torchtree, "bart_tree_update")
 
 

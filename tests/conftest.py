@@ -15,6 +15,16 @@ import torch
 os.environ.setdefault("TORCHTREE_CHECKPOINT_MIN_SECONDS", "0")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernels():
+    """Build (or load) torchtree's compiled CPU kernels once, before any test: a first build takes about a
+    minute, which must not fall inside a test's own time limit (worker processes then load the build)."""
+    from torchtree.kernels import native
+
+    native.available()
+    yield
+
+
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     n = torch.get_num_threads()
