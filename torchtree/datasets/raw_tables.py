@@ -34,14 +34,14 @@ Example
 """
 from __future__ import annotations
 
-import gzip
-import hashlib
 import io
 import os
 from pathlib import Path
 from typing import Any, List, NamedTuple
 
 import numpy as np
+
+from torchtree.datasets.tables import checked_text, find_file
 
 __all__ = ["RAW_TABLES", "RawTable", "raw_table_path", "read_raw_table_text", "load_raw_table",
            "raw_string_columns"]
@@ -116,16 +116,9 @@ def raw_table_path(name: str) -> Path:
         In none of the folders, with the folders searched and what to do.
     """
     stem = _known(name)
-    folders = _folders()
-    for folder in folders:
-        for fname in (f"{stem}.csv.gz", f"{stem}.csv"):
-            if (folder / fname).is_file():
-                return folder / fname
-    searched = ", ".join(str(f) for f in folders) or "no folder: not a source checkout and TORCHTREE_DATA unset"
-    raise FileNotFoundError(
-        f"raw table {stem!r} not found (searched {searched}). The raw tables ship with torchtree's source "
-        "repository (its data/raw/ folder), not with the installed package: set TORCHTREE_DATA to a folder "
-        f"holding raw/{stem}.csv.gz (or {stem}.csv.gz)")
+    return find_file(stem, _folders(), f"raw table {stem!r}",
+                     "The raw tables ship with torchtree's source repository (its data/raw/ folder), not with the "
+                     f"installed package: set TORCHTREE_DATA to a folder holding raw/{stem}.csv.gz (or {stem}.csv.gz)")
 
 
 def read_raw_table_text(name: str) -> str:
@@ -137,15 +130,7 @@ def read_raw_table_text(name: str) -> str:
         The file's content is not the recorded one.
     """
     stem = _known(name)
-    path = raw_table_path(stem)
-    raw = path.read_bytes()
-    if path.suffix == ".gz":
-        raw = gzip.decompress(raw)
-    digest = hashlib.sha256(raw).hexdigest()
-    if digest != RAW_TABLES[stem][0]:
-        raise ValueError(f"{path}: SHA-256 {digest} differs from the recorded {RAW_TABLES[stem][0]} "
-                         "(a damaged or different copy; see data/README.md)")
-    return raw.decode("ascii")
+    return checked_text(raw_table_path(stem), RAW_TABLES[stem][0])
 
 
 def _pandas():

@@ -29,7 +29,7 @@ from typing import List, NamedTuple, Optional
 
 import numpy as np
 
-__all__ = ["TABLES", "Table", "data_dir", "table_path", "read_table_text", "load_table"]
+__all__ = ["TABLES", "Table", "data_dir", "table_path", "read_table_text", "load_table", "find_file", "checked_text"]
 
 # name -> (SHA-256 of the CSV text, task). The task says how the last column is read:
 # classification labels as int64 codes, regression targets as float64.
@@ -84,6 +84,40 @@ def data_dir() -> Optional[Path]:
     return Path(env) if env else None
 
 
+def find_file(stem: str, folders: List[Path], what: str, hint: str) -> Path:
+    """The first ``STEM.csv.gz`` or ``STEM.csv`` in ``folders``, in order.
+
+    Raises
+    ------
+    FileNotFoundError
+        In none of them, naming ``what`` (e.g. ``"table 'iris'"``), the folders searched and ``hint``.
+    """
+    for folder in folders:
+        for fname in (f"{stem}.csv.gz", f"{stem}.csv"):
+            if (folder / fname).is_file():
+                return folder / fname
+    searched = ", ".join(str(f) for f in folders) or "no folder: not a source checkout and TORCHTREE_DATA unset"
+    raise FileNotFoundError(f"{what} not found (searched {searched}). {hint}")
+
+
+def checked_text(path: Path, sha256: str) -> str:
+    """The CSV text of ``path`` (gunzipped for ``.gz``), after checking its SHA-256 against ``sha256``.
+
+    Raises
+    ------
+    ValueError
+        The file's content is not the recorded one.
+    """
+    raw = path.read_bytes()
+    if path.suffix == ".gz":
+        raw = gzip.decompress(raw)
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != sha256:
+        raise ValueError(f"{path}: SHA-256 {digest} differs from the recorded {sha256} "
+                         "(a damaged or different copy; see data/README.md)")
+    return raw.decode("ascii")
+
+
 def table_path(name: str) -> Path:
     """Path of a table's file (``NAME.csv.gz`` or ``NAME.csv``), in lookup order.
 
@@ -97,15 +131,9 @@ def table_path(name: str) -> Path:
     env = os.environ.get("TORCHTREE_DATA", "").strip()
     if env:
         folders.append(Path(env))
-    for folder in folders:
-        for fname in (f"{stem}.csv.gz", f"{stem}.csv"):
-            if (folder / fname).is_file():
-                return folder / fname
-    searched = ", ".join(str(f) for f in folders) or "no folder: not a source checkout and TORCHTREE_DATA unset"
-    raise FileNotFoundError(
-        f"table {stem!r} not found (searched {searched}). The tables ship with torchtree's source "
-        "repository (its data/ folder), not with the installed package: set TORCHTREE_DATA to a folder "
-        f"holding {stem}.csv.gz or {stem}.csv")
+    return find_file(stem, folders, f"table {stem!r}",
+                     "The tables ship with torchtree's source repository (its data/ folder), not with the installed "
+                     f"package: set TORCHTREE_DATA to a folder holding {stem}.csv.gz or {stem}.csv")
 
 
 def read_table_text(name: str) -> str:
@@ -117,15 +145,7 @@ def read_table_text(name: str) -> str:
         The file's content is not the recorded one.
     """
     stem = _known(name)
-    path = table_path(stem)
-    raw = path.read_bytes()
-    if path.suffix == ".gz":
-        raw = gzip.decompress(raw)
-    digest = hashlib.sha256(raw).hexdigest()
-    if digest != TABLES[stem][0]:
-        raise ValueError(f"{path}: SHA-256 {digest} differs from the recorded {TABLES[stem][0]} "
-                         "(a damaged or different copy; see data/README.md)")
-    return raw.decode("ascii")
+    return checked_text(table_path(stem), TABLES[stem][0])
 
 
 def load_table(name: str) -> Table:
