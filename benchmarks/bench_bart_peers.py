@@ -16,11 +16,11 @@ Cases (split 0 of ``examples/bart_data.py``; friedman1_1000, friedman1_10000, ab
 
 * ``defaults``: each library at its own defaults. torchtree:
   ``BayesianTreeRegressor(method="bart", random_state=seed, n_threads=1)`` (200 trees, 4 chains of
-  250 + 250 sweeps); stochtree 0.4.5 ``BARTModel.sample`` defaults (200 trees, num_gfr=5,
+  5 grow-from-root + 45 MCMC burn-in + 100 kept sweeps); stochtree 0.4.5 ``BARTModel.sample`` defaults (200 trees, num_gfr=5,
   num_burnin=0, num_mcmc=100, num_threads=1); bartz 0.13.0 ``gbart`` defaults (200 trees, nskip=100,
   ndpost=1000, keepevery=1, one chain).
 * ``equal``: 200 trees and 2,000 sweeps in all: torchtree ``BART(n_trees=200, n_chains=4,
-  n_warmup=250, n_samples=250)`` (4 x 500 sweeps, 1,000 kept draws); the peers one chain of
+  n_warmup=250, n_samples=250, n_gfr=0)`` (4 x 500 MCMC sweeps from single leaves, 1,000 kept draws); the peers one chain of
   1,000 burn-in + 1,000 kept sweeps (stochtree from root, num_gfr=0).
 
 CPU seconds are ``time.process_time`` of fit + predict inside each process (bartz's JIT compile
@@ -87,7 +87,7 @@ def torchtree_worker(case: str, data: str, seed: int, threads: int, smoke: bool)
         est = BayesianTreeRegressor(method="bart", random_state=seed, n_threads=threads, **small).fit(X, y)
         post, cfg = est.posterior_, est.sampler_config_
     else:
-        kw = {**dict(n_trees=200, n_chains=4, n_warmup=250, n_samples=250), **small}
+        kw = {**dict(n_trees=200, n_chains=4, n_warmup=250, n_samples=250, n_gfr=0), **small}
         sampler = BART(**kw, n_threads=threads)
         post, cfg = sampler.run(Data(X, y, task=task), seed=seed), sampler.config
     fit_s = time.process_time() - c0
@@ -95,8 +95,9 @@ def torchtree_worker(case: str, data: str, seed: int, threads: int, smoke: bool)
     sigma = (post.sigma * post.prior.scale).cpu().numpy()
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     return {"lib": "torchtree", "lib_version": __version__, "case": case, "data": data, "seed": seed,
-            "n_trees": cfg.n_trees, "n_chains": cfg.n_chains, "n_burn": cfg.n_warmup, "n_draws": cfg.n_samples,
+            "n_trees": cfg.n_trees, "n_chains": cfg.n_chains, "n_burn": post.info["n_warmup"], "n_gfr": post.info.get("n_gfr", 0), "n_draws": cfg.n_samples,
             "compile": cfg.compile, "native": native_ok(), "metrics": bart_data.metrics(task, yt, f, sigma),
+            "rhat_sigma": post.info.get("rhat_sigma"), "ess_sigma": post.info.get("ess_sigma"),
             "load_cpu_s": round(load_s, 3), "fit_cpu_s": round(fit_s, 3), "cpu_s": round(cpu, 3),
             "wall_s": round(wall, 3), "numpy": np.__version__, "torch": torch.__version__}
 
@@ -144,6 +145,18 @@ def cpu_model() -> str:
         return platform.processor() or "?"
 
 
+def sigma_ess(recs: list) -> str:
+    """Mean effective sample size of sigma over the runs: torchtree's pooled over its chains (its
+    ``info``), a peer's from its one chain of draws (the same estimator, torchtree.model.diagnostics)."""
+    import numpy as np
+
+    from torchtree.model.diagnostics import chain_ess
+
+    vals = [r["ess_sigma"] if r.get("ess_sigma") is not None else
+            chain_ess(np.asarray(r["sigma_draws"])[None, :]) if r.get("sigma_draws") else np.nan for r in recs]
+    return f"{np.mean(vals):.0f}" if np.isfinite(vals).all() else "-"
+
+
 def tables(recs: list) -> str:
     """The summary (means over the runs) and the per-library detail, as markdown."""
     import numpy as np
@@ -154,7 +167,7 @@ def tables(recs: list) -> str:
     summ = ["| case | data | torchtree CPU s | stochtree CPU s | bartz CPU s | tt/stochtree | tt/bartz | "
             "RMSE tt | RMSE stochtree | RMSE bartz | cov90 tt | cov90 st | cov90 bz |", "|" + "---|" * 13]
     det = ["| case | data | library | chains x (burn + kept) | CPU s per run | mean CPU s | load s | proc CPU s | "
-           "RMSE | lpd | cov90 |", "|" + "---|" * 11]
+           "RMSE | lpd | cov90 | sigma ESS |", "|" + "---|" * 12]
     for case in CASES:
         for data in DATASETS:
             cpu, rmse, cov = {}, {}, {}
@@ -173,10 +186,12 @@ def tables(recs: list) -> str:
                 work = f"{r0.get('n_chains', 1)} x ({r0['n_burn']} + {r0['n_draws']})"
                 if lib == "stochtree" and r0.get("stochtree_gfr"):
                     work += f" + {r0['stochtree_gfr']} GFR"
+                if r0.get("n_gfr"):
+                    work += f", {r0['n_gfr']} of the burn-in GFR"
                 load = f"{np.mean([r['load_cpu_s'] for r in ok]):.2f}" if "load_cpu_s" in r0 else "-"
                 det.append(f"| {case} | {data} | {lib} | {work} | {', '.join('%.2f' % r['cpu_s'] for r in ok)} | "
                            f"{cpu[lib]:.2f} | {load} | {np.mean([r['proc_cpu_s'] for r in ok]):.2f} | "
-                           f"{rmse[lib]:.4f} | {m('lpd'):.4f} | {cov[lib]:.3f} |")
+                           f"{rmse[lib]:.4f} | {m('lpd'):.4f} | {cov[lib]:.3f} | {sigma_ess(ok)} |")
             if not cpu:
                 continue
             c = lambda lib, d=cpu: f"{d[lib]:.2f}" if lib in d else "-"  # noqa: E731
@@ -259,7 +274,8 @@ def main(argv=None) -> int:
                 "ratios are torchtree CPU s / the peer's; cov90 = 90% predictive interval coverage "
                 "(bart_data.metrics).", ""]
         Path(a.out).write_text("\n".join(head) + "\n" + table + "\n\nRaw records:\n\n"
-                               + "\n".join(json.dumps(r) for r in recs) + "\n")
+                               + "\n".join(json.dumps({k: v for k, v in r.items() if k != "sigma_draws"})
+                                           for r in recs) + "\n")
     return 0 if all("metrics" in r for r in recs) else 1
 
 

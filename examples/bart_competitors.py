@@ -166,6 +166,7 @@ def main(args, thread_info) -> dict:
     rec["metrics"] = bart_data.metrics(task, y_test, f, sigma)
     if sigma is not None:
         rec["sigma_mean"] = float(np.mean(sigma))
+        rec["sigma_draws"] = [float(v) for v in np.ravel(sigma)]  # for the caller's ESS (one chain)
     rec.update(cpu_s=round(cpu, 3), wall_s=round(wall, 3), fit_wall_s=round(fit_w, 3),
                predict_wall_s=round(pred_w, 3),
                peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

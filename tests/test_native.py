@@ -40,7 +40,7 @@ def _friedman(n=300, seed=0):
 def test_regression_runs_equal_the_reference(dtype):
     X, y = _friedman()
     d = Data(X, y, task="regression")
-    kw = dict(n_trees=20, n_chains=3, n_warmup=40, n_samples=40, dtype=dtype)
+    kw = dict(n_trees=20, n_chains=3, n_warmup=40, n_samples=40, dtype=dtype, n_gfr=0)  # MCMC sweeps only
     a = BART(**kw, compile="off").run(d, seed=2)
     b = BART(**kw, compile="native").run(d, seed=2)
     # float64: torch's index_add_ may sum a leaf's residuals in another order (last-bit differences)
@@ -53,7 +53,7 @@ def test_probit_runs_equal_the_reference(n_classes):
     X, y = _friedman(seed=1)
     yc = np.digitize(y, np.quantile(y, np.linspace(0, 1, n_classes + 1)[1:-1]))
     d = Data(X, yc)
-    kw = dict(n_trees=10, n_chains=2, n_warmup=30, n_samples=30)
+    kw = dict(n_trees=10, n_chains=2, n_warmup=30, n_samples=30, n_gfr=0)
     a, b = BART(**kw, compile="off").run(d, seed=5), BART(**kw, compile="native").run(d, seed=5)
     _same(a, b)
     assert np.array_equal(a.predict_proba(X[:20]), b.predict_proba(X[:20]))
@@ -69,7 +69,7 @@ def test_coded_table_and_prior_runs_equal_the_reference():
     d = Data(pd.DataFrame({"x": x, "c": c, "z": rng.normal(size=n)}), y, task="regression")
     assert d.groups is not None
     for use in (True, False):
-        kw = dict(n_trees=10, n_chains=2, n_warmup=30, n_samples=30, use_likelihood=use)
+        kw = dict(n_trees=10, n_chains=2, n_warmup=30, n_samples=30, use_likelihood=use, n_gfr=0)
         _same(BART(**kw, compile="off").run(d, seed=7), BART(**kw, compile="native").run(d, seed=7))
 
 
@@ -156,5 +156,7 @@ def test_grow_from_root_runs_are_seeded_and_fall_back_to_mcmc():
     _same(a, b)
     off = BART(**kw, compile="off").run(d, seed=4)  # no compiled kernels: the 5 sweeps are MCMC sweeps
     assert not torch.equal(off.feature, a.feature)
-    with pytest.raises(ValueError, match="n_warmup"):
-        BART(n_gfr=30, n_warmup=20)
+    assert a.info["n_gfr"] == 5 and off.info["n_gfr"] == 0
+    assert BART(**{**kw, "n_gfr": 30}).run(d, seed=4).info["n_gfr"] == 20  # at most n_warmup of them
+    assert BART(n_trees=5, n_chains=2, n_samples=5).run(d, seed=4).info["n_warmup"] == 50  # GFR_WARMUP
+    assert BART(n_trees=5, n_chains=2, n_samples=5, n_gfr=0).run(d, seed=4).info["n_warmup"] == 250

@@ -26,6 +26,10 @@ class Stream(enum.IntEnum):
 
 
 
+GFR_WARMUP = 50  # burn-in sweeps after grow-from-root starts (n_gfr of them included)
+ROOT_WARMUP = 250  # burn-in sweeps from single-leaf trees
+
+
 def _check_dtype(name: str, v):
     return check_float_dtype(name, v, as_name=True)
 
@@ -36,12 +40,15 @@ class BARTConfig(SamplerConfig):
 
     n_trees: int = option(200, help="trees in the sum (m)", low=1)
     n_chains: int = option(4, help="chains run together as one batch", low=1)
-    n_samples: int = option(250, help="kept sweeps per chain (after warm-up and thinning)", low=1)
-    n_warmup: int = option(250, help="burn-in sweeps per chain", low=0)
+    n_samples: int = option(100, help="kept sweeps per chain (after warm-up and thinning)", low=1)
+    n_warmup: Optional[int] = option(None, help="burn-in sweeps per chain, the n_gfr grow-from-root sweeps included "
+                                     f"(default: {GFR_WARMUP} when grow-from-root runs, {ROOT_WARMUP} when the "
+                                     "chains start from single leaves)", low=0)
     thin: int = option(1, help="keep every thin-th sweep after warm-up", low=1)
-    n_gfr: int = option(0, help="grow-from-root sweeps (XBART's warm start: each tree regrown from the root with "
+    n_gfr: int = option(5, help="grow-from-root sweeps (XBART's warm start: each tree regrown from the root with "
                         "rules drawn in proportion to prior x marginal likelihood) that open the warm-up, counted in "
-                        "n_warmup; CPU with the compiled kernels (else they are MCMC sweeps)", low=0)
+                        "n_warmup (at most n_warmup of them); they run on CPU with the compiled kernels and backfitting MCMC (elsewhere the "
+                        "chains start from single leaves)", low=0)
     bart_sampler: str = option("mcmc", help="how a tree is redrawn: grow/prune/change Metropolis-Hastings (mcmc) "
                                "or a conditional top-down SMC (pg, Particle Gibbs)", choices=("mcmc", "pg"))
     n_pg_particles: int = option(10, help="Particle Gibbs: particles per tree and chain, the kept tree included",
@@ -77,9 +84,6 @@ class BARTConfig(SamplerConfig):
                                           "so far make the posterior)", low=0.0, low_open=True, result=False)
 
     def check(self) -> None:
-        if self.n_gfr > self.n_warmup:
-            raise ValueError(f"n_gfr={self.n_gfr} grow-from-root sweeps open the warm-up, so n_warmup "
-                             f"({self.n_warmup}) must be at least n_gfr")
         if (1 << (self.max_depth + 1)) - 1 > 32767:  # pragma: no cover - max_depth <= 14 by its bounds
             raise ValueError("max_depth too large")
         if 2 * self.n_chains * (1 << (self.max_depth + 1)) >= 1 << 31:  # the tree update's int32 cell indices

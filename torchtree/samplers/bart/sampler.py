@@ -16,7 +16,7 @@ from torchtree.kernels.native import available as native_ok
 from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities, gfr_sweep_native, sweep_native,
                                        tree_update, tree_update_native)
 
-from torchtree.samplers.bart.config import BARTConfig, Stream
+from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream
 from torchtree.samplers.bart.state import BARTSetup, BARTState
 
 __all__ = ["BART", "backfit_sweep"]
@@ -83,6 +83,7 @@ def _update(ctx, *args):
     return _compiled_or_eager("fn", tree_update, args)
 
 
+COMPACT_EVERY = 16  # kept sweeps trimmed together (one host read per group)
 _STREAMS = 8  # random streams per sweep (``Stream``'s first five; sweep ``it`` uses ``it * _STREAMS + stream``)
 
 
@@ -148,13 +149,14 @@ class BART(SamplerBase):
                      "n_trees, n_chains or n_samples (or max_depth)", device=ctx.device)
         y = data.y.to(torch.float64)
         target = (y - prior.offset) / prior.scale if data.task == "regression" else y
-        updates = c.n_trees * self.n_iterations
         cpu = ctx.device.type == "cpu"
-        want = c.compile == "on" or (c.compile == "auto" and cpu and updates >= COMPILE_MIN_UPDATES)
         native = c.bart_sampler == "mcmc" and cpu and (c.compile == "native" or (c.compile == "auto" and native_ok()))
+        n_warmup = c.n_warmup if c.n_warmup is not None else GFR_WARMUP if native and c.n_gfr else ROOT_WARMUP
+        updates = c.n_trees * (n_warmup + c.n_samples * c.thin)
+        want = c.compile == "on" or (c.compile == "auto" and cpu and updates >= COMPILE_MIN_UPDATES)
         update_fn = tree_update_native if native else (_compiled("fn", tree_update) or tree_update) if want else tree_update
         chains = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=ctx.device)
-        return BARTSetup(update_fn=update_fn,
+        return BARTSetup(update_fn=update_fn, n_warmup=n_warmup,
                          pg_level_fn=_compiled_pg_level if want else None, prior=prior, grid=grid,
                          Xb=grid.bins(data.X).to(ctx.device), n_cuts=grid.n_cuts.to(ctx.device), dt=dt,
                          target=target.to(dt), chains=chains, n_utilities=U,
@@ -170,10 +172,9 @@ class BART(SamplerBase):
         return {"n_trees": c.n_trees, "n_chains": c.n_chains, "bart_sampler": c.bart_sampler, "n": ctx.data.n,
                 "d": ctx.data.d, "n_utilities": ctx.setup.n_utilities}
 
-    @property
-    def n_iterations(self) -> int:
-        """Sweeps per chain: ``n_warmup + n_samples * thin``."""
-        return self.config.n_warmup + self.config.n_samples * self.config.thin
+    def n_iterations(self, ctx: driver.RunContext) -> int:
+        """Sweeps per chain: ``n_warmup + n_samples * thin`` (``n_warmup`` as resolved for the run)."""
+        return ctx.setup.n_warmup + self.config.n_samples * self.config.thin
 
     def init(self, ctx: driver.RunContext) -> BARTState:
         """Every tree a single leaf of value 0; sigma at its prior guess; probit latents drawn."""
@@ -202,7 +203,7 @@ class BART(SamplerBase):
                          leaf_of=torch.zeros(T, C, N, dtype=torch.int16, device=dev), resid=resid,
                          sigma2=torch.full((C,), prior.sigma_hat ** 2 if prior.task == "regression" else 1.0,
                                            dtype=torch.float64, device=dev),
-                         latent=latent, counts=torch.zeros(2, 3, dtype=torch.long), kept=[], kept_sigma=[],
+                         latent=latent, counts=torch.zeros(2, 3, dtype=torch.long, device=dev), kept=[], kept_sigma=[],
                          trace_leaves=[])
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> BARTState:
@@ -210,6 +211,8 @@ class BART(SamplerBase):
         dev = ctx.device
         state.kept = [tuple(t.to(dev) for t in k) for k in state.kept]
         state.kept_sigma = [s.to(dev) for s in state.kept_sigma]
+        state.trace_leaves = [t.to(dev) for t in state.trace_leaves]
+        state.counts = state.counts.to(dev)
         return state
 
     def step(self, state: BARTState, ctx: driver.RunContext):
@@ -224,7 +227,7 @@ class BART(SamplerBase):
         base = it * _STREAMS
         Xb, n_cuts, use = ctx.setup.Xb, ctx.setup.n_cuts, c.use_likelihood
         feature, cut, value, leaf_of = state.feature, state.cut, state.value, state.leaf_of
-        gfr = it < c.n_gfr and ctx.setup.update_fn is tree_update_native
+        gfr = it < min(c.n_gfr, ctx.setup.n_warmup) and ctx.setup.update_fn is tree_update_native
         if gfr:  # a grow-from-root sweep opens the warm-up (XBART's warm start)
             U_g = keyed_uniform(ctx.seed, base + Stream.GROW_FROM_ROOT, tree_chain[..., None], torch.arange(K, device=dev))
             Z = _leaf_normals(ctx.seed, base, tree_chain, K, K)
@@ -264,15 +267,20 @@ class BART(SamplerBase):
                 new = new.reshape(C, N)
             resid = resid + (new - latent)
             latent = new
-        counts = state.counts + moves.cpu()
+        # no host synchronisation between here and the monitor: counts and traces stay on the device, and the
+        # kept sweeps are trimmed to their deepest slot in groups of COMPACT_EVERY (one read of the depths each)
+        counts = state.counts + moves
         state.sigma2, state.latent, state.resid, state.counts = sigma2, latent, resid, counts
         leaves = (feature == LEAF).sum(2).double().mean(0)  # [C]
-        state.trace_leaves.append(leaves.cpu())
-        if it >= c.n_warmup and (it - c.n_warmup) % c.thin == c.thin - 1:
-            state.kept.append(_compact(feature, cut, value))
-            state.kept_sigma.append(sigma2.clone())
+        state.trace_leaves.append(leaves)
         state.step = it + 1
-        state.done = state.step >= self.n_iterations
+        state.done = state.step >= self.n_iterations(ctx)
+        n_warmup = ctx.setup.n_warmup
+        if it >= n_warmup and (it - n_warmup) % c.thin == c.thin - 1:
+            state.kept.append(tuple(x.transpose(0, 1).clone() for x in (feature, cut, value)))
+            state.kept_sigma.append(sigma2.clone())
+            if len(state.kept) % COMPACT_EVERY == 0:
+                _compact(state.kept, len(state.kept) - COMPACT_EVERY)
         if not ctx.watch or (state.step % c.monitor_every and not state.done):
             return state, None
         info = {}
@@ -296,9 +304,10 @@ class BART(SamplerBase):
         T, C, K = state.feature.shape
         S = len(state.kept)
         if S == 0:  # a time budget ended the run in warm-up: keep the last sweep
-            state.kept.append(_compact(state.feature, state.cut, state.value))
+            state.kept.append(tuple(x.transpose(0, 1).clone() for x in (state.feature, state.cut, state.value)))
             state.kept_sigma.append(state.sigma2.clone())
             S = 1
+        _compact(state.kept, S - S % COMPACT_EVERY)  # the last, incomplete group
         width = max(k[0].shape[-1] for k in state.kept)
         feat = torch.stack([_pad(k[0], width, ABSENT) for k in state.kept])  # [S, C, T, K']
         cut = torch.stack([_pad(k[1], width, 0) for k in state.kept])
@@ -313,10 +322,11 @@ class BART(SamplerBase):
         cut, val = cut.reshape(S * Cg, T, -1), val.reshape(S * Cg, T, -1)
         sig_flat = sig.reshape(-1).sqrt()
         sig_trace = sig.sqrt().T.cpu().numpy()  # [chains, draws] of sigma (scaled)
-        kept_leaves = leaves[:, c.n_warmup:].cpu().numpy() if leaves.shape[1] > c.n_warmup else leaves.cpu().numpy()
+        n_warmup = ctx.setup.n_warmup
+        kept_leaves = leaves[:, n_warmup:].cpu().numpy() if leaves.shape[1] > n_warmup else leaves.cpu().numpy()
         pr, ac = counts.tolist()
         info = {"sampler": self.name, "bart_sampler": c.bart_sampler, "n_trees": c.n_trees, "n_chains": c.n_chains,
-                "n_samples": S, "n_warmup": c.n_warmup, "thin": c.thin, "world_size": ctx.world_size,
+                "n_samples": S, "n_warmup": n_warmup, "n_gfr": min(c.n_gfr, n_warmup) if ctx.setup.update_fn is tree_update_native else 0, "thin": c.thin, "world_size": ctx.world_size,
                 "sweeps": int(state.step), "seconds": ctx.seconds(), "prior": prior.to_dict(),
                 "rhat_sigma": rhat(sig_trace) if prior.task == "regression" else float("nan"),
                 "ess_sigma": chain_ess(sig_trace) if prior.task == "regression" else float("nan"),
@@ -336,6 +346,11 @@ class BART(SamplerBase):
 
     def end_info(self, post: BARTPosterior) -> Dict[str, Any]:
         return {k: v for k, v in post.info.items() if k.startswith(("accept", "rhat", "ess"))}
+
+
+def _may_sync(device: torch.device) -> bool:
+    """Whether a sweep may read a value back to the host (free on the CPU; a stall of the queue elsewhere)."""
+    return device.type == "cpu"
 
 
 def _leaf_normals(seed: int, base: int, tree_chain: torch.Tensor, K: int, Kz: int) -> torch.Tensor:
@@ -369,10 +384,13 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     T, C, K = feature.shape
     dev = resid.device
     U = keyed_uniform(seed, base + Stream.MOVES, tree_chain[..., None], torch.arange(5, device=dev))
-    # a grow deepens a tree by one level at most, so slots below the deepest node's
-    # children are never leaves in this sweep
-    used = (feature != ABSENT).flatten(0, 1).any(0).nonzero()
-    deepest = int(heap_depth(used.max())) if used.numel() else 0
+    # a grow deepens a tree by one level at most, so slots below the deepest node's children are never
+    # leaves in this sweep; off the CPU every slot's normal is drawn instead of reading the depth (a host sync)
+    if _may_sync(dev):
+        used = (feature != ABSENT).flatten(0, 1).any(0).nonzero()
+        deepest = int(heap_depth(used.max())) if used.numel() else 0
+    else:
+        deepest = K
     if update is tree_update_native and all(x.is_contiguous() for x in (feature, cut, value, leaf_of, resid)):
         kz = min(K, (1 << (deepest + 2)) - 1)  # the leaves' normals drawn in the kernel, only where a leaf needs one
         counts = sweep_native(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, None, use_likelihood,
@@ -392,14 +410,17 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     return resid, moves
 
 
-def _compact(feature, cut, value):
-    """The trees of one sweep as ``[C, T, K']``, ``K'`` the slots up to the deepest node used."""
-    used = (feature != ABSENT).any(0).any(0).nonzero()
-    top = int(used.max()) + 1 if used.numel() else 1
-
-    width = (1 << (int(heap_depth(torch.tensor(top - 1))) + 1)) - 1
-    return (feature[:, :, :width].transpose(0, 1).clone(), cut[:, :, :width].transpose(0, 1).clone(),
-            value[:, :, :width].transpose(0, 1).clone())
+def _compact(kept: list, start: int) -> None:
+    """Trim the kept sweeps ``kept[start:]`` (``[C, T, K]`` trees each) in place to ``K'`` slots, the
+    complete levels down to the deepest node used in that sweep; one host read for all of them."""
+    group = kept[max(start, 0):]
+    if not group:
+        return
+    slots = [torch.arange(k[0].shape[-1], device=k[0].device) for k in group]
+    tops = torch.stack([torch.where((k[0] != ABSENT).flatten(0, 1).any(0), s, 0).max() for k, s in zip(group, slots)])
+    for i, top in enumerate(tops.tolist()):
+        width = (1 << (top + 1).bit_length()) - 1  # heap slots of depth <= depth(top)
+        kept[max(start, 0) + i] = tuple(x[..., :width].clone() if x.shape[-1] > width else x for x in group[i])
 
 
 def _pad(t: torch.Tensor, width: int, fill) -> torch.Tensor:

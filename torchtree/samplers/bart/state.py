@@ -52,6 +52,7 @@ class BARTSetup:
     update_fn : the tree update (``tree_update``, or its compiled form); pg_level_fn : the Particle
         Gibbs level update's compiled form, or None (eager)
     groups : LongTensor [D] or None, the input column of each feature of a coded table
+    n_warmup : int, burn-in sweeps per chain (``BARTConfig.n_warmup`` as resolved for the run)
     """
 
     prior: Any
@@ -67,3 +68,4 @@ class BARTSetup:
     instances: Optional[torch.Tensor] = None
     offsets: Optional[torch.Tensor] = None
     groups: Optional[torch.Tensor] = None
+    n_warmup: int = 0

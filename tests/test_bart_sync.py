@@ -1,0 +1,125 @@
+"""BART's sweeps never read a device value back to the host (the condition for running ahead of the
+GPU and for capturing a sweep in a CUDA graph), counted on the CPU.
+
+A ``TorchFunctionMode`` sees every torch call a sweep makes; the calls that wait for a device are
+the reads (``item``, ``tolist``, ``__bool__``/``__int__``/``__float__``/``__index__``, ``numpy``,
+``cpu``, ``.to("cpu")``) and the ops whose output shape depends on values (``nonzero``,
+``masked_select``, ``unique``, boolean-mask indexing, ``repeat_interleave`` by a tensor). On the CPU the sampler takes one such read per
+sweep (the deepest node, to draw fewer leaf normals); off the CPU it must take none, so the tests
+turn the CPU's allowance off (``_may_sync``) and require zero reads per sweep, one per group of
+``COMPACT_EVERY`` kept sweeps, and the very same draws as the run with the allowance.
+"""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from torchtree import BART, Data
+import torchtree.samplers.bart.sampler as bart_sampler
+
+READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy", "cpu", "nonzero",
+         "masked_select", "unique", "unique_consecutive", "argwhere"}
+
+
+class CountReads(TorchFunctionMode):
+    """Counts the torch calls that would synchronise with a device."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", str(func))
+        if name in READS:
+            self.reads[name] += 1
+        elif name == "repeat_interleave" and isinstance(kwargs.get("repeats", args[1] if len(args) > 1 else None),
+                                                        torch.Tensor) and kwargs.get("output_size") is None:
+            self.reads[name] += 1  # repeats given as a tensor: the output length is read back
+        elif name == "to" and any(a == "cpu" or (isinstance(a, torch.device) and a.type == "cpu")
+                                  for a in (*args[1:], *kwargs.values())):
+            self.reads["to(cpu)"] += 1
+        elif name == "__getitem__" and len(args) > 1:
+            idx = args[1] if isinstance(args[1], tuple) else (args[1],)
+            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in idx):
+                self.reads["bool-mask index"] += 1
+        return func(*args, **kwargs)
+
+
+def _run_counting(monkeypatch, data, **kw):
+    """A run with every sweep counted; returns (posterior, [(step, Counter)])."""
+    step, per_sweep = bart_sampler.BART.step, []
+
+    def counted(self, state, ctx):
+        before = len(state.kept)
+        with CountReads() as mode:
+            out = step(self, state, ctx)
+        per_sweep.append((len(state.kept) > before and len(state.kept) % bart_sampler.COMPACT_EVERY == 0,
+                          mode.reads))
+        return out
+
+    monkeypatch.setattr(bart_sampler.BART, "step", counted)
+    post = BART(**kw).run(data, seed=3)
+    monkeypatch.setattr(bart_sampler.BART, "step", step)
+    return post, per_sweep
+
+
+def _data(task):
+    g = np.random.default_rng(0)
+    X = g.uniform(size=(120, 4))
+    f = 2 * X[:, 0] - X[:, 1]
+    y = f + 0.3 * g.normal(size=120) if task == "regression" else (f + 0.3 * g.normal(size=120) > 0.5).astype(int)
+    return Data(X, y, task=task)
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_sweeps_read_nothing_back_and_draw_the_same(monkeypatch, task):
+    data = _data(task)
+    kw = dict(n_trees=12, n_chains=2, n_warmup=5, n_samples=2 * bart_sampler.COMPACT_EVERY + 3, compile="off")
+    ref = BART(**kw).run(data, seed=3)
+    monkeypatch.setattr(bart_sampler, "_may_sync", lambda device: False)
+    post, per_sweep = _run_counting(monkeypatch, data, **kw)
+    assert len(per_sweep) == kw["n_warmup"] + kw["n_samples"]
+    for compacting, reads in per_sweep:
+        if compacting:  # the group's depths, read at once
+            assert reads == {"tolist": 1}, reads
+        else:
+            assert not reads, reads
+    assert sum(c for c, _ in per_sweep) == 2
+    assert torch.equal(post.latent_draws(data.X), ref.latent_draws(data.X))
+    if task == "regression":
+        assert torch.equal(post.sigma, ref.sigma)
+
+
+def test_the_cpu_allowance_is_the_one_read_per_sweep(monkeypatch):
+    """Without the test's switch, the CPU run reads the deepest node once per sweep (and nothing else):
+    the counter sees reads, so the zero above is not an artefact of the counting."""
+    kw = dict(n_trees=12, n_chains=2, n_warmup=3, n_samples=3, compile="off")
+    _, per_sweep = _run_counting(monkeypatch, _data("regression"), **kw)
+    for _, reads in per_sweep:
+        assert reads == {"nonzero": 1, "__int__": 1}, reads
+
+
+def test_kept_sweeps_are_trimmed_to_their_deepest_level():
+    """``_compact`` cuts each kept sweep to the complete levels down to its deepest used slot, reading
+    the depths of the whole group at once, and keeps every used slot."""
+    ABSENT, K = bart_sampler.ABSENT, 31
+    sweeps = []
+    for deepest in (0, 2, 9, 30):  # slots 0, 2, 9, 30: depths 0, 1, 3, 4
+        f = torch.full((2, 3, K), ABSENT, dtype=torch.int16)
+        f[:, :, 0] = bart_sampler.LEAF
+        f[1, 2, deepest] = 1
+        sweeps.append((f, torch.ones_like(f), torch.arange(K, dtype=torch.float32).expand(2, 3, K).clone()))
+    kept = [tuple(x.clone() for x in s) for s in sweeps]
+    with CountReads() as mode:
+        bart_sampler._compact(kept, 1)
+    assert mode.reads == {"tolist": 1}
+    assert [k[0].shape[-1] for k in kept] == [K, 3, 15, 31]  # the first is before ``start``: untouched
+    for full, cut in zip(sweeps, kept):
+        w = cut[0].shape[-1]
+        assert all(torch.equal(a[..., :w], b) for a, b in zip(full, cut))
+        assert (full[0][..., w:] == ABSENT).all()
