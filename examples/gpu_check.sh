@@ -25,7 +25,7 @@ for n in (10_000, 100_000):
     for dev in ("cpu", "cuda"):
         d = Data(X, y, task="regression", device=dev)
         t0, c0 = time.time(), time.process_time()
-        BART(n_trees=200, n_chains=4, n_warmup=50, n_samples=50).run(d, seed=0)
+        BART(n_trees=200, n_chains=4, n_warmup=50, n_samples=50, n_gfr=0).run(d, seed=0)  # MCMC sweeps on both
         if dev == "cuda":
             torch.cuda.synchronize()
         print(f"BART n={n} {dev}: wall {time.time() - t0:.1f} s, cpu {time.process_time() - c0:.1f} s", flush=True)

@@ -173,6 +173,32 @@ def test_bart_runs_on_cuda_close_to_cpu(bart_sampler):
     assert rm(gpu) < 1.0 and abs(rm(gpu) - rm(cpu)) < 0.3
 
 
+def test_bart_sweeps_do_not_synchronise_on_cuda(monkeypatch):
+    """Every BART sweep on CUDA runs without a host synchronisation (torch's sync debug mode set to
+    raise), the kept draws' trimming moved out of the sweeps (it reads once per group)."""
+    from torchtree import BART
+    import torchtree.samplers.bart.sampler as bs
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(300, 5))
+    y = 10 * X[:, 0] + rng.normal(size=300)
+    step = bs.BART.step
+
+    def strict(self, state, ctx):
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return step(self, state, ctx)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(bs, "COMPACT_EVERY", 10**9)
+    monkeypatch.setattr(bs.BART, "step", strict)
+    for task, yy in (("regression", y), ("classification", (y > 5).astype(int))):
+        post = BART(n_trees=20, n_chains=4, n_warmup=10, n_samples=10, device="cuda").run(Data(X, yy, task=task), seed=0)
+        assert post.value.device.type == "cuda"
+
+
 def test_coded_tables_on_cuda():
     """Missing values and a categorical column: top-down SMC draws the same trees on CUDA as on the CPU,
     and BART runs there (its coded grid and group-wise feature draw on the device)."""
