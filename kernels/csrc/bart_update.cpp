@@ -381,7 +381,14 @@ void gfr_chain(int64_t K, int64_t N, int64_t D, int16_t* feat, int16_t* cut, sca
                const int64_t* groups, const double* ps_lut, double tau2, int64_t max_depth, bool use_lik,
                std::vector<int64_t>& idx, std::vector<int64_t>& tmp, std::vector<int64_t>& rng_lo,
                std::vector<int64_t>& rng_hi, std::vector<int64_t>& start, std::vector<int64_t>& end,
-               std::vector<double>& hs, std::vector<double>& hn, std::vector<double>& w) {
+               std::vector<double>& hs, std::vector<double>& hn, std::vector<double>& w, const double* v_n,
+               const double* hl_n) {
+  // log_marginal(n, s) with its two terms in n looked up (v_n[n] = s2 + n tau2, hl_n[n] = -log(v / s2) / 2):
+  // the same arithmetic as log_marginal, so the same numbers
+  auto lm = [&](double n, double s) {
+    const int64_t i = static_cast<int64_t>(n);
+    return hl_n[i] + 0.5 * tau2 * s * s / (s2 * v_n[i]);
+  };
   std::vector<scalar_t> R(N);
   for (int64_t n = 0; n < N; ++n) R[n] = resid[n] + value[static_cast<int64_t>(leaf_of[n])];
   for (int64_t k = 0; k < K; ++k) feat[k] = static_cast<int16_t>(ABSENT), cut[k] = 0;
@@ -420,7 +427,7 @@ void gfr_chain(int64_t K, int64_t N, int64_t D, int16_t* feat, int16_t* cut, sca
     }
     const double ps = ps_lut[depth];
     w.clear();
-    w.push_back(std::log1p(-ps) + log_marginal(n, s, s2, tau2));  // stop
+    w.push_back(std::log1p(-ps) + lm(n, s));  // stop
     for (int64_t f = 0; f < D; ++f) {
       if (!avail[f]) continue;
       const int64_t nb = hi[f] - lo[f] + 1;  // bins lo..hi
@@ -438,7 +445,7 @@ void gfr_chain(int64_t K, int64_t N, int64_t D, int16_t* feat, int16_t* cut, sca
       double sl = 0.0, nl = 0.0;
       for (int64_t k = lo[f]; k < hi[f]; ++k) {
         sl += hs[k - lo[f]], nl += hn[k - lo[f]];
-        w.push_back(base + log_marginal(nl, sl, s2, tau2) + log_marginal(n - nl, s - sl, s2, tau2));
+        w.push_back(base + lm(nl, sl) + lm(n - nl, s - sl));
       }
     }
     double mx = -std::numeric_limits<double>::infinity();
@@ -513,8 +520,13 @@ void bart_gfr_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Te
   AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_gfr_sweep", [&] {
     at::parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
       std::vector<int64_t> idx(N), tmp(N), lo(K * D), hi(K * D), st(K), en(K);
-      std::vector<double> hs(max_cut), hn(max_cut), w;
-      for (int64_t c = c0; c < c1; ++c)
+      std::vector<double> hs(max_cut), hn(max_cut), w, v_n(N + 1), hl_n(N + 1);
+      for (int64_t c = c0; c < c1; ++c) {
+        const double s2c = s2.data_ptr<double>()[c];
+        for (int64_t n = 0; n <= N; ++n) {
+          v_n[n] = s2c + static_cast<double>(n) * tau2;
+          hl_n[n] = -0.5 * std::log(v_n[n] / s2c);
+        }
         for (int64_t t = 0; t < T; ++t) {
           const int64_t o = t * C + c;
           gfr_chain<scalar_t>(K, N, D, feature.data_ptr<int16_t>() + o * K, cut.data_ptr<int16_t>() + o * K,
@@ -522,8 +534,9 @@ void bart_gfr_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Te
                               resid.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(), nc.data_ptr<int64_t>(),
                               s2.data_ptr<double>()[c], uu.data_ptr<double>() + o * K, zz.data_ptr<double>() + o * K, g,
                               psl.data_ptr<double>(), tau2, max_depth, use_likelihood, idx, tmp, lo, hi, st, en, hs, hn,
-                              w);
+                              w, v_n.data(), hl_n.data());
         }
+      }
     });
   });
 }
