@@ -21,7 +21,7 @@ LAYERS = [
     ("model", ["torchtree.model"]),
     ("steps", ["torchtree.steps"]),
     ("samplers", ["torchtree.samplers"]),
-    ("faces", ["torchtree", "torchtree.estimators", "torchtree.cli", "torchtree.pyro", "torchtree.soft",
+    ("faces", ["torchtree", "torchtree.estimators", "torchtree.cli", "torchtree.pyro", "torchtree.soft", "torchtree.plot",
                "torchtree.testing", "torchtree.__main__", "torchtree._aliases"]),
 ]
 # packages at the bottom that must not depend on each other or on anything above

@@ -7,6 +7,7 @@ Subcommands::
                   [--device auto] [--threads auto|N] [--logdir DIR] [--out posterior.pt] [--seed N]
     torchtree predict posterior.pt DATA.csv [--proba] [--level 0.9] [--out preds.csv]
     torchtree summary posterior.pt [--dot [--tree I]]
+    torchtree report posterior.pt [--plots DIR [--data DATA.csv [--target COL]]]
     torchtree demo [--seed N]
     torchtree bench NAME [--out FILE.json] [script options] | torchtree bench --list
 
@@ -32,7 +33,7 @@ from torchtree.cli.bench import cmd_bench, cmd_demo, demo
 from torchtree.cli.common import USER_ERRORS, option_flag
 from torchtree.cli.fit import cmd_fit, cmd_predict
 from torchtree.cli.options import estimator_options, parse_threads, peek_option, sampler_options
-from torchtree.cli.report import cmd_summary, load_posterior
+from torchtree.cli.report import cmd_report, cmd_summary, load_posterior
 
 __all__ = ["main", "demo", "build_parser", "sampler_options", "load_posterior"]
 
@@ -156,6 +157,26 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     p.add_argument("--dot", action="store_true", help="print the tree as Graphviz DOT instead (pipe to 'dot -Tpng')")
     p.add_argument("--tree", type=int, metavar="I", help="which tree (default: the heaviest, i.e. the MAP tree)")
     p.set_defaults(func=cmd_summary)
+
+    # --------------------------------------------------------------- report
+    p = sub.add_parser(
+        "report", parents=[common], formatter_class=_Formatter,
+        help="the summary of a saved posterior and, with --plots DIR, its plots as PNG files",
+        description=(
+            "Print the summary of a posterior saved by 'torchtree fit' and, with --plots DIR, write\n"
+            "every plot that applies to it as a PNG file in DIR (one line per file): the MAP tree,\n"
+            "feature importance, per-chain traces (mcmc, bart), the hyperparameter search's evidence\n"
+            "curves; with --data also partial dependence and ICE curves of the most used feature and,\n"
+            "when the file has the target column, a calibration plot. Needs matplotlib\n"
+            "(pip install torchtree[plot])."
+        ),
+    )
+    p.add_argument("posterior", metavar="POSTERIOR.pt")
+    p.add_argument("--plots", metavar="DIR", help="write the plots as PNG files into DIR (created when missing)")
+    p.add_argument("--data", metavar="DATA.csv",
+                   help="rows for the plots that need data: the model's feature columns, and the target for calibration")
+    p.add_argument("--target", metavar="COL", help="target column of --data (default: the one named in training)")
+    p.set_defaults(func=cmd_report)
 
     # ----------------------------------------------------------------- demo
     p = sub.add_parser(

@@ -1,8 +1,10 @@
-"""``torchtree summary`` and loading saved posteriors."""
+"""``torchtree summary`` and ``torchtree report`` (the summary and, with ``--plots DIR``, the plots of
+:mod:`torchtree.plot` as PNG files), and loading saved posteriors."""
 from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -199,3 +201,53 @@ def cmd_summary(args) -> int:
     else:
         print(post.to_dot(i, feature_names=names))
     return 0
+
+
+def _report_data(post, args):
+    """``(X, y)`` of ``--data`` (``y`` None when the file has no target column)."""
+    from torchtree.io.csv import parse_target, read_features
+
+    schema = cli_schema(post)
+    table = read_features(args.data, n_features_of(post), schema.get("features"), args.target or schema.get("target"))
+    if args.target and table.y is None:
+        raise ValueError(f"--target {args.target}: {args.data} has no such column")
+    # class labels stay as read (text): the calibration plot matches them to the model's labels as text
+    y = None if table.y is None else parse_target(table.y, post.task, table.lines, table.path)
+    return table.X, y
+
+
+def cmd_report(args) -> int:
+    """``torchtree report``: the summary, and with ``--plots DIR`` every applicable plot as PNG."""
+    from argparse import Namespace
+
+    if args.target and not args.data:
+        raise ValueError("--target applies with --data")
+    if args.data and not args.plots:
+        raise ValueError("--data applies with --plots DIR (the data feed the plots)")
+    status = cmd_summary(Namespace(posterior=args.posterior, dot=False, tree=None))
+    if not args.plots:
+        return status
+    try:
+        from torchtree.plot import write_plots
+        from torchtree.plot.common import require_matplotlib
+
+        require_matplotlib()
+    except ImportError as exc:
+        raise ValueError(str(exc)) from None
+    post = load_posterior(args.posterior)
+    X = y = None
+    if args.data:
+        X, y = _report_data(post, args)
+    if os.path.exists(args.plots) and not os.path.isdir(args.plots):
+        raise ValueError(f"--plots {args.plots}: is a file; give a directory")
+    written, skipped = write_plots(post, args.plots, X, y)
+    for path, what in written:
+        print(f"wrote {path}: {what}")
+    need_data = [name for name, why in skipped if why.startswith("needs data")]
+    if need_data:
+        print(f"torchtree report: skipped {', '.join(need_data)}: they need --data CSV"
+              + (" with the target column" if args.data else ""), file=sys.stderr)
+    for name, why in skipped:
+        if name not in need_data and not getattr(args, "quiet", False):
+            print(f"torchtree report: skipped {name}: {why}", file=sys.stderr)
+    return status

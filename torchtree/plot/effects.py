@@ -1,0 +1,335 @@
+"""Feature effects from posterior draws: importance per feature, partial dependence and ICE curves.
+
+Every quantity is computed per draw (:mod:`torchtree.plot.draws`) and then summarised over the
+draws with their weights: the line is the posterior mean, the band the weighted quantiles of the
+per-draw values.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from torchtree.model.encoding import is_missing_cell
+from torchtree.plot.common import (as_numpy, band_quantiles, class_index, input_names, kind_of, new_axes, posterior_of,
+                                   require_matplotlib, weighted_quantiles, wilson_interval)
+from torchtree.plot.draws import prediction_draws, split_counts
+
+__all__ = ["feature_importance", "plot_importance", "partial_dependence", "plot_pdp", "plot_ice"]
+
+METRICS = ("share", "inclusion")
+
+
+def feature_importance(posterior: Any, metric: str = "share", interval: Any = (0.05, 0.95)) -> Dict[str, np.ndarray]:
+    """Importance of each input feature over the posterior's draws (what :func:`plot_importance` draws).
+
+    Parameters
+    ----------
+    posterior : a posterior or a fitted estimator
+    metric : {"share", "inclusion"}
+        ``"share"``: each draw's share of its splits that use the feature; the value is the posterior
+        mean share and the interval the weighted quantiles of the per-draw shares. For soft trees a
+        draw here is a topology (its share of the mean gate weight, the topologies weighted as in the
+        posterior). ``"inclusion"``: the posterior probability that a draw splits on the feature
+        at all (hard trees and BART); its interval is the Wilson score interval of that probability
+        given the effective number of draws (the posterior's ESS for weighted trees, the number of
+        draws for BART), i.e. the Monte Carlo uncertainty of the estimate.
+    interval : pair of quantiles or a central level, default ``(0.05, 0.95)``
+
+    Returns
+    -------
+    dict with ``value``, ``lower``, ``upper`` (``[D_in]`` float64 each) and ``per_draw`` ``[S, D_in]``
+    with its ``weights`` ``[S]``.
+    """
+    post = posterior_of(posterior)
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    lo, hi = band_quantiles(interval)
+    counts, w = split_counts(post)
+    if metric == "share":
+        total = counts.sum(1, keepdims=True)
+        per = np.divide(counts, total, out=np.zeros_like(counts), where=total > 0)
+        value = w @ per
+        lower, upper = weighted_quantiles(per, w, (lo, hi))
+        return {"value": value, "lower": lower, "upper": upper, "per_draw": per, "weights": w}
+    if kind_of(post) == "soft":
+        raise ValueError("metric='inclusion' applies to hard trees and BART: a soft tree's gates give every feature "
+                         "some weight; use metric='share'")
+    per = (counts > 0).astype(np.float64)
+    value = w @ per
+    n_eff = float(getattr(post, "ess", 0.0)) if kind_of(post) == "hard" else float(post.n_particles)
+    lower, upper = wilson_interval(value, np.full_like(value, max(n_eff, 1.0)), lo, hi)
+    return {"value": value, "lower": lower, "upper": upper, "per_draw": per, "weights": w}
+
+
+def plot_importance(posterior: Any, metric: str = "share", *, interval: Any = (0.05, 0.95), top: Optional[int] = None,
+                    feature_names: Optional[Sequence[str]] = None, ax: Any = None):
+    """Horizontal bars of each input feature's importance with credible intervals, most important on top.
+
+    Parameters
+    ----------
+    posterior : TreePosterior, BARTPosterior, SoftTreePosterior, or a fitted estimator
+    metric : {"share", "inclusion"}, default "share"
+        See :func:`feature_importance`.
+    interval : pair of quantiles or a central level, default ``(0.05, 0.95)``
+    top : int, optional
+        Show only the ``top`` most important features.
+    feature_names : sequence of str, optional
+        Default: the names the posterior keeps (training table's columns), else ``x0, x1, ...``.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes; one bar (a ``Rectangle`` in ``ax.patches``) per feature shown, labelled by the
+    y tick labels.
+    """
+    require_matplotlib()
+    post = posterior_of(posterior)
+    imp = feature_importance(post, metric, interval)
+    names = list(feature_names) if feature_names is not None else input_names(post)
+    if len(names) != len(imp["value"]):
+        raise ValueError(f"feature_names has {len(names)} names; the posterior has {len(imp['value'])} features")
+    order = np.argsort(-imp["value"], kind="stable")
+    if top is not None:
+        order = order[: max(int(top), 1)]
+    ax = new_axes(ax, 1, (5.5, 0.35 * len(order) + 1.5))
+    pos = np.arange(len(order))[::-1]
+    v = imp["value"][order]
+    err = np.stack([v - imp["lower"][order], imp["upper"][order] - v]).clip(min=0)
+    ax.barh(pos, v, xerr=err, color="C0", alpha=0.8, ecolor="0.2", capsize=3)
+    ax.set_yticks(pos)
+    ax.set_yticklabels([names[j] for j in order])
+    lo, hi = band_quantiles(interval)
+    what = "posterior inclusion probability" if metric == "inclusion" else "posterior share of splits"
+    ax.set_xlabel(what)
+    ax.set_title(f"Feature importance ({100 * (hi - lo):.0f}% interval)")
+    ax.set_xlim(0, max(1e-9, float(np.max(imp["upper"][order], initial=0))) * 1.05)
+    return ax
+
+
+# ------------------------------------------------------------------ partial dependence
+def _column(X: Any, j: int) -> np.ndarray:
+    if hasattr(X, "iloc"):
+        return np.asarray(X.iloc[:, j].to_numpy())
+    arr = as_numpy(X)
+    if arr.ndim != 2:
+        raise ValueError(f"X must be 2-D [rows, features], got shape {arr.shape}")
+    return arr[:, j]
+
+
+def _take_rows(X: Any, rows: np.ndarray):
+    return X.iloc[rows] if hasattr(X, "iloc") else as_numpy(X)[rows]
+
+
+def _grid_of(col: np.ndarray, grid_size: int):
+    """``(grid values, categorical)`` of a column: its distinct values when there are at most
+    ``grid_size``, else ``grid_size`` evenly spaced values from its minimum to its maximum; a column
+    holding text gives its distinct levels."""
+    seen = [v for v in col.tolist() if not is_missing_cell(v)]
+    if not seen:
+        raise ValueError("the feature has no observed (non-missing) values to build a grid from")
+    try:
+        num = np.asarray([float(v) for v in seen], dtype=np.float64)
+    except (TypeError, ValueError):
+        return np.asarray(sorted(set(seen), key=str), dtype=object), True
+    uniq = np.unique(num[np.isfinite(num)])
+    if uniq.size <= grid_size:
+        return uniq, False
+    return np.linspace(uniq[0], uniq[-1], int(grid_size)), False
+
+
+def _with_grid(X: Any, j: int, grid: np.ndarray, categorical: bool):
+    """The rows of ``X`` repeated once per grid value with column ``j`` set to it: grid-major, ``[G M, D]``."""
+    G = len(grid)
+    M = len(X) if hasattr(X, "iloc") else as_numpy(X).shape[0]
+    rep = np.repeat(np.asarray(grid, dtype=object if categorical else np.float64), M)
+    if hasattr(X, "iloc"):
+        import pandas as pd
+
+        big = X.iloc[np.tile(np.arange(M), G)].reset_index(drop=True)
+        dtype = X.dtypes.iloc[j]
+        big[big.columns[j]] = pd.Series(rep).astype(dtype) if isinstance(dtype, pd.CategoricalDtype) else rep
+        return big
+    arr = as_numpy(X)
+    big = np.tile(arr.astype(object) if categorical and arr.dtype != object else arr, (G, 1))
+    big[:, j] = rep
+    return big
+
+
+def _feature_index(post, X, feature) -> int:
+    names = input_names(post, X)
+    if isinstance(feature, str):
+        if feature not in names:
+            raise ValueError(f"feature {feature!r} is not one of the features {names}")
+        return names.index(feature)
+    j = int(feature)
+    if not 0 <= j < len(names):
+        raise ValueError(f"feature index {j} out of range [0, {len(names)})")
+    return j
+
+
+def partial_dependence(posterior: Any, X: Any, feature: Any, *, grid: Optional[Sequence] = None, grid_size: int = 20,
+                       target_class: Any = None, max_draws: Optional[int] = 500, max_rows: Optional[int] = 500,
+                       seed: int = 0) -> Dict[str, Any]:
+    """Partial dependence of the prediction on one feature, per posterior draw.
+
+    For each grid value ``v`` every row of ``X`` gets ``feature = v``; each draw's prediction
+    (:func:`~torchtree.plot.draws.prediction_draws`: the mean of ``y``, or the probability of
+    ``target_class``) is averaged over the rows, giving that draw's partial-dependence curve.
+
+    Parameters
+    ----------
+    posterior : a posterior or a fitted estimator
+    X : array-like or DataFrame [M, D], the rows to average over
+    feature : int or str, the feature's index or name
+    grid : sequence, optional
+        Values of the feature (default: its distinct values in ``X`` when there are at most
+        ``grid_size``, else ``grid_size`` evenly spaced values between the observed minimum and
+        maximum; the levels of a text column).
+    grid_size : int, default 20
+    target_class : label, optional (classification; default the last class)
+    max_draws : int or None, default 500 (see :func:`~torchtree.plot.draws.prediction_draws`)
+    max_rows : int or None, default 500
+        Average over at most this many rows of ``X`` (a random subset drawn with ``seed``).
+    seed : int
+
+    Returns
+    -------
+    dict with ``grid`` ``[G]``, ``categorical`` (bool), ``draws`` ``[S, G]`` (each draw's curve),
+    ``weights`` ``[S]``, ``mean`` ``[G]`` (the posterior mean curve), ``ice`` ``[G, M']`` (the posterior
+    mean prediction of each averaged row), ``rows`` ``[M']`` (their indices in ``X``) and ``name``.
+    """
+    post = posterior_of(posterior)
+    j = _feature_index(post, X, feature)
+    name = input_names(post, X)[j]
+    M = len(X) if hasattr(X, "iloc") else as_numpy(X).shape[0]
+    if M == 0:
+        raise ValueError("X has no rows to average over")
+    rows = np.arange(M)
+    if max_rows is not None and M > int(max_rows):
+        rows = np.sort(np.random.default_rng(seed).choice(M, int(max_rows), replace=False))
+    Xs = _take_rows(X, rows) if rows.size < M else X
+    if grid is None:
+        values, categorical = _grid_of(_column(Xs, j), int(grid_size))
+    else:
+        values = np.asarray(list(grid), dtype=object)
+        try:
+            values, categorical = values.astype(np.float64), False
+        except (TypeError, ValueError):
+            categorical = True
+    F, w = prediction_draws(post, _with_grid(Xs, j, values, categorical), target_class, max_draws)
+    G, m = len(values), rows.size
+    per_row = F.reshape(F.shape[0], G, m)
+    curves = per_row.mean(2)
+    return {"grid": values, "categorical": categorical, "draws": curves, "weights": w, "mean": w @ curves,
+            "ice": np.tensordot(w, per_row, axes=(0, 0)), "rows": rows, "name": name}
+
+
+def _y_label(post, target_class) -> str:
+    if post.task == "regression":
+        return "partial dependence (mean of y)"
+    classes = getattr(post, "classes_", None)
+    K = len(classes) if classes is not None else None
+    if K is None:
+        return f"P(class {target_class if target_class is not None else 'last'})"
+    return f"P(y = {classes[class_index(post, target_class, K)]})"
+
+
+def _draw_curves(ax, pd: Dict[str, Any], draws: np.ndarray, interval, band: bool) -> np.ndarray:
+    """The posterior mean of the curves ``draws [S, G]`` (a line labelled "posterior mean") and, with
+    ``band``, their weighted quantiles as a band; returns the x positions."""
+    lo, hi = band_quantiles(interval)
+    pos = np.arange(len(pd["grid"]), dtype=np.float64) if pd["categorical"] else np.asarray(pd["grid"], np.float64)
+    if band:
+        qlo, qhi = weighted_quantiles(draws, pd["weights"], (lo, hi))
+        ax.fill_between(pos, qlo, qhi, color="C1", alpha=0.25, lw=0, label=f"{100 * (hi - lo):.0f}% credible band")
+    ax.plot(pos, pd["weights"] @ draws, color="C1", lw=2.2, marker="o" if pd["categorical"] else None,
+            label="posterior mean")
+    if pd["categorical"]:
+        ax.set_xticks(pos)
+        ax.set_xticklabels([str(v) for v in pd["grid"]])
+    ax.set_xlabel(pd["name"])
+    return pos
+
+
+def plot_pdp(posterior: Any, X: Any, feature: Any, *, grid: Optional[Sequence] = None, grid_size: int = 20,
+             interval: Any = (0.05, 0.95), target_class: Any = None, max_draws: Optional[int] = 500,
+             max_rows: Optional[int] = 500, seed: int = 0, ax: Any = None):
+    """Partial dependence on one feature: the posterior mean curve and a credible band over draws.
+
+    Parameters
+    ----------
+    posterior : TreePosterior, BARTPosterior, SoftTreePosterior, or a fitted estimator
+    X : array-like or DataFrame [M, D], the rows to average over (e.g. the training rows)
+    feature : int or str
+    grid, grid_size, target_class, max_draws, max_rows, seed
+        See :func:`partial_dependence`.
+    interval : pair of quantiles or a central level, default ``(0.05, 0.95)``
+        The band spans these weighted quantiles of the per-draw partial-dependence curves.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes: a line labelled "posterior mean" whose y data is the posterior mean partial
+    dependence at the grid (x data: the grid; the positions ``0..G-1`` for a text feature, its levels
+    as tick labels) and the band (a ``PolyCollection``).
+    """
+    require_matplotlib()
+    post = posterior_of(posterior)
+    pd = partial_dependence(post, X, feature, grid=grid, grid_size=grid_size, target_class=target_class,
+                            max_draws=max_draws, max_rows=max_rows, seed=seed)
+    ax = new_axes(ax, 1)
+    _draw_curves(ax, pd, pd["draws"], interval, True)
+    ax.set_ylabel(_y_label(post, target_class))
+    ax.set_title(f"Partial dependence on {pd['name']}")
+    ax.legend(loc="best", fontsize="small")
+    return ax
+
+
+def plot_ice(posterior: Any, X: Any, feature: Any, *, n_lines: int = 50, centered: bool = False, band: bool = True,
+             grid: Optional[Sequence] = None, grid_size: int = 20, interval: Any = (0.05, 0.95),
+             target_class: Any = None, max_draws: Optional[int] = 500, max_rows: Optional[int] = 500,
+             seed: int = 0, ax: Any = None):
+    """Individual conditional expectation: the posterior mean prediction of single rows as one feature
+    moves over its grid, with the partial dependence (their average) and its credible band on top.
+
+    Parameters
+    ----------
+    posterior : TreePosterior, BARTPosterior, SoftTreePosterior, or a fitted estimator
+    X : array-like or DataFrame [M, D]
+    feature : int or str
+    n_lines : int, default 50
+        ICE curves drawn: a random subset (drawn with ``seed``) of the averaged rows.
+    centered : bool, default False
+        Subtract each curve's value at the first grid point (c-ICE), the mean curve's and band's too.
+    band : bool, default True
+        Draw the partial dependence's credible band.
+    grid, grid_size, interval, target_class, max_draws, max_rows, seed
+        As for :func:`plot_pdp`.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes: one line per drawn row labelled ``"_row I"`` (``I`` its index in ``X``; y data its
+    posterior mean prediction over the grid), the "posterior mean" partial-dependence line and the band.
+    """
+    require_matplotlib()
+    post = posterior_of(posterior)
+    pd = partial_dependence(post, X, feature, grid=grid, grid_size=grid_size, target_class=target_class,
+                            max_draws=max_draws, max_rows=max_rows, seed=seed)
+    ax = new_axes(ax, 1)
+    ice, rows = pd["ice"], pd["rows"]
+    pick = np.arange(rows.size)
+    if rows.size > int(n_lines):
+        pick = np.sort(np.random.default_rng(seed + 1).choice(rows.size, int(n_lines), replace=False))
+    pos = np.arange(len(pd["grid"]), dtype=np.float64) if pd["categorical"] else np.asarray(pd["grid"], np.float64)
+    lines = ice[:, pick] - (ice[:1, pick] if centered else 0.0)
+    drawn = ax.plot(pos, lines, color="C0", alpha=0.35, lw=0.8)
+    for line, r in zip(drawn, rows[pick]):
+        line.set_label(f"_row {int(r)}")
+    draws = pd["draws"] - pd["draws"][:, :1] if centered else pd["draws"]
+    _draw_curves(ax, pd, draws, interval, band)
+    ax.set_ylabel(("centred " if centered else "") + _y_label(post, target_class))
+    ax.set_title(f"ICE curves of {pd['name']} ({len(pick)} rows)")
+    ax.legend(loc="best", fontsize="small")
+    return ax
