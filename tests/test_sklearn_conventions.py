@@ -91,10 +91,11 @@ def test_feature_importances_share_the_splits_and_find_the_signal(method, kw):
 
 def test_verbose_is_a_parameter_and_shows_progress(capsys):
     X, y, _ = _data()
-    est = BayesianTreeClassifier(n_particles=20, verbose=1)
-    assert est.get_params()["verbose"] == 1
+    assert BayesianTreeClassifier().get_params()["verbose"] == 1  # bars for long phases at a terminal
+    est = BayesianTreeClassifier(n_particles=20, verbose=2)
+    assert est.get_params()["verbose"] == 2
     est.fit(X, y)
-    assert "it" in capsys.readouterr().err  # tqdm's progress line
+    assert "it" in capsys.readouterr().err  # tqdm's progress line (tests/test_progress.py checks them)
 
 
 def test_sparse_input_is_refused_with_what_to_do():

@@ -31,6 +31,7 @@ from torchtree.model.inputs import frame_columns
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.posterior import attach_feature_names
 from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, make_prior
+from torchtree.monitor import progress_bars, progress_monitor
 from torchtree.samplers.presets import AUTO, RunShape
 from torchtree.samplers.protocol import config_class_of
 
@@ -69,7 +70,7 @@ class BayesianTreeBase:
         monitor: Any = None,
         hyper: Any = "evidence",
         n_threads: Any = "auto",
-        verbose: int = 0,
+        verbose: int = 1,
         categorical_features: Any = "from_dtype",
         **sampler_options: Any,
     ) -> None:
@@ -305,20 +306,17 @@ class BayesianTreeBase:
         data = self._make_data(X, y)
         cls = get_method(self.method)
         self._check_model_settings(cls)
-        search = self._search_hyperparameters(cls, data)
-        self._tuned = dict(search.chosen) if search is not None else {}
-        sampler = self._build_sampler(data, checked=True)
-        self.sampler_config_ = getattr(sampler, "config", None)
-        monitor = self.monitor
-        if monitor is None and self.verbose:
-            from torchtree.monitor import ProgressMonitor
-
-            monitor = ProgressMonitor(disable=False)  # asked for: shown even when stderr is no terminal
-        if "n_threads" in accepted_settings(type(sampler)):
-            self.posterior_ = sampler.run(data, seed=self._seed_, monitor=monitor)
-        else:  # a registered sampler outside the protocol: the estimator applies the setting
-            with using_threads(resolve_threads(self.n_threads, data.n)):
+        with progress_bars(self.verbose):
+            search = self._search_hyperparameters(cls, data)
+            self._tuned = dict(search.chosen) if search is not None else {}
+            sampler = self._build_sampler(data, checked=True)
+            self.sampler_config_ = getattr(sampler, "config", None)
+            monitor = self.monitor if self.monitor is not None else progress_monitor(f"torchtree {self.method}")
+            if "n_threads" in accepted_settings(type(sampler)):
                 self.posterior_ = sampler.run(data, seed=self._seed_, monitor=monitor)
+            else:  # a registered sampler outside the protocol: the estimator applies the setting
+                with using_threads(resolve_threads(self.n_threads, data.n)):
+                    self.posterior_ = sampler.run(data, seed=self._seed_, monitor=monitor)
         self.hyper_search_ = search
         if search is not None and isinstance(getattr(self.posterior_, "info", None), dict):
             chosen = ", ".join(f"{k}={v:.4g}" for k, v in search.chosen.items()) or "nothing left to choose"
@@ -438,8 +436,11 @@ class BayesianTreeClassifier(BayesianTreeBase):
         data's device, as for every sampler (the CPU for numpy input).
     monitor : Monitor, optional
     verbose : int
-        0 (default): quiet; 1 or more: a progress bar on standard error (``ProgressMonitor``)
-        when ``monitor`` is None.
+        Progress bars (tqdm) on standard error for each phase of the fit: the evidence pilots, the
+        run (when ``monitor`` is None) and its nested runs (top-down starts), each with its total and
+        an ETA. 1 (default): a phase's bar appears once it has run ``PROGRESS_DELAY`` (2) seconds,
+        and only when standard error is a terminal or a Jupyter notebook (a widget there); 0: none;
+        2 or more: every bar at once, on any stream.
     categorical_features : "from_dtype" (default), None, or column indices / names / boolean mask
         Categorical columns, split by subsets of their levels; ``"from_dtype"``: pandas
         ``category`` columns and columns holding text. Missing values (NaN, None) are modelled

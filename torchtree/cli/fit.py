@@ -147,7 +147,7 @@ def cmd_fit(args) -> int:
         monitors.append(TensorBoardMonitor(args.logdir))
     Est = BayesianTreeClassifier if task == "classification" else BayesianTreeRegressor
     model = Est(args.method, random_state=args.seed, device=device, monitor=monitors, n_threads=args.threads,
-                categorical_features=categorical, **est_kw, **smp_kw)
+                categorical_features=categorical, verbose=0 if quiet else 1, **est_kw, **smp_kw)
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(out_dir):
         raise FileNotFoundError(f"--out {args.out}: directory {out_dir} does not exist")

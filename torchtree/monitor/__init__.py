@@ -24,6 +24,8 @@ so a gated monitor never creates an event file or a progress bar.
 from torchtree.monitor.base import (CallbackMonitor, Monitor, MonitorList, NullMonitor, TraceMonitor, as_monitor,
                                     notify_checkpoint)
 from torchtree.monitor.writers import DEFAULT_PROGRESS_KEYS, ProgressMonitor, TensorBoardMonitor
+from torchtree.monitor.progress import PROGRESS_DELAY, progress_bars, progress_monitor
 
 __all__ = ["Monitor", "NullMonitor", "TraceMonitor", "TensorBoardMonitor", "ProgressMonitor", "MonitorList",
-           "CallbackMonitor", "as_monitor", "notify_checkpoint", "DEFAULT_PROGRESS_KEYS"]
+           "CallbackMonitor", "as_monitor", "notify_checkpoint", "DEFAULT_PROGRESS_KEYS", "PROGRESS_DELAY",
+           "progress_bars", "progress_monitor"]

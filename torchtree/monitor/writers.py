@@ -152,6 +152,16 @@ class TensorBoardMonitor(Monitor):
 # ProgressMonitor
 # ----------------------------------------------------------------------------
 
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (IPython's ZMQ shell), where progress goes to a widget."""
+    ipython = sys.modules.get("IPython")
+    try:
+        shell = ipython.get_ipython() if ipython is not None else None
+    except Exception:  # an IPython too old or half imported
+        return False
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
 #: Tags whose last path component is one of these are shown by default.
 DEFAULT_PROGRESS_KEYS = ("ess", "log_evidence", "accept_rate", "acceptance_rate", "step_size", "log_likelihood", "leaves_mean")
 
@@ -170,8 +180,9 @@ class ProgressMonitor(Monitor):
     desc : str
         Bar label.
     disable : bool, optional
-        None: disabled when the output stream is not a terminal; True / False
-        force it off / on.
+        None: shown when the output stream is a terminal or the process is a Jupyter
+        kernel (where ``tqdm.auto`` draws the notebook widget), else disabled; True /
+        False force it off / on.
     keys : sequence of str, optional
         Tags to show in the postfix (displayed by their last ``/`` component).
         None shows up to ``max_keys`` tags whose last component is in
@@ -186,6 +197,8 @@ class ProgressMonitor(Monitor):
         Seconds between postfix refreshes (fetching tensor values syncs CUDA).
     all_ranks : bool
         Show a bar on every rank (labelled with the rank).
+    delay : float
+        Seconds before the bar appears (tqdm's ``delay``): a run that ends sooner shows nothing.
     """
 
     def __init__(
@@ -200,6 +213,7 @@ class ProgressMonitor(Monitor):
         leave: bool = True,
         mininterval: float = 0.5,
         all_ranks: bool = False,
+        delay: float = 0.0,
     ) -> None:
         super().__init__(all_ranks=all_ranks)
         self.total = total
@@ -209,6 +223,7 @@ class ProgressMonitor(Monitor):
         self.file = file
         self.leave = leave
         self.mininterval = mininterval
+        self.delay = float(delay)
         self.disable = self._resolve_disable(disable)
         self.bar = None
         self._total = None
@@ -224,6 +239,8 @@ class ProgressMonitor(Monitor):
         if disable is not None:
             return bool(disable)
         stream = self.file if self.file is not None else sys.stderr
+        if self.file is None and in_notebook():
+            return False
         try:
             return not stream.isatty()
         except (AttributeError, ValueError):
@@ -255,6 +272,7 @@ class ProgressMonitor(Monitor):
             leave=self.leave,
             dynamic_ncols=True,
             position=self.rank if (self.all_ranks and self.rank) else None,
+            delay=self.delay,
         )
         self._last_postfix = -math.inf
 

@@ -24,7 +24,7 @@ from torchtree.core.validate import check_backend
 from torchtree.io.checkpoint import Checkpointer, fingerprint
 from torchtree.model.data import Data, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
-from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoint
+from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoint, progress_monitor
 from torchtree.samplers.presets import RunShape, describe_resolution
 from torchtree.samplers.protocol import HOOKS
 
@@ -233,7 +233,8 @@ def sub_run(ctx: RunContext, sampler, data, *, seed: int, purpose: str):
     the sub-run's own work; an int is used as it is), in one process (every rank of a
     multi-rank parent runs the same seeded sub-run), without the parent's monitors, and is recorded
     in ``ctx.sub_runs`` (``purpose``, sampler, seed, settings, seconds, log evidence), which the
-    parent's posterior carries as ``info["sub_runs"]``.
+    parent's posterior carries as ``info["sub_runs"]``. Within a fit that asked for progress bars
+    (:func:`torchtree.monitor.progress_bars`) it shows its own, labelled ``purpose``.
 
     Parameters
     ----------
@@ -250,7 +251,7 @@ def sub_run(ctx: RunContext, sampler, data, *, seed: int, purpose: str):
     if "n_threads" in getattr(type(sampler.config), "__dataclass_fields__", {}):
         sampler.config = sampler.config.replace(n_threads=ctx.thread_setting)
     t0 = time.perf_counter()
-    post = run(sampler, data, seed=seed)
+    post = run(sampler, data, seed=seed, monitor=progress_monitor(purpose))  # a bar only within a fit that asked
     settings = {k: v for k, v in sampler.config.result_settings().items() if isinstance(v, (int, float, str, bool))}
     ctx.sub_runs.append({"purpose": purpose, "sampler": sampler.name, "seed": int(seed), "settings": settings,
                          "seconds": time.perf_counter() - t0,

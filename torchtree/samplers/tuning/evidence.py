@@ -26,6 +26,7 @@ import torch
 from torchtree.model.data import Data
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma, target_scale
 from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, ChipmanPrior
+from torchtree.monitor import progress_monitor
 
 __all__ = ["EvidenceSearch", "choose_by_evidence", "ALPHA_GRID", "NOISE_GRID", "BETA_SPLIT_GRID"]
 
@@ -135,10 +136,21 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
             # targets with no spread (one row, all equal) sit at the prior mean, whose evidence then grows
             # without bound as the noise shrinks: nothing to choose from, the default scale stays
             given = NormalInverseGamma.default_for(y, kappa0=kappa0, a0=a0).b0
+    n_split = len(beta_split_grid) - (beta in beta_split_grid and given is None) if search_split else 0
+    bar = progress_monitor("evidence pilots", total=(len(grid) if given is None else 0) + n_split)
+    if bar is not None:
+        bar.on_start({})
+    done = [0]
+
+    def evidence(prior, lik):  # one pilot, counted on the bar
+        lz = _pilot_evidence(pilot, prior, lik, n_particles, seed, n_threads, device)
+        if bar is not None:
+            bar.on_step(done[0], {"log_evidence": lz})
+        done[0] += 1
+        return lz
+
     if given is None:
-        curve = [(v, _pilot_evidence(pilot, ChipmanPrior(alpha_split, beta), leaf(v), n_particles, seed, n_threads,
-                                 device))
-                 for v in grid]
+        curve = [(v, evidence(ChipmanPrior(alpha_split, beta), leaf(v))) for v in grid]
         search.curves[name] = curve
         best_leaf = max(curve, key=lambda p: p[1])[0]
         search.chosen[name] = best_leaf
@@ -148,10 +160,11 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
         curve = []
         for b in beta_split_grid:
             known = [p for p in search.curves.get(name, []) if p[0] == best_leaf] if b == beta else []
-            lz = known[0][1] if known else _pilot_evidence(pilot, ChipmanPrior(alpha_split, b), leaf(best_leaf),
-                                                           n_particles, seed, n_threads, device)
+            lz = known[0][1] if known else evidence(ChipmanPrior(alpha_split, b), leaf(best_leaf))
             curve.append((b, lz))
         search.curves["beta_split"] = curve
         search.chosen["beta_split"] = max(curve, key=lambda p: p[1])[0]
+    if bar is not None:
+        bar.on_end({})
     search.seconds = time.perf_counter() - t0
     return search
