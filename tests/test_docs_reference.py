@@ -50,6 +50,13 @@ def _public_names():
         mod = importlib.import_module(module)
         for name in mod.__all__:
             out.append((f"{module}.{name}", {f"{module}.{name}"}))
+    # torchtree.plot: its reference page renders the whole module ('::: torchtree.plot'), when it imports
+    try:
+        plot = importlib.import_module("torchtree.plot")
+    except Exception:
+        plot = None
+    for name in getattr(plot, "__all__", ()):
+        out.append((f"torchtree.plot.{name}", {f"torchtree.plot.{name}", "torchtree.plot"}))
     return out
 
 

@@ -450,7 +450,7 @@ class BayesianTreeClassifier(BayesianTreeBase):
         torch intra-op threads during ``fit`` (the previous count is restored after it).
         ``"auto"`` (default): one thread unless the work (rows x particles or chains) is
         large, then at most the cores divided by the ranks on the node and never more than
-        ``OMP_NUM_THREADS``; see the README section "Threads".
+        ``OMP_NUM_THREADS`` (:mod:`torchtree.core.threads`; the documentation's threads how-to).
     **sampler_options
         Passed to the sampler by name (``n_particles``, ``n_islands``, ``proposal``,
         ``expansion``, ``resampling``, ``ess_threshold``, ``n_chains``, ...); a

@@ -51,7 +51,7 @@ def _cart_row(Xtr, ytr, Xte, yte, alpha: float = 5.0):
 
 
 def demo(seed: int = 0, out=sys.stdout) -> List[tuple]:
-    """Fit the README's main job on the embedded dataset and print a table.
+    """Fit the demo table (embedded in the package) with a few top-down SMC settings and print a table.
 
     Returns
     -------

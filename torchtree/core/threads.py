@@ -2,8 +2,8 @@
 
 torch's default (one thread per core) hurts the samplers: they run many small tensor ops, and
 an OpenMP team's threads spin while they wait for each other, so on a machine whose cores are
-shared every op waits for a descheduled sibling (README "Threads" has the measurements: ten
-times the CPU time and more). ``"auto"`` therefore gives one thread unless the work is large.
+shared every op waits for a descheduled sibling (the documentation's threads benchmark has the
+measurements). ``"auto"`` therefore gives one thread unless the work is large.
 
 The rule of ``"auto"`` (:func:`choose_threads`):
 
@@ -34,7 +34,7 @@ AUTO = "auto"
 
 #: Units of work (data rows x particles or chains on one rank) per intra-op thread under
 #: ``"auto"``: a second thread is used from twice this. Chosen above the sizes where two
-#: threads did not pay on a busy machine (README "Threads").
+#: threads did not pay on a busy machine (the documentation's threads benchmark).
 WORK_PER_THREAD = 100_000_000
 
 #: Environment variables that launchers set to the number of ranks on this node, in the

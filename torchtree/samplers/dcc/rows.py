@@ -1,12 +1,13 @@
-"""DCC's row budget (issue #21): fit on a seeded row subset when the time budget cannot afford all rows.
+"""DCC's row budget: fit on a seeded row subset when the time budget cannot afford all rows.
 
 Every NUTS leapfrog step of DCC evaluates the soft trees' log density and its gradient on
 every training row, so a warm-up costs ``transitions x leapfrog steps x cost(rows)``. At
 10^5 rows one gradient of 4 topologies x 8 chains takes ~0.7 s on one CPU core, and the
-first warm-up (150 transitions of up to 63 leapfrog steps) alone needs hours: a run with
-``max_seconds=300`` used to spend its budget and raise. ``max_rows`` trades rows for time:
+first warm-up (150 transitions of up to 63 leapfrog steps) alone needs hours: with every row,
+a run with ``max_seconds=300`` spends its budget before any warm-up ends. ``max_rows`` trades
+rows for time:
 
-* ``None``: every row (the behaviour before ``max_rows`` existed);
+* ``None``: every row;
 * an int ``m``: a seeded uniform subset of ``m`` rows when the data has more;
 * ``"auto"`` (default): with ``max_seconds``, the largest subset whose first warm-up is
   *estimated* to fit in :data:`BUDGET_SHARE` of the budget (the budget model below);

@@ -46,65 +46,53 @@ class MCMC(SamplerBase):
         indices ``rank * n_chains / W + i`` key their random numbers), and every rank returns
         the global posterior, the same as a one-process run with the same seed. Needs the
         batched engine; monitors see rank 0's chains.
-    n_chains : int
-        Chains run together as one batch.
-    n_samples : int
-        Kept draws per chain (after warm-up and thinning).
-    n_warmup : int, optional
-        Burn-in iterations per chain (default ``n_samples * thin``: half the run, as
-        in paper 002).
-    thin : int
-        Keep every ``thin``-th iteration after warm-up.
-    move_probs : 4 floats
-        Probabilities of grow, prune, change, swap (default 0.25 each).
-    init : {"root", "prior", "topdown"}
-        Start each chain at the root-only tree, at a draw from the Chipman prior, or at a
-        weighted draw from a top-down SMC run on the same model (1000 particles, settings by
-        :func:`~torchtree.samplers.tuning.starts.start_settings`: more particles on wide
-        classification tables): on large data, chains from the root need far more iterations to
-        grow trees of the posterior's size. The chains still target the same posterior.
-    keep : {"samples", "all"}
-        Predict with the kept draws, or with every iteration including warm-up
-        (paper 001's baseline averages over all iterations).
-    use_likelihood : bool
-        False samples the prior (labels ignored).
-    device : str or torch.device, optional
-        ``"auto"`` = CUDA if present. Default: the data's device.
-    monitor_every : int
-        Iterations between monitor reports.
-    engine : {"auto", "batched", "host"}
-        ``"batched"`` runs all chains as one batch of tensor operations on the data's
-        device; ``"host"`` runs one chain with numpy on the CPU (a single chain is
-        latency-bound; same moves, same random numbers, same chain); ``"auto"`` picks
-        ``"host"`` for one chain on a numeric table (the host engine does not take missing values or categories).
-    checkpoint : str, optional
-        Path of a checkpoint file (see :mod:`torchtree.io.checkpoint`). When it exists,
-        :meth:`run` resumes from it and returns exactly what an uninterrupted run with
-        the same seed returns on the same kind of device (the uniforms are keyed by seed, chain and iteration, so
-        the chains' trees, the acceptance counters, the kept draws and the traces so
-        far are the whole state); it is (re)written every ``checkpoint_every``
-        iterations and after the last one, so re-running a finished run returns its
-        posterior at once. A checkpoint of another run (other data, settings, seed or
-        engine) raises :class:`~torchtree.io.checkpoint.CheckpointError`. With
-        ``seed=None`` the seed drawn by the first run is stored and reused. Every save
-        holds all the draws kept so far: with many draws, use a ``checkpoint_every``
-        of hundreds of iterations or more. None (default): no checkpoints, no cost.
-    checkpoint_every : int
-        Save after every ``checkpoint_every``-th iteration (iterations ``k-1, 2k-1, ...``).
-    cut_proposal : {"prior", "data", "informed"}
-        How grow / change moves draw a cut (:func:`torchtree.steps.moves.propose`): uniform on
-        the node's data range as the prior draws it, a gap between consecutive
-        distinct values uniform among the node's gaps, then uniform in it, or a cell of
-        the range chosen by the likelihood of the split it makes (``"informed"``). Same
-        target; the MH ratio carries the proposal density ratio. Anything but
-        ``"prior"`` runs the batched engine (also for one chain: the host engine
-        implements ``"prior"`` only), about 20x slower per iteration for one chain.
-    max_bins : int, optional
-        Rank every feature of more than ``max_bins`` distinct values into at most
-        ``max_bins`` quantile bins and fit on them (:func:`torchtree.model.target.quantile_binned`):
-        a change of the split prior, cuts uniform over the grid's range instead of the
-        data's, and the returned thresholds of binned features are grid values. None
-        (default): the data as given, the paper's model.
+    **settings
+        The settings of :class:`~torchtree.samplers.mcmc.config.MCMCConfig` by name
+        (``n_chains``, ``n_samples``, ``n_warmup``, ``thin``, ``move_probs``, ``init``, ``keep``,
+        ``engine``, ``cut_proposal``, ``max_bins``, ``checkpoint``, ...). Their defaults,
+        allowed values and meanings are its option table: the API reference renders it,
+        ``torchtree fit --method mcmc --help`` prints it, ``MCMCConfig.options()`` returns it.
+
+    Notes
+    -----
+    Settings whose effect needs more than the table's line:
+
+    ``init="topdown"``
+        Each chain starts at a weighted draw of a top-down SMC run on the same model (1000
+        particles, settings by :func:`~torchtree.samplers.tuning.starts.start_settings`: more
+        particles on wide classification tables). On large data chains from the root-only tree
+        need far more iterations to grow trees of the posterior's size. The chains still target
+        the same posterior.
+    ``engine``
+        ``"batched"`` runs all chains as one batch of tensor operations on the data's device;
+        ``"host"`` runs one chain with numpy on the CPU (a single chain is latency-bound; same
+        moves, same random numbers, same chain); ``"auto"`` picks ``"host"`` for one chain on a
+        numeric table with ``cut_proposal="prior"`` (the host engine takes neither missing
+        values, categories nor the other cut proposals).
+    ``cut_proposal``
+        How grow / change moves draw a cut (:func:`torchtree.steps.moves.propose`): uniform on the
+        node's data range as the prior draws it (``"prior"``), uniform among the gaps between
+        consecutive distinct values and then uniform in the gap (``"data"``), or a cell of the
+        range chosen by the likelihood of the split it makes (``"informed"``, see
+        :class:`~torchtree.samplers.smc_moves.SMCSampler`). Same target: the MH ratio carries the
+        proposal density ratio.
+    ``max_bins``
+        Ranks every feature of more than ``max_bins`` distinct values into at most ``max_bins``
+        quantile bins and fits on them (:func:`torchtree.model.target.quantile_binned`): a change
+        of the split prior (cuts uniform over the grid's range instead of the data's), and the
+        returned thresholds of binned features are grid values. None: the data as given, the
+        paper's model.
+    ``checkpoint``
+        When the file exists, :meth:`run` resumes from it and returns exactly what an
+        uninterrupted run with the same seed returns on the same kind of device (the uniforms
+        are keyed by seed, chain and iteration, so the chains' trees, the acceptance counters,
+        the kept draws and the traces so far are the whole state). It is (re)written every
+        ``checkpoint_every`` iterations (iterations ``k-1, 2k-1, ...``) and after the last one,
+        so re-running a finished run returns its posterior at once. A checkpoint of another run
+        (other data, settings, seed or engine) raises
+        :class:`~torchtree.io.checkpoint.CheckpointError`. With ``seed=None`` the seed drawn by
+        the first run is stored and reused. Every save holds all the draws kept so far: with
+        many draws, save every few hundred iterations or more.
     """
 
     name = "MCMC"

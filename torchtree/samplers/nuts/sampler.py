@@ -44,13 +44,11 @@ class NUTS(SamplerBase):
     between transitions, each chain starting its next transition as soon as its trajectory
     ends (:func:`torchtree.steps.nuts_async.nuts_draw_async`). Same kernel, same stationary
     distribution; the draws differ from lockstep ones because random numbers are consumed
-    in another order. Warm-up is always in lockstep. Not the default because it was not
-    faster where measured (``examples/bench_dcc.py --only-throughput [--nuts-async]``, 32
-    chains, one CPU thread): sampling phase 36-40 vs 31-33 CPU s on WU, 9.5-10.5 vs
-    9.1-13.3 on iris. With chains this small a tick's bookkeeping costs about as much as a
-    gradient, and on WU one chain needs the depth cap in almost every transition, so there
-    is little waiting to remove. It pays when gradients are expensive relative to ~100
-    small tensor operations and the deepest chain changes from transition to transition.
+    in another order. Warm-up is always in lockstep. A tick's bookkeeping costs about as much
+    as a gradient of a small batch, and where one chain needs the depth cap in almost every
+    transition there is little waiting to remove; it pays when gradients are expensive
+    relative to ~100 small tensor operations and the deepest chain changes from transition
+    to transition (measurements: ``examples/bench_dcc.py --only-throughput --nuts-async``).
 
     ``init="data"``: chains start from randomised greedy splits of the training data
     (:func:`torchtree.steps.soft_init.informed_start`); the target is the same. The warm-up

@@ -39,66 +39,60 @@ class SMCSampler(SamplerBase):
         initial weights correct for it.
     likelihood : DirichletMultinomial or NormalInverseGamma, optional
         Default from the data.
-    n_particles : int
-        N, over all ranks (a multiple of the backend's world size).
-    n_iterations : int
-        K, move-reweight-resample iterations.
-    move_probs : 4 floats
-        Probabilities of grow, prune, change, swap (default 0.25 each).
-    resampling : {"multinomial", "systematic", "stratified", "residual"}
-    ess_threshold : float in [0, 1]
-        Resample when ESS < ``ess_threshold * n_particles`` (paper: 0.5).
-    mh_step : bool
-        Resample-move variant: accept/reject every proposal with the MH ratio
-        (weights then stay constant after the initial step).
     alpha_split, beta_split, poisson_lambda : float
         Prior hyperparameters when ``prior`` is given by name.
-    use_likelihood : bool
-        False targets the prior (labels ignored).
-    tempering : bool
-        Likelihood tempering instead of eq. 5b: the targets are ``prior x L^phi`` with
-        ``phi`` rising from 0 to 1 over the iterations (each step about as large as keeps
-        the ESS above ``ess_threshold * n_particles``, and at least an equal share of
-        what is left), each followed by resampling when needed and one MH move per
-        particle at the current ``phi``. The initial weights are then flat; the evidence
-        estimate is the usual product of mean incremental weights.
-    init_prior : ChipmanPrior, "chipman" or "topdown", optional
-        Initial proposal ``q_0`` (default: the target's Chipman prior, or
-        ``ChipmanPrior()`` for a Poisson target). A prior with larger trees starts the
-        particles closer to posterior tree sizes; eq. 4b's initial weights
-        ``pi(t_0) / q_0(t_0)`` keep the target exact. ``"topdown"``: multinomial draws
-        from a top-down SMC run (``n_particles`` particles, ``start_settings``) on the same model,
-        equally weighted with that run's evidence estimate (Chipman prior, no tempering).
-    device : str or torch.device, optional
-        ``"auto"`` = CUDA if present. Default: the data's device.
     backend : torchtree.distributed.Backend or its name, optional
         Multi-rank run (see the module notes); ``None`` is one process. Every rank
         calls :meth:`run` with the same settings and the full training data. A name
         (``"gloo"``, ``"mpi"``, ...) is resolved by ``torchtree.distributed.get_backend``
         in :meth:`run`, and a process group that opens is closed when it returns.
-    redistribution : {"auto", "alltoall", "rotational", "gather", "sequential"}
+    **settings
+        The settings of :class:`~torchtree.samplers.smc_moves.config.SMCSamplerConfig` by name
+        (``n_particles``, ``n_iterations``, ``move_probs``, ``resampling``, ``ess_threshold``,
+        ``mh_step``, ``init_prior``, ``tempering``, ``cut_proposal``, ``max_bins``,
+        ``redistribution``, ``checkpoint``, ...). Their defaults, allowed values and meanings
+        are its option table: the API reference renders it, ``torchtree fit --method smc-moves
+        --help`` prints it, ``SMCSamplerConfig.options()`` returns it.
+
+    Notes
+    -----
+    Settings whose effect needs more than the table's line:
+
+    ``init_prior``
+        The initial proposal ``q_0`` (default: the target's Chipman prior, or
+        ``ChipmanPrior()`` for a Poisson target; in Python also a ``ChipmanPrior``). A prior
+        with larger trees starts the particles closer to posterior tree sizes; eq. 4b's
+        initial weights ``pi(t_0) / q_0(t_0)`` keep the target exact. ``"topdown"``:
+        multinomial draws from a top-down SMC run (``n_particles`` particles,
+        :func:`~torchtree.samplers.tuning.starts.start_settings`) on the same model, equally
+        weighted with that run's evidence estimate (Chipman prior, no tempering).
+    ``mh_step=True``
+        The resample-move variant: every proposal is accepted or rejected with the MH ratio,
+        so the weights stay constant after the initial step.
+    ``tempering=True``
+        Likelihood tempering instead of eq. 5b: the targets are ``prior x L^phi`` with ``phi``
+        rising from 0 to 1 over the iterations (each step about as large as keeps the ESS
+        above ``ess_threshold * n_particles``, and at least an equal share of what is left),
+        each followed by resampling when needed and one MH move per particle at the current
+        ``phi``. The initial weights are then flat; the evidence estimate is the usual
+        product of mean incremental weights.
+    ``cut_proposal``
+        How grow / change moves draw a cut (:func:`torchtree.steps.moves.propose`): uniform
+        on the node's data range as the prior draws it (``"prior"``); a gap between
+        consecutive distinct values, uniform among the node's gaps, then uniform in it
+        (``"data"``, meant for features with far-apart codes); or ``"informed"``: one of 16
+        equal cells of the range with probability ``0.9 softmax(log likelihood of the split at
+        the cell's midpoint) + 0.1 / 16``, then uniform in the cell. The target, hence the
+        posterior, is the same; the incremental weights carry the proposal density ratio.
+    ``max_bins``
+        Fits on at most ``max_bins`` quantile bins per feature, as for :class:`MCMC` (a change
+        of the split prior). None: the data as given, the paper's model.
+    ``redistribution``
         How resampled particles travel between ranks (:func:`torchtree.distributed.redistribute`;
-        the result is the same for all). "gather" and "sequential" run on one rank only.
-    checkpoint : str, optional
-        Path of a checkpoint to write and, when it exists, resume from (see the module notes).
-    checkpoint_every : int
-        Save after every ``checkpoint_every`` iterations (and after the last).
-    cut_proposal : {"prior", "data", "informed"}
-        How grow / change moves draw a cut (:func:`torchtree.steps.moves.propose`): uniform on
-        the node's data range as the prior draws it; a gap between consecutive
-        distinct values uniform among the node's gaps, then uniform in it (meant for
-        features with far-apart codes); or ``"informed"``: one of 16 equal cells of the
-        range with probability 0.9 softmax(likelihood of the split at the cell's
-        midpoint) + 0.1 / 16, then uniform in the cell. The target, hence the
-        posterior, is the same; the incremental weights carry the proposal density
-        ratio. The default is ``"informed"``: on the four paper-002 data sets (10 splits)
-        it gives a better test log-likelihood on every one and equal or better accuracy
-        (heart 77.3 -> 79.5 %, students 73.5 -> 73.7 %) for 1.2-3x the time; the final
-        ESS moves either way (students 4 -> 14 of 1024, diabetes 197 -> 72); see
-        ``examples/bench_paper002.py``.
-    max_bins : int, optional
-        Fit on at most ``max_bins`` quantile bins per feature, as for :class:`MCMC` (a change
-        of the split prior). None (default): the data as given, the paper's model.
+        the result is the same for all). ``"gather"`` and ``"sequential"`` run on one rank only.
+    ``checkpoint``
+        A checkpoint to write every ``checkpoint_every`` iterations (and after the last) and,
+        when it exists, to resume from (see the module notes).
     """
 
     name = "SMCSampler"

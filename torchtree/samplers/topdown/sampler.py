@@ -35,49 +35,45 @@ class TopDownSMC(SamplerBase):
         Default ``ChipmanPrior(0.95, 0.5)``.
     likelihood : DirichletMultinomial or NormalInverseGamma, optional
         Default chosen from the data (see :func:`default_likelihood`).
-    n_particles : int
-        Particles in total, across islands (and ranks).
-    n_islands : int
-        Independent filters sharing ``n_particles`` equally (must divide it).
-    proposal : {"prior", "empirical", "optimal"}
-    expansion : {"node", "layer"}
-    resampling : {"multinomial", "systematic", "stratified", "residual"}
-    ess_threshold : float in [0, 1]
-        Resample an island when its ESS < ``ess_threshold`` x its particles.
-    device : str or torch.device, optional
-        ``"auto"`` = CUDA if present. Default: the data's device.
     backend : torchtree.distributed.Backend or str, optional
         Multi-rank runs (``"gloo"``/``"mpi"``/... resolve with
         ``torchtree.distributed.get_backend``). Each rank holds ``n_particles /
         world_size`` particles (global indices ``rank * n_local + i``) and every rank
         returns the same global posterior; results do not depend on the number of
         ranks. See :mod:`torchtree.samplers.topdown` for the layouts and costs.
-    redistribution : {"auto", "alltoall", "rotational"}
-        How resampled particles move between ranks (``torchtree.distributed.redistribute``).
-    max_stages : int
-        Safety bound on the number of stages.
-    use_likelihood : bool
-        False runs the same sampler with the labels ignored (samples the prior).
-    max_memory_bytes : int, optional
-        Bound on the node table (node records, their class counts or regression
-        statistics, and the node-data pool); exceeding it raises ``MemoryError`` with
-        advice instead of crashing. Default: half the physical memory (CPU) or of the
-        GPU, and at most 3/4 of the memory available (``TORCHTREE_MEMORY_LIMIT`` caps it).
-    checkpoint : str, optional
-        Path of a checkpoint file (see :mod:`torchtree.io.checkpoint`). When it exists,
-        :meth:`run` resumes from it and returns exactly what an uninterrupted run
-        with the same seed returns (on the same kind of device); it is (re)written every ``checkpoint_every``
-        stages and at the end, so re-running a finished run returns its posterior
-        at once. A checkpoint of another run (other data, settings, seed or number
-        of ranks) raises :class:`~torchtree.io.checkpoint.CheckpointError`. With
-        ``seed=None`` the seed drawn by the first run is stored and reused. A
-        multi-rank run writes ``checkpoint.rank{r}`` files plus
-        ``checkpoint.manifest.json`` and must resume with the same number of ranks.
-        Each save holds the particles and the node table (all node records created
-        so far and the live point lists), so choose ``checkpoint_every`` so that
-        saves stay a small part of the run. None (default): no checkpoints, no cost.
-    checkpoint_every : int
-        Save after every ``checkpoint_every``-th stage (stages ``k-1, 2k-1, ...``).
+    **settings
+        The settings of :class:`~torchtree.samplers.topdown.config.TopDownConfig` by name
+        (``n_particles``, ``n_islands``, ``proposal``, ``expansion``, ``resampling``,
+        ``ess_threshold``, ``redistribution``, ``max_memory_bytes``, ``checkpoint``, ...).
+        Their defaults, allowed values and meanings are its option table: the API reference
+        renders it, ``torchtree fit --method smc --help`` prints it,
+        ``TopDownConfig.options()`` returns it.
+
+    Notes
+    -----
+    Settings whose effect needs more than the table's line:
+
+    ``proposal``
+        ``"prior"`` draws a node's split from the prior; ``"empirical"`` draws its cut among
+        the gaps between the node's distinct values; ``"optimal"`` scores every cut (the
+        one-step optimal proposal of the paper's sec. 3.1). The incremental weights are given
+        in :mod:`torchtree.samplers.topdown`.
+    ``max_memory_bytes``
+        Exceeding the bound raises ``MemoryError`` with advice instead of crashing. Default:
+        half the physical memory (CPU) or of the GPU, and at most 3/4 of the memory available
+        (``TORCHTREE_MEMORY_LIMIT`` caps it).
+    ``checkpoint``
+        See :mod:`torchtree.io.checkpoint`. When the file exists, :meth:`run` resumes from it
+        and returns exactly what an uninterrupted run with the same seed returns (on the same
+        kind of device); it is (re)written every ``checkpoint_every`` stages (stages ``k-1,
+        2k-1, ...``) and at the end, so re-running a finished run returns its posterior at
+        once. A checkpoint of another run (other data, settings, seed or number of ranks)
+        raises :class:`~torchtree.io.checkpoint.CheckpointError`. With ``seed=None`` the seed
+        drawn by the first run is stored and reused. A multi-rank run writes
+        ``checkpoint.rank{r}`` files plus ``checkpoint.manifest.json`` and must resume with
+        the same number of ranks. Each save holds the particles and the node table (all node
+        records created so far and the live point lists), so choose ``checkpoint_every`` so
+        that saves stay a small part of the run.
     """
 
 
