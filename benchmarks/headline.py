@@ -130,7 +130,10 @@ def cases(smoke: bool) -> List[Case]:
         Case("scale/interactions-1e5/smc", _interactions(2000 if small else 100_000), *_estimator("smc"), "accuracy"),
         Case("bart/abalone/200-trees-200+200-sweeps", _abalone_regression,
              *_estimator("bart", **({"n_trees": 10, "n_warmup": 5, "n_samples": 5} if small
-                                    else {"n_trees": 200, "n_warmup": 200, "n_samples": 200})), "rmse",
+                                    else {"n_trees": 200, "n_warmup": 200, "n_samples": 200, "n_gfr": 0})), "rmse",
+             max_repeats=1),
+        Case("bart/abalone/defaults", _abalone_regression,
+             *_estimator("bart", **({"n_trees": 10, "n_warmup": 5, "n_samples": 5} if small else {})), "rmse",
              max_repeats=1),
     ]
     return out
