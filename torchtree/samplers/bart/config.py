@@ -14,7 +14,8 @@ __all__ = ["BARTConfig", "Stream"]
 
 class Stream(enum.IntEnum):
     """BART's random streams: per sweep ``it``, ``keyed_uniform(seed, it * _STREAMS + stream, ...)``; before the
-    first sweep, ``derive_seed(seed, INITIAL_LATENTS)`` (fixed values: same draws as ever)."""
+    first sweep, ``derive_seed(seed, INITIAL_LATENTS)``. The values are fixed: a seed gives the same draws
+    in every release."""
 
     MOVES = 0  #: each tree's move type, node, rule and acceptance uniforms
     LEAVES = 1  #: the leaves' normal draws

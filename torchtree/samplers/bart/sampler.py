@@ -23,7 +23,7 @@ __all__ = ["BART", "backfit_sweep"]
 
 
 _GAMMA_TRIES = 16
-#: tree updates in a run from which ``compile="auto"`` compiles (one-time cost ~5-20 s, then ~4x faster)
+#: tree updates in a run from which ``compile="auto"`` takes torch.compile (its one-time cost pays off)
 COMPILE_MIN_UPDATES = 40_000
 _COMPILED = {}
 
