@@ -239,11 +239,15 @@ void update_chain(int64_t K, int64_t N, int64_t D, feat_t* feat, feat_t* cut, sc
   }
   // leaf values: Gibbs from N(tau2 s / (sigma2 + n tau2), tau2 sigma2 / (sigma2 + n tau2))
   for (int64_t k = 0; k < K; ++k) {
+    if (feat[k] != LEAF) {
+      value[k] = scalar_t(0);
+      continue;
+    }
     double v = s2 + n_leaf_pts[k] * tau2;
     double mean = tau2 * s_leaf[k] / v;
     double sd = std::sqrt(tau2 * s2 / v);
     // z rounded to the values' dtype first, as the reference receives it
-    value[k] = static_cast<scalar_t>(feat[k] == LEAF ? mean + sd * static_cast<double>(static_cast<scalar_t>(z(k))) : 0.0);
+    value[k] = static_cast<scalar_t>(mean + sd * static_cast<double>(static_cast<scalar_t>(z(k))));
   }
   // pass 2: every point's leaf and residual
   for (int64_t n = 0; n < N; ++n) {
