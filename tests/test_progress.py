@@ -52,6 +52,12 @@ def test_nested_top_down_starts_get_their_own_bar(capsys):
     assert bars["torchtree mcmc"] == (10, 10)  # warm-up + kept iterations
 
 
+def test_bart_bar_counts_its_sweeps(capsys):
+    X, y = _data()
+    BayesianTreeClassifier("bart", n_trees=5, n_warmup=6, n_samples=4, verbose=2).fit(X, y)
+    assert _bars(capsys.readouterr().err)["torchtree bart"] == (10, 10)
+
+
 def test_pilot_count_matches_the_search(capsys):
     """The pilots' bar total is the number of pilots the search ran (its curves' points, the shared one once)."""
     X, y = _data()
