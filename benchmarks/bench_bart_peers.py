@@ -2,7 +2,7 @@
 
 Every run is its own process, one library after the other, the whole triple twice per data set
 (torchtree stochtree bartz torchtree stochtree bartz). The peers run through
-``examples/bart_competitors.py`` in their throw-away venv (see its docstring)::
+``benchmarks/bart_competitors.py`` in their throw-away venv (see its docstring)::
 
     python3 -m venv /tmp/bartvenv
     /tmp/bartvenv/bin/pip install stochtree==0.4.5 bartz==0.13.0 jax==0.10.2 jaxlib==0.10.2 numpy==2.4.6
@@ -12,7 +12,7 @@ The exact command (from the repository root; 20-40 min on a 2-core box)::
     .venv/bin/python benchmarks/bench_bart_peers.py --peer-python /tmp/bartvenv/bin/python \\
         --out benchmarks/results/bart_peers_native.txt
 
-Cases (split 0 of ``examples/bart_data.py``; friedman1_1000, friedman1_10000, abalone):
+Cases (split 0 of ``benchmarks/bart_data.py``; friedman1_1000, friedman1_10000, abalone):
 
 * ``defaults``: each library at its own defaults. torchtree:
   ``BayesianTreeRegressor(method="bart", random_state=seed, n_threads=1)`` (200 trees, 4 chains of
@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
+HERE = Path(__file__).resolve().parent
 DATASETS = ["friedman1_1000", "friedman1_10000", "abalone"]
 CASES = ["defaults", "equal"]
 LIBS = ["torchtree", "stochtree", "bartz"]
@@ -69,7 +69,7 @@ def torchtree_worker(case: str, data: str, seed: int, threads: int, smoke: bool)
     import numpy as np
     import torch
 
-    sys.path.insert(0, str(EXAMPLES))
+    sys.path.insert(0, str(HERE))
     import bart_data
     from torchtree import BayesianTreeRegressor, __version__
     from torchtree.kernels.native import available as native_ok
@@ -246,7 +246,7 @@ def main(argv=None) -> int:
                     if lib == "torchtree":
                         cmd = me + ["--worker", "torchtree", "--case", case, "--data", data] + flags
                     else:
-                        cmd = ([a.peer_python, str(EXAMPLES / "bart_competitors.py"), "--lib", lib, "--data", data,
+                        cmd = ([a.peer_python, str(HERE / "bart_competitors.py"), "--lib", lib, "--data", data,
                                 "--split", "0", "--seed", str(a.seed), "--threads", str(a.threads)]
                                + peer_args(lib, case, a.smoke))
                     rec, cpu, wall = run_child(cmd, env)

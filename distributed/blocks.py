@@ -363,7 +363,7 @@ class Workspace:
 
     Allocating hundreds of MB of fresh CPU memory per resampling step costs page faults and
     kernel zeroing that can exceed the copying itself (measured 5-7x on a 2-core VM in
-    ``examples/bench_redistribution.py``). Passing the same workspace to every
+    ``benchmarks/bench_redistribution.py``). Passing the same workspace to every
     :func:`~torchtree.distributed.redistribute` call lets the packed send/receive buffers be
     reused; together with ``out=`` (double-buffered populations) a step allocates almost
     nothing. A buffer only grows; :meth:`clear` releases everything.

@@ -138,7 +138,7 @@ def gather_redistribute(
         Preallocated buffers (same keys, dtypes, trailing shapes; not the input's memory) to
         write into. Reusing one spare population across SMC steps ("double buffering") avoids
         allocating ``M`` fresh trees per step, which on CPU costs more than the copy itself
-        (the pages must be faulted in and zeroed; see examples/bench_redistribution.py).
+        (the pages must be faulted in and zeroed; see benchmarks/bench_redistribution.py).
 
     Returns
     -------

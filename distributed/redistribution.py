@@ -18,7 +18,7 @@ Variants
 ``"alltoall"``    destinations from the global prefix sum of ``ncopies``, one ``all_to_all`` of
                   exactly the rows each rank needs (see :mod:`.alltoall`).
 ``"auto"``        ``"gather"`` on one rank, ``"alltoall"`` on several (faster in
-                  ``examples/bench_redistribution.py``: it moves each needed row once, the
+                  ``benchmarks/bench_redistribution.py``: it moves each needed row once, the
                   rotational scheme moves full ``N/P``-row messages ``2 ceil(log2 P) + 2`` times).
 
 Tree capacities must agree across ranks before a distributed call: use

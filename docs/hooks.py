@@ -16,7 +16,7 @@ Markers a page may hold, each on a line of its own, replaced before the Markdown
     The lines between are kept only when ``MODULE`` imports (a module still being written leaves a
     note instead of failing the build).
 
-Links from a page to a repository file outside ``docs/`` (``../examples/results/bench_scale.txt``,
+Links from a page to a repository file outside ``docs/`` (``../benchmarks/results/bench_scale.txt``,
 written relative to the page's source so that they work when the Markdown is read in the
 repository too) are checked: the file is copied into the site under ``repo/`` and the link
 rewritten to the copy; a link to a missing file is a warning, so ``mkdocs build --strict`` fails.

@@ -8,7 +8,7 @@ range of particle counts, plus CART as a reference. Prints the table behind Figu
 
 By default it subsamples the training data (``--rows``) so that it finishes in a
 minute or two on a laptop; ``--rows 0 --particles 10 100 1000 10000`` is the
-paper's full sweep. When the lead's full benchmark (``examples/bench_paper001.py``)
+paper's full sweep. When the lead's full benchmark (``benchmarks/bench_paper001.py``)
 is present, ``--bench`` runs that instead, passing the remaining options through
 (``torchtree bench paper001`` does the same).
 
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = Path(__file__).resolve().parent / "bench_paper001.py"
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_paper001.py"
 
 # smoke-expect: ^method\s+particles\s+seconds\s+accuracy\s+log p\(y\|x\)
 # smoke-expect: ^SMC prior \[node\]\s+\d+
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=1, help="seeds per configuration (times and scores are averaged)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the table as JSON here")
-    p.add_argument("--bench", action="store_true", help="run examples/bench_paper001.py instead (options passed through)")
+    p.add_argument("--bench", action="store_true", help="run benchmarks/bench_paper001.py instead (options passed through)")
     p.add_argument("--smoke", action="store_true", help="tiny run (for the test suite)")
     args = p.parse_args(argv)
     if args.smoke:

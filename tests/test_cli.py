@@ -395,7 +395,7 @@ def test_bench_list_and_run(tmp_path, monkeypatch, capsys):
         "p = argparse.ArgumentParser(); p.add_argument('--out', default='fake.json'); p.add_argument('--n', type=int, default=1)\n"
         "a = p.parse_args(); json.dump({'n': a.n}, open(a.out, 'w'))\n"
     )
-    monkeypatch.setenv("TORCHTREE_EXAMPLES", str(tmp_path))
+    monkeypatch.setenv("TORCHTREE_BENCHMARKS", str(tmp_path))
     assert main(["bench", "--list"]) == 0
     out = capsys.readouterr().out
     assert "fake" in out and "A fake benchmark for the tests." in out
@@ -410,10 +410,13 @@ def test_bench_list_and_run(tmp_path, monkeypatch, capsys):
 
 
 def test_bench_list_finds_repository_benchmarks(monkeypatch, capsys):
-    monkeypatch.delenv("TORCHTREE_EXAMPLES", raising=False)
+    monkeypatch.delenv("TORCHTREE_BENCHMARKS", raising=False)
     assert main(["bench", "--list"]) == 0
-    found = sorted(p.stem[len("bench_"):] for p in (ROOT / "examples").glob("bench_*.py"))
+    found = sorted(p.stem[len("bench_"):] for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    assert "paper001" in found and "bart_peers" in found
+    assert not list((ROOT / "examples").glob("bench_*.py")), "benchmark scripts belong in benchmarks/"
     out = capsys.readouterr().out
+    assert f"benchmarks in {ROOT / 'benchmarks'}:" in out
     for name in found:
         assert name in out
 

@@ -4,7 +4,7 @@ clock="cpu")`` used 720 CPU s because the budget was only asked between iteratio
 Every test injects the budget's clock (``driver.CLOCKS``): a clock that advances a fixed step per
 reading (tests/_counting.py), so what a budget cuts is a function of how often the run asks, not
 of the machine's speed or load. How close real runs come to their budget in seconds is a
-measurement (examples/results/dcc_budget.txt), not a test."""
+measurement (benchmarks/results/dcc_budget.txt), not a test."""
 from __future__ import annotations
 
 

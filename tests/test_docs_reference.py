@@ -128,7 +128,7 @@ def test_every_reference_page_is_in_the_nav():
 
 def test_readme_is_short_and_its_snippets_compile():
     """Issue 38: the README is at most 150 lines; its python blocks (run by
-    examples/check_readme_snippets.py) are valid Python."""
+    benchmarks/check_readme_snippets.py) are valid Python."""
     import ast
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")

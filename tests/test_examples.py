@@ -1,13 +1,13 @@
-"""Smoke tests of the runnable examples (examples/*.py).
+"""Smoke tests of the runnable examples (examples/*.py) and benchmarks (benchmarks/*.py).
 
-Every example that defines a ``--smoke`` option is discovered and run as a
-subprocess with ``--smoke`` (a tiny configuration); the test asserts exit status 0
+Every script of either folder that defines a ``--smoke`` option is discovered and run as
+a subprocess with ``--smoke`` (a tiny configuration); the test asserts exit status 0
 and, for each ``# smoke-expect: REGEX`` comment line in the script, that some line
-of its standard output matches REGEX (``re.search`` per line). So an example
+of its standard output matches REGEX (``re.search`` per line). So a script
 written by anyone is covered as soon as it has ``--smoke``; add ``smoke-expect``
 lines to check its output too.
 
-Marked ``slow``: each example starts a Python process and imports torch.
+Marked ``slow``: each script starts a Python process and imports torch.
 """
 from __future__ import annotations
 
@@ -21,15 +21,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
+BENCHMARKS = ROOT / "benchmarks"
 TIMEOUT = 600
 
 
 def _smoke_examples():
     out = []
-    for path in sorted(EXAMPLES.glob("*.py")):
-        text = path.read_text()
-        if re.search(r"""add_argument\(\s*["']--smoke["']""", text):
-            out.append(path)
+    for folder in (EXAMPLES, BENCHMARKS):
+        for path in sorted(folder.glob("*.py")):
+            text = path.read_text()
+            if re.search(r"""add_argument\(\s*["']--smoke["']""", text):
+                out.append(path)
     return out
 
 
@@ -41,11 +43,13 @@ SMOKE = _smoke_examples()
 
 
 def test_examples_are_discovered():
-    names = {p.name for p in SMOKE}
-    # The examples of the user-facing layer; others join when they define --smoke.
-    for name in ("quickstart.py", "regression_intervals.py", "tensorboard_monitoring.py", "paper001_reproduction.py"):
-        if (EXAMPLES / name).exists():
-            assert name in names, f"{name} has no --smoke option"
+    found = {p.relative_to(ROOT).as_posix() for p in SMOKE}
+    # The examples of the user-facing layer and the benchmarks; others join when they define --smoke.
+    for name in ("examples/quickstart.py", "examples/regression_intervals.py", "examples/tensorboard_monitoring.py",
+                 "examples/paper001_reproduction.py", "benchmarks/bench_paper001.py", "benchmarks/headline.py"):
+        if (ROOT / name).exists():
+            assert name in found, f"{name} has no --smoke option"
+    assert len({p.stem for p in SMOKE}) == len(SMOKE), "two smoke scripts share a name (the test ids)"
     for p in SMOKE:
         for rx in _expectations(p):
             re.compile(rx)  # malformed expectations fail here, not as a confusing mismatch
@@ -69,7 +73,7 @@ def test_example_smoke(path, tmp_path):
 def _bench_dcc():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_dcc", EXAMPLES / "bench_dcc.py")
+    spec = importlib.util.spec_from_file_location("bench_dcc", BENCHMARKS / "bench_dcc.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     return bench
@@ -113,7 +117,7 @@ def test_bench_threads_estimators_mode(tmp_path):
     import json
 
     out = tmp_path / "rows.json"
-    r = subprocess.run([sys.executable, str(EXAMPLES / "bench_threads.py"), "--estimators", "smc", "--datasets", "iris",
+    r = subprocess.run([sys.executable, str(BENCHMARKS / "bench_threads.py"), "--estimators", "smc", "--datasets", "iris",
                         "--threads", "1", "2", "--json", str(out)], cwd=tmp_path, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -5,7 +5,7 @@ Jobs (launched together when the module's first test asks for them):
 * ``gloo``: 4 processes started as ``torchrun`` would, running every case of
   ``_dist_workers/smc_moves_cases.py`` on sub-groups of 2 and 4 ranks, a checkpointed run
   stopped after iteration 2 and resumed from its per-rank files, then
-  ``examples/bench_paper002.py --smoke --backend gloo`` on the 4 ranks;
+  ``benchmarks/bench_paper002.py --smoke --backend gloo`` on the 4 ranks;
 * ``mpi``: ``mpiexec -n 2``, the same on 2 ranks (skipped without mpiexec / mpi4py).
 
 Exactness: everything is compared bit for bit -- log evidence, predictive probabilities,
@@ -102,11 +102,11 @@ def test_resumed_multi_rank_run_equals_uninterrupted(jobs, kind):
 
 @pytest.mark.parametrize("kind", ["gloo", "mpi"])
 def test_bench_example_smoke_distributed(jobs, kind, tmp_path, capsys):
-    """examples/bench_paper002.py --smoke on several ranks prints the one-rank table."""
+    """benchmarks/bench_paper002.py --smoke on several ranks prints the one-rank table."""
     _results(jobs, kind)
     printed = (jobs[kind].out_dir / "example.txt").read_text()
     assert f"ranks={max(SIZES[kind])} ({kind})" in printed and "bench_paper002: done" in printed, printed
-    spec = importlib.util.spec_from_file_location("bench_paper002", ROOT / "examples" / "bench_paper002.py")
+    spec = importlib.util.spec_from_file_location("bench_paper002", ROOT / "benchmarks" / "bench_paper002.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     threads = torch.get_num_threads()

@@ -10,7 +10,7 @@ sub-communicator) run every case of ``smc_moves_cases`` and the estimator, and s
 results to ``OUT/rank{r}.pt`` for the test to compare with the one-process run. With
 ``CKPT_DIR``, also on the largest sub-world: a checkpointed run stopped after iteration 2
 (a monitor raising on every rank), then resumed from its per-rank checkpoint files. Finally, on the whole world,
-``examples/bench_paper002.py --smoke --backend KIND`` (its ``main``, in this process); rank 0
+``benchmarks/bench_paper002.py --smoke --backend KIND`` (its ``main``, in this process); rank 0
 writes what it printed to ``OUT/example.txt``.
 """
 
@@ -37,7 +37,7 @@ def main() -> int:
             pass
         results[(size, "resumed")] = sc.run_case("tempering_residual", b, checkpoint=path)
 
-    return worker_main(sc, sc.WORLD_SIZES, "bench_paper002.py",
+    return worker_main(sc, sc.WORLD_SIZES, "benchmarks/bench_paper002.py",
                        lambda kind, world: ["--smoke", "--backend", kind, "--threads", "1",
                                             "--out", os.path.join(sys.argv[2], f"bench{world.rank}.json")],
                        after_size=resume_case)

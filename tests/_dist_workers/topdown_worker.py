@@ -21,7 +21,7 @@ from worker_common import worker_main
 
 
 def main() -> int:
-    return worker_main(tc, tc.WORLD_SIZES, "distributed_smc.py",
+    return worker_main(tc, tc.WORLD_SIZES, "examples/distributed_smc.py",
                        lambda kind, world: ["--smoke", "--backend", kind, "--threads", "1"])
 
 

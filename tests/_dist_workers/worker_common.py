@@ -20,7 +20,7 @@ import torch
 import torchtree.distributed as td
 from torchtree import Data
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_world(kind: str, timeout: float):
@@ -81,7 +81,8 @@ def worker_main(cases, default_sizes, example: str, example_argv: Callable[[str,
 
     For every sub-world size run every case of ``cases`` (``CASES``, ``run_case``,
     ``run_estimator``) and record ``results[(size, name)]``; ``after_size(size, sizes,
-    backend, results)`` may add more. Then run ``examples/<example>`` on the whole world
+    backend, results)`` may add more. Then run ``<example>`` (a path from the repository root,
+    ``examples/...`` or ``benchmarks/...``) on the whole world
     with ``example_argv(kind, world)`` and save this rank's results. Any error is
     printed and ends the process at once, so the other ranks fail fast instead of waiting.
     """
@@ -112,9 +113,9 @@ def worker_main(cases, default_sizes, example: str, example_argv: Callable[[str,
 
 
 def run_example(script: str, argv: list, world, out_dir: str) -> None:
-    """Run ``examples/<script>``'s ``main(argv)`` in this process (no extra interpreter
-    start-up); rank 0 writes what it printed to ``OUT/example.txt``."""
-    spec = importlib.util.spec_from_file_location(Path(script).stem, EXAMPLES / script)
+    """Run ``<script>``'s ``main(argv)`` in this process (``script``: a path from the repository
+    root; no extra interpreter start-up); rank 0 writes what it printed to ``OUT/example.txt``."""
+    spec = importlib.util.spec_from_file_location(Path(script).stem, ROOT / script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     printed = io.StringIO()

@@ -193,12 +193,12 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     # ---------------------------------------------------------------- bench
     p = sub.add_parser(
         "bench", parents=[common], formatter_class=_Formatter,
-        help="run a benchmark script (examples/bench_NAME.py)",
+        help="run a benchmark script (benchmarks/bench_NAME.py)",
         description=(
-            "Run examples/bench_NAME.py with the options given after NAME (passed through),\n"
+            "Run benchmarks/bench_NAME.py with the options given after NAME (passed through),\n"
             "writing its JSON results to --out. 'torchtree bench --list' shows the benchmarks;\n"
             "'torchtree bench NAME --help' shows a benchmark's own options.\n"
-            "The examples folder is $TORCHTREE_EXAMPLES, else the repository's examples/."
+            "The benchmarks folder is $TORCHTREE_BENCHMARKS, else the repository's benchmarks/."
         ),
     )
     p.add_argument("name", nargs="?", metavar="NAME")

@@ -96,21 +96,21 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def examples_dir() -> Path:
-    """Where benchmark scripts live: ``$TORCHTREE_EXAMPLES``, else the repository's ``examples/``,
-    else ``./examples``."""
-    env = os.environ.get("TORCHTREE_EXAMPLES")
+def benchmarks_dir() -> Path:
+    """Where benchmark scripts live: ``$TORCHTREE_BENCHMARKS``, else the repository's
+    ``benchmarks/``, else ``./benchmarks``."""
+    env = os.environ.get("TORCHTREE_BENCHMARKS")
     if env:
         return Path(env)
-    repo = Path(__file__).resolve().parents[2] / "examples"
+    repo = Path(__file__).resolve().parents[2] / "benchmarks"
     if repo.is_dir():
         return repo
-    return Path.cwd() / "examples"
+    return Path.cwd() / "benchmarks"
 
 
 def benchmarks() -> Dict[str, Path]:
-    """``name -> script`` for every ``examples/bench_NAME.py``."""
-    d = examples_dir()
+    """``name -> script`` for every ``benchmarks/bench_NAME.py``."""
+    d = benchmarks_dir()
     if not d.is_dir():
         return {}
     return {p.stem[len("bench_"):]: p for p in sorted(d.glob("bench_*.py"))}
@@ -131,10 +131,10 @@ def cmd_bench(args) -> int:
     extra = list(getattr(args, "_extra", []))
     if args.list or not args.name:
         if not found:
-            print(f"no benchmarks found (no bench_*.py in {examples_dir()})")
+            print(f"no benchmarks found (no bench_*.py in {benchmarks_dir()})")
             return 0 if args.list else 2
         width = max(len(n) for n in found)
-        print(f"benchmarks in {examples_dir()}:")
+        print(f"benchmarks in {benchmarks_dir()}:")
         for name, path in found.items():
             print(f"  {name:<{width}}  {_first_doc_line(path)}")
         if not args.list:

@@ -128,7 +128,7 @@ class DCC(SamplerBase):
 
     ``max_seconds`` is asked after every NUTS transition (warm-ups, draws; every leapfrog
     tick of asynchronous draws) and between activation batches, so a run overshoots it by
-    at most one transition plus one LAIS update (measured: examples/results/dcc_budget.txt).
+    at most one transition plus one LAIS update (measured: benchmarks/results/dcc_budget.txt).
     What a cut leaves: topologies whose warm-up was cut, or whose first sampling kept fewer
     than ``MIN_DRAWS`` draws, stay inactive and out of the posterior (no chains kept; a
     resumed run warms them up again); a refinement cut after ``MIN_DRAWS`` or more draws

@@ -48,7 +48,7 @@ class NUTS(SamplerBase):
     as a gradient of a small batch, and where one chain needs the depth cap in almost every
     transition there is little waiting to remove; it pays when gradients are expensive
     relative to ~100 small tensor operations and the deepest chain changes from transition
-    to transition (measurements: ``examples/bench_dcc.py --only-throughput --nuts-async``).
+    to transition (measurements: ``benchmarks/bench_dcc.py --only-throughput --nuts-async``).
 
     ``init="data"``: chains start from randomised greedy splits of the training data
     (:func:`torchtree.steps.soft_init.informed_start`); the target is the same. The warm-up

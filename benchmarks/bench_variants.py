@@ -2,7 +2,7 @@
 
 How the estimators' defaults were chosen (README "Defaults"): every variant (a dict of
 ``BayesianTreeClassifier`` / ``BayesianTreeRegressor`` keyword arguments) is fitted on the
-same random 70/30 splits of ``examples/bench_quality.py`` with ``random_state = split + 1000 r``
+same random 70/30 splits of ``benchmarks/bench_quality.py`` with ``random_state = split + 1000 r``
 for ``r < seeds``; a row gives the variant's mean test accuracy (RMSE for regression) and log
 predictive density, each with its mean difference from the first variant and the standard error
 of that difference over the (split, seed) pairs, the mean fit CPU seconds and, for regression,
@@ -10,7 +10,7 @@ the 90% interval's coverage. One torch thread.
 
 Usage::
 
-    python examples/bench_variants.py '{"smc": {}, "smc_opt": {"proposal": "optimal"}}' \\
+    python benchmarks/bench_variants.py '{"smc": {}, "smc_opt": {"proposal": "optimal"}}' \\
         --datasets heart_statlog wu --splits 5 --seeds 4
 """
 from __future__ import annotations

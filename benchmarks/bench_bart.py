@@ -1,10 +1,10 @@
 """BART benchmark (issue #23): torchtree's ``BART`` against stochtree and bartz.
 
 One run (a data set, a split) prints one JSON line, in the format of
-``examples/bart_competitors.py`` (the competitors' runner, in its own throw-away virtual
+``benchmarks/bart_competitors.py`` (the competitors' runner, in its own throw-away virtual
 environment), so both append to the same kind of file::
 
-    python examples/bench_bart.py --data abalone --split 0 >> examples/results/bench_bart.jsonl
+    python benchmarks/bench_bart.py --data abalone --split 0 >> benchmarks/results/bench_bart.jsonl
 
 ``--grid`` runs every data set and split in fresh processes (peak RSS per run) and appends;
 ``--table`` prints the README's markdown table from both result files (means over splits).

@@ -8,9 +8,9 @@ time and of peak RSS in N (slope of log y on log N over the sizes that ran).
 
 Usage::
 
-    python examples/bench_scale.py                         # all methods, N = 1e4, 1e5, 1e6, 1 and 2 threads
-    python examples/bench_scale.py --methods smc --sizes 10000 100000 --threads 1
-    python examples/bench_scale.py --smoke                 # tiny, for the test suite
+    python benchmarks/bench_scale.py                         # all methods, N = 1e4, 1e5, 1e6, 1 and 2 threads
+    python benchmarks/bench_scale.py --methods smc --sizes 10000 100000 --threads 1
+    python benchmarks/bench_scale.py --smoke                 # tiny, for the test suite
 
 The method settings are the issue's targets (``SETTINGS``); ``smc-defaults`` is the
 estimator as it comes. A case whose fit fails (an up-front refusal, say) is printed with its
@@ -147,7 +147,7 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", nargs="+", default=["1", "2", "auto"], help="thread counts (ints or 'auto')")
     ap.add_argument("--multi-thread-max-n", type=int, default=100_000,
                     help="thread settings other than 1 run only up to this N (2 threads on a shared 2-core box "
-                         "cost 10-20x the CPU time: examples/results/bench_threads.txt)")
+                         "cost 10-20x the CPU time: benchmarks/results/bench_threads.txt)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per fit before it is given up")
     ap.add_argument("--forest-max-n", type=int, default=100_000, help="largest N the random forest is fit at")

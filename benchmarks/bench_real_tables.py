@@ -35,9 +35,9 @@ against ``hgb``, and ``M:raw`` against ``M:imputed`` for every method.
 
 Usage::
 
-    python examples/bench_real_tables.py --out examples/results/bench_real_tables.json   # all (long)
-    python examples/bench_real_tables.py --quick --methods smc     # a small smoke run (< 1 min)
-    python examples/bench_real_tables.py --tables titanic synth_mnar --methods smc bart --splits 5
+    python benchmarks/bench_real_tables.py --out benchmarks/results/bench_real_tables.json   # all (long)
+    python benchmarks/bench_real_tables.py --quick --methods smc     # a small smoke run (< 1 min)
+    python benchmarks/bench_real_tables.py --tables titanic synth_mnar --methods smc bart --splits 5
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ It runs in a throw-away virtual environment, not torchtree's::
 (stochtree also pulls scipy, pandas, scikit-learn; bartz pulls equinox,
 jaxtyping.) Run from the repository root::
 
-    /tmp/bartvenv/bin/python examples/bart_competitors.py --lib stochtree \\
+    /tmp/bartvenv/bin/python benchmarks/bart_competitors.py --lib stochtree \\
         --data abalone --split 0 --n-trees 200 --n-burn 500 --n-draws 500 --seed 0
 
 The benchmark grid (one process at a time, appending to the results file)::
@@ -18,9 +18,9 @@ The benchmark grid (one process at a time, appending to the results file)::
     for lib in stochtree bartz; do
       for data in abalone friedman1_1000 friedman1_10000 pima bcw heart students; do
         for split in 0 1 2 3 4; do
-          /tmp/bartvenv/bin/python examples/bart_competitors.py --lib $lib \\
+          /tmp/bartvenv/bin/python benchmarks/bart_competitors.py --lib $lib \\
             --data $data --split $split --n-trees 200 --n-burn 500 --n-draws 500 \\
-            --seed 0 >> examples/results/bart_competitors.jsonl
+            --seed 0 >> benchmarks/results/bart_competitors.jsonl
         done; done; done
 
 Settings: library defaults except the number of trees, burn-in iterations

@@ -2,10 +2,10 @@
 
 Usage::
 
-    python examples/bench_redistribution.py                       # defaults below, gloo ranks
-    python examples/bench_redistribution.py --exps 10 12 14 16 --capacities 64 512 \
+    python benchmarks/bench_redistribution.py                       # defaults below, gloo ranks
+    python benchmarks/bench_redistribution.py --exps 10 12 14 16 --capacities 64 512 \
         --ranks 1 2 4 8 --backend gloo --out bench_redistribution.json
-    python examples/bench_redistribution.py --backend mpi --ranks 1 2 4   # via mpiexec
+    python benchmarks/bench_redistribution.py --backend mpi --ranks 1 2 4   # via mpiexec
 
 For every world size K the script launches K rank processes (gloo ranks with torchrun's
 environment variables, or ``mpiexec -n K``), and each rank holds ``N/K`` particles made like a

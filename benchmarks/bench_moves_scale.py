@@ -19,11 +19,11 @@ the children's peak (``RUSAGE_CHILDREN``, the largest so far).
 
 Usage::
 
-    python examples/bench_moves_scale.py [--sizes 10000 100000 1000000] [--methods mcmc smc-moves]
+    python benchmarks/bench_moves_scale.py [--sizes 10000 100000 1000000] [--methods mcmc smc-moves]
         [--max-bins 256] [--threads 1]
-    python examples/bench_moves_scale.py --smoke          # tiny, for the test suite
+    python benchmarks/bench_moves_scale.py --smoke          # tiny, for the test suite
 
-Results: examples/results/bench_moves_scale.txt.
+Results: benchmarks/results/bench_moves_scale.txt.
 """
 # smoke-expect: ^\s*2000\s+mcmc\s+
 # smoke-expect: ^bench_moves_scale: done

@@ -12,11 +12,11 @@ busy machine: at most 1.3).
 
 Usage::
 
-    python examples/bench_threads.py | tee examples/results/bench_threads.txt
-    python examples/bench_threads.py --datasets magic04 --particles 2000 --repeats 3 --busy 2
-    python examples/bench_threads.py --smoke     # seconds, for the test suite (no busy processes)
-    python examples/bench_threads.py --sweep | tee examples/results/bench_threads_sweep.txt
-    python examples/bench_threads.py --estimators --repeats 3   # the estimators' defaults, heart and abalone
+    python benchmarks/bench_threads.py | tee benchmarks/results/bench_threads.txt
+    python benchmarks/bench_threads.py --datasets magic04 --particles 2000 --repeats 3 --busy 2
+    python benchmarks/bench_threads.py --smoke     # seconds, for the test suite (no busy processes)
+    python benchmarks/bench_threads.py --sweep | tee benchmarks/results/bench_threads_sweep.txt
+    python benchmarks/bench_threads.py --estimators --repeats 3   # the estimators' defaults, heart and abalone
 
 ``--sweep`` instead fits synthetic data (8 features, a noisy interaction) of growing rows x
 particles at 1 and 2 threads as the machine is: where a second thread starts to pay, which
@@ -122,7 +122,7 @@ def measure(datasets, M: int, settings, repeats: int, condition: str, smoke: boo
 
 def estimator_fits(datasets, methods, settings, repeats: int) -> list:
     """The estimators' defaults (``BayesianTreeClassifier`` / ``Regressor(method=m, n_threads=t)``) on
-    ``examples/bench_quality.py`` tables (a 70% training split): CPU and wall seconds per thread setting."""
+    ``benchmarks/bench_quality.py`` tables (a 70% training split): CPU and wall seconds per thread setting."""
     import warnings
 
     from bench_quality import load
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", action="store_true", help="synthetic rows x particles sweep at 1 and 2 threads")
     ap.add_argument("--estimators", nargs="*", default=None, metavar="METHOD",
                     help="instead: the estimators' defaults for these methods (none named: smc mcmc smc-moves) on "
-                         "heart_statlog and abalone, or --datasets from examples/bench_quality.py")
+                         "heart_statlog and abalone, or --datasets from benchmarks/bench_quality.py")
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite (magic04, 800 rows, M=20, idle only)")
     args = ap.parse_args(argv)
     if args.estimators is not None:

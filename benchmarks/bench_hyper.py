@@ -7,8 +7,8 @@ included), with the values chosen per split.
 
 Usage::
 
-    python examples/bench_hyper.py abalone cgm wu interactions heart_statlog pima_diabetes wine
-    python examples/bench_hyper.py --smoke
+    python benchmarks/bench_hyper.py abalone cgm wu interactions heart_statlog pima_diabetes wine
+    python benchmarks/bench_hyper.py --smoke
 """
 from __future__ import annotations
 

@@ -23,18 +23,18 @@ abalone 22.48 %, students 71.48 %.
 
 Usage::
 
-    python examples/bench_paper002.py [--datasets heart_statlog ...]
+    python benchmarks/bench_paper002.py [--datasets heart_statlog ...]
         [--threads 1] [--splits 10] [--quick] [--poisson] [--only smc-moves mcmc-1] [--cut-proposal {prior,data}]
         [--out bench_paper002.json]
-    python examples/bench_paper002.py --smoke                      # tiny, < 1 min, for the test suite
+    python benchmarks/bench_paper002.py --smoke                      # tiny, < 1 min, for the test suite
 
 Paper 002 reproduction, distributed: the SMC-with-moves rows (and top-down SMC) run on
 several ranks with ``--backend gloo`` under ``torchrun`` or ``--backend mpi`` under
 ``mpiexec``; every rank holds N / ranks particles and the results equal the one-rank run's
 (the MCMC rows are skipped there). Rank 0 prints and writes the JSON::
 
-    torchrun --standalone --nproc_per_node=2 examples/bench_paper002.py --backend gloo --quick --only smc-moves
-    mpiexec -n 2 python examples/bench_paper002.py --backend mpi --quick --only smc-moves
+    torchrun --standalone --nproc_per_node=2 benchmarks/bench_paper002.py --backend gloo --quick --only smc-moves
+    mpiexec -n 2 python benchmarks/bench_paper002.py --backend mpi --quick --only smc-moves
 
 Measured (``--threads 1 --splits 10 --quick --poisson``, 2-core shared host, CPU seconds
 per fit; acc % = posterior predictive; full table in README.md): smc-moves N=1024 (informed

@@ -9,9 +9,9 @@ alpha) on the same split.
 
 Usage::
 
-    python examples/bench_paper001.py                      # everything, JSON to bench_paper001.json
-    python examples/bench_paper001.py --datasets magic04 --particles 100 500 2000
-    python examples/bench_paper001.py --smoke              # seconds, for the test-suite
+    python benchmarks/bench_paper001.py                      # everything, JSON to bench_paper001.json
+    python benchmarks/bench_paper001.py --datasets magic04 --particles 100 500 2000
+    python benchmarks/bench_paper001.py --smoke              # seconds, for the test-suite
 """
 from __future__ import annotations
 

@@ -2,17 +2,17 @@
 
 Usage::
 
-    python examples/bench_dcc.py                      # all data sets + NUTS throughput
-    python examples/bench_dcc.py --datasets iris wine --seeds 0 1
-    python examples/bench_dcc.py --skip-throughput --json results.json
-    python examples/bench_dcc.py --only-throughput --throughput-models wu iris   # NUTS vs Pyro
-    python examples/bench_dcc.py --only-throughput --nuts-async   # asynchronous NUTS sampling phase
-    python examples/bench_dcc.py --only-throughput --compare-compile --pyro-seeds 0 1 2 3 4 5 6 7
-    python examples/bench_dcc.py --datasets raisin --split-seeds 0 1 2 --baselines   # + hard-tree MCMC / SMC
-    python examples/bench_dcc.py --datasets raisin --split-seeds 0 1 --baselines --skip-dcc --dcc-json a.json b.json
-    python examples/bench_dcc.py --datasets raisin --set signed_splits=True   # splits of either sign (not the paper's)
-    python examples/bench_dcc.py --datasets wu cgm --noise-floors 2000 --skip-dcc --skip-throughput
-    python examples/bench_dcc.py --smoke              # tiny run (< 1 min) for the example tests
+    python benchmarks/bench_dcc.py                      # all data sets + NUTS throughput
+    python benchmarks/bench_dcc.py --datasets iris wine --seeds 0 1
+    python benchmarks/bench_dcc.py --skip-throughput --json results.json
+    python benchmarks/bench_dcc.py --only-throughput --throughput-models wu iris   # NUTS vs Pyro
+    python benchmarks/bench_dcc.py --only-throughput --nuts-async   # asynchronous NUTS sampling phase
+    python benchmarks/bench_dcc.py --only-throughput --compare-compile --pyro-seeds 0 1 2 3 4 5 6 7
+    python benchmarks/bench_dcc.py --datasets raisin --split-seeds 0 1 2 --baselines   # + hard-tree MCMC / SMC
+    python benchmarks/bench_dcc.py --datasets raisin --split-seeds 0 1 --baselines --skip-dcc --dcc-json a.json b.json
+    python benchmarks/bench_dcc.py --datasets raisin --set signed_splits=True   # splits of either sign (not the paper's)
+    python benchmarks/bench_dcc.py --datasets wu cgm --noise-floors 2000 --skip-dcc --skip-throughput
+    python benchmarks/bench_dcc.py --smoke              # tiny run (< 1 min) for the example tests
 
 Data: CGM and WU are generated (``torchtree.datasets.synthetic``, paper 004 App. C);
 ``breast_cancer_wisconsin_original``, ``iris``, ``wine`` and ``raisin`` are read from

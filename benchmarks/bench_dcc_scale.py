@@ -24,9 +24,9 @@ reports its CPU / wall seconds against B.
 
 Usage::
 
-    python examples/bench_dcc_scale.py --out examples/results/dcc_scale.txt
-    python examples/bench_dcc_scale.py --grid none --run-rows 100000 --run-seconds 120
-    python examples/bench_dcc_scale.py --smoke
+    python benchmarks/bench_dcc_scale.py --out benchmarks/results/dcc_scale.txt
+    python benchmarks/bench_dcc_scale.py --grid none --run-rows 100000 --run-seconds 120
+    python benchmarks/bench_dcc_scale.py --smoke
 """
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ blocks before it untimed (costly: the prefix runs again for every block).
 
 Usage::
 
-    python examples/check_readme_snippets.py                       # all blocks, 1 thread
-    python examples/check_readme_snippets.py --only 3 --threads 2
-    python examples/check_readme_snippets.py --out examples/results/readme_snippets.txt
+    python benchmarks/check_readme_snippets.py                       # all blocks, 1 thread
+    python benchmarks/check_readme_snippets.py --only 3 --threads 2
+    python benchmarks/check_readme_snippets.py --out benchmarks/results/readme_snippets.txt
 
 Exit status 1 when a block failed, timed out, or took more than ``--limit`` seconds
 (default 60: every README snippet must finish in under a minute) of CPU time, or of wall time

@@ -2,7 +2,7 @@
 
 Standalone (numpy only) so that it can be imported both from torchtree's
 environment and from the throw-away competitor venv
-(see ``examples/bart_competitors.py``).
+(see ``benchmarks/bart_competitors.py``).
 
 Example
 -------

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prepared GPU check (a lent GPU machine has 15 minutes in all: this runs in under 8).
 #
-#   bash examples/gpu_check.sh            # from the repository root, after `make venv`
+#   bash benchmarks/gpu_check.sh            # from the repository root, after `make venv`
 #
 # 1. the CUDA tests (pytest -m cuda), 2. every hard-tree method at 10^4 and 10^6 rows on the GPU and on
 # one CPU thread of the same machine (bench_scale), 3. BART at 10^4 and 10^5 rows, GPU against one CPU
@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 timeout 150 "$PY" -m pytest -m cuda -q -x -p no:cacheprovider tests/test_cuda.py tests/test_missing_categorical.py \
   > "$OUT/pytest_cuda.txt" 2>&1; echo "pytest rc=$?" >> "$OUT/pytest_cuda.txt"
-timeout 200 "$PY" examples/bench_scale.py --methods smc mcmc smc-moves --sizes 10000 1000000 --threads 1 \
+timeout 200 "$PY" benchmarks/bench_scale.py --methods smc mcmc smc-moves --sizes 10000 1000000 --threads 1 \
   --devices cpu cuda --timeout 60 > "$OUT/bench_scale.txt" 2>&1; echo "rc=$?" >> "$OUT/bench_scale.txt"
 timeout 120 "$PY" - > "$OUT/bart.txt" 2>&1 <<'PYEOF'
 import time, numpy as np, torch

@@ -6,9 +6,9 @@ saves the posterior, then runs each case -- ``predict`` (posterior mean) or
 reports that process's peak RSS, the CPU seconds (user + system) and wall seconds of
 the call. The N query rows cycle through the 4177 abalone rows.
 
-    python examples/bench_predict_memory.py                      # this checkout
-    python examples/bench_predict_memory.py --root /tmp/main     # another checkout's code
-    python examples/bench_predict_memory.py --rows 2000,20000 --ops interval
+    python benchmarks/bench_predict_memory.py                      # this checkout
+    python benchmarks/bench_predict_memory.py --root /tmp/main     # another checkout's code
+    python benchmarks/bench_predict_memory.py --rows 2000,20000 --ops interval
 
 ``--root`` runs the code of another source tree (e.g. ``git archive main | tar -x -C
 /tmp/main``) on the same posterior file; ``--as-limit`` caps each subprocess's address

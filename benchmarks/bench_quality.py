@@ -18,10 +18,10 @@ them), its 90% interval the matching +-1.645 sd. The last lines check the target
 
 Usage::
 
-    python examples/bench_quality.py                    # everything (long: about an hour on 2 cores)
-    python examples/bench_quality.py --quick            # 2 splits, the small tables
-    python examples/bench_quality.py --datasets heart_statlog abalone --methods smc mcmc
-    python examples/bench_quality.py --smoke            # tiny, for the test suite
+    python benchmarks/bench_quality.py                    # everything (long: about an hour on 2 cores)
+    python benchmarks/bench_quality.py --quick            # 2 splits, the small tables
+    python benchmarks/bench_quality.py --datasets heart_statlog abalone --methods smc mcmc
+    python benchmarks/bench_quality.py --smoke            # tiny, for the test suite
 """
 from __future__ import annotations
 
