@@ -32,7 +32,7 @@ def equal_tailed(draws: torch.Tensor, level: float) -> np.ndarray:
 
     ``torch.quantile``'s linear interpolation between the two order statistics around
     each rank, bit for bit, but the order statistics come from a partial sort (``topk``
-    of the shorter tail), several times faster than the full sort for 4000 draws.
+    of the shorter tail), which costs less than a full sort of the draws.
     """
     q = torch.tensor([(1 - level) / 2, 1 - (1 - level) / 2], dtype=torch.float64, device=draws.device)
     if bool(torch.isnan(draws).any()):

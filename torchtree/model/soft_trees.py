@@ -77,8 +77,8 @@ class SoftTrees(nn.Module):
     task, n_classes, dtype, device : see :func:`torchtree.model.soft_data.as_soft_data`
     generator : torch.Generator, optional, for the initial prior draw
     compile : bool
-        Run the potential through ``torch.compile`` (dynamic shapes; ~3x faster on
-        a CPU after a one-off compilation of 10-30 s per tree depth).
+        Run the potential through ``torch.compile`` (dynamic shapes): faster evaluations
+        after a one-off compilation per tree depth.
 
     Attributes
     ----------
