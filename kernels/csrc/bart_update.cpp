@@ -108,17 +108,19 @@ inline int64_t heap_depth(int64_t j) {
 }
 
 template <typename scalar_t, typename leaf_t, typename feat_t>
-void update_chain(int64_t K, int64_t N, int64_t D, feat_t* feat, feat_t* cut, scalar_t* value,
+void update_chain(int64_t K, int64_t Ku, int64_t N, int64_t D, feat_t* feat, feat_t* cut, scalar_t* value,
                   leaf_t* leaf_of, scalar_t* resid, const int16_t* Xb, const int64_t* n_cuts, double s2,
                   const double* u, const LeafNormals& z, const int64_t* groups, const double* ps_lut,
                   const double* log1m_ps, double tau2, double pg, double pp, int64_t max_depth, bool use_lik,
                   int64_t* move_out, bool* accept_out) {
-  const int64_t kint = (K - 1) / 2;
+  // K: the heap's slots; Ku <= K: the slots that can hold a node during this update (every leaf, and a
+  // grown node's children, lie below Ku), so the scans and per-cell buffers stop there
+  const int64_t kint = (Ku - 1) / 2;
   // move and node
   int move = u[0] < pg ? GROW : (u[0] < pg + pp ? PRUNE : CHANGE);
-  std::vector<char> is_leaf(K), nog(std::max<int64_t>(kint, 1), 0);
+  std::vector<char> is_leaf(Ku), nog(std::max<int64_t>(kint, 1), 0);
   int64_t n_leaf = 0, n_nog = 0;
-  for (int64_t k = 0; k < K; ++k) {
+  for (int64_t k = 0; k < Ku; ++k) {
     is_leaf[k] = feat[k] == LEAF;
     n_leaf += is_leaf[k];
   }
@@ -126,7 +128,9 @@ void update_chain(int64_t K, int64_t N, int64_t D, feat_t* feat, feat_t* cut, sc
     nog[i] = feat[i] >= 0 && feat[2 * i + 1] == LEAF && feat[2 * i + 2] == LEAF;
     n_nog += nog[i];
   }
-  int64_t j = move == GROW ? pick_nth(is_leaf, K, u[1]) : pick_nth(nog, kint, u[1]);
+  // with no node to prune or change the move is refused; j is then the reference's pick over all K slots,
+  // (K - 1) / 2 - 1, whose ancestors decide the proposed rule (and so how the sums below are split)
+  int64_t j = move == GROW ? pick_nth(is_leaf, Ku, u[1]) : (n_nog ? pick_nth(nog, kint, u[1]) : (K - 1) / 2 - 1);
   int64_t depth = heap_depth(j);
   // cut ranges left to j by its ancestors
   std::vector<int64_t> lo(D, 0), hi(n_cuts, n_cuts + D);
@@ -153,8 +157,8 @@ void update_chain(int64_t K, int64_t N, int64_t D, feat_t* feat, feat_t* cut, sc
   int64_t f_old = std::max<int64_t>(feat[j], 0), k_old = static_cast<int64_t>(cut[j]);
 
   // pass 1: partial residual sums per (leaf, side of the proposed rule); side 1 = left
-  std::vector<scalar_t> s_cell(2 * K, scalar_t(0));
-  std::vector<double> n_cell(2 * K, 0.0);
+  std::vector<scalar_t> s_cell(2 * Ku, scalar_t(0));
+  std::vector<double> n_cell(2 * Ku, 0.0);
   std::vector<scalar_t> R(N);
   const int16_t* xf = Xb + f_new * N;
   const int16_t k16 = static_cast<int16_t>(k_new);
@@ -169,8 +173,9 @@ void update_chain(int64_t K, int64_t N, int64_t D, feat_t* feat, feat_t* cut, sc
     std::fill(s_cell.begin(), s_cell.end(), scalar_t(0));
     std::fill(n_cell.begin(), n_cell.end(), 0.0);
   }
-  auto S = [&](int64_t node, int side) { return static_cast<double>(s_cell[2 * node + side]); };
-  auto Nn = [&](int64_t node, int side) { return n_cell[2 * node + side]; };
+  // slots from Ku on hold no point (a refused move's j and children may lie there)
+  auto S = [&](int64_t node, int side) { return node < Ku ? static_cast<double>(s_cell[2 * node + side]) : 0.0; };
+  auto Nn = [&](int64_t node, int side) { return node < Ku ? n_cell[2 * node + side] : 0.0; };
   double s_all = (S(j, 0) + S(cl, 0) + S(cr, 0)) + (S(j, 1) + S(cl, 1) + S(cr, 1));
   double n_all = (Nn(j, 0) + Nn(cl, 0) + Nn(cr, 0)) + (Nn(j, 1) + Nn(cl, 1) + Nn(cr, 1));
   double s_nl = S(j, 1) + S(cl, 1) + S(cr, 1), n_nl = Nn(j, 1) + Nn(cl, 1) + Nn(cr, 1);
@@ -215,8 +220,8 @@ void update_chain(int64_t K, int64_t N, int64_t D, feat_t* feat, feat_t* cut, sc
   cut[j] = static_cast<feat_t>(kj);
 
   // where each (leaf, side) cell goes
-  std::vector<int64_t> to(2 * K);
-  for (int64_t k = 0; k < K; ++k) to[2 * k] = to[2 * k + 1] = k;
+  std::vector<int64_t> to(2 * Ku);
+  for (int64_t k = 0; k < Ku; ++k) to[2 * k] = to[2 * k + 1] = k;
   const int64_t pos[6] = {2 * j, 2 * j + 1, 2 * cl, 2 * cl + 1, 2 * cr, 2 * cr + 1};
   int64_t dst[6];
   if (!accept) {
@@ -231,14 +236,15 @@ void update_chain(int64_t K, int64_t N, int64_t D, feat_t* feat, feat_t* cut, sc
     int64_t t[6] = {j, j, cr, cl, cr, cl};
     std::copy(t, t + 6, dst);
   }
-  for (int i = 0; i < 6; ++i) to[pos[i]] = dst[i];
-  std::vector<double> s_leaf(K, 0.0), n_leaf_pts(K, 0.0);
-  for (int64_t cell = 0; cell < 2 * K; ++cell) {
+  for (int i = 0; i < 6; ++i)
+    if (pos[i] < 2 * Ku) to[pos[i]] = dst[i];  // cells past Ku are empty
+  std::vector<double> s_leaf(Ku, 0.0), n_leaf_pts(Ku, 0.0);
+  for (int64_t cell = 0; cell < 2 * Ku; ++cell) {
     s_leaf[to[cell]] += static_cast<double>(s_cell[cell]);
     n_leaf_pts[to[cell]] += n_cell[cell];
   }
   // leaf values: Gibbs from N(tau2 s / (sigma2 + n tau2), tau2 sigma2 / (sigma2 + n tau2))
-  for (int64_t k = 0; k < K; ++k) {
+  for (int64_t k = 0; k < Ku; ++k) {  // slots from Ku on are no leaf and keep their value 0
     if (feat[k] != LEAF) {
       value[k] = scalar_t(0);
       continue;
@@ -287,7 +293,7 @@ std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at:
       using leaf_t = std::remove_pointer_t<decltype(leaf_ptr)>;
       at::parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
         for (int64_t c = c0; c < c1; ++c) {
-          update_chain<scalar_t, leaf_t, int64_t>(K, N, D, feat.data_ptr<int64_t>() + c * K, cu.data_ptr<int64_t>() + c * K,
+          update_chain<scalar_t, leaf_t, int64_t>(K, K, N, D, feat.data_ptr<int64_t>() + c * K, cu.data_ptr<int64_t>() + c * K,
                                          val.data_ptr<scalar_t>() + c * K, leaf_ptr + c * N,
                                          res.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(),
                                          nc.data_ptr<int64_t>(), s2.data_ptr<double>()[c],
@@ -333,6 +339,7 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
   const int64_t T = feature.size(0), C = feature.size(1), K = feature.size(2), N = resid.size(1), D = xb.size(0);
   const bool keyed = z.numel() == 0;  // keyed draws (keys [T, C], slots < kz) instead of a z tensor
   const int64_t Kz = keyed ? kz : z.size(2);
+  const int64_t Ku = std::min(K, Kz);  // slots >= Kz hold no leaf and, a grow adding one level, no node this sweep
   auto zz = keyed ? z : z.to(at::kDouble).contiguous();
   auto kk = keyed ? keys.to(at::kLong).contiguous() : keys;
   const int64_t* g = groups.numel() ? gr.data_ptr<int64_t>() : nullptr;
@@ -351,8 +358,9 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
             zs.row = zrow.data();
           }
           bool acc = false;
+          // the update scans only the slots that can hold a node this sweep (Ku); the heaps keep stride K
           update_chain<scalar_t, int16_t, int16_t>(
-              K, N, D, feature.data_ptr<int16_t>() + (t * C + c) * K, cut.data_ptr<int16_t>() + (t * C + c) * K,
+              K, Ku, N, D, feature.data_ptr<int16_t>() + (t * C + c) * K, cut.data_ptr<int16_t>() + (t * C + c) * K,
               value.data_ptr<scalar_t>() + (t * C + c) * K, leaf_of.data_ptr<int16_t>() + (t * C + c) * N,
               resid.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(), nc.data_ptr<int64_t>(),
               s2.data_ptr<double>()[c], uu.data_ptr<double>() + (t * C + c) * 5, zs, g,
