@@ -170,7 +170,7 @@ def plot_tree(posterior: Any, draw: Optional[int] = None, *, tree: int = 0, util
         Default: the names the posterior keeps (the training table's columns), else ``x0, x1, ...``.
     max_classes : int, default 4
         A leaf lists at most this many classes (the most probable ones when there are more).
-    fontsize : float, optional (default: from the number of leaves)
+    fontsize : float, optional (default 9; the figure is sized to the tree)
     ax : matplotlib Axes, optional
 
     Returns
@@ -183,8 +183,9 @@ def plot_tree(posterior: Any, draw: Optional[int] = None, *, tree: int = 0, util
     pos = _layout(d)
     n_leaves = max(1, len([n for n in pos if n not in d.children]))
     depth = int(-min(y for _, y in pos.values()))
-    ax = new_axes(ax, 1, (max(4.0, 1.9 * n_leaves), max(2.5, 1.4 * (depth + 1))))
-    fs = fontsize if fontsize is not None else max(5.0, min(9.0, 70.0 / n_leaves))
+    # the figure grows with the tree (a leaf's width, a level's height), so the text keeps a readable size
+    ax = new_axes(ax, 1, (max(4.0, 2.2 * n_leaves), max(2.5, 1.2 * (depth + 1))))
+    fs = fontsize if fontsize is not None else 9.0
     for a, kids in d.children.items():
         for b in kids:
             (x0, y0), (x1, y1) = pos[a], pos[b]
