@@ -158,5 +158,21 @@ def test_grow_from_root_runs_are_seeded_and_fall_back_to_mcmc():
     assert not torch.equal(off.feature, a.feature)
     assert a.info["n_gfr"] == 5 and off.info["n_gfr"] == 0
     assert BART(**{**kw, "n_gfr": 30}).run(d, seed=4).info["n_gfr"] == 20  # at most n_warmup of them
-    assert BART(n_trees=5, n_chains=2, n_samples=5).run(d, seed=4).info["n_warmup"] == 50  # GFR_WARMUP
+    default = BART(n_trees=5, n_chains=2, n_samples=5).run(d, seed=4).info
+    assert (default["n_gfr"], default["n_warmup"]) == (5, 50)  # GFR_SWEEPS, GFR_WARMUP: 6 columns
     assert BART(n_trees=5, n_chains=2, n_samples=5, n_gfr=0).run(d, seed=4).info["n_warmup"] == 250
+
+
+def test_grow_from_root_by_default_only_where_it_costs_less_than_the_burn_in_it_saves():
+    """default_gfr_sweeps: 5 grow-from-root sweeps (each scoring every cut of every column) when they cost
+    at most the 200 MCMC sweeps of burn-in they save, by gfr_cost; a wide table starts from single leaves."""
+    from torchtree.samplers.bart.config import default_gfr_sweeps, gfr_cost
+
+    assert gfr_cost(1000, 10, 1000) == pytest.approx((1.4e4 + 1e4) / 1720)  # the formula, as documented
+    assert default_gfr_sweeps(1000, 10, 1000) == 5 and default_gfr_sweeps(683, 347, 347) == 0
+    rng = np.random.default_rng(0)
+    wide = Data(rng.normal(size=(150, 300)), rng.normal(size=150), task="regression")
+    info = BART(n_trees=3, n_chains=2, n_samples=2).run(wide, seed=0).info
+    assert (info["n_gfr"], info["n_warmup"]) == (0, 250)
+    info = BART(n_trees=3, n_chains=2, n_samples=2, n_gfr=2, n_warmup=4).run(wide, seed=0).info
+    assert (info["n_gfr"], info["n_warmup"]) == (2, 4)  # asked for: run

@@ -27,8 +27,26 @@ class Stream(enum.IntEnum):
 
 
 
+GFR_SWEEPS = 5  # grow-from-root sweeps of the default start (stochtree's default count)
 GFR_WARMUP = 50  # burn-in sweeps after grow-from-root starts (n_gfr of them included)
 ROOT_WARMUP = 250  # burn-in sweeps from single-leaf trees
+
+
+def gfr_cost(n: int, d: int, n_cuts: int) -> float:
+    """What one grow-from-root sweep costs in backfitting MCMC sweeps, on ``n`` rows, ``d`` split columns
+    and ``n_cuts`` cut points in all: ``(1.4 n d + 10 n_cuts) / (n + 2 d + 700)``. A grow-from-root node
+    scores every cut of every column (``O(n d + n_cuts)``), an MCMC update one rule (``O(n + d)``); the
+    constants are a least-squares fit (within 15%) to the compiled kernels' timings on eight tables of
+    10-347 columns and 200-3,341 rows (Friedman #1, abalone, titanic, breast cancer, automobile,
+    soybean, adult, mushroom)."""
+    return (1.4 * n * d + 10.0 * n_cuts) / (n + 2.0 * d + 700.0)
+
+
+def default_gfr_sweeps(n: int, d: int, n_cuts: int) -> int:
+    """``n_gfr``'s default: ``GFR_SWEEPS`` when they cost no more than the burn-in sweeps they save
+    (``ROOT_WARMUP - GFR_WARMUP``, by :func:`gfr_cost`), else 0 (wide coded tables: chains from single
+    leaves)."""
+    return GFR_SWEEPS if GFR_SWEEPS * gfr_cost(n, d, n_cuts) <= ROOT_WARMUP - GFR_WARMUP else 0
 
 
 def _check_dtype(name: str, v):
@@ -46,10 +64,12 @@ class BARTConfig(SamplerConfig):
                                      f"(default: {GFR_WARMUP} when grow-from-root runs, {ROOT_WARMUP} when the "
                                      "chains start from single leaves)", low=0)
     thin: int = option(1, help="keep every thin-th sweep after warm-up", low=1)
-    n_gfr: int = option(5, help="grow-from-root sweeps (XBART's warm start: each tree regrown from the root with "
-                        "rules drawn in proportion to prior x marginal likelihood) that open the warm-up, counted in "
-                        "n_warmup (at most n_warmup of them); they run on CPU with the compiled kernels and backfitting MCMC (elsewhere the "
-                        "chains start from single leaves)", low=0)
+    n_gfr: Optional[int] = option(None, help="grow-from-root sweeps (XBART's warm start: each tree regrown from the "
+                                  "root with rules drawn in proportion to prior x marginal likelihood) that open the "
+                                  "warm-up, counted in n_warmup (at most n_warmup of them); they run on CPU with the "
+                                  "compiled kernels and backfitting MCMC (elsewhere the chains start from single "
+                                  f"leaves). Default: {GFR_SWEEPS} when they cost less than the burn-in they save "
+                                  "(default_gfr_sweeps), else 0", low=0)
     bart_sampler: str = option("mcmc", help="how a tree is redrawn: grow/prune/change Metropolis-Hastings (mcmc) "
                                "or a conditional top-down SMC (pg, Particle Gibbs)", choices=("mcmc", "pg"))
     n_pg_particles: int = option(10, help="Particle Gibbs: particles per tree and chain, the kept tree included",

@@ -16,7 +16,7 @@ from torchtree.kernels.native import available as native_ok
 from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities, gfr_sweep_native, sweep_native,
                                        tree_update, tree_update_native)
 
-from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream
+from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream, default_gfr_sweeps
 from torchtree.samplers.bart.state import BARTSetup, BARTState
 
 __all__ = ["BART", "backfit_sweep"]
@@ -151,12 +151,15 @@ class BART(SamplerBase):
         target = (y - prior.offset) / prior.scale if data.task == "regression" else y
         cpu = ctx.device.type == "cpu"
         native = c.bart_sampler == "mcmc" and cpu and (c.compile == "native" or (c.compile == "auto" and native_ok()))
-        n_warmup = c.n_warmup if c.n_warmup is not None else GFR_WARMUP if native and c.n_gfr else ROOT_WARMUP
+        n_gfr = 0 if not native else c.n_gfr if c.n_gfr is not None else default_gfr_sweeps(
+            data.n, data.d, int(grid.n_cuts.sum()))
+        n_warmup = c.n_warmup if c.n_warmup is not None else GFR_WARMUP if n_gfr else ROOT_WARMUP
+        n_gfr = min(n_gfr, n_warmup)
         updates = c.n_trees * (n_warmup + c.n_samples * c.thin)
         want = c.compile == "on" or (c.compile == "auto" and cpu and updates >= COMPILE_MIN_UPDATES)
         update_fn = tree_update_native if native else (_compiled("fn", tree_update) or tree_update) if want else tree_update
         chains = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=ctx.device)
-        return BARTSetup(update_fn=update_fn, n_warmup=n_warmup,
+        return BARTSetup(update_fn=update_fn, n_warmup=n_warmup, n_gfr=n_gfr,
                          pg_level_fn=_compiled_pg_level if want else None, prior=prior, grid=grid,
                          Xb=grid.bins(data.X).to(ctx.device), n_cuts=grid.n_cuts.to(ctx.device), dt=dt,
                          target=target.to(dt), chains=chains, n_utilities=U,
@@ -228,7 +231,7 @@ class BART(SamplerBase):
         base = it * _STREAMS
         Xb, n_cuts, use = ctx.setup.Xb, ctx.setup.n_cuts, c.use_likelihood
         feature, cut, value, leaf_of = state.feature, state.cut, state.value, state.leaf_of
-        gfr = it < min(c.n_gfr, ctx.setup.n_warmup) and ctx.setup.update_fn is tree_update_native
+        gfr = it < ctx.setup.n_gfr
         if gfr:  # a grow-from-root sweep opens the warm-up (XBART's warm start)
             U_g = keyed_uniform(ctx.seed, base + Stream.GROW_FROM_ROOT, tree_chain[..., None], torch.arange(K, device=dev))
             Z = _leaf_normals(ctx.seed, base, tree_chain, K, K)
@@ -327,7 +330,7 @@ class BART(SamplerBase):
         kept_leaves = leaves[:, n_warmup:].cpu().numpy() if leaves.shape[1] > n_warmup else leaves.cpu().numpy()
         pr, ac = counts.tolist()
         info = {"sampler": self.name, "bart_sampler": c.bart_sampler, "n_trees": c.n_trees, "n_chains": c.n_chains,
-                "n_samples": S, "n_warmup": n_warmup, "n_gfr": min(c.n_gfr, n_warmup) if ctx.setup.update_fn is tree_update_native else 0, "thin": c.thin, "world_size": ctx.world_size,
+                "n_samples": S, "n_warmup": n_warmup, "n_gfr": ctx.setup.n_gfr, "thin": c.thin, "world_size": ctx.world_size,
                 "sweeps": int(state.step), "seconds": ctx.seconds(), "prior": prior.to_dict(),
                 "rhat_sigma": rhat(sig_trace) if prior.task == "regression" else float("nan"),
                 "ess_sigma": chain_ess(sig_trace) if prior.task == "regression" else float("nan"),

@@ -53,6 +53,7 @@ class BARTSetup:
         Gibbs level update's compiled form, or None (eager)
     groups : LongTensor [D] or None, the input column of each feature of a coded table
     n_warmup : int, burn-in sweeps per chain (``BARTConfig.n_warmup`` as resolved for the run)
+    n_gfr : int, the grow-from-root sweeps opening them (0 where the compiled kernels do not run)
     """
 
     prior: Any
@@ -69,3 +70,4 @@ class BARTSetup:
     offsets: Optional[torch.Tensor] = None
     groups: Optional[torch.Tensor] = None
     n_warmup: int = 0
+    n_gfr: int = 0
