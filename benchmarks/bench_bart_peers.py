@@ -169,7 +169,7 @@ def tables(recs: list) -> str:
     det = ["| case | data | library | chains x (burn + kept) | CPU s per run | mean CPU s | load s | proc CPU s | "
            "RMSE | lpd | cov90 | sigma ESS |", "|" + "---|" * 12]
     for case in CASES:
-        for data in DATASETS:
+        for data in dict.fromkeys(r.get("data") for r in recs if r.get("data")):  # the data sets run, in order
             cpu, rmse, cov = {}, {}, {}
             for lib in LIBS:
                 rs = get(case, data, lib)
