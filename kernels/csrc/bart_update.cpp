@@ -159,16 +159,18 @@ void update_chain(int64_t K, int64_t Ku, int64_t N, int64_t D, feat_t* feat, fea
   // pass 1: partial residual sums per (leaf, side of the proposed rule); side 1 = left
   std::vector<scalar_t> s_cell(2 * Ku, scalar_t(0));
   std::vector<double> n_cell(2 * Ku, 0.0);
-  std::vector<scalar_t> R(N);
+  // the partial residual R = resid + value[leaf] is recomputed in pass 2 (the same float operation), not
+  // stored: a sweep over many rows is bound by memory traffic
   const int16_t* xf = Xb + f_new * N;
   const int16_t k16 = static_cast<int16_t>(k_new);
   for (int64_t n = 0; n < N; ++n) {
     int64_t leaf = static_cast<int64_t>(leaf_of[n]);
-    R[n] = resid[n] + value[leaf];
+    const scalar_t r = resid[n] + value[leaf];
     int64_t cell = 2 * leaf + (xf[n] <= k16 ? 1 : 0);
-    s_cell[cell] += R[n];
+    s_cell[cell] += r;
     n_cell[cell] += 1.0;
   }
+  const std::vector<scalar_t> old_value(value, value + Ku);
   if (!use_lik) {
     std::fill(s_cell.begin(), s_cell.end(), scalar_t(0));
     std::fill(n_cell.begin(), n_cell.end(), 0.0);
@@ -259,8 +261,9 @@ void update_chain(int64_t K, int64_t Ku, int64_t N, int64_t D, feat_t* feat, fea
   for (int64_t n = 0; n < N; ++n) {
     int64_t leaf = static_cast<int64_t>(leaf_of[n]);
     int64_t nl = to[2 * leaf + (xf[n] <= k16 ? 1 : 0)];
+    const scalar_t r = resid[n] + old_value[leaf];
     leaf_of[n] = static_cast<leaf_t>(nl);
-    resid[n] = R[n] - value[nl];
+    resid[n] = r - value[nl];
   }
 }
 
