@@ -1,20 +1,22 @@
 """BART's default run length against the earlier one, on tables that did not choose it, one thread.
 
-The defaults (``n_chains=4``, ``n_gfr=5`` grow-from-root sweeps opening ``n_warmup=50`` burn-in sweeps,
-``n_samples=100`` kept) were picked on Friedman #1 (n = 10^3, 10^4) and abalone
-(``benchmarks/bench_bart_peers.py``); this script confirms them on other tables, fold by fold, against
+The defaults (``n_chains=4``, ``n_gfr=5`` grow-from-root sweeps opening ``n_warmup=50`` burn-in sweeps where
+they cost less than the burn-in they save, else 250 burn-in sweeps from single leaves; ``n_samples=100``
+kept) were picked on Friedman #1 (n = 10^3, 10^4) and abalone (``benchmarks/bench_bart_peers.py``); this
+script confirms them on other tables, fold by fold, against
 ``old`` (4 chains of 250 + 250 sweeps from single leaves, the defaults before grow-from-root starts):
 
 * regression: ``auto_mpg`` and ``automobile`` (raw tables: missing cells, text columns) and the
   synthetic MNAR table (``torchtree.datasets.missing_table``, 2,000 rows, a 100-level categorical);
-* classification: ``pima_diabetes``, ``heart_statlog``, ``titanic`` (raw) and ``breast_cancer_ljubljana`` (raw).
+* classification: ``pima_diabetes``, ``heart_statlog``, ``titanic`` (raw), ``breast_cancer_ljubljana`` (raw)
+  and ``soybean`` (raw, 19 classes, 347 split columns).
 
 Metrics on the held-out fold: regression RMSE, mean log predictive density (``lpd``) and 90% interval
 coverage from the posterior draws; classification accuracy and log loss from ``predict_proba``; sigma's
 R-hat and ESS (regression). CPU seconds are ``time.process_time`` of fit + predict in this process
 (the C++ kernels loaded before timing).
 
-Command (from the repository root; about 10 minutes on a 2-core box)::
+Command (from the repository root; about 20 minutes on a 2-core box, soybean half of it)::
 
     .venv/bin/python benchmarks/bench_bart_defaults.py --folds 3 --out benchmarks/results/bart_defaults.md
 """
@@ -30,8 +32,10 @@ import warnings
 import numpy as np
 
 CONFIGS = {"new": {}, "old": dict(n_gfr=0, n_warmup=250, n_samples=250)}
+# smoke-expect: ^\| auto_mpg \| new \|
+# smoke-expect: ^\| heart_statlog \| old \|
 REGRESSION = ["auto_mpg", "automobile", "synth_mnar_reg"]
-CLASSIFICATION = ["pima_diabetes", "heart_statlog", "titanic", "breast_cancer_ljubljana"]
+CLASSIFICATION = ["pima_diabetes", "heart_statlog", "titanic", "breast_cancer_ljubljana", "soybean"]
 
 
 def load(name):
@@ -47,12 +51,13 @@ def load(name):
     return t.X, t.y, t.task
 
 
-def one(name, config, X, y, task, train, test, seed):
+def one(name, config, X, y, task, train, test, seed, smoke=False):
     from torchtree import BayesianTreeClassifier, BayesianTreeRegressor
 
     cls = BayesianTreeRegressor if task == "regression" else BayesianTreeClassifier
     take = (lambda idx: X.iloc[idx]) if hasattr(X, "iloc") else (lambda idx: X[idx])
-    est = cls(method="bart", random_state=seed, n_threads=1, **CONFIGS[config])
+    kw = {**CONFIGS[config], **(dict(n_trees=5, n_samples=3, n_chains=2) if smoke else {})}
+    est = cls(method="bart", random_state=seed, n_threads=1, **kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         c0 = time.process_time()
@@ -104,7 +109,10 @@ def main(argv=None):
     p.add_argument("--folds", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
+    p.add_argument("--smoke", action="store_true", help="two small tables, 2 folds, tiny forests (tests)")
     a = p.parse_args(argv)
+    if a.smoke:
+        a.tables, a.folds = ["auto_mpg", "heart_statlog"], 2
     import torch
     from sklearn.model_selection import KFold, StratifiedKFold
 
@@ -118,7 +126,7 @@ def main(argv=None):
         cv = (KFold if task == "regression" else StratifiedKFold)(a.folds, shuffle=True, random_state=a.seed)
         for k, (train, test) in enumerate(cv.split(np.zeros(len(y)), y)):
             for config in CONFIGS:
-                r = one(name, config, X, y, task, train, test, a.seed + k)
+                r = one(name, config, X, y, task, train, test, a.seed + k, a.smoke)
                 r["fold"] = k
                 recs.append(r)
                 print(json.dumps(r), flush=True)
