@@ -267,6 +267,19 @@ void update_chain(int64_t K, int64_t Ku, int64_t N, int64_t D, feat_t* feat, fea
   }
 }
 
+// The read-only inputs of the tree updates, converted once to the dtypes their loops read: bins int16
+// [D, N], cuts per feature int64 [D], sigma^2 and the uniforms float64, groups int64 [D] (or empty), the
+// split probability and log(1 - p) per depth float64.
+struct UpdateInputs {
+  at::Tensor xb, nc, s2, uu, gr, psl, l1m;
+  UpdateInputs(const at::Tensor& Xb, const at::Tensor& n_cuts, const at::Tensor& sigma2, const at::Tensor& u,
+               const at::Tensor& groups, const at::Tensor& ps_lut, const at::Tensor& log1m_ps)
+      : xb(Xb.to(at::kShort).contiguous()), nc(n_cuts.to(at::kLong).contiguous()),
+        s2(sigma2.to(at::kDouble).contiguous()), uu(u.to(at::kDouble).contiguous()),
+        gr(groups.numel() ? groups.to(at::kLong).contiguous() : groups),
+        psl(ps_lut.to(at::kDouble).contiguous()), l1m(log1m_ps.to(at::kDouble).contiguous()) {}
+};
+
 std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of,
                                          at::Tensor resid, at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2,
                                          at::Tensor u, at::Tensor z, at::Tensor groups, at::Tensor ps_lut,
@@ -278,14 +291,9 @@ std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at:
   auto val = value.contiguous().clone();
   auto lo = leaf_of.contiguous().clone();
   auto res = resid.contiguous().clone();
-  auto xb = Xb.to(at::kShort).contiguous();
-  auto nc = n_cuts.to(at::kLong).contiguous();
-  auto s2 = sigma2.to(at::kDouble).contiguous();
-  auto uu = u.to(at::kDouble).contiguous();
+  const UpdateInputs in(Xb, n_cuts, sigma2, u, groups, ps_lut, log1m_ps);
+  const auto &xb = in.xb, &nc = in.nc, &s2 = in.s2, &uu = in.uu, &gr = in.gr, &psl = in.psl, &l1m = in.l1m;
   auto zz = z.to(at::kDouble).contiguous();
-  auto gr = groups.numel() ? groups.to(at::kLong).contiguous() : groups;
-  auto psl = ps_lut.to(at::kDouble).contiguous();
-  auto l1m = log1m_ps.to(at::kDouble).contiguous();
   TORCH_CHECK(val.scalar_type() == res.scalar_type(), "value and resid must share a dtype");
   const int64_t C = feat.size(0), K = feat.size(1), N = res.size(1), D = xb.size(0);
   auto move = at::empty({C}, feat.options());
@@ -332,13 +340,8 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
   TORCH_CHECK(feature.is_contiguous() && cut.is_contiguous() && value.is_contiguous() && leaf_of.is_contiguous() &&
               resid.is_contiguous(), "bart_sweep: contiguous state tensors");
   TORCH_CHECK(value.scalar_type() == resid.scalar_type(), "value and resid must share a dtype");
-  auto xb = Xb.to(at::kShort).contiguous();
-  auto nc = n_cuts.to(at::kLong).contiguous();
-  auto s2 = sigma2.to(at::kDouble).contiguous();
-  auto uu = u.to(at::kDouble).contiguous();
-  auto gr = groups.numel() ? groups.to(at::kLong).contiguous() : groups;
-  auto psl = ps_lut.to(at::kDouble).contiguous();
-  auto l1m = log1m_ps.to(at::kDouble).contiguous();
+  const UpdateInputs in(Xb, n_cuts, sigma2, u, groups, ps_lut, log1m_ps);
+  const auto &xb = in.xb, &nc = in.nc, &s2 = in.s2, &uu = in.uu, &gr = in.gr, &psl = in.psl, &l1m = in.l1m;
   const int64_t T = feature.size(0), C = feature.size(1), K = feature.size(2), N = resid.size(1), D = xb.size(0);
   const bool keyed = z.numel() == 0;  // keyed draws (keys [T, C], slots < kz) instead of a z tensor
   const int64_t Kz = keyed ? kz : z.size(2);
