@@ -281,7 +281,7 @@ class BART(SamplerBase):
         state.done = state.step >= self.n_iterations(ctx)
         n_warmup = ctx.setup.n_warmup
         if it >= n_warmup and (it - n_warmup) % c.thin == c.thin - 1:
-            state.kept.append(tuple(x.transpose(0, 1).clone() for x in (feature, cut, value)))
+            state.kept.append(_kept(feature, cut, value))
             state.kept_sigma.append(sigma2.clone())
             if len(state.kept) % COMPACT_EVERY == 0:
                 _compact(state.kept, len(state.kept) - COMPACT_EVERY)
@@ -308,7 +308,7 @@ class BART(SamplerBase):
         T, C, K = state.feature.shape
         S = len(state.kept)
         if S == 0:  # a time budget ended the run in warm-up: keep the last sweep
-            state.kept.append(tuple(x.transpose(0, 1).clone() for x in (state.feature, state.cut, state.value)))
+            state.kept.append(_kept(state.feature, state.cut, state.value))
             state.kept_sigma.append(state.sigma2.clone())
             S = 1
         _compact(state.kept, S - S % COMPACT_EVERY)  # the last, incomplete group
@@ -412,6 +412,12 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
         moves[1].index_add_(0, move, acc.long())
         feature[t], cut[t], value[t], leaf_of[t] = f.to(torch.int16), k.to(torch.int16), v, L
     return resid, moves
+
+
+def _kept(feature, cut, value):
+    """A copy of one sweep's trees ``[T, C, K]`` as a kept draw, ``[C, T, K]`` each (full width until
+    :func:`_compact` trims its group)."""
+    return tuple(x.transpose(0, 1).clone() for x in (feature, cut, value))
 
 
 def _compact(kept: list, start: int) -> None:
