@@ -9,8 +9,10 @@ returns None and the callers run their plain-torch reference; a failed build war
 
 Operators
 ---------
-``bart_tree_update``: one BART tree update per chain (:func:`torchtree.steps.bart_moves.tree_update`
-is its reference and documents it).
+``bart_tree_update``, ``bart_sweep``, ``bart_gfr_sweep``: BART tree updates and sweeps
+(:func:`torchtree.steps.bart_moves.tree_update` is their reference and documents them).
+``node_extents``, ``split_counts``, ``partition_points``: passes over the point lists of a top-down
+growth stage (:mod:`torchtree.kernels.node_points` documents them and holds their references).
 
 Layer: base (no torchtree imports).
 """
@@ -28,8 +30,9 @@ import torch
 
 __all__ = ["op", "available", "SOURCES"]
 
-SOURCES = [Path(__file__).resolve().parent / "csrc" / "bart_update.cpp"]
+SOURCES = [Path(__file__).resolve().parent / "csrc" / name for name in ("bart_update.cpp", "node_points.cpp")]
 FLAGS = ["-O3", "-ffp-contract=off"]
+OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "node_extents", "split_counts", "partition_points")
 _STATE: dict = {}
 _LOCK = threading.Lock()
 
@@ -58,7 +61,7 @@ def _build() -> bool:
               flush=True)
         load(name="torchtree_native", sources=[str(p) for p in SOURCES], extra_cflags=FLAGS,
              build_directory=str(folder), is_python_module=False, verbose=False)
-    return hasattr(torch.ops.torchtree, "bart_tree_update")
+    return all(hasattr(torch.ops.torchtree, name) for name in OPERATORS)
 
 
 def available() -> bool:

@@ -29,7 +29,9 @@ from typing import Optional
 import torch
 
 from torchtree.steps.split_candidates import STAGE_CHUNK_BYTES, SortedCandidates, node_batches
-from torchtree.kernels.segments import exclusive_cumsum, ragged_arange, rank_within, segment_minmax, segmented_searchsorted
+from torchtree.kernels.node_points import native_usable, node_extents, split_counts
+from torchtree.kernels.segments import exclusive_cumsum, rank_within, segmented_searchsorted
+from torchtree.steps.node_table import NodeTable
 from torchtree.core.random import keyed_uniforms
 from torchtree.model.feature_groups import choose_column, column_log_probs
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, HardTrees
@@ -53,189 +55,6 @@ def _logaddexp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 # Purpose codes for keyed random streams (stream = stage * 8 + purpose).
 _U_STOP, _U_DIM, _U_CUT, _U_INTERVAL = 0, 1, 2, 3
-
-class NodeTable:
-    """Node records and training-point lists, keyed by node uid, shared by all particles.
-
-    A particle is a row of uids (see :class:`GrowthState`); copies made by
-    resampling share uids, so resampling copies 4 bytes per node and a node's
-    data is stored once however many particles hold it. An open node's uid
-    carries its data rule (parent uid, feature, threshold, side); expanding it
-    gives the expanding particle a new *decided* uid (split or stopped) while
-    copies that have not expanded it yet keep the open one.
-
-    Parameters
-    ----------
-    n_points : int
-        N, the number of training points.
-    root_stats : Tensor [S]
-        Sufficient statistics of all the data.
-    threshold_dtype : torch.dtype
-        Dtype of cut locations (the data's).
-    """
-
-    _RECORDS = {
-        "depth": (torch.int32, 0), "status": (torch.int8, OPEN), "feature": (torch.int32, -1),
-        "left": (torch.int32, -1), "right": (torch.int32, -1), "pslot": (torch.int32, -1),
-        "rparent": (torch.long, -1), "rfeat": (torch.long, 0), "rside": (torch.bool, False),
-        "off": (torch.long, -1), "cnt": (torch.long, 0),
-    }
-
-    def __init__(self, n_points: int, root_stats: torch.Tensor, threshold_dtype: torch.dtype) -> None:
-        dev = root_stats.device
-        self.device = dev
-        self.n_points = n_points
-        self.buf = torch.arange(n_points, dtype=torch.int32, device=dev)
-        self.size = n_points
-        cap = 4096
-        for name, (dt, fill) in self._RECORDS.items():
-            setattr(self, name, torch.full((cap,), fill, dtype=dt, device=dev))
-        self.threshold = torch.zeros(cap, dtype=threshold_dtype, device=dev)
-        self.rthr = torch.zeros(cap, dtype=torch.float64, device=dev)
-        self.stats = torch.zeros(cap, root_stats.shape[-1], dtype=root_stats.dtype, device=dev)
-        self.off[0], self.cnt[0], self.stats[0] = 0, n_points, root_stats  # uid 0 = the root
-        self.n_uids = 1
-        self.live_after_gc = n_points
-        self.limit_bytes: Optional[int] = None
-
-    # ------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict:
-        """Everything the table holds, as plain tensors and ints (for checkpoints).
-
-        Records are cut to the allocated uids and the point buffer to its used part
-        (copies, so a checkpoint does not carry the spare capacity).
-        """
-        n = self.n_uids
-        out = {"n_points": self.n_points, "size": self.size, "n_uids": n, "live_after_gc": self.live_after_gc,
-               "buf": self.buf[: self.size].clone()}
-        for name in tuple(self._RECORDS) + ("threshold", "rthr", "stats"):
-            out[name] = getattr(self, name)[:n].clone()
-        return out
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` (the same data); capacities are rebuilt, records past
-        the allocated uids are at their defaults as :meth:`new` expects."""
-        if int(state["n_points"]) != self.n_points:
-            raise ValueError(f"node table of {state['n_points']} points cannot be restored on data of {self.n_points}")
-        dev = self.device
-        n = int(state["n_uids"])
-        cap = max(4096, n)
-        for name, (dt, fill) in self._RECORDS.items():
-            a = torch.full((cap,), fill, dtype=dt, device=dev)
-            a[:n] = state[name].to(device=dev, dtype=dt)
-            setattr(self, name, a)
-        for name in ("threshold", "rthr", "stats"):
-            old = getattr(self, name)
-            a = torch.zeros((cap,) + tuple(old.shape[1:]), dtype=old.dtype, device=dev)
-            a[:n] = state[name].to(device=dev, dtype=old.dtype)
-            setattr(self, name, a)
-        self.n_uids = n
-        self.size = int(state["size"])
-        self.buf = state["buf"].to(device=dev, dtype=torch.int32).clone()
-        self.live_after_gc = int(state["live_after_gc"])
-
-    def row_bytes(self) -> int:
-        """Bytes of one uid's records (with its statistics: 4 bytes per class for counts)."""
-        per = sum(getattr(self, name).element_size() for name in self._RECORDS)
-        return per + self.threshold.element_size() + self.rthr.element_size() + self.stats[0].numel() * self.stats.element_size()
-
-    def _reserve(self, need: int) -> None:
-        cap = self.depth.numel()
-        if need <= cap:
-            return
-        new = cap
-        while new < need:
-            new *= 2
-        if self.limit_bytes is not None:
-            # old and new records coexist while they are copied
-            peak = (cap + new) * self.row_bytes() + self.buf.numel() * self.buf.element_size()
-            if peak > self.limit_bytes:
-                raise MemoryError(
-                    f"the node table would need {peak / 2**30:.2f} GiB for {new} nodes of {self.row_bytes()} bytes "
-                    f"each ({self.stats.shape[1]} statistics per node; limit {self.limit_bytes / 2**30:.2f} GiB): "
-                    "reduce n_particles, use more islands or ranks, or raise max_memory_bytes")
-        for name, (dt, fill) in self._RECORDS.items():
-            old = getattr(self, name)
-            setattr(self, name, torch.cat([old, torch.full((new - cap,), fill, dtype=dt, device=self.device)]))
-        self.threshold = torch.cat([self.threshold, torch.zeros(new - cap, dtype=self.threshold.dtype, device=self.device)])
-        self.rthr = torch.cat([self.rthr, torch.zeros(new - cap, dtype=torch.float64, device=self.device)])
-        self.stats = torch.cat([self.stats, torch.zeros(new - cap, self.stats.shape[1], dtype=self.stats.dtype, device=self.device)])
-
-    def new(self, k: int) -> torch.Tensor:
-        """Allocate ``k`` fresh uids (records at their defaults); returns LongTensor [k]."""
-        self._reserve(self.n_uids + k)
-        uids = torch.arange(self.n_uids, self.n_uids + k, device=self.device)
-        self.n_uids += k
-        return uids
-
-    def _append(self, idx: torch.Tensor) -> int:
-        need = self.size + idx.numel()
-        if need > self.buf.numel():
-            new = max(need, 2 * self.buf.numel())
-            if self.limit_bytes is not None and new * self.buf.element_size() > self.limit_bytes:
-                new = need
-                if new * self.buf.element_size() > self.limit_bytes:
-                    raise MemoryError(
-                        f"the node-data pool would need {new * 4 / 2**30:.2f} GiB (limit "
-                        f"{self.limit_bytes / 2**30:.2f} GiB): too many distinct particles x data points; "
-                        "reduce n_particles, use more islands or ranks, or raise max_memory_bytes"
-                    )
-            buf = torch.empty(new, dtype=self.buf.dtype, device=self.device)
-            buf[: self.size] = self.buf[: self.size]
-            self.buf = buf
-        start = self.size
-        self.buf[start:need] = idx
-        self.size = need
-        return start
-
-    def materialise(self, uids: torch.Tensor, X: torch.Tensor) -> None:
-        """Make sure the point lists of distinct open ``uids`` exist (their parents' must)."""
-        todo = uids[self.off[uids] < 0]
-        if todo.numel() == 0:
-            return
-        par = self.rparent[todo]
-        if bool((self.off[par] < 0).any()):
-            raise RuntimeError("internal error: a node's parent data was freed before the node was expanded")
-        seg, pos = ragged_arange(self.cnt[par])
-        idx = self.buf[self.off[par][seg] + pos].long()
-        xv = X[idx, self.rfeat[todo][seg]]
-        go_right = xv > self.rthr[todo][seg].to(X.dtype)
-        keep = go_right == self.rside[todo][seg]
-        kept = idx[keep]
-        counts = torch.bincount(seg[keep], minlength=todo.numel())
-        if not bool((counts == self.cnt[todo]).all()):
-            raise RuntimeError("internal error: node counts disagree with the data partition")
-        start = self._append(kept.to(self.buf.dtype))
-        self.off[todo] = start + exclusive_cumsum(counts)
-
-    def gather(self, uids: torch.Tensor):
-        """Flatten the point lists of materialised ``uids``: ``(seg [T], idx [T])``."""
-        off, cnt = self.off[uids], self.cnt[uids]
-        seg, pos = ragged_arange(cnt)
-        return seg, self.buf[off[seg] + pos].long()
-
-    def needs_compaction(self, factor: float = 3.0) -> bool:
-        """True once the buffer holds ``factor`` x the live size at the last compaction."""
-        return self.size >= factor * max(self.live_after_gc, self.n_points)
-
-    def compact(self, open_uids: torch.Tensor) -> None:
-        """Drop the point lists that no open node needs.
-
-        Parameters
-        ----------
-        open_uids : LongTensor [k] uids of all open nodes of all particles
-        """
-        open_u = torch.unique(open_uids)
-        unmat = open_u[self.off[open_u] < 0]
-        keep = torch.unique(torch.cat([open_u[self.off[open_u] >= 0], self.rparent[unmat]]))
-        _, idx = self.gather(keep)
-        counts = self.cnt[keep]
-        self.off.fill_(-1)
-        self.buf = idx.to(torch.int32)
-        self.size = idx.numel()
-        self.off[keep] = exclusive_cumsum(counts)
-        self.live_after_gc = max(self.size, 1)
-
 
 @dataclass
 class GrowthState:
@@ -315,6 +134,7 @@ class Grower:
         # Class counts are integers: cumulate them exactly in int32 (regression stays float64).
         self.cum_stats = self.pstats.int() if likelihood.task == "classification" else self.pstats.double()
         self.table = NodeTable(data.n, self.pstats.sum(0), data.X.dtype)
+        self.table.native = native_usable(data.X.device)  # compiled point-list passes on the CPU
 
     # ------------------------------------------------------------------ state
     def state_dict(self, state: "GrowthState") -> dict:
@@ -393,19 +213,15 @@ class Grower:
         uu, inv = torch.unique(uid, return_inverse=True)
         U = uu.numel()
         t.materialise(uu, data.X)
-        # Per distinct node: data extent in every dimension (in batches of nodes: the gather is
-        # [sum of node sizes, D]).
+        # Per distinct node: data extent in every dimension (the reference gathers [sum of node
+        # sizes, D], in batches of nodes; the compiled kernel reads the lists in place).
         D = data.X.shape[1]
-        batches = node_batches(t.cnt[uu].double() * (16 + 8 * D), STAGE_CHUNK_BYTES)
-        if len(batches) == 1:
-            seg, idx = t.gather(uu)
-            lo, hi = segment_minmax(data.X[idx], seg, U)
-        else:
-            lo = torch.empty(U, D, dtype=data.X.dtype, device=data.X.device)
-            hi = torch.empty_like(lo)
-            for b0, b1 in batches:
-                seg, idx = t.gather(uu[b0:b1])
-                lo[b0:b1], hi[b0:b1] = segment_minmax(data.X[idx], seg, b1 - b0)
+        batches = [(0, U)] if t.native else node_batches(t.cnt[uu].double() * (16 + 8 * D), STAGE_CHUNK_BYTES)
+        lo = torch.empty(U, D, dtype=data.X.dtype, device=data.X.device)
+        hi = torch.empty_like(lo)
+        for b0, b1 in batches:
+            ub = uu[b0:b1]
+            lo[b0:b1], hi[b0:b1] = node_extents(t.buf, t.off[ub], t.cnt[ub], data.X, use_native=t.native)
         varying = hi > lo
         nvary = varying.sum(1)
         psplit_u = self.prior.split_prob(t.depth[uu])
@@ -439,12 +255,21 @@ class Grower:
         else:  # input column, then split column (torchtree.model.feature_groups)
             feat, _ = choose_column(varying.index_select(0, k), u_dim, groups)
         lo_f, hi_f = lo[k, feat], hi[k, feat]
-        # Sort only the distinct (node, dim) groups that some particle asked for.
+        # Score only the distinct (node, dim) groups that some particle asked for.
         gk, ginv = torch.unique(k * data.d + feat, return_inverse=True)
-        srt = SortedCandidates(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)
         if self.proposal == "prior":
             thr = lo_f.double() + u_cut * (hi_f - lo_f).double()
             thr = _below(thr.to(data.X.dtype), hi_f)
+        if self.proposal == "prior" and t.native and self.cum_stats.dtype == torch.int32:
+            # integral statistics: counts left of each cut, exact in any order, without sorting
+            gu = uu[gk // data.d]
+            n_left, left = split_counts(t.buf, t.off[gu], t.cnt[gu], data.X, gk % data.d, ginv, thr, self.cum_stats)
+            left = left.to(pstat_u.dtype)
+            right = pstat_u[k] - left
+            logw[sp] = self._loglik(left) + self._loglik(right) - lp_u[k]
+            return split, logw, sp, feat, thr, left, n_left
+        srt = SortedCandidates(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)
+        if self.proposal == "prior":
             n_left = segmented_searchsorted(srt.vals, srt.start[ginv], srt.end[ginv], thr, right=True)
             extra = 0.0
         else:  # empirical: an interval between adjacent distinct values, then uniform in it

@@ -1,0 +1,93 @@
+"""Passes over nodes' point lists in a flat buffer: compiled on the CPU, plain torch elsewhere.
+
+A node's points are ``buf[off : off + cnt]`` (int32 indices into the data), the layout of
+:class:`torchtree.steps.node_table.NodeTable`. Each function runs the compiled C++ kernel
+(``kernels/csrc/node_points.cpp``, see :mod:`torchtree.kernels.native`) when ``use_native`` is
+true, else its plain-torch reference below; the results are equal (every output is a minimum, a
+maximum, a comparison or an integer sum; tests/test_native.py).
+
+Layer: base (kernels only).
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+from torchtree.kernels import native
+from torchtree.kernels.segments import ragged_arange, segment_minmax
+
+__all__ = ["gather_lists", "node_extents", "split_counts", "partition_points", "native_usable"]
+
+
+def native_usable(device: torch.device) -> bool:
+    """Whether the compiled kernels serve tensors on ``device`` (CPU only; builds them on first use)."""
+    return torch.device(device).type == "cpu" and native.available()
+
+
+def gather_lists(buf: torch.Tensor, off: torch.Tensor, cnt: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Flatten the lists: ``(seg [T], idx [T])``, list number and point index (int64) of every entry."""
+    seg, pos = ragged_arange(cnt)
+    return seg, buf[off[seg] + pos].long()
+
+
+def node_extents(buf, off, cnt, X: torch.Tensor, use_native: bool = False):
+    """Column-wise extent of each list: ``lo, hi [L, D]`` in X's dtype, the min and max of
+    ``X[list]`` (``+inf`` / ``-inf`` for an empty list)."""
+    if use_native:
+        lo, hi = native.op("node_extents")(buf, off, cnt, X)
+        return lo, hi
+    seg, idx = gather_lists(buf, off, cnt)
+    return segment_minmax(X[idx], seg, off.numel())
+
+
+def split_counts(buf, off, cnt, X: torch.Tensor, dim: torch.Tensor, group: torch.Tensor, thr: torch.Tensor,
+                 stats: torch.Tensor):
+    """Counts and statistics left of a cut, for queries on lists (compiled kernel only).
+
+    Parameters
+    ----------
+    buf, off, cnt : the lists (``off``, ``cnt``: LongTensor [L])
+    X : Tensor [n, D]
+    dim : LongTensor [L]          the column each list is cut on
+    group, thr : [Q]              each query's list, and its cut in X's dtype
+    stats : IntTensor [n, S]      per-point statistics (class counts)
+
+    Returns
+    -------
+    n_left : LongTensor [Q]   points of the list with ``X[:, dim] <= thr``
+    left : IntTensor [Q, S]   the sum of their ``stats`` rows
+
+    The plain-torch route to the same numbers sorts each list by value
+    (:class:`torchtree.steps.split_candidates.SortedCandidates`); this kernel buckets the points
+    by the list's sorted cuts instead, ``(points) x log2(queries)`` comparisons per list.
+    """
+    n_left, left = native.op("split_counts")(buf, off, cnt, X, dim, group, thr, stats)
+    return n_left, left
+
+
+def partition_points(buf, off, cnt, X: torch.Tensor, feat, thr, side, expected, use_native: bool = False):
+    """The points of each list on one side of a rule, in list order.
+
+    Parameters
+    ----------
+    buf, off, cnt : the parents' lists [K]
+    feat : LongTensor [K], thr : float64 Tensor [K], side : BoolTensor [K]
+        the rule: keep point ``i`` when ``(X[i, feat] > thr.to(X.dtype)) == side``
+    expected : LongTensor [K]   the number of points each child should keep
+
+    Returns
+    -------
+    kept : IntTensor [sum(expected)]   the children's lists, one after the other
+    counts : LongTensor [K]            the numbers actually kept (the caller checks them)
+    """
+    if use_native:
+        kept, counts = native.op("partition_points")(buf, off, cnt, X, feat, thr, side, expected)
+        return kept, counts
+    seg, idx = gather_lists(buf, off, cnt)
+    go_right = X[idx, feat[seg]] > thr[seg].to(X.dtype)
+    keep = go_right == side[seg]
+    counts = torch.bincount(seg[keep], minlength=off.numel())
+    kept = idx[keep].to(torch.int32)
+    return kept, counts
+

@@ -1,0 +1,118 @@
+"""The compiled point-list kernels of a top-down growth stage against their plain-torch references.
+
+``node_extents`` and ``partition_points`` must equal the references in
+:mod:`torchtree.kernels.node_points`, and ``split_counts`` a brute-force count, on random lists
+(float32 and float64 data, ties, empty lists, one query and many per list, 1 and 2 threads). Whole
+top-down SMC runs with the kernels and without them (the sorted-candidate route) must give the same
+trees, weights and evidence, for every proposal and expansion order, classification and regression.
+"""
+import numpy as np
+import pytest
+import torch
+
+from torchtree import ChipmanPrior, Data, DirichletMultinomial, NormalInverseGamma, TopDownSMC
+from torchtree.kernels import native
+from torchtree.kernels.node_points import node_extents, partition_points, split_counts
+from torchtree.steps import growth
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="the C++ kernels could not be built here")
+
+
+def _lists(n, L, rng):
+    """L random lists over n points (some empty), in one int32 buffer."""
+    cnt = torch.as_tensor(rng.integers(0, n, size=L), dtype=torch.long)
+    cnt[rng.integers(0, L)] = 0
+    idx = [torch.as_tensor(rng.choice(n, size=int(c), replace=False)) for c in cnt]
+    buf = torch.cat([torch.full((7,), -1)] + idx).to(torch.int32)  # a used prefix: offsets do not start at 0
+    off = 7 + torch.cumsum(cnt, 0) - cnt
+    return buf, off, cnt, idx
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_extents_and_partition_equal_the_reference(dtype, threads):
+    rng = np.random.default_rng(0)
+    n, D, L = 500, 4, 12
+    X = torch.as_tensor(rng.integers(0, 9, size=(n, D)) / 4.0, dtype=dtype)  # many ties
+    buf, off, cnt, idx = _lists(n, L, rng)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        lo, hi = node_extents(buf, off, cnt, X, use_native=True)
+        rlo, rhi = node_extents(buf, off, cnt, X, use_native=False)
+        assert torch.equal(lo, rlo) and torch.equal(hi, rhi)
+        empty = int((cnt == 0).nonzero()[0])
+        assert torch.isposinf(lo[empty]).all() and torch.isneginf(hi[empty]).all()
+        feat = torch.as_tensor(rng.integers(0, D, size=L))
+        thr = torch.as_tensor(rng.integers(0, 9, size=L) / 4.0 - 0.01, dtype=torch.float64)
+        side = torch.as_tensor(rng.integers(0, 2, size=L).astype(bool))
+        want = torch.stack([((X[i, f] > t.to(dtype)) == s).sum() for i, f, t, s in zip(idx, feat, thr, side)])
+        got, counts = partition_points(buf, off, cnt, X, feat, thr, side, want, use_native=True)
+        ref, rcounts = partition_points(buf, off, cnt, X, feat, thr, side, want, use_native=False)
+        assert torch.equal(counts, want) and torch.equal(rcounts, want) and torch.equal(got, ref)
+        # a wrong expectation is reported through the counts, never written past the output
+        short = want.clone()
+        short[want.argmax()] -= 1
+        _, counts = partition_points(buf, off, cnt, X, feat, thr, side, short, use_native=True)
+        assert not torch.equal(counts, short) and torch.equal(counts, want)
+    finally:
+        torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_split_counts_equal_a_brute_force_count(dtype):
+    rng = np.random.default_rng(1)
+    n, D, L, S = 400, 3, 9, 3
+    X = torch.as_tensor(rng.integers(0, 20, size=(n, D)) / 8.0, dtype=dtype)
+    stats = torch.nn.functional.one_hot(torch.as_tensor(rng.integers(0, S, size=n)), S).int()
+    buf, off, cnt, idx = _lists(n, L, rng)
+    dim = torch.as_tensor(rng.integers(0, D, size=L))
+    Q = 60
+    group = torch.as_tensor(rng.integers(0, L, size=Q))
+    group[:3] = 0  # several queries on one list, with equal cuts
+    thr = torch.as_tensor(rng.integers(-1, 21, size=Q) / 8.0, dtype=dtype)
+    thr[1] = thr[0]
+    n_left, left = split_counts(buf, off, cnt, X, dim, group, thr, stats)
+    for q in range(Q):
+        pts = idx[int(group[q])]
+        m = X[pts, dim[group[q]]] <= thr[q]
+        assert int(n_left[q]) == int(m.sum())
+        assert torch.equal(left[q], stats[pts[m]].sum(0).int())
+    assert left.dtype == torch.int32 and n_left.dtype == torch.long
+
+
+def _run(data, lik, proposal, expansion, monkeypatch, use_native, calls):
+    monkeypatch.setattr(growth, "native_usable", lambda device: use_native)
+    kernel = growth.split_counts
+
+    def counted(*args):
+        calls.append(1)
+        return kernel(*args)
+
+    monkeypatch.setattr(growth, "split_counts", counted)
+    post = TopDownSMC(ChipmanPrior(0.95, 0.5), lik, n_particles=150, n_islands=3, proposal=proposal,
+                      expansion=expansion, ess_threshold=0.5).run(data, seed=3)
+    return post
+
+
+@pytest.mark.parametrize("proposal", ["prior", "empirical", "optimal"])
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_runs_with_and_without_the_kernels_are_equal(proposal, task, monkeypatch):
+    rng = np.random.default_rng(2)
+    X = np.round(rng.normal(size=(300, 5)), 1).astype(np.float32)  # ties
+    if task == "classification":
+        data, lik = Data(X, (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(np.int64)), DirichletMultinomial(1.0)
+    else:
+        data = Data(X, X[:, 0] * 2 + np.sin(X[:, 1]) + rng.normal(size=300) * .3, task="regression")
+        lik = NormalInverseGamma()
+    for expansion in ("node", "layer"):
+        calls = []
+        a = _run(data, lik, proposal, expansion, monkeypatch, True, calls)
+        # the kernel scores the prior proposal's cuts of class counts; the other routes sort
+        assert (len(calls) > 0) == (proposal == "prior" and task == "classification")
+        b = _run(data, lik, proposal, expansion, monkeypatch, False, calls[:0])
+        monkeypatch.undo()
+        for name in ("feature", "threshold", "left", "right", "status", "stats", "n_nodes"):
+            assert torch.equal(getattr(a.trees, name), getattr(b.trees, name)), name
+        assert torch.equal(a.log_weights, b.log_weights)
+        assert a.log_evidence == b.log_evidence
