@@ -107,164 +107,212 @@ inline int64_t heap_depth(int64_t j) {
   return d;
 }
 
+// One tree update of one chain, in four phases, so a sweep can run one tree's pass 2 and the next tree's
+// pass 1 in a single loop over the points (the two trees are different arrays; each point sees the same
+// float operations in the same order as in two loops):
+//   propose()      the move (grow / prune / change), its node and the proposed rule, from the uniforms;
+//   add(n, r)      pass 1, per point: the partial residual's sums per (leaf, side of the proposed rule);
+//   decide(z)      the Metropolis-Hastings ratio with the leaf values integrated out, the new tree and the
+//                  leaves' Gibbs draws;
+//   move(n, r)     pass 2, per point: its new leaf, and its residual with the new leaf value taken out.
+template <typename scalar_t, typename leaf_t, typename feat_t>
+struct TreeUpdate {
+  // K: the heap's slots; Ku <= K: the slots that can hold a node during this update (every leaf, and a
+  // grown node's children, lie below Ku), so the scans and per-cell buffers stop there
+  int64_t K, Ku, N, D;
+  feat_t *feat, *cut;
+  scalar_t* value;
+  leaf_t* leaf_of;
+  const int16_t* Xb;
+  const int64_t *n_cuts, *groups;
+  double s2;
+  const double *u, *ps_lut, *log1m_ps;
+  double tau2, pg, pp;
+  int64_t max_depth;
+  bool use_lik;
+  // the proposal
+  int move = GROW;
+  int64_t n_leaf = 0, n_nog = 0, j = 0, depth = 0, nav = 0, f_new = 0, k_new = 0, cl = 0, cr = 0, f_old = 0, k_old = 0;
+  bool valid = false;
+  std::vector<int64_t> lo, hi;
+  const int16_t* xf = nullptr;
+  int16_t k16 = 0;
+  // pass 1's sums per (leaf, side); side 1 = left. Counts are integers (exact, as the reference's float64
+  // counts of at most 2^53 points)
+  std::vector<scalar_t> s_cell;
+  std::vector<int64_t> n_cell;
+  // pass 2's inputs: where each (leaf, side) cell goes, and the leaf values before the update
+  std::vector<int64_t> to;
+  std::vector<scalar_t> old_value;
+
+  void propose() {
+    const int64_t kint = (Ku - 1) / 2;
+    move = u[0] < pg ? GROW : (u[0] < pg + pp ? PRUNE : CHANGE);
+    std::vector<char> is_leaf(Ku), nog(std::max<int64_t>(kint, 1), 0);
+    n_leaf = 0, n_nog = 0;
+    for (int64_t k = 0; k < Ku; ++k) {
+      is_leaf[k] = feat[k] == LEAF;
+      n_leaf += is_leaf[k];
+    }
+    for (int64_t i = 0; i < kint; ++i) {
+      nog[i] = feat[i] >= 0 && feat[2 * i + 1] == LEAF && feat[2 * i + 2] == LEAF;
+      n_nog += nog[i];
+    }
+    // with no node to prune or change the move is refused; j is then the reference's pick over all K
+    // slots, (K - 1) / 2 - 1, whose ancestors decide the proposed rule (and so how the sums are split)
+    j = move == GROW ? pick_nth(is_leaf, Ku, u[1]) : (n_nog ? pick_nth(nog, kint, u[1]) : (K - 1) / 2 - 1);
+    depth = heap_depth(j);
+    // cut ranges left to j by its ancestors
+    lo.assign(D, 0);
+    hi.assign(n_cuts, n_cuts + D);
+    for (int64_t l = 0; l < depth; ++l) {
+      int64_t shift = depth - l;
+      int64_t anc = ((j + 1) >> shift) - 1;
+      int64_t below = ((j + 1) >> (shift - 1)) - 1;
+      int64_t f = std::max<int64_t>(feat[anc], 0), k = static_cast<int64_t>(cut[anc]);
+      if (below % 2 == 1) hi[f] = std::min(hi[f], k);
+      else lo[f] = std::max(lo[f], k + 1);
+    }
+    std::vector<char> avail(D);
+    nav = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      avail[d] = hi[d] - lo[d] > 0;
+      nav += avail[d];
+    }
+    f_new = groups ? choose_grouped(avail, D, u[2], groups) : pick_nth(avail, D, u[2]);
+    int64_t av_f = std::max<int64_t>(hi[f_new] - lo[f_new], 0);
+    k_new = lo[f_new] + static_cast<int64_t>(std::floor(u[3] * static_cast<double>(av_f)));
+    bool grow_ok = move == GROW && nav > 0 && depth < max_depth;
+    valid = grow_ok || (move != GROW && n_nog > 0);
+    cl = std::min(2 * j + 1, K - 1), cr = std::min(2 * j + 2, K - 1);
+    f_old = std::max<int64_t>(feat[j], 0), k_old = static_cast<int64_t>(cut[j]);
+    xf = Xb + f_new * N;
+    k16 = static_cast<int16_t>(k_new);
+    s_cell.assign(2 * Ku, scalar_t(0));
+    n_cell.assign(2 * Ku, 0);
+  }
+
+  // pass 1 for point n whose current residual is r: R = r + value[leaf] (recomputed in pass 2 by the same
+  // float operation, not stored: a sweep over many rows is bound by memory traffic)
+  inline void add(int64_t n, scalar_t r) {
+    const int64_t leaf = static_cast<int64_t>(leaf_of[n]);
+    const int64_t cell = 2 * leaf + (xf[n] <= k16 ? 1 : 0);
+    s_cell[cell] += r + value[leaf];
+    n_cell[cell] += 1;
+  }
+
+  void decide(const LeafNormals& z, int64_t* move_out, bool* accept_out) {
+    old_value.assign(value, value + Ku);
+    if (!use_lik) {
+      std::fill(s_cell.begin(), s_cell.end(), scalar_t(0));
+      std::fill(n_cell.begin(), n_cell.end(), 0);
+    }
+    // slots from Ku on hold no point (a refused move's j and children may lie there)
+    auto S = [&](int64_t node, int side) { return node < Ku ? static_cast<double>(s_cell[2 * node + side]) : 0.0; };
+    auto Nn = [&](int64_t node, int side) { return node < Ku ? static_cast<double>(n_cell[2 * node + side]) : 0.0; };
+    double s_all = (S(j, 0) + S(cl, 0) + S(cr, 0)) + (S(j, 1) + S(cl, 1) + S(cr, 1));
+    double n_all = (Nn(j, 0) + Nn(cl, 0) + Nn(cr, 0)) + (Nn(j, 1) + Nn(cl, 1) + Nn(cr, 1));
+    double s_nl = S(j, 1) + S(cl, 1) + S(cr, 1), n_nl = Nn(j, 1) + Nn(cl, 1) + Nn(cr, 1);
+    double ll_joined = log_marginal(n_all, s_all, s2, tau2);
+    double ll_new = log_marginal(n_nl, s_nl, s2, tau2) + log_marginal(n_all - n_nl, s_all - s_nl, s2, tau2);
+    double ll_old = log_marginal(Nn(cl, 0) + Nn(cl, 1), S(cl, 0) + S(cl, 1), s2, tau2) +
+                    log_marginal(Nn(cr, 0) + Nn(cr, 1), S(cr, 0) + S(cr, 1), s2, tau2);
+
+    double ps = ps_lut[depth];
+    auto kids = [&](int64_t f, int64_t k) {
+      bool left_avail = (nav - 1 + (k > lo[f] ? 1 : 0)) > 0;
+      bool right_avail = (nav - 1 + (hi[f] > k + 1 ? 1 : 0)) > 0;
+      double lc = log1m_ps[depth + 1];
+      return (left_avail ? lc : 0.0) + (right_avail ? lc : 0.0);
+    };
+    double kids_new = kids(f_new, k_new), kids_old = kids(f_old, k_old);
+    int64_t sib = std::min(std::max<int64_t>(j % 2 == 1 ? j + 1 : j - 1, 0), K - 1);
+    bool parent_was_nog = j > 0 && feat[sib] == LEAF;
+    int64_t nog_after = n_nog + 1 - (parent_was_nog ? 1 : 0);
+    double log_pg = std::log(pg), log_pp = std::log(pp);
+    double log_split = std::log(ps) - std::log1p(-ps);
+    double a_grow = log_split + kids_new + ll_new - ll_joined + log_pp - std::log(static_cast<double>(nog_after)) -
+                    log_pg + std::log(static_cast<double>(n_leaf));
+    double a_prune = -log_split - kids_old + ll_joined - ll_old + log_pg -
+                     std::log(static_cast<double>(std::max<int64_t>(n_leaf - 1, 1))) - log_pp +
+                     std::log(static_cast<double>(std::max<int64_t>(n_nog, 1)));
+    double a_change = kids_new - kids_old + ll_new - ll_old;
+    double log_a = move == GROW ? a_grow : (move == PRUNE ? a_prune : a_change);
+    bool accept = valid && std::log(u[4]) < log_a;
+    *move_out = move;
+    *accept_out = accept;
+
+    // the tree: node j's rule and its children's status (the reference's write order)
+    bool acc_g = accept && move == GROW, acc_p = accept && move == PRUNE, acc_split = accept && move != PRUNE;
+    int64_t fj = acc_p ? LEAF : (acc_split ? f_new : static_cast<int64_t>(feat[j]));
+    int64_t kj = acc_split ? k_new : k_old;
+    int64_t child = acc_g ? LEAF : (acc_p ? ABSENT : static_cast<int64_t>(feat[cl]));
+    int64_t child_r = acc_g ? LEAF : (acc_p ? ABSENT : static_cast<int64_t>(feat[cr]));
+    feat[cl] = static_cast<feat_t>(child);
+    feat[cr] = static_cast<feat_t>(child_r);
+    feat[j] = static_cast<feat_t>(fj);
+    cut[j] = static_cast<feat_t>(kj);
+
+    // where each (leaf, side) cell goes
+    to.resize(2 * Ku);
+    for (int64_t k = 0; k < Ku; ++k) to[2 * k] = to[2 * k + 1] = k;
+    const int64_t pos[6] = {2 * j, 2 * j + 1, 2 * cl, 2 * cl + 1, 2 * cr, 2 * cr + 1};
+    int64_t dst[6];
+    if (!accept) {
+      int64_t t[6] = {j, j, cl, cl, cr, cr};
+      std::copy(t, t + 6, dst);
+    } else if (move == GROW) {
+      int64_t t[6] = {cr, cl, cl, cl, cr, cr};
+      std::copy(t, t + 6, dst);
+    } else if (move == PRUNE) {
+      std::fill(dst, dst + 6, j);
+    } else {
+      int64_t t[6] = {j, j, cr, cl, cr, cl};
+      std::copy(t, t + 6, dst);
+    }
+    for (int i = 0; i < 6; ++i)
+      if (pos[i] < 2 * Ku) to[pos[i]] = dst[i];  // cells past Ku are empty
+    std::vector<double> s_leaf(Ku, 0.0), n_leaf_pts(Ku, 0.0);
+    for (int64_t cell = 0; cell < 2 * Ku; ++cell) {
+      s_leaf[to[cell]] += static_cast<double>(s_cell[cell]);
+      n_leaf_pts[to[cell]] += static_cast<double>(n_cell[cell]);
+    }
+    // leaf values: Gibbs from N(tau2 s / (sigma2 + n tau2), tau2 sigma2 / (sigma2 + n tau2))
+    for (int64_t k = 0; k < Ku; ++k) {  // slots from Ku on are no leaf and keep their value 0
+      if (feat[k] != LEAF) {
+        value[k] = scalar_t(0);
+        continue;
+      }
+      double v = s2 + n_leaf_pts[k] * tau2;
+      double mean = tau2 * s_leaf[k] / v;
+      double sd = std::sqrt(tau2 * s2 / v);
+      // z rounded to the values' dtype first, as the reference receives it
+      value[k] = static_cast<scalar_t>(mean + sd * static_cast<double>(static_cast<scalar_t>(z(k))));
+    }
+  }
+
+  // pass 2 for point n whose residual is r: writes its leaf, returns its new residual
+  inline scalar_t move_point(int64_t n, scalar_t r) {
+    const int64_t leaf = static_cast<int64_t>(leaf_of[n]);
+    const int64_t nl = to[2 * leaf + (xf[n] <= k16 ? 1 : 0)];
+    const scalar_t rr = r + old_value[leaf];
+    leaf_of[n] = static_cast<leaf_t>(nl);
+    return rr - value[nl];
+  }
+};
+
 template <typename scalar_t, typename leaf_t, typename feat_t>
 void update_chain(int64_t K, int64_t Ku, int64_t N, int64_t D, feat_t* feat, feat_t* cut, scalar_t* value,
                   leaf_t* leaf_of, scalar_t* resid, const int16_t* Xb, const int64_t* n_cuts, double s2,
                   const double* u, const LeafNormals& z, const int64_t* groups, const double* ps_lut,
                   const double* log1m_ps, double tau2, double pg, double pp, int64_t max_depth, bool use_lik,
                   int64_t* move_out, bool* accept_out) {
-  // K: the heap's slots; Ku <= K: the slots that can hold a node during this update (every leaf, and a
-  // grown node's children, lie below Ku), so the scans and per-cell buffers stop there
-  const int64_t kint = (Ku - 1) / 2;
-  // move and node
-  int move = u[0] < pg ? GROW : (u[0] < pg + pp ? PRUNE : CHANGE);
-  std::vector<char> is_leaf(Ku), nog(std::max<int64_t>(kint, 1), 0);
-  int64_t n_leaf = 0, n_nog = 0;
-  for (int64_t k = 0; k < Ku; ++k) {
-    is_leaf[k] = feat[k] == LEAF;
-    n_leaf += is_leaf[k];
-  }
-  for (int64_t i = 0; i < kint; ++i) {
-    nog[i] = feat[i] >= 0 && feat[2 * i + 1] == LEAF && feat[2 * i + 2] == LEAF;
-    n_nog += nog[i];
-  }
-  // with no node to prune or change the move is refused; j is then the reference's pick over all K slots,
-  // (K - 1) / 2 - 1, whose ancestors decide the proposed rule (and so how the sums below are split)
-  int64_t j = move == GROW ? pick_nth(is_leaf, Ku, u[1]) : (n_nog ? pick_nth(nog, kint, u[1]) : (K - 1) / 2 - 1);
-  int64_t depth = heap_depth(j);
-  // cut ranges left to j by its ancestors
-  std::vector<int64_t> lo(D, 0), hi(n_cuts, n_cuts + D);
-  for (int64_t l = 0; l < depth; ++l) {
-    int64_t shift = depth - l;
-    int64_t anc = ((j + 1) >> shift) - 1;
-    int64_t below = ((j + 1) >> (shift - 1)) - 1;
-    int64_t f = std::max<int64_t>(feat[anc], 0), k = static_cast<int64_t>(cut[anc]);
-    if (below % 2 == 1) hi[f] = std::min(hi[f], k);
-    else lo[f] = std::max(lo[f], k + 1);
-  }
-  std::vector<char> avail(D);
-  int64_t nav = 0;
-  for (int64_t d = 0; d < D; ++d) {
-    avail[d] = hi[d] - lo[d] > 0;
-    nav += avail[d];
-  }
-  int64_t f_new = groups ? choose_grouped(avail, D, u[2], groups) : pick_nth(avail, D, u[2]);
-  int64_t av_f = std::max<int64_t>(hi[f_new] - lo[f_new], 0);
-  int64_t k_new = lo[f_new] + static_cast<int64_t>(std::floor(u[3] * static_cast<double>(av_f)));
-  bool grow_ok = move == GROW && nav > 0 && depth < max_depth;
-  bool valid = grow_ok || (move != GROW && n_nog > 0);
-  int64_t cl = std::min(2 * j + 1, K - 1), cr = std::min(2 * j + 2, K - 1);
-  int64_t f_old = std::max<int64_t>(feat[j], 0), k_old = static_cast<int64_t>(cut[j]);
-
-  // pass 1: partial residual sums per (leaf, side of the proposed rule); side 1 = left
-  std::vector<scalar_t> s_cell(2 * Ku, scalar_t(0));
-  std::vector<double> n_cell(2 * Ku, 0.0);
-  // the partial residual R = resid + value[leaf] is recomputed in pass 2 (the same float operation), not
-  // stored: a sweep over many rows is bound by memory traffic
-  const int16_t* xf = Xb + f_new * N;
-  const int16_t k16 = static_cast<int16_t>(k_new);
-  for (int64_t n = 0; n < N; ++n) {
-    int64_t leaf = static_cast<int64_t>(leaf_of[n]);
-    const scalar_t r = resid[n] + value[leaf];
-    int64_t cell = 2 * leaf + (xf[n] <= k16 ? 1 : 0);
-    s_cell[cell] += r;
-    n_cell[cell] += 1.0;
-  }
-  const std::vector<scalar_t> old_value(value, value + Ku);
-  if (!use_lik) {
-    std::fill(s_cell.begin(), s_cell.end(), scalar_t(0));
-    std::fill(n_cell.begin(), n_cell.end(), 0.0);
-  }
-  // slots from Ku on hold no point (a refused move's j and children may lie there)
-  auto S = [&](int64_t node, int side) { return node < Ku ? static_cast<double>(s_cell[2 * node + side]) : 0.0; };
-  auto Nn = [&](int64_t node, int side) { return node < Ku ? n_cell[2 * node + side] : 0.0; };
-  double s_all = (S(j, 0) + S(cl, 0) + S(cr, 0)) + (S(j, 1) + S(cl, 1) + S(cr, 1));
-  double n_all = (Nn(j, 0) + Nn(cl, 0) + Nn(cr, 0)) + (Nn(j, 1) + Nn(cl, 1) + Nn(cr, 1));
-  double s_nl = S(j, 1) + S(cl, 1) + S(cr, 1), n_nl = Nn(j, 1) + Nn(cl, 1) + Nn(cr, 1);
-  double ll_joined = log_marginal(n_all, s_all, s2, tau2);
-  double ll_new = log_marginal(n_nl, s_nl, s2, tau2) + log_marginal(n_all - n_nl, s_all - s_nl, s2, tau2);
-  double ll_old = log_marginal(Nn(cl, 0) + Nn(cl, 1), S(cl, 0) + S(cl, 1), s2, tau2) +
-                  log_marginal(Nn(cr, 0) + Nn(cr, 1), S(cr, 0) + S(cr, 1), s2, tau2);
-
-  double ps = ps_lut[depth];
-  auto kids = [&](int64_t f, int64_t k) {
-    bool left_avail = (nav - 1 + (k > lo[f] ? 1 : 0)) > 0;
-    bool right_avail = (nav - 1 + (hi[f] > k + 1 ? 1 : 0)) > 0;
-    double lc = log1m_ps[depth + 1];
-    return (left_avail ? lc : 0.0) + (right_avail ? lc : 0.0);
-  };
-  double kids_new = kids(f_new, k_new), kids_old = kids(f_old, k_old);
-  int64_t sib = std::min(std::max<int64_t>(j % 2 == 1 ? j + 1 : j - 1, 0), K - 1);
-  bool parent_was_nog = j > 0 && feat[sib] == LEAF;
-  int64_t nog_after = n_nog + 1 - (parent_was_nog ? 1 : 0);
-  double log_pg = std::log(pg), log_pp = std::log(pp);
-  double log_split = std::log(ps) - std::log1p(-ps);
-  double a_grow = log_split + kids_new + ll_new - ll_joined + log_pp - std::log(static_cast<double>(nog_after)) - log_pg +
-                  std::log(static_cast<double>(n_leaf));
-  double a_prune = -log_split - kids_old + ll_joined - ll_old + log_pg -
-                   std::log(static_cast<double>(std::max<int64_t>(n_leaf - 1, 1))) - log_pp +
-                   std::log(static_cast<double>(std::max<int64_t>(n_nog, 1)));
-  double a_change = kids_new - kids_old + ll_new - ll_old;
-  double log_a = move == GROW ? a_grow : (move == PRUNE ? a_prune : a_change);
-  bool accept = valid && std::log(u[4]) < log_a;
-  *move_out = move;
-  *accept_out = accept;
-
-  // the tree: node j's rule and its children's status (the reference's write order)
-  bool acc_g = accept && move == GROW, acc_p = accept && move == PRUNE, acc_split = accept && move != PRUNE;
-  int64_t fj = acc_p ? LEAF : (acc_split ? f_new : static_cast<int64_t>(feat[j]));
-  int64_t kj = acc_split ? k_new : k_old;
-  int64_t child = acc_g ? LEAF : (acc_p ? ABSENT : static_cast<int64_t>(feat[cl]));
-  int64_t child_r = acc_g ? LEAF : (acc_p ? ABSENT : static_cast<int64_t>(feat[cr]));
-  feat[cl] = static_cast<feat_t>(child);
-  feat[cr] = static_cast<feat_t>(child_r);
-  feat[j] = static_cast<feat_t>(fj);
-  cut[j] = static_cast<feat_t>(kj);
-
-  // where each (leaf, side) cell goes
-  std::vector<int64_t> to(2 * Ku);
-  for (int64_t k = 0; k < Ku; ++k) to[2 * k] = to[2 * k + 1] = k;
-  const int64_t pos[6] = {2 * j, 2 * j + 1, 2 * cl, 2 * cl + 1, 2 * cr, 2 * cr + 1};
-  int64_t dst[6];
-  if (!accept) {
-    int64_t t[6] = {j, j, cl, cl, cr, cr};
-    std::copy(t, t + 6, dst);
-  } else if (move == GROW) {
-    int64_t t[6] = {cr, cl, cl, cl, cr, cr};
-    std::copy(t, t + 6, dst);
-  } else if (move == PRUNE) {
-    std::fill(dst, dst + 6, j);
-  } else {
-    int64_t t[6] = {j, j, cr, cl, cr, cl};
-    std::copy(t, t + 6, dst);
-  }
-  for (int i = 0; i < 6; ++i)
-    if (pos[i] < 2 * Ku) to[pos[i]] = dst[i];  // cells past Ku are empty
-  std::vector<double> s_leaf(Ku, 0.0), n_leaf_pts(Ku, 0.0);
-  for (int64_t cell = 0; cell < 2 * Ku; ++cell) {
-    s_leaf[to[cell]] += static_cast<double>(s_cell[cell]);
-    n_leaf_pts[to[cell]] += n_cell[cell];
-  }
-  // leaf values: Gibbs from N(tau2 s / (sigma2 + n tau2), tau2 sigma2 / (sigma2 + n tau2))
-  for (int64_t k = 0; k < Ku; ++k) {  // slots from Ku on are no leaf and keep their value 0
-    if (feat[k] != LEAF) {
-      value[k] = scalar_t(0);
-      continue;
-    }
-    double v = s2 + n_leaf_pts[k] * tau2;
-    double mean = tau2 * s_leaf[k] / v;
-    double sd = std::sqrt(tau2 * s2 / v);
-    // z rounded to the values' dtype first, as the reference receives it
-    value[k] = static_cast<scalar_t>(mean + sd * static_cast<double>(static_cast<scalar_t>(z(k))));
-  }
-  // pass 2: every point's leaf and residual
-  for (int64_t n = 0; n < N; ++n) {
-    int64_t leaf = static_cast<int64_t>(leaf_of[n]);
-    int64_t nl = to[2 * leaf + (xf[n] <= k16 ? 1 : 0)];
-    const scalar_t r = resid[n] + old_value[leaf];
-    leaf_of[n] = static_cast<leaf_t>(nl);
-    resid[n] = r - value[nl];
-  }
+  TreeUpdate<scalar_t, leaf_t, feat_t> up{K, Ku, N, D, feat, cut, value, leaf_of, Xb, n_cuts, groups, s2, u, ps_lut,
+                                         log1m_ps, tau2, pg, pp, max_depth, use_lik};
+  up.propose();
+  for (int64_t n = 0; n < N; ++n) up.add(n, resid[n]);
+  up.decide(z, move_out, accept_out);
+  for (int64_t n = 0; n < N; ++n) resid[n] = up.move_point(n, resid[n]);
 }
 
 // The read-only inputs of the tree updates, converted once to the dtypes their loops read: bins int16
@@ -351,28 +399,55 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
   const int64_t* g = groups.numel() ? gr.data_ptr<int64_t>() : nullptr;
   std::vector<int64_t> moves(static_cast<size_t>(C) * T), accepted(static_cast<size_t>(C) * T);
   AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_sweep", [&] {
+    using Update = TreeUpdate<scalar_t, int16_t, int16_t>;
     at::parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
       std::vector<double> zrow(K, 0.0);
+      auto normals = [&](int64_t t, int64_t c) {
+        LeafNormals zs;
+        if (keyed) {
+          zs.base = static_cast<uint64_t>(leaves_base), zs.key = kk.data_ptr<int64_t>()[t * C + c], zs.kz = Kz;
+        } else {
+          const double* zt = zz.data_ptr<double>() + (t * C + c) * Kz;
+          std::copy(zt, zt + Kz, zrow.begin());
+          zs.row = zrow.data();
+        }
+        return zs;
+      };
+      // the update scans only the slots that can hold a node this sweep (Ku); the heaps keep stride K
+      auto update = [&](int64_t t, int64_t c) {
+        Update up{K, Ku, N, D, feature.data_ptr<int16_t>() + (t * C + c) * K, cut.data_ptr<int16_t>() + (t * C + c) * K,
+                  value.data_ptr<scalar_t>() + (t * C + c) * K, leaf_of.data_ptr<int16_t>() + (t * C + c) * N,
+                  xb.data_ptr<int16_t>(), nc.data_ptr<int64_t>(), g, s2.data_ptr<double>()[c],
+                  uu.data_ptr<double>() + (t * C + c) * 5, psl.data_ptr<double>(), l1m.data_ptr<double>(), tau2, pg, pp,
+                  max_depth, use_likelihood};
+        up.propose();
+        return up;
+      };
+      auto decide = [&](Update& up, int64_t t, int64_t c) {
+        bool acc = false;
+        up.decide(normals(t, c), &moves[c * T + t], &acc);
+        accepted[c * T + t] = acc ? 1 : 0;
+      };
       for (int64_t c = c0; c < c1; ++c) {
+        scalar_t* res = resid.data_ptr<scalar_t>() + c * N;
+        if (T == 0) continue;
+        Update cur = update(0, c);
+        for (int64_t n = 0; n < N; ++n) cur.add(n, res[n]);
+        decide(cur, 0, c);
         for (int64_t t = 0; t < T; ++t) {
-          LeafNormals zs;
-          if (keyed) {
-            zs.base = static_cast<uint64_t>(leaves_base), zs.key = kk.data_ptr<int64_t>()[t * C + c], zs.kz = Kz;
-          } else {
-            const double* zt = zz.data_ptr<double>() + (t * C + c) * Kz;
-            std::copy(zt, zt + Kz, zrow.begin());
-            zs.row = zrow.data();
+          if (t + 1 == T) {
+            for (int64_t n = 0; n < N; ++n) res[n] = cur.move_point(n, res[n]);
+            break;
           }
-          bool acc = false;
-          // the update scans only the slots that can hold a node this sweep (Ku); the heaps keep stride K
-          update_chain<scalar_t, int16_t, int16_t>(
-              K, Ku, N, D, feature.data_ptr<int16_t>() + (t * C + c) * K, cut.data_ptr<int16_t>() + (t * C + c) * K,
-              value.data_ptr<scalar_t>() + (t * C + c) * K, leaf_of.data_ptr<int16_t>() + (t * C + c) * N,
-              resid.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(), nc.data_ptr<int64_t>(),
-              s2.data_ptr<double>()[c], uu.data_ptr<double>() + (t * C + c) * 5, zs, g,
-              psl.data_ptr<double>(), l1m.data_ptr<double>(), tau2, pg, pp, max_depth, use_likelihood,
-              &moves[c * T + t], &acc);
-          accepted[c * T + t] = acc ? 1 : 0;
+          // tree t's pass 2 and tree t + 1's pass 1 in one loop: t + 1's proposal needs only its own tree
+          Update nxt = update(t + 1, c);
+          for (int64_t n = 0; n < N; ++n) {
+            const scalar_t r = cur.move_point(n, res[n]);
+            res[n] = r;
+            nxt.add(n, r);
+          }
+          decide(nxt, t + 1, c);
+          cur = std::move(nxt);
         }
       }
     });
