@@ -30,7 +30,10 @@ import torch
 
 __all__ = ["op", "available", "SOURCES"]
 
-SOURCES = [Path(__file__).resolve().parent / "csrc" / name for name in ("bart_update.cpp", "node_points.cpp")]
+CSRC = Path(__file__).resolve().parent / "csrc"
+SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "node_points.cpp")]
+#: every file the build reads (the sources and their headers): the build folder is named by their content
+BUILD_INPUTS = SOURCES + [CSRC / "bart_common.h"]
 FLAGS = ["-O3", "-ffp-contract=off"]
 OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "node_extents", "split_counts", "partition_points")
 _STATE: dict = {}
@@ -41,7 +44,7 @@ def build_directory() -> Path:
     """Where the build of these sources lives: one folder per content (sources, flags, torch version) under
     ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``), shared by every checkout of them."""
     h = hashlib.sha256()
-    for p in SOURCES:
+    for p in BUILD_INPUTS:
         h.update(p.read_bytes())
     h.update(repr((FLAGS, torch.__version__)).encode())
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions")
