@@ -13,6 +13,8 @@ Operators
 (:func:`torchtree.steps.bart_moves.tree_update` is their reference and documents them).
 ``node_extents``, ``split_counts``, ``partition_points``: passes over the point lists of a top-down
 growth stage (:mod:`torchtree.kernels.node_points` documents them and holds their references).
+``bitset_counts``, ``split_bits``: popcounts and child bitsets of the move samplers' nodes
+(:mod:`torchtree.kernels.bitsets`).
 
 Layer: base (no torchtree imports).
 """
@@ -28,14 +30,15 @@ from typing import Callable, Optional
 
 import torch
 
-__all__ = ["op", "available", "SOURCES"]
+__all__ = ["op", "available", "usable", "SOURCES"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "node_points.cpp")]
+SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "node_points.cpp", "bitsets.cpp")]
 #: every file the build reads (the sources and their headers): the build folder is named by their content
 BUILD_INPUTS = SOURCES + [CSRC / "bart_common.h"]
 FLAGS = ["-O3", "-ffp-contract=off"]
-OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "node_extents", "split_counts", "partition_points")
+OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "node_extents", "split_counts", "partition_points",
+             "bitset_counts", "split_bits")
 _STATE: dict = {}
 _LOCK = threading.Lock()
 
@@ -80,6 +83,11 @@ def available() -> bool:
                 warnings.warn(f"torchtree: the compiled CPU kernels could not be built ({type(exc).__name__}: "
                               f"{str(exc)[:300]}); running the plain-torch reference instead", RuntimeWarning)
         return _STATE["ok"]
+
+
+def usable(device) -> bool:
+    """Whether the kernels serve tensors on ``device``: CPU only, and :func:`available` (builds them on first use)."""
+    return torch.device(device).type == "cpu" and available()
 
 
 def op(name: str) -> Optional[Callable]:

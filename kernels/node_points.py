@@ -21,8 +21,8 @@ __all__ = ["gather_lists", "node_extents", "split_counts", "partition_points", "
 
 
 def native_usable(device: torch.device) -> bool:
-    """Whether the compiled kernels serve tensors on ``device`` (CPU only; builds them on first use)."""
-    return torch.device(device).type == "cpu" and native.available()
+    """Whether the compiled kernels serve tensors on ``device`` (:func:`torchtree.kernels.native.usable`)."""
+    return native.usable(device)
 
 
 def gather_lists(buf: torch.Tensor, off: torch.Tensor, cnt: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -83,8 +83,8 @@ def routed_node_bits(model, trees: HardTrees, node: torch.Tensor) -> Tuple[torch
         f = trees.feature[rows, c].long()
         r = trees.extra["thr_rank"][rows, c]
         first, ik = _distinct_keys(inv.index_select(0, rows), f, r, go_right, model.D, model.umax)
-        Bu = model.split_bits(Bu.index_select(0, inv.index_select(0, rows).index_select(0, first)),
-                              f.index_select(0, first), r.index_select(0, first), go_right.index_select(0, first))
+        Bu = model.split_bits(Bu, f.index_select(0, first), r.index_select(0, first), go_right.index_select(0, first),
+                              src=inv.index_select(0, rows).index_select(0, first))
         inv[rows] = ik
         cur[rows] = torch.where(go_right, trees.right[rows, c], trees.left[rows, c]).long()
     if not parts:  # no trees
@@ -126,9 +126,9 @@ def subtree_bits(model, new: HardTrees, in_new: torch.Tensor, valid: torch.Tenso
     cmap[sflat] = torch.arange(M, device=dev)
     par_fl, f_fl = new.parent.view(-1).long(), new.feature.view(-1).long()
     r_fl, right_fl = new.extra["thr_rank"].view(-1), new.right.view(-1).long()
-    split = lambda parent_bits, g_par, sel: model.split_bits(  # noqa: E731
+    split = lambda parent_bits, src, g_par, sel: model.split_bits(  # noqa: E731
         parent_bits, f_fl.index_select(0, g_par), r_fl.index_select(0, g_par),
-        right_fl.index_select(0, g_par) == sc.index_select(0, sel))
+        right_fl.index_select(0, g_par) == sc.index_select(0, sel), src=src)
     parent_of = lambda sel: sp.index_select(0, sel) * C2 + par_fl.index_select(0, sflat.index_select(0, sel))  # noqa: E731
     # Pass 1: which trees empty a node. Levels are kept while they fit _SUBTREE_BYTES (then
     # they are the result); past it only the previous level is, and pass 2 rebuilds the
@@ -145,7 +145,7 @@ def subtree_bits(model, new: HardTrees, in_new: torch.Tensor, valid: torch.Tenso
         if sel.numel() == 0:
             break
         g_par = parent_of(sel)
-        B = split(prev.index_select(0, row.index_select(0, cmap.index_select(0, g_par))), g_par, sel)
+        B = split(prev, row.index_select(0, cmap.index_select(0, g_par)), g_par, sel)
         alive[sp.index_select(0, sel)[~(B != 0).any(1)]] = False
         row[sel] = torch.arange(sel.numel(), device=dev)
         prev, stored = B, stored + B.numel() * 8
@@ -168,5 +168,5 @@ def subtree_bits(model, new: HardTrees, in_new: torch.Tensor, valid: torch.Tenso
     for lev in range(1, int(rk.max()) + 1 if keep.numel() else 0):
         sel = keep[rk == lev]
         g_par = parent_of(sel)
-        bits[pos.index_select(0, sel)] = split(bits.index_select(0, pos.index_select(0, cmap.index_select(0, g_par))), g_par, sel)
+        bits[pos.index_select(0, sel)] = split(bits, pos.index_select(0, cmap.index_select(0, g_par)), g_par, sel)
     return sp.index_select(0, keep), sc.index_select(0, keep), bits, alive

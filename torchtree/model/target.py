@@ -35,13 +35,15 @@ from typing import Iterator, Optional, Tuple
 import torch
 
 from torchtree.kernels import distinct as _distinct
+from torchtree.kernels import native
+from torchtree.kernels.bitsets import bit_of, count_bits, split_bits as split_bits_native
 from torchtree.kernels.segments import ragged_arange, segmented_searchsorted
 from torchtree.model.likelihoods import DirichletMultinomial
 from torchtree.model.priors import ChipmanPrior
 from torchtree.model.routing import routed_node_bits
 from torchtree.model.trees import INTERNAL, HardTrees
 
-__all__ = ["TreeModel", "quantile_binned"]
+__all__ = ["TreeModel", "quantile_binned", "bit_of"]
 
 _CHUNK = 1 << 18  # elements per temporary in the chunked unpack-and-multiply kernels (cache-sized)
 _WORD_CHUNK = 1 << 22  # bitset words scanned for non-zero words at once (32 MB)
@@ -51,20 +53,6 @@ _MIN_BUCKETS = 16  # ... or 16 buckets per dimension, 4 bytes per value, if that
 _EXACT_BYTES = 1 << 28  # but one bucket per distinct value when that takes at most 256 MB (no scans in buckets)
 _SMALL_WORK = 1 << 16  # words below which a batch takes the path of fewest operations, not of least work
 _KEEP_BITS_BYTES = 1 << 25  # trees keep per-node bitsets up to this size (32 MB at 64 nodes per tree; measured crossover)
-
-
-def _popcount(x: torch.Tensor) -> torch.Tensor:
-    """Set bits per int64 element (SWAR). The masks clear the sign bits that an
-    arithmetic shift drags in, so signed int64 is safe."""
-    x = x - ((x >> 1) & 0x5555555555555555)
-    x = (x & 0x3333333333333333) + ((x >> 2) & 0x3333333333333333)
-    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0F
-    return (x * 0x0101010101010101) >> 56
-
-
-def bit_of(idx: torch.Tensor):
-    """(word, bit value) of point indices: the bitset of point i is ``1 << (i % 64)`` in word ``i // 64``."""
-    return idx // 64, torch.ones_like(idx) << (idx % 64)
 
 
 def quantile_binned(data, max_bins: int):
@@ -179,6 +167,7 @@ class TreeModel:
             cb = torch.zeros(self.S, self.W, dtype=torch.long, device=dev)
             self.class_bits = cb.index_put_((data.y.long(), word), val, accumulate=True)
         self._lut = ((torch.arange(256, device=dev)[:, None] >> torch.arange(8, device=dev)) & 1).bool()
+        self.native = native.usable(dev)  # compiled bitset kernels (CPU)
         self.XT = data.X.transpose(0, 1).float().contiguous()  # [D, N]: one feature's column per row
         self.class_of_point = data.y.long() if self.class_bits is not None else None
         self._build_buckets(word, val)
@@ -297,8 +286,7 @@ class TreeModel:
 
     def count(self, B: torch.Tensor) -> torch.Tensor:
         """Points in each node: ``[n, W] -> [n]`` long."""
-        step = max(1, _CHUNK // self.W)
-        return torch.cat([_popcount(B[s:s + step]).sum(1) for s in range(0, B.shape[0], step)]) if B.shape[0] else B.new_zeros(0)
+        return count_bits(B, None, self.native)
 
     def node_stats(self, B: torch.Tensor) -> torch.Tensor:
         """Sufficient statistics and point count of node bitsets: ``[n, W] -> [n, S + 1]``.
@@ -310,11 +298,9 @@ class TreeModel:
         n = B.shape[0]
         out = torch.empty(n, self.S + 1, dtype=self.pstats.dtype, device=B.device)
         if self.class_bits is not None:
-            step = max(1, _CHUNK // (self.S * self.W))
-            for s in range(0, n, step):
-                cnt = _popcount(B[s:s + step, None, :] & self.class_bits[None]).sum(-1)
-                out[s:s + step, : self.S] = cnt.to(out.dtype)
-                out[s:s + step, self.S] = cnt.sum(1).to(out.dtype)
+            cnt = count_bits(B, self.class_bits, self.native)
+            out[:, : self.S] = cnt.to(out.dtype)
+            out[:, self.S] = cnt.sum(1).to(out.dtype)
             return out
         step = max(1, _CHUNK // (8 * self.W * 8))
         for s in range(0, n, step):
@@ -537,18 +523,26 @@ class TreeModel:
         starts = f * self.umax
         return segmented_searchsorted(self.sorted_flat, starts, starts + self.n_unique.index_select(0, f), thr, right=True) - 1
 
-    def split_bits(self, B: torch.Tensor, f: torch.Tensor, r: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-        """Child bitsets: the points of ``B [n, W]`` with rank ``<= r [n]`` in dimension ``f [n]``
-        (left), or the others (where ``right [n]``). The buckets wholly below the cut come
-        from the table; the cut's own bucket, when it is split, from a scan of its points."""
+    def split_bits(self, B: torch.Tensor, f: torch.Tensor, r: torch.Tensor, right: torch.Tensor,
+                   src: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Child bitsets: the points of ``B [n, W]`` (or of ``B[src]``) with rank ``<= r [n]`` in
+        dimension ``f [n]`` (left), or the others (where ``right [n]``). The buckets wholly below the
+        cut come from the table; the cut's own bucket, when it is split, from a scan of its points."""
         rows = self.boff.index_select(0, f) + self.bucket_flat.index_select(0, f * self.umax + r.clamp(min=0))
         first, last = self.bucket_first.index_select(0, rows), self.bucket_last.index_select(0, rows)
         whole = torch.where(r == last, rows, torch.where(first == 0, torch.zeros_like(rows), rows - 1))
-        left = B & self.table.index_select(0, torch.where(r < 0, torch.zeros_like(rows), whole))
-        sel = ((r >= 0) & (r < last)).nonzero().squeeze(1)
+        whole = torch.where(r < 0, torch.zeros_like(rows), whole)
+        scan = (r >= 0) & (r < last)  # the cut's bucket: its points of rank <= r are a run of the rank order
+        if self.native:
+            start = torch.where(scan, self.run_start.index_select(0, rows), torch.zeros_like(rows))
+            end = torch.where(scan, self.value_end.index_select(0, f * self.umax + r.clamp(min=0)), torch.zeros_like(rows))
+            return split_bits_native(B, src, self.table, whole, start, end, self.pts_by_rank, right)
+        if src is not None:
+            B = B.index_select(0, src)
+        left = B & self.table.index_select(0, whole)
+        sel = scan.nonzero().squeeze(1)
         if sel.numel():
-            # the cut's bucket: its points of rank <= r are a run of the rank order (their bits
-            # are not in ``left`` yet, so adding them is an OR)
+            # their bits are not in ``left`` yet, so adding them is an OR
             fs, rs = f.index_select(0, sel), r.index_select(0, sel)
             for i, pt in self._run_members(B, self.run_start.index_select(0, rows.index_select(0, sel)),
                                            self.value_end.index_select(0, fs * self.umax + rs), rows=sel):
