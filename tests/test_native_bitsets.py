@@ -14,7 +14,6 @@ from torchtree import MCMC, ChipmanPrior, Data, DirichletMultinomial, SMCSampler
 from torchtree.kernels import native
 from torchtree.kernels.bitsets import count_bits
 from torchtree.model import target as target_mod
-from torchtree.model.likelihoods import DirichletMultinomial
 from torchtree.model.target import TreeModel
 
 pytestmark = [pytest.mark.filterwarnings("ignore:MCMC chains look unconverged"),
