@@ -82,6 +82,22 @@ def _paper001(M: int, proposal: str):
     return fit, predict
 
 
+def _topdown(M: int, proposal: str):
+    """One top-down filter (the starts of MCMC and SMC with moves on large tables use the empirical proposal)."""
+    def fit(d, threads):
+        from torchtree import Data, DirichletMultinomial, TopDownSMC
+
+        Xtr, ytr, _, _ = d
+        return TopDownSMC(None, DirichletMultinomial(1.0), n_particles=M, n_islands=1, proposal=proposal,
+                          n_threads=threads).run(Data(Xtr, ytr), seed=0)
+
+    def predict(post, d):
+        _, _, Xte, yte = d
+        return float((post.predict_proba(Xte).argmax(1) == yte).mean())
+
+    return fit, predict
+
+
 def _estimator(method: str, **kw):
     def fit(d, threads):
         from torchtree import BayesianTreeClassifier, BayesianTreeRegressor
@@ -128,6 +144,8 @@ def cases(smoke: bool) -> List[Case]:
              *_estimator("smc-moves", **({"n_particles": 20, "n_iterations": 2} if small else {})), "accuracy"),
         Case("estimator/abalone/smc", _abalone_regression, *_estimator("smc"), "rmse"),
         Case("scale/interactions-1e5/smc", _interactions(2000 if small else 100_000), *_estimator("smc"), "accuracy"),
+        Case("scale/interactions-1e5/topdown-empirical-1000", _interactions(2000 if small else 100_000),
+             *_topdown(50 if small else 1000, "empirical"), "accuracy"),
         Case("bart/abalone/200-trees-200+200-sweeps", _abalone_regression,
              *_estimator("bart", **({"n_trees": 10, "n_warmup": 5, "n_samples": 5} if small
                                     else {"n_trees": 200, "n_warmup": 200, "n_samples": 200, "n_gfr": 0})), "rmse",

@@ -17,7 +17,7 @@ import torch
 from torchtree.kernels import native
 from torchtree.kernels.segments import ragged_arange, segment_minmax
 
-__all__ = ["gather_lists", "node_extents", "split_counts", "partition_points", "native_usable"]
+__all__ = ["gather_lists", "node_extents", "split_counts", "split_intervals", "partition_points", "native_usable"]
 
 
 def native_usable(device: torch.device) -> bool:
@@ -64,6 +64,33 @@ def split_counts(buf, off, cnt, X: torch.Tensor, dim: torch.Tensor, group: torch
     """
     n_left, left = native.op("split_counts")(buf, off, cnt, X, dim, group, thr, stats)
     return n_left, left
+
+
+def split_intervals(buf, off, cnt, rank: torch.Tensor, dim: torch.Tensor, group: torch.Tensor, u: torch.Tensor,
+                    stats: torch.Tensor, n_ranks: int):
+    """The empirical proposal's interval for queries on lists (compiled kernel only).
+
+    Parameters
+    ----------
+    buf, off, cnt : the lists (``off``, ``cnt``: LongTensor [L])
+    rank : LongTensor [n, D]      each point's rank among its column's distinct values
+    dim : LongTensor [L]          the column each list is cut on
+    group, u : [Q]                each query's list, and its uniform (float64)
+    stats : IntTensor [n, S]      per-point statistics (class counts)
+    n_ranks : int                 ranks lie in ``[0, n_ranks)``
+
+    Returns
+    -------
+    n_left : LongTensor [Q]    points of rank ``<= rank0``
+    left : IntTensor [Q, S]    the sum of their ``stats`` rows
+    n_int : LongTensor [Q]     intervals between the list's distinct values, ``m - 1``
+    rank0, rank1 : LongTensor [Q]
+        the interval ``j = min(floor(u (m - 1)), m - 2)``: the ``j``-th and ``j + 1``-th distinct ranks
+
+    The plain-torch route to the same numbers is the sorted candidates'
+    (:class:`torchtree.steps.split_candidates.SortedCandidates`).
+    """
+    return tuple(native.op("split_intervals")(buf, off, cnt, rank, dim, group, u, stats, int(n_ranks)))
 
 
 def partition_points(buf, off, cnt, X: torch.Tensor, feat, thr, side, expected, use_native: bool = False):

@@ -12,7 +12,7 @@ import torch
 
 from torchtree import ChipmanPrior, Data, DirichletMultinomial, NormalInverseGamma, TopDownSMC
 from torchtree.kernels import native
-from torchtree.kernels.node_points import node_extents, partition_points, split_counts
+from torchtree.kernels.node_points import node_extents, partition_points, split_counts, split_intervals
 from torchtree.steps import growth
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the C++ kernels could not be built here")
@@ -81,15 +81,43 @@ def test_split_counts_equal_a_brute_force_count(dtype):
     assert left.dtype == torch.int32 and n_left.dtype == torch.long
 
 
+@pytest.mark.parametrize("n_ranks", [12, 4000])  # 12: histograms of the ranks; 4000: sorts of the points
+def test_split_intervals_equal_a_brute_force_count(n_ranks):
+    rng = np.random.default_rng(4)
+    n, D, L, S = 300, 2, 8, 2
+    rank = torch.as_tensor(rng.integers(0, 12, size=(n, D)))
+    stats = torch.nn.functional.one_hot(torch.as_tensor(rng.integers(0, S, size=n)), S).int()
+    buf, off, cnt, idx = _lists(n, L, rng)
+    dim = torch.as_tensor(rng.integers(0, D, size=L))
+    Q = 50
+    group = torch.as_tensor(rng.integers(0, L, size=Q))
+    u = torch.as_tensor(rng.uniform(size=Q))
+    u[0], group[0] = 1.0 - 1e-17, group[1]  # the last interval
+    n_left, left, n_int, r0, r1 = split_intervals(buf, off, cnt, rank, dim, group, u, stats, n_ranks)
+    for q in range(Q):
+        pts = idx[int(group[q])]
+        ranks = rank[pts, dim[group[q]]]
+        distinct = torch.unique(ranks)  # ascending
+        nc = distinct.numel() - 1
+        assert int(n_int[q]) == nc
+        if nc < 1:
+            continue
+        j = min(int(float(u[q]) * nc), nc - 1)
+        assert (int(r0[q]), int(r1[q])) == (int(distinct[j]), int(distinct[j + 1]))
+        m = ranks <= distinct[j]
+        assert int(n_left[q]) == int(m.sum()) and torch.equal(left[q], stats[pts[m]].sum(0).int())
+
+
 def _run(data, lik, proposal, expansion, monkeypatch, use_native, calls):
     monkeypatch.setattr(growth, "native_usable", lambda device: use_native)
-    kernel = growth.split_counts
+    for name in ("split_counts", "split_intervals"):
+        kernel = getattr(growth, name)
 
-    def counted(*args):
-        calls.append(1)
-        return kernel(*args)
+        def counted(*args, kernel=kernel):
+            calls.append(1)
+            return kernel(*args)
 
-    monkeypatch.setattr(growth, "split_counts", counted)
+        monkeypatch.setattr(growth, name, counted)
     post = TopDownSMC(ChipmanPrior(0.95, 0.5), lik, n_particles=150, n_islands=3, proposal=proposal,
                       expansion=expansion, ess_threshold=0.5).run(data, seed=3)
     return post
@@ -108,8 +136,8 @@ def test_runs_with_and_without_the_kernels_are_equal(proposal, task, monkeypatch
     for expansion in ("node", "layer"):
         calls = []
         a = _run(data, lik, proposal, expansion, monkeypatch, True, calls)
-        # the kernel scores the prior proposal's cuts of class counts; the other routes sort
-        assert (len(calls) > 0) == (proposal == "prior" and task == "classification")
+        # the kernels score the prior and empirical proposals' cuts of class counts; the other routes sort
+        assert (len(calls) > 0) == (proposal != "optimal" and task == "classification")
         b = _run(data, lik, proposal, expansion, monkeypatch, False, calls[:0])
         monkeypatch.undo()
         for name in ("feature", "threshold", "left", "right", "status", "stats", "n_nodes"):

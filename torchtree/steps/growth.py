@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from torchtree.steps.split_candidates import STAGE_CHUNK_BYTES, SortedCandidates, node_batches
-from torchtree.kernels.node_points import native_usable, node_extents, split_counts
+from torchtree.kernels.node_points import native_usable, node_extents, split_counts, split_intervals
 from torchtree.kernels.segments import exclusive_cumsum, rank_within, segmented_searchsorted
 from torchtree.steps.node_table import NodeTable
 from torchtree.core.random import keyed_uniforms
@@ -260,13 +260,23 @@ class Grower:
         if self.proposal == "prior":
             thr = lo_f.double() + u_cut * (hi_f - lo_f).double()
             thr = _below(thr.to(data.X.dtype), hi_f)
-        if self.proposal == "prior" and t.native and self.cum_stats.dtype == torch.int32:
-            # integral statistics: counts left of each cut, exact in any order, without sorting
-            gu = uu[gk // data.d]
-            n_left, left = split_counts(t.buf, t.off[gu], t.cnt[gu], data.X, gk % data.d, ginv, thr, self.cum_stats)
+        if t.native and self.cum_stats.dtype == torch.int32:
+            # integral statistics: counts left of each cut, exact in any order, without sorting the points
+            gu, gd = uu[gk // data.d], gk % data.d
+            extra = 0.0
+            if self.proposal == "prior":
+                n_left, left = split_counts(t.buf, t.off[gu], t.cnt[gu], data.X, gd, ginv, thr, self.cum_stats)
+            else:
+                n_left, left, nc, r0, r1 = split_intervals(t.buf, t.off[gu], t.cnt[gu], data.X_rank, gd, ginv, u_int,
+                                                           self.cum_stats, data.sorted_values.shape[1])
+                sv = data.sorted_values.view(-1)
+                v0, v1 = sv[feat * data.sorted_values.shape[1] + r0], sv[feat * data.sorted_values.shape[1] + r1]
+                thr = _below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1)
+                thr = torch.maximum(thr, v0)
+                extra = torch.log(nc.double()) + torch.log((v1 - v0).double()) - torch.log((hi_f - lo_f).double())
             left = left.to(pstat_u.dtype)
             right = pstat_u[k] - left
-            logw[sp] = self._loglik(left) + self._loglik(right) - lp_u[k]
+            logw[sp] = self._loglik(left) + self._loglik(right) - lp_u[k] + extra
             return split, logw, sp, feat, thr, left, n_left
         srt = SortedCandidates(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)
         if self.proposal == "prior":
