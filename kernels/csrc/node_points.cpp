@@ -31,6 +31,22 @@ int64_t list_grain(const at::Tensor& cnt) {
   return std::max<int64_t>(1, L * 32768 / std::max<int64_t>(total, 1));
 }
 
+// The queries of each list (a counting sort on group [Q], values in [0, L)): list l's queries are
+// qorder[qstart[l] .. qstart[l + 1]), in query order.
+void queries_by_list(const at::Tensor& group, int64_t L, std::vector<int64_t>& qstart, std::vector<int64_t>& qorder) {
+  const int64_t Q = group.numel();
+  const int64_t* gq = group.data_ptr<int64_t>();
+  qstart.assign(L + 1, 0);
+  qorder.resize(Q);
+  for (int64_t q = 0; q < Q; ++q) {
+    TORCH_CHECK(gq[q] >= 0 && gq[q] < L, "a query's list is out of range");
+    ++qstart[gq[q] + 1];
+  }
+  std::partial_sum(qstart.begin(), qstart.end(), qstart.begin());
+  std::vector<int64_t> fill(qstart.begin(), qstart.end() - 1);
+  for (int64_t q = 0; q < Q; ++q) qorder[fill[gq[q]]++] = q;
+}
+
 // lo, hi [L, D]: column-wise min and max of X over each list (+inf / -inf for an empty one)
 std::vector<at::Tensor> node_extents(at::Tensor buf, at::Tensor off, at::Tensor cnt, at::Tensor X) {
   check_lists(buf, off, cnt, X);
@@ -79,18 +95,8 @@ std::vector<at::Tensor> split_counts(at::Tensor buf, at::Tensor off, at::Tensor 
   const int64_t L = offc.numel(), Q = grp.numel(), D = Xc.size(1), S = st.size(1);
   auto n_left = at::zeros({Q}, offc.options());
   auto left = at::zeros({Q, S}, st.options());
-  // queries by list (a counting sort on group)
-  std::vector<int64_t> qstart(L + 1, 0), qorder(Q);
-  const int64_t* gq = grp.data_ptr<int64_t>();
-  for (int64_t q = 0; q < Q; ++q) {
-    TORCH_CHECK(gq[q] >= 0 && gq[q] < L, "split_counts: group out of range");
-    ++qstart[gq[q] + 1];
-  }
-  std::partial_sum(qstart.begin(), qstart.end(), qstart.begin());
-  {
-    std::vector<int64_t> fill(qstart.begin(), qstart.end() - 1);
-    for (int64_t q = 0; q < Q; ++q) qorder[fill[gq[q]]++] = q;
-  }
+  std::vector<int64_t> qstart, qorder;
+  queries_by_list(grp, L, qstart, qorder);
   AT_DISPATCH_FLOATING_TYPES(Xc.scalar_type(), "split_counts", [&] {
     const scalar_t* x = Xc.data_ptr<scalar_t>();
     auto thc = thr.contiguous();
@@ -159,17 +165,8 @@ std::vector<at::Tensor> split_intervals(at::Tensor buf, at::Tensor off, at::Tens
   auto rank0 = at::zeros({Q}, offc.options());
   auto rank1 = at::zeros({Q}, offc.options());
   auto left = at::zeros({Q, S}, st.options());
-  std::vector<int64_t> qstart(L + 1, 0), qorder(Q);
-  const int64_t* gq = grp.data_ptr<int64_t>();
-  for (int64_t q = 0; q < Q; ++q) {
-    TORCH_CHECK(gq[q] >= 0 && gq[q] < L, "split_intervals: group out of range");
-    ++qstart[gq[q] + 1];
-  }
-  std::partial_sum(qstart.begin(), qstart.end(), qstart.begin());
-  {
-    std::vector<int64_t> fill(qstart.begin(), qstart.end() - 1);
-    for (int64_t q = 0; q < Q; ++q) qorder[fill[gq[q]]++] = q;
-  }
+  std::vector<int64_t> qstart, qorder;
+  queries_by_list(grp, L, qstart, qorder);
   const int32_t* b = buf.data_ptr<int32_t>();
   const int64_t *o = offc.data_ptr<int64_t>(), *c = cntc.data_ptr<int64_t>(), *dm = dimc.data_ptr<int64_t>();
   const int64_t* r = rk.data_ptr<int64_t>();
