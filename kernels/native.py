@@ -11,7 +11,7 @@ Operators
 ---------
 ``bart_tree_update``, ``bart_sweep``, ``bart_gfr_sweep``: BART tree updates and sweeps
 (:func:`torchtree.steps.bart_moves.tree_update` is their reference and documents them).
-``node_extents``, ``split_counts``, ``split_intervals``, ``partition_points``: passes over the point lists of a top-down
+``node_extents``, ``split_counts``, ``split_intervals``, ``all_intervals``, ``partition_points``: passes over the point lists of a top-down
 growth stage (:mod:`torchtree.kernels.node_points` documents them and holds their references).
 ``bitset_counts``, ``split_bits``: popcounts and child bitsets of the move samplers' nodes
 (:mod:`torchtree.kernels.bitsets`).
@@ -37,7 +37,7 @@ SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "node_poi
 #: every file the build reads (the sources and their headers): the build folder is named by their content
 BUILD_INPUTS = SOURCES + [CSRC / "bart_common.h"]
 FLAGS = ["-O3", "-ffp-contract=off"]
-OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "node_extents", "split_counts", "split_intervals", "partition_points",
+OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "node_extents", "split_counts", "split_intervals", "all_intervals", "partition_points",
              "bitset_counts", "split_bits")
 _STATE: dict = {}
 _LOCK = threading.Lock()

@@ -17,7 +17,7 @@ import torch
 from torchtree.kernels import native
 from torchtree.kernels.segments import ragged_arange, segment_minmax
 
-__all__ = ["gather_lists", "node_extents", "split_counts", "split_intervals", "partition_points", "native_usable"]
+__all__ = ["gather_lists", "node_extents", "split_counts", "split_intervals", "all_intervals", "partition_points", "native_usable"]
 
 
 def native_usable(device: torch.device) -> bool:
@@ -91,6 +91,20 @@ def split_intervals(buf, off, cnt, rank: torch.Tensor, dim: torch.Tensor, group:
     (:class:`torchtree.steps.split_candidates.SortedCandidates`).
     """
     return tuple(native.op("split_intervals")(buf, off, cnt, rank, dim, group, u, stats, int(n_ranks)))
+
+
+def all_intervals(buf, off, cnt, rank: torch.Tensor, dim: torch.Tensor, stats: torch.Tensor, n_ranks: int):
+    """Every interval between adjacent distinct values of every list, for the optimal proposal
+    (compiled kernel only; arguments as :func:`split_intervals`).
+
+    Returns
+    -------
+    group : LongTensor [E]        the interval's list; lists in order, each list's intervals ascending
+    rank0, rank1 : LongTensor [E] the distinct ranks on either side
+    n_left : LongTensor [E]       the list's points of rank ``<= rank0``
+    left : IntTensor [E, S]       the sum of their ``stats`` rows
+    """
+    return tuple(native.op("all_intervals")(buf, off, cnt, rank, dim, stats, int(n_ranks)))
 
 
 def partition_points(buf, off, cnt, X: torch.Tensor, feat, thr, side, expected, use_native: bool = False):

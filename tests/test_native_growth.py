@@ -1,7 +1,8 @@
 """The compiled point-list kernels of a top-down growth stage against their plain-torch references.
 
 ``node_extents`` and ``partition_points`` must equal the references in
-:mod:`torchtree.kernels.node_points`, and ``split_counts`` a brute-force count, on random lists
+:mod:`torchtree.kernels.node_points`, and ``split_counts``, ``split_intervals`` and ``all_intervals``
+brute-force counts, on random lists
 (float32 and float64 data, ties, empty lists, one query and many per list, 1 and 2 threads). Whole
 top-down SMC runs with the kernels and without them (the sorted-candidate route) must give the same
 trees, weights and evidence, for every proposal and expansion order, classification and regression.
@@ -12,7 +13,7 @@ import torch
 
 from torchtree import ChipmanPrior, Data, DirichletMultinomial, NormalInverseGamma, TopDownSMC
 from torchtree.kernels import native
-from torchtree.kernels.node_points import node_extents, partition_points, split_counts, split_intervals
+from torchtree.kernels.node_points import all_intervals, node_extents, partition_points, split_counts, split_intervals
 from torchtree.steps import growth
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the C++ kernels could not be built here")
@@ -108,9 +109,29 @@ def test_split_intervals_equal_a_brute_force_count(n_ranks):
         assert int(n_left[q]) == int(m.sum()) and torch.equal(left[q], stats[pts[m]].sum(0).int())
 
 
+@pytest.mark.parametrize("n_ranks", [12, 4000])
+def test_all_intervals_list_every_boundary(n_ranks):
+    rng = np.random.default_rng(5)
+    n, D, L, S = 300, 2, 8, 3
+    rank = torch.as_tensor(rng.integers(0, 12, size=(n, D)))
+    stats = torch.nn.functional.one_hot(torch.as_tensor(rng.integers(0, S, size=n)), S).int()
+    buf, off, cnt, idx = _lists(n, L, rng)
+    dim = torch.as_tensor(rng.integers(0, D, size=L))
+    g, r0, r1, n_left, left = all_intervals(buf, off, cnt, rank, dim, stats, n_ranks)
+    want = []
+    for lst in range(L):
+        ranks = rank[idx[lst], dim[lst]]
+        distinct = torch.unique(ranks).tolist()
+        for a, b in zip(distinct[:-1], distinct[1:]):
+            m = ranks <= a
+            want.append((lst, a, b, int(m.sum()), stats[idx[lst][m]].sum(0).tolist()))
+    got = [(int(g[e]), int(r0[e]), int(r1[e]), int(n_left[e]), left[e].tolist()) for e in range(g.numel())]
+    assert got == want
+
+
 def _run(data, lik, proposal, expansion, monkeypatch, use_native, calls):
     monkeypatch.setattr(growth, "native_usable", lambda device: use_native)
-    for name in ("split_counts", "split_intervals"):
+    for name in ("split_counts", "split_intervals", "all_intervals"):
         kernel = getattr(growth, name)
 
         def counted(*args, kernel=kernel):
@@ -136,8 +157,8 @@ def test_runs_with_and_without_the_kernels_are_equal(proposal, task, monkeypatch
     for expansion in ("node", "layer"):
         calls = []
         a = _run(data, lik, proposal, expansion, monkeypatch, True, calls)
-        # the kernels score the prior and empirical proposals' cuts of class counts; the other routes sort
-        assert (len(calls) > 0) == (proposal != "optimal" and task == "classification")
+        # the kernels score the proposals' cuts of class counts; regression's float sums take the sorted route
+        assert (len(calls) > 0) == (task == "classification")
         b = _run(data, lik, proposal, expansion, monkeypatch, False, calls[:0])
         monkeypatch.undo()
         for name in ("feature", "threshold", "left", "right", "status", "stats", "n_nodes"):

@@ -144,17 +144,84 @@ std::vector<at::Tensor> split_counts(at::Tensor buf, at::Tensor off, at::Tensor 
   return {n_left, left};
 }
 
+// A list's distinct ranks in one column, ascending (dr), with the count and the stats rows summed through
+// each (acc, [m, S + 1]): a histogram over the ranks when the list has at least half as many points as there
+// are ranks, else a radix sort of its ranks. The scratch buffers are kept from one list to the next.
+struct DistinctRanks {
+  const int64_t* r;   // rank [n, D]
+  const int32_t* sp;  // stats [n, S]
+  int64_t D, S, n_ranks;
+  int rank_bits = 1;
+  std::vector<int64_t> dr, acc, hist, digit_count, one;
+  std::vector<uint64_t> keys, tmp;  // rank << 32 | point
+
+  DistinctRanks(const int64_t* r_, const int32_t* sp_, int64_t D_, int64_t S_, int64_t n_ranks_)
+      : r(r_), sp(sp_), D(D_), S(S_), n_ranks(n_ranks_), one(S_ + 1) {
+    while ((int64_t(1) << rank_bits) < n_ranks) ++rank_bits;
+  }
+
+  void push(int64_t rank_v, const int64_t* add) {
+    dr.push_back(rank_v);
+    const size_t base = acc.size();
+    acc.resize(base + S + 1);
+    for (int64_t s = 0; s <= S; ++s) acc[base + s] = add[s] + (base ? acc[base - (S + 1) + s] : 0);
+  }
+
+  void build(const int32_t* p, int64_t n, int64_t d) {
+    dr.clear();
+    acc.clear();
+    if (n_ranks <= 2 * n) {
+      hist.assign(n_ranks * (S + 1), 0);
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t i = p[t];
+        int64_t* h = hist.data() + r[i * D + d] * (S + 1);
+        ++h[0];
+        for (int64_t s = 0; s < S; ++s) h[1 + s] += sp[i * S + s];
+      }
+      for (int64_t k = 0; k < n_ranks; ++k)
+        if (hist[k * (S + 1)]) push(k, hist.data() + k * (S + 1));
+      return;
+    }
+    keys.resize(n);
+    tmp.resize(n);
+    for (int64_t t = 0; t < n; ++t)
+      keys[t] = (static_cast<uint64_t>(r[static_cast<int64_t>(p[t]) * D + d]) << 32) | static_cast<uint32_t>(p[t]);
+    // least-significant-digit radix sort on the rank's bits, 11 at a time
+    for (int shift = 32; shift < 32 + rank_bits; shift += 11) {
+      digit_count.assign(2049, 0);
+      for (int64_t t = 0; t < n; ++t) ++digit_count[((keys[t] >> shift) & 2047) + 1];
+      std::partial_sum(digit_count.begin(), digit_count.end(), digit_count.begin());
+      for (int64_t t = 0; t < n; ++t) tmp[digit_count[(keys[t] >> shift) & 2047]++] = keys[t];
+      keys.swap(tmp);
+    }
+    for (int64_t t = 0; t < n;) {
+      std::fill(one.begin(), one.end(), 0);
+      const uint64_t rank_v = keys[t] >> 32;
+      int64_t e = t;
+      for (; e < n && (keys[e] >> 32) == rank_v; ++e) {
+        ++one[0];
+        const int64_t i = static_cast<int64_t>(keys[e] & 0xFFFFFFFFu);
+        for (int64_t s = 0; s < S; ++s) one[1 + s] += sp[i * S + s];
+      }
+      push(static_cast<int64_t>(rank_v), one.data());
+      t = e;
+    }
+  }
+};
+
+void check_rank_inputs(const at::Tensor& buf, const at::Tensor& rank, const at::Tensor& stats) {
+  TORCH_CHECK(buf.device().is_cpu() && buf.scalar_type() == at::kInt, "interval kernels: buf is int32 on the CPU");
+  TORCH_CHECK(rank.scalar_type() == at::kLong && rank.dim() == 2, "interval kernels: rank is int64 [n, D]");
+  TORCH_CHECK(stats.scalar_type() == at::kInt && stats.dim() == 2, "interval kernels: stats is int32 [n, S]");
+}
+
 // The empirical proposal's intervals. For query q on list g = group[q], column dim[g]: the list's distinct
 // ranks r_0 < ... < r_{m-1} in that column give m - 1 intervals (n_int[q]); interval
 // j = min(floor(u[q] (m - 1)), m - 2) lies between ranks rank0[q] = r_j and rank1[q] = r_{j+1}; n_left[q]
-// counts the list's points of rank <= r_j and left[q] sums their stats rows. A list's points are ordered
-// by a histogram over the ranks when the list has at least half as many points as there are ranks, else by
-// a radix sort of the ranks.
+// counts the list's points of rank <= r_j and left[q] sums their stats rows.
 std::vector<at::Tensor> split_intervals(at::Tensor buf, at::Tensor off, at::Tensor cnt, at::Tensor rank, at::Tensor dim,
                                         at::Tensor group, at::Tensor u, at::Tensor stats, int64_t n_ranks) {
-  TORCH_CHECK(buf.device().is_cpu() && buf.scalar_type() == at::kInt, "split_intervals: buf is int32 on the CPU");
-  TORCH_CHECK(rank.scalar_type() == at::kLong && rank.dim() == 2, "split_intervals: rank is int64 [n, D]");
-  TORCH_CHECK(stats.scalar_type() == at::kInt && stats.dim() == 2, "split_intervals: stats is int32 [n, S]");
+  check_rank_inputs(buf, rank, stats);
   auto rk = rank.contiguous(), st = stats.contiguous();
   auto offc = off.contiguous(), cntc = cnt.contiguous(), dimc = dim.to(at::kLong).contiguous();
   auto grp = group.to(at::kLong).contiguous();
@@ -169,85 +236,77 @@ std::vector<at::Tensor> split_intervals(at::Tensor buf, at::Tensor off, at::Tens
   queries_by_list(grp, L, qstart, qorder);
   const int32_t* b = buf.data_ptr<int32_t>();
   const int64_t *o = offc.data_ptr<int64_t>(), *c = cntc.data_ptr<int64_t>(), *dm = dimc.data_ptr<int64_t>();
-  const int64_t* r = rk.data_ptr<int64_t>();
-  const int32_t* sp = st.data_ptr<int32_t>();
   const double* up = uu.data_ptr<double>();
   int64_t *nl = n_left.data_ptr<int64_t>(), *ni = n_int.data_ptr<int64_t>();
   int64_t *r0 = rank0.data_ptr<int64_t>(), *r1 = rank1.data_ptr<int64_t>();
   int32_t* lf = left.data_ptr<int32_t>();
-  int rank_bits = 1;
-  while ((int64_t(1) << rank_bits) < n_ranks) ++rank_bits;
   at::parallel_for(0, L, list_grain(cntc), [&](int64_t l0, int64_t l1) {
-    std::vector<int64_t> dr;                   // the list's distinct ranks, ascending
-    std::vector<int64_t> acc;                  // [m, S + 1]: count and stats through each distinct rank
-    std::vector<int64_t> hist;                 // histogram route: [n_ranks, S + 1]
-    std::vector<uint64_t> keys, tmp;           // sort route: rank << 32 | point, radix-sorted by rank
-    std::vector<int64_t> digit_count;
+    DistinctRanks ranks(rk.data_ptr<int64_t>(), st.data_ptr<int32_t>(), D, S, n_ranks);
     for (int64_t l = l0; l < l1; ++l) {
       if (qstart[l + 1] == qstart[l]) continue;
-      const int32_t* p = b + o[l];
-      const int64_t n = c[l], d = dm[l];
-      dr.clear();
-      acc.clear();
-      auto push = [&](int64_t rank_v, const int64_t* add) {  // a distinct rank and its points' counts
-        dr.push_back(rank_v);
-        const size_t base = acc.size();
-        acc.resize(base + S + 1);
-        for (int64_t s = 0; s <= S; ++s) acc[base + s] = add[s] + (base ? acc[base - (S + 1) + s] : 0);
-      };
-      std::vector<int64_t> one(S + 1);
-      if (n_ranks <= 2 * n) {
-        hist.assign(n_ranks * (S + 1), 0);
-        for (int64_t t = 0; t < n; ++t) {
-          const int64_t i = p[t];
-          int64_t* h = hist.data() + r[i * D + d] * (S + 1);
-          ++h[0];
-          for (int64_t s = 0; s < S; ++s) h[1 + s] += sp[i * S + s];
-        }
-        for (int64_t k = 0; k < n_ranks; ++k)
-          if (hist[k * (S + 1)]) push(k, hist.data() + k * (S + 1));
-      } else {
-        keys.resize(n);
-        tmp.resize(n);
-        for (int64_t t = 0; t < n; ++t)
-          keys[t] = (static_cast<uint64_t>(r[static_cast<int64_t>(p[t]) * D + d]) << 32) | static_cast<uint32_t>(p[t]);
-        // least-significant-digit radix sort on the rank's bits, 11 at a time
-        for (int shift = 32; shift < 32 + rank_bits; shift += 11) {
-          digit_count.assign(2049, 0);
-          for (int64_t t = 0; t < n; ++t) ++digit_count[((keys[t] >> shift) & 2047) + 1];
-          std::partial_sum(digit_count.begin(), digit_count.end(), digit_count.begin());
-          for (int64_t t = 0; t < n; ++t) tmp[digit_count[(keys[t] >> shift) & 2047]++] = keys[t];
-          keys.swap(tmp);
-        }
-        for (int64_t t = 0; t < n;) {
-          std::fill(one.begin(), one.end(), 0);
-          const uint64_t rank_v = keys[t] >> 32;
-          int64_t e = t;
-          for (; e < n && (keys[e] >> 32) == rank_v; ++e) {
-            ++one[0];
-            const int64_t i = static_cast<int64_t>(keys[e] & 0xFFFFFFFFu);
-            for (int64_t s = 0; s < S; ++s) one[1 + s] += sp[i * S + s];
-          }
-          push(static_cast<int64_t>(rank_v), one.data());
-          t = e;
-        }
-      }
-      const int64_t m = static_cast<int64_t>(dr.size());
+      ranks.build(b + o[l], c[l], dm[l]);
+      const int64_t m = static_cast<int64_t>(ranks.dr.size());
       for (int64_t k = qstart[l]; k < qstart[l + 1]; ++k) {
         const int64_t q = qorder[k];
         const int64_t nc = m - 1;
         ni[q] = nc;
         if (nc < 1) continue;  // no interval: the caller never splits such a column
         const int64_t j = std::min(static_cast<int64_t>(up[q] * static_cast<double>(nc)), nc - 1);
-        r0[q] = dr[j];
-        r1[q] = dr[j + 1];
-        const int64_t* a = acc.data() + j * (S + 1);
+        r0[q] = ranks.dr[j];
+        r1[q] = ranks.dr[j + 1];
+        const int64_t* a = ranks.acc.data() + j * (S + 1);
         nl[q] = a[0];
         for (int64_t s = 0; s < S; ++s) lf[q * S + s] = static_cast<int32_t>(a[1 + s]);
       }
     }
   });
   return {n_left, left, n_int, rank0, rank1};
+}
+
+// Every interval between adjacent distinct values of every list, for the optimal proposal: list by list,
+// interval by interval (the order of the sorted candidates' boundaries), its list (group [E]), the ranks on
+// either side (rank0, rank1 [E]), and the count and stats of the list's points at or below rank0 (n_left
+// [E], left [E, S]).
+std::vector<at::Tensor> all_intervals(at::Tensor buf, at::Tensor off, at::Tensor cnt, at::Tensor rank, at::Tensor dim,
+                                      at::Tensor stats, int64_t n_ranks) {
+  check_rank_inputs(buf, rank, stats);
+  auto rk = rank.contiguous(), st = stats.contiguous();
+  auto offc = off.contiguous(), cntc = cnt.contiguous(), dimc = dim.to(at::kLong).contiguous();
+  const int64_t L = offc.numel(), D = rk.size(1), S = st.size(1);
+  const int32_t* b = buf.data_ptr<int32_t>();
+  const int64_t *o = offc.data_ptr<int64_t>(), *c = cntc.data_ptr<int64_t>(), *dm = dimc.data_ptr<int64_t>();
+  std::vector<std::vector<int64_t>> dr(L), acc(L);
+  at::parallel_for(0, L, list_grain(cntc), [&](int64_t l0, int64_t l1) {
+    DistinctRanks ranks(rk.data_ptr<int64_t>(), st.data_ptr<int32_t>(), D, S, n_ranks);
+    for (int64_t l = l0; l < l1; ++l) {
+      ranks.build(b + o[l], c[l], dm[l]);
+      dr[l] = ranks.dr;
+      acc[l] = ranks.acc;
+    }
+  });
+  std::vector<int64_t> first(L + 1, 0);
+  for (int64_t l = 0; l < L; ++l) first[l + 1] = first[l] + std::max<int64_t>(static_cast<int64_t>(dr[l].size()) - 1, 0);
+  const int64_t E = first[L];
+  auto group = at::empty({E}, offc.options()), rank0 = at::empty({E}, offc.options());
+  auto rank1 = at::empty({E}, offc.options()), n_left = at::empty({E}, offc.options());
+  auto left = at::empty({E, S}, st.options());
+  int64_t *g = group.data_ptr<int64_t>(), *r0 = rank0.data_ptr<int64_t>(), *r1 = rank1.data_ptr<int64_t>();
+  int64_t* nl = n_left.data_ptr<int64_t>();
+  int32_t* lf = left.data_ptr<int32_t>();
+  at::parallel_for(0, L, 64, [&](int64_t l0, int64_t l1) {
+    for (int64_t l = l0; l < l1; ++l) {
+      for (int64_t j = 0; j + 1 < static_cast<int64_t>(dr[l].size()); ++j) {
+        const int64_t e = first[l] + j;
+        const int64_t* a = acc[l].data() + j * (S + 1);
+        g[e] = l;
+        r0[e] = dr[l][j];
+        r1[e] = dr[l][j + 1];
+        nl[e] = a[0];
+        for (int64_t s = 0; s < S; ++s) lf[e * S + s] = static_cast<int32_t>(a[1 + s]);
+      }
+    }
+  });
+  return {group, rank0, rank1, n_left, left};
 }
 
 // The children's point lists: for list k (its parent's points), the points with (X[:, feat[k]] >
@@ -306,6 +365,8 @@ TORCH_LIBRARY_FRAGMENT(torchtree, m) {
         "Tensor stats) -> Tensor[]");
   m.def("split_intervals(Tensor buf, Tensor off, Tensor cnt, Tensor rank, Tensor dim, Tensor group, Tensor u, "
         "Tensor stats, int n_ranks) -> Tensor[]");
+  m.def("all_intervals(Tensor buf, Tensor off, Tensor cnt, Tensor rank, Tensor dim, Tensor stats, int n_ranks) "
+        "-> Tensor[]");
   m.def("partition_points(Tensor buf, Tensor off, Tensor cnt, Tensor X, Tensor feat, Tensor thr, Tensor side, "
         "Tensor expected) -> Tensor[]");
 }
@@ -314,5 +375,6 @@ TORCH_LIBRARY_IMPL(torchtree, CPU, m) {
   m.impl("node_extents", node_extents);
   m.impl("split_counts", split_counts);
   m.impl("split_intervals", split_intervals);
+  m.impl("all_intervals", all_intervals);
   m.impl("partition_points", partition_points);
 }

@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from torchtree.steps.split_candidates import STAGE_CHUNK_BYTES, SortedCandidates, node_batches
-from torchtree.kernels.node_points import native_usable, node_extents, split_counts, split_intervals
+from torchtree.kernels.node_points import all_intervals, native_usable, node_extents, split_counts, split_intervals
 from torchtree.kernels.segments import exclusive_cumsum, rank_within, segmented_searchsorted
 from torchtree.steps.node_table import NodeTable
 from torchtree.core.random import keyed_uniforms
@@ -331,17 +331,27 @@ class Grower:
         dev = inv.device
         U = uu.numel()
         gu, gd = varying.nonzero(as_tuple=True)  # every (distinct node, varying dim) group
-        srt = SortedCandidates(t, uu[gu], gd, data, self.cum_stats)
-        e, g = srt.cand, srt.cand_seg
-        s0 = srt.start[g]
-        left_all = srt.cum.index_select(0, e + 1) - srt.cum.index_select(0, s0)
+        # every interval between adjacent distinct values of a group: its group g, the values on either side,
+        # and the count and statistics of the node's points at or below it
+        if t.native and self.cum_stats.dtype == torch.int32:  # integral statistics: exact without a sort
+            nv = data.sorted_values.shape[1]
+            g, r0, r1, n_l, left_all = all_intervals(t.buf, t.off[uu[gu]], t.cnt[uu[gu]], data.X_rank, gd,
+                                                     self.cum_stats, nv)
+            at = gd.index_select(0, g) * nv
+            v_lo = data.sorted_values.view(-1).index_select(0, at + r0)
+            v_hi = data.sorted_values.view(-1).index_select(0, at + r1)
+        else:
+            srt = SortedCandidates(t, uu[gu], gd, data, self.cum_stats)
+            e, g = srt.cand, srt.cand_seg
+            s0 = srt.start[g]
+            left_all = srt.cum.index_select(0, e + 1) - srt.cum.index_select(0, s0)
+            n_l = e + 1 - s0
+            v_lo, v_hi = srt.vals.index_select(0, e), srt.vals.index_select(0, e + 1)
         node_of = gu.index_select(0, g)
         right_all = pstat_u.to(left_all.dtype).index_select(0, node_of) - left_all
-        vals = srt.vals
-        gap = (vals.index_select(0, e + 1) - vals.index_select(0, e)).double()
+        gap = (v_hi - v_lo).double()
         # log range per group, added per candidate: log(gap / range_d)
         log_rng = torch.log((hi - lo).double()[gu, gd]).index_select(0, g)
-        n_l = e + 1 - s0
         n_r = t.cnt[uu].index_select(0, node_of) - n_l
         cand_lw = torch.log(gap) - log_rng + self._loglik(left_all, n_l) + self._loglik(right_all, n_r)
         groups = getattr(data, "groups", None)
@@ -372,11 +382,10 @@ class Grower:
         u_cut, u_int = u[_U_CUT, sp], u[_U_INTERVAL, sp]
         j = segmented_searchsorted(cprob, cstart[k], cstart[k] + ncand[k], base[k] + u_int * tot[k], right=False)
         c = cstart[k] + torch.minimum(j, ncand[k] - 1)
-        ec = e[c]
         feat = gd[g[c]]
-        v0, v1 = srt.val_at(ec), srt.val_at(ec + 1)
+        v0, v1 = v_lo[c], v_hi[c]
         thr = torch.maximum(_below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1), v0)
-        return split, logw, sp, feat, thr, left_all[c].to(pstat_u.dtype), ec + 1 - s0[c]
+        return split, logw, sp, feat, thr, left_all[c].to(pstat_u.dtype), n_l[c]
 
     # ----------------------------------------------------------------- apply
     def _apply(self, state, pp, nn, uid, split, sp, feat, thr, left, n_left) -> None:
