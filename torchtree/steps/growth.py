@@ -263,36 +263,30 @@ class Grower:
         if t.native and self.cum_stats.dtype == torch.int32:
             # integral statistics: counts left of each cut, exact in any order, without sorting the points
             gu, gd = uu[gk // data.d], gk % data.d
-            extra = 0.0
             if self.proposal == "prior":
                 n_left, left = split_counts(t.buf, t.off[gu], t.cnt[gu], data.X, gd, ginv, thr, self.cum_stats)
             else:
+                nv = data.sorted_values.shape[1]
                 n_left, left, nc, r0, r1 = split_intervals(t.buf, t.off[gu], t.cnt[gu], data.X_rank, gd, ginv, u_int,
-                                                           self.cum_stats, data.sorted_values.shape[1])
-                sv = data.sorted_values.view(-1)
-                v0, v1 = sv[feat * data.sorted_values.shape[1] + r0], sv[feat * data.sorted_values.shape[1] + r1]
-                thr = _below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1)
-                thr = torch.maximum(thr, v0)
-                extra = torch.log(nc.double()) + torch.log((v1 - v0).double()) - torch.log((hi_f - lo_f).double())
-            left = left.to(pstat_u.dtype)
-            right = pstat_u[k] - left
-            logw[sp] = self._loglik(left) + self._loglik(right) - lp_u[k] + extra
-            return split, logw, sp, feat, thr, left, n_left
-        srt = SortedCandidates(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)
-        if self.proposal == "prior":
-            n_left = segmented_searchsorted(srt.vals, srt.start[ginv], srt.end[ginv], thr, right=True)
-            extra = 0.0
-        else:  # empirical: an interval between adjacent distinct values, then uniform in it
-            nc = srt.n_cand[ginv]
-            j = (u_int * nc.double()).long().clamp(max=nc - 1)
-            e = srt.cand[srt.cand_start[ginv] + j]
-            v0, v1 = srt.val_at(e), srt.val_at(e + 1)
-            thr = _below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1)
-            thr = torch.maximum(thr, v0)
-            n_left = e + 1 - srt.start[ginv]
+                                                           self.cum_stats, nv)
+                v0, v1 = data.sorted_values.view(-1)[feat * nv + r0], data.sorted_values.view(-1)[feat * nv + r1]
+        else:
+            srt = SortedCandidates(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)
+            if self.proposal == "prior":
+                n_left = segmented_searchsorted(srt.vals, srt.start[ginv], srt.end[ginv], thr, right=True)
+            else:  # the j-th of the nc intervals between adjacent distinct values, j uniform
+                nc = srt.n_cand[ginv]
+                j = (u_int * nc.double()).long().clamp(max=nc - 1)
+                e = srt.cand[srt.cand_start[ginv] + j]
+                v0, v1 = srt.val_at(e), srt.val_at(e + 1)
+                n_left = e + 1 - srt.start[ginv]
+            left = srt.left_stats_at(ginv, n_left)
+        extra = 0.0
+        if self.proposal == "empirical":  # the cut uniform in its interval
+            thr = torch.maximum(_below((v0.double() + u_cut * (v1 - v0).double()).to(data.X.dtype), v1), v0)
             # prior density 1/range over proposal density 1/((U-1) gap)
             extra = torch.log(nc.double()) + torch.log((v1 - v0).double()) - torch.log((hi_f - lo_f).double())
-        left = srt.left_stats_at(ginv, n_left).to(pstat_u.dtype)
+        left = left.to(pstat_u.dtype)
         right = pstat_u[k] - left
         logw[sp] = self._loglik(left) + self._loglik(right) - lp_u[k] + extra
         return split, logw, sp, feat, thr, left, n_left
