@@ -16,7 +16,7 @@ import torch
 
 from torchtree.kernels import native
 
-__all__ = ["popcount", "bit_of", "count_bits", "split_bits"]
+__all__ = ["popcount", "bit_of", "count_bits", "split_bits", "extent_ranks"]
 
 _CHUNK = 1 << 18  # elements per temporary of the plain-torch popcount (cache-sized)
 
@@ -57,3 +57,12 @@ def split_bits(B: torch.Tensor, src: Optional[torch.Tensor], table: torch.Tensor
     the parent; where ``right[i]`` the row is the parent's other points, ``parent ^ left``.
     Returns LongTensor [n, W]."""
     return native.op("split_bits")(B, src if src is not None else B.new_zeros(0), table, whole, start, end, pts, right)
+
+
+def extent_ranks(B: torch.Tensor, f: torch.Tensor, model) -> tuple:
+    """Smallest and largest rank in column ``f [n]`` of each bitset's points (compiled kernel only):
+    ``(rank_lo, rank_hi)``, LongTensors [n], ``(0, 0)`` for an empty bitset. ``model`` holds the bucket
+    tables (:class:`torchtree.model.target.TreeModel`); the torch route is its ``_extent_ranks_all``."""
+    return tuple(native.op("extent_ranks")(B, f, model.table, model.boff, model.n_buckets, model.bucket_first,
+                                           model.bucket_last, model.run_start, model.run_end, model.pts_by_rank,
+                                           model.rank_flat, model.D))

@@ -13,7 +13,7 @@ Operators
 (:func:`torchtree.steps.bart_moves.tree_update` is their reference and documents them).
 ``node_extents``, ``split_counts``, ``split_intervals``, ``all_intervals``, ``partition_points``: passes over the point lists of a top-down
 growth stage (:mod:`torchtree.kernels.node_points` documents them and holds their references).
-``bitset_counts``, ``split_bits``: popcounts and child bitsets of the move samplers' nodes
+``bitset_counts``, ``split_bits``, ``extent_ranks``: popcounts, child bitsets and rank extents of the move samplers' nodes
 (:mod:`torchtree.kernels.bitsets`).
 
 Layer: base (no torchtree imports).
@@ -38,7 +38,7 @@ SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "node_poi
 BUILD_INPUTS = SOURCES + [CSRC / "bart_common.h"]
 FLAGS = ["-O3", "-ffp-contract=off"]
 OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "node_extents", "split_counts", "split_intervals", "all_intervals", "partition_points",
-             "bitset_counts", "split_bits")
+             "bitset_counts", "split_bits", "extent_ranks")
 _STATE: dict = {}
 _LOCK = threading.Lock()
 

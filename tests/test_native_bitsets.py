@@ -3,7 +3,8 @@
 ``bitset_counts`` must equal the SWAR popcounts of :func:`torchtree.kernels.bitsets.count_bits`, and
 ``TreeModel.split_bits`` with the kernel its torch route (random bitsets, every kind of cut: below the
 data, inside a bucket of several values, at a bucket's end; with and without a parent index; coarse
-bucket tables that force scans). Whole MCMC and SMC-with-moves runs give the same trees, weights and
+bucket tables that force scans); ``extent_ranks`` (a node's smallest and largest rank in a column)
+its torch route, for empty, small and large nodes. Whole MCMC and SMC-with-moves runs give the same trees, weights and
 predictions with the kernels and without them.
 """
 import numpy as np
@@ -72,6 +73,37 @@ def test_split_bits_equal_the_torch_route(coarse, monkeypatch):
     left = {p for p in pts if int(rank[p, f[i]]) <= int(r[i])}
     bits = {p for p in range(N) if (int(got[i, p // 64]) >> (p % 64)) & 1}
     assert bits == (set(pts) - left if bool(right[i]) else left)
+
+
+@pytest.mark.parametrize("coarse", [False, True])
+def test_extent_ranks_equal_the_torch_route(coarse, monkeypatch):
+    rng = np.random.default_rng(2)
+    N, D = 900, 3
+    X = np.column_stack([rng.integers(0, 50, N), rng.normal(size=N), rng.integers(0, 4, N)]).astype(np.float32)
+    data = Data(X, (X[:, 1] > 0).astype(np.int64))
+    if coarse:  # few buckets: the end buckets hold several values and are scanned
+        monkeypatch.setattr(target_mod, "_TABLE_BYTES", 1)
+        monkeypatch.setattr(target_mod, "_EXACT_BYTES", 1)
+    model = TreeModel(ChipmanPrior(0.95, 0.5), DirichletMultinomial(1.0), data)
+    n = 120
+    density = np.repeat([0.0, 0.002, 0.05, 0.9], n // 4)  # empty, a few points (read directly), large (searched)
+    B = torch.stack([_bits(1, model.W, rng, float(p))[0] for p in density]) & model.all_bits[None]
+    for i in range(n // 4, n // 2):  # 1-6 points: under W / 2, read point by point
+        B[i] = 0
+        for p in rng.choice(N, size=int(rng.integers(1, 7)), replace=False):
+            B[i, p // 64] |= torch.tensor(1) << int(p % 64)  # bit 63 is the sign bit
+    assert model.W > 12 and bool((model.count(B[n // 4: n // 2]) * 2 < model.W).all())
+    f = torch.as_tensor(rng.integers(0, D, n))
+    got = model._extent_ranks_all(B, f)
+    model.native = False
+    want = model._extent_ranks_all(B, f)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    # what the ranks mean, on one large node
+    i = n - 1
+    pts = [p for p in range(N) if (int(B[i, p // 64]) >> (p % 64)) & 1]
+    ranks = model.rank[pts, int(f[i])]
+    assert (int(got[2][i]), int(got[3][i])) == (int(ranks.min()), int(ranks.max()))
 
 
 def _same_posterior(a, b, X):

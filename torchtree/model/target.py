@@ -36,7 +36,7 @@ import torch
 
 from torchtree.kernels import distinct as _distinct
 from torchtree.kernels import native
-from torchtree.kernels.bitsets import bit_of, count_bits, split_bits as split_bits_native
+from torchtree.kernels.bitsets import bit_of, count_bits, extent_ranks as extent_ranks_native, split_bits as split_bits_native
 from torchtree.kernels.segments import ragged_arange, segmented_searchsorted
 from torchtree.model.likelihoods import DirichletMultinomial
 from torchtree.model.priors import ChipmanPrior
@@ -466,6 +466,10 @@ class TreeModel:
         """:meth:`extent_ranks` of every row as given (no de-duplication)."""
         n = B.shape[0]
         dev = B.device
+        if self.native:
+            rlo, rhi = extent_ranks_native(B, f, self)
+            base = f * self.umax
+            return self.sorted_flat.index_select(0, base + rlo), self.sorted_flat.index_select(0, base + rhi), rlo, rhi
         is_small = 2 * self.count(B) < self.W if n * self.W >= _SMALL_WORK else torch.zeros(n, dtype=torch.bool, device=dev)
         small = is_small.nonzero().squeeze(1)
         if small.numel():
