@@ -454,8 +454,9 @@ class TreeModel:
         gets rank 0. Returns ``(lo, hi, rank_lo, rank_hi)``, each [n].
         """
         n = B.shape[0]
-        if n >= _distinct.MIN_ROWS and n * self.W >= _SMALL_WORK:
-            # resampled particles share nodes: each distinct (node, feature) is searched once
+        if not self.native and n >= _distinct.MIN_ROWS and n * self.W >= _SMALL_WORK:
+            # resampled particles share nodes: each distinct (node, feature) is searched once (the compiled
+            # search stops early in most words, so it costs less than hashing the rows)
             first, inv = _distinct.distinct_rows(B, f)
             if first.numel() < 0.8 * n:
                 out = self._extent_ranks_all(B.index_select(0, first), f.index_select(0, first))
