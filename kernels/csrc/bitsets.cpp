@@ -14,16 +14,21 @@
 
 namespace {
 
-// Set bits of x & mask over W words. Built twice: with the popcnt instruction (x86-64 CPUs since 2008,
-// chosen at run time) and portable (__builtin_popcountll without it calls a table routine in libgcc).
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("popcnt"))) int64_t count_words_hw(const uint64_t* x, const uint64_t* mask, int64_t W) {
+// Set bits of x & mask (or of x) over W words. The loop is compiled twice: inlined into a function built for
+// the popcnt instruction (x86-64 CPUs since 2008, chosen at run time), and portable (where
+// __builtin_popcountll calls a table routine in libgcc).
+__attribute__((always_inline)) inline int64_t count_loop(const uint64_t* x, const uint64_t* mask, int64_t W) {
   int64_t c = 0;
   if (mask)
     for (int64_t w = 0; w < W; ++w) c += __builtin_popcountll(x[w] & mask[w]);
   else
     for (int64_t w = 0; w < W; ++w) c += __builtin_popcountll(x[w]);
   return c;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("popcnt"))) int64_t count_words_hw(const uint64_t* x, const uint64_t* mask, int64_t W) {
+  return count_loop(x, mask, W);
 }
 inline bool has_popcnt() {
   static const bool ok = __builtin_cpu_supports("popcnt");
@@ -35,12 +40,7 @@ int64_t count_words(const uint64_t* x, const uint64_t* mask, int64_t W) {
 #if defined(__x86_64__) && defined(__GNUC__)
   if (has_popcnt()) return count_words_hw(x, mask, W);
 #endif
-  int64_t c = 0;
-  if (mask)
-    for (int64_t w = 0; w < W; ++w) c += __builtin_popcountll(x[w] & mask[w]);
-  else
-    for (int64_t w = 0; w < W; ++w) c += __builtin_popcountll(x[w]);
-  return c;
+  return count_loop(x, mask, W);
 }
 
 inline int64_t grain_rows(int64_t W) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(W, 1)); }
