@@ -44,16 +44,22 @@ def test_counts_equal_the_swar_popcount(threads):
         torch.set_num_threads(old)
 
 
-@pytest.mark.parametrize("coarse", [False, True])
-def test_split_bits_equal_the_torch_route(coarse, monkeypatch):
-    rng = np.random.default_rng(1)
-    N, D = 700, 3
-    X = np.column_stack([rng.integers(0, 40, N), rng.normal(size=N), rng.integers(0, 3, N)]).astype(np.float32)
-    data = Data(X, (X[:, 1] > 0).astype(np.int64))
-    if coarse:  # few buckets per dimension: most cuts fall inside a bucket and scan its points
+def _model(rng, N, levels_a, levels_c, coarse, monkeypatch):
+    """A TreeModel of N points in 3 columns (integers with ``levels_a`` and ``levels_c`` values around a
+    continuous one). ``coarse``: few buckets per column, so cuts and extents fall inside buckets of
+    several values and scan their points."""
+    X = np.column_stack([rng.integers(0, levels_a, N), rng.normal(size=N), rng.integers(0, levels_c, N)])
+    data = Data(X.astype(np.float32), (X[:, 1] > 0).astype(np.int64))
+    if coarse:
         monkeypatch.setattr(target_mod, "_TABLE_BYTES", 1)
         monkeypatch.setattr(target_mod, "_EXACT_BYTES", 1)
-    model = TreeModel(ChipmanPrior(0.95, 0.5), DirichletMultinomial(1.0), data)
+    return TreeModel(ChipmanPrior(0.95, 0.5), DirichletMultinomial(1.0), data)
+
+
+@pytest.mark.parametrize("coarse", [False, True])
+def test_split_bits_equal_the_torch_route(coarse, monkeypatch):
+    rng, N, D = np.random.default_rng(1), 700, 3
+    model = _model(rng, N, 40, 3, coarse, monkeypatch)
     assert model.native
     n = 200
     B = _bits(n, model.W, rng, 0.8) & model.all_bits[None]
@@ -77,14 +83,8 @@ def test_split_bits_equal_the_torch_route(coarse, monkeypatch):
 
 @pytest.mark.parametrize("coarse", [False, True])
 def test_extent_ranks_equal_the_torch_route(coarse, monkeypatch):
-    rng = np.random.default_rng(2)
-    N, D = 900, 3
-    X = np.column_stack([rng.integers(0, 50, N), rng.normal(size=N), rng.integers(0, 4, N)]).astype(np.float32)
-    data = Data(X, (X[:, 1] > 0).astype(np.int64))
-    if coarse:  # few buckets: the end buckets hold several values and are scanned
-        monkeypatch.setattr(target_mod, "_TABLE_BYTES", 1)
-        monkeypatch.setattr(target_mod, "_EXACT_BYTES", 1)
-    model = TreeModel(ChipmanPrior(0.95, 0.5), DirichletMultinomial(1.0), data)
+    rng, N, D = np.random.default_rng(2), 900, 3
+    model = _model(rng, N, 50, 4, coarse, monkeypatch)
     n = 120
     density = np.repeat([0.0, 0.002, 0.05, 0.9], n // 4)  # empty, a few points (read directly), large (searched)
     B = torch.stack([_bits(1, model.W, rng, float(p))[0] for p in density]) & model.all_bits[None]

@@ -82,14 +82,19 @@ def test_split_counts_equal_a_brute_force_count(dtype):
     assert left.dtype == torch.int32 and n_left.dtype == torch.long
 
 
-@pytest.mark.parametrize("n_ranks", [12, 4000])  # 12: histograms of the ranks; 4000: sorts of the points
-def test_split_intervals_equal_a_brute_force_count(n_ranks):
-    rng = np.random.default_rng(4)
-    n, D, L, S = 300, 2, 8, 2
+def _ranked_lists(rng, L, S, n=300, D=2):
+    """Ranks (12 distinct values, ties) and one-hot class counts of n points, L random lists, each cut on
+    a random column: ``(rank, stats, buf, off, cnt, idx, dim)``."""
     rank = torch.as_tensor(rng.integers(0, 12, size=(n, D)))
     stats = torch.nn.functional.one_hot(torch.as_tensor(rng.integers(0, S, size=n)), S).int()
     buf, off, cnt, idx = _lists(n, L, rng)
-    dim = torch.as_tensor(rng.integers(0, D, size=L))
+    return (rank, stats, buf, off, cnt, idx, torch.as_tensor(rng.integers(0, D, size=L)))
+
+
+@pytest.mark.parametrize("n_ranks", [12, 4000])  # 12: histograms of the ranks; 4000: sorts of the points
+def test_split_intervals_equal_a_brute_force_count(n_ranks):
+    rng, L = np.random.default_rng(4), 8
+    rank, stats, buf, off, cnt, idx, dim = _ranked_lists(rng, L, S=2)
     Q = 50
     group = torch.as_tensor(rng.integers(0, L, size=Q))
     u = torch.as_tensor(rng.uniform(size=Q))
@@ -111,12 +116,8 @@ def test_split_intervals_equal_a_brute_force_count(n_ranks):
 
 @pytest.mark.parametrize("n_ranks", [12, 4000])
 def test_all_intervals_list_every_boundary(n_ranks):
-    rng = np.random.default_rng(5)
-    n, D, L, S = 300, 2, 8, 3
-    rank = torch.as_tensor(rng.integers(0, 12, size=(n, D)))
-    stats = torch.nn.functional.one_hot(torch.as_tensor(rng.integers(0, S, size=n)), S).int()
-    buf, off, cnt, idx = _lists(n, L, rng)
-    dim = torch.as_tensor(rng.integers(0, D, size=L))
+    rng, L = np.random.default_rng(5), 8
+    rank, stats, buf, off, cnt, idx, dim = _ranked_lists(rng, L, S=3)
     g, r0, r1, n_left, left = all_intervals(buf, off, cnt, rank, dim, stats, n_ranks)
     want = []
     for lst in range(L):
