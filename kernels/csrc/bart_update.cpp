@@ -6,9 +6,10 @@
 // input column then split column for a coded table), one pass over the points accumulating the
 // partial residual's sums per (leaf, side of the proposed rule), the Metropolis-Hastings ratio
 // with the leaf values integrated out, the new tree, the leaves' Gibbs draws and a second pass
-// writing every point's leaf and residual. Sums run point by point in the reference's dtypes; float32
-// runs equal the reference bit for bit, float64 ones to the last bit (torch may order a leaf's sum
-// differently); see tests/test_native.py.
+// writing every point's leaf and residual (only the residual where the tree kept its shape). Each cell's
+// sum runs in the reference's dtype and order: LANES interleaved partial sums (point n in lane n % LANES),
+// added lane by lane; float32 runs equal the reference bit for bit, float64 ones to the last bit (torch
+// may order a lane's sum differently); see tests/test_native.py.
 #include "bart_common.h"
 
 #include <ATen/Parallel.h>
@@ -16,6 +17,11 @@
 namespace {
 
 using namespace torchtree_bart;
+
+// a cell's residual sum is LANES partial sums, point n in lane n % LANES (torchtree.steps.bart_moves.SUM_LANES):
+// consecutive points of one cell then add into different accumulators, which breaks the chain of dependent
+// floating-point adds through memory that otherwise bounds the pass
+constexpr int64_t LANES = 4;
 
 // One tree update of one chain, in four phases, so a sweep can run one tree's pass 2 and the next tree's
 // pass 1 in a single loop over the points (the two trees are different arrays; each point sees the same
@@ -47,10 +53,11 @@ struct TreeUpdate {
   std::vector<int64_t> lo, hi;
   const int16_t* xf = nullptr;
   int16_t k16 = 0;
-  // pass 1's sums per (leaf, side); side 1 = left. Counts are integers (exact, as the reference's float64
-  // counts of at most 2^53 points)
-  std::vector<scalar_t> s_cell;
+  // pass 1's sums per (leaf, side); side 1 = left: s_lane [LANES, 2 Ku] partial sums, s_cell their total.
+  // Counts are integers (exact, as the reference's float64 counts of at most 2^53 points)
+  std::vector<scalar_t> s_lane, s_cell;
   std::vector<int64_t> n_cell;
+  bool moved = false;  // the update changed the tree's shape: pass 2 moves points between leaves
   // pass 2's inputs: where each (leaf, side) cell goes, and the leaf values before the update
   std::vector<int64_t> to;
   std::vector<scalar_t> old_value;
@@ -98,7 +105,7 @@ struct TreeUpdate {
     f_old = std::max<int64_t>(feat[j], 0), k_old = static_cast<int64_t>(cut[j]);
     xf = Xb + f_new * N;
     k16 = static_cast<int16_t>(k_new);
-    s_cell.assign(2 * Ku, scalar_t(0));
+    s_lane.assign(LANES * 2 * Ku, scalar_t(0));
     n_cell.assign(2 * Ku, 0);
   }
 
@@ -107,12 +114,18 @@ struct TreeUpdate {
   inline void add(int64_t n, scalar_t r) {
     const int64_t leaf = static_cast<int64_t>(leaf_of[n]);
     const int64_t cell = 2 * leaf + (xf[n] <= k16 ? 1 : 0);
-    s_cell[cell] += r + value[leaf];
+    s_lane[(n % LANES) * 2 * Ku + cell] += r + value[leaf];
     n_cell[cell] += 1;
   }
 
   void decide(const LeafNormals& z, int64_t* move_out, bool* accept_out) {
     old_value.assign(value, value + Ku);
+    s_cell.resize(2 * Ku);
+    for (int64_t cell = 0; cell < 2 * Ku; ++cell) {  // the lanes added in order, as the reference
+      scalar_t total = s_lane[cell];
+      for (int64_t l = 1; l < LANES; ++l) total += s_lane[l * 2 * Ku + cell];
+      s_cell[cell] = total;
+    }
     if (!use_lik) {
       std::fill(s_cell.begin(), s_cell.end(), scalar_t(0));
       std::fill(n_cell.begin(), n_cell.end(), 0);
@@ -151,6 +164,7 @@ struct TreeUpdate {
     bool accept = valid && std::log(u[4]) < log_a;
     *move_out = move;
     *accept_out = accept;
+    moved = accept;
 
     // the tree: node j's rule and its children's status (the reference's write order)
     bool acc_g = accept && move == GROW, acc_p = accept && move == PRUNE, acc_split = accept && move != PRUNE;
@@ -201,6 +215,13 @@ struct TreeUpdate {
     }
   }
 
+  // pass 2 where the tree kept its shape (!moved): point n stays in its leaf; returns its new residual
+  inline scalar_t keep_point(int64_t n, scalar_t r) const {
+    const int64_t leaf = static_cast<int64_t>(leaf_of[n]);
+    const scalar_t rr = r + old_value[leaf];
+    return rr - value[leaf];
+  }
+
   // pass 2 for point n whose residual is r: writes its leaf, returns its new residual
   inline scalar_t move_point(int64_t n, scalar_t r) {
     const int64_t leaf = static_cast<int64_t>(leaf_of[n]);
@@ -222,7 +243,8 @@ void update_chain(int64_t K, int64_t Ku, int64_t N, int64_t D, feat_t* feat, fea
   up.propose();
   for (int64_t n = 0; n < N; ++n) up.add(n, resid[n]);
   up.decide(z, move_out, accept_out);
-  for (int64_t n = 0; n < N; ++n) resid[n] = up.move_point(n, resid[n]);
+  if (up.moved) for (int64_t n = 0; n < N; ++n) resid[n] = up.move_point(n, resid[n]);
+  else for (int64_t n = 0; n < N; ++n) resid[n] = up.keep_point(n, resid[n]);
 }
 
 std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of,
@@ -333,15 +355,26 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
         decide(cur, 0, c);
         for (int64_t t = 0; t < T; ++t) {
           if (t + 1 == T) {
-            for (int64_t n = 0; n < N; ++n) res[n] = cur.move_point(n, res[n]);
+            if (cur.moved) for (int64_t n = 0; n < N; ++n) res[n] = cur.move_point(n, res[n]);
+            else for (int64_t n = 0; n < N; ++n) res[n] = cur.keep_point(n, res[n]);
             break;
           }
-          // tree t's pass 2 and tree t + 1's pass 1 in one loop: t + 1's proposal needs only its own tree
+          // tree t's pass 2 and tree t + 1's pass 1 in one loop: t + 1's proposal needs only its own tree.
+          // Most moves are refused: then no point changes leaf, and its leaf index is neither read for a
+          // rule nor written
           Update nxt = update(t + 1, c);
-          for (int64_t n = 0; n < N; ++n) {
-            const scalar_t r = cur.move_point(n, res[n]);
-            res[n] = r;
-            nxt.add(n, r);
+          if (cur.moved) {
+            for (int64_t n = 0; n < N; ++n) {
+              const scalar_t r = cur.move_point(n, res[n]);
+              res[n] = r;
+              nxt.add(n, r);
+            }
+          } else {
+            for (int64_t n = 0; n < N; ++n) {
+              const scalar_t r = cur.keep_point(n, res[n]);
+              res[n] = r;
+              nxt.add(n, r);
+            }
           }
           decide(nxt, t + 1, c);
           cur = std::move(nxt);

@@ -22,12 +22,15 @@ from torchtree.kernels import native
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, heap_depth
 from torchtree.model.feature_groups import choose_column
 
-__all__ = ["MOVE_PROBS", "log_marginal", "tree_update", "tree_update_native", "sweep_native", "gfr_sweep_native", "prior_tables", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
+__all__ = ["MOVE_PROBS", "SUM_LANES", "log_marginal", "tree_update", "tree_update_native", "sweep_native", "gfr_sweep_native", "prior_tables", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
            "leaf_ranges", "pick_nth"]
 
 #: probabilities of grow, prune and change
 MOVE_PROBS = (0.25, 0.25, 0.5)
 GROW, PRUNE, CHANGE = 0, 1, 2
+#: a (leaf, side) cell's residual sum is this many partial sums over interleaved points, added in order
+#: (the compiled sweep's ``LANES``): one summation order for the reference and the kernels
+SUM_LANES = 4
 
 
 def log_marginal(n: torch.Tensor, s: torch.Tensor, sigma2: torch.Tensor, tau2: float) -> torch.Tensor:
@@ -175,7 +178,14 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     # Every statistic of the move, and the leaves' statistics after it, are sums of these cells.
     go_left = Xb.index_select(0, f_new) <= k_new.to(Xb.dtype)[:, None]  # [C, N]
     cell = (2 * flat + go_left.int()).reshape(-1)
-    s_cell = torch.zeros(2 * C * K, dtype=R.dtype, device=dev).index_add_(0, cell, R.reshape(-1))
+    # each cell's residual sum: SUM_LANES partial sums (point n in lane n % SUM_LANES), added lane by lane
+    N = resid.shape[1]
+    lane = (torch.arange(N, device=dev, dtype=torch.int32) % SUM_LANES) * (2 * C * K)
+    s_lanes = torch.zeros(SUM_LANES, 2 * C * K, dtype=R.dtype, device=dev)
+    s_lanes.view(-1).index_add_(0, (cell.view(C, N) + lane).reshape(-1), R.reshape(-1))
+    s_cell = s_lanes[0]
+    for k in range(1, SUM_LANES):
+        s_cell = s_cell + s_lanes[k]
     # counts by index_add, not bincount: bincount's output size depends on the data (a graph break
     # under torch.compile)
     n_cell = torch.zeros(2 * C * K, dtype=torch.float64, device=dev).index_add_(
