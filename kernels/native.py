@@ -11,6 +11,7 @@ Operators
 ---------
 ``bart_tree_update``, ``bart_sweep``, ``bart_gfr_sweep``: BART tree updates and sweeps
 (:func:`torchtree.steps.bart_moves.tree_update` is their reference and documents them).
+``forest_sum``: sums of BART trees at new points (:func:`torchtree.model.bart.forest_sum` is its reference).
 ``node_extents``, ``split_counts``, ``split_intervals``, ``all_intervals``, ``partition_points``: passes over the point lists of a top-down
 growth stage (:mod:`torchtree.kernels.node_points` documents them and holds their references).
 ``bitset_counts``, ``split_bits``, ``extent_ranks``: popcounts, child bitsets and rank extents of the move samplers' nodes
@@ -33,11 +34,11 @@ import torch
 __all__ = ["op", "available", "usable", "SOURCES"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "node_points.cpp", "bitsets.cpp")]
+SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "bart_predict.cpp", "node_points.cpp", "bitsets.cpp")]
 #: every file the build reads (the sources and their headers): the build folder is named by their content
 BUILD_INPUTS = SOURCES + [CSRC / "bart_common.h"]
 FLAGS = ["-O3", "-ffp-contract=off"]
-OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "node_extents", "split_counts", "split_intervals", "all_intervals", "partition_points",
+OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "forest_sum", "node_extents", "split_counts", "split_intervals", "all_intervals", "partition_points",
              "bitset_counts", "split_bits", "extent_ranks")
 _STATE: dict = {}
 _LOCK = threading.Lock()

@@ -26,6 +26,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from torchtree.kernels import native
+
 __all__ = ["BartPrior", "CutGrid", "chi2_quantile", "heap_depth", "forest_sum", "ABSENT", "LEAF", "mnp_offsets",
            "mnp_probabilities", "GL_NODES"]
 
@@ -222,7 +224,7 @@ _COLS = 1024      # points per block at most
 
 
 def forest_sum(feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor, Xb: torch.Tensor,
-               max_elements: int = 1 << 24) -> torch.Tensor:
+               max_elements: int = 1 << 24, use_native: Optional[bool] = None) -> torch.Tensor:
     """Sum over trees of each forest's value at each point.
 
     A tree's value is written as its leftmost leaf's value plus, for each split node ``n`` that a
@@ -235,18 +237,25 @@ def forest_sum(feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor, Xb
     feature, cut : Int16/LongTensor [S, T, K]; value : Tensor [S, T, K] (heap trees, module notes)
     Xb : Int16Tensor [D, M] bins of the points (:meth:`CutGrid.bins`)
     max_elements : int, (split node, point) pairs per temporary (at least twice a tree's split nodes)
+    use_native : bool or None, the compiled kernel (True), the plain-torch route (False), or the kernel
+        where it serves (None: CPU tensors, int16 bins, the kernels built)
 
     Returns
     -------
-    Tensor [S, M] float64: ``sum_t value[s, t, leaf_t(x)]`` (summed in another order than
-    leaf by leaf: equal up to float64 rounding).
+    Tensor [S, M] float64: ``sum_t value[s, t, leaf_t(x)]``. On CPU with int16 bins the compiled
+    kernel (``forest_sum`` of :mod:`torchtree.kernels.native`) walks every tree and adds the leaves in
+    tree order; this plain-torch route sums in another order: the two are equal up to float64 rounding.
     """
     S, T, K = feature.shape
     D, M = Xb.shape
     dev = Xb.device
-    out = torch.zeros(S, M, dtype=torch.float64, device=dev)
     if S == 0 or M == 0 or T == 0:
-        return out
+        return torch.zeros(S, M, dtype=torch.float64, device=dev)
+    if use_native is None:
+        use_native = dev.type == "cpu" and Xb.dtype == torch.int16 and native.usable(dev)
+    if use_native:
+        return native.op("forest_sum")(feature, cut, value, Xb)
+    out = torch.zeros(S, M, dtype=torch.float64, device=dev)
     f = feature.reshape(-1)
     v = value.reshape(-1)
     roots = torch.arange(S * T, device=dev) * K
