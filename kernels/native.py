@@ -37,7 +37,10 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "bart_predict.cpp", "node_points.cpp", "bitsets.cpp")]
 #: every file the build reads (the sources and their headers): the build folder is named by their content
 BUILD_INPUTS = SOURCES + [CSRC / "bart_common.h"]
-FLAGS = ["-O3", "-ffp-contract=off"]
+#: OpenMP where torch's CPU build uses GNU OpenMP (Linux): ``at::parallel_for`` spreads a kernel's tasks over
+#: torch's threads only in code compiled with it, and the extension then shares torch's libgomp (same soname)
+OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
+FLAGS = ["-O3", "-ffp-contract=off"] + OPENMP
 OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "forest_sum", "node_extents", "split_counts", "split_intervals", "all_intervals", "partition_points",
              "bitset_counts", "split_bits", "extent_ranks")
 _STATE: dict = {}
@@ -66,7 +69,7 @@ def _build() -> bool:
         folder.mkdir(parents=True, exist_ok=True)
         print(f"torchtree: building the compiled CPU kernels once, into {folder} (about a minute)", file=sys.stderr,
               flush=True)
-        load(name="torchtree_native", sources=[str(p) for p in SOURCES], extra_cflags=FLAGS,
+        load(name="torchtree_native", sources=[str(p) for p in SOURCES], extra_cflags=FLAGS, extra_ldflags=OPENMP,
              build_directory=str(folder), is_python_module=False, verbose=False)
     return all(hasattr(torch.ops.torchtree, name) for name in OPERATORS)
 

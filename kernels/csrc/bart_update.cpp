@@ -110,7 +110,7 @@ struct TreeUpdate {
   }
 
   // pass 1 for point n whose current residual is r: R = r + value[leaf] (recomputed in pass 2 by the same
-  // float operation, not stored: a sweep over many rows is bound by memory traffic)
+  // float operation, not stored: storing it would add a write and a read of N values per tree)
   inline void add(int64_t n, scalar_t r) {
     const int64_t leaf = static_cast<int64_t>(leaf_of[n]);
     const int64_t cell = 2 * leaf + (xf[n] <= k16 ? 1 : 0);
