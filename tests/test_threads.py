@@ -191,6 +191,39 @@ def test_auto_on_small_work_runs_with_one_thread():
         torch.set_num_threads(1)
 
 
+def test_bart_compiled_sweep_counts_each_chain_as_a_thread_of_work(monkeypatch):
+    """With the compiled sweep (one parallel region per sweep, a task per chain) "auto" gives a thread per
+    chain up to the idle cores, on any table size; the torch route, Particle Gibbs and CUDA keep rows x
+    chains. A run on a 4-chain config with free cores starts with 2 threads."""
+    from torchtree import BART
+    from torchtree.kernels import native
+    from torchtree.samplers.bart.config import BARTConfig
+    from torchtree.samplers.driver import work_size
+
+    monkeypatch.setattr(native, "available", lambda: True)
+    cfg = BARTConfig(n_chains=4)
+    assert work_size(cfg, 100, 1, torch.device("cpu")) == 4 * WORK_PER_THREAD
+    assert work_size(cfg, 100, 2, "cpu") == 2 * WORK_PER_THREAD  # two chains on each of two ranks
+    assert choose_threads("auto", work_size(cfg, 100, 1, "cpu"), cpu_count=2, load=0.0) == 2
+    assert choose_threads("auto", work_size(cfg, 100, 1, "cpu"), cpu_count=2, load=1.5) == 1  # a busy core
+    for other in (BARTConfig(n_chains=4, compile="off"), BARTConfig(n_chains=4, bart_sampler="pg")):
+        assert work_size(other, 100, 1, "cpu") == 400
+    assert work_size(cfg, 100, 1, "cuda:0") == 400
+    monkeypatch.setattr(native, "available", lambda: False)  # no compiler: the torch route's small ops
+    assert work_size(cfg, 100, 1, "cpu") == 400
+    monkeypatch.undo()
+    if native.available():
+        monkeypatch.setattr(threads, "available_cpus", lambda: 2)
+        monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+        torch.set_num_threads(2)
+        try:
+            seen, mon = _seen_threads()
+            BART(n_trees=5, n_chains=4, n_warmup=2, n_samples=2).run(_data(), seed=0, monitor=mon)
+            assert seen[0] == ("start", 2, 2)
+        finally:
+            torch.set_num_threads(1)
+
+
 def test_the_multi_rank_path_runs_under_the_policy():
     """A multi-rank top-down run goes through the same driver: thread-ranks (one process) all
     run at the run's setting and the previous count is back afterwards."""

@@ -94,9 +94,14 @@ def opened_backend(backend) -> Iterator[Any]:
         opened.close()  # destroys only a process group that get_backend opened
 
 
-def work_size(config, n_rows: int, world_size: int = 1) -> int:
-    """Units of work on one rank for the thread policy: data rows x the particles (or chains)
-    this rank holds (``config.n_particles`` or ``config.n_chains``; 1 when it has neither)."""
+def work_size(config, n_rows: int, world_size: int = 1, device=None) -> int:
+    """Units of work on one rank for the thread policy: ``config.thread_work(n_rows, world_size, device)``
+    where the config defines it (a sampler whose work runs in few large parallel kernels), else data rows
+    x the particles (or chains) this rank holds (``config.n_particles`` or ``config.n_chains``; 1 when it
+    has neither)."""
+    own = getattr(config, "thread_work", None)
+    if callable(own):
+        return int(own(n_rows, world_size, device))
     units = 1
     for name in ("n_particles", "n_chains"):
         value = getattr(config, name, None)
@@ -107,11 +112,12 @@ def work_size(config, n_rows: int, world_size: int = 1) -> int:
 
 
 @contextlib.contextmanager
-def run_threads(config, n_rows: int, world_size: int = 1) -> Iterator[int]:
+def run_threads(config, n_rows: int, world_size: int = 1, device=None) -> Iterator[int]:
     """The run's intra-op threads: ``config.n_threads`` (``"auto"`` when absent) resolved by
-    :func:`torchtree.core.threads.resolve_threads` for this rank's work, set for the block and
-    restored after it (on an exception too). Yields the thread count."""
-    n = resolve_threads(getattr(config, "n_threads", "auto"), work_size(config, n_rows, world_size), world_size)
+    :func:`torchtree.core.threads.resolve_threads` for this rank's work (:func:`work_size` on the data's
+    ``device``), set for the block and restored after it (on an exception too). Yields the thread count."""
+    n = resolve_threads(getattr(config, "n_threads", "auto"), work_size(config, n_rows, world_size, device),
+                        world_size)
     with using_threads(n):
         yield n
 
@@ -311,7 +317,7 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
             rank = None if be is None else int(be.rank)
             ctx = RunContext(data=data, device=data.device, seed=0, backend=be, monitor=as_monitor(monitor, rank=rank),
                              t0=t0, clock=clock, c0=clock(), thread_setting=getattr(cfg, "n_threads", "auto"))
-            with run_threads(cfg, int(data.X.shape[0]), ctx.world_size) as n_threads:
+            with run_threads(cfg, int(data.X.shape[0]), ctx.world_size, data.device) as n_threads:
                 ctx.n_threads = n_threads
                 post = _run_loop(sampler, ctx, seed)
             if isinstance(getattr(post, "info", None), dict):

@@ -5,7 +5,9 @@ import enum
 from dataclasses import dataclass
 from typing import Optional
 
+from torchtree.core.threads import WORK_PER_THREAD
 from torchtree.core.validate import check_float_dtype
+from torchtree.kernels import native
 from torchtree.samplers.protocol import SamplerConfig, option
 
 
@@ -103,6 +105,22 @@ class BARTConfig(SamplerConfig):
     checkpoint_every: int = option(10, help="save after every k-th sweep", low=1, result=False)
     max_seconds: Optional[float] = option(None, help="time budget in seconds (stops between sweeps; the draws kept "
                                           "so far make the posterior)", low=0.0, low_open=True, result=False)
+
+    def thread_work(self, n_rows: int, world_size: int = 1, device=None) -> int:
+        """Units of work of a run on one rank for the ``n_threads="auto"`` policy
+        (:mod:`torchtree.core.threads`, which gives a thread per :data:`WORK_PER_THREAD` units).
+
+        Where the compiled sweep runs (backfitting MCMC, ``compile`` ``"auto"`` or ``"native"``, CPU, the
+        kernels built), a sweep is one parallel region whose tasks are the chains: one task per chain holds
+        ``n_rows x n_trees`` point updates and every tree's proposal, far above a region's start-up cost,
+        so each chain on the rank counts as a thread's work (the idle cores still cap it). Elsewhere a
+        sweep is many small torch ops, and the work is rows x chains as for the other samplers.
+        """
+        chains = max(1, self.n_chains // max(1, int(world_size)))
+        on_cpu = device is None or str(device).startswith("cpu")
+        if on_cpu and self.bart_sampler == "mcmc" and self.compile in ("auto", "native") and native.available():
+            return chains * WORK_PER_THREAD
+        return int(n_rows) * chains
 
     def check(self) -> None:
         if (1 << (self.max_depth + 1)) - 1 > 32767:  # pragma: no cover - max_depth <= 14 by its bounds
