@@ -215,6 +215,7 @@ def test_bart_compiled_sweep_counts_each_chain_as_a_thread_of_work(monkeypatch):
     if native.available():
         monkeypatch.setattr(threads, "available_cpus", lambda: 2)
         monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # `make test` sets it to 1: a cap on "auto"
         torch.set_num_threads(2)
         try:
             seen, mon = _seen_threads()
