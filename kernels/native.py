@@ -11,7 +11,8 @@ Operators
 ---------
 ``bart_tree_update``, ``bart_sweep``, ``bart_gfr_sweep``: BART tree updates and sweeps
 (:func:`torchtree.steps.bart_moves.tree_update` is their reference and documents them).
-``forest_sum``: sums of BART trees at new points (:func:`torchtree.model.bart.forest_sum` is its reference).
+``forest_sum``: sums of BART trees at new points (:func:`torchtree.model.bart.forest_sum` is its reference);
+``forest_stats``: each chain's leaves per tree and the deepest node's depth (``torchtree.samplers.bart``).
 ``node_extents``, ``split_counts``, ``split_intervals``, ``all_intervals``, ``partition_points``: passes over the point lists of a top-down
 growth stage (:mod:`torchtree.kernels.node_points` documents them and holds their references).
 ``bitset_counts``, ``split_bits``, ``extent_ranks``: popcounts, child bitsets and rank extents of the move samplers' nodes
@@ -41,7 +42,7 @@ BUILD_INPUTS = SOURCES + [CSRC / "bart_common.h"]
 #: torch's threads only in code compiled with it, and the extension then shares torch's libgomp (same soname)
 OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
 FLAGS = ["-O3", "-ffp-contract=off"] + OPENMP
-OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "forest_sum", "node_extents", "split_counts", "split_intervals", "all_intervals", "partition_points",
+OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "forest_sum", "forest_stats", "node_extents", "split_counts", "split_intervals", "all_intervals", "partition_points",
              "bitset_counts", "split_bits", "extent_ranks")
 _STATE: dict = {}
 _LOCK = threading.Lock()

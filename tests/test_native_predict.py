@@ -1,5 +1,6 @@
-"""The compiled ``forest_sum`` kernel (sums of BART trees at new points) against a point-by-point walk
-of every tree and against the plain-torch route of :func:`torchtree.model.bart.forest_sum`.
+"""The compiled forest kernels: ``forest_sum`` (sums of BART trees at new points) against a point-by-point
+walk of every tree and against the plain-torch route of :func:`torchtree.model.bart.forest_sum`, and
+``forest_stats`` (a sweep's leaves per tree and deepest node) against torch reductions.
 
 Random heap trees cover both of the kernel's routes: trees with at most 8 split nodes (read through a
 table of rule codes) and larger ones (walked level by level), lone leaves, absent slots, cuts past the
@@ -104,3 +105,17 @@ def test_posterior_predictions_equal_with_and_without_the_kernel(monkeypatch):
     monkeypatch.setattr(native, "usable", lambda device: False)
     slow = post.latent_draws(X[:100])
     np.testing.assert_allclose(fast.numpy(), slow.numpy(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("depth,p_split", [(6, 0.85), (3, 0.0), (8, 0.6)])
+def test_forest_stats_equal_torch_reductions(depth, p_split):
+    from torchtree.model.bart import heap_depth
+
+    f, _, _ = _random_trees(9, 4, depth, 5, 30, p_split, seed=depth)
+    f = f.transpose(0, 1).contiguous()  # [T, C, K] as a sweep holds them
+    got = native.op("forest_stats")(f)
+    leaves = (f == LEAF).sum(2).double().mean(0)
+    used = (f != ABSENT).flatten(0, 1).any(0).nonzero()
+    assert torch.equal(got[:-1], leaves)
+    assert int(got[-1]) == int(heap_depth(used.max()))
+    assert int(native.op("forest_stats")(torch.full((2, 3, 7), ABSENT, dtype=torch.int16))[-1]) == 0

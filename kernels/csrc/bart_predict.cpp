@@ -1,4 +1,5 @@
-// Sums of trees at new points: the C++ CPU implementation of torchtree.model.bart.forest_sum.
+// Reading a forest of heap trees: sums of trees at new points (the C++ CPU implementation of
+// torchtree.model.bart.forest_sum), and the summaries a BART sweep reads of its chains (forest_stats).
 //
 // Heap trees: node k's children at 2k + 1 and 2k + 2; feature < 0 marks a leaf or an absent slot. A tree
 // with at most CODE_BITS split nodes is read without walking it: each split node i's rule is tested on a
@@ -137,12 +138,44 @@ at::Tensor forest_sum(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
   return out;
 }
 
+// feature: int16 [T, C, K] heap trees (-2 absent, -1 leaf). Returns float64 [C + 1]: each chain's leaves
+// per tree (mean over the T trees), then the depth of the deepest slot that holds a node (0 for none).
+at::Tensor forest_stats(at::Tensor feature) {
+  TORCH_CHECK(feature.device().is_cpu() && feature.scalar_type() == at::kShort && feature.dim() == 3,
+              "forest_stats: feature is int16 [T, C, K] on the CPU");
+  auto f = feature.contiguous();
+  const int64_t T = f.size(0), C = f.size(1), K = f.size(2);
+  auto out = at::zeros({C + 1}, f.options().dtype(at::kDouble));
+  const int16_t* p = f.data_ptr<int16_t>();
+  double* o = out.data_ptr<double>();
+  std::vector<int16_t> used(K, 0);  // per slot: any tree holds a node there (branch-free, vectorised loops)
+  for (int64_t c = 0; c < C; ++c) {
+    int64_t leaves = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int16_t* tree = p + (t * C + c) * K;
+      int32_t n = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        n += tree[k] == -1;
+        used[k] |= tree[k] != -2;
+      }
+      leaves += n;
+    }
+    o[c] = T ? static_cast<double>(leaves) / static_cast<double>(T) : 0.0;
+  }
+  int64_t last = K - 1;
+  while (last >= 0 && !used[last]) --last;
+  o[C] = last < 0 ? 0.0 : static_cast<double>(depth_of(last));
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(torchtree, m) {
   m.def("forest_sum(Tensor feature, Tensor cut, Tensor value, Tensor Xb) -> Tensor");
+  m.def("forest_stats(Tensor feature) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(torchtree, CPU, m) {
   m.impl("forest_sum", forest_sum);
+  m.impl("forest_stats", forest_stats);
 }

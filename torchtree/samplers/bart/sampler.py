@@ -12,6 +12,7 @@ from torchtree.model.bart_posterior import BARTPosterior
 from torchtree.model.diagnostics import chain_ess, rhat, warn_if_unconverged
 from torchtree.samplers import driver
 from torchtree.samplers.base import SamplerBase
+from torchtree.kernels import native
 from torchtree.kernels.native import available as native_ok
 from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities, gfr_sweep_native, sweep_native,
                                        tree_update, tree_update_native)
@@ -275,7 +276,8 @@ class BART(SamplerBase):
         # kept sweeps are trimmed to their deepest slot in groups of COMPACT_EVERY (one read of the depths each)
         counts = state.counts + moves
         state.sigma2, state.latent, state.resid, state.counts = sigma2, latent, resid, counts
-        leaves = (feature == LEAF).sum(2).double().mean(0)  # [C]
+        stats = _forest_stats(feature) if ctx.setup.update_fn is tree_update_native else None
+        leaves = stats[:C] if stats is not None else (feature == LEAF).sum(2).double().mean(0)  # [C]
         state.trace_leaves.append(leaves)
         state.step = it + 1
         state.done = state.step >= self.n_iterations(ctx)
@@ -357,6 +359,13 @@ def _may_sync(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
+def _forest_stats(feature: torch.Tensor):
+    """``[C + 1]`` float64 of the trees ``[T, C, K]``: each chain's mean leaves per tree, then the deepest
+    node's depth, by one compiled pass (``forest_stats``); None off the CPU or without the kernels."""
+    op = native.op("forest_stats") if feature.device.type == "cpu" and feature.dtype == torch.int16 else None
+    return op(feature) if op is not None else None
+
+
 def _leaf_normals(seed: int, base: int, tree_chain: torch.Tensor, K: int, Kz: int) -> torch.Tensor:
     """Standard normals ``[T, C, K]`` for the leaf values, keyed by (sweep, tree, chain, slot);
     slots from ``Kz`` on are 0 (no leaf can be there this sweep)."""
@@ -390,7 +399,10 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     U = keyed_uniform(seed, base + Stream.MOVES, tree_chain[..., None], torch.arange(5, device=dev))
     # a grow deepens a tree by one level at most, so slots below the deepest node's children are never
     # leaves in this sweep; off the CPU every slot's normal is drawn instead of reading the depth (a host sync)
-    if _may_sync(dev):
+    stats = _forest_stats(feature) if update is tree_update_native else None
+    if stats is not None:
+        deepest = int(stats[-1])
+    elif _may_sync(dev):
         used = (feature != ABSENT).flatten(0, 1).any(0).nonzero()
         deepest = int(heap_depth(used.max())) if used.numel() else 0
     else:
