@@ -148,6 +148,49 @@ def test_grow_from_root_without_likelihood_draws_the_prior():
     assert torch.allclose(resid, -value[0].gather(1, leaf_of[0].long()))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_grow_from_root_keyed_draws_equal_the_tensors_they_replace(dtype):
+    """The sampler's grow-from-root sweeps draw each node's uniform and each leaf's normal in the kernel
+    (keyed by tree and chain); a sweep given the same numbers as tensors regrows the same trees (float32:
+    the same bits; float64: the same trees, the values to rounding)."""
+    from torchtree.core.random import derive_seed, keyed_uniform
+    from torchtree.model.bart import LEAF, CutGrid
+    from torchtree.steps.bart_moves import gfr_sweep_native
+
+    X, y = _friedman(n=300, seed=2)
+    data = Data(X, y, task="regression")
+    prior = BART(n_trees=1, n_chains=1, n_warmup=1, n_samples=1).run(data, seed=0).prior
+    grid = CutGrid.from_data(data, 100)
+    Xb = grid.bins(data.X).contiguous()
+    T, C, K, N = 6, 3, prior.n_slots, len(X)
+    keys = torch.arange(T)[:, None] * C + torch.arange(C)[None, :] + 7
+    state = []
+    for _ in range(2):
+        feature = torch.full((T, C, K), -2, dtype=torch.int16)
+        feature[..., 0] = LEAF
+        resid = torch.as_tensor((y - prior.offset) / prior.scale, dtype=dtype).repeat(C, 1)
+        state.append([feature, torch.zeros(T, C, K, dtype=torch.int16), torch.zeros(T, C, K, dtype=dtype),
+                      torch.zeros(T, C, N, dtype=torch.int16), resid])
+    sigma2 = torch.full((C,), 0.05, dtype=torch.float64)
+    slots = torch.arange(K)
+    U = keyed_uniform(11, 5, keys[..., None], slots)
+    Z = torch.special.ndtri(keyed_uniform(11, 1, keys[..., None], slots))
+    assert gfr_sweep_native(prior, *state[0], Xb, grid.n_cuts, sigma2, U, Z)
+    assert gfr_sweep_native(prior, *state[1], Xb, grid.n_cuts, sigma2, None, None,
+                            keyed=(derive_seed(11, 5), derive_seed(11, 1), keys))
+    for i, (a, b) in enumerate(zip(state[0], state[1])):
+        # the kernel's ndtri may differ from torch's in the last bit of a float64 normal: trees and leaves equal,
+        # values and residuals to rounding there; float32 rounds the normals first, so every bit is equal
+        exact = i in (0, 1, 3) or dtype == torch.float32
+        assert torch.equal(a, b) if exact else torch.allclose(a, b, rtol=1e-12, atol=1e-15)
+    assert int((state[0][0] >= 0).sum()) > T * C  # the trees grew: the uniforms decided splits
+    # a planted error: other keys give other trees
+    other = [t.clone() for t in state[1]]
+    other[0].fill_(-2), other[0][..., 0].fill_(LEAF), other[4].copy_(state[1][4])
+    gfr_sweep_native(prior, *other, Xb, grid.n_cuts, sigma2, None, None, keyed=(derive_seed(11, 5), derive_seed(11, 1), keys + 1))
+    assert not torch.equal(other[0], state[1][0])
+
+
 def test_grow_from_root_runs_are_seeded_and_fall_back_to_mcmc():
     X, y = _friedman(n=200)
     d = Data(X, y, task="regression")

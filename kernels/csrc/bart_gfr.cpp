@@ -9,16 +9,28 @@ namespace {
 
 using namespace torchtree_bart;
 
+// where a node's uniform comes from: a row of a tensor, or keyed draws made on demand (the numbers a tensor
+// made by torchtree.core.random.keyed_uniform holds)
+struct NodeUniforms {
+  const double* row = nullptr;  // [K]
+  uint64_t base = 0;
+  int64_t key = 0;
+  double operator()(int64_t j) const { return row ? row[j] : keyed_uniform(base, key, j); }
+};
+
 // One grow-from-root sweep (XBART's warm start, He & Hahn 2021; paper 001's one-step optimal
 // proposal applied to one tree): every tree t in turn, every chain, regrown from the root on its
 // partial residual. At a node of depth d with points P (count n, residual sum s), stop with weight
 // (1 - p_d) l(n, s), or split on rule (f, k) with weight p_d P(f) / avail_f l(n_L, s_L) l(n_R, s_R),
 // P(f) the prior's feature draw (1 / nav, or by input column for a coded table), l the leaf marginal
 // likelihood; the choice is drawn with u[t, c, slot]. Nodes are taken in heap order; the leaves then
-// take Gibbs draws with z[t, c, slot]. Shapes and dtypes as bart_sweep, u and z [T, C, K].
+// take Gibbs draws with z[t, c, slot] (rounded to the values' dtype). Shapes and dtypes as bart_sweep, u and
+// z [T, C, K]; or u and z empty: then u[t, c, slot] = keyed_uniform(u_base, keys[t, c], slot) and z[t, c, slot]
+// = ndtri(keyed_uniform(leaves_base, keys[t, c], slot)), drawn only for the nodes and leaves that use them.
 template <typename scalar_t>
 void gfr_chain(int64_t K, int64_t N, int64_t D, int16_t* feat, int16_t* cut, scalar_t* value, int16_t* leaf_of,
-               scalar_t* resid, const int16_t* Xb, const int64_t* n_cuts, double s2, const double* u, const double* z,
+               scalar_t* resid, const int16_t* Xb, const int64_t* n_cuts, double s2, const NodeUniforms& u,
+               const LeafNormals& z,
                const int64_t* groups, const double* ps_lut, double tau2, int64_t max_depth, bool use_lik,
                std::vector<int64_t>& idx, std::vector<int64_t>& tmp, std::vector<int64_t>& rng_lo,
                std::vector<int64_t>& rng_hi, std::vector<int64_t>& start, std::vector<int64_t>& end,
@@ -93,7 +105,7 @@ void gfr_chain(int64_t K, int64_t N, int64_t D, int16_t* feat, int16_t* cut, sca
     for (double x : w) mx = std::max(mx, x);
     double tot = 0.0;
     for (double& x : w) tot += (x = std::exp(x - mx));
-    double target = u[j] * tot, acc = 0.0;
+    double target = u(j) * tot, acc = 0.0;
     size_t pick = w.size() - 1;
     for (size_t i = 0; i < w.size(); ++i) {
       acc += w[i];
@@ -131,7 +143,8 @@ void gfr_chain(int64_t K, int64_t N, int64_t D, int16_t* feat, int16_t* cut, sca
       continue;
     }
     double v = s2 + n_leaf[j] * tau2;
-    value[j] = static_cast<scalar_t>(tau2 * s_leaf[j] / v + std::sqrt(tau2 * s2 / v) * z[j]);
+    const double zj = static_cast<double>(static_cast<scalar_t>(z(j)));  // rounded to the values' dtype first
+    value[j] = static_cast<scalar_t>(tau2 * s_leaf[j] / v + std::sqrt(tau2 * s2 / v) * zj);
     for (int64_t i = start[j]; i < end[j]; ++i) {
       leaf_of[idx[i]] = static_cast<int16_t>(j);
       resid[idx[i]] = R[idx[i]] - value[j];
@@ -141,7 +154,8 @@ void gfr_chain(int64_t K, int64_t N, int64_t D, int16_t* feat, int16_t* cut, sca
 
 void bart_gfr_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of, at::Tensor resid,
                     at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2, at::Tensor u, at::Tensor z, at::Tensor groups,
-                    at::Tensor ps_lut, double tau2, int64_t max_depth, bool use_likelihood) {
+                    at::Tensor ps_lut, double tau2, int64_t max_depth, bool use_likelihood, int64_t u_base,
+                    int64_t leaves_base, at::Tensor keys) {
   TORCH_CHECK(feature.device().is_cpu(), "bart_gfr_sweep: CPU tensors only");
   TORCH_CHECK(feature.scalar_type() == at::kShort && cut.scalar_type() == at::kShort && leaf_of.scalar_type() == at::kShort,
               "bart_gfr_sweep: feature, cut and leaf_of are int16");
@@ -150,8 +164,10 @@ void bart_gfr_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Te
   auto xb = Xb.to(at::kShort).contiguous();
   auto nc = n_cuts.to(at::kLong).contiguous();
   auto s2 = sigma2.to(at::kDouble).contiguous();
-  auto uu = u.to(at::kDouble).contiguous();
-  auto zz = z.to(value.scalar_type()).to(at::kDouble).contiguous();
+  const bool keyed = u.numel() == 0;  // keyed draws (keys [T, C]) instead of u and z tensors
+  auto uu = keyed ? u : u.to(at::kDouble).contiguous();
+  auto zz = keyed ? z : z.to(at::kDouble).contiguous();
+  auto kk = keyed ? keys.to(at::kLong).contiguous() : keys;
   auto gr = groups.numel() ? groups.to(at::kLong).contiguous() : groups;
   auto psl = ps_lut.to(at::kDouble).contiguous();
   const int64_t T = feature.size(0), C = feature.size(1), K = feature.size(2), N = resid.size(1), D = xb.size(0);
@@ -170,10 +186,20 @@ void bart_gfr_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Te
         }
         for (int64_t t = 0; t < T; ++t) {
           const int64_t o = t * C + c;
+          NodeUniforms us;
+          LeafNormals zs;
+          if (keyed) {
+            const int64_t key = kk.data_ptr<int64_t>()[o];
+            us.base = static_cast<uint64_t>(u_base), us.key = key;
+            zs.base = static_cast<uint64_t>(leaves_base), zs.key = key, zs.kz = K;
+          } else {
+            us.row = uu.data_ptr<double>() + o * K;
+            zs.row = zz.data_ptr<double>() + o * K;
+          }
           gfr_chain<scalar_t>(K, N, D, feature.data_ptr<int16_t>() + o * K, cut.data_ptr<int16_t>() + o * K,
                               value.data_ptr<scalar_t>() + o * K, leaf_of.data_ptr<int16_t>() + o * N,
                               resid.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(), nc.data_ptr<int64_t>(),
-                              s2.data_ptr<double>()[c], uu.data_ptr<double>() + o * K, zz.data_ptr<double>() + o * K, g,
+                              s2.data_ptr<double>()[c], us, zs, g,
                               psl.data_ptr<double>(), tau2, max_depth, use_likelihood, idx, tmp, lo, hi, st, en, hs, hn,
                               w, v_n.data(), hl_n.data());
         }
@@ -187,7 +213,7 @@ void bart_gfr_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Te
 TORCH_LIBRARY_FRAGMENT(torchtree, m) {
   m.def("bart_gfr_sweep(Tensor(a!) feature, Tensor(b!) cut, Tensor(c!) value, Tensor(d!) leaf_of, Tensor(e!) resid, "
         "Tensor Xb, Tensor n_cuts, Tensor sigma2, Tensor u, Tensor z, Tensor groups, Tensor ps_lut, float tau2, "
-        "int max_depth, bool use_likelihood) -> ()");
+        "int max_depth, bool use_likelihood, int u_base, int leaves_base, Tensor keys) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(torchtree, CPU, m) {

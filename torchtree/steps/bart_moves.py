@@ -313,23 +313,31 @@ def _signed(v: int) -> int:
 
 def gfr_sweep_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor,
                      leaf_of: torch.Tensor, resid: torch.Tensor, Xb: torch.Tensor, n_cuts: torch.Tensor,
-                     sigma2: torch.Tensor, U: torch.Tensor, Z: torch.Tensor, use_likelihood: bool = True,
-                     groups: Optional[torch.Tensor] = None) -> bool:
+                     sigma2: torch.Tensor, U: Optional[torch.Tensor], Z: Optional[torch.Tensor],
+                     use_likelihood: bool = True, groups: Optional[torch.Tensor] = None,
+                     keyed: Optional[Tuple[int, int, torch.Tensor]] = None) -> bool:
     """One grow-from-root sweep in place (XBART's warm start, He & Hahn 2021), as one compiled call: every
     tree in turn regrown from the root on its partial residual. A node of depth ``d`` holding ``n`` points
     with residual sum ``s`` stops with weight ``(1 - p_d) l(n, s)`` or splits on rule ``(f, k)`` with weight
     ``p_d P(f) / avail_f l(n_L, s_L) l(n_R, s_R)`` (``P(f)``, ``avail_f``: the prior's feature and cut
     draws, ``l``: :func:`log_marginal`'s likelihood), drawn with ``U[t, c, slot]``: paper 001's one-step
     optimal proposal applied to one tree. The leaves then take their Gibbs draws with ``Z[t, c, slot]``.
-    Shapes as :func:`sweep_native` with ``U, Z [T, C, K]``. Not a Markov kernel of the posterior: a warm
-    start for the MCMC sweeps. Returns False (nothing changed) where the kernel is unavailable."""
+    Shapes as :func:`sweep_native` with ``U, Z [T, C, K]``; or ``U, Z`` None with ``keyed = (u_base,
+    leaves_base, keys [T, C])``: the kernel then draws ``U[t, c, j] = keyed_uniform(u_base, keys[t, c], j)``
+    and ``Z[t, c, j] = ndtri(keyed_uniform(leaves_base, keys[t, c], j))`` for the nodes and leaves that use
+    them (the numbers those tensors would hold, the normals to the last bit of a float64; most slots hold
+    no node). Not a Markov kernel of the
+    posterior: a warm start for the MCMC sweeps. Returns False (nothing changed) where the kernel is
+    unavailable."""
     kernel = native.op("bart_gfr_sweep") if resid.device.type == "cpu" else None
     if kernel is None:
         return False
     _, ps_lut, _ = prior_tables(prior, feature.shape[-1], resid.device)
     empty = torch.empty(0, dtype=torch.long)
-    kernel(feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, Z, empty if groups is None else groups, ps_lut,
-           float(prior.tau ** 2), int(prior.max_depth), bool(use_likelihood))
+    u_base, leaves_base, keys = keyed if U is None else (0, 0, empty)
+    kernel(feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, empty.double() if U is None else U,
+           empty.double() if Z is None else Z, empty if groups is None else groups, ps_lut, float(prior.tau ** 2),
+           int(prior.max_depth), bool(use_likelihood), _signed(u_base), _signed(leaves_base), keys)
     return True
 
 

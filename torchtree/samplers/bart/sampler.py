@@ -234,10 +234,12 @@ class BART(SamplerBase):
         feature, cut, value, leaf_of = state.feature, state.cut, state.value, state.leaf_of
         gfr = it < ctx.setup.n_gfr
         if gfr:  # a grow-from-root sweep opens the warm-up (XBART's warm start)
-            U_g = keyed_uniform(ctx.seed, base + Stream.GROW_FROM_ROOT, tree_chain[..., None], torch.arange(K, device=dev))
-            Z = _leaf_normals(ctx.seed, base, tree_chain, K, K)
-            gfr = gfr_sweep_native(prior, feature, cut, value, leaf_of, state.resid, Xb, n_cuts, state.sigma2, U_g, Z,
-                                   use, ctx.setup.groups)
+            # each node's uniform (stream GROW_FROM_ROOT) and each leaf's normal (LEAVES), slot by slot, drawn in the
+            # kernel where a node or leaf uses one
+            keyed = (derive_seed(ctx.seed, base + Stream.GROW_FROM_ROOT), derive_seed(ctx.seed, base + Stream.LEAVES),
+                     tree_chain)
+            gfr = gfr_sweep_native(prior, feature, cut, value, leaf_of, state.resid, Xb, n_cuts, state.sigma2, None, None,
+                                   use, ctx.setup.groups, keyed=keyed)
             resid, moves = state.resid, torch.zeros(2, 3, dtype=torch.long, device=dev)
         if gfr:
             pass
