@@ -1,7 +1,7 @@
 """``BART``: the sampler of :mod:`torchtree.samplers.bart` (see the package for the method), its compiled tree update and ``backfit_sweep``."""
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 
@@ -285,7 +285,9 @@ class BART(SamplerBase):
         state.done = state.step >= self.n_iterations(ctx)
         n_warmup = ctx.setup.n_warmup
         if it >= n_warmup and (it - n_warmup) % c.thin == c.thin - 1:
-            state.kept.append(_kept(feature, cut, value))
+            # on the CPU the summary gives the width at once: the complete levels down to the deepest node
+            width = (1 << (int(stats[-1]) + 1)) - 1 if stats is not None else None
+            state.kept.append(_kept(feature, cut, value, width))
             state.kept_sigma.append(sigma2.clone())
             if len(state.kept) % COMPACT_EVERY == 0:
                 _compact(state.kept, len(state.kept) - COMPACT_EVERY)
@@ -428,10 +430,12 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     return resid, moves
 
 
-def _kept(feature, cut, value):
-    """A copy of one sweep's trees ``[T, C, K]`` as a kept draw, ``[C, T, K]`` each (full width until
-    :func:`_compact` trims its group)."""
-    return tuple(x.transpose(0, 1).clone() for x in (feature, cut, value))
+def _kept(feature, cut, value, width: Optional[int] = None):
+    """A copy of one sweep's trees ``[T, C, K]`` as a kept draw, ``[C, T, K']`` each: ``K' = width`` slots
+    (no node lies beyond them), or full width until :func:`_compact` trims its group."""
+    K = feature.shape[-1]
+    w = K if width is None else min(K, width)
+    return tuple(x[..., :w].transpose(0, 1).clone() for x in (feature, cut, value))
 
 
 def _compact(kept: list, start: int) -> None:
