@@ -7,7 +7,7 @@
 // point's code, and a table of the tree's 2^splits codes gives the leaf value (the walk done once per code
 // instead of once per point). Larger trees are walked point by point for a fixed number of levels. A draw's
 // sum runs tree by tree in float64; rows go in blocks that stay in cache while every tree passes over them.
-#include <torch/extension.h>
+#include "bart_common.h"
 
 #include <ATen/Parallel.h>
 
@@ -19,12 +19,6 @@ namespace {
 
 constexpr int64_t ROW_BLOCK = 2048;
 constexpr int CODE_BITS = 8;
-
-inline int64_t depth_of(int64_t k) {
-  int64_t d = 0;
-  while ((k + 1) >> (d + 1)) ++d;
-  return d;
-}
 
 // code[m] |= (x[m] > c) << bit for m < n: one split node's rule on a block of points. On x86-64 with GCC it is
 // built for AVX-512, AVX2 and the baseline, the widest the CPU has chosen when the library loads.
@@ -55,7 +49,7 @@ TreePlan plan_tree(const int32_t* f, const scalar_t* v, int64_t K) {
       deepest = k;
       p.split_nodes.push_back(k);
     }
-  p.levels = deepest < 0 ? 0 : depth_of(deepest) + 1;
+  p.levels = deepest < 0 ? 0 : torchtree_bart::heap_depth(deepest) + 1;
   const int64_t ns = static_cast<int64_t>(p.split_nodes.size());
   if (ns > CODE_BITS) return p;
   p.coded = true;
@@ -164,7 +158,7 @@ at::Tensor forest_stats(at::Tensor feature) {
   }
   int64_t last = K - 1;
   while (last >= 0 && !used[last]) --last;
-  o[C] = last < 0 ? 0.0 : static_cast<double>(depth_of(last));
+  o[C] = last < 0 ? 0.0 : static_cast<double>(torchtree_bart::heap_depth(last));
   return out;
 }
 

@@ -230,6 +230,12 @@ struct TreeUpdate {
     leaf_of[n] = static_cast<leaf_t>(nl);
     return rr - value[nl];
   }
+
+  // pass 2 alone, over every point's residual res[0..N)
+  void pass2(scalar_t* res) {
+    if (moved) for (int64_t n = 0; n < N; ++n) res[n] = move_point(n, res[n]);
+    else for (int64_t n = 0; n < N; ++n) res[n] = keep_point(n, res[n]);
+  }
 };
 
 template <typename scalar_t, typename leaf_t, typename feat_t>
@@ -243,8 +249,7 @@ void update_chain(int64_t K, int64_t Ku, int64_t N, int64_t D, feat_t* feat, fea
   up.propose();
   for (int64_t n = 0; n < N; ++n) up.add(n, resid[n]);
   up.decide(z, move_out, accept_out);
-  if (up.moved) for (int64_t n = 0; n < N; ++n) resid[n] = up.move_point(n, resid[n]);
-  else for (int64_t n = 0; n < N; ++n) resid[n] = up.keep_point(n, resid[n]);
+  up.pass2(resid);
 }
 
 std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of,
@@ -355,8 +360,7 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
         decide(cur, 0, c);
         for (int64_t t = 0; t < T; ++t) {
           if (t + 1 == T) {
-            if (cur.moved) for (int64_t n = 0; n < N; ++n) res[n] = cur.move_point(n, res[n]);
-            else for (int64_t n = 0; n < N; ++n) res[n] = cur.keep_point(n, res[n]);
+            cur.pass2(res);
             break;
           }
           // tree t's pass 2 and tree t + 1's pass 1 in one loop: t + 1's proposal needs only its own tree.
