@@ -113,7 +113,7 @@ def test_golden_two_ranks(name, rank_results):
 
 def test_recorded_invariants():
     """What the recorded file itself must satisfy (guards a re-recording): resumed = uninterrupted,
-    2 ranks = 1 rank, and the MCMC host loop = the batched loop on the same single chain (same
+    2 ranks = 1 rank, and the MCMC host loop = the batched loop on the same chains (same
     moves and uniforms; the posterior weights are summed in another order, hence 1e-12)."""
     for c in RECORDED["cases"]:
         if c["runner"] == "resume":
@@ -127,3 +127,7 @@ def test_recorded_invariants():
         assert not rg.compare(host[key], batched[key], key, rtol=1e-12, atol=1e-12), key
     w_host, w_batched = torch.tensor(host["weights"]["first5"]), torch.tensor(batched["weights"]["first5"])
     assert torch.allclose(w_host, w_batched, rtol=1e-12, atol=0)
+    # several chains: the host engine runs them one after another, the same chains as the batch
+    host, batched = BY_NAME["mcmc_host_4chains"]["outputs"], BY_NAME["mcmc_batched_4chains"]["outputs"]
+    for key in ("predict_proba", "predict", "log_predictive"):
+        assert not rg.compare(host[key], batched[key], key, rtol=1e-12, atol=1e-12), key

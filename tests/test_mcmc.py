@@ -175,6 +175,53 @@ def test_host_engine_reproduces_batched_chain(case):
     assert a.info["rhat_log_posterior"] == pytest.approx(b.info["rhat_log_posterior"], rel=1e-9)
 
 
+@pytest.mark.parametrize("init", ["root", "prior"])
+def test_host_chains_one_after_another_reproduce_the_batch(init):
+    """Several chains on the host engine are the batched engine's chains: the same acceptance
+    counts, the same per-chain traces (so the same R-hat and ESS; the log posterior to rounding)
+    and the same predictions (the host merges repeated draws and orders them by chain: the weights
+    sum in another order)."""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((90, 3))
+    data = tt.Data(X, (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int))
+    kw = dict(n_chains=3, n_warmup=60, n_samples=40, thin=2, init=init)
+    host, batched = (MCMC(engine=e, **kw).run(data, seed=4) for e in ("host", "batched"))
+    assert host.info["engine"] == "host" and batched.info["engine"] == "batched"
+    for k in ("accept/grow", "accept/prune", "accept/change", "accept/swap", "rhat_leaves", "ess_leaves"):
+        assert host.info[k] == batched.info[k] or (np.isnan(host.info[k]) and np.isnan(batched.info[k])), k
+    assert host.info["trace"]["n_leaves"].shape == (3, 40)
+    assert np.array_equal(host.info["trace"]["n_leaves"], batched.info["trace"]["n_leaves"])
+    # the log posterior: numpy's sum of the node terms against torch's (the last bits)
+    assert np.allclose(host.info["trace"]["log_posterior"], batched.info["trace"]["log_posterior"], rtol=1e-12, atol=0)
+    assert host.info["ess_log_posterior"] == pytest.approx(batched.info["ess_log_posterior"], rel=1e-9)
+    assert host.n_particles == batched.n_particles == 120
+    assert np.allclose(host.predict_proba(data.X), batched.predict_proba(data.X), rtol=0, atol=1e-12)
+    host.trees.validate(data, host.likelihood)
+
+
+def test_auto_engine_follows_its_cost_model():
+    """``engine="auto"``: host for one chain, and for several on the CPU where
+    ``host_is_cheaper`` says so; a table the host engine cannot take stays batched."""
+    from torchtree.samplers.mcmc.config import host_is_cheaper
+
+    assert host_is_cheaper(1, 10 ** 7)
+    assert host_is_cheaper(16, 1000) and not host_is_cheaper(16, 4000)
+    assert host_is_cheaper(4, 6000) and not host_is_cheaper(4, 12000)
+    rng = np.random.default_rng(0)
+
+    def engine(n, n_chains, missing=False):
+        X = rng.standard_normal((n, 2))
+        if missing:
+            X[0, 0] = np.nan
+        return MCMC(n_chains=n_chains, n_warmup=1, n_samples=1).run(tt.Data(X, (X[:, 0] > 0).astype(int)),
+                                                                      seed=0).info["engine"]
+
+    assert engine(300, 16) == "host"
+    assert engine(5000, 16) == "batched"
+    assert engine(300, 16, missing=True) == "batched"
+    assert engine(300, 16) == "host"
+
+
 def test_cut_proposal_option():
     """``cut_proposal="data"`` runs the batched engine (also for one chain); unknown
     values and the host engine with it are refused."""

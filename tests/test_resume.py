@@ -47,6 +47,7 @@ from thread_backend import run_threads  # noqa: E402
 DATA, XQ = rc.data()
 SMC_KW = dict(n_particles=64, n_islands=2, proposal="prior", ess_threshold=0.9)
 MCMC_KW = {"host": dict(n_chains=1, n_samples=60, engine="host"),
+           "host2": dict(n_chains=2, n_samples=60, engine="host"),
            "batched": dict(n_chains=3, n_samples=40, engine="batched")}
 
 
@@ -138,7 +139,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("kind,stop_at", [("smc", 12), ("host", 70), ("batched", 43)])
+@pytest.mark.parametrize("kind,stop_at", [("smc", 12), ("host", 70), ("host2", 70), ("batched", 43)])
 def test_sigkill_then_resume_equals_uninterrupted(tmp_path, kind, stop_at):
     path = str(tmp_path / f"{kind}.ckpt")
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -171,7 +172,8 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path, kind, stop_at):
 
 
 # ------------------------------------------------------------------ in-process stops
-@pytest.mark.parametrize("kind,stops", [("smc", (0, 5, 30)), ("host", (0, 59, 119)), ("batched", (10, 60))])
+@pytest.mark.parametrize("kind,stops", [("smc", (0, 5, 30)), ("host", (0, 59, 119)), ("host2", (0, 59, 119)),
+                                        ("batched", (10, 60))])
 def test_stop_anywhere_then_resume(tmp_path, monkeypatch, kind, stops):
     ref = _reference(kind)
     # MCMC draws its uniforms in blocks of _BLOCK iterations (512): with blocks of 16 the
@@ -208,7 +210,7 @@ def test_smc_layer_optimal_and_regression_resume(tmp_path):
 
 
 # ------------------------------------------------------------------ other runs refused
-@pytest.mark.parametrize("kind", ["smc", "host", "batched"])
+@pytest.mark.parametrize("kind", ["smc", "host", "host2", "batched"])
 def test_checkpoint_of_another_run_is_refused(tmp_path, kind):
     path = str(tmp_path / "run.ckpt")
     _run_stopped(kind, path, 3)
@@ -224,8 +226,32 @@ def test_checkpoint_of_another_run_is_refused(tmp_path, kind):
     _sampler(kind, path, every=5).run(DATA, seed=rc.SEED)
 
 
+def test_checkpoint_of_the_other_mcmc_engine_is_refused(tmp_path, monkeypatch):
+    """``engine="auto"`` is the setting the fingerprint sees, whichever engine it resolves to (a
+    release with another cost model may resolve it otherwise): the state's layout then refuses a
+    file of the other engine, with a message that says so."""
+    import torchtree.samplers.mcmc.sampler as mcmc_sampler
+
+    kw = {**MCMC_KW["host2"], "engine": "auto"}
+    for first, then, msg in ((False, True, "host engine"), (True, False, "batched engine")):
+        path = str(tmp_path / f"run{first}.ckpt")
+        monkeypatch.setattr(mcmc_sampler, "host_is_cheaper", lambda p, n: first)
+        with pytest.raises(Stop):
+            MCMC(**kw, checkpoint=path).run(DATA, seed=rc.SEED, monitor=CallbackMonitor(on_checkpoint=_stop_at(3)))
+        monkeypatch.setattr(mcmc_sampler, "host_is_cheaper", lambda p, n: then)
+        with pytest.raises(CheckpointError, match=msg):
+            MCMC(**kw, checkpoint=path).run(DATA, seed=rc.SEED)
+
+
+def _stop_at(stop_at):
+    def hook(step):
+        if step >= stop_at:
+            raise Stop
+    return hook
+
+
 # --------------------------------------------------------- save steps, finished runs
-@pytest.mark.parametrize("kind", ["smc", "host", "batched"])
+@pytest.mark.parametrize("kind", ["smc", "host", "host2", "batched"])
 def test_every_3_saves_at_expected_steps_and_finished_run_returns_at_once(tmp_path, kind):
     path = str(tmp_path / "run.ckpt")
     s = _sampler(kind, path, every=3)

@@ -45,10 +45,12 @@ def test_samplers_take_a_pair_x_y(make):
         make().run(X, seed=0)
 
 
-def test_mcmc_host_engine_refuses_several_chains_and_device_auto_resolves():
+def test_mcmc_host_engine_runs_several_chains_and_device_auto_resolves():
     X, y = _xy()
-    with pytest.raises(ValueError, match="engine='host' runs a single chain"):
-        MCMC(n_chains=3, engine="host")
+    post = MCMC(n_chains=3, engine="host", n_samples=5, n_warmup=5).run((X, y), seed=0)
+    assert post.info["engine"] == "host" and post.info["trace"]["n_leaves"].shape == (3, 5)
+    with pytest.raises(ValueError, match="engine='host' implements cut_proposal='prior' only"):
+        MCMC(n_chains=3, engine="host", cut_proposal="data")
     # "auto" (documented for the estimators) used to reach torch.device("auto")
     for method, kw in (("mcmc", dict(n_samples=10, n_warmup=10)), ("smc-moves", dict(n_particles=16, n_iterations=2))):
         clf = BayesianTreeClassifier(method, device="auto", **kw).fit(X, y)

@@ -374,25 +374,28 @@ def _case_list():
     add("topdown_regression", "TopDownSMC", "sampler",
         _hard("TopDownSMC", abalone, CHIPMAN, NIG, n_particles=100, n_islands=2, proposal="prior", expansion="node"))
     # --- MCMC (Chipman et al.): engine "auto" runs the numpy host loop for one chain
-    # (cut_proposal="prior") and the batched tensor loop otherwise; engine= forces either.
+    # (cut_proposal="prior"), and for several where its cost model finds it cheaper (these small
+    # tables), the batched tensor loop otherwise; engine= forces either.
     add("mcmc_host_1chain", "MCMC", "sampler",
         _hard("MCMC", iris, CHIPMAN, DM5, n_chains=1, n_samples=300, engine="auto"), engine="host")
     add("mcmc_batched_1chain", "MCMC", "sampler",
         _hard("MCMC", iris, CHIPMAN, DM5, n_chains=1, n_samples=300, engine="batched"), engine="batched")
     add("mcmc_batched_4chains", "MCMC", "sampler",
-        _hard("MCMC", iris, CHIPMAN, DM5, n_chains=4, n_samples=50, thin=2, seed=3), engine="batched")
+        _hard("MCMC", iris, CHIPMAN, DM5, n_chains=4, n_samples=50, thin=2, seed=3, engine="batched"), engine="batched")
+    add("mcmc_host_4chains", "MCMC", "sampler",
+        _hard("MCMC", iris, CHIPMAN, DM5, n_chains=4, n_samples=50, thin=2, seed=3), engine="host")
     add("mcmc_informed_cuts", "MCMC", "sampler",
         _hard("MCMC", iris, CHIPMAN, DM5, n_chains=2, n_samples=50, cut_proposal="informed", seed=4), engine="batched")
     add("mcmc_regression_host", "MCMC", "sampler",
         _hard("MCMC", abalone, CHIPMAN, NIG, n_chains=1, n_samples=150, init="prior", seed=5), engine="host")
     add("mcmc_regression_batched", "MCMC", "sampler",
-        _hard("MCMC", abalone, CHIPMAN, NIG, n_chains=3, n_samples=50, seed=5), engine="batched")
+        _hard("MCMC", abalone, CHIPMAN, NIG, n_chains=3, n_samples=50, seed=5, engine="batched"), engine="batched")
     add("mcmc_poisson_host", "MCMC", "sampler",
         _hard("MCMC", iris, {"class": "PoissonPrior", "args": [4.0]}, DM5, n_chains=1, n_samples=150, seed=6),
         engine="host")
     add("mcmc_poisson_batched", "MCMC", "sampler",
-        _hard("MCMC", iris, {"class": "PoissonPrior", "args": [4.0]}, DM5, n_chains=2, n_samples=50, seed=6),
-        engine="batched")
+        _hard("MCMC", iris, {"class": "PoissonPrior", "args": [4.0]}, DM5, n_chains=2, n_samples=50, seed=6,
+              engine="batched"), engine="batched")
     # --- SMCSampler (paper 002)
     add("smcmoves_classification", "SMCSampler", "sampler",
         _hard("SMCSampler", iris, CHIPMAN, DM5, n_particles=64, n_iterations=8))

@@ -6,7 +6,7 @@ with probability ``min(1, pi(t") q(t | t") / (pi(t) q(t" | t)))``. A single chai
 is latency-bound: an iteration is a fixed number of small tensor operations,
 random numbers are drawn in blocks of iterations, and nothing is synchronised
 with the host except the subtree height that bounds the routing loop; the host engine
-(:class:`torchtree.steps.host_moves.HostChain`) runs the same chain in numpy.
+(:class:`torchtree.steps.host_moves.HostChain`) runs the same chains in numpy, one after another.
 
 The run goes through :func:`torchtree.samplers.driver.run` (device, seed, checkpoints,
 monitors). One driver step runs the iterations up to the next monitor report or

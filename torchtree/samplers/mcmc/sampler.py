@@ -21,8 +21,9 @@ from torchtree.samplers.base import SamplerBase
 from torchtree.steps.host_moves import HostChain, host_trees
 from torchtree.steps.moves import (MOVES, N_SLOTS, TreeModel, TreeState, draw_moves, propose, sample_prior_state, snapshot_trees)
 
-from torchtree.samplers.mcmc.config import MCMCConfig, Stream
-from torchtree.samplers.mcmc.state import MCMCSetup, MCMCState, HostMCMCState
+from torchtree.io.checkpoint import CheckpointError
+from torchtree.samplers.mcmc.config import MCMCConfig, Stream, host_is_cheaper
+from torchtree.samplers.mcmc.state import MCMCSetup, MCMCState, HostMCMCState, HostRecord
 
 __all__ = ["MCMC"]
 
@@ -65,10 +66,13 @@ class MCMC(SamplerBase):
         the same posterior.
     ``engine``
         ``"batched"`` runs all chains as one batch of tensor operations on the data's device;
-        ``"host"`` runs one chain with numpy on the CPU (a single chain is latency-bound; same
-        moves, same random numbers, same chain); ``"auto"`` picks ``"host"`` for one chain on a
-        numeric table with ``cut_proposal="prior"`` (the host engine takes neither missing
-        values, categories nor the other cut proposals).
+        ``"host"`` runs each chain with numpy on the CPU, one after another (a chain is
+        latency-bound; same moves, same random numbers, same chains). ``"auto"`` picks
+        ``"host"`` on a numeric table with ``cut_proposal="prior"`` (the host engine takes
+        neither missing values, categories nor the other cut proposals) for one chain, and for
+        several on the CPU where :func:`~torchtree.samplers.mcmc.config.host_is_cheaper` finds
+        them cheaper one by one than as a batch: a batched iteration is a fixed count of small
+        tensor operations, so below about 1,900 rows 16 host chains cost less than their batch.
     ``cut_proposal``
         How grow / change moves draw a cut (:func:`torchtree.steps.moves.propose`): uniform on the
         node's data range as the prior draws it (``"prior"``), uniform among the gaps between
@@ -159,13 +163,14 @@ class MCMC(SamplerBase):
             raise ValueError(f"n_chains ({n_chains}) must be divisible by the number of ranks ({W}): every rank "
                              "runs n_chains / world_size chains")
         if W > 1 and self.engine == "host":
-            raise ValueError("engine='host' runs a single chain in one process; a multi-rank run needs "
+            raise ValueError("engine='host' runs its chains in one process; a multi-rank run needs "
                              "engine='batched' (or 'auto')")
         n_local = n_chains // W
         if model.groups is not None and self.engine == "host":
             raise ValueError("engine='host' takes numeric tables only; a table with missing values or categorical "
                              "columns runs on engine='batched' (or 'auto')")
-        host = model.groups is None and (self.engine == "host" or (self.engine == "auto" and n_chains == 1))
+        host = model.groups is None and (self.engine == "host" or (self.engine == "auto" and (n_chains == 1 or (
+            W == 1 and ctx.device.type == "cpu" and host_is_cheaper(n_chains, ctx.data.n)))))
         check_tree_memory("MCMC", n_local, ctx.data, "n_chains (or n_samples)",
                           kept_per_tree=0 if host else self.config.n_samples,
                           per_tree=0 if host else min(_BLOCK, self.n_iterations) * N_SLOTS * 8)  # a block of uniforms
@@ -196,21 +201,27 @@ class MCMC(SamplerBase):
         else:
             chains = TreeState.roots(model, gidx.numel())
         if ctx.setup.host:
-            chain = HostChain(model, c.move_probs)
             t = chains.trees.to("cpu")
-            chain.load(t, t.leaf_index(model.X.cpu())[0].numpy())
-            return HostMCMCState(step=0, done=False, chain=chain, proposed=np.zeros(4, np.int64),
-                                 accepted=np.zeros(4, np.int64), snaps=[], counts=[], trace_leaves=[], trace_lp=[],
-                                 version=0, snap_version=-1)
+            leaves = t.leaf_index(model.X.cpu()).numpy()
+            records = []
+            for p in range(t.n_trees):
+                chain = HostChain(model, c.move_probs)
+                chain.load(t.take(torch.tensor([p])), leaves[p])
+                records.append(HostRecord.start(chain))
+            return HostMCMCState(step=0, done=False, chains=records)
         zeros = torch.zeros(4, dtype=torch.long, device=ctx.device)
         return MCMCState(step=0, done=False, chains=chains, proposed=zeros, accepted=zeros.clone(), kept=[],
                          trace_leaves=[], trace_lp=[])
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext):
-        """The state a checkpoint holds."""
+        """The state a checkpoint holds (refused when another engine wrote it)."""
+        if ctx.setup.host != ("chains" in saved or "chain" in saved):
+            raise CheckpointError(f"the checkpoint holds {'batched' if ctx.setup.host else 'host'} chains and this "
+                                  f"run uses the {'host' if ctx.setup.host else 'batched'} engine; pass the engine "
+                                  "that wrote it (engine=) or delete the file")
         if not ctx.setup.host:
             return MCMCState.from_state_dict(saved, ctx.device)
-        return HostMCMCState.from_state_dict(saved, HostChain(ctx.setup.model, self.config.move_probs))
+        return HostMCMCState.from_state_dict(saved, lambda: HostChain(ctx.setup.model, self.config.move_probs))
 
     def step(self, state, ctx: driver.RunContext) -> Tuple[Any, Optional[dict]]:
         """The iterations up to the next monitor report or checkpoint (or the end)."""
@@ -227,17 +238,20 @@ class MCMC(SamplerBase):
         if not ctx.watch or (end % c.monitor_every and end != total):
             return state, None
         if ctx.setup.host:
-            ch, n = state.chain, state.chain.n
-            return state, _report(torch.from_numpy(state.proposed), torch.from_numpy(state.accepted),
-                                  torch.tensor([ch.log_posterior()]), torch.tensor([int(ch.leaf[:n].sum())]),
-                                  torch.tensor([int(ch.depth[:n][ch.leaf[:n]].max())]), ctx.seconds())
+            recs = state.chains
+            chs = [r.chain for r in recs]
+            return state, _report(torch.from_numpy(sum(r.proposed for r in recs)),
+                                  torch.from_numpy(sum(r.accepted for r in recs)),
+                                  torch.tensor([ch.log_posterior() for ch in chs]),
+                                  torch.tensor([int(ch.leaf[:ch.n].sum()) for ch in chs]),
+                                  torch.tensor([int(ch.depth[:ch.n][ch.leaf[:ch.n]].max()) for ch in chs]), ctx.seconds())
         t = state.chains.trees
         return state, _report(state.proposed, state.accepted, state.chains.log_posterior(ctx.setup.model),
                               t.n_leaves(), t.max_depth(), ctx.seconds())
 
     def _uniforms(self, it: int, ctx: driver.RunContext) -> Tuple[int, Any]:
         """(first iteration b0, uniforms) of the block of ``_BLOCK`` iterations holding ``it``:
-        ``[B, P, N_SLOTS]`` on the device (batched) or ``[B, N_SLOTS]`` numpy (host). Keyed by
+        ``[B, P, N_SLOTS]`` on the device (batched) or in numpy (host). Keyed by
         seed, chain and iteration, so a run resumed inside a block draws the same numbers."""
         b0 = it - it % _BLOCK
         cache = ctx.setup.uniforms
@@ -249,7 +263,7 @@ class MCMC(SamplerBase):
             slots = torch.arange(N_SLOTS, device=dev)
             U = keyed_uniform(derive_seed(ctx.seed, Stream.MOVES), 0, gidx[None, :, None],
                               its[:, None, None] * N_SLOTS + slots)
-            cache[:] = [(b0, U[:, 0].numpy() if host else U)]
+            cache[:] = [(b0, U.numpy() if host else U)]
         return cache[0]
 
     def _batched_iterations(self, st: MCMCState, start: int, end: int, ctx: driver.RunContext) -> None:
@@ -273,45 +287,56 @@ class MCMC(SamplerBase):
                 st.trace_lp.append(st.chains.log_posterior(model))
 
     def _host_iterations(self, st: HostMCMCState, start: int, end: int, ctx: driver.RunContext) -> None:
-        """Iterations ``start .. end-1`` of the single host chain (in place on ``st``)."""
-        c, chain = self.config, st.chain
-        warm, thin, keep_all = self.n_warmup, c.thin, c.keep == "all"
-        proposed, accepted, snaps, counts = st.proposed, st.accepted, st.snaps, st.counts
-        version, snap_version = st.version, st.snap_version
+        """Iterations ``start .. end-1`` of the host chains (in place on ``st``): block by block of
+        uniforms, each chain's share of the block in turn."""
         it = start
         while it < end:
             b0, U = self._uniforms(it, ctx)
             stop = min(end, b0 + U.shape[0])
-            for i in range(it, stop):  # a Markov chain: iterations are sequential
-                kind, acc = chain.step(U[i - b0])
-                proposed[kind] += 1
-                if acc:
-                    accepted[kind] += 1
-                    version += 1
-                record = i >= warm and (i - warm) % thin == thin - 1
-                if keep_all or record:
-                    # Consecutive identical draws are stored once with a count.
-                    if version != snap_version:
-                        snaps.append(chain.snapshot())
-                        counts.append(0)
-                        snap_version = version
-                    counts[-1] += 1
-                if record:
-                    st.trace_leaves.append(int(chain.leaf[: chain.n].sum()))
-                    st.trace_lp.append(chain.log_posterior())
+            for p, rec in enumerate(st.chains):
+                self._host_chain(rec, U[it - b0: stop - b0, p], it)
             it = stop
-        st.version, st.snap_version = version, snap_version
+
+    def _host_chain(self, rec: HostRecord, U: np.ndarray, start: int) -> None:
+        """Iterations ``start .. start + len(U) - 1`` of one host chain, with uniforms ``U [B, N_SLOTS]``
+        (in place on ``rec``)."""
+        c, chain = self.config, rec.chain
+        warm, thin, keep_all = self.n_warmup, c.thin, c.keep == "all"
+        proposed, accepted, snaps, counts = rec.proposed, rec.accepted, rec.snaps, rec.counts
+        version, snap_version = rec.version, rec.snap_version
+        for i, u in enumerate(U, start):  # a Markov chain: iterations are sequential
+            kind, acc = chain.step(u)
+            proposed[kind] += 1
+            if acc:
+                accepted[kind] += 1
+                version += 1
+            record = i >= warm and (i - warm) % thin == thin - 1
+            if keep_all or record:
+                # Consecutive identical draws are stored once with a count.
+                if version != snap_version:
+                    snaps.append(chain.snapshot())
+                    counts.append(0)
+                    snap_version = version
+                counts[-1] += 1
+            if record:
+                rec.trace_leaves.append(int(chain.leaf[: chain.n].sum()))
+                rec.trace_lp.append(chain.log_posterior())
+        rec.version, rec.snap_version = version, snap_version
 
     def finalize(self, state, ctx: driver.RunContext) -> TreePosterior:
-        """Equal weights over the kept draws (a host chain's repeated draws merged with their counts)."""
+        """Equal weights over the kept draws (a host chain's repeated draws merged with their counts;
+        host chains one after another, batched draws iteration by iteration)."""
         c, data, lik = self.config, ctx.data, ctx.setup.likelihood
         if ctx.setup.host:
-            trees = host_trees(state.snaps, state.chain.dt, lik.stats_dtype)
-            logw = torch.log(torch.tensor(state.counts, dtype=torch.float64))
-            n_kept = int(sum(state.counts))
-            proposed, accepted = torch.from_numpy(state.proposed), torch.from_numpy(state.accepted)
-            leaves = np.asarray(state.trace_leaves, np.float64)[None]
-            lp = np.asarray(state.trace_lp)[None]
+            recs = state.chains
+            counts = [k for r in recs for k in r.counts]
+            trees = host_trees([s for r in recs for s in r.snaps], recs[0].chain.dt, lik.stats_dtype)
+            logw = torch.log(torch.tensor(counts, dtype=torch.float64))
+            n_kept = int(sum(counts))
+            proposed = torch.from_numpy(sum(r.proposed for r in recs))
+            accepted = torch.from_numpy(sum(r.accepted for r in recs))
+            leaves = np.asarray([r.trace_leaves for r in recs], np.float64)  # [chains, draws]
+            lp = np.asarray([r.trace_lp for r in recs], np.float64)
         else:
             trees = HardTrees.cat(state.kept)
             proposed, accepted = state.proposed, state.accepted

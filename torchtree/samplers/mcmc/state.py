@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 import torch
@@ -14,7 +14,7 @@ from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
 from torchtree.steps.moves import TreeModel, TreeState
 
 
-__all__ = ["MCMCSetup", "MCMCState", "HostMCMCState"]
+__all__ = ["MCMCSetup", "MCMCState", "HostMCMCState", "HostRecord"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class MCMCSetup:
     ----------
     likelihood : the leaf model
     model : TreeModel, the target (prior x likelihood on the run's data)
-    host : bool, the host engine runs (one chain in numpy) instead of the batched one
+    host : bool, the host engine runs (each chain in numpy, one after another) instead of the batched one
     chains : LongTensor [n_local], this rank's global chain indices
     uniforms : list, the block of keyed uniforms in use (``[(first iteration, uniforms)]``; filled by
         the steps, so that a block is drawn once)
@@ -90,12 +90,11 @@ def _kept_trees(saved) -> HardTrees:
 
 
 @dataclass
-class HostMCMCState(SamplerState):
-    """The single host chain between two iterations.
+class HostRecord:
+    """One host chain between two iterations, and what it has kept.
 
     Attributes
     ----------
-    step : int, the next iteration; done : bool
     chain : HostChain (its arrays are the state; ``chain.state_dict()``)
     proposed, accepted : int64 ndarray [4], moves per type
     snaps : list of snapshot tuples, the distinct consecutive kept trees; counts : list of
@@ -104,8 +103,6 @@ class HostMCMCState(SamplerState):
     version : int, accepted moves so far; snap_version : int, ``version`` of the last snapshot
     """
 
-    step: int
-    done: bool
     chain: HostChain
     proposed: np.ndarray
     accepted: np.ndarray
@@ -117,19 +114,51 @@ class HostMCMCState(SamplerState):
     snap_version: int
 
     @classmethod
-    def from_state_dict(cls, saved: Dict[str, Any], chain: HostChain) -> "HostMCMCState":  # type: ignore[override]
+    def start(cls, chain: HostChain) -> "HostRecord":
+        """A loaded chain with nothing kept yet."""
+        return cls(chain=chain, proposed=np.zeros(4, np.int64), accepted=np.zeros(4, np.int64), snaps=[], counts=[],
+                   trace_leaves=[], trace_lp=[], version=0, snap_version=-1)
+
+    @classmethod
+    def from_state_dict(cls, saved: Dict[str, Any], chain: HostChain) -> "HostRecord":
         """Rebuild from :meth:`state_dict`; ``chain``: a fresh HostChain of the run's model and
         move probabilities (the arrays are loaded into it)."""
         chain.load_state_dict(saved["chain"])
-        return cls(step=int(saved["step"]), done=bool(saved["done"]), chain=chain,
-                   proposed=saved["proposed"].numpy().copy(), accepted=saved["accepted"].numpy().copy(),
+        return cls(chain=chain, proposed=saved["proposed"].numpy().copy(), accepted=saved["accepted"].numpy().copy(),
                    snaps=unpack_snapshots(saved["snaps"]), counts=list(saved["counts"]),
                    trace_leaves=list(saved["trace_leaves"]), trace_lp=list(saved["trace_lp"]),
                    version=int(saved["version"]), snap_version=int(saved["snap_version"]))
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"step": int(self.step), "done": bool(self.done), "chain": self.chain.state_dict(),
+        return {"chain": self.chain.state_dict(),
                 "proposed": torch.from_numpy(self.proposed.copy()), "accepted": torch.from_numpy(self.accepted.copy()),
                 "snaps": pack_snapshots(self.snaps), "counts": list(self.counts),
                 "trace_leaves": list(self.trace_leaves), "trace_lp": list(self.trace_lp),
                 "version": int(self.version), "snap_version": int(self.snap_version)}
+
+
+@dataclass
+class HostMCMCState(SamplerState):
+    """The host chains between two iterations (each run to the same iteration).
+
+    Attributes
+    ----------
+    step : int, the next iteration; done : bool
+    chains : list of HostRecord, this rank's chains in order
+    """
+
+    step: int
+    done: bool
+    chains: List[HostRecord]
+
+    @classmethod
+    def from_state_dict(cls, saved: Dict[str, Any], new_chain: Callable[[], HostChain]) -> "HostMCMCState":  # type: ignore[override]
+        """Rebuild from :meth:`state_dict`; ``new_chain()`` makes a fresh HostChain of the run's
+        model and move probabilities. A checkpoint of the one-chain layout (``chain`` at the
+        top, written before several host chains were possible) loads as one chain."""
+        records = saved["chains"] if "chains" in saved else [saved]
+        return cls(step=int(saved["step"]), done=bool(saved["done"]),
+                   chains=[HostRecord.from_state_dict(r, new_chain()) for r in records])
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"step": int(self.step), "done": bool(self.done), "chains": [r.state_dict() for r in self.chains]}

@@ -1,0 +1,138 @@
+"""The MCMC estimator's default fit with ``engine="auto"`` against the batched engine, one thread.
+
+On each table (a 70/30 split, seed 0) a default ``method="mcmc"`` estimator fits and predicts
+with the engine forced to ``"batched"`` (what ``"auto"`` chose for several chains before it had
+a cost model) and with ``"auto"``, alternated ``--repeats`` times in this process; CPU seconds
+are ``time.process_time`` of fit + predict (minimum over repeats). The two engines run the same
+chains, so the accuracy (RMSE) must agree. ``auto`` column: the engine it resolved to.
+
+``--crossover`` checks the cost model behind ``"auto"``
+(:func:`torchtree.samplers.mcmc.config.host_is_cheaper`, fitted on magic04's classification) on a
+table that did not choose it: on the first rows of abalone's regression, the milliseconds per
+iteration of one host chain (times 4 and 16) and of a batch of 4 and of 16 chains, with the model's
+choice and the cheaper one measured.
+
+Command (from the repository root)::
+
+    .venv/bin/python benchmarks/bench_mcmc_engines.py --crossover 500 1000 2000 3000 \
+        --out benchmarks/results/bench_mcmc_engines.txt
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+TABLES = ["iris", "wine", "heart_statlog", "heart_cleveland", "breast_cancer_wisconsin_original",
+          "pima_diabetes", "raisin", "abalone"]
+# smoke-expect: ^\| iris \|
+# smoke-expect: ^\| 100 \|
+
+
+def split(name: str):
+    from torchtree.datasets import load_table
+
+    t = load_table(name)
+    X, y = np.asarray(t.X, dtype=np.float64), np.asarray(t.y)
+    if name == "abalone":
+        y = y.astype(np.float64)
+    idx = np.random.default_rng(0).permutation(len(y))
+    k = int(0.7 * len(y))
+    return X[idx[:k]], y[idx[:k]], X[idx[k:]], y[idx[k:]]
+
+
+def one(engine: str, data, smoke: bool):
+    """(CPU s of fit + predict, accuracy or RMSE, resolved engine)."""
+    from torchtree import BayesianTreeClassifier, BayesianTreeRegressor
+
+    Xtr, ytr, Xte, yte = data
+    reg = ytr.dtype.kind == "f"
+    cls = BayesianTreeRegressor if reg else BayesianTreeClassifier
+    kw = dict(n_samples=10, n_chains=4) if smoke else {}
+    c0 = time.process_time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the convergence warning
+        est = cls(method="mcmc", random_state=0, n_threads=1, engine=engine, **kw).fit(Xtr, ytr)
+        p = est.predict(Xte)
+    cpu = time.process_time() - c0
+    score = float(np.sqrt(np.mean((p - yte) ** 2))) if reg else float((p == yte).mean())
+    return cpu, score, est.posterior_.info["engine"]
+
+
+def crossover(sizes, lines: list, smoke: bool) -> None:
+    """Per-iteration cost of both engines on the first ``n`` rows of abalone (regression)."""
+    from torchtree import MCMC, Data
+    from torchtree.datasets import load_table
+    from torchtree.samplers.mcmc.config import host_is_cheaper
+
+    t = load_table("abalone")
+    X, y = np.asarray(t.X, dtype=np.float64), np.asarray(t.y, dtype=np.float64)
+    n_samples = 10 if smoke else 250
+    head = ["", "Cost model check (abalone regression, first n rows; ms per iteration, 1 thread, "
+            f"{2 * n_samples} iterations):", "",
+            "| n | host, 1 chain | batch of 4 | batch of 16 | 4 chains: model / measured | 16 chains: model / measured |",
+            "|---|---|---|---|---|---|"]
+    lines += head
+    print("\n".join(head), flush=True)
+    for n in sizes:
+        data = Data(X[:n], y[:n], task="regression")
+        ms = {}
+        for engine, chains in (("host", 1), ("batched", 4), ("batched", 16)):
+            c0 = time.process_time()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                MCMC(n_chains=chains, n_samples=n_samples, engine=engine).run(data, seed=0)
+            ms[chains] = (time.process_time() - c0) / (2 * n_samples) * 1e3
+        pick = lambda p: "host" if host_is_cheaper(p, n) else "batched"  # noqa: E731
+        best = lambda p: "host" if p * ms[1] < ms[p] else "batched"  # noqa: E731
+        row = (f"| {n} | {ms[1]:.3f} | {ms[4]:.3f} | {ms[16]:.3f} | {pick(4)} / {best(4)} | "
+               f"{pick(16)} / {best(16)} |")
+        lines.append(row)
+        print(row, flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tables", nargs="+", default=TABLES)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--crossover", nargs="*", type=int, default=None, help="also check the cost model on these "
+                   "numbers of abalone's rows")
+    p.add_argument("--out", default=None)
+    p.add_argument("--smoke", action="store_true", help="iris, 4 short chains, one repeat (tests)")
+    a = p.parse_args()
+    if a.smoke:
+        a.tables, a.repeats, a.crossover = ["iris"], 1, [100]
+    import torch
+
+    torch.set_num_threads(1)
+    lines = [f"# {' '.join(sys.argv)}", "# CPU s of fit + predict, minimum over repeats (batched, auto alternated); "
+             "accuracy or RMSE on the 30% test split", "",
+             "| table | train rows | batched CPU s | auto CPU s | auto / batched | auto | score batched | score auto |",
+             "|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    for name in a.tables:
+        data = split(name)
+        runs = {"batched": [], "auto": []}
+        for _ in range(a.repeats):
+            for engine in ("batched", "auto"):
+                runs[engine].append(one(engine, data, a.smoke))
+        b, u = min(r[0] for r in runs["batched"]), min(r[0] for r in runs["auto"])
+        row = (f"| {name} | {len(data[1])} | {b:.2f} | {u:.2f} | {u / b:.2f} | {runs['auto'][0][2]} | "
+               f"{runs['batched'][0][1]:.4f} | {runs['auto'][0][1]:.4f} |")
+        lines.append(row)
+        print(row, flush=True)
+    if a.crossover:
+        crossover(a.crossover, lines, a.smoke)
+    if a.out:
+        Path(a.out).write_text("\n".join(lines) + "\n")
+    print("bench_mcmc_engines: done")
+
+
+if __name__ == "__main__":
+    main()
