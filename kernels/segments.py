@@ -6,6 +6,8 @@ A batch of variable-length segments is described by ``starts [G]`` and
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 __all__ = ["ragged_arange", "segmented_searchsorted", "segment_minmax", "exclusive_cumsum", "rank_within"]
@@ -59,7 +61,8 @@ def rank_within(group: torch.Tensor) -> torch.Tensor:
     return ar - first
 
 
-def segmented_searchsorted(values: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, queries: torch.Tensor, right: bool = True) -> torch.Tensor:
+def segmented_searchsorted(values: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, queries: torch.Tensor,
+                           right: bool = True, max_len: Optional[int] = None) -> torch.Tensor:
     """Binary search of ``queries[i]`` in the sorted slice ``values[starts[i]:ends[i]]``.
 
     Parameters
@@ -69,17 +72,24 @@ def segmented_searchsorted(values: torch.Tensor, starts: torch.Tensor, ends: tor
     queries : Tensor [Q]
     right : bool
         Like ``torch.searchsorted``: count elements ``<= q`` (True) or ``< q``.
+    max_len : int, optional
+        A bound on every slice's length, known to the caller: the search then runs its
+        ``max_len.bit_length() + 1`` halvings without reading a value back to the host (without
+        it, the longest slice is read, and the loop stops once every search has ended).
 
     Returns
     -------
     LongTensor [Q]: number of elements of the slice that are ``<= q`` (or ``< q``).
     """
     lo, hi = starts.clone(), ends.clone()
-    n_iter = int((ends - starts).max().item()).bit_length() if starts.numel() else 0
+    if max_len is None:
+        n_iter = int((ends - starts).max().item()).bit_length() if starts.numel() else 0
+    else:
+        n_iter = int(max_len).bit_length()
     q = queries.to(values.dtype)
     for _ in range(n_iter + 1):
         active = lo < hi
-        if not bool(active.any()):
+        if max_len is None and not bool(active.any()):
             break
         mid = (lo + hi) // 2
         v = values[mid.clamp(max=values.numel() - 1)]

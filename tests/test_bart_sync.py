@@ -1,53 +1,21 @@
 """BART's sweeps never read a device value back to the host (the condition for running ahead of the
 GPU and for capturing a sweep in a CUDA graph), counted on the CPU.
 
-A ``TorchFunctionMode`` sees every torch call a sweep makes; the calls that wait for a device are
-the reads (``item``, ``tolist``, ``__bool__``/``__int__``/``__float__``/``__index__``, ``numpy``,
-``cpu``, ``.to("cpu")``) and the ops whose output shape depends on values (``nonzero``,
-``masked_select``, ``unique``, boolean-mask indexing, ``repeat_interleave`` by a tensor). On the CPU the sampler takes one such read per
+:class:`torchtree.core.syncs.HostReads` sees every torch call a sweep makes and counts those that wait
+for a device (reads back, and ops whose output shape depends on values). On the CPU the sampler takes one such read per
 sweep (the deepest node, to draw fewer leaf normals); off the CPU it must take none, so the tests
 turn the CPU's allowance off (``_may_sync``) and require zero reads per sweep, one per group of
 ``COMPACT_EVERY`` kept sweeps, and the very same draws as the run with the allowance.
 """
 from __future__ import annotations
 
-import collections
-
 import numpy as np
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 from torchtree import BART, Data
+from torchtree.core.syncs import HostReads
 import torchtree.samplers.bart.sampler as bart_sampler
-
-READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy", "cpu", "nonzero",
-         "masked_select", "unique", "unique_consecutive", "argwhere"}
-
-
-class CountReads(TorchFunctionMode):
-    """Counts the torch calls that would synchronise with a device."""
-
-    def __init__(self):
-        super().__init__()
-        self.reads = collections.Counter()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", str(func))
-        if name in READS:
-            self.reads[name] += 1
-        elif name == "repeat_interleave" and isinstance(kwargs.get("repeats", args[1] if len(args) > 1 else None),
-                                                        torch.Tensor) and kwargs.get("output_size") is None:
-            self.reads[name] += 1  # repeats given as a tensor: the output length is read back
-        elif name == "to" and any(a == "cpu" or (isinstance(a, torch.device) and a.type == "cpu")
-                                  for a in (*args[1:], *kwargs.values())):
-            self.reads["to(cpu)"] += 1
-        elif name == "__getitem__" and len(args) > 1:
-            idx = args[1] if isinstance(args[1], tuple) else (args[1],)
-            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in idx):
-                self.reads["bool-mask index"] += 1
-        return func(*args, **kwargs)
 
 
 def _run_counting(monkeypatch, data, **kw):
@@ -56,7 +24,7 @@ def _run_counting(monkeypatch, data, **kw):
 
     def counted(self, state, ctx):
         before = len(state.kept)
-        with CountReads() as mode:
+        with HostReads() as mode:
             out = step(self, state, ctx)
         per_sweep.append((len(state.kept) > before and len(state.kept) % bart_sampler.COMPACT_EVERY == 0,
                           mode.reads))
@@ -115,7 +83,7 @@ def test_kept_sweeps_are_trimmed_to_their_deepest_level():
         f[1, 2, deepest] = 1
         sweeps.append((f, torch.ones_like(f), torch.arange(K, dtype=torch.float32).expand(2, 3, K).clone()))
     kept = [tuple(x.clone() for x in s) for s in sweeps]
-    with CountReads() as mode:
+    with HostReads() as mode:
         bart_sampler._compact(kept, 1)
     assert mode.reads == {"tolist": 1}
     assert [k[0].shape[-1] for k in kept] == [K, 3, 15, 31]  # the first is before ``start``: untouched

@@ -526,7 +526,8 @@ class TreeModel:
         if f.numel() == 0:
             return f
         starts = f * self.umax
-        return segmented_searchsorted(self.sorted_flat, starts, starts + self.n_unique.index_select(0, f), thr, right=True) - 1
+        return segmented_searchsorted(self.sorted_flat, starts, starts + self.n_unique.index_select(0, f), thr, right=True,
+                                      max_len=self.umax) - 1
 
     def split_bits(self, B: torch.Tensor, f: torch.Tensor, r: torch.Tensor, right: torch.Tensor,
                    src: Optional[torch.Tensor] = None) -> torch.Tensor:

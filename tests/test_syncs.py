@@ -1,0 +1,46 @@
+"""``torchtree.core.syncs.HostReads`` counts the calls that read a device value back, and the move
+samplers' threshold rank search makes none."""
+import numpy as np
+import torch
+
+import torchtree as tt
+from torchtree.core.syncs import HostReads
+from torchtree.kernels.segments import segmented_searchsorted
+from torchtree.steps.moves import TreeModel
+
+
+def test_counts_the_reads_and_nothing_else():
+    x = torch.arange(6.0)
+    with HostReads(where=True) as m:
+        y = (x * 2 + 1).sum(0)  # arithmetic: no read
+        x.cumsum(0)
+        assert m.total == 0
+        float(y)
+        x.max().item()
+        x[x > 2]
+        (x > 2).nonzero()
+        x.repeat_interleave(torch.tensor([1, 0, 2, 1, 1, 1]))
+        x.repeat_interleave(torch.tensor([1, 0, 2, 1, 1, 1]), output_size=6)  # sized by the caller: no read
+        x.to("cpu")
+        x.tolist()
+    assert m.reads == {"__float__": 1, "item": 1, "bool-mask index": 1, "nonzero": 1, "repeat_interleave": 1,
+                       "to(cpu)": 1, "tolist": 1}
+    assert m.total == 7 and sum(m.sites.values()) == 7
+
+
+def test_threshold_rank_reads_nothing_and_equals_the_stopping_search():
+    g = np.random.default_rng(0)
+    X = np.column_stack([g.integers(0, 3, 200), g.normal(size=200), g.integers(0, 40, 200)]).astype(float)
+    data = tt.Data(X, (X[:, 1] > 0).astype(int))
+    model = TreeModel(tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(1.0), data)
+    f = torch.tensor([0, 1, 2, 1, 0, 2, 2])
+    thr = torch.tensor([-1.0, 0.1, 17.5, 9.0, 1.0, 39.0, -3.0], dtype=model.X.dtype)
+    with HostReads() as m:
+        r = model.threshold_rank(f, thr)
+    assert m.total == 0
+    starts = f * model.umax
+    ref = segmented_searchsorted(model.sorted_flat, starts, starts + model.n_unique.index_select(0, f), thr) - 1
+    assert torch.equal(r, ref)
+    # against numpy: the rank r of thr among the sorted distinct values of its column (-1 below the minimum)
+    want = [np.searchsorted(np.unique(X[:, k]), t, side="right") - 1 for k, t in zip(f.tolist(), thr.tolist())]
+    assert r.tolist() == want

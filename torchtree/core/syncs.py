@@ -1,0 +1,87 @@
+"""Counting the torch calls that read a device value back to the host.
+
+On a GPU such a call waits for every queued kernel: the host stops running ahead, and a sweep that
+makes one cannot be captured in a CUDA graph. On the CPU the same calls cost nothing extra, so they
+are counted there: :class:`HostReads` is a ``TorchFunctionMode`` that sees every torch call made
+inside it and counts
+
+* the reads: ``item``, ``tolist``, ``__bool__`` / ``__int__`` / ``__float__`` / ``__index__``,
+  ``numpy``, ``cpu``, ``.to("cpu")``;
+* the operations whose output shape depends on values: ``nonzero``, ``argwhere``,
+  ``masked_select``, ``unique``, ``unique_consecutive``, boolean-mask indexing, and
+  ``repeat_interleave`` by a tensor without ``output_size``.
+
+With ``where=True`` it also records the call site of each (the innermost frame in the
+``torchtree`` package), for finding them.
+"""
+from __future__ import annotations
+
+import collections
+import traceback
+from typing import Counter, Tuple
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["HostReads", "READS"]
+
+#: names of the torch functions and methods counted as host reads (besides the cases in :class:`HostReads`)
+READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy", "cpu", "nonzero",
+                   "masked_select", "unique", "unique_consecutive", "argwhere"})
+
+
+def _is_cpu(a) -> bool:
+    return a == "cpu" or (isinstance(a, torch.device) and a.type == "cpu")
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the torch calls that would synchronise with a device (see the module doc).
+
+    Parameters
+    ----------
+    where : bool
+        Also count by call site (``sites``: ``(name, "file:line")``).
+
+    Attributes
+    ----------
+    reads : Counter of the call names (``"bool-mask index"``, ``"to(cpu)"`` for those cases)
+    sites : Counter of ``(name, site)`` (with ``where=True``)
+    """
+
+    def __init__(self, where: bool = False) -> None:
+        super().__init__()
+        self.where = where
+        self.reads: Counter[str] = collections.Counter()
+        self.sites: Counter[Tuple[str, str]] = collections.Counter()
+
+    @property
+    def total(self) -> int:
+        """All reads counted so far."""
+        return sum(self.reads.values())
+
+    def _kind(self, func, args, kwargs) -> str:
+        name = getattr(func, "__name__", str(func))
+        if name in READS:
+            return name
+        if name == "repeat_interleave":
+            repeats = kwargs.get("repeats", args[1] if len(args) > 1 else None)
+            if isinstance(repeats, torch.Tensor) and kwargs.get("output_size") is None:
+                return name  # repeats given as a tensor: the output length is read back
+        elif name == "to" and any(_is_cpu(a) for a in (*args[1:], *kwargs.values())):
+            return "to(cpu)"
+        elif name == "__getitem__" and len(args) > 1:
+            idx = args[1] if isinstance(args[1], tuple) else (args[1],)
+            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in idx):
+                return "bool-mask index"
+        return ""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        kind = self._kind(func, args, kwargs)
+        if kind:
+            self.reads[kind] += 1
+            if self.where:
+                frames = [f for f in traceback.extract_stack()[:-1] if "/torchtree/" in f.filename]
+                site = f"{frames[-1].filename.rsplit('/torchtree/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
+                self.sites[(kind, site)] += 1
+        return func(*args, **kwargs)
