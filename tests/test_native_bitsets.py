@@ -121,7 +121,8 @@ def test_runs_with_and_without_the_kernels_are_equal(sampler, monkeypatch):
 
     def run():
         if sampler == "mcmc":
-            return MCMC(None, DirichletMultinomial(1.0), n_chains=3, n_warmup=30, n_samples=30).run(data, seed=4)
+            return MCMC(None, DirichletMultinomial(1.0), n_chains=3, n_warmup=30, n_samples=30,
+                        engine="batched").run(data, seed=4)  # the batched moves route on the kernels
         return SMCSampler(None, DirichletMultinomial(1.0), n_particles=40, n_iterations=6).run(data, seed=4)
 
     calls = []
