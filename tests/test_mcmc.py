@@ -234,3 +234,31 @@ def test_cut_proposal_option():
     data = _tiny_data()
     post = MCMC(n_chains=1, n_warmup=20, n_samples=20, cut_proposal="data").run(data, seed=0)
     post.trees.validate(data, tt.DirichletMultinomial(5.0))
+
+
+def test_a_host_checkpoint_of_the_one_chain_layout_loads_as_one_chain(monkeypatch):
+    """Before several host chains, a host state was one chain's record with ``step`` and ``done``
+    beside it; ``HostMCMCState.from_state_dict`` reads that layout as a run of one chain."""
+    from torchtree.samplers.mcmc.state import HostMCMCState
+    from torchtree.steps.host_moves import HostChain
+
+    data = _tiny_data()
+    s = MCMC(n_chains=1, n_warmup=10, n_samples=10, engine="host")
+    captured = {}
+
+    def capture(self, state, ctx, step=MCMC.step):
+        out = step(self, state, ctx)
+        captured.update(state=state, model=ctx.setup.model)
+        return out
+
+    monkeypatch.setattr(MCMC, "step", capture)
+    s.run(data, seed=0)
+    monkeypatch.undo()
+    new = captured["state"].state_dict()
+    old = {"step": new["step"], "done": new["done"], **new["chains"][0]}  # the one-chain layout
+    back = HostMCMCState.from_state_dict(old, lambda: HostChain(captured["model"], s.config.move_probs))
+    assert back.step == new["step"] and back.done == new["done"] and len(back.chains) == 1
+    again = back.state_dict()["chains"][0]
+    for k in ("counts", "trace_leaves", "trace_lp", "version", "snap_version"):
+        assert again[k] == new["chains"][0][k], k
+    assert back.chains[0].chain.log_posterior() == captured["state"].chains[0].chain.log_posterior()
