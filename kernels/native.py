@@ -42,7 +42,7 @@ BUILD_INPUTS = SOURCES + [CSRC / "bart_common.h"]
 #: torch's threads only in code compiled with it, and the extension then shares torch's libgomp (same soname)
 OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
 FLAGS = ["-O3", "-ffp-contract=off"] + OPENMP
-OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "forest_sum", "forest_stats", "node_extents", "split_counts", "split_intervals", "all_intervals", "partition_points",
+OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "forest_sum", "forest_stats", "node_extents", "split_counts", "split_intervals", "all_intervals", "split_sums", "split_sum_intervals", "partition_points",
              "bitset_counts", "split_bits", "extent_ranks")
 _STATE: dict = {}
 _LOCK = threading.Lock()

@@ -4,7 +4,7 @@ A node's points are ``buf[off : off + cnt]`` (int32 indices into the data), the 
 :class:`torchtree.steps.node_table.NodeTable`. Each function runs the compiled C++ kernel
 (``kernels/csrc/node_points.cpp``, see :mod:`torchtree.kernels.native`) when ``use_native`` is
 true, else its plain-torch reference below; the results are equal (every output is a minimum, a
-maximum, a comparison or an integer sum; tests/test_native.py).
+maximum, a comparison or an integer sum, or a float sum in the reference's order; tests/test_native.py).
 
 Layer: base (kernels only).
 """
@@ -17,7 +17,8 @@ import torch
 from torchtree.kernels import native
 from torchtree.kernels.segments import ragged_arange, segment_minmax
 
-__all__ = ["gather_lists", "node_extents", "split_counts", "split_intervals", "all_intervals", "partition_points", "native_usable"]
+__all__ = ["gather_lists", "node_extents", "split_counts", "split_intervals", "split_sums", "split_sum_intervals",
+           "all_intervals", "partition_points", "native_usable"]
 
 
 def native_usable(device: torch.device) -> bool:
@@ -91,6 +92,41 @@ def split_intervals(buf, off, cnt, rank: torch.Tensor, dim: torch.Tensor, group:
     (:class:`torchtree.steps.split_candidates.SortedCandidates`).
     """
     return tuple(native.op("split_intervals")(buf, off, cnt, rank, dim, group, u, stats, int(n_ranks)))
+
+
+def split_sums(buf, off, cnt, rank: torch.Tensor, values: torch.Tensor, dim: torch.Tensor, group: torch.Tensor,
+               thr: torch.Tensor, stats: torch.Tensor):
+    """:func:`split_counts` for float statistics (regression; compiled kernel only).
+
+    Parameters
+    ----------
+    buf, off, cnt : the lists (``off``, ``cnt``: LongTensor [L])
+    rank : LongTensor [n, D]      each point's rank among its column's distinct values
+    values : Tensor [D, nv]       each column's sorted distinct values (``values[d, rank]``)
+    dim : LongTensor [L]          the column each list is cut on
+    group, thr : [Q]              each query's list, and its cut in the values' dtype
+    stats : float64 Tensor [n, S] per-point statistics
+
+    Returns
+    -------
+    n_left : LongTensor [Q]       points of the list with value ``<= thr``
+    left : float64 Tensor [Q, S]  the sum of their ``stats`` rows
+
+    Float sums depend on their order, so this kernel adds in the plain-torch route's order
+    (:class:`torchtree.steps.split_candidates.SortedCandidates`: each list's points by rank, ties in
+    list order, one running sum over the lists, a difference of two of its values) and equals it bit
+    for bit.
+    """
+    n_left, left = native.op("split_sums")(buf, off, cnt, rank, values, dim, group, thr, stats)
+    return n_left, left
+
+
+def split_sum_intervals(buf, off, cnt, rank: torch.Tensor, dim: torch.Tensor, group: torch.Tensor, u: torch.Tensor,
+                        stats: torch.Tensor):
+    """:func:`split_intervals` for float statistics (regression; compiled kernel only), summed in the
+    order of :func:`split_sums`. Returns ``(n_left, left, n_int, rank0, rank1)`` as
+    :func:`split_intervals` does, ``left`` in float64."""
+    return tuple(native.op("split_sum_intervals")(buf, off, cnt, rank, dim, group, u, stats))
 
 
 def all_intervals(buf, off, cnt, rank: torch.Tensor, dim: torch.Tensor, stats: torch.Tensor, n_ranks: int):

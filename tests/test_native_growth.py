@@ -1,8 +1,9 @@
 """The compiled point-list kernels of a top-down growth stage against their plain-torch references.
 
 ``node_extents`` and ``partition_points`` must equal the references in
-:mod:`torchtree.kernels.node_points`, and ``split_counts``, ``split_intervals`` and ``all_intervals``
-brute-force counts, on random lists
+:mod:`torchtree.kernels.node_points`, ``split_counts``, ``split_intervals`` and ``all_intervals``
+brute-force counts, and ``split_sums`` and ``split_sum_intervals`` (float statistics) the sorted
+candidates' sums bit for bit, on random lists
 (float32 and float64 data, ties, empty lists, one query and many per list, 1 and 2 threads). Whole
 top-down SMC runs with the kernels and without them (the sorted-candidate route) must give the same
 trees, weights and evidence, for every proposal and expansion order, classification and regression.
@@ -13,8 +14,13 @@ import torch
 
 from torchtree import ChipmanPrior, Data, DirichletMultinomial, NormalInverseGamma, TopDownSMC
 from torchtree.kernels import native
-from torchtree.kernels.node_points import all_intervals, node_extents, partition_points, split_counts, split_intervals
+from types import SimpleNamespace
+
+from torchtree.kernels.node_points import (all_intervals, gather_lists, node_extents, partition_points, split_counts,
+                                           split_intervals, split_sum_intervals, split_sums)
+from torchtree.kernels.segments import segmented_searchsorted
 from torchtree.steps import growth
+from torchtree.steps.split_candidates import SortedCandidates
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the C++ kernels could not be built here")
 
@@ -130,9 +136,70 @@ def test_all_intervals_list_every_boundary(n_ranks):
     assert got == want
 
 
+class _Pool:
+    """The two members of a NodeTable that SortedCandidates reads."""
+
+    def __init__(self, buf, off, cnt):
+        self.buf, self.off, self.cnt = buf, off, cnt
+
+    def gather(self, uids):
+        return gather_lists(self.buf, self.off[uids], self.cnt[uids])
+
+
+@pytest.mark.parametrize("n,L", [(300, 9), (4000, 24)])  # the second: over 32768 sorted points (runs of int32 sorts)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float_sums_equal_the_sorted_candidates_bit_for_bit(n, L, threads):
+    """Float statistics depend on the order of their sums: the kernels must add in the sorted
+    candidates' order (ranks ascending, ties in list order, one running sum over the lists)."""
+    rng = np.random.default_rng(6)
+    D, nv = 3, 15
+    rank = torch.as_tensor(rng.integers(0, nv, size=(n, D)))  # many ties
+    values = torch.sort(torch.as_tensor(rng.normal(size=(D, nv)), dtype=torch.float32), 1).values
+    y = torch.as_tensor(rng.normal(size=n) * 1e3 + 0.1)  # sums that round, so that the order shows
+    stats = torch.stack([torch.ones(n, dtype=torch.float64), y, y * y], 1)
+    buf, off, cnt, idx = _lists(n, L, rng)
+    dim = torch.as_tensor(rng.integers(0, D, size=L))
+    data = SimpleNamespace(n_unique=torch.full((D,), nv), X_rank=rank, sorted_values=values)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        srt = SortedCandidates(_Pool(buf, off, cnt), torch.arange(L), dim, data, stats)
+        Q = 80
+        live = (cnt > 0).nonzero().squeeze(1)
+        group = live[torch.as_tensor(rng.integers(0, live.numel(), size=Q))]
+        # prior: cuts between and at the values, below and above them all
+        col = values[dim[group], torch.as_tensor(rng.integers(0, nv, size=Q))]
+        thr = torch.where(torch.as_tensor(rng.uniform(size=Q) < 0.5), col, col - 1e-3)
+        thr[0], thr[1] = -1e9, 1e9
+        n_left, left = split_sums(buf, off, cnt, rank, values, dim, group, thr, stats)
+        ref_n = segmented_searchsorted(srt.vals, srt.start[group], srt.end[group], thr, right=True)
+        assert torch.equal(n_left, ref_n) and torch.equal(left, srt.left_stats_at(group, ref_n))
+        # empirical: the j-th interval between distinct values; lists of one value are never queried
+        two = torch.as_tensor([torch.unique(rank[idx[int(g)], dim[g]]).numel() > 1 for g in group])
+        gq = group[two]
+        u = torch.as_tensor(rng.uniform(size=gq.numel()))
+        u[0] = 1.0 - 1e-17
+        n_left, left, n_int, r0, r1 = split_sum_intervals(buf, off, cnt, rank, dim, gq, u, stats)
+        nc = srt.n_cand[gq]
+        j = (u * nc.double()).long().clamp(max=nc - 1)
+        e = srt.cand[srt.cand_start[gq] + j]
+        ref_n = e + 1 - srt.start[gq]
+        assert torch.equal(n_int, nc) and torch.equal(n_left, ref_n)
+        assert torch.equal(r0, srt.rank[e]) and torch.equal(r1, srt.rank[e + 1])
+        assert torch.equal(left, srt.left_stats_at(gq, ref_n))
+    finally:
+        torch.set_num_threads(old)
+    # and the sums are the points': a brute-force check of the meaning (to rounding)
+    for q in range(gq.numel()):
+        pts = idx[int(gq[q])]
+        m = rank[pts, dim[gq[q]]] <= r0[q]
+        assert int(n_left[q]) == int(m.sum())
+        assert torch.allclose(left[q], stats[pts[m]].sum(0), rtol=1e-9, atol=1e-6)
+
+
 def _run(data, lik, proposal, expansion, monkeypatch, use_native, calls):
     monkeypatch.setattr(growth, "native_usable", lambda device: use_native)
-    for name in ("split_counts", "split_intervals", "all_intervals"):
+    for name in ("split_counts", "split_intervals", "all_intervals", "split_sums", "split_sum_intervals"):
         kernel = getattr(growth, name)
 
         def counted(*args, kernel=kernel):
@@ -158,8 +225,8 @@ def test_runs_with_and_without_the_kernels_are_equal(proposal, task, monkeypatch
     for expansion in ("node", "layer"):
         calls = []
         a = _run(data, lik, proposal, expansion, monkeypatch, True, calls)
-        # the kernels score the proposals' cuts of class counts; regression's float sums take the sorted route
-        assert (len(calls) > 0) == (task == "classification")
+        # the kernels score the proposals' cuts; the optimal proposal's regression scores take the sorted route
+        assert (len(calls) > 0) == (task == "classification" or proposal != "optimal")
         b = _run(data, lik, proposal, expansion, monkeypatch, False, calls[:0])
         monkeypatch.undo()
         for name in ("feature", "threshold", "left", "right", "status", "stats", "n_nodes"):

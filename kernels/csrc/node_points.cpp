@@ -3,7 +3,8 @@
 // torchtree.kernels.node_points (which documents the contracts; tests/test_native.py checks equality).
 //
 // A node's points are the int32 indices buf[off .. off + cnt). Every output is an exact function of
-// the inputs (minima, maxima, comparisons, integer sums), so any order of work gives the same result.
+// the inputs (minima, maxima, comparisons, integer sums), so any order of work gives the same result,
+// except the float sums of split_sums / split_sum_intervals, which add in the reference's order (below).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -263,6 +264,145 @@ std::vector<at::Tensor> split_intervals(at::Tensor buf, at::Tensor off, at::Tens
   return {n_left, left, n_int, rank0, rank1};
 }
 
+// Regression's float statistics, summed in one defined order: that of the plain-torch sorted candidates
+// (torchtree.steps.split_candidates.SortedCandidates). List by list, each list's points by rank with ties
+// in list order (a stable sort), and one running sum of the stats rows over all of them, as torch.cumsum
+// adds (cum[0] = 0, cum[t + 1] = cum[t] + row t, in double). A query's left statistics are then
+// cum[start + n_left] - cum[start], the same subtraction, so the results equal the reference bit for bit.
+struct SortedSums {
+  std::vector<int64_t> start, rank;  // start [L + 1]; rank [T] of the sorted points
+  std::vector<double> cum;           // [(T + 1) S]
+  int64_t S = 0;
+
+  void build(const int32_t* b, const int64_t* o, const int64_t* c, int64_t L, const int64_t* rk, int64_t D,
+             const int64_t* dm, const double* sp, int64_t S_, const at::Tensor& cntc) {
+    S = S_;
+    start.assign(L + 1, 0);
+    for (int64_t l = 0; l < L; ++l) start[l + 1] = start[l] + c[l];
+    const int64_t T = start[L];
+    rank.resize(T);
+    std::vector<int64_t> point(T);
+    at::parallel_for(0, L, list_grain(cntc), [&](int64_t l0, int64_t l1) {
+      std::vector<std::pair<int64_t, int64_t>> kv;  // (rank, point)
+      for (int64_t l = l0; l < l1; ++l) {
+        const int32_t* p = b + o[l];
+        kv.resize(c[l]);
+        for (int64_t t = 0; t < c[l]; ++t) kv[t] = {rk[static_cast<int64_t>(p[t]) * D + dm[l]], p[t]};
+        std::stable_sort(kv.begin(), kv.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+        for (int64_t t = 0; t < c[l]; ++t) {
+          rank[start[l] + t] = kv[t].first;
+          point[start[l] + t] = kv[t].second;
+        }
+      }
+    });
+    cum.assign((T + 1) * S, 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      const double* row = sp + point[t] * S;
+      for (int64_t j = 0; j < S; ++j) cum[(t + 1) * S + j] = cum[t * S + j] + row[j];
+    }
+  }
+
+  void left(int64_t l, int64_t n_left, double* out) const {
+    const double *a = cum.data() + (start[l] + n_left) * S, *z = cum.data() + start[l] * S;
+    for (int64_t j = 0; j < S; ++j) out[j] = a[j] - z[j];
+  }
+};
+
+void check_sum_inputs(const at::Tensor& buf, const at::Tensor& rank, const at::Tensor& stats) {
+  TORCH_CHECK(buf.device().is_cpu() && buf.scalar_type() == at::kInt, "sum kernels: buf is int32 on the CPU");
+  TORCH_CHECK(rank.scalar_type() == at::kLong && rank.dim() == 2, "sum kernels: rank is int64 [n, D]");
+  TORCH_CHECK(stats.scalar_type() == at::kDouble && stats.dim() == 2, "sum kernels: stats is float64 [n, S]");
+}
+
+// The prior proposal's cut with float statistics: for query q on list g = group[q], column dim[g],
+// n_left[q] counts the list's points whose value (values[dim, rank], the column's sorted distinct values)
+// is <= thr[q], and left[q] sums their stats rows in the order above.
+std::vector<at::Tensor> split_sums(at::Tensor buf, at::Tensor off, at::Tensor cnt, at::Tensor rank, at::Tensor values,
+                                   at::Tensor dim, at::Tensor group, at::Tensor thr, at::Tensor stats) {
+  check_sum_inputs(buf, rank, stats);
+  TORCH_CHECK(thr.scalar_type() == values.scalar_type() && values.dim() == 2, "thr must have the values' dtype");
+  auto rk = rank.contiguous(), st = stats.contiguous(), vals = values.contiguous();
+  auto offc = off.contiguous(), cntc = cnt.contiguous(), dimc = dim.to(at::kLong).contiguous();
+  auto grp = group.to(at::kLong).contiguous();
+  const int64_t L = offc.numel(), Q = grp.numel(), D = rk.size(1), S = st.size(1), nv = vals.size(1);
+  auto n_left = at::zeros({Q}, offc.options());
+  auto left = at::zeros({Q, S}, st.options());
+  SortedSums ss;
+  const int64_t* dm = dimc.data_ptr<int64_t>();
+  ss.build(buf.data_ptr<int32_t>(), offc.data_ptr<int64_t>(), cntc.data_ptr<int64_t>(), L, rk.data_ptr<int64_t>(), D,
+           dm, st.data_ptr<double>(), S, cntc);
+  const int64_t* gq = grp.data_ptr<int64_t>();
+  int64_t* nl = n_left.data_ptr<int64_t>();
+  double* lf = left.data_ptr<double>();
+  AT_DISPATCH_FLOATING_TYPES(vals.scalar_type(), "split_sums", [&] {
+    const scalar_t* v = vals.data_ptr<scalar_t>();
+    auto thc = thr.contiguous();
+    const scalar_t* th = thc.data_ptr<scalar_t>();
+    at::parallel_for(0, Q, 256, [&](int64_t q0, int64_t q1) {
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t l = gq[q];
+        TORCH_CHECK(l >= 0 && l < L, "a query's list is out of range");
+        const scalar_t* col = v + dm[l] * nv;
+        // the first sorted point above thr: the count of those at or below it
+        int64_t lo = ss.start[l], hi = ss.start[l + 1];
+        while (lo < hi) {
+          const int64_t mid = lo + (hi - lo) / 2;
+          if (col[ss.rank[mid]] <= th[q]) lo = mid + 1; else hi = mid;
+        }
+        nl[q] = lo - ss.start[l];
+        ss.left(l, nl[q], lf + q * S);
+      }
+    });
+  });
+  return {n_left, left};
+}
+
+// The empirical proposal's interval with float statistics: the list's boundaries between distinct ranks in
+// sorted order give nc = m - 1 intervals (n_int[q]); interval j = min(floor(u[q] nc), nc - 1) ends at
+// sorted position e, between ranks rank0[q] = rank[e] and rank1[q] = rank[e + 1]; n_left[q] = e + 1 - start
+// and left[q] sums those points' stats rows in the order above.
+std::vector<at::Tensor> split_sum_intervals(at::Tensor buf, at::Tensor off, at::Tensor cnt, at::Tensor rank,
+                                            at::Tensor dim, at::Tensor group, at::Tensor u, at::Tensor stats) {
+  check_sum_inputs(buf, rank, stats);
+  auto rk = rank.contiguous(), st = stats.contiguous();
+  auto offc = off.contiguous(), cntc = cnt.contiguous(), dimc = dim.to(at::kLong).contiguous();
+  auto grp = group.to(at::kLong).contiguous();
+  auto uu = u.to(at::kDouble).contiguous();
+  const int64_t L = offc.numel(), Q = grp.numel(), D = rk.size(1), S = st.size(1);
+  auto n_left = at::zeros({Q}, offc.options()), n_int = at::zeros({Q}, offc.options());
+  auto rank0 = at::zeros({Q}, offc.options()), rank1 = at::zeros({Q}, offc.options());
+  auto left = at::zeros({Q, S}, st.options());
+  SortedSums ss;
+  ss.build(buf.data_ptr<int32_t>(), offc.data_ptr<int64_t>(), cntc.data_ptr<int64_t>(), L, rk.data_ptr<int64_t>(), D,
+           dimc.data_ptr<int64_t>(), st.data_ptr<double>(), S, cntc);
+  // each list's boundaries: sorted positions e with rank[e] != rank[e + 1] inside the list
+  std::vector<int64_t> bstart(L + 1, 0), bound;
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t e = ss.start[l]; e + 1 < ss.start[l + 1]; ++e)
+      if (ss.rank[e] != ss.rank[e + 1]) bound.push_back(e);
+    bstart[l + 1] = static_cast<int64_t>(bound.size());
+  }
+  const int64_t* gq = grp.data_ptr<int64_t>();
+  const double* up = uu.data_ptr<double>();
+  int64_t *nl = n_left.data_ptr<int64_t>(), *ni = n_int.data_ptr<int64_t>();
+  int64_t *r0 = rank0.data_ptr<int64_t>(), *r1 = rank1.data_ptr<int64_t>();
+  double* lf = left.data_ptr<double>();
+  for (int64_t q = 0; q < Q; ++q) {
+    const int64_t l = gq[q];
+    TORCH_CHECK(l >= 0 && l < L, "a query's list is out of range");
+    const int64_t nc = bstart[l + 1] - bstart[l];
+    ni[q] = nc;
+    if (nc < 1) continue;  // no interval: the caller never splits such a column
+    const int64_t j = std::min(static_cast<int64_t>(up[q] * static_cast<double>(nc)), nc - 1);
+    const int64_t e = bound[bstart[l] + j];
+    r0[q] = ss.rank[e];
+    r1[q] = ss.rank[e + 1];
+    nl[q] = e + 1 - ss.start[l];
+    ss.left(l, nl[q], lf + q * S);
+  }
+  return {n_left, left, n_int, rank0, rank1};
+}
+
 // Every interval between adjacent distinct values of every list, for the optimal proposal: list by list,
 // interval by interval (the order of the sorted candidates' boundaries), its list (group [E]), the ranks on
 // either side (rank0, rank1 [E]), and the count and stats of the list's points at or below rank0 (n_left
@@ -367,6 +507,10 @@ TORCH_LIBRARY_FRAGMENT(torchtree, m) {
         "Tensor stats, int n_ranks) -> Tensor[]");
   m.def("all_intervals(Tensor buf, Tensor off, Tensor cnt, Tensor rank, Tensor dim, Tensor stats, int n_ranks) "
         "-> Tensor[]");
+  m.def("split_sums(Tensor buf, Tensor off, Tensor cnt, Tensor rank, Tensor values, Tensor dim, Tensor group, "
+        "Tensor thr, Tensor stats) -> Tensor[]");
+  m.def("split_sum_intervals(Tensor buf, Tensor off, Tensor cnt, Tensor rank, Tensor dim, Tensor group, Tensor u, "
+        "Tensor stats) -> Tensor[]");
   m.def("partition_points(Tensor buf, Tensor off, Tensor cnt, Tensor X, Tensor feat, Tensor thr, Tensor side, "
         "Tensor expected) -> Tensor[]");
 }
@@ -376,5 +520,7 @@ TORCH_LIBRARY_IMPL(torchtree, CPU, m) {
   m.impl("split_counts", split_counts);
   m.impl("split_intervals", split_intervals);
   m.impl("all_intervals", all_intervals);
+  m.impl("split_sums", split_sums);
+  m.impl("split_sum_intervals", split_sum_intervals);
   m.impl("partition_points", partition_points);
 }

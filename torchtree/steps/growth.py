@@ -29,7 +29,8 @@ from typing import Optional
 import torch
 
 from torchtree.steps.split_candidates import STAGE_CHUNK_BYTES, SortedCandidates, node_batches
-from torchtree.kernels.node_points import all_intervals, native_usable, node_extents, split_counts, split_intervals
+from torchtree.kernels.node_points import (all_intervals, native_usable, node_extents, split_counts, split_intervals,
+                                           split_sum_intervals, split_sums)
 from torchtree.kernels.segments import exclusive_cumsum, rank_within, segmented_searchsorted
 from torchtree.steps.node_table import NodeTable
 from torchtree.core.random import keyed_uniforms
@@ -260,15 +261,23 @@ class Grower:
         if self.proposal == "prior":
             thr = lo_f.double() + u_cut * (hi_f - lo_f).double()
             thr = _below(thr.to(data.X.dtype), hi_f)
-        if t.native and self.cum_stats.dtype == torch.int32:
-            # integral statistics: counts left of each cut, exact in any order, without sorting the points
+        if t.native:
             gu, gd = uu[gk // data.d], gk % data.d
-            if self.proposal == "prior":
-                n_left, left = split_counts(t.buf, t.off[gu], t.cnt[gu], data.X, gd, ginv, thr, self.cum_stats)
+            nv = data.sorted_values.shape[1]
+            if self.cum_stats.dtype == torch.int32:
+                # integral statistics: counts left of each cut, exact in any order, without sorting the points
+                if self.proposal == "prior":
+                    n_left, left = split_counts(t.buf, t.off[gu], t.cnt[gu], data.X, gd, ginv, thr, self.cum_stats)
+                else:
+                    n_left, left, nc, r0, r1 = split_intervals(t.buf, t.off[gu], t.cnt[gu], data.X_rank, gd, ginv,
+                                                               u_int, self.cum_stats, nv)
+            elif self.proposal == "prior":  # float statistics: summed in the sorted candidates' order
+                n_left, left = split_sums(t.buf, t.off[gu], t.cnt[gu], data.X_rank, data.sorted_values, gd, ginv, thr,
+                                          self.cum_stats)
             else:
-                nv = data.sorted_values.shape[1]
-                n_left, left, nc, r0, r1 = split_intervals(t.buf, t.off[gu], t.cnt[gu], data.X_rank, gd, ginv, u_int,
-                                                           self.cum_stats, nv)
+                n_left, left, nc, r0, r1 = split_sum_intervals(t.buf, t.off[gu], t.cnt[gu], data.X_rank, gd, ginv,
+                                                               u_int, self.cum_stats)
+            if self.proposal != "prior":
                 v0, v1 = data.sorted_values.view(-1)[feat * nv + r0], data.sorted_values.view(-1)[feat * nv + r1]
         else:
             srt = SortedCandidates(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)

@@ -44,16 +44,16 @@ _RADIX_MIN = 32768
 
 
 def _sort_by_group_and_rank(seg: torch.Tensor, ranks: torch.Tensor, G: int, R: int):
-    """Sort points by (group, rank): returns ``(seg, rank, order)``, all [T].
+    """Sort points by (group, rank), ties in input order: returns ``(seg, rank, order)``, all [T].
 
     Large inputs sort int32 keys (2-3x faster than int64) in runs of groups whose keys fit
-    in 31 bits. Both the int64 radix sort used before and the stable int32 sorts keep ties
-    in input order, so the permutation is the same as one int64 sort's; small inputs keep
-    the one int64 sort (not stable), so their order is unchanged too.
+    in 31 bits; small ones sort int64 keys at once. Every sort is stable, so the permutation is
+    defined by the inputs alone: the order in which the cumulative statistics are summed (floating
+    point for regression), which the compiled kernels reproduce.
     """
     T = seg.numel()
     if T < _RADIX_MIN or R >= 2**31:
-        keys, order = torch.sort(seg * R + ranks)
+        keys, order = torch.sort(seg * R + ranks, stable=True)
         seg_s = keys // R
         return seg_s, keys - seg_s * R, order
     per_run = max(1, (2**31 - 1) // R)  # groups whose keys g * R + rank fit in int32
