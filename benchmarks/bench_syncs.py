@@ -8,7 +8,8 @@ the next report, an SMC-with-moves iteration, a BART sweep), on a synthetic tabl
 features). Reported per unit of work (stage, iteration or sweep), with the kinds and the three call
 sites that read most.
 
-BART is counted twice: as it runs on the CPU (the compiled sweep, and its one allowed read per
+Top-down SMC is counted twice: as it runs on the CPU (with the compiled point-list passes) and
+through the plain-torch route that runs off the CPU. BART is counted twice too: as it runs on the CPU (the compiled sweep, and its one allowed read per
 sweep) and as it runs on a GPU: the torch route with the CPU's allowance off
 (``torchtree.samplers.bart.sampler._may_sync``); there a kept sweep reads its group's depths once
 per ``COMPACT_EVERY`` sweeps.
@@ -125,6 +126,15 @@ def main() -> None:
         data = table(task, n)
         for name, cls, make, units_of, unit in runs:
             row(name, task, unit, *count(cls, make, data, units_of()))
+            if cls is TopDownSMC:  # off the CPU: the plain-torch route of the stage's point-list passes
+                import torchtree.steps.growth as growth
+
+                usable = growth.native_usable
+                growth.native_usable = lambda device: False
+                try:
+                    row("TopDownSMC, torch route (as on a GPU)", task, unit, *count(cls, make, data, units_of()))
+                finally:
+                    growth.native_usable = usable
             if cls is bart_sampler.BART:  # off the CPU: the torch route, and no read allowed
                 allowance = bart_sampler._may_sync
                 bart_sampler._may_sync = lambda device: False
