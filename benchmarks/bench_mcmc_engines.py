@@ -12,6 +12,10 @@ table that did not choose it: on the first rows of abalone's regression, the mil
 iteration of one host chain (times 4 and 16) and of a batch of 4 and of 16 chains, with the model's
 choice and the cheaper one measured.
 
+``--chain-grid`` measures why the host is chosen for few chains only: on the first 200, 1,000 and 4,000
+rows of magic04, one host chain's milliseconds per iteration (200 iterations, set-up included) against a
+batch of 4, 16, 64 and 256 chains.
+
 Command (from the repository root)::
 
     .venv/bin/python benchmarks/bench_mcmc_engines.py --crossover 500 1000 2000 3000 \
@@ -33,6 +37,7 @@ TABLES = ["iris", "wine", "heart_statlog", "heart_cleveland", "breast_cancer_wis
           "pima_diabetes", "raisin", "abalone"]
 # smoke-expect: ^\| iris \|
 # smoke-expect: ^\| 100 \|
+# smoke-expect: ^\| 200 \| 4 \|
 
 
 def split(name: str):
@@ -97,12 +102,42 @@ def crossover(sizes, lines: list, smoke: bool) -> None:
         print(row, flush=True)
 
 
+def chain_grid(lines: list, smoke: bool) -> None:
+    """One host chain against batches of 4 to 256 chains on the first rows of magic04."""
+    from torchtree import MCMC, Data
+
+    Xtr, ytr = split("magic04")[:2]
+    head = ["", "One host chain against a batch (magic04's first n rows, classification; ms per iteration, 1 thread, "
+            "200 iterations with set-up):", "",
+            "| n | chains | host, 1 chain | batch | chains x host / batch |", "|---|---|---|---|---|"]
+    lines += head
+    print("\n".join(head), flush=True)
+    for n in ((200,) if smoke else (200, 1000, 4000)):
+        data = Data(Xtr[:n], ytr[:n], task="classification")
+        c0 = time.process_time()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            MCMC(n_chains=1, n_samples=100, engine="host").run(data, seed=0)
+        host = (time.process_time() - c0) / 200 * 1e3
+        for P in ((4,) if smoke else (4, 16, 64, 256)):
+            its = 100 if P <= 64 else 40
+            c0 = time.process_time()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                MCMC(n_chains=P, n_samples=its // 2, engine="batched").run(data, seed=0)
+            batch = (time.process_time() - c0) / its * 1e3
+            row = f"| {n} | {P} | {host:.3f} | {batch:.3f} | {P * host / batch:.2f} |"
+            lines.append(row)
+            print(row, flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--tables", nargs="+", default=TABLES)
+    p.add_argument("--tables", nargs="*", default=TABLES)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--crossover", nargs="*", type=int, default=None, help="also check the cost model on these "
                    "numbers of abalone's rows")
+    p.add_argument("--chain-grid", action="store_true", help="also one host chain against batches of 4-256 chains")
     p.add_argument("--out", default=None)
     p.add_argument("--smoke", action="store_true", help="iris, 4 short chains, one repeat (tests)")
     a = p.parse_args()
@@ -116,7 +151,7 @@ def main() -> None:
              "| table | train rows | batched CPU s | auto CPU s | auto / batched | auto | score batched | score auto |",
              "|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
-    for name in a.tables:
+    for name in a.tables:  # --tables with no name: none
         data = split(name)
         runs = {"batched": [], "auto": []}
         for _ in range(a.repeats):
@@ -129,6 +164,8 @@ def main() -> None:
         print(row, flush=True)
     if a.crossover:
         crossover(a.crossover, lines, a.smoke)
+    if a.chain_grid or a.smoke:
+        chain_grid(lines, a.smoke)
     if a.out:
         Path(a.out).write_text("\n".join(lines) + "\n")
     print("bench_mcmc_engines: done")

@@ -207,6 +207,7 @@ def test_auto_engine_follows_its_cost_model():
     assert host_is_cheaper(1, 10 ** 7)
     assert host_is_cheaper(16, 1000) and not host_is_cheaper(16, 4000)
     assert host_is_cheaper(4, 6000) and not host_is_cheaper(4, 12000)
+    assert not host_is_cheaper(64, 10) and not host_is_cheaper(2000, 8)  # large batches: batched (measured)
     rng = np.random.default_rng(0)
 
     def engine(n, n_chains, missing=False):
@@ -217,6 +218,7 @@ def test_auto_engine_follows_its_cost_model():
                                                                       seed=0).info["engine"]
 
     assert engine(300, 16) == "host"
+    assert engine(300, 64) == "batched"
     assert engine(5000, 16) == "batched"
     assert engine(300, 16, missing=True) == "batched"
     assert engine(300, 16) == "host"

@@ -11,7 +11,7 @@ from torchtree.steps.moves import CUT_PROPOSALS, check_move_probs
 
 
 __all__ = ["MCMCConfig", "Stream", "SMALL_TABLE_CHAINS", "SMALL_TABLE_SAMPLES", "ENGINES", "HOST_MS", "BATCHED_MS",
-           "host_is_cheaper"]
+           "HOST_MAX_CHAINS", "host_is_cheaper"]
 
 
 class Stream(enum.IntEnum):
@@ -31,16 +31,21 @@ ENGINES = ("auto", "batched", "host")
 #: N`` (a fixed count of tensor operations, then bitset work per chain). Only their ratio is used.
 HOST_MS = (0.034, 7.1e-5)
 BATCHED_MS = (1.70, 0.043, 5.6e-5, 3.5e-6)
+#: the most chains the cost model speaks for: a batch's cost per chain falls as it grows (0.004-0.012 ms
+#: per added chain from 64 to 256 chains, against 0.03-0.05 from 4 to 16), so from 64 chains on one batch
+#: is cheaper on every table measured, and larger batches stay batched
+HOST_MAX_CHAINS = 16
 
 
 def host_is_cheaper(n_chains: int, n_rows: int) -> bool:
     """Whether ``engine="auto"`` runs the chains on the host: its cost model (:data:`HOST_MS`,
-    :data:`BATCHED_MS`) finds ``n_chains`` host chains one after another cheaper than one batch.
-    One chain always is; 16 chains are below about 1,900 rows, 4 below 8,000."""
+    :data:`BATCHED_MS`, up to :data:`HOST_MAX_CHAINS` chains) finds ``n_chains`` host chains one after
+    another cheaper than one batch. One chain always is; 16 chains are below about 1,900 rows, 4 below
+    8,000; more than 16 never."""
     h0, h1 = HOST_MS
     b0, b1, b2, b3 = BATCHED_MS
     P, N = n_chains, n_rows
-    return P == 1 or P * (h0 + h1 * N) < b0 + b1 * P + (b2 + b3 * P) * N
+    return P == 1 or (P <= HOST_MAX_CHAINS and P * (h0 + h1 * N) < b0 + b1 * P + (b2 + b3 * P) * N)
 
 
 @dataclass(frozen=True)

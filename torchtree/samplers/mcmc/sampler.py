@@ -73,6 +73,8 @@ class MCMC(SamplerBase):
         several on the CPU where :func:`~torchtree.samplers.mcmc.config.host_is_cheaper` finds
         them cheaper one by one than as a batch: a batched iteration is a fixed count of small
         tensor operations, so below about 1,900 rows 16 host chains cost less than their batch.
+        Larger batches (more than ``HOST_MAX_CHAINS = 16`` chains) cost little per added chain and
+        stay batched.
     ``cut_proposal``
         How grow / change moves draw a cut (:func:`torchtree.steps.moves.propose`): uniform on the
         node's data range as the prior draws it (``"prior"``), uniform among the gaps between
