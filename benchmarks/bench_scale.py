@@ -84,9 +84,12 @@ def _worker(method: str, n: int, d: int, threads: str, seed: int, device: str = 
             "peak_gpu_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
 
 
-def _baselines(n: int, d: int, seed: int, forest_max_n: int) -> dict:
+def _baselines(n: int, d: int, seed: int, forest_max_n: int, max_n: float = float("inf")) -> dict:
     """CART (scikit-learn defaults but ``min_samples_leaf=20``) and a random forest (100 trees,
-    1 job) on the same split; None where scikit-learn is missing or N is above ``forest_max_n``."""
+    1 job) on the same split; None where scikit-learn is missing, N is above ``max_n`` (both) or
+    above ``forest_max_n`` (the forest)."""
+    if n > max_n:
+        return {"cart": None, "forest": None}
     try:
         from sklearn.ensemble import RandomForestClassifier
         from sklearn.tree import DecisionTreeClassifier
@@ -151,6 +154,8 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per fit before it is given up")
     ap.add_argument("--forest-max-n", type=int, default=100_000, help="largest N the random forest is fit at")
+    ap.add_argument("--baselines-max-n", type=float, default=float("inf"),
+                    help="largest N CART and the forest are fit at (0: none, e.g. where only the GPU is timed)")
     ap.add_argument("--devices", nargs="+", default=["cpu"],
                     help="devices each case runs on (e.g. cpu cuda); CUDA rows add the GPU's peak allocated memory")
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
@@ -172,7 +177,7 @@ def main(argv=None) -> None:
     results = {}
     for m, n, d in cases:
         if (n, d) not in base_cache:
-            base_cache[(n, d)] = _baselines(n, d, a.seed, a.forest_max_n)
+            base_cache[(n, d)] = _baselines(n, d, a.seed, a.forest_max_n, a.baselines_max_n)
         b = base_cache[(n, d)]
         for t in a.threads:
             if t != "1" and n > a.multi_thread_max_n:
