@@ -12,6 +12,11 @@ table that did not choose it: on the first rows of abalone's regression, the mil
 iteration of one host chain (times 4 and 16) and of a batch of 4 and of 16 chains, with the model's
 choice and the cheaper one measured.
 
+``--held-out`` checks the same model's choice for the estimators' 16 chains on tables that did not choose it:
+on the first 1,000 to 8,000 rows of each (a permutation, seed 0; ``friedman1`` is Friedman #1 with 10 inputs),
+one host chain's milliseconds per iteration (times 16) against a batch of 16 chains, 100 + 100 iterations
+after a short run that pays the set-up.
+
 ``--chain-grid`` measures why the host is chosen for few chains only: on the first 200, 1,000 and 4,000
 rows of magic04, one host chain's milliseconds per iteration (200 iterations, set-up included) against a
 batch of 4, 16, 64 and 256 chains.
@@ -38,6 +43,7 @@ TABLES = ["iris", "wine", "heart_statlog", "heart_cleveland", "breast_cancer_wis
 # smoke-expect: ^\| iris \|
 # smoke-expect: ^\| 100 \|
 # smoke-expect: ^\| 200 \| 4 \|
+# smoke-expect: ^\| wine \| 100 \|
 
 
 def split(name: str):
@@ -102,6 +108,44 @@ def crossover(sizes, lines: list, smoke: bool) -> None:
         print(row, flush=True)
 
 
+def held_out(names, lines: list, smoke: bool) -> None:
+    """The cost model's choice for 16 chains against the cheaper measured, on tables that did not choose it."""
+    from torchtree import MCMC, Data
+    from torchtree.datasets import load_table
+    from torchtree.samplers.mcmc.config import host_is_cheaper
+
+    head = ["", "Cost model on held-out tables (first n rows; ms per iteration, 1 thread, 100 + 100 iterations):", "",
+            "| table | n | host, 1 chain | batch of 16 | 16 x host / batch | model / cheaper |", "|---|---|---|---|---|---|"]
+    lines += head
+    print("\n".join(head), flush=True)
+    for name in names:
+        if name == "friedman1":
+            rng = np.random.default_rng(0)
+            X = rng.uniform(size=(8000, 10))
+            y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + 5 * X[:, 4] + rng.normal(size=8000)
+        else:
+            t = load_table(name)
+            idx = np.random.default_rng(0).permutation(len(t.y))
+            X, y = np.asarray(t.X, dtype=np.float64)[idx], np.asarray(t.y)[idx]
+        task = "regression" if y.dtype.kind == "f" else "classification"
+        for n in ((100,) if smoke else (1000, 2000, 4000, 8000)):
+            if n > len(y):
+                continue
+            data, ms = Data(X[:n], y[:n], task=task), {}
+            for engine, P in (("host", 1), ("batched", 16)):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    MCMC(n_chains=P, n_samples=5, n_warmup=5, engine=engine).run(data, seed=0)  # the set-up's cost
+                    c0 = time.process_time()
+                    its = 10 if smoke else 100
+                    MCMC(n_chains=P, n_samples=its, engine=engine).run(data, seed=0)
+                ms[P] = (time.process_time() - c0) / (2 * its) * 1e3
+            row = (f"| {name} | {n} | {ms[1]:.3f} | {ms[16]:.3f} | {16 * ms[1] / ms[16]:.2f} | "
+                   f"{'host' if host_is_cheaper(16, n) else 'batched'} / {'host' if 16 * ms[1] < ms[16] else 'batched'} |")
+            lines.append(row)
+            print(row, flush=True)
+
+
 def chain_grid(lines: list, smoke: bool) -> None:
     """One host chain against batches of 4 to 256 chains on the first rows of magic04."""
     from torchtree import MCMC, Data
@@ -137,12 +181,14 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--crossover", nargs="*", type=int, default=None, help="also check the cost model on these "
                    "numbers of abalone's rows")
+    p.add_argument("--held-out", nargs="*", default=None, help="also check the model's choice for 16 chains on "
+                   "these tables (friedman1: synthetic)")
     p.add_argument("--chain-grid", action="store_true", help="also one host chain against batches of 4-256 chains")
     p.add_argument("--out", default=None)
     p.add_argument("--smoke", action="store_true", help="iris, 4 short chains, one repeat (tests)")
     a = p.parse_args()
     if a.smoke:
-        a.tables, a.repeats, a.crossover = ["iris"], 1, [100]
+        a.tables, a.repeats, a.crossover, a.held_out = ["iris"], 1, [100], ["wine"]
     import torch
 
     torch.set_num_threads(1)
@@ -164,6 +210,8 @@ def main() -> None:
         print(row, flush=True)
     if a.crossover:
         crossover(a.crossover, lines, a.smoke)
+    if a.held_out:
+        held_out(a.held_out, lines, a.smoke)
     if a.chain_grid or a.smoke:
         chain_grid(lines, a.smoke)
     if a.out:
