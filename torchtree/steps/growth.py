@@ -282,7 +282,9 @@ class Grower:
         else:
             srt = SortedCandidates(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)
             if self.proposal == "prior":
-                n_left = segmented_searchsorted(srt.vals, srt.start[ginv], srt.end[ginv], thr, right=True)
+                # off the CPU a fixed count of halvings (no host read): a node's list holds at most n points
+                n_left = segmented_searchsorted(srt.vals, srt.start[ginv], srt.end[ginv], thr, right=True,
+                                                max_len=_halvings_bound(t, data.n))
             else:  # the j-th of the nc intervals between adjacent distinct values, j uniform
                 nc = srt.n_cand[ginv]
                 j = (u_int * nc.double()).long().clamp(max=nc - 1)
@@ -383,7 +385,8 @@ class Grower:
         base, tot = cpad[cstart], cpad[cstart + ncand] - cpad[cstart]
         k = inv[sp]
         u_cut, u_int = u[_U_CUT, sp], u[_U_INTERVAL, sp]
-        j = segmented_searchsorted(cprob, cstart[k], cstart[k] + ncand[k], base[k] + u_int * tot[k], right=False)
+        j = segmented_searchsorted(cprob, cstart[k], cstart[k] + ncand[k], base[k] + u_int * tot[k], right=False,
+                                   max_len=_halvings_bound(t, data.n * data.d))  # fewer than n - 1 cuts per dimension
         c = cstart[k] + torch.minimum(j, ncand[k] - 1)
         feat = gd[g[c]]
         v0, v1 = v_lo[c], v_hi[c]
@@ -424,6 +427,13 @@ class Grower:
             t.cnt[kid] = cnt.long()
             state.node_uid[ps, slot] = kid.to(torch.int32)
         state.n_nodes += 2 * per_tree
+
+
+def _halvings_bound(table, bound: int) -> Optional[int]:
+    """``max_len`` for :func:`segmented_searchsorted`: None on the compiled CPU route, where reading the
+    longest slice back is free and ends the search early; ``bound`` on the torch route (what runs on a
+    GPU), which then searches without a host read."""
+    return None if table.native else bound
 
 
 def _below(thr: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
