@@ -17,6 +17,8 @@ Operators
 growth stage (:mod:`torchtree.kernels.node_points` documents them and holds their references).
 ``bitset_counts``, ``split_bits``, ``extent_ranks``: popcounts, child bitsets and rank extents of the move samplers' nodes
 (:mod:`torchtree.kernels.bitsets`).
+``keyed_uniforms``: the counter-based uniforms of several streams in one pass (:func:`torchtree.core.random.keyed_uniforms`
+is its reference).
 
 Layer: base (no torchtree imports).
 """
@@ -35,15 +37,16 @@ import torch
 __all__ = ["op", "available", "usable", "SOURCES"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "bart_predict.cpp", "node_points.cpp", "bitsets.cpp")]
+SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "bart_predict.cpp", "node_points.cpp", "bitsets.cpp",
+                                    "keyed.cpp")]
 #: every file the build reads (the sources and their headers): the build folder is named by their content
-BUILD_INPUTS = SOURCES + [CSRC / "bart_common.h"]
+BUILD_INPUTS = SOURCES + [CSRC / "bart_common.h", CSRC / "keyed.h"]
 #: OpenMP where torch's CPU build uses GNU OpenMP (Linux): ``at::parallel_for`` spreads a kernel's tasks over
 #: torch's threads only in code compiled with it, and the extension then shares torch's libgomp (same soname)
 OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
 FLAGS = ["-O3", "-ffp-contract=off"] + OPENMP
 OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "forest_sum", "forest_stats", "node_extents", "split_counts", "split_intervals", "all_intervals", "split_sums", "split_sum_intervals", "partition_points",
-             "bitset_counts", "split_bits", "extent_ranks")
+             "bitset_counts", "split_bits", "extent_ranks", "keyed_uniforms")
 _STATE: dict = {}
 _LOCK = threading.Lock()
 

@@ -190,3 +190,44 @@ def test_keyed_uniforms_equal_one_stream_at_a_time():
         assert u.shape == (len(streams), 500)
         for row, s in zip(u, streams):
             assert torch.equal(row, keyed_uniform(42, s, idx, sl))
+
+
+def _reference_uniforms(monkeypatch_ctx, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` with the compiled pass switched off: the int64 tensor hash."""
+    import torchtree.core.random as R
+
+    monkeypatch_ctx.setattr(R, "_compiled_uniforms", lambda *a: None)
+    return fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("case", ["scalar slot", "broadcast slot", "int32 index", "extreme keys", "empty"])
+def test_compiled_uniforms_equal_the_tensor_hash_bit_for_bit(monkeypatch, case):
+    """On the CPU the keyed uniforms come from one compiled pass (``keyed_uniforms`` in torchtree.kernels); they
+    are the tensor hash's numbers to the last bit, in every shape the samplers ask for."""
+    from torchtree.core.random import _compiled_uniforms, keyed_uniforms
+    from torchtree.kernels import native
+
+    if not native.available():
+        pytest.skip("compiled kernels unavailable")
+    g = torch.Generator().manual_seed(0)
+    index, slot = torch.randint(0, 10**6, (500,), generator=g), 3
+    if case == "broadcast slot":  # (chain, 1, 1) keys against (tries, 2) slots, as BART's noise draws
+        index, slot = torch.arange(5)[:, None, None], torch.arange(8).view(4, 2)
+    elif case == "int32 index":
+        index, slot = index.to(torch.int32), torch.randint(0, 50, (500,), generator=g).to(torch.int32)
+    elif case == "extreme keys":  # wrap-around of the 64-bit products
+        index = torch.tensor([0, 1, -1, 2**63 - 1, -2**63, 2**40 + 17])
+        slot = torch.tensor([2**62, -5, 0, 1, 2**63 - 1, -2**63])
+    elif case == "empty":
+        index = torch.zeros(0, 3, dtype=torch.long)
+    seed, streams = 2**62 + 12345, [0, 1, 7, 2**40]
+    assert _compiled_uniforms([1], index, slot) is not None  # the compiled pass serves this call
+    fast = keyed_uniforms(seed, streams, index, slot)
+    fast1 = [keyed_uniform(seed, s, index, slot, dtype=dt) for s in streams for dt in (torch.float64, torch.float32)]
+    with monkeypatch.context() as mp:
+        ref = _reference_uniforms(mp, keyed_uniforms, seed, streams, index, slot)
+        ref1 = [keyed_uniform(seed, s, index, slot, dtype=dt) for s in streams for dt in (torch.float64, torch.float32)]
+    assert fast.shape == ref.shape and fast.dtype == ref.dtype == torch.float64
+    assert torch.equal(fast, ref)
+    for a, b in zip(fast1, ref1):
+        assert a.dtype == b.dtype and torch.equal(a, b)

@@ -17,6 +17,7 @@ __all__ = ["keyed_bits", "keyed_uniform", "keyed_uniforms", "seed_to_int", "deri
 from torchtree.kernels.hashing import GOLDEN as _GOLDEN
 from torchtree.kernels.hashing import mix as _mix
 from torchtree.kernels.hashing import srl as _srl
+from torchtree.kernels import native as _native
 
 
 def seed_to_int(seed) -> int:
@@ -94,8 +95,11 @@ def keyed_uniforms(seed: int, streams, index: torch.Tensor, slot: int | torch.Te
     -------
     Tensor [K, ...] float64: row k equals ``keyed_uniform(seed, streams[k], index, slot)``.
     """
-    base = torch.tensor([derive_seed(seed, int(s)) for s in streams], dtype=torch.int64,
-                        device=index.device).view(-1, *([1] * index.dim()))
+    bases = [derive_seed(seed, int(s)) for s in streams]
+    fast = _compiled_uniforms(bases, index, slot)
+    if fast is not None:
+        return fast
+    base = torch.tensor(bases, dtype=torch.int64, device=index.device).view(-1, *([1] * index.dim()))
     z = _mix(index.to(torch.int64) * _GOLDEN + base)
     st = slot.to(torch.int64) if isinstance(slot, torch.Tensor) else torch.tensor(int(slot), dtype=torch.int64, device=index.device)
     bits = _srl(_mix(z + (st * _GOLDEN + 0x632BE5AB)), 11)
@@ -123,7 +127,27 @@ def keyed_uniform(
     -------
     Tensor [...] of ``dtype`` on ``index.device``.
     """
-    bits = _srl(keyed_bits(seed, stream, index, slot), 11)  # 53 bits
-    u = (bits.to(torch.float64) + 0.5) * (1.0 / 9007199254740992.0)
+    u = _compiled_uniforms([derive_seed(seed, stream)], index, slot)
+    if u is not None:  # float64, already below 1: the narrower dtype's rounding is handled below
+        u = u[0]
+    else:
+        bits = _srl(keyed_bits(seed, stream, index, slot), 11)  # 53 bits
+        u = (bits.to(torch.float64) + 0.5) * (1.0 / 9007199254740992.0)
     # Rounding to a narrower dtype can reach 1.0; keep the interval open.
     return u.to(dtype).clamp_(max=1.0 - torch.finfo(dtype).eps / 2)
+
+
+def _compiled_uniforms(bases, index: torch.Tensor, slot):
+    """``[K, *shape]`` float64 uniforms of the streams whose derived seeds are ``bases``, by the compiled
+    ``keyed_uniforms`` pass (the same bits as the tensor hash above; ``shape``: index and slot broadcast);
+    None off the CPU or without the compiled kernels."""
+    if index.device.type != "cpu" or (isinstance(slot, torch.Tensor) and slot.device.type != "cpu"):
+        return None
+    op = _native.op("keyed_uniforms")
+    if op is None:
+        return None
+    st = slot.to(torch.int64) if isinstance(slot, torch.Tensor) else torch.tensor(int(slot), dtype=torch.int64)
+    idx, st = torch.broadcast_tensors(index.to(torch.int64), st)
+    shape = idx.shape
+    out = op(torch.tensor(bases, dtype=torch.int64), idx.reshape(-1), st.reshape(-1))  # derived seeds fit 63 bits
+    return out.view(len(bases), *shape)
