@@ -175,6 +175,41 @@ def test_same_seed_same_draws_and_resume(tmp_path):
         BART(**kw, checkpoint=ck, checkpoint_every=1).run(data, seed=2, monitor=CallbackMonitor(on_checkpoint=hook))
     d = BART(**kw, checkpoint=ck).run(data, seed=2)
     assert torch.equal(a.value, d.value) and torch.equal(a.sigma, d.sigma) and torch.equal(a.feature, d.feature)
+    # the cached forest summary is not in the checkpoint (a resumed run recomputes it)
+    saved = torch.load(ck, weights_only=True)
+    assert "forest_stats" not in str(list(_keys(saved)))
+
+
+def _keys(obj):
+    """Every dict key in a nested checkpoint."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            yield from _keys(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _keys(v)
+
+
+def test_sweep_reuses_the_forest_summary_and_draws_the_same(monkeypatch):
+    """A sweep starts from the previous sweep's ``forest_stats`` (one compiled pass per sweep, not two), with the
+    draws of a run that recomputes it."""
+    import torchtree.samplers.bart.sampler as bs
+    from torchtree.kernels import native
+
+    if not native.available():
+        pytest.skip("compiled kernels unavailable")
+    X, y, _ = _friedman(120, 1)
+    data = Data(X, y, task="regression")
+    kw = dict(n_trees=12, n_chains=2, n_warmup=8, n_samples=8, n_gfr=2)
+    calls = []
+    real = bs._forest_stats
+    monkeypatch.setattr(bs, "_forest_stats", lambda f: calls.append(1) or real(f))
+    a = BART(**kw).run(data, seed=4)
+    assert len(calls) == 16  # one per sweep: 2 grow-from-root + 14 MCMC sweeps
+    monkeypatch.setattr(bs.BARTState, "forest_stats", property(lambda self: None, lambda self, v: None))
+    b = BART(**kw).run(data, seed=4)
+    assert torch.equal(a.feature, b.feature) and torch.equal(a.value, b.value) and torch.equal(a.sigma, b.sigma)
 
 
 def test_two_ranks_draw_what_one_rank_draws():

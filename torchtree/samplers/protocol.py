@@ -27,7 +27,7 @@ from torchtree.core.threads import check_threads
 from torchtree.core.validate import check_bool, check_choice, check_int, check_real
 from torchtree.samplers.presets import AUTO, Preset, Resolved, RunShape, SettingsView
 
-__all__ = ["SamplerConfig", "SamplerState", "Option", "option", "Sampler", "HOOKS", "config_class_of",
+__all__ = ["SamplerConfig", "SamplerState", "TRANSIENT", "Option", "option", "Sampler", "HOOKS", "config_class_of",
            "base_type", "SettingsAsAttributes"]
 
 _MISSING = dataclasses.MISSING
@@ -234,12 +234,17 @@ def base_type(hint):
     return args[0] if len(args) == 1 and args[0] in (int, float, bool) else None
 
 
+#: ``dataclasses.field(default=None, metadata=TRANSIENT)``: a state field that checkpoints do not save
+TRANSIENT = {"transient": True}
+
+
 class SamplerState:
     """Base of a sampler's state: a dataclass of tensors, numbers and nested states.
 
     ``state_dict()`` gives plain containers that ``torch.load(weights_only=True)`` reads back;
     ``load_state_dict()`` rebuilds the state. ``step`` counts the transitions done and ``done``
-    ends the run.
+    ends the run. A field declared with :data:`TRANSIENT` metadata (and a default) is a cache
+    derivable from the others: it is not saved, and a rebuilt state starts with its default.
     """
 
     step: int
@@ -249,6 +254,8 @@ class SamplerState:
         """The state as tensors, numbers, strings, lists and dicts (a checkpoint saves this)."""
         out = {}
         for f in fields(self):
+            if f.metadata.get("transient"):
+                continue
             v = getattr(self, f.name)
             if isinstance(v, SamplerState):
                 v = v.state_dict()
@@ -263,6 +270,8 @@ class SamplerState:
         hints = typing.get_type_hints(cls)
         kw = {}
         for f in fields(cls):
+            if f.metadata.get("transient"):
+                continue
             v = saved[f.name]
             t = hints.get(f.name)
             if isinstance(t, type) and issubclass(t, SamplerState):

@@ -246,7 +246,7 @@ class BART(SamplerBase):
         elif c.bart_sampler == "mcmc":
             update = tree_update_native if ctx.setup.update_fn is tree_update_native else (lambda *a: _update(ctx, *a))
             resid, moves = backfit_sweep(prior, feature, cut, value, leaf_of, state.resid, Xb, n_cuts, state.sigma2,
-                                         ctx.seed, base, tree_chain, use, update, ctx.setup.groups)
+                                         ctx.seed, base, tree_chain, use, update, ctx.setup.groups, state.forest_stats)
         else:
             from torchtree.steps.bart_pg import pg_tree_update
 
@@ -279,6 +279,7 @@ class BART(SamplerBase):
         counts = state.counts + moves
         state.sigma2, state.latent, state.resid, state.counts = sigma2, latent, resid, counts
         stats = _forest_stats(feature) if ctx.setup.update_fn is tree_update_native else None
+        state.forest_stats = stats  # the next sweep starts from these trees
         leaves = stats[:C] if stats is not None else (feature == LEAF).sum(2).double().mean(0)  # [C]
         state.trace_leaves.append(leaves)
         state.step = it + 1
@@ -381,7 +382,7 @@ def _leaf_normals(seed: int, base: int, tree_chain: torch.Tensor, K: int, Kz: in
 
 
 def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, seed: int, base: int,
-                  tree_chain: torch.Tensor, use_likelihood: bool = True, update=tree_update, groups=None):
+                  tree_chain: torch.Tensor, use_likelihood: bool = True, update=tree_update, groups=None, stats=None):
     """One Bayesian-backfitting sweep: every tree in turn redrawn on its partial residual.
 
     Parameters
@@ -393,6 +394,7 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     tree_chain : LongTensor [T, C] global (tree, chain) keys
     update : the tree update (:func:`~torchtree.steps.bart_moves.tree_update` or its compiled form)
     groups : LongTensor [D], optional, the input column of each feature of a coded table
+    stats : Tensor [C + 1], optional, ``forest_stats`` of these trees if known (saves recomputing them)
 
     Returns
     -------
@@ -403,7 +405,8 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     U = keyed_uniform(seed, base + Stream.MOVES, tree_chain[..., None], torch.arange(5, device=dev))
     # a grow deepens a tree by one level at most, so slots below the deepest node's children are never
     # leaves in this sweep; off the CPU every slot's normal is drawn instead of reading the depth (a host sync)
-    stats = _forest_stats(feature) if update is tree_update_native else None
+    if stats is None and update is tree_update_native:
+        stats = _forest_stats(feature)
     if stats is not None:
         deepest = int(stats[-1])
     elif _may_sync(dev):

@@ -1,12 +1,12 @@
 """What a BART run holds: its set-up objects (``BARTSetup``) and its chains between sweeps (``BARTState``, what a checkpoint saves)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
-from torchtree.samplers.protocol import SamplerState
+from torchtree.samplers.protocol import TRANSIENT, SamplerState
 
 
 __all__ = ["BARTSetup", "BARTState"]
@@ -30,6 +30,8 @@ class BARTState(SamplerState):
     kept: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per kept sweep: [C, T, K'] trees
     kept_sigma: List[torch.Tensor]  # per kept sweep: [C]
     trace_leaves: List[torch.Tensor]  # per sweep: [C] mean leaves per tree
+    #: ``forest_stats`` of the trees as they are (the last sweep's), where the compiled kernels computed them
+    forest_stats: Optional[torch.Tensor] = field(default=None, metadata=TRANSIENT)
 
 
 @dataclass(frozen=True)
