@@ -104,3 +104,42 @@ def test_evidence_curves_reach_tensorboard(tmp_path):
         got = [(e.step, e.value) for e in acc.Scalars(tag)]
         assert got == [(i, pytest.approx(lz, rel=1e-6)) for i, (_, lz) in enumerate(curve)]
     assert set(clf.hyper_search_.curves) == {"alpha", "beta_split"}
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_one_run_of_pilot_islands_equals_the_pilots_run_alone(task):
+    """``variant_log_evidences`` runs the pilots as the islands of one run, each island with the random
+    numbers of its pilot alone: the evidences equal the separate runs', bit for bit with class counts; with
+    float targets a stage's cut sums run over all its nodes' lists, so to rounding (1e-10 relative)."""
+    from torchtree.samplers.tuning.evidence import _pilot_evidence
+    from torchtree.samplers.topdown.sampler import variant_log_evidences
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(300, 4))
+    if task == "classification":
+        data = Data(X, ((X[:, 0] * X[:, 1] > 0) ^ (rng.random(300) < 0.2)).astype(int) + (X[:, 2] > 1))
+        variants = [(ChipmanPrior(0.95, b), DirichletMultinomial(a)) for a in (0.5, 2.0, 10.0) for b in (0.5, 2.0)]
+    else:
+        data = Data(X, np.sin(2 * X[:, 0]) + 0.3 * rng.normal(size=300), task="regression")
+        variants = [(ChipmanPrior(0.95, 0.5), NormalInverseGamma(mu0=0.0, kappa0=0.1, a0=2.0, b0=b)) for b in (0.1, 1.0, 5.0)]
+    for proposal in ("prior", "empirical"):
+        alone = [_pilot_evidence_with(data, p, lik, proposal) for p, lik in variants]
+        together = variant_log_evidences(data, variants, 40, 7, proposal=proposal)
+        if task == "classification":
+            assert together == alone, proposal
+        else:
+            np.testing.assert_allclose(together, alone, rtol=1e-10, atol=0)
+        assert len(set(alone)) == len(alone)  # the variants do differ
+
+
+def _pilot_evidence_with(data, prior, lik, proposal):
+    return float(TopDownSMC(prior, lik, n_particles=40, proposal=proposal).run(data, seed=7).log_evidence)
+
+
+def test_pilot_islands_refuse_the_optimal_proposal():
+    from torchtree.samplers.topdown.sampler import variant_log_evidences
+
+    data = _tiny("classification")
+    with pytest.raises(ValueError, match="prior or empirical"):
+        variant_log_evidences(data, [(ChipmanPrior(0.95, 0.5), DirichletMultinomial(1.0))] * 2, 10, 0,
+                              proposal="optimal")

@@ -103,7 +103,7 @@ def exact_weights_step(backend, n_total: int, logw: torch.Tensor, new_logw: torc
 
 
 def island_ancestors(logw: torch.Tensor, need: List[int], m: int, resample: Callable, seed: int, step: int,
-                     first_island: int = 0) -> torch.Tensor:
+                     first_island: int = 0, shared_keys: bool = False) -> torch.Tensor:
     """Resample the islands ``need``; the others keep their particles.
 
     Parameters
@@ -115,6 +115,8 @@ def island_ancestors(logw: torch.Tensor, need: List[int], m: int, resample: Call
     resample : ``fn(generator, log_weights [m], m) -> ancestors [m]`` (``torchtree.core.resampling``)
     seed, step : int, the run's seed and the step (keys of each island's generator)
     first_island : int, global index of local island 0 (ranks holding whole islands)
+    shared_keys : bool, every island draws with island ``first_island``'s generator (islands that each
+        reproduce a run of one island)
 
     Returns
     -------
@@ -123,7 +125,8 @@ def island_ancestors(logw: torch.Tensor, need: List[int], m: int, resample: Call
     anc = torch.arange(logw.numel(), device=logw.device)
     lw2 = logw.view(-1, m)
     for j in need:
-        g = torch.Generator(device="cpu").manual_seed(derive_seed(seed, RESAMPLING_STREAM, step, first_island + j))
+        g = torch.Generator(device="cpu").manual_seed(derive_seed(seed, RESAMPLING_STREAM, step,
+                                                                  first_island + (0 if shared_keys else j)))
         a = resample(g, lw2[j], m)
         anc[j * m:(j + 1) * m] = canonical_ancestors(a) + j * m
         logw[j * m:(j + 1) * m] = 0.0

@@ -124,10 +124,20 @@ class Grower:
         Run seed for the keyed random streams.
     use_likelihood : bool
         False samples from the prior (the weights ignore the labels).
+    variants : sequence of (prior, likelihood), optional
+        One pair per island of ``island_size`` particles (island-major): particle ``p`` grows under
+        ``variants[p // island_size]`` instead of ``(prior, likelihood)`` (the prior and empirical
+        proposals; the likelihoods must share the task). The node table is shared; a node's scores
+        are computed per (node, island).
+    island_size : int, the particles per island when ``variants`` is given
     """
 
-    def __init__(self, prior, likelihood, data, proposal: str = "prior", seed: int = 0, use_likelihood: bool = True) -> None:
+    def __init__(self, prior, likelihood, data, proposal: str = "prior", seed: int = 0, use_likelihood: bool = True,
+                 variants=None, island_size: int = 0) -> None:
         check_choice("proposal", proposal, PROPOSALS)
+        if variants is not None and (proposal == "optimal" or island_size < 1):
+            raise ValueError("variants need the prior or empirical proposal and an island size")
+        self.variants, self.island_size = (list(variants), int(island_size)) if variants is not None else (None, 0)
         self.prior, self.lik, self.data = prior, likelihood, data
         self.proposal, self.seed = proposal, seed
         self.use_likelihood = use_likelihood
@@ -185,12 +195,36 @@ class Grower:
             n_nodes=state.n_nodes.clone(),
         )
 
-    def _loglik(self, stats: torch.Tensor, totals: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def _loglik(self, stats: torch.Tensor, totals: Optional[torch.Tensor] = None,
+                island: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Log marginal likelihood of each row of ``stats``; with variants, row ``r`` under island
+        ``island[r]``'s likelihood."""
         if not self.use_likelihood:
             return torch.zeros(stats.shape[:-1], dtype=torch.float64, device=stats.device)
-        if hasattr(self.lik, "log_marginal_counts"):  # integral counts: table lookup
-            return self.lik.log_marginal_counts(stats if stats.dtype in (torch.int32, torch.int64) else stats.long(), self.data.n, totals)
-        return self.lik.log_marginal(stats)
+        if island is None:
+            return self._loglik_of(self.lik, stats, totals)
+        out = torch.empty(stats.shape[:-1], dtype=torch.float64, device=stats.device)
+        for i, (_, lik) in enumerate(self.variants):
+            rows = (island == i).nonzero().squeeze(1)
+            if rows.numel():
+                out[rows] = self._loglik_of(lik, stats[rows], None if totals is None else totals[rows])
+        return out
+
+    def _loglik_of(self, lik, stats: torch.Tensor, totals: Optional[torch.Tensor]) -> torch.Tensor:
+        if hasattr(lik, "log_marginal_counts"):  # integral counts: table lookup
+            return lik.log_marginal_counts(stats if stats.dtype in (torch.int32, torch.int64) else stats.long(), self.data.n, totals)
+        return lik.log_marginal(stats)
+
+    def _split_prob(self, depth: torch.Tensor, island: Optional[torch.Tensor]) -> torch.Tensor:
+        """The prior's split probability at each ``depth``; with variants, under island ``island[r]``'s prior."""
+        if island is None:
+            return self.prior.split_prob(depth)
+        out = torch.empty(depth.shape, dtype=torch.float64, device=depth.device)
+        for i, (prior, _) in enumerate(self.variants):
+            rows = (island == i).nonzero().squeeze(1)
+            if rows.numel():
+                out[rows] = prior.split_prob(depth[rows])
+        return out
 
     # ---------------------------------------------------------------- expand
     def expand(self, state: GrowthState, pp: torch.Tensor, nn: torch.Tensor, gidx: torch.Tensor, stage: int) -> ExpansionResult:
@@ -211,9 +245,16 @@ class Grower:
         """
         data, t = self.data, self.table
         uid = state.node_uid[pp, nn].long()
-        uu, inv = torch.unique(uid, return_inverse=True)
+        if self.variants is None:
+            uu, inv = torch.unique(uid, return_inverse=True)
+            isl_u = None
+            t.materialise(uu, data.X)
+        else:  # distinct (node, island): the islands score a shared node (the root) under their own variants
+            I = len(self.variants)
+            key, inv = torch.unique(uid * I + pp // self.island_size, return_inverse=True)
+            uu, isl_u = key // I, key % I
+            t.materialise(torch.unique(uu), data.X)
         U = uu.numel()
-        t.materialise(uu, data.X)
         # Per distinct node: data extent in every dimension (the reference gathers [sum of node
         # sizes, D], in batches of nodes; the compiled kernel reads the lists in place).
         D = data.X.shape[1]
@@ -225,20 +266,22 @@ class Grower:
             lo[b0:b1], hi[b0:b1] = node_extents(t.buf, t.off[ub], t.cnt[ub], data.X, use_native=t.native)
         varying = hi > lo
         nvary = varying.sum(1)
-        psplit_u = self.prior.split_prob(t.depth[uu])
+        psplit_u = self._split_prob(t.depth[uu], isl_u)
         pstat_u = t.stats[uu]
-        lp_u = self._loglik(pstat_u)
+        lp_u = self._loglik(pstat_u, island=isl_u)
         # every uniform a pair may need, in one hash pass (rows: _U_STOP, _U_DIM, _U_CUT, _U_INTERVAL)
         u = keyed_uniforms(self.seed, [stage * 8 + k for k in range(4)], gidx, nn)
         if self.proposal == "optimal":
             split, logw, sp, feat, thr, left, n_left = self._choose_optimal(uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u)
         else:
-            split, logw, sp, feat, thr, left, n_left = self._choose_local(uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u)
+            split, logw, sp, feat, thr, left, n_left = self._choose_local(uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u,
+                                                                          lp_u, u, isl_u)
         self._apply(state, pp, nn, uid, split, sp, feat, thr, left, n_left)
         return ExpansionResult(logw, split, U)
 
-    def _choose_local(self, uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u):
-        """Prior and empirical proposals: stop/split as the prior, dimension uniform."""
+    def _choose_local(self, uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u, isl_u=None):
+        """Prior and empirical proposals: stop/split as the prior, dimension uniform (``isl_u``: each
+        distinct node's island, with variants)."""
         data, t = self.data, self.table
         A = inv.numel()
         split = (nvary[inv] > 0) & (u[_U_STOP] < psplit_u[inv])
@@ -299,7 +342,8 @@ class Grower:
             extra = torch.log(nc.double()) + torch.log((v1 - v0).double()) - torch.log((hi_f - lo_f).double())
         left = left.to(pstat_u.dtype)
         right = pstat_u[k] - left
-        logw[sp] = self._loglik(left) + self._loglik(right) - lp_u[k] + extra
+        isl = None if isl_u is None else isl_u[k]
+        logw[sp] = self._loglik(left, island=isl) + self._loglik(right, island=isl) - lp_u[k] + extra
         return split, logw, sp, feat, thr, left, n_left
 
     def _choose_optimal(self, uu, inv, lo, hi, varying, nvary, psplit_u, pstat_u, lp_u, u):

@@ -23,7 +23,7 @@ from torchtree.steps.growth import Grower
 from torchtree.samplers.topdown.config import TopDownConfig
 from torchtree.samplers.topdown.state import TopDownSetup, TopDownState
 
-__all__ = ["TopDownSMC", "island_posterior"]
+__all__ = ["TopDownSMC", "island_posterior", "variant_log_evidences"]
 
 
 class TopDownSMC(SamplerBase):
@@ -80,6 +80,8 @@ class TopDownSMC(SamplerBase):
     name = "TopDownSMC"
 
     config_class = TopDownConfig
+    #: (prior, likelihood) per island for :func:`variant_log_evidences` (None: every island runs ``prior``, ``likelihood``)
+    _variants = None
 
     def __init__(self, prior=None, likelihood=None, *, backend=None, **settings: Any) -> None:
         self.config = TopDownConfig(**settings)
@@ -151,7 +153,8 @@ class TopDownSMC(SamplerBase):
 
     def _grower(self, ctx: driver.RunContext) -> Grower:
         c = self.config
-        grower = Grower(self.prior, ctx.setup.likelihood, ctx.data, c.proposal, ctx.seed, c.use_likelihood)
+        grower = Grower(self.prior, ctx.setup.likelihood, ctx.data, c.proposal, ctx.seed, c.use_likelihood,
+                        variants=self._variants, island_size=c.n_particles // c.n_islands)
         avail = available_bytes(ctx.device)  # TORCHTREE_MEMORY_LIMIT caps it too; the run needs the rest
         grower.table.limit_bytes = c.max_memory_bytes or int(min(default_memory_limit(ctx.device),
                                                                  0.75 * avail if avail is not None else float("inf")))
@@ -172,12 +175,12 @@ class TopDownSMC(SamplerBase):
         grower = self._grower(ctx)
         n_local = c.n_particles // ctx.world_size
         check_tree_memory("TopDownSMC", n_local, ctx.data, "n_particles", capacity=0, caches=False, per_tree=2 * 4 * 32 + 80)
-        lik = ctx.setup.likelihood
-        root_ll = float(lik.log_marginal(grower.table.stats[0])) if c.use_likelihood else 0.0
+        liks = [ctx.setup.likelihood] if self._variants is None else [lik for _, lik in self._variants]
+        root_ll = [float(lik.log_marginal(grower.table.stats[0])) if c.use_likelihood else 0.0 for lik in liks]
         n_w, n_isl = self._weights_shape(ctx)
         return TopDownState(step=0, done=False, particles=grower.init_state(n_local),
                             logw=torch.zeros(n_w, dtype=torch.float64, device=dev),
-                            logz=torch.full((n_isl,), root_ll, dtype=torch.float64, device=dev),
+                            logz=torch.tensor(root_ll, dtype=torch.float64, device=dev).expand(n_isl).clone(),
                             n_resample=0, resample_steps=0, resample_seconds=0.0, grower=grower,
                             layout=ctx.setup.layout)
 
@@ -209,8 +212,11 @@ class TopDownSMC(SamplerBase):
         n_local, dev = particles.n_particles, ctx.device
         incr = torch.zeros(n_local, dtype=torch.float64, device=dev)
         distinct = 0
+        m = c.n_particles // c.n_islands
         if pp.numel():
             gidx = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=dev)
+            if self._variants is not None:  # each island draws the numbers of a run of its variant alone
+                gidx = gidx % m
             res = grower.expand(particles, pp, nn, gidx[pp], stage)
             incr.index_add_(0, pp, res.log_weight)
             distinct = res.n_distinct
@@ -226,14 +232,18 @@ class TopDownSMC(SamplerBase):
             state.done = True
             return state, None
         n_w, I = self._weights_shape(ctx)
-        m = c.n_particles // c.n_islands
+        logz = state.logz
         state.logw, state.logz, ess = island_weights_step(state.logw, state.logz, incr, I, m)
-        need = (ess < c.ess_threshold * m).nonzero().squeeze(1).tolist()
+        low = ess < c.ess_threshold * m
+        if self._variants is not None:  # an island whose trees are finished has ended, as its run alone would
+            active = torch.bincount(pp // m, minlength=I) > 0
+            state.logz, low = torch.where(active, state.logz, logz), low & active
+        need = low.nonzero().squeeze(1).tolist()
         if need:
             ts = time.perf_counter()
             first = ctx.rank * I if state.layout == "islands" else 0
             anc = island_ancestors(state.logw, need, m, get_resampler(c.resampling), ctx.seed, stage,
-                                   first_island=first)
+                                   first_island=first, shared_keys=self._variants is not None)
             if state.layout == "gathered":
                 state.received += move_particles(grower, particles, anc, width, ctx.backend, c.redistribution)
             else:
@@ -300,3 +310,25 @@ def island_posterior(trees: HardTrees, logw: torch.Tensor, logz: torch.Tensor, l
     log_evidence = float(torch.logsumexp(logz, 0) - math.log(I))
     info = {**info, "island_log_evidence": logz.cpu().tolist(), "island_ess": islands_ess(logw, I).cpu().tolist()}
     return TreePosterior(trees, final_lw, lik, data.d, classes=data.classes_, log_evidence=log_evidence, info=info)
+
+
+def variant_log_evidences(data: Data, variants, n_particles: int, seed: int, **settings: Any):
+    """The log evidence of a top-down SMC run under each (prior, likelihood) of ``variants``, from one run.
+
+    Island ``i`` of the run holds ``n_particles`` particles that grow under ``variants[i]`` with the
+    random numbers of a run of that variant alone (the same keys for its particles and its resampling),
+    and stops where that run would, so ``out[i]`` is ``TopDownSMC(*variants[i], n_particles=n_particles,
+    **settings).run(data, seed=seed).log_evidence`` (the evidence pilots'
+    :func:`~torchtree.samplers.tuning.evidence.choose_by_evidence` use it: their per-stage work is
+    shared). One process; the prior and empirical proposals.
+
+    Returns
+    -------
+    list of float, one per variant
+    """
+    variants = list(variants)
+    smc = TopDownSMC(variants[0][0], variants[0][1], n_particles=n_particles * len(variants),
+                     n_islands=len(variants), **settings)
+    smc._variants = [(make_prior(p), lik) for p, lik in variants]
+    post = smc.run(data, seed=seed)
+    return [float(v) for v in post.info["island_log_evidence"]]

@@ -5,7 +5,11 @@ and the split prior can be chosen by maximising it. :func:`choose_by_evidence` r
 small top-down SMC per candidate value on a coarse grid, all with the same seed (common
 random numbers: the runs differ only through ``theta``, which keeps the comparison's noise
 far below the differences between grid points), first over the leaf prior, then over the
-split prior's depth decay with the chosen leaf prior:
+split prior's depth decay with the chosen leaf prior. The pilots of each of the two grids run
+as the islands of one top-down SMC run, each island with its own prior and leaf prior and the
+random numbers of its pilot alone
+(:func:`~torchtree.samplers.topdown.sampler.variant_log_evidences`), so a stage's shared work
+is done once:
 
 * classification: the Dirichlet concentration ``alpha`` (total over the classes);
 * regression: the prior mean of the leaves' noise variance as a fraction ``f`` of var(y)
@@ -75,6 +79,17 @@ def _pilot_evidence(data: Data, prior, likelihood, n_particles: int, seed: int, 
     return float(post.log_evidence)
 
 
+def _pilot_evidences(data: Data, variants, n_particles: int, seed: int, n_threads="auto", device=None) -> List[float]:
+    """:func:`_pilot_evidence` of each (prior, likelihood) in ``variants``, from one run whose islands are the
+    pilots (:func:`~torchtree.samplers.topdown.sampler.variant_log_evidences`: each island draws the
+    numbers of its pilot alone; the stage's work is shared)."""
+    from torchtree.samplers.topdown.sampler import variant_log_evidences
+
+    if not variants:
+        return []
+    return variant_log_evidences(data, variants, n_particles, seed, n_threads=n_threads, device=device)
+
+
 def _subset(data: Data, max_rows: int, seed: int) -> Data:
     if data.n <= max_rows:
         return data
@@ -142,26 +157,27 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
         bar.on_start({})
     done = [0]
 
-    def evidence(prior, lik):  # one pilot, counted on the bar
-        lz = _pilot_evidence(pilot, prior, lik, n_particles, seed, n_threads, device)
-        if bar is not None:
-            bar.on_step(done[0], {"log_evidence": lz})
-        done[0] += 1
-        return lz
+    def evidences(variants):  # pilots of several (prior, likelihood), one run; counted on the bar
+        out = _pilot_evidences(pilot, variants, n_particles, seed, n_threads, device)
+        for lz in out:
+            if bar is not None:
+                bar.on_step(done[0], {"log_evidence": lz})
+            done[0] += 1
+        return out
 
     if given is None:
-        curve = [(v, evidence(ChipmanPrior(alpha_split, beta), leaf(v))) for v in grid]
+        curve = list(zip(grid, evidences([(ChipmanPrior(alpha_split, beta), leaf(v)) for v in grid])))
         search.curves[name] = curve
         best_leaf = max(curve, key=lambda p: p[1])[0]
         search.chosen[name] = best_leaf
     else:
         best_leaf = float(given)
     if search_split:
-        curve = []
-        for b in beta_split_grid:
-            known = [p for p in search.curves.get(name, []) if p[0] == best_leaf] if b == beta else []
-            lz = known[0][1] if known else evidence(ChipmanPrior(alpha_split, b), leaf(best_leaf))
-            curve.append((b, lz))
+        known = {b: lz for b in beta_split_grid if b == beta
+                 for v, lz in search.curves.get(name, []) if v == best_leaf}
+        todo = [b for b in beta_split_grid if b not in known]
+        known.update(zip(todo, evidences([(ChipmanPrior(alpha_split, b), leaf(best_leaf)) for b in todo])))
+        curve = [(b, known[b]) for b in beta_split_grid]
         search.curves["beta_split"] = curve
         search.chosen["beta_split"] = max(curve, key=lambda p: p[1])[0]
     if bar is not None:
