@@ -203,12 +203,8 @@ class Grower:
             return torch.zeros(stats.shape[:-1], dtype=torch.float64, device=stats.device)
         if island is None:
             return self._loglik_of(self.lik, stats, totals)
-        out = torch.empty(stats.shape[:-1], dtype=torch.float64, device=stats.device)
-        for i, (_, lik) in enumerate(self.variants):
-            rows = (island == i).nonzero().squeeze(1)
-            if rows.numel():
-                out[rows] = self._loglik_of(lik, stats[rows], None if totals is None else totals[rows])
-        return out
+        return _by_island(island, len(self.variants), lambda i, rows: self._loglik_of(
+            self.variants[i][1], stats[rows], None if totals is None else totals[rows]))
 
     def _loglik_of(self, lik, stats: torch.Tensor, totals: Optional[torch.Tensor]) -> torch.Tensor:
         if hasattr(lik, "log_marginal_counts"):  # integral counts: table lookup
@@ -219,12 +215,7 @@ class Grower:
         """The prior's split probability at each ``depth``; with variants, under island ``island[r]``'s prior."""
         if island is None:
             return self.prior.split_prob(depth)
-        out = torch.empty(depth.shape, dtype=torch.float64, device=depth.device)
-        for i, (prior, _) in enumerate(self.variants):
-            rows = (island == i).nonzero().squeeze(1)
-            if rows.numel():
-                out[rows] = prior.split_prob(depth[rows])
-        return out
+        return _by_island(island, len(self.variants), lambda i, rows: self.variants[i][0].split_prob(depth[rows]))
 
     # ---------------------------------------------------------------- expand
     def expand(self, state: GrowthState, pp: torch.Tensor, nn: torch.Tensor, gidx: torch.Tensor, stage: int) -> ExpansionResult:
@@ -471,6 +462,17 @@ class Grower:
             t.cnt[kid] = cnt.long()
             state.node_uid[ps, slot] = kid.to(torch.int32)
         state.n_nodes += 2 * per_tree
+
+
+def _by_island(island: torch.Tensor, n_islands: int, fn) -> torch.Tensor:
+    """float64 ``[len(island)]``: row ``r`` from ``fn(i, rows)``, the values of island ``i``'s rows ``rows``
+    (one call per island that has rows; the variants of :class:`Grower`)."""
+    out = torch.empty(island.shape, dtype=torch.float64, device=island.device)
+    for i in range(n_islands):
+        rows = (island == i).nonzero().squeeze(1)
+        if rows.numel():
+            out[rows] = fn(i, rows)
+    return out
 
 
 def _halvings_bound(table, bound: int) -> Optional[int]:
