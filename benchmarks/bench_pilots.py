@@ -27,22 +27,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_mcmc_engines import split  # noqa: E402  (the same 70/30 split, seed 0)
 CASES = [("pima_diabetes", "smc"), ("pima_diabetes", "mcmc"), ("wine", "smc"), ("raisin", "smc-moves"),
          ("abalone", "smc"), ("magic04", "smc")]
 # smoke-expect: ^\| iris \| smc \|
 # smoke-expect: ^bench_pilots: done
-
-
-def split(name: str):
-    from torchtree.datasets import load_table
-
-    t = load_table(name)
-    X, y = np.asarray(t.X, dtype=np.float64), np.asarray(t.y)
-    if name == "abalone":
-        y = y.astype(np.float64)
-    idx = np.random.default_rng(0).permutation(len(y))
-    k = int(0.7 * len(y))
-    return X[idx[:k]], y[idx[:k]]
 
 
 def main() -> None:
@@ -70,7 +60,7 @@ def main() -> None:
              "| ratio | same curves | same choice |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     for name, method in cases:
-        X, y = split(name)
+        X, y = split(name)[:2]
         cls = BayesianTreeRegressor if y.dtype.kind == "f" else BayesianTreeClassifier
         fit, pil, got = {"islands": [], "one": []}, {"islands": [], "one": []}, {}
         with warnings.catch_warnings():  # an untimed fit first: the table's caches, torch's first calls
