@@ -72,6 +72,33 @@ def test_topdown_smc_regression_same_trees_on_cuda():
     _same_posterior(cpu, gpu, Xq)
 
 
+def test_keyed_uniforms_same_bits_on_cuda():
+    """The CPU's compiled keyed uniforms and CUDA's tensor hash give the same numbers (the counter-based
+    random numbers that make a CUDA run take the CPU run's decisions)."""
+    from torchtree.core.random import keyed_uniform, keyed_uniforms
+
+    idx = torch.tensor([0, 1, 7, 2**40 + 3, -5, 2**63 - 1])
+    slot = torch.arange(6)[:, None].expand(6, 6)
+    for dev_slot in (3, slot):
+        cpu = keyed_uniforms(2**61 + 9, [0, 5, 2**33], idx, dev_slot)
+        gpu = keyed_uniforms(2**61 + 9, [0, 5, 2**33], idx.cuda(), dev_slot.cuda() if torch.is_tensor(dev_slot) else dev_slot)
+        assert torch.equal(cpu, gpu.cpu())
+    assert torch.equal(keyed_uniform(4, 2, idx, dtype=torch.float32), keyed_uniform(4, 2, idx.cuda(), dtype=torch.float32).cpu())
+
+
+def test_pilot_islands_same_evidences_on_cuda():
+    """The evidence pilots' islands (one run, each island its own prior and leaf prior) give the CPU's evidences."""
+    from torchtree.model.likelihoods import DirichletMultinomial
+    from torchtree.model.priors import ChipmanPrior
+    from torchtree.samplers.topdown.sampler import variant_log_evidences
+
+    X, y, _ = _xor()
+    variants = [(ChipmanPrior(0.95, b), DirichletMultinomial(a)) for a in (0.5, 5.0) for b in (0.5, 2.0)]
+    cpu = variant_log_evidences(Data(X, y), variants, 50, 2)
+    gpu = variant_log_evidences(Data(X, y), variants, 50, 2, device="cuda")
+    np.testing.assert_allclose(gpu, cpu, rtol=1e-12, atol=0)
+
+
 def test_mcmc_batched_same_chains_on_cuda():
     X, y, Xq = _xor()
     kw = dict(n_chains=3, n_samples=60, n_warmup=40, engine="batched")
