@@ -11,9 +11,14 @@ script confirms them on other tables, fold by fold, against
 * classification: ``pima_diabetes``, ``heart_statlog``, ``titanic`` (raw), ``breast_cancer_ljubljana`` (raw)
   and ``soybean`` (raw, 19 classes, 347 split columns).
 
+``--configs new converge`` sets the defaults against ``converge``: the defaults run until converged
+(``min_ess=100``: blocks of 100 kept sweeps per chain until sigma's and the mean leaves' split-R-hat are at
+most 1.05 and their ESS at least 100, at most 1,000 kept sweeps per chain), what convergence costs.
+``friedman1_<n>`` tables (Friedman #1, ``benchmarks/bart_data.py``'s generator) can be named too.
+
 Metrics on the held-out fold: regression RMSE, mean log predictive density (``lpd``) and 90% interval
 coverage from the posterior draws; classification accuracy and log loss from ``predict_proba``; sigma's
-R-hat and ESS (regression). CPU seconds are ``time.process_time`` of fit + predict in this process
+R-hat and ESS (regression), the mean leaves' R-hat and ESS, and the kept sweeps per chain. CPU seconds are ``time.process_time`` of fit + predict in this process
 (the C++ kernels loaded before timing).
 
 Command (from the repository root; about 20 minutes on a 2-core box, soybean half of it)::
@@ -31,7 +36,7 @@ import warnings
 
 import numpy as np
 
-CONFIGS = {"new": {}, "old": dict(n_gfr=0, n_warmup=250, n_samples=250)}
+CONFIGS = {"new": {}, "old": dict(n_gfr=0, n_warmup=250, n_samples=250), "converge": dict(min_ess=100.0)}
 # smoke-expect: ^\| auto_mpg \| new \|
 # smoke-expect: ^\| heart_statlog \| old \|
 REGRESSION = ["auto_mpg", "automobile", "synth_mnar_reg"]
@@ -41,6 +46,11 @@ CLASSIFICATION = ["pima_diabetes", "heart_statlog", "titanic", "breast_cancer_lj
 def load(name):
     from torchtree.datasets import RAW_TABLES, load_raw_table, load_table, missing_table
 
+    if name.startswith("friedman1_"):
+        import bart_data
+
+        X, y = bart_data.friedman1(int(name.split("_")[1]), np.random.default_rng(1000))
+        return X, y, "regression"
     if name == "synth_mnar_reg":
         frame, y = missing_table(2000, "mnar", task="regression", seed=0)
         return frame, np.asarray(y, dtype=np.float64), "regression"
@@ -82,24 +92,28 @@ def one(name, config, X, y, task, train, test, seed, smoke=False):
             out.update(accuracy=float(np.mean(p.argmax(1) == codes)),
                        log_loss=float(-np.mean(np.log(np.clip(p[np.arange(len(codes)), codes], 1e-15, 1)))))
         out["cpu_s"] = time.process_time() - c0
+        out.update(rhat_leaves=float(post.info["rhat_leaves"]), ess_leaves=float(post.info["ess_leaves"]),
+                   kept=int(post.info["n_samples"]))
     return out
 
 
 def table_md(recs):
-    lines = ["| table | config | CPU s | RMSE / accuracy | lpd / log loss | cov90 | sigma R-hat | sigma ESS |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| table | config | CPU s | RMSE / accuracy | lpd / log loss | cov90 | sigma R-hat | sigma ESS | "
+             "leaves R-hat | leaves ESS | kept per chain |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["table"] for r in recs):
         for config in CONFIGS:
             rs = [r for r in recs if r["table"] == name and r["config"] == config]
             if not rs:
                 continue
             m = lambda k: np.mean([r[k] for r in rs])  # noqa: E731
+            each = lambda k, f: " ".join(format(r[k], f) for r in rs) if k in rs[0] else ""  # noqa: E731
+            chains = f" {each('rhat_leaves', '.2f')} | {each('ess_leaves', '.0f')} | {each('kept', 'd')} |"
             if "rmse" in rs[0]:
                 lines.append(f"| {name} | {config} | {m('cpu_s'):.2f} | {m('rmse'):.4f} | {m('lpd'):.4f} | "
-                             f"{m('cov90'):.3f} | {m('rhat'):.2f} | {m('ess'):.0f} |")
+                             f"{m('cov90'):.3f} | {each('rhat', '.2f')} | {each('ess', '.0f')} |" + chains)
             else:
                 lines.append(f"| {name} | {config} | {m('cpu_s'):.2f} | {m('accuracy'):.4f} | {m('log_loss'):.4f} "
-                             "| | | |")
+                             "| | | |" + chains)
     return "\n".join(lines)
 
 
@@ -107,6 +121,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tables", nargs="+", default=REGRESSION + CLASSIFICATION)
     p.add_argument("--folds", type=int, default=3)
+    p.add_argument("--configs", nargs="+", default=["new", "old"], choices=list(CONFIGS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
     p.add_argument("--smoke", action="store_true", help="two small tables, 2 folds, tiny forests (tests)")
@@ -125,13 +140,13 @@ def main(argv=None):
         X, y, task = load(name)
         cv = (KFold if task == "regression" else StratifiedKFold)(a.folds, shuffle=True, random_state=a.seed)
         for k, (train, test) in enumerate(cv.split(np.zeros(len(y)), y)):
-            for config in CONFIGS:
+            for config in a.configs:
                 r = one(name, config, X, y, task, train, test, a.seed + k, a.smoke)
                 r["fold"] = k
                 recs.append(r)
                 print(json.dumps(r), flush=True)
     text = (f"# {__doc__.splitlines()[0]}\n\ncommand: {' '.join(sys.argv)}\n\nMeans over {a.folds} folds "
-            f"(seed {a.seed}).\n\n{table_md(recs)}\n\nRaw records:\n\n" + "\n".join(json.dumps(r) for r in recs) + "\n")
+            f"(seed {a.seed}); R-hat, ESS and kept sweeps fold by fold.\n\n{table_md(recs)}\n\nRaw records:\n\n" + "\n".join(json.dumps(r) for r in recs) + "\n")
     if a.out:
         open(a.out, "w").write(text)
     print(table_md(recs))

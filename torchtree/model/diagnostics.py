@@ -2,7 +2,8 @@
 
 * :func:`rhat`, :func:`chain_ess` — split R-hat and multi-chain effective sample
   size of ``draws [chains, n]`` (the estimators ``torchtree.samplers.mcmc`` reports);
-* :func:`warn_if_unconverged` — the ``UserWarning`` MCMC and BART raise when those are off their limits;
+* :func:`unconverged`, :func:`warn_if_unconverged` — the diagnostics off their limits, and the ``UserWarning``
+  MCMC and BART raise then;
 * :func:`weighted_ess` — Kish's effective sample size of importance weights;
 * :func:`tree_sizes` — leaves and depth of each tree in a posterior with weights;
 * :func:`to_arviz` — an ArviZ ``InferenceData`` of a posterior (ArviZ is optional:
@@ -29,12 +30,12 @@ import math
 import os
 import sys
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
 
-__all__ = ["rhat", "chain_ess", "warn_if_unconverged", "RHAT_LIMIT", "ESS_LIMIT", "weighted_ess", "tree_sizes", "posterior_traces", "to_arviz"]
+__all__ = ["rhat", "chain_ess", "unconverged", "warn_if_unconverged", "RHAT_LIMIT", "ESS_LIMIT", "weighted_ess", "tree_sizes", "posterior_traces", "to_arviz"]
 
 ARVIZ_MISSING = "torchtree.model.diagnostics.to_arviz needs ArviZ, which is not installed: pip install arviz (or pip install 'torchtree[all]')"
 
@@ -72,28 +73,43 @@ def rhat(draws) -> float:
 RHAT_LIMIT, ESS_LIMIT = 1.1, 100.0
 
 
-def warn_if_unconverged(info: Dict[str, Any], draws_per_chain: int, advice: str) -> None:
-    """A ``UserWarning`` naming every ``rhat_*`` above ``RHAT_LIMIT`` and ``ess_*`` below ``ESS_LIMIT``
-    in a run's ``info`` (NaN entries, and runs of fewer than 4 draws per chain, are skipped).
+def unconverged(info: Dict[str, Any], rhat_limit: float = RHAT_LIMIT, ess_limit: float = ESS_LIMIT) -> List[str]:
+    """The diagnostics of a run's ``info`` outside their limits, as ``"<key> <value>"`` strings: every
+    finite ``rhat_*`` above ``rhat_limit`` and every finite ``ess_*`` below ``ess_limit`` (empty: all
+    within; NaN entries, e.g. sigma's in classification, are skipped).
+
+    Parameters
+    ----------
+    info : dict, the run's diagnostics (``rhat_<quantity>``, ``ess_<quantity>`` floats)
+    rhat_limit, ess_limit : float
+    """
+    def finite(k):
+        return isinstance(info.get(k), (int, float)) and np.isfinite(info[k])
+
+    bad = [f"{k} {info[k]:.2f}" for k in info if k.startswith("rhat_") and finite(k) and info[k] > rhat_limit]
+    return bad + [f"{k} {info[k]:.1f}" for k in info if k.startswith("ess_") and finite(k) and info[k] < ess_limit]
+
+
+def warn_if_unconverged(info: Dict[str, Any], draws_per_chain: int, advice: str, rhat_limit: float = RHAT_LIMIT,
+                        ess_limit: float = ESS_LIMIT) -> None:
+    """A ``UserWarning`` naming every diagnostic of :func:`unconverged` (skipped for runs of fewer than
+    4 draws per chain).
 
     Parameters
     ----------
     info : dict, the run's diagnostics (``rhat_<quantity>``, ``ess_<quantity>`` floats)
     draws_per_chain : int
     advice : str, what to change, appended to the message
+    rhat_limit, ess_limit : float, the limits (default ``RHAT_LIMIT``, ``ESS_LIMIT``)
     """
-    def finite(k):
-        return isinstance(info.get(k), (int, float)) and np.isfinite(info[k])
-
-    bad = [f"{k} {info[k]:.2f}" for k in info if k.startswith("rhat_") and finite(k) and info[k] > RHAT_LIMIT]
-    bad += [f"{k} {info[k]:.1f}" for k in info if k.startswith("ess_") and finite(k) and info[k] < ESS_LIMIT]
+    bad = unconverged(info, rhat_limit, ess_limit)
     if bad and draws_per_chain >= 4:
         # point the warning at the user's call, however deep in torchtree it is raised
         pkg, frame, level = os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys._getframe(1), 2
         while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg):
             frame, level = frame.f_back, level + 1
-        warnings.warn(f"MCMC chains look unconverged ({', '.join(bad)}; limits R-hat <= {RHAT_LIMIT}, "
-                      f"ESS >= {ESS_LIMIT:.0f}): predictions may depend on the seed. {advice}", UserWarning, stacklevel=level)
+        warnings.warn(f"MCMC chains look unconverged ({', '.join(bad)}; limits R-hat <= {rhat_limit}, "
+                      f"ESS >= {ess_limit:.0f}): predictions may depend on the seed. {advice}", UserWarning, stacklevel=level)
 
 
 def chain_ess(draws) -> float:

@@ -32,6 +32,7 @@ class Stream(enum.IntEnum):
 GFR_SWEEPS = 5  # grow-from-root sweeps of the default start (stochtree's default count)
 GFR_WARMUP = 50  # burn-in sweeps after grow-from-root starts (n_gfr of them included)
 ROOT_WARMUP = 250  # burn-in sweeps from single-leaf trees
+CONVERGE_CAP = 10  # max_samples' default, in n_samples
 
 
 def gfr_cost(n: int, d: int, n_cuts: int) -> float:
@@ -66,6 +67,14 @@ class BARTConfig(SamplerConfig):
                                      f"(default: {GFR_WARMUP} when grow-from-root runs, {ROOT_WARMUP} when the "
                                      "chains start from single leaves)", low=0)
     thin: int = option(1, help="keep every thin-th sweep after warm-up", low=1)
+    min_ess: Optional[float] = option(None, help="run until converged: past n_samples, keep n_samples more sweeps per "
+                                      "chain at a time until every diagnostic the run reports (sigma's and the mean "
+                                      "leaves per tree's) has an ESS of at least min_ess and a split-R-hat of at most "
+                                      "max_rhat, or max_samples are kept (None: exactly n_samples)",
+                                      low=0.0, low_open=True)
+    max_rhat: float = option(1.05, help="with min_ess: the split-R-hat the run goes on until", low=1.0, low_open=True)
+    max_samples: Optional[int] = option(None, help="with min_ess: the most kept sweeps per chain (default "
+                                        f"{CONVERGE_CAP} n_samples); a run stopped there warns", low=1)
     n_gfr: Optional[int] = option(None, help="grow-from-root sweeps (XBART's warm start: each tree regrown from the "
                                   "root with rules drawn in proportion to prior x marginal likelihood) that open the "
                                   "warm-up, counted in n_warmup (at most n_warmup of them); they run on CPU with the "
@@ -121,6 +130,13 @@ class BARTConfig(SamplerConfig):
         if on_cpu and self.bart_sampler == "mcmc" and self.compile in ("auto", "native") and native.available():
             return chains * WORK_PER_THREAD
         return int(n_rows) * chains
+
+    def kept_cap(self) -> int:
+        """The most kept sweeps per chain: ``n_samples``, or with ``min_ess`` ``max_samples`` (default
+        ``CONVERGE_CAP * n_samples``) but never fewer than ``n_samples``."""
+        if self.min_ess is None:
+            return self.n_samples
+        return max(self.n_samples, self.max_samples if self.max_samples is not None else CONVERGE_CAP * self.n_samples)
 
     def check(self) -> None:
         if (1 << (self.max_depth + 1)) - 1 > 32767:  # pragma: no cover - max_depth <= 14 by its bounds

@@ -9,7 +9,7 @@ from torchtree.core.memory import check_memory
 from torchtree.core.random import derive_seed, keyed_uniform
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, heap_depth, mnp_offsets
 from torchtree.model.bart_posterior import BARTPosterior
-from torchtree.model.diagnostics import chain_ess, rhat, warn_if_unconverged
+from torchtree.model.diagnostics import chain_ess, rhat, unconverged, warn_if_unconverged
 from torchtree.samplers import driver
 from torchtree.samplers.base import SamplerBase
 from torchtree.kernels import native
@@ -143,11 +143,11 @@ class BART(SamplerBase):
         # per tree and chain: the heap's feature / cut (int16) and values, each point's leaf (int16), and
         # the kept draws' copies of the heap; refused before any of it is allocated
         slot = 2 + 2 + (4 if dt == torch.float32 else 8)
-        per_tree = prior.n_slots * slot * (1 + c.n_samples) + 2 * data.n
+        per_tree = prior.n_slots * slot * (1 + c.kept_cap()) + 2 * data.n
         forests = f"{n_local} chains" if U == 1 else f"{n_local} chains x {U} class utilities"
-        check_memory(f"BART with {c.n_trees} trees x {forests} ({c.n_samples} kept draws of "
+        check_memory(f"BART with {c.n_trees} trees x {forests} ({c.kept_cap()} kept draws of "
                      f"{prior.n_slots}-slot trees)", float(c.n_trees) * n_local * U * per_tree,
-                     "n_trees, n_chains or n_samples (or max_depth)", device=ctx.device)
+                     "n_trees, n_chains, n_samples or max_samples (or max_depth)", device=ctx.device)
         y = data.y.to(torch.float64)
         target = (y - prior.offset) / prior.scale if data.task == "regression" else y
         cpu = ctx.device.type == "cpu"
@@ -178,8 +178,49 @@ class BART(SamplerBase):
                 "total": self.n_iterations(ctx)}  # sweeps to expect: a progress bar's length
 
     def n_iterations(self, ctx: driver.RunContext) -> int:
-        """Sweeps per chain: ``n_warmup + n_samples * thin`` (``n_warmup`` as resolved for the run)."""
+        """Sweeps per chain: ``n_warmup + n_samples * thin`` (``n_warmup`` as resolved for the run); with
+        ``min_ess``, the fewest (see :meth:`finished`)."""
         return ctx.setup.n_warmup + self.config.n_samples * self.config.thin
+
+    def finished(self, state: BARTState, ctx: driver.RunContext, kept_now: bool) -> bool:
+        """Whether the run ends after the sweep that brought ``state`` (``kept_now``: that sweep was kept).
+
+        Without ``min_ess``, after :meth:`n_iterations` sweeps. With it, the run also goes on past them
+        and decides at every ``n_samples``-th kept sweep: it ends when :func:`~torchtree.model.diagnostics.unconverged`
+        finds no diagnostic of the kept sweeps so far (those ``finalize`` reports) outside ``max_rhat`` and
+        ``min_ess`` (given 4 kept sweeps per chain at least), or when ``BARTConfig.kept_cap`` sweeps are kept. The rule reads only the draws, so a
+        seed gives the same run length everywhere, and a resumed run decides as the uninterrupted one; on
+        several ranks every rank decides on all chains (one gather per decision)."""
+        c = self.config
+        if state.step < self.n_iterations(ctx):
+            return False
+        if c.min_ess is None:
+            return True
+        S = len(state.kept)
+        if not kept_now or S % c.n_samples:
+            return False
+        # fewer than 4 kept sweeps per chain give no R-hat (NaN, which unconverged skips): no verdict yet
+        return S >= c.kept_cap() or (S >= 4 and not unconverged(self._mixing(state, ctx), c.max_rhat, c.min_ess))
+
+    def _mixing(self, state: BARTState, ctx: driver.RunContext, sig=None, leaves=None) -> Dict[str, float]:
+        """Split-R-hat and ESS of sigma (regression; NaN otherwise) and of the mean leaves per tree, over every
+        chain's kept sweeps: ``sig [S, C]`` and ``leaves [C, sweeps]`` (this rank's, gathered over ranks,
+        when not given)."""
+        if sig is None:
+            sig = torch.stack(state.kept_sigma)
+            leaves = torch.stack(state.trace_leaves, 1)
+            if ctx.world_size > 1:
+                be = ctx.backend
+                sig = be.all_gather(sig.T.contiguous().cpu()).T
+                leaves = be.all_gather(leaves.cpu().contiguous())
+        sig_trace = sig.sqrt().T.cpu().numpy()  # [chains, draws] of sigma (scaled)
+        n_warmup = ctx.setup.n_warmup
+        kept = leaves[:, n_warmup:] if leaves.shape[1] > n_warmup else leaves
+        kept = kept.cpu().numpy()
+        reg = ctx.setup.prior.task == "regression"
+        return {"rhat_sigma": rhat(sig_trace) if reg else float("nan"),
+                "ess_sigma": chain_ess(sig_trace) if reg else float("nan"),
+                "rhat_leaves": rhat(kept), "ess_leaves": chain_ess(kept)}
 
     def init(self, ctx: driver.RunContext) -> BARTState:
         """Every tree a single leaf of value 0; sigma at its prior guess; probit latents drawn."""
@@ -283,15 +324,16 @@ class BART(SamplerBase):
         leaves = stats[:C] if stats is not None else (feature == LEAF).sum(2).double().mean(0)  # [C]
         state.trace_leaves.append(leaves)
         state.step = it + 1
-        state.done = state.step >= self.n_iterations(ctx)
         n_warmup = ctx.setup.n_warmup
-        if it >= n_warmup and (it - n_warmup) % c.thin == c.thin - 1:
+        keep = it >= n_warmup and (it - n_warmup) % c.thin == c.thin - 1
+        if keep:
             # on the CPU the summary gives the width at once: the complete levels down to the deepest node
             width = (1 << (int(stats[-1]) + 1)) - 1 if stats is not None else None
             state.kept.append(_kept(feature, cut, value, width))
             state.kept_sigma.append(sigma2.clone())
             if len(state.kept) % COMPACT_EVERY == 0:
                 _compact(state.kept, len(state.kept) - COMPACT_EVERY)
+        state.done = self.finished(state, ctx, keep)
         if not ctx.watch or (state.step % c.monitor_every and not state.done):
             return state, None
         info = {}
@@ -332,21 +374,23 @@ class BART(SamplerBase):
         feat = feat.reshape(S * Cg, T, -1)
         cut, val = cut.reshape(S * Cg, T, -1), val.reshape(S * Cg, T, -1)
         sig_flat = sig.reshape(-1).sqrt()
-        sig_trace = sig.sqrt().T.cpu().numpy()  # [chains, draws] of sigma (scaled)
-        n_warmup = ctx.setup.n_warmup
-        kept_leaves = leaves[:, n_warmup:].cpu().numpy() if leaves.shape[1] > n_warmup else leaves.cpu().numpy()
         pr, ac = counts.tolist()
         info = {"sampler": self.name, "bart_sampler": c.bart_sampler, "n_trees": c.n_trees, "n_chains": c.n_chains,
-                "n_samples": S, "n_warmup": n_warmup, "n_gfr": ctx.setup.n_gfr, "thin": c.thin, "world_size": ctx.world_size,
-                "sweeps": int(state.step), "seconds": ctx.seconds(), "prior": prior.to_dict(),
-                "rhat_sigma": rhat(sig_trace) if prior.task == "regression" else float("nan"),
-                "ess_sigma": chain_ess(sig_trace) if prior.task == "regression" else float("nan"),
-                "rhat_leaves": rhat(kept_leaves), "ess_leaves": chain_ess(kept_leaves),
-                "trace": {"sigma": sig_trace * prior.scale, "leaves_mean": leaves.cpu().numpy()}}
+                "n_samples": S, "n_warmup": ctx.setup.n_warmup, "n_gfr": ctx.setup.n_gfr, "thin": c.thin,
+                "world_size": ctx.world_size, "sweeps": int(state.step), "seconds": ctx.seconds(),
+                "prior": prior.to_dict(), **self._mixing(state, ctx, sig, leaves),
+                "trace": {"sigma": sig.sqrt().T.cpu().numpy() * prior.scale, "leaves_mean": leaves.cpu().numpy()}}
         if c.bart_sampler == "mcmc":
             info.update({f"accept/{m}": (a / p if p else float("nan")) for m, p, a in zip(("grow", "prune", "change"), pr, ac)})
             info["accept/all"] = sum(ac) / max(sum(pr), 1)
-        warn_if_unconverged(info, S, "Run longer chains (n_warmup, n_samples) or more of them (n_chains)")
+        if c.min_ess is None:
+            warn_if_unconverged(info, S, "Run longer chains (n_warmup, n_samples), more of them (n_chains), or until "
+                                "converged (min_ess)")
+        else:
+            info["converged"] = not unconverged(info, c.max_rhat, c.min_ess)
+            warn_if_unconverged(info, S, f"The run stopped at {S} kept sweeps per chain (max_samples {c.kept_cap()}"
+                                f"{'' if S >= c.kept_cap() else ', or its time budget'}): raise max_samples, or "
+                                "n_warmup", c.max_rhat, c.min_ess)
         U = ctx.setup.n_utilities
         chain_of = torch.arange(Cg).repeat(S) // U  # each forest's chain
         if U > 1:

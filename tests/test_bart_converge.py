@@ -1,0 +1,133 @@
+"""BART run until converged (``min_ess``, ``max_rhat``, ``max_samples``): the run length the rule gives,
+its draws, its cap and warning, a resume and several ranks."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from torchtree import BART, Data
+from torchtree.model.diagnostics import unconverged
+
+# small forests on 100 rows mix slowly: the loose limits below take a few blocks of 10 kept sweeps to reach
+RULE = dict(min_ess=3.0, max_rhat=2.5)
+KW = dict(n_trees=10, n_chains=3, n_warmup=10, n_samples=10)
+
+
+def _data(task: str) -> Data:
+    rng = np.random.default_rng(3)
+    X = rng.uniform(size=(100, 6))
+    y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - 0.5) ** 2 + 10 * X[:, 3] + rng.normal(size=100)
+    return Data(X, y if task == "regression" else (y > np.median(y)).astype(int), task=task)
+
+
+def _same_draws(a, b) -> bool:
+    return torch.equal(a.feature, b.feature) and torch.equal(a.value, b.value) and torch.equal(a.sigma, b.sigma)
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_the_run_ends_at_the_first_block_within_the_limits_with_a_fixed_runs_draws(task):
+    """The run keeps blocks of ``n_samples`` sweeps per chain and stops at the first block whose kept sweeps so far
+    have every diagnostic within the limits: the fixed-length runs of each earlier block length (the same draws,
+    keyed by sweep) are off them, the stopped run is within them and draws exactly what a fixed run of its length
+    draws. Classification has no sigma: its NaN diagnostics are skipped."""
+    data = _data(task)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a run that converged does not warn
+        got = BART(**KW, **RULE, max_samples=200).run(data, seed=4)
+    S = got.info["n_samples"]
+    assert got.info["converged"] is True
+    assert 10 < S < 200 and S % 10 == 0  # it went past n_samples, and stopped before the cap
+    assert got.info["sweeps"] == 10 + S
+    assert not unconverged(got.info, RULE["max_rhat"], RULE["min_ess"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for shorter in range(10, S, 10):
+            fixed = BART(**{**KW, "n_samples": shorter}).run(data, seed=4)
+            assert unconverged(fixed.info, RULE["max_rhat"], RULE["min_ess"]), shorter
+        fixed = BART(**{**KW, "n_samples": S}).run(data, seed=4)
+    assert _same_draws(got, fixed)
+    assert {k: v for k, v in got.info.items() if k.startswith(("rhat_", "ess_"))} == pytest.approx(
+        {k: v for k, v in fixed.info.items() if k.startswith(("rhat_", "ess_"))}, nan_ok=True)
+    if task == "classification":
+        assert np.isnan(got.info["rhat_sigma"]) and np.isfinite(got.info["rhat_leaves"])
+
+
+def test_the_cap_ends_the_run_with_a_warning_and_fixed_runs_are_unchanged():
+    """Limits no run reaches: the run keeps ``max_samples`` (rounded to whole blocks) and warns, naming the
+    limits and the cap. Without ``min_ess`` the run keeps exactly ``n_samples``, whatever the cap."""
+    data = _data("regression")
+    with pytest.warns(UserWarning, match=r"limits R-hat <= 1.05, ESS >= 1000.*max_samples 30"):
+        got = BART(**KW, min_ess=1000.0, max_samples=30).run(data, seed=2)
+    assert got.info["n_samples"] == 30 and got.info["converged"] is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fixed = BART(**{**KW, "n_samples": 30}).run(data, seed=2)
+        plain = BART(**KW, max_samples=30).run(data, seed=2)
+    assert _same_draws(got, fixed)
+    assert plain.info["n_samples"] == 10 and "converged" not in plain.info
+    # limits any run meets: 2 kept sweeps per chain give no R-hat (NaN), so no verdict before the second block
+    tiny = BART(**{**KW, "n_samples": 2}, min_ess=1e-3, max_rhat=1e3).run(data, seed=2)
+    assert tiny.info["n_samples"] == 4 and tiny.info["converged"] is True
+    # the default cap: CONVERGE_CAP blocks
+    from torchtree.samplers.bart.config import CONVERGE_CAP, BARTConfig
+
+    assert BARTConfig(n_samples=7, min_ess=50.0).kept_cap() == 7 * CONVERGE_CAP
+    assert BARTConfig(n_samples=7).kept_cap() == 7
+    assert BARTConfig(n_samples=7, min_ess=50.0, max_samples=3).kept_cap() == 7  # never below n_samples
+
+
+def test_memory_is_checked_for_the_cap(monkeypatch):
+    """The refusal before any allocation counts the kept draws the cap allows, not n_samples'."""
+    data = _data("regression")
+    monkeypatch.setenv("TORCHTREE_MEMORY_LIMIT", "60M")
+    kw = dict(n_trees=200, n_chains=4, n_warmup=0, n_samples=5, max_seconds=1e-9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        BART(**kw).run(data, seed=0)  # 5 kept draws fit
+    with pytest.raises(ValueError, match="max_samples"):
+        BART(**kw, min_ess=100.0, max_samples=5000).run(data, seed=0)
+
+
+def test_a_resumed_run_decides_as_the_uninterrupted_one(tmp_path):
+    """Stopped after a checkpoint past ``n_samples`` (inside the extension) and resumed: the same length and
+    draws as the uninterrupted run."""
+    from torchtree.monitor import CallbackMonitor
+
+    data = _data("regression")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        whole = BART(**KW, **RULE, max_samples=200).run(data, seed=4)
+
+    class Stop(Exception):
+        pass
+
+    def hook(step):
+        if step >= 10 + 10 + 5:  # warm-up, the first block, half of the second
+            raise Stop
+
+    ck = str(tmp_path / "bart.ckpt")
+    with pytest.raises(Stop):
+        BART(**KW, **RULE, max_samples=200, checkpoint=ck, checkpoint_every=1).run(
+            data, seed=4, monitor=CallbackMonitor(on_checkpoint=hook))
+    resumed = BART(**KW, **RULE, max_samples=200, checkpoint=ck).run(data, seed=4)
+    assert resumed.info["n_samples"] == whole.info["n_samples"] > 20
+    assert _same_draws(resumed, whole)
+
+
+def test_two_ranks_stop_where_one_process_stops():
+    """Each rank decides on every chain (gathered), so the ranks stop together, at one process's length."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "_dist_workers"))
+    from thread_backend import run_threads
+
+    data = _data("regression")
+    kw = {**KW, "n_chains": 4, **RULE, "max_samples": 200}
+    one = BART(**kw).run(data, seed=3)
+    outs = run_threads(2, lambda be: BART(**kw, backend=be).run(data, seed=3), timeout=120)
+    assert one.info["n_samples"] > 10
+    for o in outs:
+        assert o.info["n_samples"] == one.info["n_samples"]
+        assert _same_draws(o, one)
