@@ -13,7 +13,8 @@ script confirms them on other tables, fold by fold, against
 
 ``--configs new converge`` sets the defaults against ``converge``: the defaults run until converged
 (``min_ess=100``: blocks of 100 kept sweeps per chain until sigma's and the mean leaves' split-R-hat are at
-most 1.05 and their ESS at least 100, at most 1,000 kept sweeps per chain), what convergence costs.
+most 1.05 and their ESS at least 100, at most 1,000 kept sweeps per chain), what convergence costs;
+``converge_long`` allows 4,000.
 ``friedman1_<n>`` tables (Friedman #1, ``benchmarks/bart_data.py``'s generator) can be named too.
 
 Metrics on the held-out fold: regression RMSE, mean log predictive density (``lpd``) and 90% interval
@@ -36,7 +37,8 @@ import warnings
 
 import numpy as np
 
-CONFIGS = {"new": {}, "old": dict(n_gfr=0, n_warmup=250, n_samples=250), "converge": dict(min_ess=100.0)}
+CONFIGS = {"new": {}, "old": dict(n_gfr=0, n_warmup=250, n_samples=250), "converge": dict(min_ess=100.0),
+           "converge_long": dict(min_ess=100.0, max_samples=4000)}
 # smoke-expect: ^\| auto_mpg \| new \|
 # smoke-expect: ^\| heart_statlog \| old \|
 REGRESSION = ["auto_mpg", "automobile", "synth_mnar_reg"]

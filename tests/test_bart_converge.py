@@ -25,46 +25,77 @@ def _same_draws(a, b) -> bool:
     return torch.equal(a.feature, b.feature) and torch.equal(a.value, b.value) and torch.equal(a.sigma, b.sigma)
 
 
+def _fixed(data, seed, n_warmup, n_samples):
+    """The fixed-length run whose kept sweeps are sweeps ``n_warmup .. n_warmup + n_samples - 1`` (the draws are
+    keyed by sweep, so they are any longer run's sweeps too)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return BART(**{**KW, "n_warmup": n_warmup, "n_samples": n_samples}).run(data, seed=seed)
+
+
+def _off(post) -> bool:
+    return bool(unconverged(post.info, RULE["max_rhat"], RULE["min_ess"]))
+
+
 @pytest.mark.parametrize("task", ["regression", "classification"])
-def test_the_run_ends_at_the_first_block_within_the_limits_with_a_fixed_runs_draws(task):
-    """The run keeps blocks of ``n_samples`` sweeps per chain and stops at the first block whose kept sweeps so far
-    have every diagnostic within the limits: the fixed-length runs of each earlier block length (the same draws,
-    keyed by sweep) are off them, the stopped run is within them and draws exactly what a fixed run of its length
-    draws. Classification has no sigma: its NaN diagnostics are skipped."""
+def test_the_run_ends_at_the_first_window_within_the_limits_with_a_fixed_runs_draws(task):
+    """The run keeps blocks of ``n_samples`` sweeps per chain and at each block tries two windows, every kept sweep
+    and (once past ``n_samples``) the second half; it stops at the first window within the limits. Checked against
+    fixed-length runs (the same draws, keyed by sweep): every window of every earlier block is off the limits, and
+    the run returns exactly the draws and diagnostics of the fixed run of its window. Classification has no sigma:
+    its NaN diagnostics are skipped."""
     data = _data(task)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # a run that converged does not warn
         got = BART(**KW, **RULE, max_samples=200).run(data, seed=4)
-    S = got.info["n_samples"]
+    total = got.info["sweeps"] - 10  # kept sweeps per chain, the window and what moved to the warm-up
     assert got.info["converged"] is True
-    assert 10 < S < 200 and S % 10 == 0  # it went past n_samples, and stopped before the cap
-    assert got.info["sweeps"] == 10 + S
-    assert not unconverged(got.info, RULE["max_rhat"], RULE["min_ess"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        for shorter in range(10, S, 10):
-            fixed = BART(**{**KW, "n_samples": shorter}).run(data, seed=4)
-            assert unconverged(fixed.info, RULE["max_rhat"], RULE["min_ess"]), shorter
-        fixed = BART(**{**KW, "n_samples": S}).run(data, seed=4)
+    assert 10 < total < 200 and total % 10 == 0  # it went past n_samples, and stopped before the cap
+    assert got.info["n_warmup"] + got.info["n_samples"] == got.info["sweeps"]
+    assert got.info["n_samples"] in (total, total - total // 2)
+    assert not _off(got)
+    for block in range(10, total, 10):
+        assert _off(_fixed(data, 4, 10, block)), block
+        if block > 10:
+            assert _off(_fixed(data, 4, 10 + block // 2, block - block // 2)), block
+    fixed = _fixed(data, 4, got.info["n_warmup"], got.info["n_samples"])
     assert _same_draws(got, fixed)
-    assert {k: v for k, v in got.info.items() if k.startswith(("rhat_", "ess_"))} == pytest.approx(
-        {k: v for k, v in fixed.info.items() if k.startswith(("rhat_", "ess_"))}, nan_ok=True)
+    mixing = lambda p: {k: v for k, v in p.info.items() if k.startswith(("rhat_", "ess_"))}  # noqa: E731
+    assert mixing(got) == pytest.approx(mixing(fixed), nan_ok=True)
     if task == "classification":
         assert np.isnan(got.info["rhat_sigma"]) and np.isfinite(got.info["rhat_leaves"])
 
 
-def test_the_cap_ends_the_run_with_a_warning_and_fixed_runs_are_unchanged():
-    """Limits no run reaches: the run keeps ``max_samples`` (rounded to whole blocks) and warns, naming the
-    limits and the cap. Without ``min_ess`` the run keeps exactly ``n_samples``, whatever the cap."""
+def test_the_second_half_is_taken_when_the_start_still_drifts():
+    """A seed whose whole kept run stays off the limits while its second half is within: the run returns the
+    second half, its first half counted as warm-up."""
     data = _data("regression")
-    with pytest.warns(UserWarning, match=r"limits R-hat <= 1.05, ESS >= 1000.*max_samples 30"):
+    for seed in range(40):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            got = BART(**KW, **RULE, max_samples=200).run(data, seed=seed)
+        total = got.info["sweeps"] - 10
+        if got.info["converged"] and got.info["n_samples"] < total:
+            break
+    else:
+        pytest.fail("no seed in 0..39 took the second half")
+    assert got.info["n_samples"] == total - total // 2 and got.info["n_warmup"] == 10 + total // 2
+    assert _off(_fixed(data, seed, 10, total)) and not _off(got)
+    assert _same_draws(got, _fixed(data, seed, 10 + total // 2, total - total // 2))
+
+
+def test_the_cap_ends_the_run_with_a_warning_and_fixed_runs_are_unchanged():
+    """Limits no run reaches: the run goes to ``max_samples`` kept sweeps, returns their second half and warns,
+    naming the limits and the cap. Without ``min_ess`` the run keeps exactly ``n_samples``, whatever the cap."""
+    data = _data("regression")
+    with pytest.warns(UserWarning, match=r"limits R-hat <= 1.05, ESS >= 1000.*30 kept sweeps per chain \(max_samples 30\)"):
         got = BART(**KW, min_ess=1000.0, max_samples=30).run(data, seed=2)
-    assert got.info["n_samples"] == 30 and got.info["converged"] is False
+    assert got.info["sweeps"] == 40 and got.info["converged"] is False
+    assert got.info["n_samples"] == 15 and got.info["n_warmup"] == 25
+    assert _same_draws(got, _fixed(data, 2, 25, 15))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        fixed = BART(**{**KW, "n_samples": 30}).run(data, seed=2)
         plain = BART(**KW, max_samples=30).run(data, seed=2)
-    assert _same_draws(got, fixed)
     assert plain.info["n_samples"] == 10 and "converged" not in plain.info
     # limits any run meets: 2 kept sweeps per chain give no R-hat (NaN), so no verdict before the second block
     tiny = BART(**{**KW, "n_samples": 2}, min_ess=1e-3, max_rhat=1e3).run(data, seed=2)
@@ -111,7 +142,8 @@ def test_a_resumed_run_decides_as_the_uninterrupted_one(tmp_path):
         BART(**KW, **RULE, max_samples=200, checkpoint=ck, checkpoint_every=1).run(
             data, seed=4, monitor=CallbackMonitor(on_checkpoint=hook))
     resumed = BART(**KW, **RULE, max_samples=200, checkpoint=ck).run(data, seed=4)
-    assert resumed.info["n_samples"] == whole.info["n_samples"] > 20
+    assert resumed.info["sweeps"] == whole.info["sweeps"] > 10 + 20
+    assert resumed.info["n_samples"] == whole.info["n_samples"]
     assert _same_draws(resumed, whole)
 
 
@@ -127,7 +159,7 @@ def test_two_ranks_stop_where_one_process_stops():
     kw = {**KW, "n_chains": 4, **RULE, "max_samples": 200}
     one = BART(**kw).run(data, seed=3)
     outs = run_threads(2, lambda be: BART(**kw, backend=be).run(data, seed=3), timeout=120)
-    assert one.info["n_samples"] > 10
+    assert one.info["sweeps"] > 10 + 10
     for o in outs:
-        assert o.info["n_samples"] == one.info["n_samples"]
+        assert o.info["sweeps"] == one.info["sweeps"] and o.info["n_samples"] == one.info["n_samples"]
         assert _same_draws(o, one)

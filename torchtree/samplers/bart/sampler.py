@@ -185,12 +185,11 @@ class BART(SamplerBase):
     def finished(self, state: BARTState, ctx: driver.RunContext, kept_now: bool) -> bool:
         """Whether the run ends after the sweep that brought ``state`` (``kept_now``: that sweep was kept).
 
-        Without ``min_ess``, after :meth:`n_iterations` sweeps. With it, the run also goes on past them
-        and decides at every ``n_samples``-th kept sweep: it ends when :func:`~torchtree.model.diagnostics.unconverged`
-        finds no diagnostic of the kept sweeps so far (those ``finalize`` reports) outside ``max_rhat`` and
-        ``min_ess`` (given 4 kept sweeps per chain at least), or when ``BARTConfig.kept_cap`` sweeps are kept. The rule reads only the draws, so a
-        seed gives the same run length everywhere, and a resumed run decides as the uninterrupted one; on
-        several ranks every rank decides on all chains (one gather per decision)."""
+        Without ``min_ess``, after :meth:`n_iterations` sweeps. With it, the run goes on past them and
+        decides at every ``n_samples``-th kept sweep: it ends when :meth:`_window` finds the kept sweeps within
+        the limits, or when ``BARTConfig.kept_cap`` sweeps are kept. The rule reads only the draws, so a seed
+        gives the same run length everywhere, and a resumed run decides as the uninterrupted one; on several
+        ranks every rank decides on all chains (one gather per decision)."""
         c = self.config
         if state.step < self.n_iterations(ctx):
             return False
@@ -199,24 +198,36 @@ class BART(SamplerBase):
         S = len(state.kept)
         if not kept_now or S % c.n_samples:
             return False
-        # fewer than 4 kept sweeps per chain give no R-hat (NaN, which unconverged skips): no verdict yet
-        return S >= c.kept_cap() or (S >= 4 and not unconverged(self._mixing(state, ctx), c.max_rhat, c.min_ess))
+        if S >= c.kept_cap():
+            return True
+        sig, leaves = torch.stack(state.kept_sigma), torch.stack(state.trace_leaves, 1)
+        if ctx.world_size > 1:
+            sig = ctx.backend.all_gather(sig.T.contiguous().cpu()).T
+            leaves = ctx.backend.all_gather(leaves.cpu().contiguous())
+        return self._window(ctx, sig, leaves)[2]
 
-    def _mixing(self, state: BARTState, ctx: driver.RunContext, sig=None, leaves=None) -> Dict[str, float]:
-        """Split-R-hat and ESS of sigma (regression; NaN otherwise) and of the mean leaves per tree, over every
-        chain's kept sweeps: ``sig [S, C]`` and ``leaves [C, sweeps]`` (this rank's, gathered over ranks,
-        when not given)."""
-        if sig is None:
-            sig = torch.stack(state.kept_sigma)
-            leaves = torch.stack(state.trace_leaves, 1)
-            if ctx.world_size > 1:
-                be = ctx.backend
-                sig = be.all_gather(sig.T.contiguous().cpu()).T
-                leaves = be.all_gather(leaves.cpu().contiguous())
+    def _window(self, ctx: driver.RunContext, sig: torch.Tensor, leaves: torch.Tensor):
+        """``(drop, diagnostics, within)``: the kept sweeps a run with ``min_ess`` returns, as the number of its
+        first kept sweeps moved to the warm-up, the diagnostics of the rest (:meth:`_mixing`) and whether they
+        are within ``max_rhat`` and ``min_ess`` (:func:`~torchtree.model.diagnostics.unconverged`).
+
+        The windows tried, in order: every kept sweep, then, once the run has gone past ``n_samples``, the
+        second half (the warm-up doubled, as where the chains were still drifting from their start). The first
+        within the limits is taken; when none is, the last tried. A window of fewer than 4 sweeps per chain
+        gives no R-hat and is never within."""
+        c, S = self.config, sig.shape[0]
+        drops = (0, S // 2) if S > c.n_samples else (0,)
+        for drop in drops:
+            d = self._mixing(ctx, sig[drop:], leaves, ctx.setup.n_warmup + drop * c.thin)
+            if S - drop >= 4 and not unconverged(d, c.max_rhat, c.min_ess):
+                return drop, d, True
+        return drop, d, False
+
+    def _mixing(self, ctx: driver.RunContext, sig: torch.Tensor, leaves: torch.Tensor, n_warmup: int) -> Dict[str, float]:
+        """Split-R-hat and ESS of sigma (regression; NaN otherwise) over the kept sweeps ``sig [S, C]``, and of
+        the mean leaves per tree over the sweeps after ``n_warmup`` of ``leaves [C, sweeps]``, every chain's."""
         sig_trace = sig.sqrt().T.cpu().numpy()  # [chains, draws] of sigma (scaled)
-        n_warmup = ctx.setup.n_warmup
-        kept = leaves[:, n_warmup:] if leaves.shape[1] > n_warmup else leaves
-        kept = kept.cpu().numpy()
+        kept = (leaves[:, n_warmup:] if leaves.shape[1] > n_warmup else leaves).cpu().numpy()
         reg = ctx.setup.prior.task == "regression"
         return {"rhat_sigma": rhat(sig_trace) if reg else float("nan"),
                 "ess_sigma": chain_ess(sig_trace) if reg else float("nan"),
@@ -370,15 +381,22 @@ class BART(SamplerBase):
         counts = state.counts
         if ctx.world_size > 1:
             feat, cut, val, sig, leaves, counts = _gather(ctx, feat, cut, val, sig, leaves, counts, width)
+        n_warmup, converged = ctx.setup.n_warmup, None
+        if c.min_ess is not None:  # the window the run was judged on: its first kept sweeps may join the warm-up
+            drop, mixing, converged = self._window(ctx, sig, leaves)
+            feat, cut, val, sig = feat[drop:], cut[drop:], val[drop:], sig[drop:]
+            S, n_warmup = S - drop, n_warmup + drop * c.thin
+        else:
+            mixing = self._mixing(ctx, sig, leaves, n_warmup)
         Cg = feat.shape[1]
         feat = feat.reshape(S * Cg, T, -1)
         cut, val = cut.reshape(S * Cg, T, -1), val.reshape(S * Cg, T, -1)
         sig_flat = sig.reshape(-1).sqrt()
         pr, ac = counts.tolist()
         info = {"sampler": self.name, "bart_sampler": c.bart_sampler, "n_trees": c.n_trees, "n_chains": c.n_chains,
-                "n_samples": S, "n_warmup": ctx.setup.n_warmup, "n_gfr": ctx.setup.n_gfr, "thin": c.thin,
+                "n_samples": S, "n_warmup": n_warmup, "n_gfr": ctx.setup.n_gfr, "thin": c.thin,
                 "world_size": ctx.world_size, "sweeps": int(state.step), "seconds": ctx.seconds(),
-                "prior": prior.to_dict(), **self._mixing(state, ctx, sig, leaves),
+                "prior": prior.to_dict(), **mixing,
                 "trace": {"sigma": sig.sqrt().T.cpu().numpy() * prior.scale, "leaves_mean": leaves.cpu().numpy()}}
         if c.bart_sampler == "mcmc":
             info.update({f"accept/{m}": (a / p if p else float("nan")) for m, p, a in zip(("grow", "prune", "change"), pr, ac)})
@@ -387,10 +405,11 @@ class BART(SamplerBase):
             warn_if_unconverged(info, S, "Run longer chains (n_warmup, n_samples), more of them (n_chains), or until "
                                 "converged (min_ess)")
         else:
-            info["converged"] = not unconverged(info, c.max_rhat, c.min_ess)
-            warn_if_unconverged(info, S, f"The run stopped at {S} kept sweeps per chain (max_samples {c.kept_cap()}"
-                                f"{'' if S >= c.kept_cap() else ', or its time budget'}): raise max_samples, or "
-                                "n_warmup", c.max_rhat, c.min_ess)
+            info["converged"] = converged
+            kept = len(state.kept)
+            warn_if_unconverged(info, S, f"The run stopped at {kept} kept sweeps per chain (max_samples "
+                                f"{c.kept_cap()}{'' if kept >= c.kept_cap() else ', or its time budget'}): raise "
+                                "max_samples, or n_warmup", c.max_rhat, c.min_ess)
         U = ctx.setup.n_utilities
         chain_of = torch.arange(Cg).repeat(S) // U  # each forest's chain
         if U > 1:
