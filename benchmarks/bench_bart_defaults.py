@@ -19,7 +19,8 @@ most 1.05 and their ESS at least 100, at most 1,000 kept sweeps per chain), what
 
 Metrics on the held-out fold: regression RMSE, mean log predictive density (``lpd``) and 90% interval
 coverage from the posterior draws; classification accuracy and log loss from ``predict_proba``; sigma's
-R-hat and ESS (regression), the mean leaves' R-hat and ESS, and the kept sweeps per chain. CPU seconds are ``time.process_time`` of fit + predict in this process
+R-hat and ESS (regression), the mean leaves' R-hat and ESS, and the sweeps per chain: run, and kept (the
+posterior's draws: what a run until converged moved to its warm-up is not kept). CPU seconds are ``time.process_time`` of fit + predict in this process
 (the C++ kernels loaded before timing).
 
 Command (from the repository root; about 20 minutes on a 2-core box, soybean half of it)::
@@ -95,13 +96,14 @@ def one(name, config, X, y, task, train, test, seed, smoke=False):
                        log_loss=float(-np.mean(np.log(np.clip(p[np.arange(len(codes)), codes], 1e-15, 1)))))
         out["cpu_s"] = time.process_time() - c0
         out.update(rhat_leaves=float(post.info["rhat_leaves"]), ess_leaves=float(post.info["ess_leaves"]),
-                   kept=int(post.info["n_samples"]))
+                   kept=int(post.info["n_samples"]), warmup=int(post.info["n_warmup"]),
+                   sweeps=int(post.info["sweeps"]))
     return out
 
 
 def table_md(recs):
     lines = ["| table | config | CPU s | RMSE / accuracy | lpd / log loss | cov90 | sigma R-hat | sigma ESS | "
-             "leaves R-hat | leaves ESS | kept per chain |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "leaves R-hat | leaves ESS | sweeps per chain: run / kept |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["table"] for r in recs):
         for config in CONFIGS:
             rs = [r for r in recs if r["table"] == name and r["config"] == config]
@@ -109,7 +111,8 @@ def table_md(recs):
                 continue
             m = lambda k: np.mean([r[k] for r in rs])  # noqa: E731
             each = lambda k, f: " ".join(format(r[k], f) for r in rs) if k in rs[0] else ""  # noqa: E731
-            chains = f" {each('rhat_leaves', '.2f')} | {each('ess_leaves', '.0f')} | {each('kept', 'd')} |"
+            runs = " ".join(f"{r['sweeps']}/{r['kept']}" for r in rs) if "sweeps" in rs[0] else ""
+            chains = f" {each('rhat_leaves', '.2f')} | {each('ess_leaves', '.0f')} | {runs} |"
             if "rmse" in rs[0]:
                 lines.append(f"| {name} | {config} | {m('cpu_s'):.2f} | {m('rmse'):.4f} | {m('lpd'):.4f} | "
                              f"{m('cov90'):.3f} | {each('rhat', '.2f')} | {each('ess', '.0f')} |" + chains)

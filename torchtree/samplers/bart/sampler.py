@@ -213,14 +213,18 @@ class BART(SamplerBase):
 
         The windows tried, in order: every kept sweep, then, once the run has gone past ``n_samples``, the
         second half (the warm-up doubled, as where the chains were still drifting from their start). The first
-        within the limits is taken; when none is, the last tried. A window of fewer than 4 sweeps per chain
-        gives no R-hat and is never within."""
+        within the limits is taken; when none is (the cap or a time budget ended the run), the one whose largest
+        R-hat is smaller, the first on a tie. A window of fewer than 4 sweeps per chain gives no R-hat and is
+        never within."""
         c, S = self.config, sig.shape[0]
-        drops = (0, S // 2) if S > c.n_samples else (0,)
-        for drop in drops:
+        tried = []
+        for drop in (0, S // 2) if S > c.n_samples else (0,):
             d = self._mixing(ctx, sig[drop:], leaves, ctx.setup.n_warmup + drop * c.thin)
             if S - drop >= 4 and not unconverged(d, c.max_rhat, c.min_ess):
                 return drop, d, True
+            worst = max((v for k, v in d.items() if k.startswith("rhat_") and v == v), default=float("inf"))
+            tried.append((worst, drop, d))
+        worst, drop, d = min(tried, key=lambda t: t[0])  # min keeps the first of equals
         return drop, d, False
 
     def _mixing(self, ctx: driver.RunContext, sig: torch.Tensor, leaves: torch.Tensor, n_warmup: int) -> Dict[str, float]:
