@@ -25,40 +25,41 @@ def _same_draws(a, b) -> bool:
     return torch.equal(a.feature, b.feature) and torch.equal(a.value, b.value) and torch.equal(a.sigma, b.sigma)
 
 
-def _fixed(data, seed, n_warmup, n_samples):
+def _fixed(data, seed, n_warmup, n_samples, thin=1):
     """The fixed-length run whose kept sweeps are sweeps ``n_warmup .. n_warmup + n_samples - 1`` (the draws are
     keyed by sweep, so they are any longer run's sweeps too)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        return BART(**{**KW, "n_warmup": n_warmup, "n_samples": n_samples}).run(data, seed=seed)
+        return BART(**{**KW, "n_warmup": n_warmup, "n_samples": n_samples}, thin=thin).run(data, seed=seed)
 
 
 def _off(post) -> bool:
     return bool(unconverged(post.info, RULE["max_rhat"], RULE["min_ess"]))
 
 
-@pytest.mark.parametrize("task", ["regression", "classification"])
-def test_the_run_ends_at_the_first_window_within_the_limits_with_a_fixed_runs_draws(task):
+@pytest.mark.parametrize("task,thin,seed", [("regression", 1, 4), ("classification", 1, 4), ("regression", 2, 0)])
+def test_the_run_ends_at_the_first_window_within_the_limits_with_a_fixed_runs_draws(task, thin, seed):
     """The run keeps blocks of ``n_samples`` sweeps per chain and at each block tries two windows, every kept sweep
     and (once past ``n_samples``) the second half; it stops at the first window within the limits. Checked against
     fixed-length runs (the same draws, keyed by sweep): every window of every earlier block is off the limits, and
     the run returns exactly the draws and diagnostics of the fixed run of its window. Classification has no sigma:
-    its NaN diagnostics are skipped."""
+    its NaN diagnostics are skipped. With ``thin`` (a seed that takes the second half) the window's warm-up counts
+    every sweep it moved."""
     data = _data(task)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # a run that converged does not warn
-        got = BART(**KW, **RULE, max_samples=200).run(data, seed=4)
-    total = got.info["sweeps"] - 10  # kept sweeps per chain, the window and what moved to the warm-up
+        got = BART(**KW, **RULE, max_samples=200, thin=thin).run(data, seed=seed)
+    total = (got.info["sweeps"] - 10) // thin  # kept sweeps per chain, the window and what moved to the warm-up
     assert got.info["converged"] is True
     assert 10 < total < 200 and total % 10 == 0  # it went past n_samples, and stopped before the cap
-    assert got.info["n_warmup"] + got.info["n_samples"] == got.info["sweeps"]
+    assert got.info["n_warmup"] + got.info["n_samples"] * thin == got.info["sweeps"]
     assert got.info["n_samples"] in (total, total - total // 2)
     assert not _off(got)
     for block in range(10, total, 10):
-        assert _off(_fixed(data, 4, 10, block)), block
+        assert _off(_fixed(data, seed, 10, block, thin)), block
         if block > 10:
-            assert _off(_fixed(data, 4, 10 + block // 2, block - block // 2)), block
-    fixed = _fixed(data, 4, got.info["n_warmup"], got.info["n_samples"])
+            assert _off(_fixed(data, seed, 10 + block // 2 * thin, block - block // 2, thin)), block
+    fixed = _fixed(data, seed, got.info["n_warmup"], got.info["n_samples"], thin)
     assert _same_draws(got, fixed)
     mixing = lambda p: {k: v for k, v in p.info.items() if k.startswith(("rhat_", "ess_"))}  # noqa: E731
     assert mixing(got) == pytest.approx(mixing(fixed), nan_ok=True)
