@@ -175,3 +175,19 @@ def test_two_ranks_stop_where_one_process_stops():
     for o in outs:
         assert o.info["sweeps"] == one.info["sweeps"] and o.info["n_samples"] == one.info["n_samples"]
         assert _same_draws(o, one)
+
+
+def test_a_progress_bar_expects_the_most_sweeps_the_run_may_take():
+    """``on_start``'s ``total`` (a progress bar's length) is the cap's sweep count with ``min_ess``, the fixed
+    length without; the run itself may end sooner."""
+    from torchtree.monitor import CallbackMonitor
+
+    data = _data("regression")
+    seen = []
+    mon = CallbackMonitor(on_start=lambda info: seen.append(info["total"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        BART(**KW, thin=2).run(data, seed=0, monitor=mon)
+        got = BART(**KW, **RULE, max_samples=200, thin=2).run(data, seed=3, monitor=mon)
+    assert seen == [10 + 10 * 2, 10 + 200 * 2]
+    assert got.info["sweeps"] < 10 + 200 * 2

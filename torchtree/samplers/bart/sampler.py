@@ -175,7 +175,8 @@ class BART(SamplerBase):
         c = self.config
         return {"n_trees": c.n_trees, "n_chains": c.n_chains, "bart_sampler": c.bart_sampler, "n": ctx.data.n,
                 "d": ctx.data.d, "n_utilities": ctx.setup.n_utilities,
-                "total": self.n_iterations(ctx)}  # sweeps to expect: a progress bar's length
+                # sweeps to expect, a progress bar's length: with min_ess, the most the run may take
+                "total": ctx.setup.n_warmup + c.kept_cap() * c.thin}
 
     def n_iterations(self, ctx: driver.RunContext) -> int:
         """Sweeps per chain: ``n_warmup + n_samples * thin`` (``n_warmup`` as resolved for the run); with
