@@ -10,6 +10,7 @@ import csv
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -562,3 +563,21 @@ def test_bart_reports_sums_of_trees_not_distinct_trees_or_a_map_tree(files, tmp_
     assert main(["summary", str(out)]) == 0
     text = capsys.readouterr().out
     assert "no single MAP tree" in text and "MAP tree (tree" not in text and "share of all splits" in text
+    assert main(["report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "BART (bart), 20 draws of a sum of 5 trees" in text and "?" not in text  # 4 chains x 5 kept sweeps
+    assert "sigma " in text and "converged" not in text  # a fixed-length run
+
+
+def test_bart_run_until_converged_reports_its_verdict(files, tmp_path, capsys):
+    """--min-ess: fit and report show whether the run converged, its window and its length, and sigma's R-hat."""
+    out = tmp_path / "bart.pt"
+    assert main(["fit", str(files["reg"]), "--method", "bart", "--n-trees", "5", "--n-samples", "5", "--n-warmup", "5",
+                 "--min-ess", "1e6", "--max-samples", "10", "--out", str(out), "--quiet"]) == 0
+    fit_text = capsys.readouterr().out
+    assert main(["report", str(out)]) == 0
+    report_text = capsys.readouterr().out
+    for text in (fit_text, report_text):
+        assert re.search(r"^converged +no \(min_ess\): (5|10) kept sweeps per chain after (5|10) warm-up, 15 run$", text,
+                         re.M), text
+        assert re.search(r"^sigma +R-hat \d+\.\d{3}, ESS \d+\.\d$", text, re.M), text

@@ -48,5 +48,21 @@ def fmt(v: Any, spec: str = ".4f") -> str:
     return format(v, spec)
 
 
+def chain_rows(info: dict) -> list:
+    """The summary rows of a chain sampler's diagnostics (MCMC, BART): R-hat and ESS of the leaf count, of
+    sigma where it has one (BART regression), and whether a run until converged (``min_ess``) converged."""
+    rows = []
+    if "rhat_leaves" in info or "ess_leaves" in info:
+        rows.append(("chains", f"R-hat(leaves) {fmt(info.get('rhat_leaves'), '.3f')}, ESS(leaves) {fmt(info.get('ess_leaves'), '.1f')}"
+                               + (f", accept {fmt(info.get('accept/all'), '.3f')}" if "accept/all" in info else "")))
+    sig = info.get("rhat_sigma")
+    if isinstance(sig, float) and math.isfinite(sig):
+        rows.append(("sigma", f"R-hat {fmt(sig, '.3f')}, ESS {fmt(info.get('ess_sigma'), '.1f')}"))
+    if "converged" in info:
+        rows.append(("converged", f"{'yes' if info['converged'] else 'no'} (min_ess): {info.get('n_samples')} kept "
+                                  f"sweeps per chain after {info.get('n_warmup')} warm-up, {info.get('sweeps')} run"))
+    return rows
+
+
 def option_flag(name: str) -> str:
     return "--" + name.replace("_", "-")

@@ -11,7 +11,7 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from torchtree.model.posterior import attach_feature_names
-from torchtree.cli.common import fmt, option_flag, resolve_device_option, say
+from torchtree.cli.common import chain_rows, fmt, option_flag, resolve_device_option, say
 from torchtree.cli.report import cli_schema, load_posterior, n_features_of, size_summary
 
 def _split(y: np.ndarray, test_size: float, seed: int, stratify: bool) -> Tuple[np.ndarray, np.ndarray]:
@@ -194,9 +194,7 @@ def cmd_fit(args) -> int:
         rows.append(("samples", f"{n_part} draws{distinct}"))
     elif isinstance(ess, (int, float)) and n_part:
         rows.append(("ESS", f"{ess:.1f} of {n_part} particles{distinct}"))
-    if "rhat_leaves" in info or "ess_leaves" in info:
-        rows.append(("chains", f"R-hat(leaves) {fmt(info.get('rhat_leaves'), '.3f')}, ESS(leaves) {fmt(info.get('ess_leaves'), '.1f')}"
-                               + (f", accept {fmt(info.get('accept/all'), '.3f')}" if "accept/all" in info else "")))
+    rows += chain_rows(info)
     schema = {
         "features": table.feature_names,
         "target": table.target_name,

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from torchtree.cli.common import POSTERIOR_FORMAT, fmt
+from torchtree.cli.common import POSTERIOR_FORMAT, chain_rows, fmt
 
 def size_summary(post) -> Dict[str, float]:
     from torchtree.model.diagnostics import tree_sizes
@@ -154,11 +154,13 @@ def cmd_summary(args) -> int:
         ess_part = "" if unit == "draws" else f", ESS {fmt(s.get('ess'), '.1f')}"
         rows.append(("sampler", f"{sampler}{' (' + schema['method'] + ')' if schema.get('method') else ''}, {s['n_particles']} {unit}, "
                                 f"{s.get('n_distinct_trees', sizes.get('n_distinct'))} distinct trees{ess_part}"))
+    elif "n_trees" in s and "n_draws" in s:  # BART: every draw is a sum of trees
+        rows.append(("sampler", f"{sampler}{' (' + schema['method'] + ')' if schema.get('method') else ''}, "
+                                f"{s['n_draws']} draws of a sum of {s['n_trees']} trees"))
     else:
         rows.append(("sampler", f"{sampler}{' (' + schema['method'] + ')' if schema.get('method') else ''}, {sizes.get('n_distinct', '?')} distinct trees/topologies"))
     rows.append(("log evidence", fmt(s.get("log_evidence"))))
-    if "rhat_leaves" in info:
-        rows.append(("chains", f"R-hat(leaves) {fmt(info.get('rhat_leaves'), '.3f')}, ESS(leaves) {fmt(info.get('ess_leaves'), '.1f')}"))
+    rows += chain_rows(info)
     if sizes:
         rows.append(("leaves", f"mean {sizes['leaves_mean']:.2f}, max {sizes['leaves_max']}"))
         rows.append(("depth", f"mean {sizes['depth_mean']:.2f}, max {sizes['depth_max']}"))
