@@ -203,8 +203,7 @@ class BART(SamplerBase):
             return True
         sig, leaves = torch.stack(state.kept_sigma), torch.stack(state.trace_leaves, 1)
         if ctx.world_size > 1:
-            sig = ctx.backend.all_gather(sig.T.contiguous().cpu()).T
-            leaves = ctx.backend.all_gather(leaves.cpu().contiguous())
+            sig, leaves = _gather_traces(ctx.backend, sig, leaves)
         return self._window(ctx, sig, leaves)[2]
 
     def _window(self, ctx: driver.RunContext, sig: torch.Tensor, leaves: torch.Tensor):
@@ -536,14 +535,21 @@ def _gather(ctx, feat, cut, val, sig, leaves, counts, width):
     w = int(be.all_reduce(torch.tensor([width], dtype=torch.int64), "max").item())
     feat, cut, val = _pad(feat, w, ABSENT), _pad(cut, w, 0), _pad(val, w, 0)
 
-    def cat_chains(t):  # [S, C, ...] on each rank -> [S, W*C, ...]
-        g = be.all_gather(t.transpose(0, 1).contiguous().cpu())
-        return g.transpose(0, 1).contiguous().to(t.device)
-
-    feat = cat_chains(feat.long()).to(torch.int16)
-    cut = cat_chains(cut.long()).to(torch.int16)
-    val = cat_chains(val.double()).to(val.dtype)
-    sig = cat_chains(sig)
-    leaves = be.all_gather(leaves.cpu().contiguous())
+    feat = _cat_chains(be, feat.long()).to(torch.int16)
+    cut = _cat_chains(be, cut.long()).to(torch.int16)
+    val = _cat_chains(be, val.double()).to(val.dtype)
+    sig, leaves = _gather_traces(be, sig, leaves)
     counts = be.all_reduce(counts.cpu(), "sum")
     return feat, cut, val, sig, leaves, counts
+
+
+def _cat_chains(be, t: torch.Tensor) -> torch.Tensor:
+    """``[S, C, ...]`` on each rank -> ``[S, W*C, ...]``, chains in global order (collective)."""
+    g = be.all_gather(t.transpose(0, 1).contiguous().cpu())
+    return g.transpose(0, 1).contiguous().to(t.device)
+
+
+def _gather_traces(be, sig: torch.Tensor, leaves: torch.Tensor):
+    """Every rank's kept sigma draws ``[S, C]`` and mean-leaves traces ``[C, sweeps]``, chains in global order
+    (collective)."""
+    return _cat_chains(be, sig), be.all_gather(leaves.cpu().contiguous())
