@@ -7,7 +7,8 @@
 # pytest but without this package installed: see below).
 # 1. the CUDA tests (pytest -m cuda), 2. every hard-tree method at 10^4 and 10^6 rows on the GPU and on
 # one CPU thread of the same machine (bench_scale), 3. BART at 10^4 and 10^5 rows, GPU against one CPU
-# thread, 4. BART's cost on the GPU at 4, 16 and 64 chains, 5. BART's torch.compile route on the GPU.
+# thread, 4. BART's cost on the GPU at 4, 16 and 64 chains, 5. BART's sweeps recorded as CUDA graphs,
+# 6. BART's torch.compile route on the GPU.
 # Each stage has its own time limit (565 s at most in all; run it with the device tool's timeout_s=600); results go to $OUT (or ./gpu_results) as text.
 set -u
 if [ -z "${PY:-}" ]; then
@@ -41,7 +42,7 @@ S="$PY benchmarks/bench_scale.py --threads 1 --baselines-max-n 0 --methods"
   timeout 55 $S smc --sizes 1000000 --devices cpu --timeout 50; echo "rc=$?"
 } > "$OUT/bench_scale.txt" 2>&1
 # 3. MCMC sweeps on both devices (n_gfr=0: the grow-from-root starts are a CPU kernel)
-timeout 70 "$PY" - > "$OUT/bart.txt" 2>&1 <<'PYEOF'
+timeout 60 "$PY" - > "$OUT/bart.txt" 2>&1 <<'PYEOF'
 import time, numpy as np, torch
 torch.set_num_threads(1)
 from torchtree import BART, Data
@@ -59,7 +60,7 @@ PYEOF
 echo "bart rc=$?" >> "$OUT/bart.txt"
 # 4. what more chains cost on the GPU (the evidence for a device-aware default chain count): 10^5 rows,
 # 200 trees, 10 sweeps, 4 / 16 / 64 chains
-timeout 40 "$PY" - > "$OUT/bart_chains.txt" 2>&1 <<'PYEOF'
+timeout 30 "$PY" - > "$OUT/bart_chains.txt" 2>&1 <<'PYEOF'
 import time, numpy as np, torch
 from torchtree import BART, Data
 rng = np.random.default_rng(0)
@@ -73,9 +74,25 @@ for chains in (4, 16, 64):
     print(f"BART n={n} cuda chains={chains}: wall {time.time() - t0:.1f} s for 10 sweeps", flush=True)
 PYEOF
 echo "bart chains rc=$?" >> "$OUT/bart_chains.txt"
-# 5. the torch.compile route on the GPU ('auto' takes it on the CPU only): the first run compiles, the
+# 5. the CUDA-graph route (compile="graph"): the eager sweeps against the recorded ones; 10 and 40 sweeps
+# of the graph separate the recording (once per run) from a replay
+timeout 30 "$PY" - > "$OUT/bart_graph.txt" 2>&1 <<'PYEOF'
+import time, numpy as np, torch
+from torchtree import BART, Data
+rng = np.random.default_rng(0)
+for n in (100_000, 10_000):
+    X = rng.uniform(size=(n, 10)); y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + rng.normal(size=n)
+    d = Data(X, y, task="regression", device="cuda")
+    for mode, sweeps in (("off", 10), ("graph", 10), ("graph", 40)):
+        t0 = time.time()
+        BART(n_trees=200, n_chains=4, n_warmup=sweeps // 2, n_samples=sweeps // 2, n_gfr=0, compile=mode).run(d, seed=0)
+        torch.cuda.synchronize()
+        print(f"BART n={n} cuda compile={mode}: wall {time.time() - t0:.2f} s for {sweeps} sweeps", flush=True)
+PYEOF
+echo "bart graph rc=$?" >> "$OUT/bart_graph.txt"
+# 6. the torch.compile route on the GPU ('auto' takes it on the CPU only): the first run compiles, the
 # second reuses the graph; the same 10 sweeps as stage 4's 4 chains
-timeout 40 "$PY" - > "$OUT/bart_compile.txt" 2>&1 <<'PYEOF'
+timeout 30 "$PY" - > "$OUT/bart_compile.txt" 2>&1 <<'PYEOF'
 import time, numpy as np, torch
 from torchtree import BART, Data
 rng = np.random.default_rng(0)

@@ -1,6 +1,7 @@
 """``BART``: the sampler of :mod:`torchtree.samplers.bart` (see the package for the method), its compiled tree update and ``backfit_sweep``."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Dict, Optional
 
 import torch
@@ -17,6 +18,7 @@ from torchtree.kernels.native import available as native_ok
 from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities, gfr_sweep_native, sweep_native,
                                        tree_update, tree_update_native)
 
+from torchtree.samplers.bart import graph as sweep_graph
 from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream, default_gfr_sweeps
 from torchtree.samplers.bart.state import BARTSetup, BARTState
 
@@ -160,13 +162,22 @@ class BART(SamplerBase):
         want = c.compile == "on" or (c.compile == "auto" and cpu and updates >= COMPILE_MIN_UPDATES)
         update_fn = tree_update_native if native else (_compiled("fn", tree_update) or tree_update) if want else tree_update
         chains = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=ctx.device)
-        return BARTSetup(update_fn=update_fn, n_warmup=n_warmup, n_gfr=n_gfr,
+        Xb, n_cuts = grid.bins(data.X).to(ctx.device), grid.n_cuts.to(ctx.device)
+        groups = None if data.groups is None else data.groups.to(ctx.device)
+        graph = None
+        if c.compile == "graph":
+            if c.bart_sampler != "mcmc" or (ctx.device.type != "cuda" and sweep_graph.GRAPH is sweep_graph.CudaGraph):
+                raise ValueError(f"compile='graph' records backfitting MCMC sweeps as CUDA graphs: it needs "
+                                 f"bart_sampler='mcmc' and a CUDA device (this run: bart_sampler="
+                                 f"'{c.bart_sampler}', device '{ctx.device}')")
+            graph = sweep_graph.SweepGraph(partial(tree_loop, prior, Xb, n_cuts, c.use_likelihood, tree_update, groups))
+        return BARTSetup(update_fn=update_fn, graph=graph, n_warmup=n_warmup, n_gfr=n_gfr,
                          pg_level_fn=_compiled_pg_level if want else None, prior=prior, grid=grid,
-                         Xb=grid.bins(data.X).to(ctx.device), n_cuts=grid.n_cuts.to(ctx.device), dt=dt,
+                         Xb=Xb, n_cuts=n_cuts, dt=dt,
                          target=target.to(dt), chains=chains, n_utilities=U,
                          instances=(chains[:, None] * U + torch.arange(U, device=ctx.device)).reshape(-1),
                          offsets=mnp_offsets(data.y, data.n_classes) if U > 1 else None,
-                         groups=None if data.groups is None else data.groups.to(ctx.device))
+                         groups=groups)
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
         return {"prior": ctx.setup.prior.to_dict(), "task": ctx.data.task}
@@ -302,7 +313,8 @@ class BART(SamplerBase):
         elif c.bart_sampler == "mcmc":
             update = tree_update_native if ctx.setup.update_fn is tree_update_native else (lambda *a: _update(ctx, *a))
             resid, moves = backfit_sweep(prior, feature, cut, value, leaf_of, state.resid, Xb, n_cuts, state.sigma2,
-                                         ctx.seed, base, tree_chain, use, update, ctx.setup.groups, state.forest_stats)
+                                         ctx.seed, base, tree_chain, use, update, ctx.setup.groups, state.forest_stats,
+                                         ctx.setup.graph)
         else:
             from torchtree.steps.bart_pg import pg_tree_update
 
@@ -449,7 +461,8 @@ def _leaf_normals(seed: int, base: int, tree_chain: torch.Tensor, K: int, Kz: in
 
 
 def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, seed: int, base: int,
-                  tree_chain: torch.Tensor, use_likelihood: bool = True, update=tree_update, groups=None, stats=None):
+                  tree_chain: torch.Tensor, use_likelihood: bool = True, update=tree_update, groups=None, stats=None,
+                  graph=None):
     """One Bayesian-backfitting sweep: every tree in turn redrawn on its partial residual.
 
     Parameters
@@ -462,6 +475,8 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     update : the tree update (:func:`~torchtree.steps.bart_moves.tree_update` or its compiled form)
     groups : LongTensor [D], optional, the input column of each feature of a coded table
     stats : Tensor [C + 1], optional, ``forest_stats`` of these trees if known (saves recomputing them)
+    graph : :class:`~torchtree.samplers.bart.graph.SweepGraph`, optional: the tree updates replayed from
+        a recorded CUDA graph (``compile="graph"``)
 
     Returns
     -------
@@ -488,8 +503,19 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
         if counts is not None:  # the whole sweep in one compiled call
             return resid, counts
     Z = _leaf_normals(seed, base, tree_chain, K, min(K, (1 << (deepest + 2)) - 1))
-    moves = torch.zeros(2, 3, dtype=torch.long, device=dev)
-    ones = torch.ones(C, dtype=torch.long, device=dev)
+    loop = partial(tree_loop, prior, Xb, n_cuts, use_likelihood, update, groups)
+    out = graph(feature, cut, value, leaf_of, resid, sigma2, U, Z) if graph is not None else None
+    return out if out is not None else loop(feature, cut, value, leaf_of, resid, sigma2, U, Z)
+
+
+def tree_loop(prior: BartPrior, Xb, n_cuts, use_likelihood: bool, update, groups, feature, cut, value, leaf_of, resid,
+              sigma2, U, Z):
+    """:func:`backfit_sweep`'s tree updates with its uniforms ``U [T, C, 5]`` and leaf normals ``Z [T, C, K]``
+    (the trees updated in place): the part of a sweep that :class:`~torchtree.samplers.bart.graph.SweepGraph`
+    records. Returns ``(resid, moves)``."""
+    T, C, _ = feature.shape
+    moves = torch.zeros(2, 3, dtype=torch.long, device=resid.device)
+    ones = torch.ones(C, dtype=torch.long, device=resid.device)
     for t in range(T):
         f, k, v, L, resid, (move, acc) = update(prior, feature[t].long(), cut[t].long(), value[t], leaf_of[t], resid,
                                                 Xb, n_cuts, sigma2, U[t], Z[t].to(value.dtype), use_likelihood,

@@ -56,6 +56,8 @@ class BARTSetup:
     groups : LongTensor [D] or None, the input column of each feature of a coded table
     n_warmup : int, burn-in sweeps per chain (``BARTConfig.n_warmup`` as resolved for the run)
     n_gfr : int, the grow-from-root sweeps opening them (0 where the compiled kernels do not run)
+    graph : :class:`~torchtree.samplers.bart.graph.SweepGraph` or None, the sweeps' tree updates as a
+        recorded CUDA graph (``compile="graph"``)
     """
 
     prior: Any
@@ -73,3 +75,4 @@ class BARTSetup:
     groups: Optional[torch.Tensor] = None
     n_warmup: int = 0
     n_gfr: int = 0
+    graph: Optional[Any] = None

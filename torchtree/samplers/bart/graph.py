@@ -1,0 +1,101 @@
+"""A backfitting sweep's tree updates replayed as one CUDA graph (``BARTConfig.compile="graph"``).
+
+Off the CPU a sweep is ``n_trees`` tree updates of about a hundred small kernels each, so its cost is
+the launches, not the arithmetic. The sweep reads nothing back to the host (``tests/test_syncs.py``)
+and its shapes do not change between sweeps, so it can be recorded once as a CUDA graph
+(``torch.cuda.CUDAGraph``) and replayed: one launch per sweep.
+
+A graph reads and writes fixed addresses. :class:`SweepGraph` therefore owns static copies of
+everything the sweep touches: the trees ``feature, cut, value, leaf_of [T, C, ...]``, the residuals
+``[C, N]``, the noise variance ``[C]`` and the sweep's uniforms ``U [T, C, 5]`` and leaf normals
+``Z [T, C, K]``. A sweep copies its inputs in, replays, and copies the trees back into the caller's
+tensors: the same kernels on the same numbers as the eager loop, so the same draws (to the order of
+the device's atomic sums, as between two eager runs).
+
+Capture runs the loop once on a side stream first (CUDA's lazy initialisations must not happen while
+recording), then records it. A failed capture warns once and the run goes on eagerly.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Callable, Optional, Tuple
+
+import torch
+
+__all__ = ["CudaGraph", "SweepGraph"]
+
+
+class CudaGraph:
+    """``capture(fn)`` records ``fn``'s kernels (after one warm-up call on a side stream); ``replay()``
+    launches them again."""
+
+    def __init__(self) -> None:
+        self.graph = torch.cuda.CUDAGraph()
+
+    def capture(self, fn: Callable[[], None]) -> None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()  # warm-up: lazy initialisations and the allocator's first blocks, outside the recording
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(self.graph):
+            fn()
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+#: what records a sweep (a test swaps in one that calls the function again at each replay)
+GRAPH: Callable[[], CudaGraph] = CudaGraph
+
+
+class SweepGraph:
+    """The tree loop of one backfitting sweep, recorded on first use and replayed at every later sweep.
+
+    Parameters
+    ----------
+    loop : ``loop(feature, cut, value, leaf_of, resid, sigma2, U, Z) -> (resid, moves)``, the sweep's
+        tree updates (the trees updated in place); it must not read values back to the host
+    """
+
+    def __init__(self, loop: Callable) -> None:
+        self.loop = loop
+        self.key: Optional[Tuple] = None
+        self.graph = None
+        self.failed = False
+        self.captures = 0
+
+    def _record(self, args) -> None:
+        self.static = [a.clone() for a in args]
+
+        def body() -> None:
+            self.out = self.loop(*self.static)
+
+        graph = GRAPH()
+        graph.capture(body)
+        self.graph = graph
+        self.captures += 1
+
+    def __call__(self, feature, cut, value, leaf_of, resid, sigma2, U, Z):
+        """One sweep: the trees updated in place; returns ``(resid [C, N], moves [2, 3])``, or None where
+        the graph could not be recorded (the caller then runs the loop eagerly)."""
+        if self.failed:
+            return None
+        args = (feature, cut, value, leaf_of, resid, sigma2, U, Z)
+        key = tuple((a.shape, a.dtype, a.device) for a in args)
+        if key != self.key:
+            try:
+                self._record(args)
+            except Exception as exc:  # an op that cannot be recorded, or no CUDA
+                warnings.warn(f"BART: the sweep could not be recorded as a CUDA graph ({type(exc).__name__}: {exc}); "
+                              "running it eagerly", RuntimeWarning)
+                self.failed, self.graph = True, None
+                return None
+            self.key = key
+        for s, a in zip(self.static, args):
+            s.copy_(a)
+        self.graph.replay()
+        for s, a in zip(self.static[:4], args[:4]):
+            a.copy_(s)
+        resid_out, moves = self.out
+        return resid_out.clone(), moves.clone()
