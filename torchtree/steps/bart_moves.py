@@ -100,12 +100,13 @@ def leaf_ranges(feature: torch.Tensor, cut: torch.Tensor, node: torch.Tensor, de
 
 def _children_term(log1m_ps: torch.Tensor, lo, hi, nav, f, k, depth) -> torch.Tensor:
     """``log (1 - p_split(left)) + log (1 - p_split(right))`` of the children of a node whose
-    rule is (``f``, ``k``): a child can split only with a cut left and below ``max_depth``."""
-    lo_f = lo.gather(1, f[:, None])[:, 0]
-    hi_f = hi.gather(1, f[:, None])[:, 0]
-    left_avail = (nav - 1 + (k > lo_f).long()) > 0
-    right_avail = (nav - 1 + (hi_f > k + 1).long()) > 0
-    lc = log1m_ps[depth + 1]
+    rule is (``f``, ``k``): a child can split only with a cut left and below ``max_depth``.
+    ``f, k [C, R]``: R rules per chain at once (``lo, hi [C, D]``, ``nav, depth [C]``); returns ``[C, R]``."""
+    lo_f = lo.gather(1, f)
+    hi_f = hi.gather(1, f)
+    left_avail = (nav[:, None] - 1 + (k > lo_f).long()) > 0
+    right_avail = (nav[:, None] - 1 + (hi_f > k + 1).long()) > 0
+    lc = log1m_ps[depth + 1][:, None]
     return torch.where(left_avail, lc, 0.0) + torch.where(right_avail, lc, 0.0)
 
 
@@ -118,6 +119,16 @@ def prior_tables(prior: BartPrior, K: int, device) -> Tuple[torch.Tensor, torch.
     if key not in _TABLES:
         ps = prior.split_prob(torch.arange(prior.max_depth + 2, device=device))
         _TABLES[key] = (heap_depth(torch.arange(K, device=device)), ps, torch.log1p(-ps))
+    return _TABLES[key]
+
+
+def _cell_nodes(C: int, K: int, device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``[C, 2K]``, the node of each (leaf, side) cell (``cell // 2``), and the sides ``0, 1`` three times
+    (cached on the device: no copy from the host inside a sweep)."""
+    key = ("cells", C, K, str(device))
+    if key not in _TABLES:
+        _TABLES[key] = (torch.arange(K, device=device).repeat_interleave(2)[None, :].repeat(C, 1),
+                        torch.tensor([0, 1, 0, 1, 0, 1], device=device))
     return _TABLES[key]
 
 
@@ -194,20 +205,20 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
         s_cell, n_cell = torch.zeros_like(s_cell), torch.zeros_like(n_cell)
     s_cell, n_cell = s_cell.view(C, K, 2).double(), n_cell.view(C, K, 2).double()
 
-    def at(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        return t.gather(1, idx[:, None, None].expand(C, 1, 2))[:, 0]  # [C, 2]
-
-    sj, sl, sr = at(s_cell, j), at(s_cell, cl), at(s_cell, cr)
-    nj, nl, nr = at(n_cell, j), at(n_cell, cl), at(n_cell, cr)
-    s_all, n_all = (sj + sl + sr).sum(1), (nj + nl + nr).sum(1)  # j's points (a leaf's, or its two children's)
-    s_nl, n_nl = sj[:, 1] + sl[:, 1] + sr[:, 1], nj[:, 1] + nl[:, 1] + nr[:, 1]  # ... left of the new rule
-    ll_joined = log_marginal(n_all, s_all, s2, tau2)
-    ll_new = log_marginal(n_nl, s_nl, s2, tau2) + log_marginal(n_all - n_nl, s_all - s_nl, s2, tau2)
-    ll_old = log_marginal(nl.sum(1), sl.sum(1), s2, tau2) + log_marginal(nr.sum(1), sr.sum(1), s2, tau2)
+    # the (side, cell) statistics of j and its two children: [C, 3, 2] each, one gather
+    jlr = torch.stack([j, cl, cr], 1)
+    sn = torch.stack([s_cell, n_cell]).gather(2, jlr[None, :, :, None].expand(2, C, 3, 2))  # [2 (sum, count), C, 3, 2]
+    j_side, l_side, r_side = sn[:, :, 0], sn[:, :, 1], sn[:, :, 2]  # [2, C, 2]
+    all_ = (j_side + l_side + r_side).sum(2)  # j's points (a leaf's, or its two children's)
+    nl_ = j_side[..., 1] + l_side[..., 1] + r_side[..., 1]  # ... left of the new rule
+    # the five partitions' marginal likelihoods at once: j joined, the new rule's sides, the old children
+    parts = torch.stack([all_, nl_, all_ - nl_, l_side.sum(2), r_side.sum(2)], 2)  # [2, C, 5]
+    ll = log_marginal(parts[1], parts[0], s2[:, None], tau2)
+    ll_joined, ll_new, ll_old = ll[:, 0], ll[:, 1] + ll[:, 2], ll[:, 3] + ll[:, 4]
 
     ps = ps_lut[depth]
-    kids_new = _children_term(log1m_ps, lo, hi, nav, f_new, k_new, depth)
-    kids_old = _children_term(log1m_ps, lo, hi, nav, f_old, k_old, depth)
+    kids = _children_term(log1m_ps, lo, hi, nav, torch.stack([f_new, f_old], 1), torch.stack([k_new, k_old], 1), depth)
+    kids_new, kids_old = kids[:, 0], kids[:, 1]
     sib = torch.where(j % 2 == 1, j + 1, j - 1).clamp(min=0, max=K - 1)
     parent_was_nog = (j > 0) & (feature.gather(1, sib[:, None])[:, 0] == LEAF)
     nog_after = n_nog + 1 - parent_was_nog.long()
@@ -236,9 +247,10 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     cut.scatter_(1, j[:, None], kj[:, None])
 
     # where each (leaf, side) cell goes: identity, except the cells the accepted move re-routes
-    to = torch.arange(K, device=dev).repeat_interleave(2)[None, :].repeat(C, 1)  # [C, 2K] -> node
-    pos = torch.stack([2 * j, 2 * j + 1, 2 * cl, 2 * cl + 1, 2 * cr, 2 * cr + 1], 1)
-    keep = torch.stack([j, j, cl, cl, cr, cr], 1)
+    cell_node, sides = _cell_nodes(C, K, dev)
+    to = cell_node.clone()  # [C, 2K] -> node
+    keep = jlr[:, :, None].expand(C, 3, 2).reshape(C, 6)  # j, j, cl, cl, cr, cr
+    pos = 2 * keep + sides  # their (leaf, side) cells
     grown = torch.stack([cr, cl, cl, cl, cr, cr], 1)
     pruned = j[:, None].expand(C, 6)
     changed = torch.stack([j, j, cr, cl, cr, cl], 1)
@@ -254,7 +266,7 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     v = s2[:, None] + n_leaf_pts * tau2
     mean = tau2 * s_leaf / v
     sd = torch.sqrt(tau2 * s2[:, None] / v)
-    value = torch.where(feature == LEAF, mean + sd * z_leaf, torch.zeros_like(mean)).to(value.dtype)
+    value = torch.where(feature == LEAF, mean + sd * z_leaf, 0.0).to(value.dtype)
     resid = R - value.reshape(-1)[leaf_new + offs]
     leaf_of = leaf_new.to(leaf_of.dtype)
     return feature, cut, value, leaf_of, resid, (move, accept)
