@@ -18,7 +18,7 @@ from torchtree.kernels.native import available as native_ok
 from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities, gfr_sweep_native, sweep_native,
                                        tree_update, tree_update_native)
 
-from torchtree.samplers.bart import graph as sweep_graph
+import torchtree.samplers.bart.graph as sweep_graph
 from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream, default_gfr_sweeps
 from torchtree.samplers.bart.state import BARTSetup, BARTState
 
