@@ -17,6 +17,8 @@ import torch
 
 from torchtree import BART, Data
 from torchtree.samplers.bart import graph as sweep_graph
+from torchtree.samplers.bart import sampler as bart_module
+from torchtree.steps.bart_moves import tree_update
 
 KW = dict(n_trees=6, n_chains=3, n_warmup=8, n_samples=6, max_depth=4)
 pytestmark = pytest.mark.filterwarnings("ignore:MCMC chains look unconverged")
@@ -60,10 +62,22 @@ def _same_draws(a, b) -> bool:
     return same and bool(rates) and all(a.info[k] == b.info[k] for k in rates)
 
 
+class Compiled:
+    """Stands in for ``torch.compile(tree_update)`` (which takes ~20 s to build on a CPU): the eager update,
+    counting its calls."""
+
+    calls = 0
+
+    def __call__(self, *args):
+        Compiled.calls += 1
+        return tree_update(*args)
+
+
 @pytest.fixture
 def replay(monkeypatch):
     monkeypatch.setattr(sweep_graph, "GRAPH", ReplayGraph)
-    ReplayGraph.recorded = 0
+    monkeypatch.setitem(bart_module._COMPILED, "fn", Compiled())
+    ReplayGraph.recorded, Compiled.calls = 0, 0
     return ReplayGraph
 
 
@@ -73,6 +87,9 @@ def test_replayed_sweeps_draw_what_the_eager_sweeps_draw(task, replay):
     eager = BART(**KW, compile="off").run(data, seed=3)
     graphed = BART(**KW, compile="graph").run(data, seed=3)
     assert replay.recorded == 1  # one recording, then replays: the shapes never change within a run
+    # the compiled update is what gets recorded: every tree, in the stand-in's recording and in the replays
+    # of all the sweeps
+    assert Compiled.calls == KW["n_trees"] * (1 + KW["n_warmup"] + KW["n_samples"])
     assert _same_draws(graphed, eager)
 
 
@@ -101,6 +118,7 @@ def test_a_resumed_run_records_again_and_draws_the_same(tmp_path, replay):
 
 def test_a_failed_recording_warns_once_and_runs_eagerly(monkeypatch):
     monkeypatch.setattr(sweep_graph, "GRAPH", BrokenGraph)
+    monkeypatch.setitem(bart_module._COMPILED, "fn", Compiled())
     data = _data("regression")
     eager = BART(**KW, compile="off").run(data, seed=1)
     with warnings.catch_warnings(record=True) as caught:

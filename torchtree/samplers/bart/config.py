@@ -103,8 +103,9 @@ class BARTConfig(SamplerConfig):
     compile: str = option("auto", help="how the tree update runs: 'native' (backfitting MCMC on CPU: one compiled "
                           "C++ kernel per update, torchtree.kernels.native, built on first use), 'on' (torch.compile "
                           "of the torch code; ~3-5 s per process with a warm cache, ~20 s cold), 'off' (the torch "
-                          "code as it is), 'graph' (backfitting MCMC on CUDA: each sweep's tree updates recorded "
-                          "once as a CUDA graph and replayed, one launch per sweep; not yet timed on a GPU); "
+                          "code as it is), 'graph' (backfitting MCMC on CUDA: 'on', and each sweep's tree updates "
+                          "recorded once per run as a CUDA graph and replayed, one launch per sweep; not yet "
+                          "timed on a GPU); "
                           "'auto': 'native' for MCMC on CPU when the kernel builds, else 'on' on "
                           "CPU when the run makes at least 40,000 tree updates (and for Particle Gibbs levels), "
                           "else 'off'",

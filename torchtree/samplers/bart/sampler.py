@@ -76,9 +76,14 @@ def _compiled_or_eager(key: str, eager, args):
 def _update(ctx, *args):
     """One tree update, compiled where the run asked for it; a compilation failure falls back
     to eager execution for the rest of the process, with a warning."""
-    if ctx.setup.update_fn is tree_update_native:
+    return _update_with(ctx.setup.update_fn, *args)
+
+
+def _update_with(update_fn, *args):
+    """:func:`_update` with the run's ``update_fn`` given."""
+    if update_fn is tree_update_native:
         return tree_update_native(*args)
-    if ctx.setup.update_fn is tree_update or _COMPILED.get("fn") is None:  # eager asked for, or a failed compile
+    if update_fn is tree_update or _COMPILED.get("fn") is None:  # eager asked for, or a failed compile
         return tree_update(*args)
     leaf_of, resid, Xb = args[4], args[5], args[6]
     for t in (leaf_of, resid, Xb):
@@ -159,7 +164,7 @@ class BART(SamplerBase):
         n_warmup = c.n_warmup if c.n_warmup is not None else GFR_WARMUP if n_gfr else ROOT_WARMUP
         n_gfr = min(n_gfr, n_warmup)
         updates = c.n_trees * (n_warmup + c.n_samples * c.thin)
-        want = c.compile == "on" or (c.compile == "auto" and cpu and updates >= COMPILE_MIN_UPDATES)
+        want = c.compile in ("on", "graph") or (c.compile == "auto" and cpu and updates >= COMPILE_MIN_UPDATES)
         update_fn = tree_update_native if native else (_compiled("fn", tree_update) or tree_update) if want else tree_update
         chains = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=ctx.device)
         Xb, n_cuts = grid.bins(data.X).to(ctx.device), grid.n_cuts.to(ctx.device)
@@ -170,7 +175,8 @@ class BART(SamplerBase):
                 raise ValueError(f"compile='graph' records backfitting MCMC sweeps as CUDA graphs: it needs "
                                  f"bart_sampler='mcmc' and a CUDA device (this run: bart_sampler="
                                  f"'{c.bart_sampler}', device '{ctx.device}')")
-            graph = sweep_graph.SweepGraph(partial(tree_loop, prior, Xb, n_cuts, c.use_likelihood, tree_update, groups))
+            graph = sweep_graph.SweepGraph(partial(tree_loop, prior, Xb, n_cuts, c.use_likelihood,
+                                                   partial(_update_with, update_fn), groups))
         return BARTSetup(update_fn=update_fn, graph=graph, n_warmup=n_warmup, n_gfr=n_gfr,
                          pg_level_fn=_compiled_pg_level if want else None, prior=prior, grid=grid,
                          Xb=Xb, n_cuts=n_cuts, dt=dt,
