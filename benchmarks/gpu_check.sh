@@ -84,11 +84,15 @@ rng = np.random.default_rng(0)
 for n in (100_000, 10_000):
     X = rng.uniform(size=(n, 10)); y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + rng.normal(size=n)
     d = Data(X, y, task="regression", device="cuda")
+    pred = {}
     for mode, sweeps in (("off", 10), ("graph", 10), ("graph", 40), ("on", 10)):
         t0 = time.time()
-        BART(n_trees=200, n_chains=4, n_warmup=sweeps // 2, n_samples=sweeps // 2, n_gfr=0, compile=mode).run(d, seed=0)
+        post = BART(n_trees=200, n_chains=4, n_warmup=sweeps // 2, n_samples=sweeps // 2, n_gfr=0, compile=mode).run(d, seed=0)
         torch.cuda.synchronize()
         print(f"BART n={n} cuda compile={mode}: wall {time.time() - t0:.2f} s for {sweeps} sweeps", flush=True)
+        if sweeps == 10:
+            pred[mode] = np.asarray(post.predict(X[:1000]))
+    print("largest |prediction - eager's| over 1000 rows:", {m: float(np.abs(p - pred["off"]).max()) for m, p in pred.items()})
 PYEOF
 echo "bart graph rc=$?" >> "$OUT/bart_graph.txt"
 tail -n 5 "$OUT"/*.txt
