@@ -27,7 +27,7 @@ fi
   "$PY" -c "import sys, torch, torchtree; print(sys.version.split()[0], torch.__version__, torch.cuda.is_available(), torchtree.__file__)" 2>&1
   # the compiled CPU kernels, built once before any timed stage (a fresh machine has no cache)
   t0=$SECONDS
-  timeout 120 env MAX_JOBS=${MAX_JOBS:-16} "$PY" -c \
+  timeout 90 env MAX_JOBS=${MAX_JOBS:-16} "$PY" -c \
     "from torchtree.kernels import native; print('native kernels:', native.available())" 2>&1
   echo "kernel build: $((SECONDS - t0)) s wall"
 } > "$OUT/gpu.txt"
@@ -77,7 +77,7 @@ echo "bart chains rc=$?" >> "$OUT/bart_chains.txt"
 # 5. the compiled and recorded routes, in one process (torch.compile's build paid once): the eager sweeps;
 # compile="graph" (torch.compile's kernels recorded as a CUDA graph: its first run builds and records them,
 # 10 and 40 sweeps separate that from a replay); compile="on" (the compiled kernels launched one by one)
-timeout 60 "$PY" - > "$OUT/bart_graph.txt" 2>&1 <<'PYEOF'
+timeout 90 "$PY" - > "$OUT/bart_graph.txt" 2>&1 <<'PYEOF'
 import time, numpy as np, torch
 from torchtree import BART, Data
 rng = np.random.default_rng(0)
