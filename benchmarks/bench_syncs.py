@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # smoke-expect: ^\| TopDownSMC \| classification \|
 # smoke-expect: ^\| BART, as on a GPU \| regression \| .* \| 0\.0 \|
+# smoke-expect: ^\| regression \| \d+ \| \d+\.\d \|
 
 
 def table(task: str, n: int, seed: int = 0):
@@ -71,6 +72,29 @@ def count(cls, make, data, per_step):
         kinds.update(m.reads)
         sites.update(m.sites)
     return units, kinds, sites
+
+
+def kernels_per_update(make, data):
+    """(tree updates, DeviceOps) of one BART run of ``make()``: the kernel-launching operations of its torch
+    tree updates (the route that runs off the CPU)."""
+    from torchtree.core.syncs import DeviceOps
+    import torchtree.samplers.bart.sampler as bart_sampler
+
+    mode, calls, update = DeviceOps(), [0], bart_sampler.tree_update
+
+    def counted(*args):
+        calls[0] += 1
+        with mode:
+            return update(*args)
+
+    bart_sampler.tree_update = counted
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            make().run(data, seed=0)
+    finally:
+        bart_sampler.tree_update = update
+    return calls[0], mode
 
 
 def main() -> None:
@@ -143,6 +167,15 @@ def main() -> None:
                                                                units_of()))
                 finally:
                     bart_sampler._may_sync = allowance
+    more = ["", "BART's torch tree update (the route off the CPU): operations that launch a device kernel "
+            "(torchtree.core.syncs.DeviceOps), per update", "",
+            "| task | tree updates | kernels per update | most frequent |", "|---|---|---|---|"]
+    for task in ("classification", "regression"):
+        calls, mode = kernels_per_update(lambda: BART(**bart_kw, compile="off"), table(task, n))
+        top = ", ".join(f"{k.replace('aten.', '')} {v / calls:.1f}" for k, v in mode.ops.most_common(8))
+        more.append(f"| {task} | {calls} | {mode.total / max(calls, 1):.1f} | {top} |")
+    print("\n".join(more), flush=True)
+    lines += more
     if a.out:
         Path(a.out).write_text("\n".join(lines) + "\n")
     print("bench_syncs: done")

@@ -13,6 +13,10 @@ inside it and counts
 
 With ``where=True`` it also records the call site of each (the innermost frame in the
 ``torchtree`` package), for finding them.
+
+Where nothing reads back, a step's cost on a GPU is its kernel launches (eager, or the nodes of a
+recorded CUDA graph). :class:`DeviceOps` counts them on the CPU: every operation that reaches torch's
+dispatcher, less the views and host scalars, which launch no kernel.
 """
 from __future__ import annotations
 
@@ -22,12 +26,19 @@ from typing import Counter, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["HostReads", "READS"]
+__all__ = ["DeviceOps", "HostReads", "READS", "NO_KERNEL"]
 
 #: names of the torch functions and methods counted as host reads (besides the cases in :class:`HostReads`)
 READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy", "cpu", "nonzero",
                    "masked_select", "unique", "unique_consecutive", "argwhere"})
+
+
+#: dispatched operations that launch no kernel (views, and host scalars wrapped as tensors)
+NO_KERNEL = frozenset({"aten.view", "aten._unsafe_view", "aten.unsqueeze", "aten.squeeze", "aten.select", "aten.slice",
+                       "aten.expand", "aten.alias", "aten.as_strided", "aten.t", "aten.transpose", "aten.permute",
+                       "aten.scalar_tensor", "aten.lift_fresh", "aten.detach"})
 
 
 def _is_cpu(a) -> bool:
@@ -85,3 +96,23 @@ class HostReads(TorchFunctionMode):
                 site = f"{frames[-1].filename.rsplit('/torchtree/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
                 self.sites[(kind, site)] += 1
         return func(*args, **kwargs)
+
+
+class DeviceOps(TorchDispatchMode):
+    """Counts the operations that would launch a device kernel (see the module doc): ``total``, and
+    ``ops``, a Counter by operator name (``"aten.add"``, ...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = collections.Counter()
+
+    @property
+    def total(self) -> int:
+        """All kernel-launching operations counted so far."""
+        return sum(self.ops.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        if name not in NO_KERNEL:
+            self.ops[name] += 1
+        return func(*args, **(kwargs or {}))
