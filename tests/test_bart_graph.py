@@ -156,3 +156,16 @@ def test_graph_needs_cuda_and_backfitting():
         BART(**KW, compile="graph").run(data, seed=0)
     with pytest.raises(ValueError, match="bart_sampler='mcmc'"):
         BART(**KW, compile="graph", bart_sampler="pg").run(data, seed=0)
+
+
+def test_the_memory_check_counts_the_recorded_sweeps_copy(monkeypatch, replay):
+    """The recorded sweep keeps its own copy of each point's leaf (``[T, C, N]`` int16): a run that fits
+    eagerly may not fit recorded, and is refused before anything is allocated."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(20_000, 3))
+    data = Data(X, X[:, 0] + rng.normal(size=20_000), task="regression")
+    kw = dict(n_trees=100, n_chains=2, n_warmup=0, n_samples=1, max_depth=2, max_seconds=1e-9)
+    monkeypatch.setenv("TORCHTREE_MEMORY_LIMIT", "12M")  # the leaves' map alone: 8 MB eagerly, 16 MB recorded
+    BART(**kw, compile="off").run(data, seed=0)
+    with pytest.raises(ValueError, match="memory|GB|MB"):
+        BART(**kw, compile="graph").run(data, seed=0)

@@ -147,10 +147,12 @@ class BART(SamplerBase):
             raise ValueError(f"n_chains ({c.n_chains}) must be a multiple of the number of ranks ({W})")
         n_local = c.n_chains // W
         dt = torch.float32 if c.dtype == "float32" else torch.float64
-        # per tree and chain: the heap's feature / cut (int16) and values, each point's leaf (int16), and
-        # the kept draws' copies of the heap; refused before any of it is allocated
+        # per tree and chain: the heap's feature / cut (int16) and values, each point's leaf (int16) (twice with
+        # compile="graph": the recorded sweep's own copy), and the kept draws' copies of the heap; refused before
+        # any of it is allocated
         slot = 2 + 2 + (4 if dt == torch.float32 else 8)
-        per_tree = prior.n_slots * slot * (1 + c.kept_cap()) + 2 * data.n
+        copies = 2 if c.compile == "graph" else 1
+        per_tree = prior.n_slots * slot * (copies + c.kept_cap()) + copies * 2 * data.n
         forests = f"{n_local} chains" if U == 1 else f"{n_local} chains x {U} class utilities"
         check_memory(f"BART with {c.n_trees} trees x {forests} ({c.kept_cap()} kept draws of "
                      f"{prior.n_slots}-slot trees)", float(c.n_trees) * n_local * U * per_tree,
