@@ -48,10 +48,10 @@ def log_marginal(n: torch.Tensor, s: torch.Tensor, sigma2: torch.Tensor, tau2: f
 
 def pick_nth(mask: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Per row of ``mask`` [C, K] the index of its ``floor(u * count)``-th True entry
-    (uniform among the True entries for ``u`` uniform on (0, 1)); 0 where a row has none."""
+    (uniform among the True entries for ``u`` uniform on (0, 1)); ``K - 1`` where a row has none."""
     cnt = mask.sum(1)
-    nth = (u * cnt).floor().long().clamp(max=(cnt - 1).clamp(min=0))
-    before = mask.long().cumsum(1) <= nth[:, None]
+    nth = (u * cnt).long().clamp(max=(cnt - 1).clamp(min=0))  # truncation is floor here: u * cnt >= 0
+    before = mask.cumsum(1, dtype=torch.long) <= nth[:, None]
     return before.sum(1).clamp(max=mask.shape[1] - 1)
 
 
@@ -178,7 +178,7 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     avail = (hi - lo).clamp(min=0)
     nav = (avail > 0).sum(1)
     f_new = pick_column(avail > 0, u[:, 2], groups)
-    k_new = lo.gather(1, f_new[:, None])[:, 0] + (u[:, 3] * avail.gather(1, f_new[:, None])[:, 0]).floor().long()
+    k_new = lo.gather(1, f_new[:, None])[:, 0] + (u[:, 3] * avail.gather(1, f_new[:, None])[:, 0]).long()
     grow_ok = (move == GROW) & (nav > 0) & (depth < prior.max_depth)
     valid = grow_ok | ((move != GROW) & (n_nog > 0))
     cl, cr = (2 * j + 1).clamp(max=K - 1), (2 * j + 2).clamp(max=K - 1)
