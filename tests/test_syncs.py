@@ -1,6 +1,7 @@
 """``torchtree.core.syncs.HostReads`` counts the calls that read a device value back, and the move
 samplers' threshold rank search makes none."""
 import numpy as np
+import pytest
 import torch
 
 import torchtree as tt
@@ -28,13 +29,21 @@ def test_counts_the_reads_and_nothing_else():
     assert m.total == 7 and sum(m.sites.values()) == 7
 
 
-def test_threshold_rank_reads_nothing_and_equals_the_stopping_search():
+@pytest.mark.parametrize("route", ["copied rows", "in place"])
+def test_threshold_rank_reads_nothing_and_equals_the_stopping_search(route, monkeypatch):
+    """Both routes of the search (a copy of each threshold's row of sorted values, searched at once, or
+    the segmented search in place, for many thresholds on long rows) rank as numpy does."""
+    import torchtree.model.target as target
+
+    if route == "in place":
+        monkeypatch.setattr(target, "_ROW_SEARCH", 0)
     g = np.random.default_rng(0)
     X = np.column_stack([g.integers(0, 3, 200), g.normal(size=200), g.integers(0, 40, 200)]).astype(float)
     data = tt.Data(X, (X[:, 1] > 0).astype(int))
     model = TreeModel(tt.ChipmanPrior(0.95, 0.5), tt.DirichletMultinomial(1.0), data)
-    f = torch.tensor([0, 1, 2, 1, 0, 2, 2])
-    thr = torch.tensor([-1.0, 0.1, 17.5, 9.0, 1.0, 39.0, -3.0], dtype=model.X.dtype)
+    f = torch.tensor([0, 1, 2, 1, 0, 2, 2, 0, 1])
+    thr = torch.tensor([-1.0, 0.1, 17.5, 9.0, 1.0, 39.0, -3.0, 1e6, 0.0], dtype=model.X.dtype)
+    thr[-1] = model.sorted_flat[model.umax + 7]  # a value of the column itself
     with HostReads() as m:
         r = model.threshold_rank(f, thr)
     assert m.total == 0
@@ -42,7 +51,8 @@ def test_threshold_rank_reads_nothing_and_equals_the_stopping_search():
     ref = segmented_searchsorted(model.sorted_flat, starts, starts + model.n_unique.index_select(0, f), thr) - 1
     assert torch.equal(r, ref)
     # against numpy: the rank r of thr among the sorted distinct values of its column (-1 below the minimum)
-    want = [np.searchsorted(np.unique(X[:, k]), t, side="right") - 1 for k, t in zip(f.tolist(), thr.tolist())]
+    Xd = X.astype(model.X.numpy().dtype)  # the values as the model holds them
+    want = [np.searchsorted(np.unique(Xd[:, k]), t, side="right") - 1 for k, t in zip(f.tolist(), thr.numpy())]
     assert r.tolist() == want
 
 
