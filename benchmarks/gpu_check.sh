@@ -8,7 +8,7 @@
 # 1. the CUDA tests (pytest -m cuda), 2. every hard-tree method at 10^4 and 10^6 rows on the GPU and on
 # one CPU thread of the same machine (bench_scale), 3. BART at 10^4 and 10^5 rows, GPU against one CPU
 # thread, 4. BART's cost on the GPU at 4, 16 and 64 chains, 5. BART's compiled sweeps, recorded as CUDA
-# graphs and not.
+# graphs and not, 6. a profile of where the GPU's time goes.
 # Each stage has its own time limit (565 s at most in all; run it with the device tool's timeout_s=600); results go to $OUT (or ./gpu_results) as text.
 set -u
 if [ -z "${PY:-}" ]; then
@@ -27,7 +27,7 @@ fi
   "$PY" -c "import sys, torch, torchtree; print(sys.version.split()[0], torch.__version__, torch.cuda.is_available(), torchtree.__file__)" 2>&1
   # the compiled CPU kernels, built once before any timed stage (a fresh machine has no cache)
   t0=$SECONDS
-  timeout 90 env MAX_JOBS=${MAX_JOBS:-16} "$PY" -c \
+  timeout 70 env MAX_JOBS=${MAX_JOBS:-16} "$PY" -c \
     "from torchtree.kernels import native; print('native kernels:', native.available())" 2>&1
   echo "kernel build: $((SECONDS - t0)) s wall"
 } > "$OUT/gpu.txt"
@@ -60,7 +60,7 @@ PYEOF
 echo "bart rc=$?" >> "$OUT/bart.txt"
 # 4. what more chains cost on the GPU (the evidence for a device-aware default chain count): 10^5 rows,
 # 200 trees, 10 sweeps, 4 / 16 / 64 chains
-timeout 30 "$PY" - > "$OUT/bart_chains.txt" 2>&1 <<'PYEOF'
+timeout 20 "$PY" - > "$OUT/bart_chains.txt" 2>&1 <<'PYEOF'
 import time, numpy as np, torch
 from torchtree import BART, Data
 rng = np.random.default_rng(0)
@@ -95,4 +95,35 @@ for n in (100_000, 10_000):
     print("largest |prediction - eager's| over 1000 rows:", {m: float(np.abs(p - pred["off"]).max()) for m, p in pred.items()})
 PYEOF
 echo "bart graph rc=$?" >> "$OUT/bart_graph.txt"
+# 6. where the GPU's time goes (the direction for the next GPU work): torch.profiler over short runs of MCMC's
+# batched engine, the top-down filter and BART's eager sweeps; the kernels taking most GPU time, the host calls
+# taking most CPU time, and the counts of kernel launches and of host synchronisations
+timeout 30 "$PY" - > "$OUT/profile.txt" 2>&1 <<'PYEOF'
+import warnings, torch
+from torch.profiler import ProfilerActivity, profile
+from torchtree import BART, MCMC, Data, TopDownSMC
+from torchtree.datasets.scale import interactions
+warnings.simplefilter("ignore")
+runs = [("MCMC batched, 4 chains x 10 iterations, 10^5 rows", 100_000, "classification",
+         lambda: MCMC(n_chains=4, n_warmup=5, n_samples=5, engine="batched")),
+        ("top-down SMC, 100 particles, 2 x 10^4 rows", 20_000, "classification", lambda: TopDownSMC(n_particles=100)),
+        ("BART eager, 50 trees x 4 chains x 4 sweeps, 10^5 rows", 100_000, "regression",
+         lambda: BART(n_trees=50, n_chains=4, n_warmup=2, n_samples=2, n_gfr=0, compile="off"))]
+for name, n, task, make in runs:
+    X, y = interactions(n, 10, seed=0)
+    d = Data(X, y if task == "classification" else y.double() + 0.1 * X[:, 0], task=task, device="cuda")
+    make().run(d, seed=0)  # lazy initialisations outside the profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        make().run(d, seed=0)
+        torch.cuda.synchronize()
+    ka = prof.key_averages()
+    count = lambda names: sum(e.count for e in ka if e.key in names)  # noqa: E731
+    print(f"== {name}: kernel launches {count({'cudaLaunchKernel', 'cudaLaunchKernelExC', 'cuLaunchKernel', 'cuLaunchKernelEx'})}, "
+          f"synchronisations {count({'cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize'})}, "
+          f"copies {count({'cudaMemcpyAsync', 'cudaMemcpy'})}", flush=True)
+    print(ka.table(sort_by="self_device_time_total", row_limit=10, max_name_column_width=60), flush=True)
+    print(ka.table(sort_by="self_cpu_time_total", row_limit=10, max_name_column_width=60), flush=True)
+PYEOF
+echo "profile rc=$?" >> "$OUT/profile.txt"
 tail -n 5 "$OUT"/*.txt
