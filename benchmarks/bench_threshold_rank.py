@@ -1,15 +1,16 @@
 """Ranking thresholds among a feature's sorted values: the search in place against a search of copied rows.
 
-``TreeModel.threshold_rank`` (the move samplers' rule proposals) ranks ``Q`` thresholds, each among the
-sorted distinct values of its own feature (rows of a ``[D, umax]`` table padded with ``+inf``). In place,
-a segmented binary search runs ``log2(umax) + 1`` halvings of about a dozen small operations each
-(``torchtree.kernels.segments.segmented_searchsorted``, no read back to the host); copied, the ``Q`` rows
-are gathered (``Q x umax`` values) and searched by one ``torch.searchsorted``. This times both at one thread
-on random tables, microseconds per call (the minimum of 5 repeats of 20 calls), and checks that they agree;
-``threshold_rank`` copies when ``Q x umax <= 2^20``. ``--fits`` times the fits that rank most thresholds
-per second instead (CPU and wall seconds, the minimum of 3, at each of ``--threads``): the batched MCMC
-engine (4 chains x 200 + 200 iterations, abalone's first 3,000 rows) and SMC with moves (pima, 256
-particles, 50 iterations); run it in two checkouts, alternating, to compare.
+``TreeModel.threshold_rank`` (the move samplers' rule proposals) ranks ``Q`` thresholds, each among the sorted
+distinct values of its own feature (rows of a ``[D, umax]`` table padded with ``+inf``). In place, a segmented
+binary search runs ``log2(umax) + 1`` halvings of about a dozen small operations each
+(``torchtree.kernels.segments.segmented_searchsorted``, no read back to the host); copied, the ``Q`` rows are
+gathered (``Q x umax`` values) and searched by one ``torch.searchsorted``. This times both at one thread on
+random tables, microseconds per call (the minimum of 5 repeats of 20 calls), and checks that they agree;
+``threshold_rank`` (``torchtree.kernels.segments.rows_searchsorted``) copies when ``Q x umax <= 2^20``.
+``--fits`` times the fits that rank most thresholds per second instead (CPU and wall seconds, the minimum of
+3, at each of ``--threads``): the batched MCMC engine (4 chains x 200 + 200 iterations, abalone's first 3,000
+rows) and SMC with moves (pima, 256 particles, 50 iterations); run it in two checkouts, alternating, to
+compare.
 
 Command (from the repository root)::
 

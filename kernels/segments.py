@@ -10,7 +10,10 @@ from typing import Optional
 
 import torch
 
-__all__ = ["ragged_arange", "segmented_searchsorted", "segment_minmax", "exclusive_cumsum", "rank_within"]
+__all__ = ["ragged_arange", "segmented_searchsorted", "rows_searchsorted", "segment_minmax", "exclusive_cumsum",
+           "rank_within"]
+
+_ROW_SEARCH = 1 << 20  # queries x row length up to which rows_searchsorted copies the rows (4-8 MB)
 
 
 def exclusive_cumsum(x: torch.Tensor) -> torch.Tensor:
@@ -98,6 +101,27 @@ def segmented_searchsorted(values: torch.Tensor, starts: torch.Tensor, ends: tor
         lo = torch.where(go_right, mid + 1, lo)
         hi = torch.where(active & ~go_right, mid, hi)
     return lo - starts
+
+
+def rows_searchsorted(table: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor, queries: torch.Tensor,
+                      right: bool = True) -> torch.Tensor:
+    """Binary search of ``queries[i]`` in the first ``lengths[rows[i]]`` values of row ``rows[i]`` of
+    ``table [R, L]`` (sorted rows, padded with ``+inf`` past their lengths; finite queries).
+
+    Few queries (``Q x L`` at most ``_ROW_SEARCH``): their rows are copied and searched by one
+    ``torch.searchsorted``. More: :func:`segmented_searchsorted` in place (``log2(L) + 1`` halvings of a
+    few operations each, no copy). Neither reads a value back to the host.
+
+    Returns
+    -------
+    LongTensor [Q]: number of the row's values that are ``<= q`` (or ``< q``).
+    """
+    L = table.shape[1]
+    if rows.numel() * L <= _ROW_SEARCH:
+        return torch.searchsorted(table.index_select(0, rows), queries.to(table.dtype)[:, None], right=right)[:, 0]
+    starts = rows * L
+    return segmented_searchsorted(table.reshape(-1), starts, starts + lengths.index_select(0, rows), queries,
+                                  right=right, max_len=L)
 
 
 def segment_minmax(x: torch.Tensor, seg: torch.Tensor, n_seg: int):

@@ -33,10 +33,10 @@ def test_counts_the_reads_and_nothing_else():
 def test_threshold_rank_reads_nothing_and_equals_the_stopping_search(route, monkeypatch):
     """Both routes of the search (a copy of each threshold's row of sorted values, searched at once, or
     the segmented search in place, for many thresholds on long rows) rank as numpy does."""
-    import torchtree.model.target as target
+    import torchtree.kernels.segments as segments
 
     if route == "in place":
-        monkeypatch.setattr(target, "_ROW_SEARCH", 0)
+        monkeypatch.setattr(segments, "_ROW_SEARCH", 0)
     g = np.random.default_rng(0)
     X = np.column_stack([g.integers(0, 3, 200), g.normal(size=200), g.integers(0, 40, 200)]).astype(float)
     data = tt.Data(X, (X[:, 1] > 0).astype(int))

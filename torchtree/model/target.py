@@ -37,7 +37,7 @@ import torch
 from torchtree.kernels import distinct as _distinct
 from torchtree.kernels import native
 from torchtree.kernels.bitsets import bit_of, count_bits, extent_ranks as extent_ranks_native, split_bits as split_bits_native
-from torchtree.kernels.segments import ragged_arange, segmented_searchsorted
+from torchtree.kernels.segments import ragged_arange, rows_searchsorted
 from torchtree.model.likelihoods import DirichletMultinomial
 from torchtree.model.priors import ChipmanPrior
 from torchtree.model.routing import routed_node_bits
@@ -52,7 +52,6 @@ _TABLE_BYTES = 1 << 28  # the bucket tables' budget (256 MB) ...
 _MIN_BUCKETS = 16  # ... or 16 buckets per dimension, 4 bytes per value, if that is more
 _EXACT_BYTES = 1 << 28  # but one bucket per distinct value when that takes at most 256 MB (no scans in buckets)
 _SMALL_WORK = 1 << 16  # words below which a batch takes the path of fewest operations, not of least work
-_ROW_SEARCH = 1 << 20  # thresholds ranked by searching a copy of their features' rows up to this many values (4-8 MB)
 _KEEP_BITS_BYTES = 1 << 25  # trees keep per-node bitsets up to this size (32 MB at 64 nodes per tree; measured crossover)
 
 
@@ -523,19 +522,10 @@ class TreeModel:
         return lo, hi, rlo, rhi
 
     def threshold_rank(self, f: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
-        """Rank ``r`` with ``sorted[f, r] <= thr < sorted[f, r + 1]`` (``-1`` below the minimum).
-
-        Few thresholds (their count times the longest row at most ``_ROW_SEARCH``): each one's row of
-        sorted values (padded with ``+inf``) is copied and searched by one ``torch.searchsorted``, a
-        kernel or two instead of a dozen per halving of the search in place; more: the search in place."""
+        """Rank ``r`` with ``sorted[f, r] <= thr < sorted[f, r + 1]`` (``-1`` below the minimum)."""
         if f.numel() == 0:
             return f
-        if f.numel() * self.umax <= _ROW_SEARCH:
-            rows = self.sorted_flat.view(-1, self.umax).index_select(0, f)
-            return torch.searchsorted(rows, thr.to(rows.dtype)[:, None], right=True)[:, 0] - 1
-        starts = f * self.umax
-        return segmented_searchsorted(self.sorted_flat, starts, starts + self.n_unique.index_select(0, f), thr, right=True,
-                                      max_len=self.umax) - 1
+        return rows_searchsorted(self.sorted_flat.view(-1, self.umax), self.n_unique, f, thr, right=True) - 1
 
     def split_bits(self, B: torch.Tensor, f: torch.Tensor, r: torch.Tensor, right: torch.Tensor,
                    src: Optional[torch.Tensor] = None) -> torch.Tensor:
