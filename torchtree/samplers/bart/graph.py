@@ -1,7 +1,7 @@
 """A backfitting sweep's tree updates replayed as one CUDA graph (``BARTConfig.compile="graph"``).
 
-Off the CPU a sweep is ``n_trees`` tree updates of about a hundred small kernels each, so its cost is
-the launches, not the arithmetic. The sweep reads nothing back to the host (``tests/test_syncs.py``)
+Off the CPU a sweep is ``n_trees`` tree updates of a few hundred small kernels each, so its cost is
+the launches, not the arithmetic. The sweep reads nothing back to the host (``tests/test_bart_sync.py``)
 and its shapes do not change between sweeps, so it can be recorded once as a CUDA graph
 (``torch.cuda.CUDAGraph``) and replayed: one launch per sweep.
 
@@ -63,7 +63,6 @@ class SweepGraph:
         self.key: Optional[Tuple] = None
         self.graph = None
         self.failed = False
-        self.captures = 0
 
     def _record(self, args) -> None:
         self.static = [a.clone() for a in args]
@@ -74,7 +73,6 @@ class SweepGraph:
         graph = GRAPH()
         graph.capture(body)
         self.graph = graph
-        self.captures += 1
 
     def __call__(self, feature, cut, value, leaf_of, resid, sigma2, U, Z):
         """One sweep: the trees updated in place; returns ``(resid [C, N], moves [2, 3])``, or None where
