@@ -6,13 +6,14 @@ nothing extra, so it can be counted without a GPU. :class:`torchtree.core.syncs.
 them in each sampler's ``step`` (a driver step: a top-down stage, an MCMC block of iterations up to
 the next report, an SMC-with-moves iteration, a BART sweep), on a synthetic table (2,000 rows, 6
 features). Reported per unit of work (stage, iteration or sweep), with the kinds and the three call
-sites that read most.
+sites that read most, and the operations that would launch a device kernel
+(:class:`torchtree.core.syncs.DeviceOps`; a compiled CPU pass counts as one).
 
-Top-down SMC is counted twice: as it runs on the CPU (with the compiled point-list passes) and
-through the plain-torch route that runs off the CPU. BART is counted twice too: as it runs on the CPU (the compiled sweep, and its one allowed read per
-sweep) and as it runs on a GPU: the torch route with the CPU's allowance off
-(``torchtree.samplers.bart.sampler._may_sync``); there a kept sweep reads its group's depths once
-per ``COMPACT_EVERY`` sweeps.
+Every sampler is counted twice: as it runs on the CPU (with the compiled passes) and through the
+plain-torch route that runs off the CPU (``TORCHTREE_NATIVE=0``). For BART that route also has the
+CPU's allowance off (``torchtree.samplers.bart.sampler._may_sync``): there a kept sweep reads its
+group's depths once per ``COMPACT_EVERY`` sweeps. Last, BART's torch tree update alone: its
+kernel-launching operations per update.
 
 Command (from the repository root)::
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -46,15 +48,15 @@ def table(task: str, n: int, seed: int = 0):
 
 
 def count(cls, make, data, per_step):
-    """(units of work, Counter of kinds, Counter of sites) over one run of ``make()``; ``per_step(state,
-    out)``: the units of work of one step."""
-    from torchtree.core.syncs import HostReads
+    """(units of work, Counter of kinds, Counter of sites, kernel-launching operations) over one run of
+    ``make()``; ``per_step(state, out)``: the units of work of one step."""
+    from torchtree.core.syncs import DeviceOps, HostReads
 
     step = cls.step
-    modes = []
+    modes, ops = [], DeviceOps()
 
     def counted(self, state, ctx):
-        with HostReads(where=True) as mode:
+        with HostReads(where=True) as mode, ops:
             out = step(self, state, ctx)
         modes.append((mode, per_step(state, out)))
         return out
@@ -71,7 +73,7 @@ def count(cls, make, data, per_step):
     for m, _ in modes:
         kinds.update(m.reads)
         sites.update(m.sites)
-    return units, kinds, sites
+    return units, kinds, sites, ops.total
 
 
 def kernels_per_update(make, data):
@@ -135,14 +137,14 @@ def main() -> None:
     ]
     lines = [f"# {' '.join(sys.argv)}", f"# torch {torch.__version__}, CPU, synthetic table of {n} rows x 6 features; "
              "reads per unit of work (a stage, an iteration, a sweep) over one run", "",
-             "| sampler | task | unit | units | reads per unit | kinds (whole run) | top call sites (whole run) |",
-             "|---|---|---|---|---|---|---|"]
+             "| sampler | task | unit | units | reads per unit | kernels per unit | kinds (whole run) | top call sites "
+             "(whole run) |", "|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
 
-    def row(name, task, unit, units, kinds, sites):
+    def row(name, task, unit, units, kinds, sites, kernels):
         top = "; ".join(f"{k} {s} x{c}" for (k, s), c in sites.most_common(3))
         r = (f"| {name} | {task} | {unit} | {units} | {sum(kinds.values()) / max(units, 1):.1f} | "
-             f"{', '.join(f'{k} {v}' for k, v in kinds.most_common())} | {top} |")
+             f"{kernels / max(units, 1):.0f} | {', '.join(f'{k} {v}' for k, v in kinds.most_common())} | {top} |")
         lines.append(r)
         print(r, flush=True)
 
@@ -150,23 +152,22 @@ def main() -> None:
         data = table(task, n)
         for name, cls, make, units_of, unit in runs:
             row(name, task, unit, *count(cls, make, data, units_of()))
-            if cls is TopDownSMC:  # off the CPU: the plain-torch route of the stage's point-list passes
-                import torchtree.steps.growth as growth
-
-                usable = growth.native_usable
-                growth.native_usable = lambda device: False
+            if cls in (TopDownSMC, MCMC, SMCSampler):  # off the CPU: the plain-torch routes (no compiled kernels)
+                os.environ["TORCHTREE_NATIVE"] = "0"
                 try:
-                    row("TopDownSMC, torch route (as on a GPU)", task, unit, *count(cls, make, data, units_of()))
+                    row(f"{name}, torch route (as on a GPU)", task, unit, *count(cls, make, data, units_of()))
                 finally:
-                    growth.native_usable = usable
+                    del os.environ["TORCHTREE_NATIVE"]
             if cls is bart_sampler.BART:  # off the CPU: the torch route, and no read allowed
                 allowance = bart_sampler._may_sync
                 bart_sampler._may_sync = lambda device: False
+                os.environ["TORCHTREE_NATIVE"] = "0"
                 try:
                     row("BART, as on a GPU", task, unit, *count(cls, lambda: BART(**bart_kw, compile="off"), data,
                                                                units_of()))
                 finally:
                     bart_sampler._may_sync = allowance
+                    del os.environ["TORCHTREE_NATIVE"]
     more = ["", "BART's torch tree update (the route off the CPU): operations that launch a device kernel "
             "(torchtree.core.syncs.DeviceOps), per update", "",
             "| task | tree updates | kernels per update | most frequent |", "|---|---|---|---|"]
