@@ -169,3 +169,40 @@ def test_the_memory_check_counts_the_recorded_sweeps_copy(monkeypatch, replay):
     BART(**kw, compile="off").run(data, seed=0)
     with pytest.raises(ValueError, match="memory|GB|MB"):
         BART(**kw, compile="graph").run(data, seed=0)
+
+
+def test_nothing_compiles_while_recording_or_replaying(monkeypatch):
+    """The compiled update compiles at its first calls (three graphs: before its tables are cached, after,
+    and for the first tree's storage offset); a compilation inside a CUDA graph's recording would break it.
+    Dynamo with its eager backend (the same guards and recompilations, no code generation) counts the
+    graphs made during the recording and each replay: none, after ``WARMUPS`` warm-up calls."""
+    from torchtree.steps import bart_moves
+
+    def graphs() -> int:
+        return torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+    class Recorder:
+        made: list = []
+
+        def capture(self, fn) -> None:
+            for _ in range(sweep_graph.WARMUPS):
+                fn()
+            before = graphs()
+            fn()
+            Recorder.made.append(graphs() - before)
+            self.fn = fn
+
+        def replay(self) -> None:
+            before = graphs()
+            self.fn()
+            Recorder.made.append(graphs() - before)
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(bart_moves, "_TABLES", {})  # as in a fresh process: the first call fills them
+    monkeypatch.setattr(sweep_graph, "GRAPH", Recorder)
+    monkeypatch.setitem(bart_module._COMPILED, "fn", torch.compile(tree_update, backend="eager", dynamic=False))
+    before = graphs()
+    BART(**KW, compile="graph").run(_data("regression"), seed=0)
+    assert graphs() - before >= 2  # the update did compile (and recompile) during the warm-up
+    assert Recorder.made == [0] * (1 + KW["n_warmup"] + KW["n_samples"])
+    torch._dynamo.reset()

@@ -12,8 +12,11 @@ everything the sweep touches: the trees ``feature, cut, value, leaf_of [T, C, ..
 tensors: the same kernels on the same numbers as the eager loop, so the same draws (to the order of
 the device's atomic sums, as between two eager runs).
 
-Capture runs the loop once on a side stream first (CUDA's lazy initialisations must not happen while
-recording), then records it. A failed capture warns once and the run goes on eagerly.
+Capture runs the loop ``WARMUPS`` times on a side stream first, then records it: CUDA's lazy
+initialisations, and torch.compile's compilations of the update, must not happen while recording. The
+compiled update compiles on its first call, again once its tables are cached, and again for the first
+tree (its leaves' map at storage offset 0): two calls of the loop take it through all three. A failed
+capture warns once and the run goes on eagerly.
 """
 from __future__ import annotations
 
@@ -25,8 +28,12 @@ import torch
 __all__ = ["CudaGraph", "SweepGraph"]
 
 
+#: calls of the loop before it is recorded (see the module doc)
+WARMUPS = 2
+
+
 class CudaGraph:
-    """``capture(fn)`` records ``fn``'s kernels (after one warm-up call on a side stream); ``replay()``
+    """``capture(fn)`` records ``fn``'s kernels (after ``WARMUPS`` calls on a side stream); ``replay()``
     launches them again."""
 
     def __init__(self) -> None:
@@ -36,7 +43,8 @@ class CudaGraph:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            fn()  # warm-up: lazy initialisations and the allocator's first blocks, outside the recording
+            for _ in range(WARMUPS):  # lazy initialisations, compilations and the allocator's first blocks
+                fn()
         torch.cuda.current_stream().wait_stream(side)
         with torch.cuda.graph(self.graph):
             fn()
