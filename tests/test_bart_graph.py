@@ -175,7 +175,7 @@ def test_nothing_compiles_while_recording_or_replaying(monkeypatch):
     """The compiled update compiles at its first calls (three graphs: before its tables are cached, after,
     and for the first tree's storage offset); a compilation inside a CUDA graph's recording would break it.
     Dynamo with its eager backend (the same guards and recompilations, no code generation) counts the
-    graphs made during the recording and each replay: none, after ``WARMUPS`` warm-up calls."""
+    graphs made during the recording and each replay: none, after the warm-up calls."""
     from torchtree.steps import bart_moves
 
     def graphs() -> int:
@@ -185,8 +185,7 @@ def test_nothing_compiles_while_recording_or_replaying(monkeypatch):
         made: list = []
 
         def capture(self, fn) -> None:
-            for _ in range(sweep_graph.WARMUPS):
-                fn()
+            sweep_graph.warm_up(fn)  # as CudaGraph.capture
             before = graphs()
             fn()
             Recorder.made.append(graphs() - before)

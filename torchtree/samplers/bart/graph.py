@@ -15,8 +15,9 @@ the device's atomic sums, as between two eager runs).
 Capture runs the loop ``WARMUPS`` times on a side stream first, then records it: CUDA's lazy
 initialisations, and torch.compile's compilations of the update, must not happen while recording. The
 compiled update compiles on its first call, again once its tables are cached, and again for the first
-tree (its leaves' map at storage offset 0): two calls of the loop take it through all three. A failed
-capture warns once and the run goes on eagerly.
+tree (its leaves' map at storage offset 0): two calls of the loop take it through all three, and the
+warm-up goes on (up to ``MAX_WARMUPS``) while a call still compiles. A failed capture warns once and the
+run goes on eagerly.
 """
 from __future__ import annotations
 
@@ -25,11 +26,29 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-__all__ = ["CudaGraph", "SweepGraph"]
+__all__ = ["CudaGraph", "SweepGraph", "warm_up"]
 
 
-#: calls of the loop before it is recorded (see the module doc)
+#: calls of the loop before it is recorded, and more while one compiles, up to MAX_WARMUPS (see the module doc)
 WARMUPS = 2
+MAX_WARMUPS = 5
+
+
+def _graphs_compiled() -> int:
+    """Graphs torch.compile has made in this process (Dynamo's counter; 0 where it is unavailable)."""
+    try:
+        return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    except Exception:  # pragma: no cover - torch builds without dynamo
+        return 0
+
+
+def warm_up(fn: Callable[[], None]) -> None:
+    """Call ``fn`` ``WARMUPS`` times, and more while a call compiles something (``MAX_WARMUPS`` at most)."""
+    for k in range(MAX_WARMUPS):
+        before = _graphs_compiled()
+        fn()
+        if k + 1 >= WARMUPS and _graphs_compiled() == before:
+            break
 
 
 class CudaGraph:
@@ -42,9 +61,8 @@ class CudaGraph:
     def capture(self, fn: Callable[[], None]) -> None:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(WARMUPS):  # lazy initialisations, compilations and the allocator's first blocks
-                fn()
+        with torch.cuda.stream(side):  # lazy initialisations, compilations and the allocator's first blocks
+            warm_up(fn)
         torch.cuda.current_stream().wait_stream(side)
         with torch.cuda.graph(self.graph):
             fn()
