@@ -417,6 +417,36 @@ def test_a_failing_compiler_falls_back_to_eager_with_a_warning(monkeypatch):
     assert torch.equal(got.value, ref.value) and torch.equal(got.feature, ref.feature)
 
 
+def test_the_compiled_update_compiles_once_per_run(monkeypatch):
+    """One graph for every tree of a run. The update's cached tables are filled before its first compiled
+    call (a compiled function guards on them): counted with Dynamo's eager backend, one graph. And no
+    tree's tensors reach it at a storage offset (Inductor specialises on offset 0 against the others' and
+    would compile the first tree's graph apart): checked on what the compiled function receives."""
+    from torchtree.samplers.bart import sampler as bart_module
+    from torchtree.steps import bart_moves
+
+    X, y, _ = _friedman(80, 3)
+    data = Data(X, y, task="regression")
+    kw = dict(n_trees=4, n_chains=2, n_warmup=2, n_samples=2, compile="on")
+    torch._dynamo.reset()
+    monkeypatch.setattr(bart_moves, "_TABLES", {})  # as in a fresh process
+    monkeypatch.setitem(bart_module._COMPILED, "fn", torch.compile(tree_update, backend="eager", dynamic=False))
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    BART(**kw).run(data, seed=0)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 1
+    torch._dynamo.reset()
+
+    offsets = []
+
+    def received(*args):
+        offsets.extend(a.storage_offset() for a in args if isinstance(a, torch.Tensor))
+        return tree_update(*args)
+
+    monkeypatch.setitem(bart_module._COMPILED, "fn", received)
+    BART(**kw).run(data, seed=0)
+    assert len(offsets) > 4 * 4 and set(offsets) == {0}
+
+
 def test_unconverged_chains_warn_and_prior_only_ones_do_not():
     """Two chains of 8 kept sweeps from single leaves on Friedman data: the diagnostics are off their
     limits and a UserWarning names them. Prior-only chains of 3 trees mix fast: no warning."""

@@ -172,10 +172,10 @@ def test_the_memory_check_counts_the_recorded_sweeps_copy(monkeypatch, replay):
 
 
 def test_nothing_compiles_while_recording_or_replaying(monkeypatch):
-    """The compiled update compiles at its first calls (three graphs: before its tables are cached, after,
-    and for the first tree's storage offset); a compilation inside a CUDA graph's recording would break it.
-    Dynamo with its eager backend (the same guards and recompilations, no code generation) counts the
-    graphs made during the recording and each replay: none, after the warm-up calls."""
+    """The compiled update compiles at its first call (and would again on a guard it fails); a compilation
+    inside a CUDA graph's recording would break it. Dynamo with its eager backend (the same guards and
+    recompilations, no code generation) counts the graphs made during the recording and each replay:
+    none, after the warm-up calls."""
     from torchtree.steps import bart_moves
 
     def graphs() -> int:
@@ -202,6 +202,6 @@ def test_nothing_compiles_while_recording_or_replaying(monkeypatch):
     monkeypatch.setitem(bart_module._COMPILED, "fn", torch.compile(tree_update, backend="eager", dynamic=False))
     before = graphs()
     BART(**KW, compile="graph").run(_data("regression"), seed=0)
-    assert graphs() - before >= 2  # the update did compile (and recompile) during the warm-up
+    assert graphs() - before >= 1  # the update did compile, during the warm-up
     assert Recorder.made == [0] * (1 + KW["n_warmup"] + KW["n_samples"])
     torch._dynamo.reset()

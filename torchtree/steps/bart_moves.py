@@ -22,7 +22,7 @@ from torchtree.kernels import native
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, heap_depth
 from torchtree.model.feature_groups import choose_column
 
-__all__ = ["MOVE_PROBS", "SUM_LANES", "log_marginal", "tree_update", "tree_update_native", "sweep_native", "gfr_sweep_native", "prior_tables", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
+__all__ = ["MOVE_PROBS", "SUM_LANES", "log_marginal", "tree_update", "warm_tables", "tree_update_native", "sweep_native", "gfr_sweep_native", "prior_tables", "draw_sigma", "draw_latent", "truncated_normal", "draw_utilities", "gamma_from_uniforms",
            "leaf_ranges", "pick_nth"]
 
 #: probabilities of grow, prune and change
@@ -120,6 +120,14 @@ def prior_tables(prior: BartPrior, K: int, device) -> Tuple[torch.Tensor, torch.
         ps = prior.split_prob(torch.arange(prior.max_depth + 2, device=device))
         _TABLES[key] = (heap_depth(torch.arange(K, device=device)), ps, torch.log1p(-ps))
     return _TABLES[key]
+
+
+def warm_tables(prior: BartPrior, C: int, K: int, device) -> None:
+    """Fill :func:`tree_update`'s cached tables for ``C`` chains of ``K``-slot trees before a compiled update
+    first runs: a compiled function guards on the caches' contents, and would compile again once its
+    first call had filled them."""
+    prior_tables(prior, K, device)
+    _cell_nodes(C, K, device)
 
 
 def _cell_nodes(C: int, K: int, device) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -14,10 +14,9 @@ the device's atomic sums, as between two eager runs).
 
 Capture runs the loop ``WARMUPS`` times on a side stream first, then records it: CUDA's lazy
 initialisations, and torch.compile's compilations of the update, must not happen while recording. The
-compiled update compiles on its first call, again once its tables are cached, and again for the first
-tree (its leaves' map at storage offset 0): two calls of the loop take it through all three, and the
-warm-up goes on (up to ``MAX_WARMUPS``) while a call still compiles. A failed capture warns once and the
-run goes on eagerly.
+compiled update compiles on its first call (the sampler fills its tables and hands it offset-free
+tensors so that one graph serves every tree); the warm-up goes on (up to ``MAX_WARMUPS``) while a call
+still compiles, should a guard fail anyway. A failed capture warns once and the run goes on eagerly.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from torchtree.samplers.base import SamplerBase
 from torchtree.kernels import native
 from torchtree.kernels.native import available as native_ok
 from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities, gfr_sweep_native, sweep_native,
-                                       tree_update, tree_update_native)
+                                       tree_update, tree_update_native, warm_tables)
 
 import torchtree.samplers.bart.graph as sweep_graph
 from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream, default_gfr_sweeps
@@ -85,6 +85,9 @@ def _update_with(update_fn, *args):
         return tree_update_native(*args)
     if update_fn is tree_update or _COMPILED.get("fn") is None:  # eager asked for, or a failed compile
         return tree_update(*args)
+    # views of one tree in a sweep's tensors sit at storage offset 0 (the first tree) or beyond, which the
+    # compiled function would specialise on (two graphs): it is handed offset-free copies (a tree's worth)
+    args = tuple(a.clone() if isinstance(a, torch.Tensor) and a.storage_offset() else a for a in args)
     leaf_of, resid, Xb = args[4], args[5], args[6]
     for t in (leaf_of, resid, Xb):
         torch._dynamo.maybe_mark_dynamic(t, 1)
@@ -168,6 +171,8 @@ class BART(SamplerBase):
         updates = c.n_trees * (n_warmup + c.n_samples * c.thin)
         want = c.compile in ("on", "graph") or (c.compile == "auto" and cpu and updates >= COMPILE_MIN_UPDATES)
         update_fn = tree_update_native if native else (_compiled("fn", tree_update) or tree_update) if want else tree_update
+        if update_fn is not tree_update_native and update_fn is not tree_update:  # compiled: one graph from the start
+            warm_tables(prior, n_local * U, prior.n_slots, ctx.device)
         chains = torch.arange(ctx.rank * n_local, (ctx.rank + 1) * n_local, device=ctx.device)
         Xb, n_cuts = grid.bins(data.X).to(ctx.device), grid.n_cuts.to(ctx.device)
         groups = None if data.groups is None else data.groups.to(ctx.device)
