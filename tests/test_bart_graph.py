@@ -139,12 +139,12 @@ def test_the_buffers_are_refilled_before_every_replay(replay):
         feature.add_(1)
         return resid + U.sum(), torch.zeros(2, 3, dtype=torch.long)
 
-    g = sweep_graph.SweepGraph(loop)
+    g = sweep_graph.SweepGraph()
     trees = [torch.zeros(2, 3, 4, dtype=torch.int16) for _ in range(4)]
     resid, sigma2 = torch.zeros(3, 5), torch.ones(3, dtype=torch.float64)
     for k in range(3):
         U = torch.full((2, 3, 5), float(k))
-        r, _ = g(*trees, resid, sigma2, U, torch.zeros(2, 3, 4, dtype=torch.float64))
+        r, _ = g(loop, *trees, resid, sigma2, U, torch.zeros(2, 3, 4, dtype=torch.float64))
         assert float(r[0, 0]) == 30.0 * k  # this sweep's uniforms, not the recording's
     assert int(trees[0][0, 0, 0]) == 3  # one increment per sweep copied back: the warm-up's is not
     assert replay.recorded == 1

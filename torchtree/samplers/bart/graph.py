@@ -75,40 +75,36 @@ GRAPH: Callable[[], CudaGraph] = CudaGraph
 
 
 class SweepGraph:
-    """The tree loop of one backfitting sweep, recorded on first use and replayed at every later sweep.
+    """The tree loop of one backfitting sweep, recorded on first use and replayed at every later sweep
+    (one per run: it holds the run's buffers)."""
 
-    Parameters
-    ----------
-    loop : ``loop(feature, cut, value, leaf_of, resid, sigma2, U, Z) -> (resid, moves)``, the sweep's
-        tree updates (the trees updated in place); it must not read values back to the host
-    """
-
-    def __init__(self, loop: Callable) -> None:
-        self.loop = loop
+    def __init__(self) -> None:
         self.key: Optional[Tuple] = None
         self.graph = None
         self.failed = False
 
-    def _record(self, args) -> None:
+    def _record(self, loop: Callable, args) -> None:
         self.static = [a.clone() for a in args]
 
         def body() -> None:
-            self.out = self.loop(*self.static)
+            self.out = loop(*self.static)
 
         graph = GRAPH()
         graph.capture(body)
         self.graph = graph
 
-    def __call__(self, feature, cut, value, leaf_of, resid, sigma2, U, Z):
-        """One sweep: the trees updated in place; returns ``(resid [C, N], moves [2, 3])``, or None where
-        the graph could not be recorded (the caller then runs the loop eagerly)."""
+    def __call__(self, loop: Callable, feature, cut, value, leaf_of, resid, sigma2, U, Z):
+        """One sweep of ``loop(feature, cut, value, leaf_of, resid, sigma2, U, Z) -> (resid, moves)`` (the
+        sweep's tree updates, trees in place, no read back to the host; recorded at the first call, the
+        same loop replayed after): the trees updated in place; returns ``(resid [C, N], moves [2, 3])``,
+        or None where the graph could not be recorded (the caller then runs the loop eagerly)."""
         if self.failed:
             return None
         args = (feature, cut, value, leaf_of, resid, sigma2, U, Z)
         key = tuple((a.shape, a.dtype, a.device) for a in args)
         if key != self.key:
             try:
-                self._record(args)
+                self._record(loop, args)
             except Exception as exc:  # an op that cannot be recorded, or no CUDA
                 warnings.warn(f"BART: the sweep could not be recorded as a CUDA graph ({type(exc).__name__}: {exc}); "
                               "running it eagerly", RuntimeWarning)

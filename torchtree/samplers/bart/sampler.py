@@ -76,11 +76,7 @@ def _compiled_or_eager(key: str, eager, args):
 def _update(ctx, *args):
     """One tree update, compiled where the run asked for it; a compilation failure falls back
     to eager execution for the rest of the process, with a warning."""
-    return _update_with(ctx.setup.update_fn, *args)
-
-
-def _update_with(update_fn, *args):
-    """:func:`_update` with the run's ``update_fn`` given."""
+    update_fn = ctx.setup.update_fn
     if update_fn is tree_update_native:
         return tree_update_native(*args)
     if update_fn is tree_update or _COMPILED.get("fn") is None:  # eager asked for, or a failed compile
@@ -182,8 +178,7 @@ class BART(SamplerBase):
                 raise ValueError(f"compile='graph' records backfitting MCMC sweeps as CUDA graphs: it needs "
                                  f"bart_sampler='mcmc' and a CUDA device (this run: bart_sampler="
                                  f"'{c.bart_sampler}', device '{ctx.device}')")
-            graph = sweep_graph.SweepGraph(partial(tree_loop, prior, Xb, n_cuts, c.use_likelihood,
-                                                   partial(_update_with, update_fn), groups))
+            graph = sweep_graph.SweepGraph()
         return BARTSetup(update_fn=update_fn, graph=graph, n_warmup=n_warmup, n_gfr=n_gfr,
                          pg_level_fn=_compiled_pg_level if want else None, prior=prior, grid=grid,
                          Xb=Xb, n_cuts=n_cuts, dt=dt,
@@ -517,7 +512,7 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
             return resid, counts
     Z = _leaf_normals(seed, base, tree_chain, K, min(K, (1 << (deepest + 2)) - 1))
     loop = partial(tree_loop, prior, Xb, n_cuts, use_likelihood, update, groups)
-    out = graph(feature, cut, value, leaf_of, resid, sigma2, U, Z) if graph is not None else None
+    out = graph(loop, feature, cut, value, leaf_of, resid, sigma2, U, Z) if graph is not None else None
     return out if out is not None else loop(feature, cut, value, leaf_of, resid, sigma2, U, Z)
 
 
