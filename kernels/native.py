@@ -1,4 +1,4 @@
-"""torchtree's compiled CPU kernels: C++ sources in ``csrc/`` built on first use and cached.
+"""torchtree's compiled kernels: C++ (CPU) and CUDA sources in ``csrc/`` built on first use and cached.
 
 :func:`op` returns a ``torch.ops.torchtree`` operator, building the extension the first time any is
 asked for in a process (``torch.utils.cpp_extension.load``: g++ and ninja, about a minute cold). The
@@ -19,6 +19,15 @@ growth stage (:mod:`torchtree.kernels.node_points` documents them and holds thei
 (:mod:`torchtree.kernels.bitsets`).
 ``keyed_uniforms``: the counter-based uniforms of several streams in one pass (:func:`torchtree.core.random.keyed_uniforms`
 is its reference).
+``bart_sweep_blocks``: the CUDA sweep's code (``csrc/bart_block.h``) on the CPU, host threads standing in for a
+block's (what tests that code without a GPU).
+
+CUDA
+----
+:func:`cuda_op` returns an operator with a CUDA implementation: ``bart_sweep`` on CUDA tensors (``csrc/bart_cuda.cu``,
+one launch per sweep, one block of threads per chain), built by nvcc on first use into :func:`cuda_build_directory`
+(about a minute), after the CPU kernels, which declare the operators. A failed build warns once and
+:func:`cuda_op` returns None; the callers then run their torch code on the GPU.
 
 Layer: base (no torchtree imports).
 """
@@ -34,32 +43,43 @@ from typing import Callable, Optional
 
 import torch
 
-__all__ = ["op", "available", "usable", "SOURCES"]
+__all__ = ["op", "available", "usable", "cuda_op", "cuda_available", "SOURCES", "CUDA_SOURCES"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "bart_predict.cpp", "node_points.cpp", "bitsets.cpp",
+SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "bart_block.cpp", "bart_predict.cpp", "node_points.cpp", "bitsets.cpp",
                                     "keyed.cpp")]
 #: every file the build reads (the sources and their headers): the build folder is named by their content
-BUILD_INPUTS = SOURCES + [CSRC / "bart_common.h", CSRC / "keyed.h"]
+BUILD_INPUTS = SOURCES + [CSRC / name for name in ("bart_common.h", "bart_core.h", "bart_block.h", "bart_block_args.h", "keyed.h")]
 #: OpenMP where torch's CPU build uses GNU OpenMP (Linux): ``at::parallel_for`` spreads a kernel's tasks over
 #: torch's threads only in code compiled with it, and the extension then shares torch's libgomp (same soname)
+#: the CUDA kernels (a second library, implementing some of the operators above for CUDA tensors)
+CUDA_SOURCES = [CSRC / "bart_cuda.cu"]
+#: device code as the CPU's: no fused multiply-adds (the host code's -ffp-contract=off)
+CUDA_FLAGS = ["-O3", "--expt-relaxed-constexpr", "--fmad=false"]
+CUDA_OPERATORS = ("bart_sweep",)
 OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
 FLAGS = ["-O3", "-ffp-contract=off"] + OPENMP
-OPERATORS = ("bart_tree_update", "bart_sweep", "bart_gfr_sweep", "forest_sum", "forest_stats", "node_extents", "split_counts", "split_intervals", "all_intervals", "split_sums", "split_sum_intervals", "partition_points",
+OPERATORS = ("bart_tree_update", "bart_sweep", "bart_sweep_blocks", "bart_gfr_sweep", "forest_sum", "forest_stats", "node_extents", "split_counts", "split_intervals", "all_intervals", "split_sums", "split_sum_intervals", "partition_points",
              "bitset_counts", "split_bits", "extent_ranks", "keyed_uniforms")
 _STATE: dict = {}
 _LOCK = threading.Lock()
 
 
-def build_directory() -> Path:
+def build_directory(cuda: bool = False) -> Path:
     """Where the build of these sources lives: one folder per content (sources, flags, torch version) under
-    ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``), shared by every checkout of them."""
+    ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``), shared by every checkout of them;
+    ``cuda``: the CUDA library's."""
     h = hashlib.sha256()
-    for p in BUILD_INPUTS:
+    for p in BUILD_INPUTS + (CUDA_SOURCES if cuda else []):
         h.update(p.read_bytes())
-    h.update(repr((FLAGS, torch.__version__)).encode())
+    h.update(repr((FLAGS, CUDA_FLAGS if cuda else None, torch.__version__, torch.version.cuda if cuda else None)).encode())
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "torch_extensions")
-    return Path(root) / f"torchtree_native_{h.hexdigest()[:16]}"
+    return Path(root) / f"torchtree_{'cuda' if cuda else 'native'}_{h.hexdigest()[:16]}"
+
+
+def cuda_build_directory() -> Path:
+    """Where the CUDA library's build lives (:func:`build_directory` with ``cuda=True``)."""
+    return build_directory(cuda=True)
 
 
 def _build() -> bool:
@@ -78,6 +98,21 @@ def _build() -> bool:
     return all(hasattr(torch.ops.torchtree, name) for name in OPERATORS)
 
 
+def _build_cuda() -> bool:
+    folder = cuda_build_directory()
+    lib = folder / "torchtree_cuda.so"
+    if lib.is_file():
+        torch.ops.load_library(str(lib))
+    else:
+        from torch.utils.cpp_extension import load
+
+        folder.mkdir(parents=True, exist_ok=True)
+        print(f"torchtree: building the CUDA kernels once, into {folder} (about a minute)", file=sys.stderr, flush=True)
+        load(name="torchtree_cuda", sources=[str(p) for p in CUDA_SOURCES], extra_cuda_cflags=CUDA_FLAGS,
+             build_directory=str(folder), is_python_module=False, verbose=False)
+    return all(torch._C._dispatch_has_kernel_for_dispatch_key(f"torchtree::{name}", "CUDA") for name in CUDA_OPERATORS)
+
+
 def available() -> bool:
     """Whether the compiled kernels can be used in this process (building them if need be)."""
     if os.environ.get("TORCHTREE_NATIVE", "1") == "0":
@@ -91,6 +126,27 @@ def available() -> bool:
                 warnings.warn(f"torchtree: the compiled CPU kernels could not be built ({type(exc).__name__}: "
                               f"{str(exc)[:300]}); running the plain-torch reference instead", RuntimeWarning)
         return _STATE["ok"]
+
+
+def cuda_available() -> bool:
+    """Whether the CUDA kernels can be used in this process (building them, and the CPU kernels that declare
+    their operators, if need be): False without CUDA, with ``TORCHTREE_NATIVE=0``, or where a build fails."""
+    if not torch.cuda.is_available() or not available():
+        return False
+    with _LOCK:
+        if "cuda" not in _STATE:
+            try:
+                _STATE["cuda"] = _build_cuda()
+            except Exception as exc:  # nvcc missing or failing: the torch code runs on the GPU instead
+                _STATE["cuda"] = False
+                warnings.warn(f"torchtree: the CUDA kernels could not be built ({type(exc).__name__}: "
+                              f"{str(exc)[:300]}); running the torch code on the GPU instead", RuntimeWarning)
+        return _STATE["cuda"]
+
+
+def cuda_op(name: str) -> Optional[Callable]:
+    """``torch.ops.torchtree.<name>`` for CUDA tensors, or None where the CUDA kernels are unavailable."""
+    return getattr(torch.ops.torchtree, name) if name in CUDA_OPERATORS and cuda_available() else None
 
 
 def usable(device) -> bool:

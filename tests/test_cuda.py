@@ -229,7 +229,29 @@ def test_bart_graph_sweeps_match_the_eager_sweeps_on_cuda(task, monkeypatch):
         torch.testing.assert_close(graphed.sigma.cpu(), eager.sigma.cpu(), rtol=1e-4, atol=1e-6)
 
 
-def test_bart_sweeps_do_not_synchronise_on_cuda(monkeypatch):
+def test_bart_native_runs_on_cuda_match_the_cpu_kernels():
+    """``compile="native"`` on CUDA (one launch per sweep, kernels/csrc/bart_cuda.cu) against the CPU kernel's
+    run, float64: the same trees and move counts; leaf values and sigma to 1e-9 (the cell sums add in the
+    threads' order)."""
+    from torchtree import BART
+    from torchtree.kernels import native
+
+    assert native.cuda_available(), "the CUDA kernels did not build"
+    rng = np.random.default_rng(3)
+    X = rng.uniform(size=(500, 6))
+    y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + rng.normal(size=500)
+    kw = dict(n_trees=20, n_chains=4, n_warmup=20, n_samples=20, n_gfr=0, dtype="float64", compile="native")
+    cpu = BART(**kw).run(Data(X, y, task="regression"), seed=4)
+    gpu = BART(**kw, device="cuda").run(Data(X, y, task="regression"), seed=4)
+    assert gpu.value.device.type == "cuda"
+    assert torch.equal(gpu.feature.cpu(), cpu.feature) and torch.equal(gpu.cut.cpu(), cpu.cut)
+    assert all(gpu.info[k] == cpu.info[k] for k in cpu.info if k.startswith("accept/"))
+    torch.testing.assert_close(gpu.value.cpu(), cpu.value, **TOL)
+    torch.testing.assert_close(gpu.sigma.cpu(), cpu.sigma, **TOL)
+
+
+@pytest.mark.parametrize("compile", ["auto", "native"])
+def test_bart_sweeps_do_not_synchronise_on_cuda(monkeypatch, compile):
     """Every BART sweep on CUDA runs without a host synchronisation (torch's sync debug mode set to
     raise), the kept draws' trimming moved out of the sweeps (it reads once per group)."""
     from torchtree import BART
@@ -251,7 +273,8 @@ def test_bart_sweeps_do_not_synchronise_on_cuda(monkeypatch):
     monkeypatch.setattr(bs, "COMPACT_EVERY", 10**9)
     monkeypatch.setattr(bs.BART, "step", strict)
     for task, yy in (("regression", y), ("classification", (y > 5).astype(int))):
-        post = BART(n_trees=20, n_chains=4, n_warmup=10, n_samples=10, device="cuda").run(Data(X, yy, task=task), seed=0)
+        post = BART(n_trees=20, n_chains=4, n_warmup=10, n_samples=10, device="cuda", compile=compile).run(
+            Data(X, yy, task=task), seed=0)
         assert post.value.device.type == "cuda"
 
 

@@ -46,11 +46,9 @@ struct TreeUpdate {
   double tau2, pg, pp;
   int64_t max_depth;
   bool use_lik;
-  // the proposal
-  int move = GROW;
-  int64_t n_leaf = 0, n_nog = 0, j = 0, depth = 0, nav = 0, f_new = 0, k_new = 0, cl = 0, cr = 0, f_old = 0, k_old = 0;
-  bool valid = false;
-  std::vector<int64_t> lo, hi;
+  // the proposal (bart_core.h), the cut ranges left to its node, scratch of a grouped table's feature draw
+  Proposal p{};
+  std::vector<int64_t> lo, hi, cnt;
   const int16_t* xf = nullptr;
   int16_t k16 = 0;
   // pass 1's sums per (leaf, side); side 1 = left: s_lane [LANES, 2 Ku] partial sums, s_cell their total.
@@ -63,48 +61,11 @@ struct TreeUpdate {
   std::vector<scalar_t> old_value;
 
   void propose() {
-    const int64_t kint = (Ku - 1) / 2;
-    move = u[0] < pg ? GROW : (u[0] < pg + pp ? PRUNE : CHANGE);
-    std::vector<char> is_leaf(Ku), nog(std::max<int64_t>(kint, 1), 0);
-    n_leaf = 0, n_nog = 0;
-    for (int64_t k = 0; k < Ku; ++k) {
-      is_leaf[k] = feat[k] == LEAF;
-      n_leaf += is_leaf[k];
-    }
-    for (int64_t i = 0; i < kint; ++i) {
-      nog[i] = feat[i] >= 0 && feat[2 * i + 1] == LEAF && feat[2 * i + 2] == LEAF;
-      n_nog += nog[i];
-    }
-    // with no node to prune or change the move is refused; j is then the reference's pick over all K
-    // slots, (K - 1) / 2 - 1, whose ancestors decide the proposed rule (and so how the sums are split)
-    j = move == GROW ? pick_nth(is_leaf, Ku, u[1]) : (n_nog ? pick_nth(nog, kint, u[1]) : (K - 1) / 2 - 1);
-    depth = heap_depth(j);
-    // cut ranges left to j by its ancestors
-    lo.assign(D, 0);
-    hi.assign(n_cuts, n_cuts + D);
-    for (int64_t l = 0; l < depth; ++l) {
-      int64_t shift = depth - l;
-      int64_t anc = ((j + 1) >> shift) - 1;
-      int64_t below = ((j + 1) >> (shift - 1)) - 1;
-      int64_t f = std::max<int64_t>(feat[anc], 0), k = static_cast<int64_t>(cut[anc]);
-      if (below % 2 == 1) hi[f] = std::min(hi[f], k);
-      else lo[f] = std::max(lo[f], k + 1);
-    }
-    std::vector<char> avail(D);
-    nav = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      avail[d] = hi[d] - lo[d] > 0;
-      nav += avail[d];
-    }
-    f_new = groups ? choose_grouped(avail, D, u[2], groups) : pick_nth(avail, D, u[2]);
-    int64_t av_f = std::max<int64_t>(hi[f_new] - lo[f_new], 0);
-    k_new = lo[f_new] + static_cast<int64_t>(std::floor(u[3] * static_cast<double>(av_f)));
-    bool grow_ok = move == GROW && nav > 0 && depth < max_depth;
-    valid = grow_ok || (move != GROW && n_nog > 0);
-    cl = std::min(2 * j + 1, K - 1), cr = std::min(2 * j + 2, K - 1);
-    f_old = std::max<int64_t>(feat[j], 0), k_old = static_cast<int64_t>(cut[j]);
-    xf = Xb + f_new * N;
-    k16 = static_cast<int16_t>(k_new);
+    lo.resize(D), hi.resize(D), cnt.resize(groups ? D : 0);
+    torchtree_bart::propose(p, feat, cut, K, Ku, D, n_cuts, groups, u, pg, pp, max_depth, lo.data(), hi.data(),
+                            cnt.data());
+    xf = Xb + p.f_new * N;
+    k16 = static_cast<int16_t>(p.k_new);
     s_lane.assign(LANES * 2 * Ku, scalar_t(0));
     n_cell.assign(2 * Ku, 0);
   }
@@ -119,100 +80,20 @@ struct TreeUpdate {
   }
 
   void decide(const LeafNormals& z, int64_t* move_out, bool* accept_out) {
-    old_value.assign(value, value + Ku);
     s_cell.resize(2 * Ku);
     for (int64_t cell = 0; cell < 2 * Ku; ++cell) {  // the lanes added in order, as the reference
       scalar_t total = s_lane[cell];
       for (int64_t l = 1; l < LANES; ++l) total += s_lane[l * 2 * Ku + cell];
       s_cell[cell] = total;
     }
-    if (!use_lik) {
-      std::fill(s_cell.begin(), s_cell.end(), scalar_t(0));
-      std::fill(n_cell.begin(), n_cell.end(), 0);
-    }
-    // slots from Ku on hold no point (a refused move's j and children may lie there)
-    auto S = [&](int64_t node, int side) { return node < Ku ? static_cast<double>(s_cell[2 * node + side]) : 0.0; };
-    auto Nn = [&](int64_t node, int side) { return node < Ku ? static_cast<double>(n_cell[2 * node + side]) : 0.0; };
-    double s_all = (S(j, 0) + S(cl, 0) + S(cr, 0)) + (S(j, 1) + S(cl, 1) + S(cr, 1));
-    double n_all = (Nn(j, 0) + Nn(cl, 0) + Nn(cr, 0)) + (Nn(j, 1) + Nn(cl, 1) + Nn(cr, 1));
-    double s_nl = S(j, 1) + S(cl, 1) + S(cr, 1), n_nl = Nn(j, 1) + Nn(cl, 1) + Nn(cr, 1);
-    double ll_joined = log_marginal(n_all, s_all, s2, tau2);
-    double ll_new = log_marginal(n_nl, s_nl, s2, tau2) + log_marginal(n_all - n_nl, s_all - s_nl, s2, tau2);
-    double ll_old = log_marginal(Nn(cl, 0) + Nn(cl, 1), S(cl, 0) + S(cl, 1), s2, tau2) +
-                    log_marginal(Nn(cr, 0) + Nn(cr, 1), S(cr, 0) + S(cr, 1), s2, tau2);
-
-    double ps = ps_lut[depth];
-    auto kids = [&](int64_t f, int64_t k) {
-      bool left_avail = (nav - 1 + (k > lo[f] ? 1 : 0)) > 0;
-      bool right_avail = (nav - 1 + (hi[f] > k + 1 ? 1 : 0)) > 0;
-      double lc = log1m_ps[depth + 1];
-      return (left_avail ? lc : 0.0) + (right_avail ? lc : 0.0);
-    };
-    double kids_new = kids(f_new, k_new), kids_old = kids(f_old, k_old);
-    int64_t sib = std::min(std::max<int64_t>(j % 2 == 1 ? j + 1 : j - 1, 0), K - 1);
-    bool parent_was_nog = j > 0 && feat[sib] == LEAF;
-    int64_t nog_after = n_nog + 1 - (parent_was_nog ? 1 : 0);
-    double log_pg = std::log(pg), log_pp = std::log(pp);
-    double log_split = std::log(ps) - std::log1p(-ps);
-    double a_grow = log_split + kids_new + ll_new - ll_joined + log_pp - std::log(static_cast<double>(nog_after)) -
-                    log_pg + std::log(static_cast<double>(n_leaf));
-    double a_prune = -log_split - kids_old + ll_joined - ll_old + log_pg -
-                     std::log(static_cast<double>(std::max<int64_t>(n_leaf - 1, 1))) - log_pp +
-                     std::log(static_cast<double>(std::max<int64_t>(n_nog, 1)));
-    double a_change = kids_new - kids_old + ll_new - ll_old;
-    double log_a = move == GROW ? a_grow : (move == PRUNE ? a_prune : a_change);
-    bool accept = valid && std::log(u[4]) < log_a;
-    *move_out = move;
+    to.resize(2 * Ku), old_value.resize(Ku);
+    std::vector<double> s_leaf(Ku), n_leaf_pts(Ku);
+    const bool accept = torchtree_bart::decide(p, feat, cut, value, s_cell.data(), n_cell.data(), use_lik, K, Ku, s2,
+                                               tau2, pg, pp, u, ps_lut, log1m_ps, lo.data(), hi.data(), z, to.data(),
+                                               old_value.data(), s_leaf.data(), n_leaf_pts.data());
+    *move_out = p.move;
     *accept_out = accept;
     moved = accept;
-
-    // the tree: node j's rule and its children's status (the reference's write order)
-    bool acc_g = accept && move == GROW, acc_p = accept && move == PRUNE, acc_split = accept && move != PRUNE;
-    int64_t fj = acc_p ? LEAF : (acc_split ? f_new : static_cast<int64_t>(feat[j]));
-    int64_t kj = acc_split ? k_new : k_old;
-    int64_t child = acc_g ? LEAF : (acc_p ? ABSENT : static_cast<int64_t>(feat[cl]));
-    int64_t child_r = acc_g ? LEAF : (acc_p ? ABSENT : static_cast<int64_t>(feat[cr]));
-    feat[cl] = static_cast<feat_t>(child);
-    feat[cr] = static_cast<feat_t>(child_r);
-    feat[j] = static_cast<feat_t>(fj);
-    cut[j] = static_cast<feat_t>(kj);
-
-    // where each (leaf, side) cell goes
-    to.resize(2 * Ku);
-    for (int64_t k = 0; k < Ku; ++k) to[2 * k] = to[2 * k + 1] = k;
-    const int64_t pos[6] = {2 * j, 2 * j + 1, 2 * cl, 2 * cl + 1, 2 * cr, 2 * cr + 1};
-    int64_t dst[6];
-    if (!accept) {
-      int64_t t[6] = {j, j, cl, cl, cr, cr};
-      std::copy(t, t + 6, dst);
-    } else if (move == GROW) {
-      int64_t t[6] = {cr, cl, cl, cl, cr, cr};
-      std::copy(t, t + 6, dst);
-    } else if (move == PRUNE) {
-      std::fill(dst, dst + 6, j);
-    } else {
-      int64_t t[6] = {j, j, cr, cl, cr, cl};
-      std::copy(t, t + 6, dst);
-    }
-    for (int i = 0; i < 6; ++i)
-      if (pos[i] < 2 * Ku) to[pos[i]] = dst[i];  // cells past Ku are empty
-    std::vector<double> s_leaf(Ku, 0.0), n_leaf_pts(Ku, 0.0);
-    for (int64_t cell = 0; cell < 2 * Ku; ++cell) {
-      s_leaf[to[cell]] += static_cast<double>(s_cell[cell]);
-      n_leaf_pts[to[cell]] += static_cast<double>(n_cell[cell]);
-    }
-    // leaf values: Gibbs from N(tau2 s / (sigma2 + n tau2), tau2 sigma2 / (sigma2 + n tau2))
-    for (int64_t k = 0; k < Ku; ++k) {  // slots from Ku on are no leaf and keep their value 0
-      if (feat[k] != LEAF) {
-        value[k] = scalar_t(0);
-        continue;
-      }
-      double v = s2 + n_leaf_pts[k] * tau2;
-      double mean = tau2 * s_leaf[k] / v;
-      double sd = std::sqrt(tau2 * s2 / v);
-      // z rounded to the values' dtype first, as the reference receives it
-      value[k] = static_cast<scalar_t>(mean + sd * static_cast<double>(static_cast<scalar_t>(z(k))));
-    }
   }
 
   // pass 2 where the tree kept its shape (!moved): point n stays in its leaf; returns its new residual

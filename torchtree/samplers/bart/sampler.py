@@ -15,6 +15,7 @@ from torchtree.samplers import driver
 from torchtree.samplers.base import SamplerBase
 from torchtree.kernels import native
 from torchtree.kernels.native import available as native_ok
+from torchtree.kernels.native import cuda_available as cuda_ok
 from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities, gfr_sweep_native, sweep_native,
                                        tree_update, tree_update_native, warm_tables)
 
@@ -159,8 +160,9 @@ class BART(SamplerBase):
         y = data.y.to(torch.float64)
         target = (y - prior.offset) / prior.scale if data.task == "regression" else y
         cpu = ctx.device.type == "cpu"
-        native = c.bart_sampler == "mcmc" and cpu and (c.compile == "native" or (c.compile == "auto" and native_ok()))
-        n_gfr = 0 if not native else c.n_gfr if c.n_gfr is not None else default_gfr_sweeps(
+        native = c.bart_sampler == "mcmc" and (cpu and (c.compile == "native" or (c.compile == "auto" and native_ok()))
+                                               or ctx.device.type == "cuda" and c.compile == "native" and cuda_ok())
+        n_gfr = 0 if not (native and cpu) else c.n_gfr if c.n_gfr is not None else default_gfr_sweeps(
             data.n, data.d, int(grid.n_cuts.sum()))
         n_warmup = c.n_warmup if c.n_warmup is not None else GFR_WARMUP if n_gfr else ROOT_WARMUP
         n_gfr = min(n_gfr, n_warmup)
@@ -505,9 +507,11 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     else:
         deepest = K
     if update is tree_update_native and all(x.is_contiguous() for x in (feature, cut, value, leaf_of, resid)):
-        kz = min(K, (1 << (deepest + 2)) - 1)  # the leaves' normals drawn in the kernel, only where a leaf needs one
-        counts = sweep_native(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, None, use_likelihood,
-                              groups, keyed_leaves=(derive_seed(seed, base + Stream.LEAVES), tree_chain, kz))
+        kz = min(K, (1 << (deepest + 2)) - 1)  # the CPU kernel draws the leaves' normals where a leaf needs one
+        keyed = (derive_seed(seed, base + Stream.LEAVES), tree_chain, kz) if dev.type == "cpu" else None
+        counts = sweep_native(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U,
+                              None if keyed else _leaf_normals(seed, base, tree_chain, K, kz), use_likelihood,
+                              groups, keyed_leaves=keyed)
         if counts is not None:  # the whole sweep in one compiled call
             return resid, counts
     Z = _leaf_normals(seed, base, tree_chain, K, min(K, (1 << (deepest + 2)) - 1))

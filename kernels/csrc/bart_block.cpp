@@ -1,0 +1,100 @@
+// bart_block.h's sweep on the CPU, each chain's block of `threads` threads stood in for by host threads
+// (one at a time where threads = 1): the CUDA kernel's code, tested against bart_sweep (tests/test_bart_block.py).
+#include "bart_block_args.h"
+
+#include <ATen/Parallel.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace {
+
+using namespace torchtree_bart;
+
+// a reusable barrier for n threads
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int64_t gen = gen_;
+    if (++count_ == n_) {
+      count_ = 0, ++gen_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return gen_ != gen; });
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_, count_ = 0;
+  int64_t gen_ = 0;
+};
+
+// a block of threads on the host: thread `id` of `n`, atomics under one lock
+struct HostBlock {
+  int64_t id, n;
+  Barrier* barrier;
+  std::mutex* mu;
+  int64_t tid() const { return id; }
+  int64_t size() const { return n; }
+  void sync() {
+    if (n > 1) barrier->wait();
+  }
+  template <class T>
+  void add(T* p, T v) {
+    std::lock_guard<std::mutex> lock(*mu);
+    *p += v;
+  }
+  void max(int* p, int v) {
+    std::lock_guard<std::mutex> lock(*mu);
+    *p = std::max(*p, v);
+  }
+};
+
+// One sweep, as bart_sweep with a z tensor, in place: chain c by a block of `threads` host threads.
+// Returns the proposed and accepted counts per move type, [2, 3].
+at::Tensor bart_sweep_blocks(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of,
+                             at::Tensor resid, at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2, at::Tensor u,
+                             at::Tensor z, at::Tensor groups, at::Tensor ps_lut, at::Tensor log1m_ps, double tau2,
+                             double pg, double pp, int64_t max_depth, bool use_likelihood, int64_t threads) {
+  TORCH_CHECK(feature.device().is_cpu(), "bart_sweep_blocks: CPU tensors only");
+  TORCH_CHECK(threads >= 1, "bart_sweep_blocks: threads >= 1");
+  auto in = block_inputs("bart_sweep_blocks", feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, u, z, groups,
+                         ps_lut, log1m_ps);
+  AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_sweep_blocks", [&] {
+    const SweepArgs<scalar_t> a =
+        sweep_args<scalar_t>(in, feature, cut, value, leaf_of, resid, tau2, pg, pp, max_depth, use_likelihood);
+    for (int64_t c = 0; c < a.C; ++c) {
+      std::vector<unsigned char> buf(block_bytes<scalar_t>(a.K));
+      Barrier barrier(static_cast<int>(threads));
+      std::mutex mu;
+      auto run = [&](int64_t id) {
+        HostBlock b{id, threads, &barrier, &mu};
+        sweep_chain(b, a, buf.data(), c);
+      };
+      if (threads == 1) {
+        run(0);
+        continue;
+      }
+      std::vector<std::thread> pool;
+      for (int64_t id = 0; id < threads; ++id) pool.emplace_back(run, id);
+      for (auto& th : pool) th.join();
+    }
+  });
+  return in.counts;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(torchtree, m) {
+  m.def("bart_sweep_blocks(Tensor(a!) feature, Tensor(b!) cut, Tensor(c!) value, Tensor(d!) leaf_of, "
+        "Tensor(e!) resid, Tensor Xb, Tensor n_cuts, Tensor sigma2, Tensor u, Tensor z, Tensor groups, "
+        "Tensor ps_lut, Tensor log1m_ps, float tau2, float pg, float pp, int max_depth, bool use_likelihood, "
+        "int threads) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(torchtree, CPU, m) { m.impl("bart_sweep_blocks", bart_sweep_blocks); }

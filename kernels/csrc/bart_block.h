@@ -1,0 +1,192 @@
+// A BART backfitting sweep of one chain run by one block of threads: the CUDA kernel's body (bart_cuda.cu,
+// one block per chain) and, through a serial stand-in for the block, a CPU operator that tests it
+// (bart_block.cpp). The decisions are bart_core.h's, made by thread 0; the passes over the points are
+// shared by the block's threads, point n on thread n % size, the cell sums added atomically (their order,
+// and so the last bits of a float sum, depends on the schedule). Plain C++ over raw pointers: no torch.
+//
+// The block type Blk supplies tid(), size(), sync() (every thread waits there, and sees the others' writes
+// afterwards), add(T* p, T v) (an atomic add) and max(int* p, int v) (an atomic maximum).
+#pragma once
+#include "bart_core.h"
+
+namespace torchtree_bart {
+
+// One sweep's tensors and settings (shapes as torchtree.steps.bart_moves.sweep_native): feature, cut int16
+// [T, C, K]; value [T, C, K]; leaf_of int16 [T, C, N]; resid [C, N]; Xb int16 [D, N]; n_cuts [D]; sigma2 [C];
+// U [T, C, 5]; Z [T, C, Kz] (slots from Kz on draw 0); groups [D] or null; ps_lut, log1m_ps [max_depth + 2].
+template <class scalar_t>
+struct SweepArgs {
+  int16_t *feature, *cut;
+  scalar_t* value;
+  int16_t* leaf_of;
+  scalar_t* resid;
+  const int16_t* Xb;
+  const int64_t* n_cuts;
+  const double *sigma2, *U, *Z;
+  const int64_t* groups;
+  const double *ps_lut, *log1m_ps;
+  double tau2, pg, pp;
+  int64_t max_depth;
+  bool use_lik;
+  int64_t T, C, K, Kz, N, D;
+  int64_t* scratch;  // [C, 3 D]: thread 0's cut ranges and group counts
+  int64_t* counts;   // [2, 3]: proposed, then accepted, grow / prune / change (added to)
+};
+
+// The block's shared state: two proposals (the tree being decided and the next) with their slot counts, the
+// deepest slot of the next two trees, whether the decided tree changed shape, and the move counts; then the
+// per-slot arrays for K slots (BlockArrays), all in one buffer of block_bytes(K) bytes.
+struct BlockHeader {
+  Proposal prop[2];
+  int64_t ku[2];
+  int deep[2];
+  bool moved;
+  int64_t tally[6];
+};
+
+template <class scalar_t>
+struct BlockArrays {
+  BlockHeader* h;
+  scalar_t *s_cell, *old_value;  // [2 K], [K]
+  int32_t *n_cell, *to;          // [2 K] each
+  double *s_leaf, *n_leaf;       // [K] each
+};
+
+TT_HD inline int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+// bytes of the block's state for K slots (each part 16-byte aligned)
+template <class scalar_t>
+TT_HD inline int64_t block_bytes(int64_t K) {
+  return round_up(sizeof(BlockHeader), 16) + round_up(3 * K * sizeof(scalar_t), 16) +
+         round_up(4 * K * sizeof(int32_t), 16) + round_up(2 * K * sizeof(double), 16);
+}
+
+// where the block's state lies in buf (block_bytes(K) bytes); writes nothing
+template <class scalar_t>
+TT_HD inline BlockArrays<scalar_t> carve(unsigned char* buf, int64_t K) {
+  BlockArrays<scalar_t> s;
+  s.h = reinterpret_cast<BlockHeader*>(buf);
+  unsigned char* at = buf + round_up(sizeof(BlockHeader), 16);
+  s.s_cell = reinterpret_cast<scalar_t*>(at);
+  s.old_value = s.s_cell + 2 * K;
+  at += round_up(3 * K * sizeof(scalar_t), 16);
+  s.n_cell = reinterpret_cast<int32_t*>(at);
+  s.to = s.n_cell + 2 * K;
+  at += round_up(4 * K * sizeof(int32_t), 16);
+  s.s_leaf = reinterpret_cast<double*>(at);
+  s.n_leaf = s.s_leaf + K;
+  return s;
+}
+
+// Chain c's sweep: every tree t in turn, in place. Per tree, thread 0 proposes (bart_core.h) on the slots
+// that can hold a node this update (Ku: the complete levels to two below the tree's deepest node, found by
+// the block), the block sums the partial residual per (leaf, side) cell (pass 1), thread 0 decides, and
+// the block moves the points and updates the residuals (pass 2), fused with the next tree's pass 1.
+template <class Blk, class scalar_t>
+TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, unsigned char* buf, int64_t c) {
+  const int64_t tid = b.tid(), B = b.size(), T = a.T, C = a.C, K = a.K, N = a.N;
+  const BlockArrays<scalar_t> sh = carve<scalar_t>(buf, K);
+  BlockHeader& h = *sh.h;
+  scalar_t* res = a.resid + c * N;
+  int64_t* scratch = a.scratch + c * 3 * a.D;  // thread 0's lo, hi, cnt
+  auto at = [&](int64_t t) { return t * C + c; };  // tree t of chain c in [T, C, ...]
+  auto scan = [&](int64_t t) {                       // tree t's deepest used slot, into h.deep[t % 2]
+    const int16_t* f = a.feature + at(t) * K;
+    for (int64_t k = tid; k < K; k += B)
+      if (f[k] != ABSENT) b.max(&h.deep[t % 2], static_cast<int>(k));
+  };
+  // thread 0: tree t's proposal, and its cells' sums cleared for pass 1
+  auto propose_tree = [&](int64_t t) {
+    Proposal& p = h.prop[t % 2];
+    const int64_t ku = lesser<int64_t>(K, (int64_t(1) << (heap_depth(h.deep[t % 2]) + 2)) - 1);
+    propose(p, a.feature + at(t) * K, a.cut + at(t) * K, K, ku, a.D, a.n_cuts, a.groups, a.U + at(t) * 5, a.pg,
+            a.pp, a.max_depth, scratch, scratch + a.D, scratch + 2 * a.D);
+    h.ku[t % 2] = ku;
+    for (int64_t cell = 0; cell < 2 * ku; ++cell) sh.s_cell[cell] = scalar_t(0), sh.n_cell[cell] = 0;
+    h.tally[p.move] += 1;
+  };
+  // thread 0: the decision on tree t (its cells summed)
+  auto decide_tree = [&](int64_t t) {
+    const Proposal& p = h.prop[t % 2];
+    const double* z = a.Z + at(t) * a.Kz;
+    const int64_t kz = a.Kz;
+    auto normal = [&](int64_t k) { return k < kz ? z[k] : 0.0; };
+    const bool acc = decide(p, a.feature + at(t) * K, a.cut + at(t) * K, a.value + at(t) * K, sh.s_cell, sh.n_cell,
+                            a.use_lik, K, h.ku[t % 2], a.sigma2[c], a.tau2, a.pg, a.pp, a.U + at(t) * 5, a.ps_lut,
+                            a.log1m_ps, scratch, scratch + a.D, normal, sh.to, sh.old_value, sh.s_leaf, sh.n_leaf);
+    h.moved = acc;
+    h.tally[3 + p.move] += acc ? 1 : 0;
+  };
+  // what a pass over the points reads of tree t: its leaves' map, values, and the proposed rule's column and cut
+  struct View {
+    int16_t* L;
+    const scalar_t* v;
+    const int16_t* xf;
+    int16_t k;
+  };
+  auto view = [&](int64_t t) {
+    const Proposal& p = h.prop[t % 2];
+    return View{a.leaf_of + at(t) * N, a.value + at(t) * K, a.Xb + p.f_new * N, static_cast<int16_t>(p.k_new)};
+  };
+  // pass 1 on tree w for point n, residual r: its (leaf, side) cell's sum and count
+  auto pass1 = [&](const View& w, int64_t n, scalar_t r) {
+    const int64_t leaf = w.L[n];
+    const int64_t cell = 2 * leaf + (w.xf[n] <= w.k ? 1 : 0);
+    b.add(&sh.s_cell[cell], static_cast<scalar_t>(r + w.v[leaf]));
+    b.add(&sh.n_cell[cell], int32_t(1));
+  };
+  // pass 2 on the decided tree w for point n: its new leaf (where the tree changed shape), its new residual
+  auto pass2 = [&](const View& w, bool moved, int64_t n) {
+    const int64_t leaf = w.L[n];
+    const scalar_t rr = res[n] + sh.old_value[leaf];
+    if (!moved) return static_cast<scalar_t>(rr - w.v[leaf]);
+    const int64_t nl = sh.to[2 * leaf + (w.xf[n] <= w.k ? 1 : 0)];
+    w.L[n] = static_cast<int16_t>(nl);
+    return static_cast<scalar_t>(rr - w.v[nl]);
+  };
+
+  if (T == 0) return;
+  if (tid == 0) {
+    h.deep[0] = h.deep[1] = 0;
+    for (int i = 0; i < 6; ++i) h.tally[i] = 0;
+  }
+  b.sync();
+  scan(0);
+  if (T > 1) scan(1);
+  b.sync();
+  if (tid == 0) propose_tree(0);
+  b.sync();
+  {
+    const View w = view(0);
+    for (int64_t n = tid; n < N; n += B) pass1(w, n, res[n]);
+  }
+  b.sync();
+  for (int64_t t = 0; t < T; ++t) {
+    if (tid == 0) {
+      decide_tree(t);
+      if (t + 1 < T) {
+        propose_tree(t + 1);
+        h.deep[t % 2] = 0;  // to hold tree t + 2's deepest slot, scanned in the pass below
+      }
+    }
+    b.sync();
+    const View cur = view(t);
+    const bool moved = h.moved;
+    if (t + 1 < T) {
+      const View nxt = view(t + 1);
+      for (int64_t n = tid; n < N; n += B) {
+        const scalar_t r = pass2(cur, moved, n);
+        res[n] = r;
+        pass1(nxt, n, r);
+      }
+      if (t + 2 < T) scan(t + 2);
+    } else {
+      for (int64_t n = tid; n < N; n += B) res[n] = pass2(cur, moved, n);
+    }
+    b.sync();
+  }
+  if (tid == 0)
+    for (int i = 0; i < 6; ++i) b.add(&a.counts[i], h.tally[i]);
+}
+
+}  // namespace torchtree_bart

@@ -1,0 +1,55 @@
+// The tensors of a block sweep (bart_block.h) checked, converted once to the dtypes its loops read and laid
+// out as SweepArgs: shared by the CPU stand-in operator (bart_block.cpp) and the CUDA one (bart_cuda.cu).
+#pragma once
+#include "bart_block.h"
+#include "bart_common.h"
+
+namespace torchtree_bart {
+
+// the converted read-only inputs (kept alive while the sweep runs), its scratch and its move counts
+struct BlockSweepInputs {
+  UpdateInputs in;
+  at::Tensor zz, scratch, counts;
+};
+
+inline BlockSweepInputs block_inputs(const char* name, const at::Tensor& feature, const at::Tensor& cut,
+                                     const at::Tensor& value, const at::Tensor& leaf_of, const at::Tensor& resid,
+                                     const at::Tensor& Xb, const at::Tensor& n_cuts, const at::Tensor& sigma2,
+                                     const at::Tensor& u, const at::Tensor& z, const at::Tensor& groups,
+                                     const at::Tensor& ps_lut, const at::Tensor& log1m_ps) {
+  TORCH_CHECK(feature.scalar_type() == at::kShort && cut.scalar_type() == at::kShort &&
+                  leaf_of.scalar_type() == at::kShort,
+              name, ": feature, cut and leaf_of are int16");
+  TORCH_CHECK(feature.is_contiguous() && cut.is_contiguous() && value.is_contiguous() && leaf_of.is_contiguous() &&
+                  resid.is_contiguous(),
+              name, ": contiguous state tensors");
+  TORCH_CHECK(value.scalar_type() == resid.scalar_type(), name, ": value and resid must share a dtype");
+  TORCH_CHECK(z.dim() == 3 && z.size(0) == feature.size(0) && z.size(1) == feature.size(1),
+              name, ": z [T, C, Kz] is required (no keyed leaf normals here)");
+  const int64_t C = feature.size(1), D = Xb.size(0);
+  return BlockSweepInputs{UpdateInputs(Xb, n_cuts, sigma2, u, groups, ps_lut, log1m_ps),
+                          z.to(at::kDouble).contiguous(), at::empty({C, 3 * std::max<int64_t>(D, 1)},
+                                                                   feature.options().dtype(at::kLong)),
+                          at::zeros({2, 3}, feature.options().dtype(at::kLong))};
+}
+
+template <class scalar_t>
+SweepArgs<scalar_t> sweep_args(BlockSweepInputs& b, at::Tensor& feature, at::Tensor& cut, at::Tensor& value,
+                               at::Tensor& leaf_of, at::Tensor& resid, double tau2, double pg, double pp,
+                               int64_t max_depth, bool use_likelihood) {
+  const UpdateInputs& in = b.in;
+  SweepArgs<scalar_t> a;
+  a.feature = feature.data_ptr<int16_t>(), a.cut = cut.data_ptr<int16_t>();
+  a.value = value.data_ptr<scalar_t>(), a.leaf_of = leaf_of.data_ptr<int16_t>(), a.resid = resid.data_ptr<scalar_t>();
+  a.Xb = in.xb.data_ptr<int16_t>(), a.n_cuts = in.nc.data_ptr<int64_t>(), a.sigma2 = in.s2.data_ptr<double>();
+  a.U = in.uu.data_ptr<double>(), a.Z = b.zz.data_ptr<double>();
+  a.groups = in.gr.numel() ? in.gr.data_ptr<int64_t>() : nullptr;
+  a.ps_lut = in.psl.data_ptr<double>(), a.log1m_ps = in.l1m.data_ptr<double>();
+  a.tau2 = tau2, a.pg = pg, a.pp = pp, a.max_depth = max_depth, a.use_lik = use_likelihood;
+  a.T = feature.size(0), a.C = feature.size(1), a.K = feature.size(2), a.Kz = b.zz.size(2);
+  a.N = resid.size(1), a.D = in.xb.size(0);
+  a.scratch = b.scratch.data_ptr<int64_t>(), a.counts = b.counts.data_ptr<int64_t>();
+  return a;
+}
+
+}  // namespace torchtree_bart

@@ -1,0 +1,99 @@
+// bart_sweep on CUDA: a whole backfitting sweep in one kernel launch, one block of threads per chain running
+// bart_block.h's sweep (every tree in turn: thread 0 proposes and decides, the block passes over the points).
+// Nothing is read back to the host, so the launch can be recorded in a CUDA graph. The leaves' normals come
+// as a z tensor [T, C, Kz] (the keyed draws of the CPU kernel are not made here). The block's state lives in
+// shared memory: block_bytes(K), 36 KB for float64 at max_depth 8; the largest max_depth is the one whose
+// state fits the device's opt-in limit (10 on an A100 or H100).
+#include "bart_block_args.h"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+namespace {
+
+using namespace torchtree_bart;
+
+// the block of threads running a chain's sweep (host stubs: bart_block.h's code is host and device code)
+struct CudaBlock {
+  __host__ __device__ int64_t tid() const {
+#ifdef __CUDA_ARCH__
+    return threadIdx.x;
+#else
+    return 0;
+#endif
+  }
+  __host__ __device__ int64_t size() const {
+#ifdef __CUDA_ARCH__
+    return blockDim.x;
+#else
+    return 1;
+#endif
+  }
+  __host__ __device__ void sync() const {
+#ifdef __CUDA_ARCH__
+    __syncthreads();
+#endif
+  }
+  template <class T>
+  __host__ __device__ void add(T* p, T v) const {
+#ifdef __CUDA_ARCH__
+    atomicAdd(p, v);
+#endif
+  }
+  __host__ __device__ void add(int64_t* p, int64_t v) const {
+#ifdef __CUDA_ARCH__
+    atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+#endif
+  }
+  __host__ __device__ void max(int* p, int v) const {
+#ifdef __CUDA_ARCH__
+    atomicMax(p, v);
+#endif
+  }
+};
+
+// the most threads a block runs (block_threads); the registers per thread are held to what 512 allow
+constexpr int MAX_THREADS = 512;
+
+template <class scalar_t>
+__global__ void __launch_bounds__(MAX_THREADS) sweep_kernel(SweepArgs<scalar_t> a) {
+  extern __shared__ __align__(16) unsigned char block_state[];
+  CudaBlock b;
+  sweep_chain(b, a, block_state, static_cast<int64_t>(blockIdx.x));
+}
+
+// threads per block: enough to keep a chain's passes over the points busy, few where there are few points
+inline int block_threads(int64_t N) { return N >= 8192 ? 512 : (N >= 1024 ? 256 : 64); }
+
+at::Tensor bart_sweep_cuda(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of, at::Tensor resid,
+                           at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2, at::Tensor u, at::Tensor z,
+                           at::Tensor groups, at::Tensor ps_lut, at::Tensor log1m_ps, double tau2, double pg, double pp,
+                           int64_t max_depth, bool use_likelihood, int64_t leaves_base, at::Tensor keys, int64_t kz) {
+  TORCH_CHECK(feature.is_cuda(), "bart_sweep (CUDA): CUDA tensors only");
+  const c10::cuda::CUDAGuard guard(feature.device());
+  auto in = block_inputs("bart_sweep (CUDA)", feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, u, z, groups,
+                         ps_lut, log1m_ps);
+  AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_sweep_cuda", [&] {
+    const SweepArgs<scalar_t> a =
+        sweep_args<scalar_t>(in, feature, cut, value, leaf_of, resid, tau2, pg, pp, max_depth, use_likelihood);
+    if (a.T == 0 || a.C == 0) return;
+    const int64_t bytes = block_bytes<scalar_t>(a.K);
+    int device = 0, optin = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    TORCH_CHECK(bytes <= optin, "bart_sweep (CUDA): a chain's state for ", a.K, " heap slots takes ", bytes,
+                " bytes of shared memory, more than this device's ", optin, "; lower max_depth");
+    if (bytes > 48 * 1024)
+      C10_CUDA_CHECK(cudaFuncSetAttribute(sweep_kernel<scalar_t>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(bytes)));
+    sweep_kernel<scalar_t><<<static_cast<unsigned>(a.C), block_threads(a.N), bytes,
+                             c10::cuda::getCurrentCUDAStream()>>>(a);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return in.counts;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(torchtree, CUDA, m) { m.impl("bart_sweep", bart_sweep_cuda); }

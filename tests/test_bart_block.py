@@ -1,0 +1,137 @@
+"""The CUDA BART sweep's code (``kernels/csrc/bart_block.h``: one block of threads per chain) run on the
+CPU by ``bart_sweep_blocks``, host threads standing in for the block's, against the compiled CPU sweep
+``bart_sweep`` (itself equal to the plain-torch reference, tests/test_native.py).
+
+From the same state, uniforms and leaf normals, one sweep of every tree must make the same moves: the same
+trees, leaves' maps and move counts, exactly. The cell sums add in another order (the block's threads add
+atomically), so leaf values and residuals agree to rounding: float64 to 1e-12 relative, float32 to 1e-4.
+Each sweep starts both from the CPU sweep's state, so a rounding difference never carries over.
+The last test runs the CUDA kernel itself the same way (marked ``cuda``).
+"""
+import numpy as np
+import pytest
+import torch
+
+from torchtree import BART, Data
+from torchtree.kernels import native
+from torchtree.steps.bart_moves import MOVE_PROBS, prior_tables, sweep_native
+
+pytestmark = [pytest.mark.filterwarnings("ignore:MCMC chains look unconverged"),
+              pytest.mark.skipif(not native.available(), reason="the C++ kernels could not be built here")]
+
+
+def _setup(n=257, d=5, max_depth=8, coded=False, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(n, d))
+    y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + rng.normal(size=n)
+    if coded:  # a categorical column and missing values: the group-wise feature draw
+        import pandas as pd
+
+        frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(d)])
+        frame["x0"] = np.where(rng.uniform(size=n) < 0.2, np.nan, frame["x0"])
+        frame["cat"] = pd.Categorical(rng.choice(list("abcd"), size=n))
+        data = Data(frame, y, task="regression")
+    else:
+        data = Data(X, y, task="regression")
+    post = BART(n_trees=4, n_chains=1, n_warmup=2, n_samples=2, max_depth=max_depth, compile="off").run(data, seed=1)
+    groups = getattr(data, "groups", None)
+    return post.prior, post.grid, data, groups
+
+
+def _state(prior, grid, data, T, C, dtype):
+    K = prior.n_slots
+    feature = torch.full((T, C, K), -2, dtype=torch.int16)
+    feature[..., 0] = -1
+    cut = torch.zeros(T, C, K, dtype=torch.int16)
+    value = torch.zeros(T, C, K, dtype=dtype)
+    leaf_of = torch.zeros(T, C, data.n, dtype=torch.int16)
+    y = data.y.double()
+    resid = ((y - prior.offset) / prior.scale).to(dtype).repeat(C, 1).contiguous()
+    return [feature, cut, value, leaf_of, resid]
+
+
+def _blocks(prior, state, Xb, n_cuts, sigma2, U, Z, groups, threads, use_likelihood=True):
+    _, ps_lut, log1m_ps = prior_tables(prior, state[0].shape[-1], state[0].device)
+    pg, pp, _ = MOVE_PROBS
+    empty = torch.empty(0, dtype=torch.long)
+    return torch.ops.torchtree.bart_sweep_blocks(*state, Xb, n_cuts, sigma2, U, Z, empty if groups is None else groups,
+                                                 ps_lut, log1m_ps, float(prior.tau ** 2), float(pg), float(pp),
+                                                 int(prior.max_depth), bool(use_likelihood), int(threads))
+
+
+def _cuda(prior, state, Xb, n_cuts, sigma2, U, Z, groups, threads, use_likelihood=True):
+    """The CUDA kernel on copies of the inputs (``threads`` unused: the kernel picks its block size)."""
+    dev = [x.cuda() for x in state]
+    counts = sweep_native(prior, *dev, Xb.cuda(), n_cuts.cuda(), sigma2.cuda(), U.cuda(), Z.cuda(), use_likelihood,
+                          None if groups is None else groups.cuda())
+    assert counts is not None, "the CUDA kernel is unavailable"
+    for x, y in zip(state, dev):
+        x.copy_(y.cpu())
+    return counts.cpu()
+
+
+def _compare(sweeps, threads, dtype=torch.float64, T=12, C=3, use_likelihood=True, run=_blocks, **setup):
+    prior, grid, data, groups = _setup(**setup)
+    Xb, n_cuts = grid.bins(data.X).contiguous(), grid.n_cuts
+    g = torch.Generator().manual_seed(3)
+    ref = _state(prior, grid, data, T, C, dtype)
+    K = prior.n_slots
+    sigma2 = torch.full((C,), 0.2, dtype=torch.float64)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4)
+    grown = 0
+    for _ in range(sweeps):
+        U = torch.rand(T, C, 5, generator=g, dtype=torch.float64)
+        Z = torch.randn(T, C, K, generator=g, dtype=torch.float64)
+        mine = [x.clone() for x in ref]
+        counts_ref = sweep_native(prior, *ref, Xb, n_cuts, sigma2, U, Z, use_likelihood, groups)
+        counts = run(prior, mine, Xb, n_cuts, sigma2, U, Z, groups, threads, use_likelihood)
+        assert torch.equal(counts, counts_ref)
+        for a, b in zip(mine[:2] + mine[3:4], ref[:2] + ref[3:4]):  # feature, cut, leaf_of: exact
+            assert torch.equal(a, b)
+        for a, b in zip((mine[2], mine[4]), (ref[2], ref[4])):  # values, residuals: to rounding
+            torch.testing.assert_close(a, b, **tol)
+        grown = max(grown, int((ref[0] >= 0).sum()))
+    return ref, grown, counts_ref
+
+
+@pytest.mark.parametrize("threads", [1, 4, 7])
+def test_block_sweeps_make_the_cpu_sweeps_moves(threads):
+    ref, grown, counts = _compare(sweeps=6, threads=threads)
+    assert grown > 12  # the trees grew past stumps: every move type had work to do
+    assert int(counts[1].sum()) > 0
+
+
+def test_float32_and_a_shallow_prior():
+    """float32 sums, and trees held at max_depth = 2 (a grow refused there)."""
+    ref, _, _ = _compare(sweeps=8, threads=3, dtype=torch.float32, max_depth=2)
+    assert int(ref[0][..., 1:3].ge(0).sum()) > 0  # nodes at depth 1 split
+    assert int(ref[0][..., 3:].ge(0).sum()) == 0  # none at depth 2
+
+
+def test_coded_table_groups():
+    """A categorical column and missing values: the feature drawn by input column, then split column."""
+    _, grown, _ = _compare(sweeps=4, threads=4, coded=True)
+    assert grown > 0
+
+
+def test_prior_only():
+    """use_likelihood=False: the sums read as zeros, the trees sample the prior."""
+    _, grown, _ = _compare(sweeps=4, threads=2, use_likelihood=False)
+    assert grown > 0
+
+
+@pytest.mark.parametrize("T", [1, 2, 3])
+def test_few_trees(T):
+    """Sweeps of one, two and three trees (the block's first and last passes; the lookahead of its scans)."""
+    _compare(sweeps=5, threads=5, T=T, C=2)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("case", ["float64", "float32", "coded", "prior", "two trees", "many points"])
+def test_cuda_kernel_makes_the_cpu_sweeps_moves(case):
+    """The kernel itself (``bart_cuda.cu``, ``compile="native"`` on CUDA) against the CPU sweep, as above."""
+    kw = {"float64": {}, "float32": dict(dtype=torch.float32, max_depth=3), "coded": dict(coded=True),
+          "prior": dict(use_likelihood=False), "two trees": dict(T=2, C=5), "many points": dict(n=20_000, T=6)}[case]
+    assert native.cuda_available(), "the CUDA kernels did not build"
+    _compare(sweeps=4, threads=0, run=_cuda, **kw)
