@@ -50,27 +50,34 @@ def _state(prior, grid, data, T, C, dtype):
     return [feature, cut, value, leaf_of, resid]
 
 
-def _blocks(prior, state, Xb, n_cuts, sigma2, U, Z, groups, threads, use_likelihood=True):
+KEYED_BASE = 0x5DEECE66D  # the leaves' stream seed of the keyed runs
+
+
+def _blocks(prior, state, Xb, n_cuts, sigma2, U, Z, keyed, groups, threads, use_likelihood=True):
     _, ps_lut, log1m_ps = prior_tables(prior, state[0].shape[-1], state[0].device)
     pg, pp, _ = MOVE_PROBS
     empty = torch.empty(0, dtype=torch.long)
-    return torch.ops.torchtree.bart_sweep_blocks(*state, Xb, n_cuts, sigma2, U, Z, empty if groups is None else groups,
-                                                 ps_lut, log1m_ps, float(prior.tau ** 2), float(pg), float(pp),
-                                                 int(prior.max_depth), bool(use_likelihood), int(threads))
+    base, keys, kz = keyed if Z is None else (0, empty, 0)
+    return torch.ops.torchtree.bart_sweep_blocks(*state, Xb, n_cuts, sigma2, U, empty.double() if Z is None else Z,
+                                                 empty if groups is None else groups, ps_lut, log1m_ps,
+                                                 float(prior.tau ** 2), float(pg), float(pp), int(prior.max_depth),
+                                                 bool(use_likelihood), base, keys, kz, int(threads))
 
 
-def _cuda(prior, state, Xb, n_cuts, sigma2, U, Z, groups, threads, use_likelihood=True):
+def _cuda(prior, state, Xb, n_cuts, sigma2, U, Z, keyed, groups, threads, use_likelihood=True):
     """The CUDA kernel on copies of the inputs (``threads`` unused: the kernel picks its block size)."""
     dev = [x.cuda() for x in state]
-    counts = sweep_native(prior, *dev, Xb.cuda(), n_cuts.cuda(), sigma2.cuda(), U.cuda(), Z.cuda(), use_likelihood,
-                          None if groups is None else groups.cuda())
+    keyed = None if keyed is None else (keyed[0], keyed[1].cuda(), keyed[2])
+    counts = sweep_native(prior, *dev, Xb.cuda(), n_cuts.cuda(), sigma2.cuda(), U.cuda(),
+                          None if Z is None else Z.cuda(), use_likelihood, None if groups is None else groups.cuda(),
+                          keyed_leaves=keyed)
     assert counts is not None, "the CUDA kernel is unavailable"
     for x, y in zip(state, dev):
         x.copy_(y.cpu())
     return counts.cpu()
 
 
-def _compare(sweeps, threads, dtype=torch.float64, T=12, C=3, use_likelihood=True, run=_blocks, **setup):
+def _compare(sweeps, threads, dtype=torch.float64, T=12, C=3, use_likelihood=True, run=_blocks, keyed=False, **setup):
     prior, grid, data, groups = _setup(**setup)
     Xb, n_cuts = grid.bins(data.X).contiguous(), grid.n_cuts
     g = torch.Generator().manual_seed(3)
@@ -82,9 +89,12 @@ def _compare(sweeps, threads, dtype=torch.float64, T=12, C=3, use_likelihood=Tru
     for _ in range(sweeps):
         U = torch.rand(T, C, 5, generator=g, dtype=torch.float64)
         Z = torch.randn(T, C, K, generator=g, dtype=torch.float64)
+        # keyed: each leaf's normal drawn in the kernels from its key (tree and chain), slots below K - 2 only
+        keys = (KEYED_BASE, torch.randint(0, 2 ** 40, (T, C), generator=g), K - 2) if keyed else None
+        Z = None if keyed else Z
         mine = [x.clone() for x in ref]
-        counts_ref = sweep_native(prior, *ref, Xb, n_cuts, sigma2, U, Z, use_likelihood, groups)
-        counts = run(prior, mine, Xb, n_cuts, sigma2, U, Z, groups, threads, use_likelihood)
+        counts_ref = sweep_native(prior, *ref, Xb, n_cuts, sigma2, U, Z, use_likelihood, groups, keyed_leaves=keys)
+        counts = run(prior, mine, Xb, n_cuts, sigma2, U, Z, keys, groups, threads, use_likelihood)
         assert torch.equal(counts, counts_ref)
         for a, b in zip(mine[:2] + mine[3:4], ref[:2] + ref[3:4]):  # feature, cut, leaf_of: exact
             assert torch.equal(a, b)
@@ -108,6 +118,12 @@ def test_float32_and_a_shallow_prior():
     assert int(ref[0][..., 3:].ge(0).sum()) == 0  # none at depth 2
 
 
+def test_keyed_leaf_normals():
+    """The leaves' normals drawn in the kernel from (stream seed, tree-chain key, slot), as the CPU kernel's."""
+    _, grown, _ = _compare(sweeps=5, threads=4, keyed=True)
+    assert grown > 12
+
+
 def test_coded_table_groups():
     """A categorical column and missing values: the feature drawn by input column, then split column."""
     _, grown, _ = _compare(sweeps=4, threads=4, coded=True)
@@ -128,10 +144,11 @@ def test_few_trees(T):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("case", ["float64", "float32", "coded", "prior", "two trees", "many points"])
+@pytest.mark.parametrize("case", ["float64", "float32", "coded", "prior", "two trees", "many points", "keyed"])
 def test_cuda_kernel_makes_the_cpu_sweeps_moves(case):
     """The kernel itself (``bart_cuda.cu``, ``compile="native"`` on CUDA) against the CPU sweep, as above."""
     kw = {"float64": {}, "float32": dict(dtype=torch.float32, max_depth=3), "coded": dict(coded=True),
-          "prior": dict(use_likelihood=False), "two trees": dict(T=2, C=5), "many points": dict(n=20_000, T=6)}[case]
+          "prior": dict(use_likelihood=False), "two trees": dict(T=2, C=5), "many points": dict(n=20_000, T=6),
+          "keyed": dict(keyed=True)}[case]
     assert native.cuda_available(), "the CUDA kernels did not build"
     _compare(sweeps=4, threads=0, run=_cuda, **kw)

@@ -55,16 +55,17 @@ struct HostBlock {
   }
 };
 
-// One sweep, as bart_sweep with a z tensor, in place: chain c by a block of `threads` host threads.
+// One sweep, as bart_sweep, in place: chain c by a block of `threads` host threads.
 // Returns the proposed and accepted counts per move type, [2, 3].
 at::Tensor bart_sweep_blocks(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of,
                              at::Tensor resid, at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2, at::Tensor u,
                              at::Tensor z, at::Tensor groups, at::Tensor ps_lut, at::Tensor log1m_ps, double tau2,
-                             double pg, double pp, int64_t max_depth, bool use_likelihood, int64_t threads) {
+                             double pg, double pp, int64_t max_depth, bool use_likelihood, int64_t leaves_base,
+                             at::Tensor keys, int64_t kz, int64_t threads) {
   TORCH_CHECK(feature.device().is_cpu(), "bart_sweep_blocks: CPU tensors only");
   TORCH_CHECK(threads >= 1, "bart_sweep_blocks: threads >= 1");
   auto in = block_inputs("bart_sweep_blocks", feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, u, z, groups,
-                         ps_lut, log1m_ps);
+                         ps_lut, log1m_ps, leaves_base, keys, kz);
   AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_sweep_blocks", [&] {
     const SweepArgs<scalar_t> a =
         sweep_args<scalar_t>(in, feature, cut, value, leaf_of, resid, tau2, pg, pp, max_depth, use_likelihood);
@@ -74,7 +75,7 @@ at::Tensor bart_sweep_blocks(at::Tensor feature, at::Tensor cut, at::Tensor valu
       std::mutex mu;
       auto run = [&](int64_t id) {
         HostBlock b{id, threads, &barrier, &mu};
-        sweep_chain(b, a, buf.data(), c);
+        sweep_chain(b, a, in.normals, buf.data(), c);
       };
       if (threads == 1) {
         run(0);
@@ -94,7 +95,7 @@ TORCH_LIBRARY_FRAGMENT(torchtree, m) {
   m.def("bart_sweep_blocks(Tensor(a!) feature, Tensor(b!) cut, Tensor(c!) value, Tensor(d!) leaf_of, "
         "Tensor(e!) resid, Tensor Xb, Tensor n_cuts, Tensor sigma2, Tensor u, Tensor z, Tensor groups, "
         "Tensor ps_lut, Tensor log1m_ps, float tau2, float pg, float pp, int max_depth, bool use_likelihood, "
-        "int threads) -> Tensor");
+        "int leaves_base, Tensor keys, int kz, int threads) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(torchtree, CPU, m) { m.impl("bart_sweep_blocks", bart_sweep_blocks); }

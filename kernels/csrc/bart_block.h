@@ -13,7 +13,7 @@ namespace torchtree_bart {
 
 // One sweep's tensors and settings (shapes as torchtree.steps.bart_moves.sweep_native): feature, cut int16
 // [T, C, K]; value [T, C, K]; leaf_of int16 [T, C, N]; resid [C, N]; Xb int16 [D, N]; n_cuts [D]; sigma2 [C];
-// U [T, C, 5]; Z [T, C, Kz] (slots from Kz on draw 0); groups [D] or null; ps_lut, log1m_ps [max_depth + 2].
+// U [T, C, 5]; groups [D] or null; ps_lut, log1m_ps [max_depth + 2].
 template <class scalar_t>
 struct SweepArgs {
   int16_t *feature, *cut;
@@ -22,13 +22,13 @@ struct SweepArgs {
   scalar_t* resid;
   const int16_t* Xb;
   const int64_t* n_cuts;
-  const double *sigma2, *U, *Z;
+  const double *sigma2, *U;
   const int64_t* groups;
   const double *ps_lut, *log1m_ps;
   double tau2, pg, pp;
   int64_t max_depth;
   bool use_lik;
-  int64_t T, C, K, Kz, N, D;
+  int64_t T, C, K, N, D;
   int64_t* scratch;  // [C, 3 D]: thread 0's cut ranges and group counts
   int64_t* counts;   // [2, 3]: proposed, then accepted, grow / prune / change (added to)
 };
@@ -82,8 +82,9 @@ TT_HD inline BlockArrays<scalar_t> carve(unsigned char* buf, int64_t K) {
 // that can hold a node this update (Ku: the complete levels to two below the tree's deepest node, found by
 // the block), the block sums the partial residual per (leaf, side) cell (pass 1), thread 0 decides, and
 // the block moves the points and updates the residuals (pass 2), fused with the next tree's pass 1.
-template <class Blk, class scalar_t>
-TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, unsigned char* buf, int64_t c) {
+// normal(t * C + c, k): the standard normal of tree t's leaf in slot k.
+template <class Blk, class scalar_t, class Normals>
+TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& normal, unsigned char* buf, int64_t c) {
   const int64_t tid = b.tid(), B = b.size(), T = a.T, C = a.C, K = a.K, N = a.N;
   const BlockArrays<scalar_t> sh = carve<scalar_t>(buf, K);
   BlockHeader& h = *sh.h;
@@ -108,12 +109,11 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, unsigned char* buf,
   // thread 0: the decision on tree t (its cells summed)
   auto decide_tree = [&](int64_t t) {
     const Proposal& p = h.prop[t % 2];
-    const double* z = a.Z + at(t) * a.Kz;
-    const int64_t kz = a.Kz;
-    auto normal = [&](int64_t k) { return k < kz ? z[k] : 0.0; };
-    const bool acc = decide(p, a.feature + at(t) * K, a.cut + at(t) * K, a.value + at(t) * K, sh.s_cell, sh.n_cell,
-                            a.use_lik, K, h.ku[t % 2], a.sigma2[c], a.tau2, a.pg, a.pp, a.U + at(t) * 5, a.ps_lut,
-                            a.log1m_ps, scratch, scratch + a.D, normal, sh.to, sh.old_value, sh.s_leaf, sh.n_leaf);
+    const int64_t tc = at(t);
+    auto z = [&](int64_t k) { return normal(tc, k); };
+    const bool acc = decide(p, a.feature + tc * K, a.cut + tc * K, a.value + tc * K, sh.s_cell, sh.n_cell, a.use_lik, K,
+                            h.ku[t % 2], a.sigma2[c], a.tau2, a.pg, a.pp, a.U + tc * 5, a.ps_lut, a.log1m_ps,
+                            scratch, scratch + a.D, z, sh.to, sh.old_value, sh.s_leaf, sh.n_leaf);
     h.moved = acc;
     h.tally[3 + p.move] += acc ? 1 : 0;
   };

@@ -6,17 +6,39 @@
 
 namespace torchtree_bart {
 
-// the converted read-only inputs (kept alive while the sweep runs), its scratch and its move counts
+// the standard normal of a leaf: z[tc, k] of a tensor [T * C, kz], or drawn from its key,
+// ndtri(keyed_uniform(base, keys[tc], k)) (the numbers such a tensor made by torchtree.core.random holds:
+// bit for bit on the CPU, to the last bits on CUDA, whose normcdfinv may round otherwise); 0 from slot kz on
+struct BlockNormals {
+  const double* z;
+  const int64_t* keys;
+  uint64_t base;
+  int64_t kz;
+  TT_HD double operator()(int64_t tc, int64_t k) const {
+    if (k >= kz) return 0.0;
+    if (z) return z[tc * kz + k];
+    const double u = keyed_uniform(base, keys[tc], k);
+#ifdef __CUDA_ARCH__
+    return normcdfinv(u);
+#else
+    return calc_ndtri(u);
+#endif
+  }
+};
+
+// the converted read-only inputs (kept alive while the sweep runs), the leaves' normals, scratch and move counts
 struct BlockSweepInputs {
   UpdateInputs in;
-  at::Tensor zz, scratch, counts;
+  at::Tensor zz, kk, scratch, counts;
+  BlockNormals normals;
 };
 
 inline BlockSweepInputs block_inputs(const char* name, const at::Tensor& feature, const at::Tensor& cut,
                                      const at::Tensor& value, const at::Tensor& leaf_of, const at::Tensor& resid,
                                      const at::Tensor& Xb, const at::Tensor& n_cuts, const at::Tensor& sigma2,
                                      const at::Tensor& u, const at::Tensor& z, const at::Tensor& groups,
-                                     const at::Tensor& ps_lut, const at::Tensor& log1m_ps) {
+                                     const at::Tensor& ps_lut, const at::Tensor& log1m_ps, int64_t leaves_base,
+                                     const at::Tensor& keys, int64_t kz) {
   TORCH_CHECK(feature.scalar_type() == at::kShort && cut.scalar_type() == at::kShort &&
                   leaf_of.scalar_type() == at::kShort,
               name, ": feature, cut and leaf_of are int16");
@@ -24,13 +46,18 @@ inline BlockSweepInputs block_inputs(const char* name, const at::Tensor& feature
                   resid.is_contiguous(),
               name, ": contiguous state tensors");
   TORCH_CHECK(value.scalar_type() == resid.scalar_type(), name, ": value and resid must share a dtype");
-  TORCH_CHECK(z.dim() == 3 && z.size(0) == feature.size(0) && z.size(1) == feature.size(1),
-              name, ": z [T, C, Kz] is required (no keyed leaf normals here)");
+  const bool keyed = z.numel() == 0;  // keyed draws (keys [T, C], slots < kz) instead of a z tensor
+  TORCH_CHECK(keyed ? keys.numel() == feature.size(0) * feature.size(1)
+                    : z.dim() == 3 && z.size(0) == feature.size(0) && z.size(1) == feature.size(1),
+              name, ": z [T, C, Kz], or keys [T, C] with z empty");
   const int64_t C = feature.size(1), D = Xb.size(0);
-  return BlockSweepInputs{UpdateInputs(Xb, n_cuts, sigma2, u, groups, ps_lut, log1m_ps),
-                          z.to(at::kDouble).contiguous(), at::empty({C, 3 * std::max<int64_t>(D, 1)},
-                                                                   feature.options().dtype(at::kLong)),
-                          at::zeros({2, 3}, feature.options().dtype(at::kLong))};
+  BlockSweepInputs b{UpdateInputs(Xb, n_cuts, sigma2, u, groups, ps_lut, log1m_ps),
+                     keyed ? z : z.to(at::kDouble).contiguous(), keyed ? keys.to(at::kLong).contiguous() : keys,
+                     at::empty({C, 3 * std::max<int64_t>(D, 1)}, feature.options().dtype(at::kLong)),
+                     at::zeros({2, 3}, feature.options().dtype(at::kLong)), BlockNormals{}};
+  b.normals = keyed ? BlockNormals{nullptr, b.kk.data_ptr<int64_t>(), static_cast<uint64_t>(leaves_base), kz}
+                    : BlockNormals{b.zz.data_ptr<double>(), nullptr, 0, b.zz.size(2)};
+  return b;
 }
 
 template <class scalar_t>
@@ -42,11 +69,11 @@ SweepArgs<scalar_t> sweep_args(BlockSweepInputs& b, at::Tensor& feature, at::Ten
   a.feature = feature.data_ptr<int16_t>(), a.cut = cut.data_ptr<int16_t>();
   a.value = value.data_ptr<scalar_t>(), a.leaf_of = leaf_of.data_ptr<int16_t>(), a.resid = resid.data_ptr<scalar_t>();
   a.Xb = in.xb.data_ptr<int16_t>(), a.n_cuts = in.nc.data_ptr<int64_t>(), a.sigma2 = in.s2.data_ptr<double>();
-  a.U = in.uu.data_ptr<double>(), a.Z = b.zz.data_ptr<double>();
+  a.U = in.uu.data_ptr<double>();
   a.groups = in.gr.numel() ? in.gr.data_ptr<int64_t>() : nullptr;
   a.ps_lut = in.psl.data_ptr<double>(), a.log1m_ps = in.l1m.data_ptr<double>();
   a.tau2 = tau2, a.pg = pg, a.pp = pp, a.max_depth = max_depth, a.use_lik = use_likelihood;
-  a.T = feature.size(0), a.C = feature.size(1), a.K = feature.size(2), a.Kz = b.zz.size(2);
+  a.T = feature.size(0), a.C = feature.size(1), a.K = feature.size(2);
   a.N = resid.size(1), a.D = in.xb.size(0);
   a.scratch = b.scratch.data_ptr<int64_t>(), a.counts = b.counts.data_ptr<int64_t>();
   return a;

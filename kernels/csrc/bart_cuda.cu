@@ -1,7 +1,7 @@
 // bart_sweep on CUDA: a whole backfitting sweep in one kernel launch, one block of threads per chain running
 // bart_block.h's sweep (every tree in turn: thread 0 proposes and decides, the block passes over the points).
-// Nothing is read back to the host, so the launch can be recorded in a CUDA graph. The leaves' normals come
-// as a z tensor [T, C, Kz] (the keyed draws of the CPU kernel are not made here). The block's state lives in
+// Nothing is read back to the host, so the launch can be recorded in a CUDA graph. The leaves' normals are
+// drawn in the kernel from their keys, as the CPU kernel's (or read from a z tensor). The block's state lives in
 // shared memory: block_bytes(K), 36 KB for float64 at max_depth 8; the largest max_depth is the one whose
 // state fits the device's opt-in limit (10 on an A100 or H100).
 #include "bart_block_args.h"
@@ -57,10 +57,10 @@ struct CudaBlock {
 constexpr int MAX_THREADS = 512;
 
 template <class scalar_t>
-__global__ void __launch_bounds__(MAX_THREADS) sweep_kernel(SweepArgs<scalar_t> a) {
+__global__ void __launch_bounds__(MAX_THREADS) sweep_kernel(SweepArgs<scalar_t> a, BlockNormals normals) {
   extern __shared__ __align__(16) unsigned char block_state[];
   CudaBlock b;
-  sweep_chain(b, a, block_state, static_cast<int64_t>(blockIdx.x));
+  sweep_chain(b, a, normals, block_state, static_cast<int64_t>(blockIdx.x));
 }
 
 // threads per block: enough to keep a chain's passes over the points busy, few where there are few points
@@ -73,7 +73,7 @@ at::Tensor bart_sweep_cuda(at::Tensor feature, at::Tensor cut, at::Tensor value,
   TORCH_CHECK(feature.is_cuda(), "bart_sweep (CUDA): CUDA tensors only");
   const c10::cuda::CUDAGuard guard(feature.device());
   auto in = block_inputs("bart_sweep (CUDA)", feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, u, z, groups,
-                         ps_lut, log1m_ps);
+                         ps_lut, log1m_ps, leaves_base, keys, kz);
   AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_sweep_cuda", [&] {
     const SweepArgs<scalar_t> a =
         sweep_args<scalar_t>(in, feature, cut, value, leaf_of, resid, tau2, pg, pp, max_depth, use_likelihood);
@@ -88,7 +88,7 @@ at::Tensor bart_sweep_cuda(at::Tensor feature, at::Tensor cut, at::Tensor value,
       C10_CUDA_CHECK(cudaFuncSetAttribute(sweep_kernel<scalar_t>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)));
     sweep_kernel<scalar_t><<<static_cast<unsigned>(a.C), block_threads(a.N), bytes,
-                             c10::cuda::getCurrentCUDAStream()>>>(a);
+                             c10::cuda::getCurrentCUDAStream()>>>(a, in.normals);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return in.counts;

@@ -315,11 +315,11 @@ def sweep_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, val
     type ``[2, 3]``, or None where the kernel is unavailable (nothing is changed then).
 
     On CUDA tensors the sweep is one kernel launch (``kernels/csrc/bart_cuda.cu``: one block of threads per
-    chain, nothing read back to the host) and needs ``Z``; its cell sums add in the threads' order, so leaf
-    values and residuals equal the CPU kernel's to rounding, not bit for bit."""
+    chain, nothing read back to the host); its cell sums add in the threads' order and its normals come from
+    CUDA's ``normcdfinv``, so leaf values and residuals equal the CPU kernel's to rounding, not bit for bit."""
     dev = resid.device.type
     kernel = native.op("bart_sweep") if dev == "cpu" else native.cuda_op("bart_sweep") if dev == "cuda" else None
-    if kernel is None or (Z is None and dev != "cpu"):
+    if kernel is None:
         return None
     _, ps_lut, log1m_ps = prior_tables(prior, feature.shape[-1], resid.device)
     pg, pp, _ = MOVE_PROBS

@@ -507,11 +507,9 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
     else:
         deepest = K
     if update is tree_update_native and all(x.is_contiguous() for x in (feature, cut, value, leaf_of, resid)):
-        kz = min(K, (1 << (deepest + 2)) - 1)  # the CPU kernel draws the leaves' normals where a leaf needs one
-        keyed = (derive_seed(seed, base + Stream.LEAVES), tree_chain, kz) if dev.type == "cpu" else None
-        counts = sweep_native(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U,
-                              None if keyed else _leaf_normals(seed, base, tree_chain, K, kz), use_likelihood,
-                              groups, keyed_leaves=keyed)
+        kz = min(K, (1 << (deepest + 2)) - 1)  # the leaves' normals drawn in the kernel, only where a leaf needs one
+        counts = sweep_native(prior, feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, None, use_likelihood,
+                              groups, keyed_leaves=(derive_seed(seed, base + Stream.LEAVES), tree_chain, kz))
         if counts is not None:  # the whole sweep in one compiled call
             return resid, counts
     Z = _leaf_normals(seed, base, tree_chain, K, min(K, (1 << (deepest + 2)) - 1))
