@@ -229,10 +229,11 @@ def test_bart_graph_sweeps_match_the_eager_sweeps_on_cuda(task, monkeypatch):
         torch.testing.assert_close(graphed.sigma.cpu(), eager.sigma.cpu(), rtol=1e-4, atol=1e-6)
 
 
-def test_bart_native_runs_on_cuda_match_the_cpu_kernels():
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_bart_native_runs_on_cuda_match_the_cpu_kernels(task):
     """``compile="native"`` on CUDA (one launch per sweep, kernels/csrc/bart_cuda.cu) against the CPU kernel's
     run, float64: the same trees and move counts; leaf values and sigma to 1e-9 (the cell sums add in the
-    threads' order)."""
+    threads' order, the leaves' normals come from CUDA's normcdfinv)."""
     from torchtree import BART
     from torchtree.kernels import native
 
@@ -240,9 +241,11 @@ def test_bart_native_runs_on_cuda_match_the_cpu_kernels():
     rng = np.random.default_rng(3)
     X = rng.uniform(size=(500, 6))
     y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + rng.normal(size=500)
+    if task == "classification":
+        y = np.digitize(y, np.quantile(y, [0.33, 0.67]))  # three classes: a forest per class utility
     kw = dict(n_trees=20, n_chains=4, n_warmup=20, n_samples=20, n_gfr=0, dtype="float64", compile="native")
-    cpu = BART(**kw).run(Data(X, y, task="regression"), seed=4)
-    gpu = BART(**kw, device="cuda").run(Data(X, y, task="regression"), seed=4)
+    cpu = BART(**kw).run(Data(X, y, task=task), seed=4)
+    gpu = BART(**kw, device="cuda").run(Data(X, y, task=task), seed=4)
     assert gpu.value.device.type == "cuda"
     assert torch.equal(gpu.feature.cpu(), cpu.feature) and torch.equal(gpu.cut.cpu(), cpu.cut)
     assert all(gpu.info[k] == cpu.info[k] for k in cpu.info if k.startswith("accept/"))
