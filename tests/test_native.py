@@ -73,6 +73,30 @@ def test_coded_table_and_prior_runs_equal_the_reference():
         _same(BART(**kw, compile="off").run(d, seed=7), BART(**kw, compile="native").run(d, seed=7))
 
 
+@pytest.mark.parametrize("coded", [False, True])
+def test_columns_exhausted_by_ancestors_equal_the_reference(coded):
+    """Binary columns (one cut each): a split uses its column up for the subtree below it, so deeper proposals
+    draw among the columns left (the kernel counts them from the sweep's prefix tables and the node's
+    ancestors); with a categorical column's subset columns, input column then split column. Prior-only runs
+    grow deep trees, where every column can be used up (a grow then refused)."""
+    rng = np.random.default_rng(11)
+    n = 300
+    B = rng.integers(0, 2, size=(n, 5)).astype(float)
+    frame = pd.DataFrame(B, columns=[f"b{i}" for i in range(5)])
+    if coded:
+        frame["c"] = pd.Categorical(rng.choice(list("abcde"), n))
+        frame.loc[rng.random(n) < 0.2, "b0"] = np.nan
+    y = B[:, 0] + B[:, 1] * B[:, 2] + 0.3 * rng.normal(size=n)
+    d = Data(frame, y, task="regression")
+    assert (d.groups is not None) == coded
+    for use in (True, False):
+        kw = dict(n_trees=10, n_chains=2, n_warmup=40, n_samples=40, use_likelihood=use, n_gfr=0)
+        a, b = BART(**kw, compile="off").run(d, seed=5), BART(**kw, compile="native").run(d, seed=5)
+        _same(a, b)
+        depth = int(np.floor(np.log2(int((b.feature >= 0).nonzero()[:, -1].max()) + 1)))
+        assert depth >= 2  # split nodes two levels down: their children drew among the columns left
+
+
 def test_single_updates_from_random_states_equal_the_reference():
     """200 updates from states reached by earlier updates, with fresh uniforms each: every output equal."""
     X, y = _friedman(n=150, seed=4)

@@ -29,7 +29,7 @@ struct SweepArgs {
   int64_t max_depth;
   bool use_lik;
   int64_t T, C, K, N, D;
-  int64_t* scratch;  // [C, 3 D]: thread 0's cut ranges and group counts
+  int64_t* scratch;  // [C, feature_tables_size(D)]: thread 0's feature tables
   int64_t* counts;   // [2, 3]: proposed, then accepted, grow / prune / change (added to)
 };
 
@@ -89,7 +89,7 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& norm
   const BlockArrays<scalar_t> sh = carve<scalar_t>(buf, K);
   BlockHeader& h = *sh.h;
   scalar_t* res = a.resid + c * N;
-  int64_t* scratch = a.scratch + c * 3 * a.D;  // thread 0's lo, hi, cnt
+  FeatureTables tables{};  // thread 0's, built in its slice of the scratch
   auto at = [&](int64_t t) { return t * C + c; };  // tree t of chain c in [T, C, ...]
   auto scan = [&](int64_t t) {                       // tree t's deepest used slot, into h.deep[t % 2]
     const int16_t* f = a.feature + at(t) * K;
@@ -100,8 +100,7 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& norm
   auto propose_tree = [&](int64_t t) {
     Proposal& p = h.prop[t % 2];
     const int64_t ku = lesser<int64_t>(K, (int64_t(1) << (heap_depth(h.deep[t % 2]) + 2)) - 1);
-    propose(p, a.feature + at(t) * K, a.cut + at(t) * K, K, ku, a.D, a.n_cuts, a.groups, a.U + at(t) * 5, a.pg,
-            a.pp, a.max_depth, scratch, scratch + a.D, scratch + 2 * a.D);
+    propose(p, a.feature + at(t) * K, a.cut + at(t) * K, K, ku, tables, a.U + at(t) * 5, a.pg, a.pp, a.max_depth);
     h.ku[t % 2] = ku;
     for (int64_t cell = 0; cell < 2 * ku; ++cell) sh.s_cell[cell] = scalar_t(0), sh.n_cell[cell] = 0;
     h.tally[p.move] += 1;
@@ -112,8 +111,8 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& norm
     const int64_t tc = at(t);
     auto z = [&](int64_t k) { return normal(tc, k); };
     const bool acc = decide(p, a.feature + tc * K, a.cut + tc * K, a.value + tc * K, sh.s_cell, sh.n_cell, a.use_lik, K,
-                            h.ku[t % 2], a.sigma2[c], a.tau2, a.pg, a.pp, a.U + tc * 5, a.ps_lut, a.log1m_ps,
-                            scratch, scratch + a.D, z, sh.to, sh.old_value, sh.s_leaf, sh.n_leaf);
+                            h.ku[t % 2], a.sigma2[c], a.tau2, a.pg, a.pp, a.U + tc * 5, a.ps_lut, a.log1m_ps, z,
+                            sh.to, sh.old_value, sh.s_leaf, sh.n_leaf);
     h.moved = acc;
     h.tally[3 + p.move] += acc ? 1 : 0;
   };
@@ -147,6 +146,7 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& norm
 
   if (T == 0) return;
   if (tid == 0) {
+    tables = feature_tables(a.D, a.n_cuts, a.groups, a.scratch + c * feature_tables_size(a.D));
     h.deep[0] = h.deep[1] = 0;
     for (int i = 0; i < 6; ++i) h.tally[i] = 0;
   }

@@ -53,7 +53,7 @@ inline BlockSweepInputs block_inputs(const char* name, const at::Tensor& feature
   const int64_t C = feature.size(1), D = Xb.size(0);
   BlockSweepInputs b{UpdateInputs(Xb, n_cuts, sigma2, u, groups, ps_lut, log1m_ps),
                      keyed ? z : z.to(at::kDouble).contiguous(), keyed ? keys.to(at::kLong).contiguous() : keys,
-                     at::empty({C, 3 * std::max<int64_t>(D, 1)}, feature.options().dtype(at::kLong)),
+                     at::empty({C, feature_tables_size(D)}, feature.options().dtype(at::kLong)),
                      at::zeros({2, 3}, feature.options().dtype(at::kLong)), BlockNormals{}};
   b.normals = keyed ? BlockNormals{nullptr, b.kk.data_ptr<int64_t>(), static_cast<uint64_t>(leaves_base), kz}
                     : BlockNormals{b.zz.data_ptr<double>(), nullptr, 0, b.zz.size(2)};

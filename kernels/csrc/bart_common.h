@@ -43,4 +43,14 @@ struct UpdateInputs {
         psl(ps_lut.to(at::kDouble).contiguous()), l1m(log1m_ps.to(at::kDouble).contiguous()) {}
 };
 
+// feature_tables of a CPU operator's n_cuts and groups, with their storage
+struct HostTables {
+  std::vector<int64_t> buf;
+  FeatureTables t;
+  explicit HostTables(const UpdateInputs& in) : buf(feature_tables_size(in.nc.numel())) {
+    t = feature_tables(in.nc.numel(), in.nc.data_ptr<int64_t>(), in.gr.numel() ? in.gr.data_ptr<int64_t>() : nullptr,
+                       buf.data());
+  }
+};
+
 }  // namespace torchtree_bart

@@ -39,33 +39,6 @@ template <class Mask> TT_HD int64_t pick_nth(const Mask& mask, int64_t n, double
   return lesser<int64_t>(before, n - 1);
 }
 
-// the k-th index with mask(i) (k < their count), as kth_true of torchtree.model.feature_groups
-template <class Mask> TT_HD int64_t kth_true(const Mask& mask, int64_t n, int64_t k) {
-  int64_t seen = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    seen += mask(i) ? 1 : 0;
-    if (seen > k) return i;
-  }
-  return 0;
-}
-
-// choose_column of torchtree.model.feature_groups: input column, then split column; cnt: D scratch slots
-template <class Mask>
-TT_HD int64_t choose_grouped(const Mask& mask, int64_t D, double u, const int64_t* groups, int64_t* cnt) {
-  for (int64_t d = 0; d < D; ++d) cnt[d] = 0;
-  for (int64_t d = 0; d < D; ++d) cnt[groups[d]] += mask(d) ? 1 : 0;
-  auto has = [&](int64_t g) { return cnt[g] > 0; };
-  int64_t n_groups = 0;
-  for (int64_t g = 0; g < D; ++g) n_groups += has(g) ? 1 : 0;
-  double s = u * static_cast<double>(n_groups);
-  int64_t k = lesser<int64_t>(static_cast<int64_t>(floor(s)), greater<int64_t>(n_groups - 1, 0));
-  int64_t g = kth_true(has, D, k);
-  double frac = lesser(greater(s - static_cast<double>(k), 0.0), 1.0 - 1e-12);
-  int64_t c = cnt[g];
-  int64_t k2 = lesser<int64_t>(static_cast<int64_t>(floor(frac * static_cast<double>(c))), greater<int64_t>(c - 1, 0));
-  return kth_true([&](int64_t d) { return mask(d) && groups[d] == g; }, D, k2);
-}
-
 TT_HD inline double log_marginal(double n, double s, double s2, double tau2) {
   double v = s2 + n * tau2;
   return -0.5 * log(v / s2) + 0.5 * tau2 * s * s / (s2 * v);
@@ -77,22 +50,119 @@ TT_HD inline int64_t heap_depth(int64_t j) {
   return d;
 }
 
+// The split columns' availability without ancestors, built once per sweep from n_cuts [D] and, for a coded
+// table, groups [D] (each split column's input column): a node's ancestors narrow the cut ranges of at most
+// max_depth columns, so which columns are left to it, and the prior's draw among them, follow from these
+// prefix counts and those few columns in O(max_depth log D) instead of passes over all D columns.
+struct FeatureTables {
+  int64_t D;
+  const int64_t *n_cuts, *groups;  // groups: null for a plain table
+  const int64_t* pre;              // [D + 1]: columns with a cut among the first d
+  // coded tables: per input column g, its columns with a cut (gcount), the input columns with one among the
+  // first g (gpre [D + 1]), and those columns in index order at order[gstart[g] ..]
+  const int64_t *gcount, *gpre, *gstart, *order;
+};
+
+// int64 slots feature_tables needs
+TT_HD inline int64_t feature_tables_size(int64_t D) { return 6 * D + 3; }
+
+// the tables of n_cuts and groups (or null), written into buf (feature_tables_size(D) slots)
+TT_HD inline FeatureTables feature_tables(int64_t D, const int64_t* n_cuts, const int64_t* groups, int64_t* buf) {
+  FeatureTables t{D, n_cuts, groups, buf, nullptr, nullptr, nullptr, nullptr};
+  int64_t* pre = buf;
+  pre[0] = 0;
+  for (int64_t d = 0; d < D; ++d) pre[d + 1] = pre[d] + (n_cuts[d] > 0 ? 1 : 0);
+  if (!groups) return t;
+  int64_t *gcount = buf + D + 1, *gpre = gcount + D, *gstart = gpre + D + 1, *order = gstart + D + 1,
+          *fill = order + D;
+  for (int64_t g = 0; g < D; ++g) gcount[g] = 0;
+  for (int64_t d = 0; d < D; ++d) gcount[groups[d]] += n_cuts[d] > 0 ? 1 : 0;
+  gpre[0] = 0, gstart[0] = 0;
+  for (int64_t g = 0; g < D; ++g) {
+    gpre[g + 1] = gpre[g] + (gcount[g] > 0 ? 1 : 0);
+    gstart[g + 1] = gstart[g] + gcount[g];
+    fill[g] = gstart[g];
+  }
+  for (int64_t d = 0; d < D; ++d)
+    if (n_cuts[d] > 0) order[fill[groups[d]]++] = d;
+  t.gcount = gcount, t.gpre = gpre, t.gstart = gstart, t.order = order;
+  return t;
+}
+
+// the most ancestors a node has (max_depth <= 14)
+constexpr int MAX_ANCESTORS = 16;
+
+// a node's columns left without a cut by its ancestors (columns that have cuts): at most MAX_ANCESTORS
+struct Exhausted {
+  int n = 0;
+  int64_t col[MAX_ANCESTORS];
+  // how many lie at or below column d (in input column g only, when g >= 0)
+  TT_HD int64_t upto(int64_t d, const int64_t* groups = nullptr, int64_t g = -1) const {
+    int64_t c = 0;
+    for (int i = 0; i < n; ++i) c += col[i] <= d && (g < 0 || groups[col[i]] == g) ? 1 : 0;
+    return c;
+  }
+};
+
+// smallest i in [0, n) with count(i) >= target, count non-decreasing (n - 1 if none)
+template <class Count> TT_HD int64_t first_reaching(const Count& count, int64_t n, int64_t target) {
+  int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (count(mid) >= target) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+// pick_nth over the columns with a cut left (the prior's uniform column): D - 1 when there is none
+TT_HD inline int64_t choose_column(const FeatureTables& t, const Exhausted& ex, double u) {
+  const int64_t cnt = t.pre[t.D] - ex.n;
+  if (cnt == 0) return t.D - 1;
+  int64_t nth = static_cast<int64_t>(floor(u * static_cast<double>(cnt)));
+  nth = lesser<int64_t>(nth, greater<int64_t>(cnt - 1, 0));
+  return first_reaching([&](int64_t i) { return t.pre[i + 1] - ex.upto(i); }, t.D, nth + 1);
+}
+
+// choose_column of torchtree.model.feature_groups over the columns with a cut left: uniform input column,
+// then uniform split column within it (0 when there is none)
+TT_HD inline int64_t choose_grouped(const FeatureTables& t, const Exhausted& ex, double u) {
+  // the input columns the exhausted columns leave without any
+  Exhausted zero;
+  for (int i = 0; i < ex.n; ++i) {
+    const int64_t g = t.groups[ex.col[i]];
+    bool seen = false;
+    for (int z = 0; z < zero.n; ++z) seen = seen || zero.col[z] == g;
+    if (!seen && t.gcount[g] - ex.upto(t.D, t.groups, g) == 0) zero.col[zero.n++] = g;
+  }
+  const int64_t n_groups = t.gpre[t.D] - zero.n;
+  if (n_groups == 0) return 0;
+  double s = u * static_cast<double>(n_groups);
+  int64_t k = lesser<int64_t>(static_cast<int64_t>(floor(s)), greater<int64_t>(n_groups - 1, 0));
+  const int64_t g = first_reaching([&](int64_t i) { return t.gpre[i + 1] - zero.upto(i); }, t.D, k + 1);
+  double frac = lesser(greater(s - static_cast<double>(k), 0.0), 1.0 - 1e-12);
+  const int64_t c = t.gcount[g] - ex.upto(t.D, t.groups, g);
+  int64_t k2 = lesser<int64_t>(static_cast<int64_t>(floor(frac * static_cast<double>(c))), greater<int64_t>(c - 1, 0));
+  const int64_t* cols = t.order + t.gstart[g];
+  const int64_t q = first_reaching([&](int64_t i) { return i + 1 - ex.upto(cols[i], t.groups, g); }, t.gcount[g], k2 + 1);
+  return cols[q];
+}
+
 // A tree update's proposal: the move, its node j (children cl, cr), the proposed rule (f_new, k_new) and
 // the node's old one, the tree's leaves and prunable nodes, the features with a cut left to j (nav)
 struct Proposal {
   int move;
   int64_t n_leaf, n_nog, j, depth, nav, f_new, k_new, cl, cr, f_old, k_old;
+  int64_t lo_new, hi_new, lo_old, hi_old;  // the cut ranges left to j of f_new and f_old
   bool valid;
 };
 
 // The proposal of one tree [K slots; those from Ku on hold no node this update] from its uniforms u[0..5):
 // the move by u[0], the node by u[1], the feature by u[2] (uniform among those with a cut left to j, or input
-// column then split column where groups is given), the cut by u[3]. lo, hi: [D] scratch, left holding the cut
-// range left to j per feature; cnt: [D] scratch (grouped tables only).
+// column then split column for a coded table), the cut by u[3]. t: feature_tables of the sweep.
 template <class feat_t>
-TT_HD void propose(Proposal& p, const feat_t* feat, const feat_t* cut, int64_t K, int64_t Ku, int64_t D,
-                   const int64_t* n_cuts, const int64_t* groups, const double* u, double pg, double pp,
-                   int64_t max_depth, int64_t* lo, int64_t* hi, int64_t* cnt) {
+TT_HD void propose(Proposal& p, const feat_t* feat, const feat_t* cut, int64_t K, int64_t Ku, const FeatureTables& t,
+                   const double* u, double pg, double pp, int64_t max_depth) {
   const int64_t kint = (Ku - 1) / 2;
   p.move = u[0] < pg ? GROW : (u[0] < pg + pp ? PRUNE : CHANGE);
   auto is_leaf = [&](int64_t k) { return feat[k] == LEAF; };
@@ -105,26 +175,38 @@ TT_HD void propose(Proposal& p, const feat_t* feat, const feat_t* cut, int64_t K
   p.j = p.move == GROW ? pick_nth(is_leaf, Ku, u[1]) : (p.n_nog ? pick_nth(nog, kint, u[1]) : (K - 1) / 2 - 1);
   const int64_t j = p.j;
   p.depth = heap_depth(j);
-  // cut ranges left to j by its ancestors
-  for (int64_t d = 0; d < D; ++d) lo[d] = 0, hi[d] = n_cuts[d];
+  // cut ranges left to j by its ancestors, for their columns (the others keep [0, n_cuts))
+  int na = 0;
+  int64_t col[MAX_ANCESTORS], lo[MAX_ANCESTORS], hi[MAX_ANCESTORS];
   for (int64_t l = 0; l < p.depth; ++l) {
     int64_t shift = p.depth - l;
     int64_t anc = ((j + 1) >> shift) - 1;
     int64_t below = ((j + 1) >> (shift - 1)) - 1;
     int64_t f = greater<int64_t>(feat[anc], 0), k = static_cast<int64_t>(cut[anc]);
-    if (below % 2 == 1) hi[f] = lesser(hi[f], k);
-    else lo[f] = greater(lo[f], k + 1);
+    int i = 0;
+    while (i < na && col[i] != f) ++i;
+    if (i == na) col[na] = f, lo[na] = 0, hi[na] = t.n_cuts[f], ++na;
+    if (below % 2 == 1) hi[i] = lesser(hi[i], k);
+    else lo[i] = greater(lo[i], k + 1);
   }
-  auto avail = [&](int64_t d) { return hi[d] - lo[d] > 0; };
-  p.nav = 0;
-  for (int64_t d = 0; d < D; ++d) p.nav += avail(d) ? 1 : 0;
-  p.f_new = groups ? choose_grouped(avail, D, u[2], groups, cnt) : pick_nth(avail, D, u[2]);
-  int64_t av_f = greater<int64_t>(hi[p.f_new] - lo[p.f_new], 0);
-  p.k_new = lo[p.f_new] + static_cast<int64_t>(floor(u[3] * static_cast<double>(av_f)));
+  Exhausted ex;
+  for (int i = 0; i < na; ++i)
+    if (t.n_cuts[col[i]] > 0 && hi[i] - lo[i] <= 0) ex.col[ex.n++] = col[i];
+  auto range = [&](int64_t f, int64_t& lo_f, int64_t& hi_f) {
+    lo_f = 0, hi_f = t.n_cuts[f];
+    for (int i = 0; i < na; ++i)
+      if (col[i] == f) lo_f = lo[i], hi_f = hi[i];
+  };
+  p.nav = t.pre[t.D] - ex.n;
+  p.f_new = t.groups ? choose_grouped(t, ex, u[2]) : choose_column(t, ex, u[2]);
+  range(p.f_new, p.lo_new, p.hi_new);
+  int64_t av_f = greater<int64_t>(p.hi_new - p.lo_new, 0);
+  p.k_new = p.lo_new + static_cast<int64_t>(floor(u[3] * static_cast<double>(av_f)));
   bool grow_ok = p.move == GROW && p.nav > 0 && p.depth < max_depth;
   p.valid = grow_ok || (p.move != GROW && p.n_nog > 0);
   p.cl = lesser(2 * j + 1, K - 1), p.cr = lesser(2 * j + 2, K - 1);
   p.f_old = greater<int64_t>(feat[j], 0), p.k_old = static_cast<int64_t>(cut[j]);
+  range(p.f_old, p.lo_old, p.hi_old);
 }
 
 // The decision on proposal p, given the partial residual's sums s_cell and counts n_cell per (leaf, side)
@@ -136,9 +218,8 @@ TT_HD void propose(Proposal& p, const feat_t* feat, const feat_t* cut, int64_t K
 template <class scalar_t, class count_t, class feat_t, class idx_t, class Normals>
 TT_HD bool decide(const Proposal& p, feat_t* feat, feat_t* cut, scalar_t* value, const scalar_t* s_cell,
                   const count_t* n_cell, bool use_lik, int64_t K, int64_t Ku, double s2, double tau2, double pg,
-                  double pp, const double* u, const double* ps_lut, const double* log1m_ps, const int64_t* lo,
-                  const int64_t* hi, const Normals& z, idx_t* to, scalar_t* old_value, double* s_leaf,
-                  double* n_leaf) {
+                  double pp, const double* u, const double* ps_lut, const double* log1m_ps, const Normals& z,
+                  idx_t* to, scalar_t* old_value, double* s_leaf, double* n_leaf) {
   const int64_t j = p.j, cl = p.cl, cr = p.cr, depth = p.depth;
   for (int64_t k = 0; k < Ku; ++k) old_value[k] = value[k];
   // slots from Ku on hold no point (a refused move's j and children may lie there)
@@ -157,13 +238,13 @@ TT_HD bool decide(const Proposal& p, feat_t* feat, feat_t* cut, scalar_t* value,
                   log_marginal(Nn(cr, 0) + Nn(cr, 1), S(cr, 0) + S(cr, 1), s2, tau2);
 
   double ps = ps_lut[depth];
-  auto kids = [&](int64_t f, int64_t k) {
-    bool left_avail = (p.nav - 1 + (k > lo[f] ? 1 : 0)) > 0;
-    bool right_avail = (p.nav - 1 + (hi[f] > k + 1 ? 1 : 0)) > 0;
+  auto kids = [&](int64_t lo_f, int64_t hi_f, int64_t k) {
+    bool left_avail = (p.nav - 1 + (k > lo_f ? 1 : 0)) > 0;
+    bool right_avail = (p.nav - 1 + (hi_f > k + 1 ? 1 : 0)) > 0;
     double lc = log1m_ps[depth + 1];
     return (left_avail ? lc : 0.0) + (right_avail ? lc : 0.0);
   };
-  double kids_new = kids(p.f_new, p.k_new), kids_old = kids(p.f_old, p.k_old);
+  double kids_new = kids(p.lo_new, p.hi_new, p.k_new), kids_old = kids(p.lo_old, p.hi_old, p.k_old);
   int64_t sib = lesser<int64_t>(greater<int64_t>(j % 2 == 1 ? j + 1 : j - 1, 0), K - 1);
   bool parent_was_nog = j > 0 && feat[sib] == LEAF;
   int64_t nog_after = p.n_nog + 1 - (parent_was_nog ? 1 : 0);

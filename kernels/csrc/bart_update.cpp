@@ -40,15 +40,14 @@ struct TreeUpdate {
   scalar_t* value;
   leaf_t* leaf_of;
   const int16_t* Xb;
-  const int64_t *n_cuts, *groups;
+  const FeatureTables* tables;
   double s2;
   const double *u, *ps_lut, *log1m_ps;
   double tau2, pg, pp;
   int64_t max_depth;
   bool use_lik;
-  // the proposal (bart_core.h), the cut ranges left to its node, scratch of a grouped table's feature draw
+  // the proposal (bart_core.h)
   Proposal p{};
-  std::vector<int64_t> lo, hi, cnt;
   const int16_t* xf = nullptr;
   int16_t k16 = 0;
   // pass 1's sums per (leaf, side); side 1 = left: s_lane [LANES, 2 Ku] partial sums, s_cell their total.
@@ -61,9 +60,7 @@ struct TreeUpdate {
   std::vector<scalar_t> old_value;
 
   void propose() {
-    lo.resize(D), hi.resize(D), cnt.resize(groups ? D : 0);
-    torchtree_bart::propose(p, feat, cut, K, Ku, D, n_cuts, groups, u, pg, pp, max_depth, lo.data(), hi.data(),
-                            cnt.data());
+    torchtree_bart::propose(p, feat, cut, K, Ku, *tables, u, pg, pp, max_depth);
     xf = Xb + p.f_new * N;
     k16 = static_cast<int16_t>(p.k_new);
     s_lane.assign(LANES * 2 * Ku, scalar_t(0));
@@ -89,7 +86,7 @@ struct TreeUpdate {
     to.resize(2 * Ku), old_value.resize(Ku);
     std::vector<double> s_leaf(Ku), n_leaf_pts(Ku);
     const bool accept = torchtree_bart::decide(p, feat, cut, value, s_cell.data(), n_cell.data(), use_lik, K, Ku, s2,
-                                               tau2, pg, pp, u, ps_lut, log1m_ps, lo.data(), hi.data(), z, to.data(),
+                                               tau2, pg, pp, u, ps_lut, log1m_ps, z, to.data(),
                                                old_value.data(), s_leaf.data(), n_leaf_pts.data());
     *move_out = p.move;
     *accept_out = accept;
@@ -121,11 +118,11 @@ struct TreeUpdate {
 
 template <typename scalar_t, typename leaf_t, typename feat_t>
 void update_chain(int64_t K, int64_t Ku, int64_t N, int64_t D, feat_t* feat, feat_t* cut, scalar_t* value,
-                  leaf_t* leaf_of, scalar_t* resid, const int16_t* Xb, const int64_t* n_cuts, double s2,
-                  const double* u, const LeafNormals& z, const int64_t* groups, const double* ps_lut,
+                  leaf_t* leaf_of, scalar_t* resid, const int16_t* Xb, const FeatureTables* tables, double s2,
+                  const double* u, const LeafNormals& z, const double* ps_lut,
                   const double* log1m_ps, double tau2, double pg, double pp, int64_t max_depth, bool use_lik,
                   int64_t* move_out, bool* accept_out) {
-  TreeUpdate<scalar_t, leaf_t, feat_t> up{K, Ku, N, D, feat, cut, value, leaf_of, Xb, n_cuts, groups, s2, u, ps_lut,
+  TreeUpdate<scalar_t, leaf_t, feat_t> up{K, Ku, N, D, feat, cut, value, leaf_of, Xb, tables, s2, u, ps_lut,
                                          log1m_ps, tau2, pg, pp, max_depth, use_lik};
   up.propose();
   for (int64_t n = 0; n < N; ++n) up.add(n, resid[n]);
@@ -151,7 +148,7 @@ std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at:
   const int64_t C = feat.size(0), K = feat.size(1), N = res.size(1), D = xb.size(0);
   auto move = at::empty({C}, feat.options());
   auto accept = at::empty({C}, feat.options().dtype(at::kBool));
-  const int64_t* g = groups.numel() ? gr.data_ptr<int64_t>() : nullptr;
+  const HostTables tables(in);
   AT_DISPATCH_FLOATING_TYPES(val.scalar_type(), "bart_tree_update", [&] {
     auto run = [&](auto* leaf_ptr) {
       using leaf_t = std::remove_pointer_t<decltype(leaf_ptr)>;
@@ -160,8 +157,8 @@ std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at:
           update_chain<scalar_t, leaf_t, int64_t>(K, K, N, D, feat.data_ptr<int64_t>() + c * K, cu.data_ptr<int64_t>() + c * K,
                                          val.data_ptr<scalar_t>() + c * K, leaf_ptr + c * N,
                                          res.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(),
-                                         nc.data_ptr<int64_t>(), s2.data_ptr<double>()[c],
-                                         uu.data_ptr<double>() + c * uu.size(1), LeafNormals{zz.data_ptr<double>() + c * K}, g,
+                                         &tables.t, s2.data_ptr<double>()[c],
+                                         uu.data_ptr<double>() + c * uu.size(1), LeafNormals{zz.data_ptr<double>() + c * K},
                                          psl.data_ptr<double>(), l1m.data_ptr<double>(), tau2, pg, pp, max_depth,
                                          use_likelihood, move.data_ptr<int64_t>() + c, accept.data_ptr<bool>() + c);
         }
@@ -201,7 +198,7 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
   const int64_t Ku = std::min(K, Kz);  // slots >= Kz hold no leaf and, a grow adding one level, no node this sweep
   auto zz = keyed ? z : z.to(at::kDouble).contiguous();
   auto kk = keyed ? keys.to(at::kLong).contiguous() : keys;
-  const int64_t* g = groups.numel() ? gr.data_ptr<int64_t>() : nullptr;
+  const HostTables tables(in);
   std::vector<int64_t> moves(static_cast<size_t>(C) * T), accepted(static_cast<size_t>(C) * T);
   AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_sweep", [&] {
     using Update = TreeUpdate<scalar_t, int16_t, int16_t>;
@@ -222,7 +219,7 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
       auto update = [&](int64_t t, int64_t c) {
         Update up{K, Ku, N, D, feature.data_ptr<int16_t>() + (t * C + c) * K, cut.data_ptr<int16_t>() + (t * C + c) * K,
                   value.data_ptr<scalar_t>() + (t * C + c) * K, leaf_of.data_ptr<int16_t>() + (t * C + c) * N,
-                  xb.data_ptr<int16_t>(), nc.data_ptr<int64_t>(), g, s2.data_ptr<double>()[c],
+                  xb.data_ptr<int16_t>(), &tables.t, s2.data_ptr<double>()[c],
                   uu.data_ptr<double>() + (t * C + c) * 5, psl.data_ptr<double>(), l1m.data_ptr<double>(), tau2, pg, pp,
                   max_depth, use_likelihood};
         up.propose();
