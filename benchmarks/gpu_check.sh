@@ -43,7 +43,7 @@ timeout 95 "$PY" -m pytest -m cuda -q -p no:cacheprovider tests/test_bart_block.
 # 2. BART's MCMC sweeps (n_gfr=0: the grow-from-root starts are a CPU kernel): the CUDA kernel, the torch code on
 # the GPU, the CPU kernel on one thread; then the target run, 10^5 rows x 200 trees x 1000 sweeps by the kernel
 timeout 90 "$PY" - > "$OUT/bart.txt" 2>&1 <<'PYEOF'
-import time, numpy as np, torch
+import os, time, numpy as np, torch
 torch.set_num_threads(1)
 from torchtree import BART, Data
 rng = np.random.default_rng(0)
@@ -55,11 +55,14 @@ def run(d, sweeps, **kw):
 for n in (10_000, 100_000):
     X = rng.uniform(size=(n, 10)); y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + rng.normal(size=n)
     pred, times = {}, {}
-    for dev, mode, sweeps in (("cuda", "native", 50), ("cpu", "native", 50), ("cuda", "off", 10)):
+    for dev, mode, sweeps, adds in (("cuda", "native", 50, "atomic"), ("cuda", "native", 50, "warp"),
+                                    ("cpu", "native", 50, "-"), ("cuda", "off", 10, "-")):
+        os.environ["TORCHTREE_CUDA_CELL_ADDS"] = adds  # the kernel's cell adds: one atomic per point, or per warp first
         post, wall, cpu = run(Data(X, y, task="regression", device=dev), sweeps, compile=mode)
-        if mode == "native":
+        if mode == "native" and adds != "warp":
             pred[dev], times[dev] = np.asarray(post.predict(X[:1000])), wall
-        print(f"BART n={n} {dev} compile={mode}: {sweeps} sweeps, wall {wall:.2f} s ({1000 * wall / sweeps:.1f} ms per sweep), cpu {cpu:.1f} s", flush=True)
+        print(f"BART n={n} {dev} compile={mode} cell adds={adds}: {sweeps} sweeps, wall {wall:.2f} s ({1000 * wall / sweeps:.1f} ms per sweep), cpu {cpu:.1f} s", flush=True)
+    os.environ["TORCHTREE_CUDA_CELL_ADDS"] = "atomic"
     print("  largest |prediction on CUDA - on the CPU| over 1000 rows, both kernels:", float(np.abs(pred["cuda"] - pred["cpu"]).max()), flush=True)
 per_sweep = times["cuda"] / 50  # the kernel's 50 sweeps at 10^5 rows, setup included
 if per_sweep * 1000 < 60:

@@ -144,9 +144,13 @@ def test_few_trees(T):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("adds", ["atomic", "warp"])
 @pytest.mark.parametrize("case", ["float64", "float32", "coded", "prior", "two trees", "many points", "keyed"])
-def test_cuda_kernel_makes_the_cpu_sweeps_moves(case):
-    """The kernel itself (``bart_cuda.cu``, ``compile="native"`` on CUDA) against the CPU sweep, as above."""
+def test_cuda_kernel_makes_the_cpu_sweeps_moves(case, adds, monkeypatch):
+    """The kernel itself (``bart_cuda.cu``, ``compile="native"`` on CUDA) against the CPU sweep, as above, with
+    either way of adding the cell sums (``TORCHTREE_CUDA_CELL_ADDS``: one atomic per point, or a warp's
+    points per cell first)."""
+    monkeypatch.setenv("TORCHTREE_CUDA_CELL_ADDS", adds)
     kw = {"float64": {}, "float32": dict(dtype=torch.float32, max_depth=3), "coded": dict(coded=True),
           "prior": dict(use_likelihood=False), "two trees": dict(T=2, C=5), "many points": dict(n=20_000, T=6),
           "keyed": dict(keyed=True)}[case]

@@ -34,13 +34,15 @@ class Barrier {
   int64_t gen_ = 0;
 };
 
-// a block of threads on the host: thread `id` of `n`, atomics under one lock
+// a block of threads on the host: thread `id` of `n`, in "warps" of `warp` threads (each thread adds its own
+// values: no warp runs in step here), atomics under one lock
 struct HostBlock {
-  int64_t id, n;
+  int64_t id, n, warp;
   Barrier* barrier;
   std::mutex* mu;
   int64_t tid() const { return id; }
   int64_t size() const { return n; }
+  int64_t lane() const { return id % warp; }
   void sync() {
     if (n > 1) barrier->wait();
   }
@@ -48,6 +50,12 @@ struct HostBlock {
   void add(T* p, T v) {
     std::lock_guard<std::mutex> lock(*mu);
     *p += v;
+  }
+  template <class T>
+  void add_cell(T* s, int32_t* cnt, int64_t cell, T v) {
+    if (cell < 0) return;
+    std::lock_guard<std::mutex> lock(*mu);
+    s[cell] += v, cnt[cell] += 1;
   }
   void max(int* p, int v) {
     std::lock_guard<std::mutex> lock(*mu);
@@ -74,7 +82,7 @@ at::Tensor bart_sweep_blocks(at::Tensor feature, at::Tensor cut, at::Tensor valu
       Barrier barrier(static_cast<int>(threads));
       std::mutex mu;
       auto run = [&](int64_t id) {
-        HostBlock b{id, threads, &barrier, &mu};
+        HostBlock b{id, threads, threads % 4 == 0 ? 4 : 1, &barrier, &mu};  // warps of 4 where they divide the block
         sweep_chain(b, a, in.normals, buf.data(), c);
       };
       if (threads == 1) {

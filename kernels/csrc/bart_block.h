@@ -2,10 +2,12 @@
 // one block per chain) and, through a serial stand-in for the block, a CPU operator that tests it
 // (bart_block.cpp). The decisions are bart_core.h's, made by thread 0; the passes over the points are
 // shared by the block's threads, point n on thread n % size, the cell sums added atomically (their order,
-// and so the last bits of a float sum, depends on the schedule). Plain C++ over raw pointers: no torch.
+// and so the last bits of a float sum, depends on the schedule and on whether a warp adds its own first). Plain C++ over raw pointers: no torch.
 //
-// The block type Blk supplies tid(), size(), sync() (every thread waits there, and sees the others' writes
-// afterwards), add(T* p, T v) (an atomic add) and max(int* p, int v) (an atomic maximum).
+// The block type Blk supplies tid(), size(), lane() (the thread's place in its warp: size() is a multiple of the
+// warp's), sync() (every thread waits there, and sees the others' writes afterwards), add(T* p, T v) (an atomic
+// add), max(int* p, int v) (an atomic maximum) and add_cell(s, n, cell, v) (s[cell] += v and n[cell] += 1 where
+// cell >= 0; called by every thread of a warp together, so a warp may add its threads' values per cell first).
 #pragma once
 #include "bart_core.h"
 
@@ -85,7 +87,7 @@ TT_HD inline BlockArrays<scalar_t> carve(unsigned char* buf, int64_t K) {
 // normal(t * C + c, k): the standard normal of tree t's leaf in slot k.
 template <class Blk, class scalar_t, class Normals>
 TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& normal, unsigned char* buf, int64_t c) {
-  const int64_t tid = b.tid(), B = b.size(), T = a.T, C = a.C, K = a.K, N = a.N;
+  const int64_t tid = b.tid(), B = b.size(), lane = b.lane(), T = a.T, C = a.C, K = a.K, N = a.N;
   const BlockArrays<scalar_t> sh = carve<scalar_t>(buf, K);
   BlockHeader& h = *sh.h;
   scalar_t* res = a.resid + c * N;
@@ -127,12 +129,12 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& norm
     const Proposal& p = h.prop[t % 2];
     return View{a.leaf_of + at(t) * N, a.value + at(t) * K, a.Xb + p.f_new * N, static_cast<int16_t>(p.k_new)};
   };
-  // pass 1 on tree w for point n, residual r: its (leaf, side) cell's sum and count
-  auto pass1 = [&](const View& w, int64_t n, scalar_t r) {
-    const int64_t leaf = w.L[n];
-    const int64_t cell = 2 * leaf + (w.xf[n] <= w.k ? 1 : 0);
-    b.add(&sh.s_cell[cell], static_cast<scalar_t>(r + w.v[leaf]));
-    b.add(&sh.n_cell[cell], int32_t(1));
+  // pass 1 on tree w for point n (none where !ok: every thread of a warp calls it together), residual r: its
+  // (leaf, side) cell's sum and count
+  auto pass1 = [&](const View& w, bool ok, int64_t n, scalar_t r) {
+    const int64_t leaf = ok ? w.L[n] : 0;
+    const int64_t cell = ok ? 2 * leaf + (w.xf[n] <= w.k ? 1 : 0) : -1;
+    b.add_cell(sh.s_cell, sh.n_cell, cell, ok ? static_cast<scalar_t>(r + w.v[leaf]) : scalar_t(0));
   };
   // pass 2 on the decided tree w for point n: its new leaf (where the tree changed shape), its new residual
   auto pass2 = [&](const View& w, bool moved, int64_t n) {
@@ -158,7 +160,11 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& norm
   b.sync();
   {
     const View w = view(0);
-    for (int64_t n = tid; n < N; n += B) pass1(w, n, res[n]);
+    for (int64_t n0 = tid - lane; n0 < N; n0 += B) {  // point n0 + lane, the same count of turns per warp
+      const int64_t n = n0 + lane;
+      const bool ok = n < N;
+      pass1(w, ok, n, ok ? res[n] : scalar_t(0));
+    }
   }
   b.sync();
   for (int64_t t = 0; t < T; ++t) {
@@ -174,10 +180,12 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& norm
     const bool moved = h.moved;
     if (t + 1 < T) {
       const View nxt = view(t + 1);
-      for (int64_t n = tid; n < N; n += B) {
-        const scalar_t r = pass2(cur, moved, n);
-        res[n] = r;
-        pass1(nxt, n, r);
+      for (int64_t n0 = tid - lane; n0 < N; n0 += B) {
+        const int64_t n = n0 + lane;
+        const bool ok = n < N;
+        const scalar_t r = ok ? pass2(cur, moved, n) : scalar_t(0);
+        if (ok) res[n] = r;
+        pass1(nxt, ok, n, r);
       }
       if (t + 2 < T) scan(t + 2);
     } else {

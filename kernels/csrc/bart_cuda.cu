@@ -10,11 +10,17 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cstdlib>
+#include <string>
+
 namespace {
 
 using namespace torchtree_bart;
 
-// the block of threads running a chain's sweep (host stubs: bart_block.h's code is host and device code)
+// the block of threads running a chain's sweep (host stubs: bart_block.h's code is host and device code).
+// kWarp: a warp adds its threads' values per cell first (one shared-memory atomic per distinct cell of the
+// warp's 32 points instead of one per point: a tree has few leaves, so most of a warp's points share a cell)
+template <bool kWarp>
 struct CudaBlock {
   __host__ __device__ int64_t tid() const {
 #ifdef __CUDA_ARCH__
@@ -28,6 +34,13 @@ struct CudaBlock {
     return blockDim.x;
 #else
     return 1;
+#endif
+  }
+  __host__ __device__ int64_t lane() const {
+#ifdef __CUDA_ARCH__
+    return threadIdx.x & 31;
+#else
+    return 0;
 #endif
   }
   __host__ __device__ void sync() const {
@@ -51,20 +64,59 @@ struct CudaBlock {
     atomicMax(p, v);
 #endif
   }
+  // every thread of the warp calls this together (bart_block.h's loops give each warp the same turns)
+  template <class T>
+  __host__ __device__ void add_cell(T* s, int32_t* cnt, int64_t cell, T v) const {
+#ifdef __CUDA_ARCH__
+    if (!kWarp) {
+      if (cell >= 0) atomicAdd(&s[cell], v), atomicAdd(&cnt[cell], 1);
+      return;
+    }
+    const unsigned all = 0xffffffffu;
+    const int c = static_cast<int>(cell);
+    unsigned todo = __ballot_sync(all, c >= 0);
+    while (todo) {  // the same in every thread: one turn per distinct cell of the warp's points
+      const int src = __ffs(todo) - 1;
+      const int target = __shfl_sync(all, c, src);
+      const unsigned peers = __ballot_sync(all, c == target);
+      T x = c == target ? v : T(0);
+      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(all, x, o);
+      if (static_cast<int>(threadIdx.x & 31) == src) atomicAdd(&s[target], x), atomicAdd(&cnt[target], __popc(peers));
+      todo &= ~peers;
+    }
+#endif
+  }
 };
+
+// threads per block: enough to keep a chain's passes over the points busy, few where there are few points
+inline int block_threads(int64_t N) { return N >= 8192 ? 512 : (N >= 1024 ? 256 : 64); }
 
 // the most threads a block runs (block_threads); the registers per thread are held to what 512 allow
 constexpr int MAX_THREADS = 512;
 
-template <class scalar_t>
+template <class scalar_t, bool kWarp>
 __global__ void __launch_bounds__(MAX_THREADS) sweep_kernel(SweepArgs<scalar_t> a, BlockNormals normals) {
   extern __shared__ __align__(16) unsigned char block_state[];
-  CudaBlock b;
+  CudaBlock<kWarp> b;
   sweep_chain(b, a, normals, block_state, static_cast<int64_t>(blockIdx.x));
 }
 
-// threads per block: enough to keep a chain's passes over the points busy, few where there are few points
-inline int block_threads(int64_t N) { return N >= 8192 ? 512 : (N >= 1024 ? 256 : 64); }
+// the cell adds' variant: TORCHTREE_CUDA_CELL_ADDS=warp (a warp's adds per cell first) or atomic (the default:
+// one atomic per point), a switch for benchmarks until a GPU has timed both
+inline bool warp_cell_adds() {
+  const char* v = std::getenv("TORCHTREE_CUDA_CELL_ADDS");
+  return v && std::string(v) == "warp";
+}
+
+template <class scalar_t, bool kWarp>
+void launch(const SweepArgs<scalar_t>& a, const BlockNormals& normals, int64_t bytes) {
+  if (bytes > 48 * 1024)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(sweep_kernel<scalar_t, kWarp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)));
+  sweep_kernel<scalar_t, kWarp><<<static_cast<unsigned>(a.C), block_threads(a.N), bytes,
+                                  c10::cuda::getCurrentCUDAStream()>>>(a, normals);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
 
 at::Tensor bart_sweep_cuda(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of, at::Tensor resid,
                            at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2, at::Tensor u, at::Tensor z,
@@ -84,12 +136,8 @@ at::Tensor bart_sweep_cuda(at::Tensor feature, at::Tensor cut, at::Tensor value,
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     TORCH_CHECK(bytes <= optin, "bart_sweep (CUDA): a chain's state for ", a.K, " heap slots takes ", bytes,
                 " bytes of shared memory, more than this device's ", optin, "; lower max_depth");
-    if (bytes > 48 * 1024)
-      C10_CUDA_CHECK(cudaFuncSetAttribute(sweep_kernel<scalar_t>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(bytes)));
-    sweep_kernel<scalar_t><<<static_cast<unsigned>(a.C), block_threads(a.N), bytes,
-                             c10::cuda::getCurrentCUDAStream()>>>(a, in.normals);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (warp_cell_adds()) launch<scalar_t, true>(a, in.normals, bytes);
+    else launch<scalar_t, false>(a, in.normals, bytes);
   });
   return in.counts;
 }
