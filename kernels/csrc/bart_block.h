@@ -2,7 +2,8 @@
 // one block per chain) and, through a serial stand-in for the block, a CPU operator that tests it
 // (bart_block.cpp). The decisions are bart_core.h's, made by thread 0; the passes over the points are
 // shared by the block's threads, point n on thread n % size, the cell sums added atomically (their order,
-// and so the last bits of a float sum, depends on the schedule and on whether a warp adds its own first). Plain C++ over raw pointers: no torch.
+// and so the last bits of a float sum, depends on the schedule and on whether a warp adds its own first).
+// Plain C++ over raw pointers: no torch.
 //
 // The block type Blk supplies tid(), size(), lane() (the thread's place in its warp: size() is a multiple of the
 // warp's), sync() (every thread waits there, and sees the others' writes afterwards), add(T* p, T v) (an atomic
