@@ -35,7 +35,7 @@ template <typename scalar_t, typename leaf_t, typename feat_t>
 struct TreeUpdate {
   // K: the heap's slots; Ku <= K: the slots that can hold a node during this update (every leaf, and a
   // grown node's children, lie below Ku), so the scans and per-cell buffers stop there
-  int64_t K, Ku, N, D;
+  int64_t K, Ku, N;
   feat_t *feat, *cut;
   scalar_t* value;
   leaf_t* leaf_of;
@@ -117,12 +117,12 @@ struct TreeUpdate {
 };
 
 template <typename scalar_t, typename leaf_t, typename feat_t>
-void update_chain(int64_t K, int64_t Ku, int64_t N, int64_t D, feat_t* feat, feat_t* cut, scalar_t* value,
+void update_chain(int64_t K, int64_t Ku, int64_t N, feat_t* feat, feat_t* cut, scalar_t* value,
                   leaf_t* leaf_of, scalar_t* resid, const int16_t* Xb, const FeatureTables* tables, double s2,
                   const double* u, const LeafNormals& z, const double* ps_lut,
                   const double* log1m_ps, double tau2, double pg, double pp, int64_t max_depth, bool use_lik,
                   int64_t* move_out, bool* accept_out) {
-  TreeUpdate<scalar_t, leaf_t, feat_t> up{K, Ku, N, D, feat, cut, value, leaf_of, Xb, tables, s2, u, ps_lut,
+  TreeUpdate<scalar_t, leaf_t, feat_t> up{K, Ku, N, feat, cut, value, leaf_of, Xb, tables, s2, u, ps_lut,
                                          log1m_ps, tau2, pg, pp, max_depth, use_lik};
   up.propose();
   for (int64_t n = 0; n < N; ++n) up.add(n, resid[n]);
@@ -145,7 +145,7 @@ std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at:
   const auto &xb = in.xb, &nc = in.nc, &s2 = in.s2, &uu = in.uu, &gr = in.gr, &psl = in.psl, &l1m = in.l1m;
   auto zz = z.to(at::kDouble).contiguous();
   TORCH_CHECK(val.scalar_type() == res.scalar_type(), "value and resid must share a dtype");
-  const int64_t C = feat.size(0), K = feat.size(1), N = res.size(1), D = xb.size(0);
+  const int64_t C = feat.size(0), K = feat.size(1), N = res.size(1);
   auto move = at::empty({C}, feat.options());
   auto accept = at::empty({C}, feat.options().dtype(at::kBool));
   const HostTables tables(in);
@@ -154,7 +154,7 @@ std::vector<at::Tensor> bart_tree_update(at::Tensor feature, at::Tensor cut, at:
       using leaf_t = std::remove_pointer_t<decltype(leaf_ptr)>;
       at::parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
         for (int64_t c = c0; c < c1; ++c) {
-          update_chain<scalar_t, leaf_t, int64_t>(K, K, N, D, feat.data_ptr<int64_t>() + c * K, cu.data_ptr<int64_t>() + c * K,
+          update_chain<scalar_t, leaf_t, int64_t>(K, K, N, feat.data_ptr<int64_t>() + c * K, cu.data_ptr<int64_t>() + c * K,
                                          val.data_ptr<scalar_t>() + c * K, leaf_ptr + c * N,
                                          res.data_ptr<scalar_t>() + c * N, xb.data_ptr<int16_t>(),
                                          &tables.t, s2.data_ptr<double>()[c],
@@ -192,7 +192,7 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
   TORCH_CHECK(value.scalar_type() == resid.scalar_type(), "value and resid must share a dtype");
   const UpdateInputs in(Xb, n_cuts, sigma2, u, groups, ps_lut, log1m_ps);
   const auto &xb = in.xb, &nc = in.nc, &s2 = in.s2, &uu = in.uu, &gr = in.gr, &psl = in.psl, &l1m = in.l1m;
-  const int64_t T = feature.size(0), C = feature.size(1), K = feature.size(2), N = resid.size(1), D = xb.size(0);
+  const int64_t T = feature.size(0), C = feature.size(1), K = feature.size(2), N = resid.size(1);
   const bool keyed = z.numel() == 0;  // keyed draws (keys [T, C], slots < kz) instead of a z tensor
   const int64_t Kz = keyed ? kz : z.size(2);
   const int64_t Ku = std::min(K, Kz);  // slots >= Kz hold no leaf and, a grow adding one level, no node this sweep
@@ -217,7 +217,7 @@ at::Tensor bart_sweep(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
       };
       // the update scans only the slots that can hold a node this sweep (Ku); the heaps keep stride K
       auto update = [&](int64_t t, int64_t c) {
-        Update up{K, Ku, N, D, feature.data_ptr<int16_t>() + (t * C + c) * K, cut.data_ptr<int16_t>() + (t * C + c) * K,
+        Update up{K, Ku, N, feature.data_ptr<int16_t>() + (t * C + c) * K, cut.data_ptr<int16_t>() + (t * C + c) * K,
                   value.data_ptr<scalar_t>() + (t * C + c) * K, leaf_of.data_ptr<int16_t>() + (t * C + c) * N,
                   xb.data_ptr<int16_t>(), &tables.t, s2.data_ptr<double>()[c],
                   uu.data_ptr<double>() + (t * C + c) * 5, psl.data_ptr<double>(), l1m.data_ptr<double>(), tau2, pg, pp,
