@@ -10,8 +10,9 @@ from typing import Optional
 
 import torch
 
-__all__ = ["ragged_arange", "segmented_searchsorted", "rows_searchsorted", "segment_minmax", "exclusive_cumsum",
-           "rank_within"]
+__all__ = ["ragged_arange", "segmented_searchsorted", "grouped_searchsorted", "sorted_slice_searchsorted",
+           "sortable_bits", "rows_searchsorted",
+           "segment_minmax", "exclusive_cumsum", "rank_within"]
 
 _ROW_SEARCH = 1 << 20  # queries x row length up to which rows_searchsorted copies the rows (4-8 MB)
 
@@ -101,6 +102,73 @@ def segmented_searchsorted(values: torch.Tensor, starts: torch.Tensor, ends: tor
         lo = torch.where(go_right, mid + 1, lo)
         hi = torch.where(active & ~go_right, mid, hi)
     return lo - starts
+
+
+def sortable_bits(v: torch.Tensor) -> Optional[torch.Tensor]:
+    """An order-preserving map of a tensor of at most 32 bits into int64 ``[0, 2^32)``.
+
+    ``a <= b`` exactly when ``key(a) <= key(b)``, for floats (``-0.0`` and ``+0.0`` map alike; no NaN)
+    and integers of at most 32 bits. A float's bits read as a signed integer ``b`` order the
+    non-negative floats; the negative ones run backwards, so they map to ``~b``, below
+    ``2^31``, and the others to ``b + 2^31``.
+
+    Returns
+    -------
+    LongTensor of ``v``'s shape, or None for 64-bit and boolean dtypes (no room for a segment above
+    the value in an int64 key, see :func:`grouped_searchsorted`).
+    """
+    if v.dtype == torch.bool or v.element_size() > 4:
+        return None
+    if not v.dtype.is_floating_point:
+        return v.long() + (1 << 31)
+    bits = (v + 0.0).view({4: torch.int32, 2: torch.int16}[v.element_size()]).long()  # + 0.0: -0.0 to +0.0
+    return torch.where(bits < 0, ~bits, bits + (1 << 31))
+
+
+def grouped_searchsorted(values: torch.Tensor, seg: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor,
+                         qseg: torch.Tensor, queries: torch.Tensor, right: bool = True,
+                         max_len: Optional[int] = None) -> torch.Tensor:
+    """:func:`segmented_searchsorted` of ``queries[i]`` in segment ``qseg[i]``, for segments that lie
+    one after the other in segment order.
+
+    Parameters
+    ----------
+    values : Tensor [T], sorted within each segment
+    seg : LongTensor [T], each value's segment, non-decreasing
+    starts, ends : LongTensor [G], segment ``g``'s slice ``values[starts[g]:ends[g]]``, so ``starts[g]``
+        is the number of values of the segments before ``g``
+    qseg, queries : [Q], each query's segment and value
+    right, max_len : as :func:`segmented_searchsorted`
+
+    Values of at most 32 bits are searched at once: the keys ``seg * 2^32 + sortable_bits(value)``
+    order the (segment, value) pairs, so one ``torch.searchsorted`` over them counts the values of
+    the segments before ``g`` (``starts[g]``) and those of ``g`` up to the query. That is about twenty
+    operations whatever the slices' lengths, against a dozen per halving in place, and it reads
+    nothing back. 64-bit values (no room for the segment in the key) take
+    :func:`segmented_searchsorted`.
+
+    Returns
+    -------
+    LongTensor [Q]: number of the segment's values ``<= q`` (or ``< q``), equal to
+    :func:`segmented_searchsorted`'s.
+    """
+    q = queries.to(values.dtype)
+    vbits, qbits = sortable_bits(values), sortable_bits(q)
+    s = starts.index_select(0, qseg)
+    if vbits is None:
+        return segmented_searchsorted(values, s, ends.index_select(0, qseg), q, right=right, max_len=max_len)
+    keys = seg * (1 << 32) + vbits
+    return torch.searchsorted(keys, qseg * (1 << 32) + qbits, right=right) - s
+
+
+def sorted_slice_searchsorted(values: torch.Tensor, starts: torch.Tensor, ends: torch.Tensor, queries: torch.Tensor,
+                              right: bool = True) -> torch.Tensor:
+    """:func:`segmented_searchsorted` for ``values`` sorted as a whole (non-decreasing over the whole
+    buffer, not only within each slice), in one ``torch.searchsorted``: the values ``<= q`` (or
+    ``< q``) form a prefix of the buffer, so a slice holds ``clamp(prefix - start, 0, end - start)``
+    of them. Equal to :func:`segmented_searchsorted`'s result, with any float dtype."""
+    c = torch.searchsorted(values, queries.to(values.dtype), right=right)
+    return torch.minimum((c - starts).clamp(min=0), ends - starts)
 
 
 def rows_searchsorted(table: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor, queries: torch.Tensor,

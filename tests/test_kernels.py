@@ -10,7 +10,8 @@ import torch
 
 from torchtree import ChipmanPrior, Data, DirichletMultinomial, HardTrees, TopDownSMC
 from torchtree.kernels.forest import mixture_over_leaves, node_region_keys
-from torchtree.kernels.segments import exclusive_cumsum, ragged_arange, rank_within, segment_minmax, segmented_searchsorted
+from torchtree.kernels.segments import (exclusive_cumsum, grouped_searchsorted, ragged_arange, rank_within, segment_minmax,
+                                       segmented_searchsorted, sortable_bits, sorted_slice_searchsorted)
 from torchtree.kernels.traversal import leaf_index, leaf_index_reference
 from torchtree.model.trees import INTERNAL, LEAF
 
@@ -115,6 +116,76 @@ def test_segmented_searchsorted_edge_cases():
     assert got.tolist() == [0, 1, 1, 999, 1000, 1000]
     got = segmented_searchsorted(big, torch.full((6,), 500), torch.full((6,), 1000), qs, right=False)
     assert got.tolist() == [0, 0, 0, 499, 499, 500]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int16])
+def test_sortable_bits_orders_as_the_values(dtype):
+    """Every pair of values compares as its keys do: negative and positive floats, the extremes,
+    infinities, and -0.0 equal to +0.0."""
+    if dtype.is_floating_point:
+        fi = torch.finfo(dtype)
+        v = torch.tensor([-float("inf"), fi.min, -3.5, -1.0, -fi.tiny, -0.0, 0.0, fi.tiny, 1.0, 1.0, 2.5, fi.max,
+                          float("inf")], dtype=dtype)
+        v = torch.cat([v, (torch.randn(50, generator=gen(0)) * 100).to(dtype)])
+    else:
+        ii = torch.iinfo(dtype)
+        v = torch.tensor([ii.min, ii.min + 1, -7, -1, 0, 0, 1, 9, ii.max - 1, ii.max], dtype=torch.int64).to(dtype)
+    k = sortable_bits(v)
+    assert k.dtype == torch.int64 and int(k.min()) >= 0 and int(k.max()) < 2 ** 32
+    a, b = v[:, None].double(), v[None, :].double()
+    assert torch.equal(k[:, None] <= k[None, :], a <= b) and torch.equal(k[:, None] == k[None, :], a == b)
+    assert sortable_bits(v.double()) is None and sortable_bits(v.long()) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("right", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
+def test_grouped_searchsorted_equals_the_slice_search(seed, right, dtype):
+    """One search over (segment, value) keys (64-bit values: the halvings) counts as a bisection of
+    each query's own slice: ties, negative values, -0.0 against +0.0, empty segments, queries outside
+    a slice's range."""
+    g = gen(seed)
+    G = 30
+    counts = torch.randint(0, 9, (G,), generator=g)
+    counts[::7] = 0
+    starts = exclusive_cumsum(counts)
+    ends = starts + counts
+    seg, _ = ragged_arange(counts)
+    raw = (torch.rand(int(counts.sum()), generator=g) * 12 - 6).round() / 2  # ties on a coarse grid, both signs
+    raw[raw == 0] = -0.0
+    values = raw[torch.argsort(seg.double() * 100 + raw.double())]
+    Q = 300
+    qseg = torch.randint(0, G, (Q,), generator=g)
+    q = (torch.rand(Q, generator=g) * 16 - 8).round() / 2
+    q[::3] = q[::3] + 0.25
+    q[q == 0] = 0.0  # +0.0 queries against -0.0 values
+    if not dtype.is_floating_point:
+        values, q = (values * 2).to(dtype), (q * 2).round().to(dtype)
+    else:
+        values, q = values.to(dtype), q.to(dtype)
+    out = grouped_searchsorted(values, seg, starts, ends, qseg, q, right=right, max_len=8)
+    want = naive_searchsorted(values.double(), starts[qseg], ends[qseg], q.double(), right)
+    assert out.dtype == torch.long and out.tolist() == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("right", [True, False])
+def test_sorted_slice_searchsorted_equals_the_slice_search(seed, right):
+    """A buffer sorted as a whole (a running sum of non-negative terms, with runs of equal values
+    where a term is 0): one global search clamped to the slice counts as a bisection of the slice,
+    queries below, inside and above it included."""
+    g = gen(seed)
+    terms = torch.rand(60, generator=g, dtype=torch.float64)
+    terms[torch.rand(60, generator=g) < 0.3] = 0.0
+    values = torch.cumsum(terms, 0)
+    Q = 200
+    a = torch.randint(0, 61, (Q,), generator=g)
+    b = torch.randint(0, 61, (Q,), generator=g)
+    starts, ends = torch.minimum(a, b), torch.maximum(a, b)
+    pick = torch.randint(0, 60, (Q,), generator=g)
+    q = torch.where(torch.rand(Q, generator=g) < 0.5, values[pick], torch.rand(Q, generator=g, dtype=torch.float64) * 40 - 2)
+    out = sorted_slice_searchsorted(values, starts, ends, q, right=right)
+    assert out.tolist() == naive_searchsorted(values, starts, ends, q, right)
 
 
 @pytest.mark.parametrize("seed", range(3))

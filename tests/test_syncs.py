@@ -57,9 +57,8 @@ def test_threshold_rank_reads_nothing_and_equals_the_stopping_search(route, monk
 
 
 def test_topdown_torch_route_searches_cuts_without_reads(monkeypatch):
-    """On the torch route (what runs on a GPU) the top-down cut searches run a fixed count of halvings:
-    the searches read nothing back, and the run equals the compiled route's (which reads the longest
-    slice back and stops early)."""
+    """On the torch route (what runs on a GPU) the top-down cut searches are single searches over
+    sorted keys: they read nothing back, and the run equals the compiled route's."""
     import torchtree.steps.growth as growth
 
     g = np.random.default_rng(1)
@@ -67,20 +66,24 @@ def test_topdown_torch_route_searches_cuts_without_reads(monkeypatch):
     data = tt.Data(X, (X[:, 0] * X[:, 1] > 0).astype(int), task="classification")
     calls, reads = [], []
 
-    def counted(*args, **kwargs):
-        with HostReads() as m:
-            out = segmented_searchsorted(*args, **kwargs)
-        calls.append(1)
-        reads.append(m.total)
-        return out
+    def counting(fn):
+        def counted(*args, **kwargs):
+            with HostReads() as m:
+                out = fn(*args, **kwargs)
+            calls.append(fn.__name__)
+            reads.append(m.total)
+            return out
+        return counted
 
     for proposal in ("prior", "optimal"):
         ref = tt.TopDownSMC(n_particles=40, proposal=proposal).run(data, seed=3)
         calls.clear(), reads.clear()
         with monkeypatch.context() as mp:
             mp.setattr(growth, "native_usable", lambda device: False)
-            mp.setattr(growth, "segmented_searchsorted", counted)
+            for name in ("grouped_searchsorted", "sorted_slice_searchsorted"):
+                mp.setattr(growth, name, counting(getattr(growth, name)))
             got = tt.TopDownSMC(n_particles=40, proposal=proposal).run(data, seed=3)
-        assert calls and sum(reads) == 0, (proposal, len(calls), sum(reads))
+        want = "grouped_searchsorted" if proposal == "prior" else "sorted_slice_searchsorted"
+        assert want in calls and sum(reads) == 0, (proposal, calls, sum(reads))
         assert torch.equal(got.trees.feature, ref.trees.feature) and torch.equal(got.trees.threshold, ref.trees.threshold)
         assert abs(got.log_evidence - ref.log_evidence) < 1e-9

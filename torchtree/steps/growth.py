@@ -31,7 +31,7 @@ import torch
 from torchtree.steps.split_candidates import STAGE_CHUNK_BYTES, SortedCandidates, node_batches
 from torchtree.kernels.node_points import (all_intervals, native_usable, node_extents, split_counts, split_intervals,
                                            split_sum_intervals, split_sums)
-from torchtree.kernels.segments import exclusive_cumsum, rank_within, segmented_searchsorted
+from torchtree.kernels.segments import exclusive_cumsum, grouped_searchsorted, rank_within, sorted_slice_searchsorted
 from torchtree.steps.node_table import NodeTable
 from torchtree.core.random import keyed_uniforms
 from torchtree.model.feature_groups import choose_column, column_log_probs
@@ -316,9 +316,10 @@ class Grower:
         else:
             srt = SortedCandidates(t, uu[gk // data.d], gk % data.d, data, self.cum_stats)
             if self.proposal == "prior":
-                # off the CPU a fixed count of halvings (no host read): a node's list holds at most n points
-                n_left = segmented_searchsorted(srt.vals, srt.start[ginv], srt.end[ginv], thr, right=True,
-                                                max_len=_halvings_bound(t, data.n))
+                # one search over (group, value) keys, no host read (64-bit values: a fixed count of halvings,
+                # a node's list holding at most n points)
+                n_left = grouped_searchsorted(srt.vals, srt.seg, srt.start, srt.end, ginv, thr, right=True,
+                                              max_len=data.n)
             else:  # the j-th of the nc intervals between adjacent distinct values, j uniform
                 nc = srt.n_cand[ginv]
                 j = (u_int * nc.double()).long().clamp(max=nc - 1)
@@ -420,8 +421,8 @@ class Grower:
         base, tot = cpad[cstart], cpad[cstart + ncand] - cpad[cstart]
         k = inv[sp]
         u_cut, u_int = u[_U_CUT, sp], u[_U_INTERVAL, sp]
-        j = segmented_searchsorted(cprob, cstart[k], cstart[k] + ncand[k], base[k] + u_int * tot[k], right=False,
-                                   max_len=_halvings_bound(t, data.n * data.d))  # fewer than n - 1 cuts per dimension
+        # cprob is one running sum of non-negative terms, sorted as a whole: one search, clamped to the node's slice
+        j = sorted_slice_searchsorted(cprob, cstart[k], cstart[k] + ncand[k], base[k] + u_int * tot[k], right=False)
         c = cstart[k] + torch.minimum(j, ncand[k] - 1)
         feat = gd[g[c]]
         v0, v1 = v_lo[c], v_hi[c]
@@ -473,13 +474,6 @@ def _by_island(island: torch.Tensor, n_islands: int, fn) -> torch.Tensor:
         if rows.numel():
             out[rows] = fn(i, rows)
     return out
-
-
-def _halvings_bound(table, bound: int) -> Optional[int]:
-    """``max_len`` for :func:`segmented_searchsorted`: None on the compiled CPU route, where reading the
-    longest slice back is free and ends the search early; ``bound`` on the torch route (what runs on a
-    GPU), which then searches without a host read."""
-    return None if table.native else bound
 
 
 def _below(thr: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
