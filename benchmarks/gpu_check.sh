@@ -7,7 +7,7 @@
 # pytest but without this package installed: see below).
 # 1. the CUDA tests (pytest -m cuda), 2. BART at 10^4 and 10^5 rows: the CUDA kernel (compile="native": one
 # launch per sweep), the torch code on the GPU, and one CPU thread of the same machine; the kernel's 1000 sweeps
-# at 10^5 rows, 3. the kernel's cost at 4 to 256 chains, 4. BART's compiled sweeps recorded as CUDA graphs and
+# at 10^5 rows, 3. the cost of the estimators' CUDA chain count (gpu_chains) against 4 chains, 4. BART's compiled sweeps recorded as CUDA graphs and
 # not, 5. every hard-tree method at 10^4 and 10^6 rows on the GPU and on one CPU thread (bench_scale),
 # 6. a profile of where the GPU's time goes.
 # Each stage has its own time limit (565 s at most in all; run it with the device tool's timeout_s=600); results go to $OUT (or ./gpu_results) as text.
@@ -72,26 +72,31 @@ else:
     print(f"TARGET BART n=100000 cuda compile=native: not run, 1000 sweeps would take about {1000 * per_sweep:.0f} s", flush=True)
 PYEOF
 echo "bart rc=$?" >> "$OUT/bart.txt"
-# 3. what more chains cost on the GPU (the evidence for a device-aware default chain count): the kernel (one
-# block per chain), 10^5 rows, 200 trees, 10 sweeps, 4 / 16 / 64 / 256 chains
-timeout 30 "$PY" - > "$OUT/bart_chains.txt" 2>&1 <<'PYEOF'
-import time, numpy as np, torch
+# 3. what more chains cost on the GPU (the evidence for the estimators' device-aware chain count, gpu_chains: 64
+# chains at 10^4 rows, 32 at 10^5): the kernel (one block per chain) and the torch code (the route compile="auto"
+# takes on CUDA), 200 trees, the preset's chains against 4 (and 256 on the kernel at 10^5 rows)
+timeout 45 "$PY" - > "$OUT/bart_chains.txt" 2>&1 <<'PYEOF'
+import time, warnings, numpy as np, torch
+warnings.simplefilter("ignore")  # short runs: convergence warnings
 from torchtree import BART, Data
+from torchtree.samplers.bart.config import gpu_chains
 rng = np.random.default_rng(0)
-n = 100_000
-X = rng.uniform(size=(n, 10)); y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + rng.normal(size=n)
-d = Data(X, y, task="regression", device="cuda")
-for chains in (4, 16, 64, 256):
-    t0 = time.time()
-    BART(n_trees=200, n_chains=chains, n_warmup=5, n_samples=5, n_gfr=0, compile="native").run(d, seed=0)
-    torch.cuda.synchronize()
-    print(f"BART n={n} cuda compile=native chains={chains}: wall {time.time() - t0:.1f} s for 10 sweeps", flush=True)
+X = rng.uniform(size=(100_000, 10)); y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + rng.normal(size=len(X))
+for n in (10_000, 100_000):
+    d = Data(X[:n], y[:n], task="regression", device="cuda")
+    for mode, sweeps in (("native", 10), ("off", 2)):
+        for chains in (4, gpu_chains(n)) + ((256,) if mode == "native" and n == 100_000 else ()):
+            t0 = time.time()
+            BART(n_trees=200, n_chains=chains, n_warmup=sweeps // 2, n_samples=sweeps // 2, n_gfr=0, compile=mode).run(d, seed=0)
+            torch.cuda.synchronize()
+            wall = time.time() - t0
+            print(f"BART n={n} cuda compile={mode} chains={chains}: wall {wall:.2f} s for {sweeps} sweeps ({1000 * wall / sweeps:.0f} ms per sweep)", flush=True)
 PYEOF
 echo "bart chains rc=$?" >> "$OUT/bart_chains.txt"
 # 4. the compiled and recorded routes, in one process (torch.compile's build paid once): the eager sweeps;
 # compile="graph" (torch.compile's kernels recorded as a CUDA graph: its first run builds and records them,
 # 10 and 40 sweeps separate that from a replay); compile="on" (the compiled kernels launched one by one)
-timeout 50 "$PY" - > "$OUT/bart_graph.txt" 2>&1 <<'PYEOF'
+timeout 45 "$PY" - > "$OUT/bart_graph.txt" 2>&1 <<'PYEOF'
 import time, numpy as np, torch
 from torchtree import BART, Data
 rng = np.random.default_rng(0)
@@ -112,7 +117,7 @@ echo "bart graph rc=$?" >> "$OUT/bart_graph.txt"
 # 5. hard-tree methods: 10^4 rows on both devices, 10^6 on the GPU, and the CPU's 10^6 top-down fit as the
 # reference (this machine's CPU; mcmc and smc-moves take 50-380 s there, more than this check can spend)
 S="$PY benchmarks/bench_scale.py --threads 1 --baselines-max-n 0 --methods"
-{ timeout 45 $S smc mcmc smc-moves --sizes 10000 --devices cpu cuda --timeout 18; echo "rc=$?"
+{ timeout 35 $S smc mcmc smc-moves --sizes 10000 --devices cpu cuda --timeout 14; echo "rc=$?"
   timeout 60 $S smc mcmc smc-moves --sizes 1000000 --devices cuda --timeout 25; echo "rc=$?"
   timeout 25 $S smc --sizes 1000000 --devices cpu --timeout 23; echo "rc=$?"
 } > "$OUT/bench_scale.txt" 2>&1

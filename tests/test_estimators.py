@@ -182,6 +182,42 @@ def test_mcmc_defaults_scale_with_the_rows():
     assert "settings" in repr(est.posterior_.summary()) and "small-table" in repr(est.posterior_.summary())
 
 
+@pytest.mark.filterwarnings("ignore:MCMC chains look unconverged")
+def test_bart_chains_are_device_aware_and_keep_the_posteriors_size():
+    """On CUDA the estimators' BART runs gpu_chains(rows) chains (64 up to 65,536 rows, halved past that bound, 4 from
+    about 10^6 rows; the class utilities of a multinomial probit count as rows), each keeping ceil(400 / chains)
+    draws thinned so that it still runs about 100 sweeps past its warm-up; on the CPU 4 x 100, thin 1. More chains
+    asked for on the CPU resolve n_samples and thin the same way, and the fit keeps that many draws."""
+    from torchtree.samplers import presets
+    from torchtree.samplers.bart.config import BARTConfig, gpu_chains
+
+    assert [gpu_chains(n) for n in (100, 65_536, 65_537, 131_072, 300_000, 10 ** 6, 10 ** 7)] == [64, 64, 32, 32, 8, 4, 4]
+    assert gpu_chains(10_000, n_utilities=9) == 32 and gpu_chains(10_000, n_utilities=200) == 4
+
+    def resolved(device, n, task="regression", classes=0, **given):
+        kw = {"n_chains": "auto", "n_samples": "auto", "thin": "auto", **given}
+        c = BARTConfig(**kw).resolve(presets.RunShape(n, 5, task, classes, device))
+        return (c.n_chains, c.n_samples, c.thin), {k: r.preset for k, r in c.resolution.items()}
+
+    assert resolved("cpu", 1000) == ((4, 100, 1), {"n_chains": "default", "n_samples": "default", "thin": "default"})
+    assert resolved("cpu", 10 ** 6)[0] == (4, 100, 1)
+    assert resolved("cuda", 1000) == ((64, 7, 14), {"n_chains": "gpu-batch", "n_samples": "many-chains",
+                                                    "thin": "many-chains"})
+    assert resolved("cuda", 100_000)[0] == (32, 13, 7)
+    assert resolved("cuda", 10 ** 6)[0] == (4, 100, 1)
+    assert resolved("cuda", 20_000, "classification", 10)[0] == (16, 25, 4)  # 9 utilities x 20,000 rows
+    assert resolved("cuda", 1000, n_samples=100)[0] == (64, 100, 1)  # draws given: as many, unthinned
+    assert resolved("cuda", 1000, n_chains=2)[0] == (2, 100, 1)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = X[:, 0] + 0.1 * rng.normal(size=60)
+    est = BayesianTreeRegressor(method="bart", random_state=0, n_chains=8, n_trees=5, n_warmup=3).fit(X, y)
+    c = est.sampler_config_
+    assert (c.n_chains, c.n_samples, c.thin) == (8, 50, 2)
+    assert est.posterior_.info["n_samples"] == 50 and est.posterior_.n_particles == 8 * 50
+    assert est.posterior_.info["settings"]["thin"].startswith("2 (many-chains: ")
+
+
 def test_mcmc_starts_wide_tables_at_topdown_draws(monkeypatch):
     from torchtree.samplers import presets
 

@@ -8,10 +8,11 @@ from typing import Optional
 from torchtree.core.threads import WORK_PER_THREAD
 from torchtree.core.validate import check_float_dtype
 from torchtree.kernels import native
+from torchtree.samplers.presets import Preset
 from torchtree.samplers.protocol import SamplerConfig, option
 
 
-__all__ = ["BARTConfig", "Stream"]
+__all__ = ["BARTConfig", "Stream", "gpu_chains", "many_chains_samples", "many_chains_thin"]
 
 
 class Stream(enum.IntEnum):
@@ -33,6 +34,46 @@ GFR_SWEEPS = 5  # grow-from-root sweeps of the default start (stochtree's defaul
 GFR_WARMUP = 50  # burn-in sweeps after grow-from-root starts (n_gfr of them included)
 ROOT_WARMUP = 250  # burn-in sweeps from single-leaf trees
 CONVERGE_CAP = 10  # max_samples' default, in n_samples
+DEFAULT_CHAINS = 4  # n_chains' literal default
+DEFAULT_SAMPLES = 100  # n_samples' literal default: the posterior keeps DEFAULT_CHAINS x DEFAULT_SAMPLES draws
+GPU_CHAINS_MAX = 64  # the most chains the CUDA preset runs
+LAUNCH_BOUND_ELEMENTS = 1 << 22  # elements a GPU streams in about one kernel launch's time (4M x 4 bytes at ~3 TB/s)
+
+
+def gpu_chains(n_rows: int, n_utilities: int = 1) -> int:
+    """``n_chains``' default on CUDA: the largest power of two ``C <= GPU_CHAINS_MAX`` with
+    ``C x n_utilities x n_rows <= LAUNCH_BOUND_ELEMENTS``, and at least ``DEFAULT_CHAINS``.
+
+    A sweep on a GPU is a fixed sequence of kernel launches over every chain at once (the torch route's
+    batched operations, or the CUDA kernel's block per chain): while one operation's elements take no
+    longer to stream than its launch, more chains ride in the same launches at little cost. Past that
+    bound a sweep's time grows with its chains, and so does the per-point state (each tree's leaf index
+    of every point, ``2 n`` bytes per tree and chain): 64 chains up to 65,536 rows, 32 at 10^5, 4 from
+    about 10^6 (divided by the class utilities of a multinomial probit)."""
+    C = GPU_CHAINS_MAX
+    while C > DEFAULT_CHAINS and C * max(1, n_utilities) * max(1, n_rows) > LAUNCH_BOUND_ELEMENTS:
+        C //= 2
+    return C
+
+
+def many_chains_samples(n_chains: int) -> int:
+    """``n_samples``' default past ``DEFAULT_CHAINS`` chains: ``ceil(400 / n_chains)``, so the posterior keeps
+    about the default's ``DEFAULT_CHAINS x DEFAULT_SAMPLES`` draws (its memory and its prediction cost)."""
+    return -(-DEFAULT_CHAINS * DEFAULT_SAMPLES // n_chains)
+
+
+def many_chains_thin(n_samples: int) -> int:
+    """``thin``'s default past ``DEFAULT_CHAINS`` chains: ``100 // n_samples``, so each chain still runs about
+    the default's ``DEFAULT_SAMPLES`` sweeps past its warm-up (at least 1)."""
+    return max(1, DEFAULT_SAMPLES // n_samples)
+
+
+def _utilities(shape) -> int:
+    return shape.n_classes - 1 if shape.classification and shape.n_classes > 2 else 1
+
+
+def _many_chains(view, shape) -> bool:
+    return view["n_chains"] > DEFAULT_CHAINS
 
 
 def gfr_cost(n: int, d: int, n_cuts: int) -> float:
@@ -61,12 +102,23 @@ class BARTConfig(SamplerConfig):
     """Settings of :class:`BART` (see the module notes)."""
 
     n_trees: int = option(200, help="trees in the sum (m)", low=1)
-    n_chains: int = option(4, help="chains run together as one batch", low=1)
-    n_samples: int = option(100, help="kept sweeps per chain (after warm-up and thinning)", low=1)
+    n_chains: int = option(DEFAULT_CHAINS, help="chains run together as one batch", low=1, presets=(
+        Preset("gpu-batch", "on CUDA, more chains ride in the same kernel launches while each launch streams at most "
+               f"{LAUNCH_BOUND_ELEMENTS} elements (gpu_chains): up to {GPU_CHAINS_MAX} chains, for more effective draws "
+               "and predictions averaged over more of the posterior's modes",
+               lambda v, s: s.device == "cuda", lambda v, s: gpu_chains(s.n_rows, _utilities(s))),))
+    n_samples: int = option(DEFAULT_SAMPLES, help="kept sweeps per chain (after warm-up and thinning)", low=1, presets=(
+        Preset("many-chains", f"past {DEFAULT_CHAINS} chains, {DEFAULT_CHAINS * DEFAULT_SAMPLES} kept draws in all "
+               "(many_chains_samples): the default posterior's memory and prediction cost", _many_chains,
+               lambda v, s: many_chains_samples(v["n_chains"])),))
     n_warmup: Optional[int] = option(None, help="burn-in sweeps per chain, the n_gfr grow-from-root sweeps included "
                                      f"(default: {GFR_WARMUP} when grow-from-root runs, {ROOT_WARMUP} when the "
                                      "chains start from single leaves)", low=0)
-    thin: int = option(1, help="keep every thin-th sweep after warm-up", low=1)
+    thin: int = option(1, help="keep every thin-th sweep after warm-up", low=1, presets=(
+        Preset("many-chains", f"past {DEFAULT_CHAINS} chains keeping fewer than {DEFAULT_SAMPLES} draws each, every "
+               f"chain still runs about {DEFAULT_SAMPLES} sweeps past its warm-up (many_chains_thin)",
+               lambda v, s: _many_chains(v, s) and v["n_samples"] < DEFAULT_SAMPLES,
+               lambda v, s: many_chains_thin(v["n_samples"])),))
     min_ess: Optional[float] = option(None, help="run until converged: past n_samples, keep n_samples more sweeps per "
                                       "chain at a time until every diagnostic the run reports (sigma's and the mean "
                                       "leaves per tree's) has an ESS of at least min_ess and a split-R-hat of at most "
