@@ -17,6 +17,15 @@ most 1.05 and their ESS at least 100, at most 1,000 kept sweeps per chain), what
 ``converge_long`` allows 4,000.
 ``friedman1_<n>`` tables (Friedman #1, ``benchmarks/bart_data.py``'s generator) can be named too.
 
+Many chains (what the estimators run on CUDA, measured on the CPU): ``root`` is 4 chains from single leaves (the
+CUDA default before the ``gpu-batch`` preset), ``gpu`` the preset's 64 chains from single leaves with
+``n_samples`` and ``thin`` left to the ``many-chains`` preset (7 kept of 98 sweeps), and the ``chains*``
+configs the variants it was chosen against (16 or 64 chains, unthinned or thinned, after grow-from-root
+starts or not)::
+
+    .venv/bin/python benchmarks/bench_bart_defaults.py --folds 3 --configs new root gpu \
+        --tables friedman1_1000 abalone auto_mpg automobile synth_mnar_reg pima_diabetes heart_statlog
+
 Metrics on the held-out fold: regression RMSE, mean log predictive density (``lpd``) and 90% interval
 coverage from the posterior draws; classification accuracy and log loss from ``predict_proba``; sigma's
 R-hat and ESS (regression), the mean leaves' R-hat and ESS, and the sweeps per chain: run, and kept (the
