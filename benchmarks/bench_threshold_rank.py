@@ -4,9 +4,11 @@
 distinct values of its own feature (rows of a ``[D, umax]`` table padded with ``+inf``). In place, a segmented
 binary search runs ``log2(umax) + 1`` halvings of about a dozen small operations each
 (``torchtree.kernels.segments.segmented_searchsorted``, no read back to the host); copied, the ``Q`` rows are
-gathered (``Q x umax`` values) and searched by one ``torch.searchsorted``. This times both at one thread on
-random tables, microseconds per call (the minimum of 5 repeats of 20 calls), and checks that they agree;
-``threshold_rank`` (``torchtree.kernels.segments.rows_searchsorted``) copies when ``Q x umax <= 2^20``.
+gathered (``Q x umax`` values) and searched by one ``torch.searchsorted``; in two levels, every ``B``-th value
+of the ``Q`` rows, then one block of ``B`` values each (``B`` about ``sqrt(umax)``). This times the three at one
+thread on random tables, microseconds per call (the minimum of 5 repeats of 20 calls), and checks that they
+agree; ``threshold_rank`` (``torchtree.kernels.segments.rows_searchsorted``) copies when ``Q x umax <= 2^20``,
+else searches in two levels.
 ``--fits`` times the fits that rank most thresholds per second instead (CPU and wall seconds, the minimum of
 3, at each of ``--threads``): the batched MCMC engine (4 chains x 200 + 200 iterations, abalone's first 3,000
 rows) and SMC with moves (pima, 256 particles, 50 iterations); run it in two checkouts, alternating, to
@@ -26,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-# smoke-expect: ^\| 8 \| 1000 \| 16 \| \d+ \| \d+ \|
+# smoke-expect: ^\| 8 \| 1000 \| 16 \| \d+ \| \d+ \| \d+ \|
 # smoke-expect: ^bench_threshold_rank: done
 
 CASES = [(8, 1000, 16), (8, 4000, 64), (10, 4000, 256), (50, 1000, 256), (300, 50, 256), (300, 1000, 256),
@@ -72,12 +74,13 @@ def main() -> None:
         return fits(a.threads)
     import torch
 
-    from torchtree.kernels.segments import segmented_searchsorted
+    import torchtree.kernels.segments as segments
+    from torchtree.kernels.segments import rows_searchsorted, segmented_searchsorted
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     lines = [f"# {' '.join(sys.argv)}; torch {torch.__version__}, 1 thread, microseconds per call", "",
-             "| D | umax | Q | in place | copied rows | Q x umax |", "|---|---|---|---|---|---|"]
+             "| D | umax | Q | in place | copied rows | two levels | Q x umax |", "|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     for D, umax, Q in CASES[:1] if a.smoke else CASES:
         table = torch.sort(torch.rand(D, umax, generator=g), 1).values
@@ -92,9 +95,13 @@ def main() -> None:
         def copied():
             return torch.searchsorted(table.index_select(0, f), q[:, None], right=True)[:, 0]
 
-        assert torch.equal(in_place(), copied())
+        def two_levels():
+            return rows_searchsorted(table, f, q, right=True)
+
+        segments._ROW_SEARCH = 0  # rows_searchsorted's route for many queries on long rows
+        assert torch.equal(in_place(), copied()) and torch.equal(two_levels(), copied())
         times = []
-        for fn in (in_place, copied):
+        for fn in (in_place, copied, two_levels):
             best = float("inf")
             for _ in range(5):
                 t0 = time.perf_counter()
@@ -102,7 +109,7 @@ def main() -> None:
                     fn()
                 best = min(best, (time.perf_counter() - t0) / 20)
             times.append(best * 1e6)
-        row = f"| {D} | {umax} | {Q} | {times[0]:.0f} | {times[1]:.0f} | {Q * umax} |"
+        row = f"| {D} | {umax} | {Q} | {times[0]:.0f} | {times[1]:.0f} | {times[2]:.0f} | {Q * umax} |"
         lines.append(row)
         print(row, flush=True)
     if a.out:

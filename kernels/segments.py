@@ -171,25 +171,33 @@ def sorted_slice_searchsorted(values: torch.Tensor, starts: torch.Tensor, ends: 
     return torch.minimum((c - starts).clamp(min=0), ends - starts)
 
 
-def rows_searchsorted(table: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor, queries: torch.Tensor,
-                      right: bool = True) -> torch.Tensor:
-    """Binary search of ``queries[i]`` in the first ``lengths[rows[i]]`` values of row ``rows[i]`` of
-    ``table [R, L]`` (sorted rows, padded with ``+inf`` past their lengths; finite queries).
+def rows_searchsorted(table: torch.Tensor, rows: torch.Tensor, queries: torch.Tensor, right: bool = True) -> torch.Tensor:
+    """Binary search of ``queries[i]`` in row ``rows[i]`` of ``table [R, L]`` (sorted rows, padded with
+    ``+inf`` past their values; finite queries, so the padding never counts).
 
     Few queries (``Q x L`` at most ``_ROW_SEARCH``): their rows are copied and searched by one
-    ``torch.searchsorted``. More: :func:`segmented_searchsorted` in place (``log2(L) + 1`` halvings of a
-    few operations each, no copy). Neither reads a value back to the host.
+    ``torch.searchsorted``. More: in two levels, each a copy and one search of ``Q x sqrt(L)`` values.
+    The first searches every ``B``-th value of the rows (``B`` the power of two nearest ``sqrt(L)``, at least
+    64): the last block whose first value counts (is ``<= q``, or ``< q``) holds the row's last counted
+    value, the blocks before it count whole and the ones after it not at all. The second counts within
+    that block. About ten operations whatever ``L``, against a dozen per halving of
+    :func:`segmented_searchsorted` in place. Neither reads a value back to the host.
 
     Returns
     -------
     LongTensor [Q]: number of the row's values that are ``<= q`` (or ``< q``).
     """
     L = table.shape[1]
+    q = queries.to(table.dtype)[:, None]
     if rows.numel() * L <= _ROW_SEARCH:
-        return torch.searchsorted(table.index_select(0, rows), queries.to(table.dtype)[:, None], right=right)[:, 0]
-    starts = rows * L
-    return segmented_searchsorted(table.reshape(-1), starts, starts + lengths.index_select(0, rows), queries,
-                                  right=right, max_len=L)
+        return torch.searchsorted(table.index_select(0, rows), q, right=right)[:, 0]
+    B = 1 << max(6, (L.bit_length() + 1) // 2)
+    first = torch.searchsorted(table[:, ::B].index_select(0, rows), q, right=right)[:, 0]
+    block = (first - 1).clamp(min=0) * B
+    pos = block[:, None] + torch.arange(B, device=table.device)
+    vals = table.reshape(-1).index_select(0, (rows[:, None] * L + pos.clamp(max=L - 1)).reshape(-1)).view(-1, B)
+    vals = torch.where(pos < L, vals, torch.full_like(vals, float("inf")))  # past the row: beyond every query
+    return block + torch.searchsorted(vals, q, right=right)[:, 0]
 
 
 def segment_minmax(x: torch.Tensor, seg: torch.Tensor, n_seg: int):

@@ -11,7 +11,8 @@ import torch
 from torchtree import ChipmanPrior, Data, DirichletMultinomial, HardTrees, TopDownSMC
 from torchtree.kernels.forest import mixture_over_leaves, node_region_keys
 from torchtree.kernels.segments import (exclusive_cumsum, grouped_searchsorted, ragged_arange, rank_within, segment_minmax,
-                                       segmented_searchsorted, sortable_bits, sorted_slice_searchsorted)
+                                       rows_searchsorted, segmented_searchsorted, sortable_bits,
+                                       sorted_slice_searchsorted)
 from torchtree.kernels.traversal import leaf_index, leaf_index_reference
 from torchtree.model.trees import INTERNAL, LEAF
 
@@ -166,6 +167,34 @@ def test_grouped_searchsorted_equals_the_slice_search(seed, right, dtype):
     out = grouped_searchsorted(values, seg, starts, ends, qseg, q, right=right, max_len=8)
     want = naive_searchsorted(values.double(), starts[qseg], ends[qseg], q.double(), right)
     assert out.dtype == torch.long and out.tolist() == want
+
+
+@pytest.mark.parametrize("L", [70, 1000, 5000])
+@pytest.mark.parametrize("right", [True, False])
+def test_rows_searchsorted_two_levels_equal_numpy(L, right, monkeypatch):
+    """The two-level search (every B-th value, then one block) counts as numpy's search of each row: rows of
+    different lengths padded with +inf, runs of ties across block boundaries, queries at block starts,
+    below every value and above every value."""
+    import torchtree.kernels.segments as segments
+
+    g = np.random.default_rng(L)
+    R = 6
+    lengths = g.integers(1, L + 1, R)
+    lengths[0] = L
+    table = np.full((R, L), np.inf, dtype=np.float32)
+    for r, n in enumerate(lengths):
+        table[r, :n] = np.sort(np.round(g.normal(size=n) * 4) / 4)  # coarse: long runs of equal values
+    rows = g.integers(0, R, 300)
+    q = np.round(g.normal(size=300) * 4, 1).astype(np.float32)
+    B = 1 << max(6, (L.bit_length() + 1) // 2)
+    q[:40] = table[rows[:40], np.minimum(np.arange(40) % 4 * B, lengths[rows[:40]] - 1)]  # block starts
+    q[40:50], q[50:60] = -1e6, 1e6
+    want = [np.searchsorted(table[r], v, side="right" if right else "left") for r, v in zip(rows, q)]
+    monkeypatch.setattr(segments, "_ROW_SEARCH", 0)
+    got = rows_searchsorted(torch.from_numpy(table), torch.from_numpy(rows), torch.from_numpy(q), right=right)
+    assert got.tolist() == want
+    monkeypatch.setattr(segments, "_ROW_SEARCH", 1 << 40)  # the copied rows: the same counts
+    assert rows_searchsorted(torch.from_numpy(table), torch.from_numpy(rows), torch.from_numpy(q), right=right).tolist() == want
 
 
 @pytest.mark.parametrize("seed", range(4))

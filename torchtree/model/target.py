@@ -525,7 +525,7 @@ class TreeModel:
         """Rank ``r`` with ``sorted[f, r] <= thr < sorted[f, r + 1]`` (``-1`` below the minimum)."""
         if f.numel() == 0:
             return f
-        return rows_searchsorted(self.sorted_flat.view(-1, self.umax), self.n_unique, f, thr, right=True) - 1
+        return rows_searchsorted(self.sorted_flat.view(-1, self.umax), f, thr, right=True) - 1
 
     def split_bits(self, B: torch.Tensor, f: torch.Tensor, r: torch.Tensor, right: torch.Tensor,
                    src: Optional[torch.Tensor] = None) -> torch.Tensor:
