@@ -451,17 +451,16 @@ class Grower:
         t.threshold[ds] = thr.to(t.threshold.dtype)
         t.left[ds] = c0.to(torch.int32)
         t.right[ds] = (c0 + 1).to(torch.int32)
+        # the children, left ones then right ones, written in one operation per field
         kids = t.new(2 * k)
-        kl, kr = kids[:k], kids[k:]
-        pstat = t.stats[us]
-        for kid, st, side, cnt, slot in ((kl, left, False, n_left, c0), (kr, pstat - left, True, t.cnt[us] - n_left, c0 + 1)):
-            t.depth[kid] = t.depth[us] + 1
-            t.stats[kid] = st
-            t.pslot[kid] = ns.to(torch.int32)
-            t.rparent[kid], t.rfeat[kid], t.rthr[kid] = us, feat.long(), thr.double()
-            t.rside[kid] = side
-            t.cnt[kid] = cnt.long()
-            state.node_uid[ps, slot] = kid.to(torch.int32)
+        pair = lambda x: torch.cat([x, x])  # noqa: E731 - the same value for both children
+        t.depth[kids] = pair(t.depth[us] + 1)
+        t.stats[kids] = torch.cat([left, t.stats[us] - left])
+        t.pslot[kids] = pair(ns.to(torch.int32))
+        t.rparent[kids], t.rfeat[kids], t.rthr[kids] = pair(us), pair(feat.long()), pair(thr.double())
+        t.rside[kids] = torch.arange(2 * k, device=kids.device) >= k
+        t.cnt[kids] = torch.cat([n_left, t.cnt[us] - n_left]).long()
+        state.node_uid[pair(ps), torch.cat([c0, c0 + 1])] = kids.to(torch.int32)
         state.n_nodes += 2 * per_tree
 
 
