@@ -51,17 +51,18 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "bart_block.cpp", "bart_predict.cpp", "node_points.cpp", "bitsets.cpp",
                                     "keyed.cpp")]
 #: every file the build reads (the sources and their headers): the build folder is named by their content
-BUILD_INPUTS = SOURCES + [CSRC / name for name in ("bart_common.h", "bart_core.h", "bart_block.h", "bart_block_args.h", "keyed.h")]
+BUILD_INPUTS = SOURCES + [CSRC / name for name in ("bart_common.h", "bart_core.h", "bart_block.h", "bart_block_args.h",
+                                             "bart_gfr_block.h", "keyed.h")]
 #: OpenMP where torch's CPU build uses GNU OpenMP (Linux): ``at::parallel_for`` spreads a kernel's tasks over
 #: torch's threads only in code compiled with it, and the extension then shares torch's libgomp (same soname)
 #: the CUDA kernels (a second library, implementing some of the operators above for CUDA tensors)
 CUDA_SOURCES = [CSRC / "bart_cuda.cu"]
 #: device code as the CPU's: no fused multiply-adds (the host code's -ffp-contract=off)
 CUDA_FLAGS = ["-O3", "--expt-relaxed-constexpr", "--fmad=false"]
-CUDA_OPERATORS = ("bart_sweep",)
+CUDA_OPERATORS = ("bart_sweep", "bart_gfr_blocks")
 OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
 FLAGS = ["-O3", "-ffp-contract=off"] + OPENMP
-OPERATORS = ("bart_tree_update", "bart_sweep", "bart_sweep_blocks", "bart_gfr_sweep", "forest_sum", "forest_stats", "node_extents", "split_counts", "split_intervals", "all_intervals", "split_sums", "split_sum_intervals", "partition_points",
+OPERATORS = ("bart_tree_update", "bart_sweep", "bart_sweep_blocks", "bart_gfr_sweep", "bart_gfr_blocks", "forest_sum", "forest_stats", "node_extents", "split_counts", "split_intervals", "all_intervals", "split_sums", "split_sum_intervals", "partition_points",
              "bitset_counts", "split_bits", "extent_ranks", "keyed_uniforms")
 _STATE: dict = {}
 _LOCK = threading.Lock()

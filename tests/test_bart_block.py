@@ -1,6 +1,7 @@
 """The CUDA BART sweep's code (``kernels/csrc/bart_block.h``: one block of threads per chain) run on the
 CPU by ``bart_sweep_blocks``, host threads standing in for the block's, against the compiled CPU sweep
-``bart_sweep`` (itself equal to the plain-torch reference, tests/test_native.py).
+``bart_sweep`` (itself equal to the plain-torch reference, tests/test_native.py); then the CUDA
+grow-from-root sweep's code (``bart_gfr_block.h``) by ``bart_gfr_blocks`` against ``bart_gfr_sweep``.
 
 From the same state, uniforms and leaf normals, one sweep of every tree must make the same moves: the same
 trees, leaves' maps and move counts, exactly. The cell sums add in another order (the block's threads add
@@ -14,7 +15,7 @@ import torch
 
 from torchtree import BART, Data
 from torchtree.kernels import native
-from torchtree.steps.bart_moves import MOVE_PROBS, prior_tables, sweep_native
+from torchtree.steps.bart_moves import MOVE_PROBS, _signed, gfr_sweep_native, prior_tables, sweep_native
 
 pytestmark = [pytest.mark.filterwarnings("ignore:MCMC chains look unconverged"),
               pytest.mark.skipif(not native.available(), reason="the C++ kernels could not be built here")]
@@ -156,3 +157,94 @@ def test_cuda_kernel_makes_the_cpu_sweeps_moves(case, adds, monkeypatch):
           "keyed": dict(keyed=True)}[case]
     assert native.cuda_available(), "the CUDA kernels did not build"
     _compare(sweeps=4, threads=0, run=_cuda, **kw)
+
+
+# ----------------------------------------------------------------------------- grow-from-root
+def _gfr_blocks(prior, state, Xb, n_cuts, sigma2, U, Z, keyed, groups, threads, use_likelihood=True, extra_bins=0):
+    _, ps_lut, _ = prior_tables(prior, state[0].shape[-1], state[0].device)
+    empty = torch.empty(0, dtype=torch.long)
+    u_base, leaves_base, keys = keyed if U is None else (0, 0, empty)
+    torch.ops.torchtree.bart_gfr_blocks(*state, Xb, n_cuts, sigma2, empty.double() if U is None else U,
+                                        empty.double() if Z is None else Z, empty if groups is None else groups,
+                                        ps_lut, float(prior.tau ** 2), int(prior.max_depth), bool(use_likelihood),
+                                        _signed(u_base), _signed(leaves_base), keys,
+                                        int(n_cuts.max()) + 1 + extra_bins, int(threads))
+
+
+def _gfr_cuda(prior, state, Xb, n_cuts, sigma2, U, Z, keyed, groups, threads, use_likelihood=True, extra_bins=0):
+    """The CUDA grow-from-root kernel on copies of the inputs, through the sampler's call."""
+    dev = [x.cuda() for x in state]
+    keyed = None if keyed is None else (keyed[0], keyed[1], keyed[2].cuda())
+    assert gfr_sweep_native(prior, *dev, Xb.cuda(), n_cuts.cuda(), sigma2.cuda(), None if U is None else U.cuda(),
+                            None if Z is None else Z.cuda(), use_likelihood, None if groups is None else groups.cuda(),
+                            keyed=keyed, max_bins=int(n_cuts.max()) + 1 + extra_bins), "the CUDA kernel is unavailable"
+    for x, y in zip(state, dev):
+        x.copy_(y.cpu())
+
+
+def _compare_gfr(threads, dtype=torch.float64, sweeps=2, T=6, C=3, use_likelihood=True, keyed=False, run=_gfr_blocks,
+                 extra_bins=0, **setup):
+    """Grow-from-root sweeps from the same state and draws, the block code's against the CPU kernel's: trees and
+    leaf maps equal; values and residuals bit for bit with one thread (every sum in the CPU kernel's order),
+    else to rounding (float64 1e-12, float32 1e-5 relative)."""
+    from torchtree.core.random import derive_seed
+
+    prior, grid, data, groups = _setup(**setup)
+    Xb, n_cuts = grid.bins(data.X).contiguous(), grid.n_cuts
+    g = torch.Generator().manual_seed(5)
+    ref = _state(prior, grid, data, T, C, dtype)
+    K = prior.n_slots
+    sigma2 = torch.full((C,), 0.1, dtype=torch.float64)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-5)
+    nodes = 0
+    for i in range(sweeps):
+        U = torch.rand(T, C, K, generator=g, dtype=torch.float64)
+        Z = torch.randn(T, C, K, generator=g, dtype=torch.float64)
+        keys = (derive_seed(9, 2 * i), derive_seed(9, 2 * i + 1), torch.randint(0, 2 ** 40, (T, C), generator=g))
+        U, Z, keys = (None, None, keys) if keyed else (U, Z, None)
+        mine = [x.clone() for x in ref]
+        assert gfr_sweep_native(prior, *ref, Xb, n_cuts, sigma2, U, Z, use_likelihood, groups, keyed=keys)
+        run(prior, mine, Xb, n_cuts, sigma2, U, Z, keys, groups, threads, use_likelihood, extra_bins)
+        for a, b in zip(mine[:2] + mine[3:4], ref[:2] + ref[3:4]):  # feature, cut, leaf_of: exact
+            assert torch.equal(a, b)
+        for a, b in zip((mine[2], mine[4]), (ref[2], ref[4])):  # values, residuals
+            if threads == 1:
+                assert torch.equal(a, b)
+            else:
+                torch.testing.assert_close(a, b, **tol)
+        nodes = max(nodes, int((ref[0] >= 0).sum()))
+    return ref, nodes
+
+
+@pytest.mark.parametrize("threads", [1, 3, 4, 7])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gfr_block_sweeps_regrow_the_cpu_sweeps_trees(threads, dtype):
+    _, nodes = _compare_gfr(threads, dtype)
+    assert nodes > 6 * 3  # the trees grew: the weights chose splits
+
+
+def test_gfr_blocks_coded_table_prior_only_and_keyed_draws():
+    """A categorical column and missing values (the column drawn by input column, then split column), a
+    sweep without the likelihood, keyed node uniforms and leaf normals, more histogram bins than needed."""
+    assert _compare_gfr(4, coded=True)[1] > 0
+    assert _compare_gfr(1, coded=True, extra_bins=3)[1] > 0
+    assert _compare_gfr(4, use_likelihood=False)[1] > 0
+    assert _compare_gfr(1, keyed=True)[1] > 0
+    assert _compare_gfr(5, keyed=True, T=2, C=2)[1] > 0
+
+
+def test_gfr_blocks_shallow_trees_and_one_tree():
+    ref, _ = _compare_gfr(4, max_depth=2, T=1, C=4)
+    assert int(ref[0][..., 3:].ge(0).sum()) == 0  # no split at depth 2
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("case", ["float64", "float32", "coded", "prior", "many points", "keyed"])
+def test_cuda_gfr_kernel_regrows_the_cpu_sweeps_trees(case):
+    """The grow-from-root kernel itself (``bart_cuda.cu``) against the CPU kernel, as above (threads > 1: values to
+    rounding)."""
+    kw = {"float64": {}, "float32": dict(dtype=torch.float32), "coded": dict(coded=True),
+          "prior": dict(use_likelihood=False), "many points": dict(n=20_000, T=3), "keyed": dict(keyed=True)}[case]
+    assert native.cuda_available(), "the CUDA kernels did not build"
+    _compare_gfr(0, run=_gfr_cuda, **kw)

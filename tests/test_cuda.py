@@ -229,11 +229,12 @@ def test_bart_graph_sweeps_match_the_eager_sweeps_on_cuda(task, monkeypatch):
         torch.testing.assert_close(graphed.sigma.cpu(), eager.sigma.cpu(), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("n_gfr", [0, 3])
 @pytest.mark.parametrize("task", ["regression", "classification"])
-def test_bart_native_runs_on_cuda_match_the_cpu_kernels(task):
-    """``compile="native"`` on CUDA (one launch per sweep, kernels/csrc/bart_cuda.cu) against the CPU kernel's
-    run, float64: the same trees and move counts; leaf values and sigma to 1e-9 (the cell sums add in the
-    threads' order, the leaves' normals come from CUDA's normcdfinv)."""
+def test_bart_native_runs_on_cuda_match_the_cpu_kernels(task, n_gfr):
+    """``compile="native"`` on CUDA (one launch per sweep, kernels/csrc/bart_cuda.cu), from single leaves or after
+    grow-from-root sweeps, against the CPU kernels' run, float64: the same trees and move counts; leaf values and
+    sigma to 1e-9 (the sums add in the threads' order, the leaves' normals come from CUDA's normcdfinv)."""
     from torchtree import BART
     from torchtree.kernels import native
 
@@ -243,10 +244,10 @@ def test_bart_native_runs_on_cuda_match_the_cpu_kernels(task):
     y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + rng.normal(size=500)
     if task == "classification":
         y = np.digitize(y, np.quantile(y, [0.33, 0.67]))  # three classes: a forest per class utility
-    kw = dict(n_trees=20, n_chains=4, n_warmup=20, n_samples=20, n_gfr=0, dtype="float64", compile="native")
+    kw = dict(n_trees=20, n_chains=4, n_warmup=20, n_samples=20, n_gfr=n_gfr, dtype="float64", compile="native")
     cpu = BART(**kw).run(Data(X, y, task=task), seed=4)
     gpu = BART(**kw, device="cuda").run(Data(X, y, task=task), seed=4)
-    assert gpu.value.device.type == "cuda"
+    assert gpu.value.device.type == "cuda" and gpu.info["n_gfr"] == cpu.info["n_gfr"] == n_gfr
     assert torch.equal(gpu.feature.cpu(), cpu.feature) and torch.equal(gpu.cut.cpu(), cpu.cut)
     assert all(gpu.info[k] == cpu.info[k] for k in cpu.info if k.startswith("accept/"))
     torch.testing.assert_close(gpu.value.cpu(), cpu.value, **TOL)

@@ -1,5 +1,6 @@
-// bart_block.h's sweep on the CPU, each chain's block of `threads` threads stood in for by host threads
-// (one at a time where threads = 1): the CUDA kernel's code, tested against bart_sweep (tests/test_bart_block.py).
+// bart_block.h's sweep and bart_gfr_block.h's grow-from-root sweep on the CPU, each chain's block of `threads`
+// threads stood in for by host threads (one at a time where threads = 1): the CUDA kernels' code, tested against
+// bart_sweep and bart_gfr_sweep (tests/test_bart_block.py).
 #include "bart_block_args.h"
 
 #include <ATen/Parallel.h>
@@ -63,6 +64,21 @@ struct HostBlock {
   }
 };
 
+// runs body(block) for chain c on `threads` host threads sharing one barrier and one lock
+template <class Body>
+void run_block(int64_t threads, const Body& body) {
+  Barrier barrier(static_cast<int>(threads));
+  std::mutex mu;
+  auto run = [&](int64_t id) {
+    HostBlock b{id, threads, threads % 4 == 0 ? 4 : 1, &barrier, &mu};  // warps of 4 where they divide the block
+    body(b);
+  };
+  if (threads == 1) return run(0);
+  std::vector<std::thread> pool;
+  for (int64_t id = 0; id < threads; ++id) pool.emplace_back(run, id);
+  for (auto& th : pool) th.join();
+}
+
 // One sweep, as bart_sweep, in place: chain c by a block of `threads` host threads.
 // Returns the proposed and accepted counts per move type, [2, 3].
 at::Tensor bart_sweep_blocks(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of,
@@ -79,22 +95,30 @@ at::Tensor bart_sweep_blocks(at::Tensor feature, at::Tensor cut, at::Tensor valu
         sweep_args<scalar_t>(in, feature, cut, value, leaf_of, resid, tau2, pg, pp, max_depth, use_likelihood);
     for (int64_t c = 0; c < a.C; ++c) {
       std::vector<unsigned char> buf(block_bytes<scalar_t>(a.K));
-      Barrier barrier(static_cast<int>(threads));
-      std::mutex mu;
-      auto run = [&](int64_t id) {
-        HostBlock b{id, threads, threads % 4 == 0 ? 4 : 1, &barrier, &mu};  // warps of 4 where they divide the block
-        sweep_chain(b, a, in.normals, buf.data(), c);
-      };
-      if (threads == 1) {
-        run(0);
-        continue;
-      }
-      std::vector<std::thread> pool;
-      for (int64_t id = 0; id < threads; ++id) pool.emplace_back(run, id);
-      for (auto& th : pool) th.join();
+      run_block(threads, [&](HostBlock& b) { sweep_chain(b, a, in.normals, buf.data(), c); });
     }
   });
   return in.counts;
+}
+
+// One grow-from-root sweep, as bart_gfr_sweep, in place: chain c by a block of `threads` host threads, with
+// histograms of max_bins bins per column (at least the most cuts of a column + 1). threads = 1 makes every sum
+// in bart_gfr_sweep's order.
+void bart_gfr_blocks(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of, at::Tensor resid,
+                     at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2, at::Tensor u, at::Tensor z, at::Tensor groups,
+                     at::Tensor ps_lut, double tau2, int64_t max_depth, bool use_likelihood, int64_t u_base,
+                     int64_t leaves_base, at::Tensor keys, int64_t max_bins, int64_t threads) {
+  TORCH_CHECK(feature.device().is_cpu(), "bart_gfr_blocks: CPU tensors only");
+  TORCH_CHECK(threads >= 1 && threads <= GFR_MAX_THREADS, "bart_gfr_blocks: 1 <= threads <= ", GFR_MAX_THREADS);
+  auto g = gfr_block_inputs("bart_gfr_blocks", feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, u, z, groups,
+                            ps_lut, u_base, leaves_base, keys, max_bins);
+  AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_gfr_blocks", [&] {
+    const GfrArgs<scalar_t> a = gfr_args<scalar_t>(g, feature, cut, value, leaf_of, resid, tau2, max_depth, use_likelihood);
+    for (int64_t c = 0; c < a.C; ++c) {
+      GfrShared shared;
+      run_block(threads, [&](HostBlock& b) { gfr_sweep_chain(b, a, g.uniforms, g.normals, shared, c); });
+    }
+  });
 }
 
 }  // namespace
@@ -104,6 +128,12 @@ TORCH_LIBRARY_FRAGMENT(torchtree, m) {
         "Tensor(e!) resid, Tensor Xb, Tensor n_cuts, Tensor sigma2, Tensor u, Tensor z, Tensor groups, "
         "Tensor ps_lut, Tensor log1m_ps, float tau2, float pg, float pp, int max_depth, bool use_likelihood, "
         "int leaves_base, Tensor keys, int kz, int threads) -> Tensor");
+  m.def("bart_gfr_blocks(Tensor(a!) feature, Tensor(b!) cut, Tensor(c!) value, Tensor(d!) leaf_of, Tensor(e!) resid, "
+        "Tensor Xb, Tensor n_cuts, Tensor sigma2, Tensor u, Tensor z, Tensor groups, Tensor ps_lut, float tau2, "
+        "int max_depth, bool use_likelihood, int u_base, int leaves_base, Tensor keys, int max_bins, int threads) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(torchtree, CPU, m) { m.impl("bart_sweep_blocks", bart_sweep_blocks); }
+TORCH_LIBRARY_IMPL(torchtree, CPU, m) {
+  m.impl("bart_sweep_blocks", bart_sweep_blocks);
+  m.impl("bart_gfr_blocks", bart_gfr_blocks);
+}

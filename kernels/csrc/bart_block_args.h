@@ -3,6 +3,7 @@
 #pragma once
 #include "bart_block.h"
 #include "bart_common.h"
+#include "bart_gfr_block.h"
 
 namespace torchtree_bart {
 
@@ -76,6 +77,88 @@ SweepArgs<scalar_t> sweep_args(BlockSweepInputs& b, at::Tensor& feature, at::Ten
   a.T = feature.size(0), a.C = feature.size(1), a.K = feature.size(2);
   a.N = resid.size(1), a.D = in.xb.size(0);
   a.scratch = b.scratch.data_ptr<int64_t>(), a.counts = b.counts.data_ptr<int64_t>();
+  return a;
+}
+
+// A grow-from-root block sweep's inputs (bart_gfr_block.h) checked and converted, its scratch allocated on the
+// state's device, its uniforms and normals (keyed, or rows of u and z [T, C, K]): shared by the CPU stand-in
+// operator (bart_block.cpp) and the CUDA one (bart_cuda.cu).
+struct GfrBlockInputs {
+  at::Tensor xb, nc, s2, gr, psl, uu, zz, kk;
+  std::vector<at::Tensor> scratch;
+  BlockUniforms uniforms;
+  BlockNormals normals;
+  int64_t MB;
+};
+
+inline GfrBlockInputs gfr_block_inputs(const char* name, const at::Tensor& feature, const at::Tensor& cut,
+                                       const at::Tensor& value, const at::Tensor& leaf_of, const at::Tensor& resid,
+                                       const at::Tensor& Xb, const at::Tensor& n_cuts, const at::Tensor& sigma2,
+                                       const at::Tensor& u, const at::Tensor& z, const at::Tensor& groups,
+                                       const at::Tensor& ps_lut, int64_t u_base, int64_t leaves_base,
+                                       const at::Tensor& keys, int64_t max_bins) {
+  TORCH_CHECK(feature.scalar_type() == at::kShort && cut.scalar_type() == at::kShort &&
+                  leaf_of.scalar_type() == at::kShort,
+              name, ": feature, cut and leaf_of are int16");
+  TORCH_CHECK(feature.is_contiguous() && cut.is_contiguous() && value.is_contiguous() && leaf_of.is_contiguous() &&
+                  resid.is_contiguous(),
+              name, ": contiguous state tensors");
+  TORCH_CHECK(value.scalar_type() == resid.scalar_type(), name, ": value and resid must share a dtype");
+  const int64_t T = feature.size(0), C = feature.size(1), K = feature.size(2), N = resid.size(1), D = Xb.size(0);
+  const bool keyed = u.numel() == 0;  // keyed draws (keys [T, C]) instead of u and z tensors [T, C, K]
+  TORCH_CHECK(keyed ? keys.numel() == T * C : u.numel() == T * C * K && z.numel() == T * C * K,
+              name, ": u and z [T, C, K], or keys [T, C] with u and z empty");
+  GfrBlockInputs g;
+  g.xb = Xb.to(at::kShort).contiguous(), g.nc = n_cuts.to(at::kLong).contiguous();
+  g.s2 = sigma2.to(at::kDouble).contiguous(), g.psl = ps_lut.to(at::kDouble).contiguous();
+  g.gr = groups.numel() ? groups.to(at::kLong).contiguous() : groups;
+  g.uu = keyed ? u : u.to(at::kDouble).contiguous(), g.zz = keyed ? z : z.to(at::kDouble).contiguous();
+  g.kk = keyed ? keys.to(at::kLong).contiguous() : keys;
+  TORCH_CHECK(max_bins >= 1, name, ": max_bins >= 1 (the most cuts of a column + 1)");
+  g.MB = max_bins;  // given by the caller: the bound is known on the host, and reading n_cuts would wait for a GPU
+  const auto opt = feature.options();
+  const int64_t W = 1 + D * (g.MB - 1);
+  g.scratch.push_back(at::empty({C, N}, opt.dtype(at::kInt)));          // idx
+  g.scratch.push_back(at::empty({C, N}, opt.dtype(at::kInt)));          // tmp
+  g.scratch.push_back(at::empty({C, K, D}, opt.dtype(at::kInt)));       // lo
+  g.scratch.push_back(at::empty({C, K, D}, opt.dtype(at::kInt)));       // hi
+  g.scratch.push_back(at::empty({C, K}, opt.dtype(at::kLong)));         // start
+  g.scratch.push_back(at::empty({C, K}, opt.dtype(at::kLong)));         // end
+  g.scratch.push_back(at::empty({C, K}, opt.dtype(at::kDouble)));       // s_leaf
+  g.scratch.push_back(at::empty({C, K}, opt.dtype(at::kDouble)));       // n_leaf
+  g.scratch.push_back(at::empty({C, D, g.MB}, opt.dtype(at::kDouble)));  // hs
+  g.scratch.push_back(at::empty({C, D, g.MB}, opt.dtype(at::kInt)));     // hn
+  g.scratch.push_back(at::empty({C, D}, opt.dtype(at::kDouble)));       // pf
+  g.scratch.push_back(at::empty({C, D}, opt.dtype(at::kLong)));         // off
+  g.scratch.push_back(at::empty({C, W}, opt.dtype(at::kDouble)));       // w
+  g.scratch.push_back(at::empty({C, N}, resid.options()));              // R
+  g.uniforms = keyed ? BlockUniforms{nullptr, g.kk.data_ptr<int64_t>(), static_cast<uint64_t>(u_base), K}
+                     : BlockUniforms{g.uu.data_ptr<double>(), nullptr, 0, K};
+  g.normals = keyed ? BlockNormals{nullptr, g.kk.data_ptr<int64_t>(), static_cast<uint64_t>(leaves_base), K}
+                    : BlockNormals{g.zz.data_ptr<double>(), nullptr, 0, K};
+  return g;
+}
+
+template <class scalar_t>
+GfrArgs<scalar_t> gfr_args(GfrBlockInputs& g, at::Tensor& feature, at::Tensor& cut, at::Tensor& value,
+                           at::Tensor& leaf_of, at::Tensor& resid, double tau2, int64_t max_depth, bool use_likelihood) {
+  GfrArgs<scalar_t> a;
+  a.feature = feature.data_ptr<int16_t>(), a.cut = cut.data_ptr<int16_t>();
+  a.value = value.data_ptr<scalar_t>(), a.leaf_of = leaf_of.data_ptr<int16_t>(), a.resid = resid.data_ptr<scalar_t>();
+  a.Xb = g.xb.data_ptr<int16_t>(), a.n_cuts = g.nc.data_ptr<int64_t>(), a.sigma2 = g.s2.data_ptr<double>();
+  a.groups = g.gr.numel() ? g.gr.data_ptr<int64_t>() : nullptr;
+  a.ps_lut = g.psl.data_ptr<double>();
+  a.tau2 = tau2, a.max_depth = max_depth, a.use_lik = use_likelihood;
+  a.T = feature.size(0), a.C = feature.size(1), a.K = feature.size(2), a.N = resid.size(1), a.D = g.xb.size(0);
+  a.MB = g.MB;
+  auto& s = g.scratch;
+  a.idx = s[0].data_ptr<int32_t>(), a.tmp = s[1].data_ptr<int32_t>();
+  a.lo = s[2].data_ptr<int32_t>(), a.hi = s[3].data_ptr<int32_t>();
+  a.start = s[4].data_ptr<int64_t>(), a.end = s[5].data_ptr<int64_t>();
+  a.s_leaf = s[6].data_ptr<double>(), a.n_leaf = s[7].data_ptr<double>();
+  a.hs = s[8].data_ptr<double>(), a.hn = s[9].data_ptr<int32_t>();
+  a.pf = s[10].data_ptr<double>(), a.off = s[11].data_ptr<int64_t>(), a.w = s[12].data_ptr<double>();
+  a.R = s[13].data_ptr<scalar_t>();
   return a;
 }
 

@@ -1,5 +1,6 @@
 // bart_sweep on CUDA: a whole backfitting sweep in one kernel launch, one block of threads per chain running
-// bart_block.h's sweep (every tree in turn: thread 0 proposes and decides, the block passes over the points).
+// bart_block.h's sweep (every tree in turn: thread 0 proposes and decides, the block passes over the points);
+// and bart_gfr_blocks: a grow-from-root sweep the same way (bart_gfr_block.h, its scratch in global memory).
 // Nothing is read back to the host, so the launch can be recorded in a CUDA graph. The leaves' normals are
 // drawn in the kernel from their keys, as the CPU kernel's (or read from a z tensor). The block's state lives in
 // shared memory: block_bytes(K), 36 KB for float64 at max_depth 8; the largest max_depth is the one whose
@@ -142,6 +143,36 @@ at::Tensor bart_sweep_cuda(at::Tensor feature, at::Tensor cut, at::Tensor value,
   return in.counts;
 }
 
+template <class scalar_t>
+__global__ void __launch_bounds__(MAX_THREADS) gfr_kernel(GfrArgs<scalar_t> a, BlockUniforms u, BlockNormals z) {
+  __shared__ GfrShared h;
+  CudaBlock<false> b;
+  gfr_sweep_chain(b, a, u, z, h, static_cast<int64_t>(blockIdx.x));
+}
+
+// One grow-from-root sweep in place (bart_gfr_blocks' contract; `threads` unused: the block size is
+// block_threads(N))
+void bart_gfr_blocks_cuda(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of, at::Tensor resid,
+                          at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2, at::Tensor u, at::Tensor z,
+                          at::Tensor groups, at::Tensor ps_lut, double tau2, int64_t max_depth, bool use_likelihood,
+                          int64_t u_base, int64_t leaves_base, at::Tensor keys, int64_t max_bins, int64_t threads) {
+  TORCH_CHECK(feature.is_cuda(), "bart_gfr_blocks (CUDA): CUDA tensors only");
+  static_assert(MAX_THREADS <= GFR_MAX_THREADS, "the shared state holds a partial per thread");
+  const c10::cuda::CUDAGuard guard(feature.device());
+  auto g = gfr_block_inputs("bart_gfr_blocks (CUDA)", feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, u, z,
+                            groups, ps_lut, u_base, leaves_base, keys, max_bins);
+  AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_gfr_blocks_cuda", [&] {
+    const GfrArgs<scalar_t> a = gfr_args<scalar_t>(g, feature, cut, value, leaf_of, resid, tau2, max_depth, use_likelihood);
+    if (a.T == 0 || a.C == 0) return;
+    gfr_kernel<scalar_t><<<static_cast<unsigned>(a.C), block_threads(a.N), 0, c10::cuda::getCurrentCUDAStream()>>>(
+        a, g.uniforms, g.normals);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(torchtree, CUDA, m) { m.impl("bart_sweep", bart_sweep_cuda); }
+TORCH_LIBRARY_IMPL(torchtree, CUDA, m) {
+  m.impl("bart_sweep", bart_sweep_cuda);
+  m.impl("bart_gfr_blocks", bart_gfr_blocks_cuda);
+}

@@ -340,7 +340,7 @@ def gfr_sweep_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor,
                      leaf_of: torch.Tensor, resid: torch.Tensor, Xb: torch.Tensor, n_cuts: torch.Tensor,
                      sigma2: torch.Tensor, U: Optional[torch.Tensor], Z: Optional[torch.Tensor],
                      use_likelihood: bool = True, groups: Optional[torch.Tensor] = None,
-                     keyed: Optional[Tuple[int, int, torch.Tensor]] = None) -> bool:
+                     keyed: Optional[Tuple[int, int, torch.Tensor]] = None, max_bins: Optional[int] = None) -> bool:
     """One grow-from-root sweep in place (XBART's warm start, He & Hahn 2021), as one compiled call: every
     tree in turn regrown from the root on its partial residual. A node of depth ``d`` holding ``n`` points
     with residual sum ``s`` stops with weight ``(1 - p_d) l(n, s)`` or splits on rule ``(f, k)`` with weight
@@ -352,17 +352,26 @@ def gfr_sweep_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor,
     and ``Z[t, c, j] = ndtri(keyed_uniform(leaves_base, keys[t, c], j))`` for the nodes and leaves that use
     them (the numbers those tensors would hold, the normals to the last bit of a float64; most slots hold
     no node). Not a Markov kernel of the
-    posterior: a warm start for the MCMC sweeps. Returns False (nothing changed) where the kernel is
-    unavailable."""
-    kernel = native.op("bart_gfr_sweep") if resid.device.type == "cpu" else None
+    posterior: a warm start for the MCMC sweeps.
+
+    On CUDA one kernel launch runs the sweep, a block of threads per chain (``kernels/csrc/bart_gfr_block.h``:
+    the same decisions, the sums over a node's points and candidates shared by the block, so the values to
+    rounding); ``max_bins``, the most cuts of a column + 1 (default: read from ``n_cuts``, which on a GPU
+    waits for it), sizes its histograms. Returns False (nothing changed) where the kernel is unavailable."""
+    dev = resid.device.type
+    kernel = native.op("bart_gfr_sweep") if dev == "cpu" else native.cuda_op("bart_gfr_blocks") if dev == "cuda" else None
     if kernel is None:
         return False
     _, ps_lut, _ = prior_tables(prior, feature.shape[-1], resid.device)
-    empty = torch.empty(0, dtype=torch.long)
+    empty = torch.empty(0, dtype=torch.long, device=resid.device)
     u_base, leaves_base, keys = keyed if U is None else (0, 0, empty)
-    kernel(feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, empty.double() if U is None else U,
-           empty.double() if Z is None else Z, empty if groups is None else groups, ps_lut, float(prior.tau ** 2),
-           int(prior.max_depth), bool(use_likelihood), _signed(u_base), _signed(leaves_base), keys)
+    args = (feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, empty.double() if U is None else U,
+            empty.double() if Z is None else Z, empty if groups is None else groups, ps_lut, float(prior.tau ** 2),
+            int(prior.max_depth), bool(use_likelihood), _signed(u_base), _signed(leaves_base), keys)
+    if dev == "cpu":
+        kernel(*args)
+    else:  # the block size is the kernel's choice
+        kernel(*args, int(n_cuts.max()) + 1 if max_bins is None else int(max_bins), 0)
     return True
 
 

@@ -129,10 +129,11 @@ class BARTConfig(SamplerConfig):
                                         f"{CONVERGE_CAP} n_samples); a run stopped there warns", low=1)
     n_gfr: Optional[int] = option(None, help="grow-from-root sweeps (XBART's warm start: each tree regrown from the "
                                   "root with rules drawn in proportion to prior x marginal likelihood) that open the "
-                                  "warm-up, counted in n_warmup (at most n_warmup of them); they run on CPU with the "
-                                  "compiled kernels and backfitting MCMC (elsewhere the chains start from single "
-                                  f"leaves). Default: {GFR_SWEEPS} when they cost less than the burn-in they save "
-                                  "(default_gfr_sweeps), else 0", low=0)
+                                  "warm-up, counted in n_warmup (at most n_warmup of them); they run with the compiled "
+                                  "kernels and backfitting MCMC, on the CPU or on CUDA with compile='native' "
+                                  "(elsewhere the chains start from single leaves). Default: "
+                                  f"{GFR_SWEEPS} when they cost less than the burn-in they save (default_gfr_sweeps), "
+                                  "else 0", low=0)
     bart_sampler: str = option("mcmc", help="how a tree is redrawn: grow/prune/change Metropolis-Hastings (mcmc) "
                                "or a conditional top-down SMC (pg, Particle Gibbs)", choices=("mcmc", "pg"))
     n_pg_particles: int = option(10, help="Particle Gibbs: particles per tree and chain, the kept tree included",

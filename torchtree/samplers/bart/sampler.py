@@ -162,7 +162,7 @@ class BART(SamplerBase):
         cpu = ctx.device.type == "cpu"
         native = c.bart_sampler == "mcmc" and (cpu and (c.compile == "native" or (c.compile == "auto" and native_ok()))
                                                or ctx.device.type == "cuda" and c.compile == "native" and cuda_ok())
-        n_gfr = 0 if not (native and cpu) else c.n_gfr if c.n_gfr is not None else default_gfr_sweeps(
+        n_gfr = 0 if not native else c.n_gfr if c.n_gfr is not None else default_gfr_sweeps(
             data.n, data.d, int(grid.n_cuts.sum()))
         n_warmup = c.n_warmup if c.n_warmup is not None else GFR_WARMUP if n_gfr else ROOT_WARMUP
         n_gfr = min(n_gfr, n_warmup)
@@ -316,7 +316,7 @@ class BART(SamplerBase):
             keyed = (derive_seed(ctx.seed, base + Stream.GROW_FROM_ROOT), derive_seed(ctx.seed, base + Stream.LEAVES),
                      tree_chain)
             gfr = gfr_sweep_native(prior, feature, cut, value, leaf_of, state.resid, Xb, n_cuts, state.sigma2, None, None,
-                                   use, ctx.setup.groups, keyed=keyed)
+                                   use, ctx.setup.groups, keyed=keyed, max_bins=ctx.setup.grid.cuts.shape[1] + 1)
             resid, moves = state.resid, torch.zeros(2, 3, dtype=torch.long, device=dev)
         if gfr:
             pass
