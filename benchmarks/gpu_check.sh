@@ -40,7 +40,7 @@ fi
 timeout 95 "$PY" -m pytest -m cuda -q -p no:cacheprovider tests/test_bart_block.py tests/test_cuda.py \
   tests/test_missing_categorical.py \
   > "$OUT/pytest_cuda.txt" 2>&1; echo "pytest rc=$?" >> "$OUT/pytest_cuda.txt"
-# 2. BART's MCMC sweeps (n_gfr=0: the grow-from-root starts are a CPU kernel): the CUDA kernel, the torch code on
+# 2. BART's MCMC sweeps (n_gfr=0: stage 3 times the grow-from-root kernel): the CUDA kernel, the torch code on
 # the GPU, the CPU kernel on one thread; then the target run, 10^5 rows x 200 trees x 1000 sweeps by the kernel
 timeout 90 "$PY" - > "$OUT/bart.txt" 2>&1 <<'PYEOF'
 import os, time, numpy as np, torch
@@ -74,8 +74,9 @@ PYEOF
 echo "bart rc=$?" >> "$OUT/bart.txt"
 # 3. what more chains cost on the GPU (the evidence for the estimators' device-aware chain count, gpu_chains: 64
 # chains at 10^4 rows, 32 at 10^5): the kernel (one block per chain) and the torch code (the route compile="auto"
-# takes on CUDA), 200 trees, the preset's chains against 4 (and 256 on the kernel at 10^5 rows)
-timeout 45 "$PY" - > "$OUT/bart_chains.txt" 2>&1 <<'PYEOF'
+# takes on CUDA), 200 trees, the preset's chains against 4 (and 256 on the kernel at 10^5 rows); then what the
+# grow-from-root kernel's sweeps cost
+timeout 55 "$PY" - > "$OUT/bart_chains.txt" 2>&1 <<'PYEOF'
 import time, warnings, numpy as np, torch
 warnings.simplefilter("ignore")  # short runs: convergence warnings
 from torchtree import BART, Data
@@ -91,12 +92,18 @@ for n in (10_000, 100_000):
             torch.cuda.synchronize()
             wall = time.time() - t0
             print(f"BART n={n} cuda compile={mode} chains={chains}: wall {wall:.2f} s for {sweeps} sweeps ({1000 * wall / sweeps:.0f} ms per sweep)", flush=True)
+    # the grow-from-root kernel: 5 of its sweeps and the 10 MCMC sweeps, against those 10 alone (the preset's chains)
+    for gfr in (0, 5):
+        t0 = time.time()
+        BART(n_trees=200, n_chains=gpu_chains(n), n_warmup=5 + gfr, n_samples=5, n_gfr=gfr, compile="native").run(d, seed=0)
+        torch.cuda.synchronize()
+        print(f"BART n={n} cuda compile=native chains={gpu_chains(n)} n_gfr={gfr}: wall {time.time() - t0:.2f} s for {10 + gfr} sweeps", flush=True)
 PYEOF
 echo "bart chains rc=$?" >> "$OUT/bart_chains.txt"
 # 4. the compiled and recorded routes, in one process (torch.compile's build paid once): the eager sweeps;
 # compile="graph" (torch.compile's kernels recorded as a CUDA graph: its first run builds and records them,
 # 10 and 40 sweeps separate that from a replay); compile="on" (the compiled kernels launched one by one)
-timeout 45 "$PY" - > "$OUT/bart_graph.txt" 2>&1 <<'PYEOF'
+timeout 40 "$PY" - > "$OUT/bart_graph.txt" 2>&1 <<'PYEOF'
 import time, numpy as np, torch
 from torchtree import BART, Data
 rng = np.random.default_rng(0)
@@ -118,7 +125,7 @@ echo "bart graph rc=$?" >> "$OUT/bart_graph.txt"
 # reference (this machine's CPU; mcmc and smc-moves take 50-380 s there, more than this check can spend)
 S="$PY benchmarks/bench_scale.py --threads 1 --baselines-max-n 0 --methods"
 { timeout 35 $S smc mcmc smc-moves --sizes 10000 --devices cpu cuda --timeout 14; echo "rc=$?"
-  timeout 60 $S smc mcmc smc-moves --sizes 1000000 --devices cuda --timeout 25; echo "rc=$?"
+  timeout 55 $S smc mcmc smc-moves --sizes 1000000 --devices cuda --timeout 23; echo "rc=$?"
   timeout 25 $S smc --sizes 1000000 --devices cpu --timeout 23; echo "rc=$?"
 } > "$OUT/bench_scale.txt" 2>&1
 # 6. where the GPU's time goes (the direction for the next GPU work): torch.profiler over short runs of MCMC's
