@@ -34,12 +34,10 @@ struct BlockSweepInputs {
   BlockNormals normals;
 };
 
-inline BlockSweepInputs block_inputs(const char* name, const at::Tensor& feature, const at::Tensor& cut,
-                                     const at::Tensor& value, const at::Tensor& leaf_of, const at::Tensor& resid,
-                                     const at::Tensor& Xb, const at::Tensor& n_cuts, const at::Tensor& sigma2,
-                                     const at::Tensor& u, const at::Tensor& z, const at::Tensor& groups,
-                                     const at::Tensor& ps_lut, const at::Tensor& log1m_ps, int64_t leaves_base,
-                                     const at::Tensor& keys, int64_t kz) {
+// the chains' state a block sweep updates in place: int16 trees and leaf maps, contiguous, values and residuals of
+// one dtype
+inline void check_state(const char* name, const at::Tensor& feature, const at::Tensor& cut, const at::Tensor& value,
+                        const at::Tensor& leaf_of, const at::Tensor& resid) {
   TORCH_CHECK(feature.scalar_type() == at::kShort && cut.scalar_type() == at::kShort &&
                   leaf_of.scalar_type() == at::kShort,
               name, ": feature, cut and leaf_of are int16");
@@ -47,6 +45,15 @@ inline BlockSweepInputs block_inputs(const char* name, const at::Tensor& feature
                   resid.is_contiguous(),
               name, ": contiguous state tensors");
   TORCH_CHECK(value.scalar_type() == resid.scalar_type(), name, ": value and resid must share a dtype");
+}
+
+inline BlockSweepInputs block_inputs(const char* name, const at::Tensor& feature, const at::Tensor& cut,
+                                     const at::Tensor& value, const at::Tensor& leaf_of, const at::Tensor& resid,
+                                     const at::Tensor& Xb, const at::Tensor& n_cuts, const at::Tensor& sigma2,
+                                     const at::Tensor& u, const at::Tensor& z, const at::Tensor& groups,
+                                     const at::Tensor& ps_lut, const at::Tensor& log1m_ps, int64_t leaves_base,
+                                     const at::Tensor& keys, int64_t kz) {
+  check_state(name, feature, cut, value, leaf_of, resid);
   const bool keyed = z.numel() == 0;  // keyed draws (keys [T, C], slots < kz) instead of a z tensor
   TORCH_CHECK(keyed ? keys.numel() == feature.size(0) * feature.size(1)
                     : z.dim() == 3 && z.size(0) == feature.size(0) && z.size(1) == feature.size(1),
@@ -97,13 +104,7 @@ inline GfrBlockInputs gfr_block_inputs(const char* name, const at::Tensor& featu
                                        const at::Tensor& u, const at::Tensor& z, const at::Tensor& groups,
                                        const at::Tensor& ps_lut, int64_t u_base, int64_t leaves_base,
                                        const at::Tensor& keys, int64_t max_bins) {
-  TORCH_CHECK(feature.scalar_type() == at::kShort && cut.scalar_type() == at::kShort &&
-                  leaf_of.scalar_type() == at::kShort,
-              name, ": feature, cut and leaf_of are int16");
-  TORCH_CHECK(feature.is_contiguous() && cut.is_contiguous() && value.is_contiguous() && leaf_of.is_contiguous() &&
-                  resid.is_contiguous(),
-              name, ": contiguous state tensors");
-  TORCH_CHECK(value.scalar_type() == resid.scalar_type(), name, ": value and resid must share a dtype");
+  check_state(name, feature, cut, value, leaf_of, resid);
   const int64_t T = feature.size(0), C = feature.size(1), K = feature.size(2), N = resid.size(1), D = Xb.size(0);
   const bool keyed = u.numel() == 0;  // keyed draws (keys [T, C]) instead of u and z tensors [T, C, K]
   TORCH_CHECK(keyed ? keys.numel() == T * C : u.numel() == T * C * K && z.numel() == T * C * K,
