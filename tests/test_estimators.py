@@ -207,6 +207,7 @@ def test_bart_chains_are_device_aware_and_keep_the_posteriors_size():
     assert resolved("cuda", 10 ** 6)[0] == (4, 100, 1)
     assert resolved("cuda", 20_000, "classification", 10)[0] == (16, 25, 4)  # 9 utilities x 20,000 rows
     assert resolved("cuda", 1000, n_samples=100)[0] == (64, 100, 1)  # draws given: as many, unthinned
+    assert resolved("cpu", 1000, n_chains=8, n_samples=5)[0] == (8, 5, 1)  # a short run asked for stays short
     assert resolved("cuda", 1000, n_chains=2)[0] == (2, 100, 1)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 3))

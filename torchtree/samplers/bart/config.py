@@ -115,9 +115,10 @@ class BARTConfig(SamplerConfig):
                                      f"(default: {GFR_WARMUP} when grow-from-root runs, {ROOT_WARMUP} when the "
                                      "chains start from single leaves)", low=0)
     thin: int = option(1, help="keep every thin-th sweep after warm-up", low=1, presets=(
-        Preset("many-chains", f"past {DEFAULT_CHAINS} chains keeping fewer than {DEFAULT_SAMPLES} draws each, every "
-               f"chain still runs about {DEFAULT_SAMPLES} sweeps past its warm-up (many_chains_thin)",
-               lambda v, s: _many_chains(v, s) and v["n_samples"] < DEFAULT_SAMPLES,
+        Preset("many-chains", f"past {DEFAULT_CHAINS} chains keeping the preset's fewer than {DEFAULT_SAMPLES} draws "
+               f"each, every chain still runs about {DEFAULT_SAMPLES} sweeps past its warm-up (many_chains_thin; not "
+               "where n_samples is given)",
+               lambda v, s: _many_chains(v, s) and not v.given("n_samples") and v["n_samples"] < DEFAULT_SAMPLES,
                lambda v, s: many_chains_thin(v["n_samples"])),))
     min_ess: Optional[float] = option(None, help="run until converged: past n_samples, keep n_samples more sweeps per "
                                       "chain at a time until every diagnostic the run reports (sigma's and the mean "
