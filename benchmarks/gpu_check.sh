@@ -7,10 +7,11 @@
 # pytest but without this package installed: see below).
 # 1. the CUDA tests (pytest -m cuda), 2. BART at 10^4 and 10^5 rows: the CUDA kernel (compile="native": one
 # launch per sweep), the torch code on the GPU, and one CPU thread of the same machine; the kernel's 1000 sweeps
-# at 10^5 rows, 3. the cost of the estimators' CUDA chain count (gpu_chains) against 4 chains, 4. BART's compiled sweeps recorded as CUDA graphs and
-# not, 5. every hard-tree method at 10^4 and 10^6 rows on the GPU and on one CPU thread (bench_scale),
-# 6. a profile of where the GPU's time goes.
-# Each stage has its own time limit (565 s at most in all; run it with the device tool's timeout_s=600); results go to $OUT (or ./gpu_results) as text.
+# at 10^5 rows, 3. the cost of the estimators' CUDA chain count (gpu_chains) against 4 chains, and of the
+# grow-from-root kernel, 4. BART's compiled sweeps recorded as CUDA graphs and not, 5. every hard-tree method at
+# 10^4 and 10^6 rows on the GPU and on one CPU thread (bench_scale), 6. a profile of where the GPU's time goes.
+# Each stage has its own time limit (560 s at most in all; run it with the device tool's timeout_s=600); results
+# go to $OUT (or ./gpu_results) as text.
 set -u
 if [ -z "${PY:-}" ]; then
   if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
