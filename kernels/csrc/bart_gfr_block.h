@@ -62,7 +62,7 @@ struct GfrArgs {
 
 // the block's shared state
 struct GfrShared {
-  double s, mx, tot;
+  double s, mx;
   int64_t n_w, nl, f, k;
   bool go, split;
   double part[GFR_MAX_THREADS];
