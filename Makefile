@@ -21,13 +21,18 @@ venv: $(BIN)/.installed
 demo: venv
 	$(BIN)/python -m torchtree demo
 
-# Tests run torch single-threaded by default: they are dominated by small ops whose
-# thread overhead outweighs any parallel gain on a 2-core box (set OMP_NUM_THREADS to override).
+# Tests run torch single-threaded by default: they are dominated by small ops whose thread overhead
+# outweighs any parallel gain (set OMP_NUM_THREADS to override). The cores go to pytest-xdist workers
+# instead, one per core up to 4 (each worker holds its own torch, a few hundred MB): TEST_WORKERS=0
+# runs in one process. The 15 slowest tests are listed at the end, to keep the suite's time in view.
+TEST_WORKERS ?= $(shell $(PY) -c "import os; print(min(4, len(os.sched_getaffinity(0))))" 2>/dev/null || echo 2)
+PYTEST := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
+
 test: venv
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 test-fast: venv
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 # The headline figures (fit and predict CPU seconds at 1 and 2 threads) against the recorded ones in
 # benchmarks/results/headline.json; fails when a 1-thread figure is over 1.3x its record.

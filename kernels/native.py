@@ -85,12 +85,20 @@ def cuda_build_directory() -> Path:
     return build_directory(cuda=True)
 
 
+def _load_built(lib: Path) -> bool:
+    """Load a library built before (no build lock, no ninja run). False where it does not load: another process
+    may be linking it at this moment, and the build below then waits for that process's lock."""
+    try:
+        torch.ops.load_library(str(lib))
+    except OSError:
+        return False
+    return True
+
+
 def _build() -> bool:
     folder = build_directory()
     lib = folder / "torchtree_native.so"
-    if lib.is_file():  # built before: load it (no build lock, no ninja run)
-        torch.ops.load_library(str(lib))
-    else:
+    if not (lib.is_file() and _load_built(lib)):
         from torch.utils.cpp_extension import load
 
         folder.mkdir(parents=True, exist_ok=True)
@@ -104,9 +112,7 @@ def _build() -> bool:
 def _build_cuda() -> bool:
     folder = cuda_build_directory()
     lib = folder / "torchtree_cuda.so"
-    if lib.is_file():
-        torch.ops.load_library(str(lib))
-    else:
+    if not (lib.is_file() and _load_built(lib)):
         from torch.utils.cpp_extension import load
 
         folder.mkdir(parents=True, exist_ok=True)

@@ -134,6 +134,16 @@ def test_without_the_kernels_the_reference_runs(monkeypatch):
     _same(BART(**kw, compile="native").run(d, seed=0), ref)
 
 
+def test_a_library_that_does_not_load_is_rebuilt_not_fatal(tmp_path):
+    """A library file that does not load (another process still linking it, or a truncated file) sends the loader to
+    the locked build instead of raising: _load_built says False; a library that loads says True."""
+    broken = tmp_path / "torchtree_native.so"
+    broken.write_bytes(b"\x7fELF" + b"\0" * 12)  # an ELF header cut short, as a half-linked file is
+    assert native._load_built(broken) is False
+    if native.available():
+        assert native._load_built(native.build_directory() / "torchtree_native.so") is True
+
+
 def test_grow_from_root_without_likelihood_draws_the_prior():
     """With the likelihood off, the grow-from-root proposal is the BART tree prior itself: 4000 trees
     regrown once have the leaf-count distribution of exact enumeration (chi-square, alpha = 1e-3);
