@@ -212,6 +212,34 @@ def test_sweep_reuses_the_forest_summary_and_draws_the_same(monkeypatch):
     assert torch.equal(a.feature, b.feature) and torch.equal(a.value, b.value) and torch.equal(a.sigma, b.sigma)
 
 
+def test_the_driver_resolves_presets_with_the_ranks_it_runs_on(monkeypatch):
+    """Settings left to presets are resolved inside the run with the backend's world size (the CUDA chain preset
+    gives each rank's GPU its own batch): every rank sees world_size 2, a run without a backend 1."""
+    import sys
+    from pathlib import Path
+
+    from torchtree.samplers import driver
+
+    sys.path.insert(0, str(Path(__file__).parent / "_dist_workers"))
+    from thread_backend import run_threads
+
+    seen = []
+    of = driver.RunShape.of
+
+    def spy(*a, **k):
+        shape = of(*a, **k)
+        seen.append(shape.world_size)
+        return shape
+
+    monkeypatch.setattr(driver.RunShape, "of", spy)
+    X, y, _ = _friedman(40, 1)
+    data = Data(X, y, task="regression")
+    kw = dict(n_trees=3, n_chains="auto", n_warmup=2, n_samples=2)
+    run_threads(2, lambda be: BART(**kw, backend=be).run(data, seed=0), timeout=120)
+    BART(**kw).run(data, seed=0)
+    assert seen == [2, 2, 1]
+
+
 def test_two_ranks_draw_what_one_rank_draws():
     import sys
     from pathlib import Path

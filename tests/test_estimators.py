@@ -194,9 +194,9 @@ def test_bart_chains_are_device_aware_and_keep_the_posteriors_size():
     assert [gpu_chains(n) for n in (100, 65_536, 65_537, 131_072, 300_000, 10 ** 6, 10 ** 7)] == [64, 64, 32, 32, 8, 4, 4]
     assert gpu_chains(10_000, n_utilities=9) == 32 and gpu_chains(10_000, n_utilities=200) == 4
 
-    def resolved(device, n, task="regression", classes=0, **given):
+    def resolved(device, n, task="regression", classes=0, world_size=1, **given):
         kw = {"n_chains": "auto", "n_samples": "auto", "thin": "auto", **given}
-        c = BARTConfig(**kw).resolve(presets.RunShape(n, 5, task, classes, device))
+        c = BARTConfig(**kw).resolve(presets.RunShape(n, 5, task, classes, device, world_size=world_size))
         return (c.n_chains, c.n_samples, c.thin), {k: r.preset for k, r in c.resolution.items()}
 
     assert resolved("cpu", 1000) == ((4, 100, 1), {"n_chains": "default", "n_samples": "default", "thin": "default"})
@@ -209,6 +209,10 @@ def test_bart_chains_are_device_aware_and_keep_the_posteriors_size():
     assert resolved("cuda", 1000, n_samples=100)[0] == (64, 100, 1)  # draws given: as many, unthinned
     assert resolved("cpu", 1000, n_chains=8, n_samples=5)[0] == (8, 5, 1)  # a short run asked for stays short
     assert resolved("cuda", 1000, n_chains=2)[0] == (2, 100, 1)
+    # over ranks (torchrun, MPI): each rank's GPU runs its own batch; the posterior keeps about 400 draws in all
+    assert resolved("cuda", 100_000, world_size=2)[0] == (64, 7, 14)
+    assert resolved("cuda", 10 ** 6, world_size=3)[0] == (12, 34, 2)
+    assert resolved("cpu", 1000, world_size=2)[0] == (4, 100, 1)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 3))
     y = X[:, 0] + 0.1 * rng.normal(size=60)

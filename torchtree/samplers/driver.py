@@ -310,7 +310,8 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
         data = sampler.prepare(data, getattr(given, "device", None))
         unresolved = bool(getattr(given, "unresolved", list)())  # a config without presets has nothing to resolve
         if unresolved:  # "auto" settings: this run's values from the data's shape (the sampler's own config is kept)
-            sampler.config = given.resolve(RunShape.of(data, prior=getattr(sampler, "prior", None)))
+            sampler.config = given.resolve(RunShape.of(data, prior=getattr(sampler, "prior", None),
+                                                       world_size=1 if be is None else int(be.world_size)))
         try:
             cfg = sampler.config
             clock = CLOCKS[getattr(cfg, "clock", None) or "wall"]

@@ -56,6 +56,7 @@ class RunShape:
     n_classes : int, classes of a classification task (0 for regression)
     device : str, the device type the run will use (``"cpu"``, ``"cuda"``)
     prior : str, the structure prior's family (``"chipman"``, ``"poisson"``, or ``"other"``)
+    world_size : int, the processes (ranks) the run is split over (1 outside ``torchrun`` / MPI)
     """
 
     n_rows: int
@@ -64,6 +65,7 @@ class RunShape:
     n_classes: int = 0
     device: str = "cpu"
     prior: str = "chipman"
+    world_size: int = 1
 
     @property
     def regression(self) -> bool:
@@ -74,13 +76,13 @@ class RunShape:
         return self.task == "classification"
 
     @classmethod
-    def of(cls, data, prior=None, device=None) -> "RunShape":
+    def of(cls, data, prior=None, device=None, world_size: int = 1) -> "RunShape":
         """The shape of ``data`` (a :class:`~torchtree.model.data.Data`) under ``prior`` (an object,
-        a name or None for the Chipman default) on ``device`` (None: the data's)."""
+        a name or None for the Chipman default) on ``device`` (None: the data's), over ``world_size`` ranks."""
         dev = resolve_device(device, data.device)
         name = prior if isinstance(prior, str) else getattr(prior, "name", "chipman" if prior is None else "other")
         return cls(int(data.n), int(data.d), data.task, int(data.n_classes or 0) if data.task == "classification" else 0,
-                   dev.type, str(name))
+                   dev.type, str(name), max(1, int(world_size)))
 
 
 def always(view: "SettingsView", shape: RunShape) -> bool:

@@ -105,8 +105,9 @@ class BARTConfig(SamplerConfig):
     n_chains: int = option(DEFAULT_CHAINS, help="chains run together as one batch", low=1, presets=(
         Preset("gpu-batch", "on CUDA, more chains ride in the same kernel launches while each launch streams at most "
                f"{LAUNCH_BOUND_ELEMENTS} elements (gpu_chains): up to {GPU_CHAINS_MAX} chains, for more effective draws "
-               "and predictions averaged over more of the posterior's modes",
-               lambda v, s: s.device == "cuda", lambda v, s: gpu_chains(s.n_rows, _utilities(s))),))
+               "and predictions averaged over more of the posterior's modes"
+               "; under torchrun or MPI that many on each rank's GPU",
+               lambda v, s: s.device == "cuda", lambda v, s: gpu_chains(s.n_rows, _utilities(s)) * s.world_size),))
     n_samples: int = option(DEFAULT_SAMPLES, help="kept sweeps per chain (after warm-up and thinning)", low=1, presets=(
         Preset("many-chains", f"past {DEFAULT_CHAINS} chains, {DEFAULT_CHAINS * DEFAULT_SAMPLES} kept draws in all "
                "(many_chains_samples): the default posterior's memory and prediction cost", _many_chains,
