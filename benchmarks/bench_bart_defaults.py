@@ -52,7 +52,7 @@ CONFIGS = {"new": {}, "old": dict(n_gfr=0, n_warmup=250, n_samples=250), "conver
            "chains16_root": dict(n_gfr=0, n_chains=16, n_samples=25),
            "chains64_root": dict(n_gfr=0, n_chains=64, n_samples=7), "chains64": dict(n_chains=64, n_samples=7),
            "chains64_root_thin": dict(n_gfr=0, n_chains=64, n_samples=6, thin=16),
-           "chains64_thin": dict(n_chains=64, n_samples=6, thin=16), "gpu": dict(n_gfr=0, n_chains=64)}
+           "chains64_thin": dict(n_chains=64, n_samples=6, thin=16), "gpu": dict(n_gfr=0, n_chains=64), "pg": dict(bart_sampler="pg")}
 # smoke-expect: ^\| auto_mpg \| new \|
 # smoke-expect: ^\| heart_statlog \| old \|
 REGRESSION = ["auto_mpg", "automobile", "synth_mnar_reg"]

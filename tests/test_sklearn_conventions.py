@@ -116,3 +116,23 @@ def test_an_unavailable_device_is_refused_before_any_work(monkeypatch):
     with Calls() as c, pytest.raises(ValueError, match="CUDA is not available"):
         BayesianTreeClassifier(device="cuda").fit(X, y)
     assert c.n < 2000, c.n  # no pilot fit ran (one pilot alone makes tens of thousands of calls)
+
+
+@pytest.mark.parametrize("method, kw", [("smc", dict(n_particles=20)), ("bart", dict(n_trees=5, n_chains=2, n_samples=5))])
+def test_reversed_views_are_read_as_their_copies(method, kw):
+    """Arrays with negative strides (X[::-1], np.flip) fit and predict as their contiguous copies: same
+    predictions, probabilities, intervals, scores and log densities, with and without missing cells."""
+    X, yc, yr = _data(120)
+    for Xf, missing in ((X, False), (X.copy(), True)):
+        if missing:
+            Xf[5, 2] = np.nan
+        Xr, Xc = Xf[::-1, ::-1], np.ascontiguousarray(Xf[::-1, ::-1])
+        assert any(s < 0 for s in Xr.strides)
+        c1 = BayesianTreeClassifier(method=method, random_state=0, **kw).fit(Xr, yc[::-1])
+        c2 = BayesianTreeClassifier(method=method, random_state=0, **kw).fit(Xc, yc[::-1].copy())
+        np.testing.assert_array_equal(c1.predict_proba(Xr), c2.predict_proba(Xc))
+        assert c1.score(Xr, yc[::-1]) == c2.score(Xc, yc[::-1].copy())
+        r1 = BayesianTreeRegressor(method=method, random_state=0, **kw).fit(Xr, yr[::-1])
+        r2 = BayesianTreeRegressor(method=method, random_state=0, **kw).fit(Xc, yr[::-1].copy())
+        np.testing.assert_array_equal(r1.predict_interval(Xr), r2.predict_interval(Xc))
+        np.testing.assert_array_equal(r1.log_predictive(Xr, yr[::-1]), r2.log_predictive(Xc, yr[::-1].copy()))

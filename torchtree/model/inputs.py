@@ -242,8 +242,9 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X")
         raise ValueError(f"{name} has zero features: 0 feature(s) (shape={tuple(arr.shape)}) while a minimum of 1 is "
                          "required.")
     arr = arr.astype(np.float64, copy=False)
-    if not arr.flags.writeable:
-        # a pandas frame's values may be read-only; torch warns about (and would share) them
+    if not arr.flags.writeable or any(st < 0 for st in arr.strides):
+        # a pandas frame's values may be read-only (torch warns about, and would share, them); a reversed view
+        # (X[::-1], np.flip) has negative strides, which torch cannot view
         arr = arr.copy()
     bad = ~np.isfinite(arr)
     if bad.any():
