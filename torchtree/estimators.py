@@ -147,7 +147,7 @@ class BayesianTreeBase:
         from sklearn.utils import ClassifierTags, InputTags, RegressorTags, Tags, TargetTags
 
         clf = self._task == "classification"
-        soft = self.method in ("dcc", "nuts")  # no model of missing values (torchtree.model.encoding)
+        soft = self.method == "dcc"  # soft trees: no model of missing values (torchtree.model.encoding)
         return Tags(estimator_type=self._estimator_type, target_tags=TargetTags(required=True),
                     input_tags=InputTags(allow_nan=not soft),
                     classifier_tags=ClassifierTags() if clf else None, regressor_tags=None if clf else RegressorTags())
@@ -444,8 +444,9 @@ class BayesianTreeClassifier(BayesianTreeBase):
     categorical_features : "from_dtype" (default), None, or column indices / names / boolean mask
         Categorical columns, split by subsets of their levels; ``"from_dtype"``: pandas
         ``category`` columns and columns holding text. Missing values (NaN, None) are modelled
-        in every column. The hard-tree methods and ``bart`` take both; the soft trees
-        (``dcc``, ``nuts``) refuse them. The model: :mod:`torchtree.model.encoding`.
+        in every column, and so is text spelling a missing value (``"n/a"``, ``"?"``, ...:
+        ``torchtree.model.inputs.MISSING_TOKENS``) in a column of numbers. The hard-tree methods and
+        ``bart`` take both; the soft trees (``dcc``) refuse them. The model: :mod:`torchtree.model.encoding`.
     n_threads : "auto" or int
         torch intra-op threads during ``fit`` (the previous count is restored after it).
         ``"auto"`` (default): one thread unless the work (rows x particles or chains) is

@@ -10,6 +10,7 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
+from torchtree.model.encoding import MAX_SUBSET_LEVELS
 from torchtree.model.posterior import attach_feature_names
 from torchtree.cli.common import chain_rows, fmt, option_flag, resolve_device_option, say
 from torchtree.cli.report import cli_schema, load_posterior, n_features_of, size_summary
@@ -76,12 +77,19 @@ def _categorical_columns(args, table):
     if unknown:
         raise ValueError(f"--categorical names {', '.join(map(repr, unknown))}, not feature columns of {args.data} "
                          f"({', '.join(table.feature_names)})")
+    for name, (cell, line, count) in table.missing_tokens.items():
+        say(args, f"torchtree fit: column {name!r}: {count} cell(s) such as {cell!r} (line {line}) read as missing "
+                  "values")
     for name, (cell, line) in table.text_columns.items():
         if name not in forced:
             col = table.X[:, table.feature_names.index(name)]
-            levels = len({v for v in col.tolist() if v == v})
-            say(args, f"torchtree fit: column {name!r} holds text ({cell!r} at line {line}): categorical, "
-                      f"{levels} levels (--categorical to name categorical columns yourself)")
+            present = [v for v in col.tolist() if v == v]
+            levels = len(set(present))
+            numbers = sum(1 for v in present if not isinstance(v, str))
+            hint = (f"; {numbers} of its {len(present)} cells are numbers: if {cell!r} marks a missing value, leave "
+                    "those cells empty" if numbers * 2 > len(present) and levels > MAX_SUBSET_LEVELS else "")
+            say(args, f"torchtree fit: column {name!r} holds text ({cell!r} at line {line}): categorical, {levels} "
+                      f"levels (--categorical to name categorical columns yourself){hint}")
     names = set(forced) | set(table.text_columns)  # from the whole file: a test split may hold a column's text
     return [j for j, n in enumerate(table.feature_names) if n in names] if names else "from_dtype"
 
@@ -110,7 +118,11 @@ def cmd_fit(args) -> int:
     if args.test:
         test = read_csv(args.test, target=table.target_name if args.target is None else args.target)
         if test.feature_names != table.feature_names:
-            raise ValueError(f"{args.test}: feature columns {test.feature_names} differ from {args.data}'s {table.feature_names}")
+            if sorted(test.feature_names) != sorted(table.feature_names):
+                raise ValueError(f"{args.test}: feature columns {test.feature_names} differ from {args.data}'s "
+                                 f"{table.feature_names}")
+            # the same columns in another order: taken by name, as `torchtree predict` does
+            test = read_csv(args.test, target=test.target_name, features=table.feature_names)
         Xtr, ytr = X, y
         Xte, yte = test.X, parse_target(test.y, task, test.lines, test.path, f"target {test.target_name!r}")
         split = f"train {len(ytr)} ({args.data}), test {len(yte)} ({args.test})"

@@ -1,7 +1,9 @@
 """Reading CSV files for the command line (no pandas: the ``csv`` module and numpy).
 
 A file has one header row and one row per instance. Feature cells are numbers,
-text (a categorical column's labels) or empty (a missing value); the target
+text (a categorical column's labels) or empty (a missing value); in a column of
+numbers, text spelling a missing value (``n/a``, ``NA``, ``?``, ...:
+``torchtree.model.inputs.MISSING_TOKENS``) is a missing value too; the target
 column (named, or the last one) may hold numbers or strings (class labels such
 as ``setosa``). Problems are reported with their line numbers, all
 of them up to a limit, in one ``ValueError``::
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+from torchtree.model.inputs import is_missing_token
 
 __all__ = ["Table", "read_csv", "read_header", "read_features", "parse_target", "infer_task", "write_csv"]
 
@@ -59,6 +63,9 @@ class Table:
     header: List[str] = field(default_factory=list)
     #: feature columns holding text: name -> (its first text cell, that cell's line)
     text_columns: dict = field(default_factory=dict)
+    #: numeric feature columns with cells spelling a missing value (``n/a``, ``?``, ... :
+    #: ``torchtree.model.inputs.MISSING_TOKENS``), read as NaN: name -> (the first such cell, its line, how many)
+    missing_tokens: dict = field(default_factory=dict)
 
     @property
     def n_rows(self) -> int:
@@ -228,6 +235,7 @@ def read_csv(
     n_errors = 0
     coded = False  # a missing cell or a text cell: X is then an object array
     text: dict = {}  # text column -> (first text cell, its line)
+    tokens: dict = {}  # column -> [first cell spelling a missing value, its line, how many]
     X_rows: List[List[Any]] = []
     y_vals: List[str] = []
     lines: List[int] = []
@@ -251,7 +259,12 @@ def read_csv(
             except ValueError:  # a text label (a categorical column), or an empty cell (a missing value)
                 coded = True
                 row.append(math.nan if s == "" else s)
-                if s != "" and header[j] not in text:
+                if s == "":
+                    pass
+                elif is_missing_token(s):  # missing, unless the column turns out to hold text (then a level)
+                    first = tokens.setdefault(header[j], [s, line, 0])
+                    first[2] += 1
+                elif header[j] not in text:
                     text[header[j]] = (s, line)
                 continue
             if math.isinf(v):
@@ -276,6 +289,12 @@ def read_csv(
         raise ValueError(f"{path}: no data rows after the header")
     if not f_idx:
         raise ValueError(f"{path}: no feature columns")
+    tokens = {name: tuple(v) for name, v in tokens.items() if name not in text}
+    for name in tokens:  # a column of numbers: its cells spelling a missing value are missing
+        k = [header[j] for j in f_idx].index(name)
+        for row in X_rows:
+            if isinstance(row[k], str):
+                row[k] = math.nan
     return Table(
         X=np.asarray(X_rows, dtype=object if coded else np.float64).reshape(len(X_rows), len(f_idx)),
         y=np.asarray(y_vals, dtype=object) if t_idx is not None else None,
@@ -285,6 +304,7 @@ def read_csv(
         path=path,
         header=header,
         text_columns=text,
+        missing_tokens=tokens,
     )
 
 

@@ -44,13 +44,14 @@ the same labels in another category order give the same fit.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence
 
 import numpy as np
 import torch
 
-from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, to_numpy
+from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, is_missing_token, to_numpy
 
 __all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
 
@@ -107,12 +108,18 @@ def _raw_columns(X: Any, name: str = "X"):
     return cols, kinds, None
 
 
-def _as_numbers(col: np.ndarray):
-    """float64 of an object column, or None when some present cell is not a number."""
+def _as_numbers(col: np.ndarray, tokens: Optional[list] = None):
+    """float64 of an object column, or None when some present cell is not a number. Cells spelling a missing
+    value (``MISSING_TOKENS``: ``"n/a"``, ``"?"``, ...) are NaN, and are appended to ``tokens`` when given."""
     out = np.empty(len(col), dtype=np.float64)
     for i, v in enumerate(col.tolist()):
         if is_missing_cell(v):
             out[i] = np.nan
+            continue
+        if is_missing_token(v):
+            out[i] = np.nan
+            if tokens is not None:
+                tokens.append(v)
             continue
         if isinstance(v, (bool, np.bool_)):
             out[i] = float(v)
@@ -264,18 +271,24 @@ class TableEncoder:
         out = []
         for j, ((col, ordered_cats), kind) in enumerate(zip(cols, kinds)):
             where = column_label(j, fnames)
-            nums = col if kind == "numeric" else (_as_numbers(col) if kind == "object" else None)
+            tokens: list = []
+            nums = col if kind == "numeric" else (_as_numbers(col, tokens) if kind == "object" else None)
             is_cat = declared[j] if declared is not None else (kind in ("category", "ordered") or nums is None)
             if not is_cat:
                 if nums is None:
                     raise ValueError(f"X {where} holds text ({_first_text(col)!r}) but categorical_features does "
                                      "not name it; list it in categorical_features, or use the default 'from_dtype'")
+                if tokens:
+                    warnings.warn(f"X {where}: {len(tokens)} text cell(s) among numbers read as missing values "
+                                  f"({', '.join(repr(t) for t in sorted(set(tokens))[:3])})", UserWarning, stacklevel=3)
                 out.append(cls._numeric(nums, where))
             elif kind == "ordered":
                 present = [None if is_missing_cell(v) else ordered_cats.index(v) for v in col.tolist()]
                 codes = np.array([np.nan if v is None else float(v) for v in present])
                 out.append(cls._numeric(codes, where, levels=list(ordered_cats), source="ordered"))
             else:
+                if declared is None and kind == "object":
+                    _warn_mostly_numbers(col, where)
                 out.append(cls._categorical(col, y, max_subset_levels, where))
         total = sum(c.n_out for c in out)
         if total > MAX_ENCODED_COLUMNS:
@@ -478,13 +491,36 @@ def _level_text(v) -> str:
     return "missing" if v is None else str(v)
 
 
+def _warn_mostly_numbers(col: np.ndarray, where: str) -> None:
+    """Warn where a column read as categorical (it holds text) has mostly numbers and more levels than subset
+    splits take: a stray word in a numeric column, which would make every number a level of its own."""
+    present = [v for v in col.tolist() if not is_missing_cell(v) and not is_missing_token(v)]
+    numbers = sum(1 for v in present if _is_number(v))
+    if numbers * 2 <= len(present):
+        return
+    try:
+        levels = len(set(present))
+    except TypeError:  # cells that are not labels (lists, dicts): refused when the levels are made
+        return
+    if levels > MAX_SUBSET_LEVELS:
+        warnings.warn(f"X {where} holds text ({_first_text(col)!r}) among numbers ({numbers} of its {len(present)} "
+                      f"cells): read as categorical, {levels} levels. If the text marks a missing value, replace it "
+                      "with NaN; categorical_features=None refuses text columns", UserWarning, stacklevel=4)
+
+
+def _is_number(v) -> bool:
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _first_text(col: np.ndarray):
+    """The first cell that is neither missing nor a number."""
     for v in col.tolist():
-        if not is_missing_cell(v):
-            try:
-                float(v)
-            except (TypeError, ValueError):
-                return v
+        if not (is_missing_cell(v) or is_missing_token(v) or _is_number(v)):
+            return v
     return None
 
 
