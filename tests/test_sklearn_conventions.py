@@ -136,3 +136,23 @@ def test_reversed_views_are_read_as_their_copies(method, kw):
         r2 = BayesianTreeRegressor(method=method, random_state=0, **kw).fit(Xc, yr[::-1].copy())
         np.testing.assert_array_equal(r1.predict_interval(Xr), r2.predict_interval(Xc))
         np.testing.assert_array_equal(r1.log_predictive(Xr, yr[::-1]), r2.log_predictive(Xc, yr[::-1].copy()))
+
+
+@pytest.mark.parametrize("kw, message", [(dict(n_partcles=5), "invalid parameter"), (dict(n_particles=-5), ">= 1"),
+                                         (dict(proposal="optimall"), "proposal must be one of"),
+                                         (dict(method="mcmc", n_chains=0), ">= 1"),
+                                         (dict(method="bart", n_trees=0), ">= 1")])
+def test_sampler_options_are_checked_before_the_evidence_pilots(monkeypatch, kw, message):
+    """A misspelt or out-of-range sampler option fails before any pilot runs (the pilots here raise if called),
+    and a valid one reaches them."""
+    from torchtree.samplers.tuning import evidence
+
+    def pilots(*a, **k):
+        raise AssertionError("the evidence pilots ran")
+
+    monkeypatch.setattr(evidence, "choose_by_evidence", pilots)
+    X, y, _ = _data(60)
+    with pytest.raises(ValueError, match=message):
+        BayesianTreeClassifier(**kw).fit(X, y)
+    with pytest.raises(AssertionError, match="pilots ran"):
+        BayesianTreeClassifier(n_particles=5).fit(X, y)

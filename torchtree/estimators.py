@@ -306,6 +306,8 @@ class BayesianTreeBase:
         data = self._make_data(X, y)
         cls = get_method(self.method)
         self._check_model_settings(cls)
+        self._tuned = {}
+        self._build_sampler(data, checked=True)  # every sampler option checked now, not after the evidence pilots
         with progress_bars(self.verbose):
             search = self._search_hyperparameters(cls, data)
             self._tuned = dict(search.chosen) if search is not None else {}
