@@ -156,3 +156,27 @@ def test_sampler_options_are_checked_before_the_evidence_pilots(monkeypatch, kw,
         BayesianTreeClassifier(**kw).fit(X, y)
     with pytest.raises(AssertionError, match="pilots ran"):
         BayesianTreeClassifier(n_particles=5).fit(X, y)
+
+
+def test_r2_of_a_constant_target_follows_scikit_learn(monkeypatch):
+    """score on a constant y: 1.0 for predictions equal to it, 0.0 otherwise (sklearn's r2_score); else R^2."""
+    from sklearn.metrics import r2_score
+
+    X, _, yr = _data(60)
+    est = BayesianTreeRegressor(n_particles=5, random_state=0).fit(X, yr)
+    flat = np.full(len(X), 2.0)
+    for pred in (flat, flat + 0.5, yr):
+        monkeypatch.setattr(est, "predict", lambda X_, p=pred: p)
+        for target in (flat, yr):
+            assert est.score(X, target) == pytest.approx(r2_score(target, pred), abs=1e-12)
+
+
+@pytest.mark.parametrize("method, kw", [("smc", dict(n_particles=10)), ("bart", dict(n_trees=5, n_chains=2, n_samples=5))])
+def test_float_labels_stay_floats(method, kw):
+    """Integral float labels are classes of their own type (scikit-learn keeps y's dtype in classes_ and predict)."""
+    X, yc, _ = _data(60)
+    for y in (yc * 2.0, np.where(yc == 1, 3.0, np.where(X[:, 0] > 0, 1.0, -1.0))):
+        est = BayesianTreeClassifier(method=method, random_state=0, **kw).fit(X, y)
+        assert est.classes_.dtype == np.float64 and np.array_equal(est.classes_, np.unique(y))
+        pred = est.predict(X)
+        assert pred.dtype == np.float64 and set(pred.tolist()) <= set(y.tolist())

@@ -554,10 +554,14 @@ class BayesianTreeRegressor(BayesianTreeBase):
         return self.posterior_.predict_interval(self._check_columns(X), level=level)
 
     def score(self, X, y) -> float:
-        """Coefficient of determination R^2 of the predictive mean."""
+        """Coefficient of determination R^2 of the predictive mean. For a constant ``y`` (no variance
+        to explain) it is 1.0 where the predictions equal ``y`` and 0.0 otherwise, as scikit-learn's
+        ``r2_score``."""
         self._check_fitted()
         yn = self._target(X, y).astype(np.float64)
         pred = self.predict(X)
         ss_res = float(((yn - pred) ** 2).sum())
         ss_tot = float(((yn - yn.mean()) ** 2).sum())
-        return 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
+        if ss_tot > 0:
+            return 1.0 - ss_res / ss_tot
+        return 1.0 if ss_res == 0 else 0.0

@@ -108,7 +108,7 @@ def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes
 
     Parameters
     ----------
-    yn : numpy.ndarray [N], labels of any type (strings, ints, integral floats)
+    yn : numpy.ndarray [N], labels of any type (strings, ints, integral floats: classes keep the type)
     n_classes : int, optional, labels are already codes ``0..n_classes-1``
     classes : sequence [K], optional, the label of each code (fixes the coding)
 
@@ -134,7 +134,8 @@ def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes
                 "y has continuous (non-integer) labels, given for classification; "
                 "use task='regression' (BayesianTreeRegressor) for real-valued targets"
             )
-        yn = yn.astype(np.int64)
+        if n_classes is not None:  # codes given as floats; otherwise the labels keep their type, as in scikit-learn
+            yn = yn.astype(np.int64)
     if n_classes is not None:
         if yn.dtype.kind not in "iub":
             raise ValueError("n_classes requires integer labels 0..n_classes-1")
