@@ -581,3 +581,11 @@ def test_bart_run_until_converged_reports_its_verdict(files, tmp_path, capsys):
         assert re.search(r"^converged +no \(min_ess\): (5|10) kept sweeps per chain after (5|10) warm-up, 15 run$", text,
                          re.M), text
         assert re.search(r"^sigma +R-hat \d+\.\d{3}, ESS \d+\.\d$", text, re.M), text
+
+
+def test_a_negative_seed_is_refused_naming_the_option(tmp_path, capsys):
+    tr = _write(tmp_path / "tr.csv", ["x", "y"], [[i / 10, i % 2] for i in range(20)])
+    for bad in ("-1", "x"):
+        with pytest.raises(SystemExit) as e:
+            main(["fit", str(tr), "--seed", bad])
+        assert e.value.code == 2 and f"argument --seed: must be an integer >= 0, got '{bad}'" in capsys.readouterr().err

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from torchtree.cli.bench import cmd_bench, cmd_demo, demo
 from torchtree.cli.common import USER_ERRORS, option_flag
 from torchtree.cli.fit import cmd_fit, cmd_predict
-from torchtree.cli.options import estimator_options, parse_threads, peek_option, sampler_options
+from torchtree.cli.options import estimator_options, parse_seed, parse_threads, peek_option, sampler_options
 from torchtree.cli.report import cmd_report, cmd_summary, load_posterior
 
 __all__ = ["main", "demo", "build_parser", "sampler_options", "load_posterior"]
@@ -90,7 +90,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
                         "the cores / ranks on the node for large work, capped by OMP_NUM_THREADS (default: auto)")
     p.add_argument("--logdir", metavar="DIR", help="write a TensorBoard run to DIR")
     p.add_argument("--out", default="posterior.pt", metavar="FILE", help="where to save the posterior (default: posterior.pt)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampler and of the test split (default: 0)")
+    p.add_argument("--seed", type=parse_seed, default=0, metavar="N", help="seed of the sampler and of the test split (default: 0)")
     p.add_argument("--checkpoint", metavar="FILE",
                    help="save the sampler's state to FILE as it runs; if FILE exists (same data, options and seed) "
                         "the run resumes from it and ends with the result an uninterrupted run gives")
@@ -187,7 +187,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
             "print accuracy, log predictive density and seconds beside a single CART tree."
         ),
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the samplers and of the split (default: 0)")
+    p.add_argument("--seed", type=parse_seed, default=0, metavar="N", help="seed of the samplers and of the split (default: 0)")
     p.set_defaults(func=cmd_demo)
 
     # ---------------------------------------------------------------- bench

@@ -106,6 +106,17 @@ def parse_threads(text: str):
         raise argparse.ArgumentTypeError(f"must be 'auto' or an integer >= 1, got {text!r}") from None
 
 
+def parse_seed(text: str) -> int:
+    """``--seed``: an integer >= 0 (an argparse error naming the option otherwise: exit status 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
 def _parse_dtype(text: str):
     import torch
 
