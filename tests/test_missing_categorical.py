@@ -371,3 +371,22 @@ def test_two_thread_ranks_equal_one_process_on_coded_tables(kind):
     q = pd.DataFrame({"x": [np.nan, 0.3], "c": ["v", "zz"], "z": [0.0, 1.0]})
     for post in outs:
         assert np.array_equal(post.predict_proba(q), ref.predict_proba(q))
+
+
+def test_levels_are_found_as_text_or_number_and_mostly_unseen_levels_warn():
+    """A categorical column fitted on numbers takes their text at prediction ("1" is level 1), and the reverse;
+    where more than half of a column's cells hold levels fit never saw, a warning names the column."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"code": rng.integers(0, 3, 150), "x": rng.normal(size=150)})
+    y = (df.code == 1).to_numpy().astype(int)
+    num = tt.BayesianTreeClassifier(n_particles=20, random_state=0, categorical_features=["code"]).fit(df, y)
+    txt = tt.BayesianTreeClassifier(n_particles=20, random_state=0).fit(df.assign(code=df.code.astype(str)), y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # found levels, or a minority unseen: no warning
+        np.testing.assert_array_equal(num.predict_proba(df.assign(code=df.code.astype(str))), num.predict_proba(df))
+        np.testing.assert_array_equal(txt.predict_proba(df), txt.predict_proba(df.assign(code=df.code.astype(str))))
+        num.predict_proba(df.assign(code=np.where(np.arange(150) < 70, 7, df.code)))
+    with pytest.warns(UserWarning, match=r"column 0 \('code'\): 150 of 150 cells hold levels not seen in fit \(such as"):
+        num.predict_proba(df.assign(code=df.code + 10))

@@ -382,7 +382,7 @@ class TableEncoder:
 
     def _code(self, c: _Column, col: np.ndarray, cats, kind: str, where: str) -> np.ndarray:
         if c.source == "categorical":
-            codes = self._level_codes(c, col)
+            codes = self._level_codes(c, col, where)
             if c.kind == "constant":
                 return np.zeros((len(col), 1))
             if c.kind == "ordinal":
@@ -408,19 +408,31 @@ class TableEncoder:
         xc = np.clip(x, c.lo, c.hi)
         return np.stack([np.where(miss, c.hi + c.delta, xc), np.where(miss, c.lo - c.delta, xc)], 1)
 
-    def _level_codes(self, c: _Column, col: np.ndarray) -> np.ndarray:
+    def _level_codes(self, c: _Column, col: np.ndarray, where: Optional[str] = None) -> np.ndarray:
+        """Each cell's level code; a label is also found as its text (``1`` for ``"1"``) or its number (``"1"``
+        for ``1.0``). Where more than half of the present cells hold labels not seen in training, a warning
+        names the column (``where``)."""
         has_missing = c.levels and c.levels[-1] is None
         lookup = {v: i for i, v in enumerate(c.levels) if v is not None}
         miss_code = len(c.levels) - 1 if has_missing else c.fill_level
         out = np.empty(len(col), dtype=np.int64)
+        unseen, present, first = 0, 0, None
         for i, v in enumerate(col.tolist()):
             if is_missing_cell(v):
                 out[i] = miss_code
-            else:
-                k = lookup.get(v)
-                if k is None and not isinstance(v, str):
-                    k = lookup.get(str(v))
-                out[i] = miss_code if k is None and has_missing else (c.fill_level if k is None else k)
+                continue
+            present += 1
+            k = lookup.get(v)
+            if k is None:
+                k = lookup.get(str(v)) if not isinstance(v, str) else (lookup.get(float(v)) if _is_number(v) else None)
+            if k is None:
+                unseen, first = unseen + 1, v if first is None else first
+            out[i] = miss_code if k is None and has_missing else (c.fill_level if k is None else k)
+        if where is not None and unseen * 2 > present:
+            seen = ", ".join(repr(v) for v in c.levels[:5] if v is not None) + (", ..." if len(c.levels) > 5 else "")
+            warnings.warn(f"X {where}: {unseen} of {present} cells hold levels not seen in fit (such as {first!r}; fit "
+                          f"saw {seen}); they predict as {'missing values' if has_missing else 'the most frequent level'}",
+                          UserWarning, stacklevel=4)
         return out
 
     # --------------------------------------------------------- description
