@@ -180,3 +180,15 @@ def test_float_labels_stay_floats(method, kw):
         assert est.classes_.dtype == np.float64 and np.array_equal(est.classes_, np.unique(y))
         pred = est.predict(X)
         assert pred.dtype == np.float64 and set(pred.tolist()) <= set(y.tolist())
+
+
+def test_the_regressors_interval_takes_the_draws_and_the_seed():
+    """predict_interval(n_draws=, seed=) reaches the posterior: the same arguments give the same bounds, another
+    seed others, and more draws bring the bounds of two seeds closer (Monte Carlo error ~ 1/sqrt(n_draws))."""
+    X, _, yr = _data(120)
+    est = BayesianTreeRegressor(n_particles=20, random_state=0).fit(X, yr)
+    np.testing.assert_array_equal(est.predict_interval(X, n_draws=500, seed=3),
+                                  est.posterior_.predict_interval(X, n_draws=500, seed=3))
+    gap = [np.abs(est.predict_interval(X, n_draws=n, seed=1) - est.predict_interval(X, n_draws=n, seed=2)).mean()
+           for n in (200, 20000)]
+    assert gap[0] > 0 and gap[1] < gap[0] / 4  # sqrt(100) = 10x less in expectation; 4x leaves room for noise

@@ -49,8 +49,9 @@ class Posterior:
         """Most probable class (original labels) or predictive mean, ``[M]``."""
         raise NotImplementedError
 
-    def predict_interval(self, X, level: float = 0.9) -> np.ndarray:
-        """Equal-tailed posterior predictive interval ``[M, 2]`` (regression)."""
+    def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
+        """Equal-tailed posterior predictive interval ``[M, 2]`` (regression), from ``n_draws`` Monte Carlo
+        draws per row seeded by ``seed``."""
         raise NotImplementedError
 
     def log_predictive(self, X, y) -> float:
