@@ -12,7 +12,7 @@ import torchtree as tt
 from torchtree.cli import main
 from torchtree.io.csv import read_csv
 from torchtree.model.encoding import TableEncoder
-from torchtree.model.inputs import MISSING_TOKENS, is_missing_token
+from torchtree.io.cells import MISSING_TOKENS, is_missing_token
 
 SMALL = ["--n-particles", "20", "--seed", "0"]
 

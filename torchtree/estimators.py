@@ -217,7 +217,10 @@ class BayesianTreeBase:
             self._make_prior()  # the other structure prior's settings would be dropped as well
 
     def _build_sampler(self, data: Data, checked: bool = False):
-        cls = get_method(self.method)
+        return self._sampler_of(get_method(self.method), data, checked)
+
+    def _sampler_of(self, cls, data: Data, checked: bool = False):
+        """The sampler ``cls`` built from this estimator's settings (every option checked on the way)."""
         accepted = accepted_settings(cls)
         if not checked:  # fit checks before the evidence pilots
             self._check_model_settings(cls)
@@ -307,7 +310,7 @@ class BayesianTreeBase:
         cls = get_method(self.method)
         self._check_model_settings(cls)
         self._tuned = {}
-        self._build_sampler(data, checked=True)  # every sampler option checked now, not after the evidence pilots
+        self._sampler_of(cls, data, checked=True)  # every sampler option checked now, not after the evidence pilots
         with progress_bars(self.verbose):
             search = self._search_hyperparameters(cls, data)
             self._tuned = dict(search.chosen) if search is not None else {}
@@ -447,7 +450,7 @@ class BayesianTreeClassifier(BayesianTreeBase):
         Categorical columns, split by subsets of their levels; ``"from_dtype"``: pandas
         ``category`` columns and columns holding text. Missing values (NaN, None) are modelled
         in every column, and so is text spelling a missing value (``"n/a"``, ``"?"``, ...:
-        ``torchtree.model.inputs.MISSING_TOKENS``) in a column of numbers. The hard-tree methods and
+        ``torchtree.io.cells.MISSING_TOKENS``) in a column of numbers. The hard-tree methods and
         ``bart`` take both; the soft trees (``dcc``) refuse them. The model: :mod:`torchtree.model.encoding`.
     n_threads : "auto" or int
         torch intra-op threads during ``fit`` (the previous count is restored after it).

@@ -3,7 +3,7 @@
 A file has one header row and one row per instance. Feature cells are numbers,
 text (a categorical column's labels) or empty (a missing value); in a column of
 numbers, text spelling a missing value (``n/a``, ``NA``, ``?``, ...:
-``torchtree.model.inputs.MISSING_TOKENS``) is a missing value too; the target
+``torchtree.io.cells.MISSING_TOKENS``) is a missing value too; the target
 column (named, or the last one) may hold numbers or strings (class labels such
 as ``setosa``). Problems are reported with their line numbers, all
 of them up to a limit, in one ``ValueError``::
@@ -29,7 +29,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from torchtree.model.inputs import is_missing_token
+from torchtree.io.cells import is_missing_token
 
 __all__ = ["Table", "read_csv", "read_header", "read_features", "parse_target", "infer_task", "write_csv"]
 
@@ -64,7 +64,7 @@ class Table:
     #: feature columns holding text: name -> (its first text cell, that cell's line)
     text_columns: dict = field(default_factory=dict)
     #: numeric feature columns with cells spelling a missing value (``n/a``, ``?``, ... :
-    #: ``torchtree.model.inputs.MISSING_TOKENS``), read as NaN: name -> (the first such cell, its line, how many)
+    #: ``torchtree.io.cells.MISSING_TOKENS``), read as NaN: name -> (the first such cell, its line, how many)
     missing_tokens: dict = field(default_factory=dict)
 
     @property

@@ -51,7 +51,8 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 import torch
 
-from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, is_missing_token, to_numpy
+from torchtree.io.cells import is_missing_token
+from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, to_numpy
 
 __all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
 

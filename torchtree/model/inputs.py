@@ -83,17 +83,6 @@ def is_missing_cell(v) -> bool:
         return True
 
 
-#: text that spells a missing value, compared stripped and lower-cased: what spreadsheets, R, pandas and the UCI
-#: files write for an empty cell. Such a cell is missing in a column whose other cells are numbers; in a column of
-#: text it is a level like any other (a category may be called "NA" or "None").
-MISSING_TOKENS = frozenset({"na", "n/a", "nan", "null", "none", "?", "-", "--", ".", "<na>", "#n/a", "missing"})
-
-
-def is_missing_token(v) -> bool:
-    """Whether ``v`` is a string in :data:`MISSING_TOKENS` (case and surrounding blanks ignored)."""
-    return isinstance(v, str) and v.strip().lower() in MISSING_TOKENS
-
-
 def check_no_missing_labels(yn: np.ndarray, name: str = "y") -> None:
     """ValueError naming the first missing label (None / NaN / NA) of an object label array."""
     if yn.dtype.kind != "O":
