@@ -65,7 +65,7 @@ def test_a_token_in_a_text_column_is_a_level_and_a_stray_word_among_numbers_warn
     stray.loc[0, "num"] = "abc"
     enc, msgs = _caught(lambda: TableEncoder.fit(stray, y))
     assert enc.columns[0].source == "categorical"
-    assert len(msgs) == 1 and "'num'" in msgs[0] and "'abc'" in msgs[0] and f"{len(df) - 1} of its {len(df)}" in msgs[0]
+    assert len(msgs) == 1 and "'num'" in msgs[0] and "'abc'" in msgs[0] and f"{len(df) - 1} of its {len(df)} levels" in msgs[0]
     _, quiet = _caught(lambda: TableEncoder.fit(df, y))  # a real text column with few levels: no warning
     assert quiet == []
 

@@ -117,18 +117,17 @@ def _as_numbers(col: np.ndarray, tokens: Optional[list] = None):
         if is_missing_cell(v):
             out[i] = np.nan
             continue
-        if is_missing_token(v):
-            out[i] = np.nan
-            if tokens is not None:
-                tokens.append(v)
-            continue
         if isinstance(v, (bool, np.bool_)):
             out[i] = float(v)
             continue
         try:
             out[i] = float(v)
         except (TypeError, ValueError):
-            return None
+            if not is_missing_token(v):
+                return None
+            out[i] = np.nan
+            if tokens is not None:
+                tokens.append(v)
     return out
 
 
@@ -505,20 +504,20 @@ def _level_text(v) -> str:
 
 
 def _warn_mostly_numbers(col: np.ndarray, where: str) -> None:
-    """Warn where a column read as categorical (it holds text) has mostly numbers and more levels than subset
-    splits take: a stray word in a numeric column, which would make every number a level of its own."""
-    present = [v for v in col.tolist() if not is_missing_cell(v) and not is_missing_token(v)]
-    numbers = sum(1 for v in present if _is_number(v))
-    if numbers * 2 <= len(present):
-        return
+    """Warn where a column read as categorical (it holds text) has more levels than subset splits take and most
+    of them are numbers: a stray word in a numeric column, which would make every number a level of its own."""
     try:
-        levels = len(set(present))
+        distinct = dict.fromkeys(col.tolist())
     except TypeError:  # cells that are not labels (lists, dicts): refused when the levels are made
         return
-    if levels > MAX_SUBSET_LEVELS:
-        warnings.warn(f"X {where} holds text ({_first_text(col)!r}) among numbers ({numbers} of its {len(present)} "
-                      f"cells): read as categorical, {levels} levels. If the text marks a missing value, replace it "
-                      "with NaN; categorical_features=None refuses text columns", UserWarning, stacklevel=4)
+    if len(distinct) <= MAX_SUBSET_LEVELS:
+        return
+    levels = [v for v in distinct if not (is_missing_cell(v) or is_missing_token(v))]
+    numbers = sum(1 for v in levels if _is_number(v))
+    if len(levels) > MAX_SUBSET_LEVELS and numbers * 2 > len(levels):
+        warnings.warn(f"X {where} holds text ({_first_text(col)!r}) among numbers ({numbers} of its {len(levels)} "
+                      "levels): read as categorical. If the text marks a missing value, replace it with NaN; "
+                      "categorical_features=None refuses text columns", UserWarning, stacklevel=4)
 
 
 def _is_number(v) -> bool:
