@@ -165,15 +165,19 @@ class BayesianTreeBase:
         own = getattr(self, name, None)
         return own if own is not None else getattr(self, "_tuned", {}).get(name)
 
+    def _searches(self, cls) -> bool:
+        """Whether ``fit`` runs the evidence pilots for method ``cls`` (ValueError for an unknown ``hyper``)."""
+        if isinstance(self.hyper, str) and self.hyper not in HYPER_MODES:
+            raise ValueError(f"hyper must be one of {HYPER_MODES} (or a DCC SoftTreeHyper), got {self.hyper!r}")
+        used = model_settings(cls)
+        return (self.hyper == "evidence" and used.get("prior") == "object" and used.get("b0") == "object"
+                and "likelihood" not in self._sampler_options)
+
     def _search_hyperparameters(self, cls, data: Data):
         """``hyper="evidence"``: the leaf prior and ``beta_split`` chosen by the evidence of top-down
         SMC pilots (:func:`torchtree.samplers.tuning.evidence.choose_by_evidence`), for methods that take
         the estimator's prior and likelihood objects; None where nothing is searched."""
-        if isinstance(self.hyper, str) and self.hyper not in HYPER_MODES:
-            raise ValueError(f"hyper must be one of {HYPER_MODES} (or a DCC SoftTreeHyper), got {self.hyper!r}")
-        used = model_settings(cls)
-        if (self.hyper != "evidence" or used.get("prior") != "object" or used.get("b0") != "object"
-                or "likelihood" in self._sampler_options):
+        if not self._searches(cls):
             return None
         from torchtree.samplers.tuning.evidence import choose_by_evidence
 
@@ -310,7 +314,8 @@ class BayesianTreeBase:
         cls = get_method(self.method)
         self._check_model_settings(cls)
         self._tuned = {}
-        self._sampler_of(cls, data, checked=True)  # every sampler option checked now, not after the evidence pilots
+        if self._searches(cls):  # every sampler option checked before the evidence pilots, not after them
+            self._sampler_of(cls, data, checked=True)
         with progress_bars(self.verbose):
             search = self._search_hyperparameters(cls, data)
             self._tuned = dict(search.chosen) if search is not None else {}
