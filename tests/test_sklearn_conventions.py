@@ -192,3 +192,15 @@ def test_the_regressors_interval_takes_the_draws_and_the_seed():
     gap = [np.abs(est.predict_interval(X, n_draws=n, seed=1) - est.predict_interval(X, n_draws=n, seed=2)).mean()
            for n in (200, 20000)]
     assert gap[0] > 0 and gap[1] < gap[0] / 4  # sqrt(100) = 10x less in expectation; 4x leaves room for noise
+
+
+def test_feature_importances_of_soft_trees_are_the_heaviest_topologys_gate_weights():
+    """DCC: the mean gate weight per feature in the heaviest topology (summary's feature_usage_top), normalised."""
+    X, y, yr = _data(120)
+    kw = dict(n_iterations=3, n_initial=8, n_chains=2, n_samples=4, n_warmup=10, n_parallel=2, activation_threshold=2,
+              max_depth=2, n_proposals=2, max_tree_depth=4, n_threads=1)
+    for est in (BayesianTreeClassifier(method="dcc", random_state=0, **kw).fit(X, y),
+                BayesianTreeRegressor(method="dcc", random_state=0, **kw).fit(X, yr)):
+        usage = np.asarray(est.posterior_.summary()["feature_usage_top"])
+        np.testing.assert_allclose(est.feature_importances_, usage / usage.sum(), rtol=1e-12)
+        assert est.feature_importances_.shape == (4,)

@@ -402,10 +402,12 @@ class BayesianTreeBase:
         topology (soft trees, DCC), divided by their sum. A count of use, not of gain."""
         self._check_fitted()
         post = self.posterior_
-        if hasattr(post, "variable_importance"):
+        if hasattr(post, "variable_importance"):  # BART
             usage = np.asarray(post.variable_importance(), dtype=np.float64)
-        else:
-            usage = np.asarray(post.summary()["feature_usage"], dtype=np.float64).reshape(-1)
+        else:  # hard trees: "feature_usage"; soft trees: the heaviest topology's, "feature_usage_top"
+            s = post.summary()
+            usage = np.asarray(s["feature_usage"] if "feature_usage" in s else s["feature_usage_top"],
+                               dtype=np.float64).reshape(-1)
         total = usage.sum()
         return usage / total if total > 0 else np.zeros(self.n_features_in_)
 

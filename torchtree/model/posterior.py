@@ -518,7 +518,10 @@ class TreePosterior(Posterior):
 
         payload = read_payload(path, "torchtree posterior file", device or "cpu")
         if not isinstance(payload, dict) or payload.get("format") not in (POSTERIOR_FORMAT, "torchtree.TreePosterior/1"):
-            raise ValueError(f"{path} is not a torchtree posterior file")
+            other = payload.get("format") if isinstance(payload, dict) else None
+            hint = (f": it holds a {other} (torchtree.cli.load_posterior reads every kind)"
+                    if isinstance(other, str) and other.startswith("torchtree.") else "")
+            raise ValueError(f"{path} is not a torchtree posterior file of hard trees{hint}")
         trees = _checked_trees(payload, path)
         obj = cls(
             trees,
