@@ -502,9 +502,8 @@ class TreePosterior(Posterior):
     def load(cls, path: str, device=None) -> "TreePosterior":
         """Read a posterior written by :meth:`save` (``torch.load(weights_only=True)``).
 
-        The content checksum written by :meth:`save` is verified and the trees'
-        structure is validated (files of earlier versions have no checksum: they load
-        when their structure is valid).
+        The content checksum written by :meth:`save` is verified and the trees' structure is validated
+        (files of earlier versions have no checksum: they load when their structure is valid).
 
         Raises
         ------
@@ -518,10 +517,9 @@ class TreePosterior(Posterior):
 
         payload = read_payload(path, "torchtree posterior file", device or "cpu")
         if not isinstance(payload, dict) or payload.get("format") not in (POSTERIOR_FORMAT, "torchtree.TreePosterior/1"):
-            other = payload.get("format") if isinstance(payload, dict) else None
-            hint = (f": it holds a {other} (torchtree.cli.load_posterior reads every kind)"
-                    if isinstance(other, str) and other.startswith("torchtree.") else "")
-            raise ValueError(f"{path} is not a torchtree posterior file of hard trees{hint}")
+            kind = str(payload.get("format")) if isinstance(payload, dict) else ""  # another kind: name its reader
+            raise ValueError(f"{path} is not a torchtree posterior file of hard trees" + (
+                f": it holds a {kind} (torchtree.cli.load_posterior reads every kind)" if kind.startswith("torchtree.") else ""))
         trees = _checked_trees(payload, path)
         obj = cls(
             trees,
