@@ -261,6 +261,12 @@ def test_pdp_over_the_levels_of_a_text_column_of_a_frame(coded):
         want.append(est.predict_proba(Xv)[:, list(est.classes_).index("yes")].mean())
     np.testing.assert_allclose(line.get_ydata(), want, rtol=0, atol=1e-6)
     assert want[2] > 0.8 > 0.2 > max(want[:2])  # the rule the data hold: red is "yes"
+    # unordered levels: points, no line between them, and a bar of the band per level
+    from matplotlib.collections import LineCollection
+
+    assert line.get_linestyle() == "None" and line.get_marker() == "o"
+    (bars,) = [c for c in ax.collections if c.get_label().endswith("credible band")]
+    assert isinstance(bars, LineCollection) and len(bars.get_segments()) == 3
 
 
 def test_ice_lines_are_the_rows_posterior_mean_predictions(fits, data, tmp_path):

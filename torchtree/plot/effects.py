@@ -237,13 +237,19 @@ def _y_label(post, target_class) -> str:
 
 def _draw_curves(ax, pd: Dict[str, Any], draws: np.ndarray, interval, band: bool) -> np.ndarray:
     """The posterior mean of the curves ``draws [S, G]`` (a line labelled "posterior mean") and, with
-    ``band``, their weighted quantiles as a band; returns the x positions."""
+    ``band``, their weighted quantiles as a band; returns the x positions. Over the levels of a
+    categorical feature, which have no order, the mean is points and the band a bar per level."""
     lo, hi = band_quantiles(interval)
-    pos = np.arange(len(pd["grid"]), dtype=np.float64) if pd["categorical"] else np.asarray(pd["grid"], np.float64)
+    cat = pd["categorical"]
+    pos = np.arange(len(pd["grid"]), dtype=np.float64) if cat else np.asarray(pd["grid"], np.float64)
     if band:
         qlo, qhi = weighted_quantiles(draws, pd["weights"], (lo, hi))
-        ax.fill_between(pos, qlo, qhi, color="C1", alpha=0.25, lw=0, label=f"{100 * (hi - lo):.0f}% credible band")
-    ax.plot(pos, pd["weights"] @ draws, color="C1", lw=2.2, marker="o" if pd["categorical"] else None,
+        label = f"{100 * (hi - lo):.0f}% credible band"
+        if cat:
+            ax.vlines(pos, qlo, qhi, color="C1", alpha=0.35, lw=8, label=label)
+        else:
+            ax.fill_between(pos, qlo, qhi, color="C1", alpha=0.25, lw=0, label=label)
+    ax.plot(pos, pd["weights"] @ draws, color="C1", lw=2.2, marker="o" if cat else None, ls="none" if cat else "-",
             label="posterior mean")
     if pd["categorical"]:
         ax.set_xticks(pos)
@@ -272,7 +278,8 @@ def plot_pdp(posterior: Any, X: Any, feature: Any, *, grid: Optional[Sequence] =
     -------
     matplotlib Axes: a line labelled "posterior mean" whose y data is the posterior mean partial
     dependence at the grid (x data: the grid; the positions ``0..G-1`` for a text feature, its levels
-    as tick labels) and the band (a ``PolyCollection``).
+    as tick labels; points without a line for a text feature) and the band (a ``PolyCollection``; a
+    ``LineCollection`` of one bar per level for a text feature).
     """
     require_matplotlib()
     post = posterior_of(posterior)
