@@ -298,6 +298,10 @@ def test_prediction_blocks_and_monitor(monkeypatch, tmp_path):
     monkeypatch.setattr(bart_posterior, "_ROWS", 7)  # many blocks: the same numbers
     got = (post.predict(X), post.predict_interval(X, n_draws=300), post.log_predictive(X, y))
     assert np.allclose(ref[0], got[0], rtol=0, atol=1e-12) and np.array_equal(ref[1], got[1])
+    # the noise is shared by all rows: a row's interval is the same alone or among others
+    for r in (0, 5, 119):
+        assert np.allclose(post.predict_interval(X[r : r + 1], n_draws=300)[0], ref[1][r], rtol=0, atol=1e-12)
+    assert not np.array_equal(post.predict_interval(X, n_draws=300, seed=1), ref[1])
     assert abs(ref[2] - got[2]) < 1e-10
     assert np.allclose(post.latent_draws(X).mean(0).numpy(), ref[0])
     assert {"bart/sigma", "bart/accept", "trees/leaves_mean", "bart/splits/x0"} <= set(mon.trace)

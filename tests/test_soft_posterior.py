@@ -77,3 +77,23 @@ def test_hard_and_soft_posteriors_share_one_protocol_and_neither_inherits_the_ot
     protocol = ["predict_proba", "predict", "predict_interval", "log_predictive", "summary", "to_dot", "save", "load"]
     for cls in (TreePosterior, SoftTreePosterior):  # each implements the whole protocol itself
         assert all(name in vars(cls) for name in protocol), cls
+
+
+def test_interval_of_a_row_does_not_depend_on_the_other_rows(monkeypatch):
+    """Random numbers shared by all rows: a row's soft-tree interval is the same alone, in
+    another block, or among other rows (to float32 routing ulps: the routing is a matmul)."""
+    from torchtree.model import soft_posterior
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 2, generator=g)
+    y = (X[:, 0] > 0.5).float() + 0.1 * torch.randn(40, generator=g)
+    post = DCC(n_iterations=1, n_initial=4, n_chains=2, n_samples=4, n_warmup=8, max_depth=1).run((X, y), seed=0)
+    ref = post.predict_interval(X, n_draws=500, seed=2)
+    width = ref[:, 1] - ref[:, 0]
+    assert np.all(width > 0)
+    for r in (0, 17, 39):
+        assert np.allclose(post.predict_interval(X[r : r + 1], n_draws=500, seed=2)[0], ref[r], rtol=0,
+                           atol=1e-5 * width[r])
+    monkeypatch.setattr(soft_posterior, "INTERVAL_BLOCK", 7)  # six blocks
+    assert np.allclose(post.predict_interval(X, n_draws=500, seed=2), ref, rtol=0, atol=1e-5 * width.max())
+    assert not np.allclose(post.predict_interval(X, n_draws=500, seed=3), ref, rtol=0, atol=1e-3 * width.max())

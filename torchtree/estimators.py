@@ -562,8 +562,8 @@ class BayesianTreeRegressor(BayesianTreeBase):
         """Equal-tailed posterior predictive interval ``[M, 2]``: the ``(1 - level) / 2`` and
         ``(1 + level) / 2`` quantiles of ``n_draws`` Monte Carlo draws of each row's ``y`` from the
         posterior predictive, seeded by ``seed`` (the posterior's ``predict_interval``). A bound's Monte
-        Carlo error shrinks as ``1 / sqrt(n_draws)``; rows are drawn in blocks from one stream each, so a
-        row's bounds move by about that error with the rows around it in the call."""
+        Carlo error shrinks as ``1 / sqrt(n_draws)``. The random numbers are shared by all rows, so a
+        row's interval is the same alone as among other rows."""
         self._check_fitted()
         return self.posterior_.predict_interval(self._check_columns(X), level=level, n_draws=n_draws, seed=seed)
 

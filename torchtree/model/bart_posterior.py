@@ -274,20 +274,19 @@ class BARTPosterior(Posterior):
     def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval of ``y``, ``[M, 2]``: ``n_draws`` draws
         ``f_s(x) + sigma_s e`` with ``s`` uniform over the kept draws and ``e ~ N(0, 1)``
-        (keyed by point, so the result does not depend on the block size)."""
+        (``e`` keyed by the draw only and shared by all rows, so a row's interval depends on the
+        row, ``level``, ``n_draws`` and ``seed`` only)."""
         level, n_draws = check_interval(self.task, level, n_draws)
         Xb = self._bins(X)
         S, M = self.n_particles, Xb.shape[1]
         dev = self.device
         idx = torch.arange(n_draws, device=dev)
         pick = (keyed_uniform(seed, 0, idx) * S).long().clamp(max=S - 1)
-        sd = (self.sigma.to(dev)[pick] * self.prior.scale)[:, None]
+        noise = (self.sigma.to(dev)[pick] * self.prior.scale * torch.special.ndtri(keyed_uniform(seed, 1, idx)))[:, None]
         out = np.empty((M, 2))
         for sl, f in self._blocks(Xb, 24.0 * n_draws, f"predict_interval with n_draws={n_draws}",
                                   ", or lower n_draws"):
-            pts = torch.arange(sl.start, sl.stop, device=dev)
-            e = torch.special.ndtri(keyed_uniform(seed, 1, idx[:, None] * max(M, 1) + pts[None, :]))
-            draws = self.prior.offset + self.prior.scale * f[pick] + sd * e
+            draws = self.prior.offset + self.prior.scale * f[pick] + noise
             out[sl] = equal_tailed(draws, level)
         return out
 

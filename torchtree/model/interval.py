@@ -1,16 +1,24 @@
-"""Equal-tailed predictive intervals from Monte Carlo draws, in blocks of rows."""
+"""Equal-tailed predictive intervals from Monte Carlo draws, in blocks of rows.
+
+Every posterior's ``predict_interval`` draws its Monte Carlo noise once per call, one variate per
+draw index and shared by all rows (common random numbers): a row's interval is a function of the
+row, ``level``, ``n_draws`` and ``seed`` only, the same alone as among any other rows, in any
+block. Each row's draws still follow its own posterior predictive exactly; only the Monte Carlo
+errors of different rows are correlated, which keeps interval curves smooth in ``x``.
+"""
 from __future__ import annotations
+
+from typing import Tuple
 
 import numpy as np
 import torch
 
 from torchtree.core.validate import check_int, check_real
 
-__all__ = ["INTERVAL_BLOCK", "block_seed", "check_interval", "equal_tailed"]
+__all__ = ["INTERVAL_BLOCK", "check_interval", "equal_tailed", "polar_pairs", "polar_normal", "polar_student_t"]
 
-# Rows per random-number block of predict_interval: a block's draws come from one stream
-# (the first block's from ``seed`` exactly as before blocks existed), so intervals do not
-# depend on the memory budget; a block is computed at once.
+# Rows of predict_interval computed at once (the memory of ``n_draws`` draws per row); the
+# random numbers do not depend on it.
 INTERVAL_BLOCK = 1024
 
 
@@ -21,10 +29,34 @@ def check_interval(task: str, level, n_draws) -> tuple:
     return check_real("level", level, 0.0, 1.0, high_open=True), check_int("n_draws", n_draws, 1)
 
 
-def block_seed(seed: int, block: int) -> int:
-    """Seed of the random stream of interval block ``block >= 1`` (distinct from every
-    plain seed's first block, and from other blocks)."""
-    return int(np.random.SeedSequence([int(seed) & ((1 << 63) - 1), int(block), 0x7EE]).generate_state(1, np.uint64)[0] >> 1)
+def polar_pairs(generator: torch.Generator, n: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``n`` points uniform in the unit disc, by rejection from the square (Marsaglia's polar
+    method): ``(U, W)`` with ``W = U^2 + V^2`` in (0, 1), float64 ``[n]`` on the CPU. Candidates
+    are drawn in rounds from ``generator``, so the result depends on it and ``n`` only."""
+    us, ws, have = [], [], 0
+    while have < n:
+        m = int((n - have) * 1.3) + 16  # acceptance is pi / 4
+        uv = torch.rand(2, m, generator=generator, dtype=torch.float64).mul_(2).sub_(1)
+        w = uv[0] * uv[0] + uv[1] * uv[1]
+        ok = (w > 0) & (w < 1)
+        us.append(uv[0][ok])
+        ws.append(w[ok])
+        have += int(ok.sum())
+    return torch.cat(us)[:n], torch.cat(ws)[:n]
+
+
+def polar_normal(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Standard normal variates from :func:`polar_pairs`: ``U sqrt(-2 log W / W)``."""
+    return u * torch.sqrt(-2 * torch.log(w) / w)
+
+
+def polar_student_t(u: torch.Tensor, w: torch.Tensor, df: torch.Tensor) -> torch.Tensor:
+    """Student-t variates with ``df`` (finite, > 0) degrees of freedom from :func:`polar_pairs`,
+    by Bailey's polar method: ``U sqrt(df (W^(-2/df) - 1) / W)``, exact for every ``df``
+    (Bailey 1994, Math. Comp. 62, 779-781). ``u``, ``w`` broadcast against ``df``; the same pair
+    gives a variate of every ``df``, so rows with different degrees of freedom can share one
+    pair per draw."""
+    return torch.log(w).mul(-2.0).div(df).expm1_().mul_(df).div_(w).sqrt_().mul_(u)
 
 
 def equal_tailed(draws: torch.Tensor, level: float) -> np.ndarray:

@@ -13,7 +13,7 @@ from torchtree.core.budget import memory_budget, release_freed_memory, rows_per_
 from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
 from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
-from torchtree.model.interval import INTERVAL_BLOCK, block_seed, check_interval, equal_tailed
+from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed, polar_pairs, polar_student_t
 from torchtree.model.posterior_base import Posterior
 
 __all__ = ["TreePosterior", "PosteriorSummary", "dedupe_trees", "attach_feature_names"]
@@ -329,10 +329,12 @@ class TreePosterior(Posterior):
         """Equal-tailed posterior predictive interval (regression).
 
         Monte Carlo over the mixture of leaf Student-t predictives: ``n_draws`` trees
-        are drawn by weight (shared by all rows), then one ``y`` per tree and row. Rows
-        go in blocks of :data:`INTERVAL_BLOCK`; block ``b`` takes its draws from a
-        stream seeded by ``(seed, b)`` (block 0: ``seed`` itself), so the result does
-        not depend on the memory budget, and peak memory is that of one block.
+        are drawn by weight, then for each drawn tree one ``y`` per row from the
+        Student-t of the row's leaf. Both the trees and the t-variates' random numbers
+        (one polar pair per draw, :func:`~torchtree.model.interval.polar_student_t`)
+        are shared by all rows, so a row's interval depends on the row, ``level``,
+        ``n_draws`` and ``seed`` only. Rows go in blocks of :data:`INTERVAL_BLOCK`, so
+        peak memory is that of one block.
 
         Parameters
         ----------
@@ -355,6 +357,7 @@ class TreePosterior(Posterior):
         M = Xt.shape[0]
         g = torch.Generator(device="cpu").manual_seed(seed)
         trees_idx = torch.multinomial(self.weights.cpu().float(), n_draws, replacement=True, generator=g).to(Xt.device)
+        u, w = (v.to(Xt.device)[:, None] for v in polar_pairs(g, n_draws))
         # Route each distinct drawn tree once and gather: the same rows as routing all draws.
         uniq, inv = torch.unique(trees_idx, return_inverse=True)
         block = min(M, INTERVAL_BLOCK)
@@ -365,20 +368,14 @@ class TreePosterior(Posterior):
         # one output array, filled block by block: small arrays kept between the blocks'
         # large temporaries would fragment the heap and let its size grow with M
         out = np.empty((M, 2))
-        for b, s in enumerate(range(0, M, block)):
-            gb = g if b == 0 else torch.Generator(device="cpu").manual_seed(block_seed(seed, b))
+        for s in range(0, M, block):
             rows = sub.predict(Xt[s : s + block], self.likelihood)  # [distinct, m, 3]
             df, loc, scale = (rows[..., j].double()[inv] for j in range(3))  # [n_draws, m] each
             del rows
-            # Student-t draw = Normal / sqrt(Chi2/df); Chi2(df) = 2 Gamma(df / 2), both
-            # from the seeded generator. In place, each step the same rounding as
-            # ``loc + scale * z / sqrt(chi2 / df)``.
-            z = torch.randn(df.shape, generator=gb, dtype=torch.float64).to(Xt.device)
-            chi2 = torch._standard_gamma((df / 2).cpu(), generator=gb).to(Xt.device).mul_(2)
-            z.mul_(scale).div_(chi2.div_(df).sqrt_()).add_(loc)
-            del df, scale, loc, chi2
-            out[s : s + block] = equal_tailed(z, level)
-            del z
+            y = polar_student_t(u, w, df).mul_(scale).add_(loc)
+            del df, scale, loc
+            out[s : s + block] = equal_tailed(y, level)
+            del y
             release_freed_memory()
         return out
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from torchtree.model.posterior_base import Posterior
-from torchtree.model.interval import INTERVAL_BLOCK, block_seed, check_interval, equal_tailed
+from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed
 from torchtree.core.budget import rows_per_chunk
 from torchtree.core.validate import check_int
 
@@ -265,22 +265,25 @@ class SoftTreePosterior(Posterior):
         level, n_draws = check_interval(self.task, level, n_draws)
         X = self.data.check_X(X)
         g = torch.Generator().manual_seed(int(seed))
-        w = torch.stack([wm for wm, _ in self._draw_set_weights()])
+        sets = self._draw_set_weights()
+        w = torch.stack([wm for wm, _ in sets])
         pick = torch.multinomial(w.float(), n_draws, replacement=True, generator=g)
+        # The draws of every topology and their normal variates, shared by all rows.
+        shared = []
+        for k, (_, m) in enumerate(sets):
+            n_k = int((pick == k).sum())
+            S = self._thinned_draws(m, None).shape[0]
+            j = torch.randint(0, S, (n_k,), generator=g) if n_k else None
+            shared.append((j, torch.randn(n_k, 1, generator=g, dtype=torch.float64) if n_k else None))
         block = min(X.shape[0], INTERVAL_BLOCK)
         rows_per_chunk(self._row_bytes(None, 24 * n_draws), f"predict_interval with n_draws={n_draws}",
                        rows_at_once=block, device=X.device, also=", or lower n_draws")
         res = []
-        # Blocks of rows as in TreePosterior.predict_interval: block 0 draws from ``seed``.
-        for b, s0 in enumerate(range(0, X.shape[0], block)):
-            gb = g if b == 0 else torch.Generator().manual_seed(block_seed(seed, b))
+        for s0 in range(0, X.shape[0], block):
             out = []
-            for k, (_, mean, var) in enumerate(self._draw_sets(X[s0 : s0 + block], None)):
-                n_k = int((pick == k).sum())
-                if n_k == 0:
-                    continue
-                j = torch.randint(0, mean.shape[0], (n_k,), generator=gb)
-                out.append(mean[j] + var[j].sqrt() * torch.randn(n_k, mean.shape[1], generator=gb, dtype=torch.float64))
+            for (j, z), (_, mean, var) in zip(shared, self._draw_sets(X[s0 : s0 + block], None)):
+                if j is not None:
+                    out.append(mean[j] + var[j].sqrt() * z)
             res.append(equal_tailed(torch.cat(out), level))
         return np.concatenate(res)
 
