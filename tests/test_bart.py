@@ -269,6 +269,15 @@ def test_estimators_fit_predict_intervals_and_save(tmp_path):
     assert reg.log_predictive(Xt, yt) > -2.3
     s = reg.posterior_.summary()
     assert np.sum(s["split_share"][:5]) > 0.8  # the five features f uses
+    # the same summary type as the other posteriors: a dict whose repr is a table, the split
+    # shares listed most used first (x0..x4 are f's features, x5.. noise)
+    from torchtree.model.posterior import PosteriorSummary
+
+    assert isinstance(s, PosteriorSummary) and s["n_trees"] == 50
+    text = repr(s)
+    assert "split_share (per feature, most used first):" in text and "alpha_split=0.95" in text
+    listed = [ln.split()[0] for ln in text.split("split_share (per feature, most used first):")[1].splitlines() if ln.strip()]
+    assert len(listed) == X.shape[1] and set(listed[:5]) == {f"x{j}" for j in range(5)}
     path = str(tmp_path / "bart.pt")
     reg.posterior_.save(path)
     back = BARTPosterior.load(path)

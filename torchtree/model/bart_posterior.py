@@ -26,7 +26,7 @@ from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum, h
 from torchtree.model.data import as_feature_matrix
 from torchtree.core.budget import rows_per_chunk
 from torchtree.model.interval import check_interval, equal_tailed
-from torchtree.model.posterior import to_plain
+from torchtree.model.posterior import PosteriorSummary, to_plain
 from torchtree.model.posterior_base import Posterior
 
 __all__ = ["BARTPosterior"]
@@ -314,8 +314,9 @@ class BARTPosterior(Posterior):
         return total / max(M, 1)
 
     # ----------------------------------------------------------- summaries
-    def summary(self) -> Dict[str, Any]:
-        """Tree sizes, split counts per feature, noise sd and the sampler's diagnostics."""
+    def summary(self) -> PosteriorSummary:
+        """Tree sizes, split counts and shares per feature, noise sd and the sampler's diagnostics:
+        a :class:`~torchtree.model.posterior.PosteriorSummary` (a dict; printing it shows a table)."""
         leaves = self._leaves().double()  # [S, T]
         main, deep = self._main[0].long(), self._deep[0].long()
         inner = torch.cat([main[main >= 0], deep[deep >= 0]])
@@ -333,7 +334,7 @@ class BARTPosterior(Posterior):
         if self.feature_names is not None:
             out["feature_names"] = list(self.feature_names)
         out.update({k: v for k, v in self.info.items() if k != "trace"})
-        return out
+        return PosteriorSummary(out)
 
     def variable_importance(self) -> np.ndarray:
         """Share of all splits, over draws and trees, that use each feature ``[D]``."""

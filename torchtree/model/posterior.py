@@ -78,7 +78,7 @@ class PosteriorSummary(dict):
         for k, v in self.items():
             if k == "feature_names":
                 continue
-            if isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) and k.startswith("feature_usage"):
+            if isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) and (k.startswith("feature_usage") or k == "split_share"):
                 tables.append((k, np.asarray(v.cpu() if isinstance(v, torch.Tensor) else v, dtype=np.float64)))
             elif isinstance(v, float):
                 rows.append((k, f"{v:.6g}"))
@@ -88,6 +88,9 @@ class PosteriorSummary(dict):
             elif isinstance(v, dict) and v and all(isinstance(e, str) for e in v.values()):
                 # e.g. "settings": what each preset chose and why, one line each
                 rows.extend((f"{k}.{name}", text if len(text) <= 100 else text[:97] + "...") for name, text in v.items())
+            elif isinstance(v, dict) and v and all(isinstance(e, (int, float, str, bool, type(None))) for e in v.values()):
+                text = ", ".join(f"{n}={e:.6g}" if isinstance(e, float) else f"{n}={e}" for n, e in v.items())
+                rows.append((k, text if len(text) <= 100 else text[:97] + "..."))
             elif isinstance(v, (list, tuple)) and 0 < len(v) <= 6 and all(isinstance(e, (int, float)) for e in v):
                 rows.append((k, "[" + ", ".join(f"{e:.6g}" for e in v) + "]"))
             elif isinstance(v, (list, tuple)):
