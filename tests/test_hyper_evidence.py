@@ -9,6 +9,8 @@ keeps the ones the user set, and ``hyper="fixed"`` is the old behaviour.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -104,6 +106,10 @@ def test_evidence_curves_reach_tensorboard(tmp_path):
         got = [(e.step, e.value) for e in acc.Scalars(tag)]
         assert got == [(i, pytest.approx(lz, rel=1e-6)) for i, (_, lz) in enumerate(curve)]
     assert set(clf.hyper_search_.curves) == {"alpha", "beta_split"}
+    # the run and its curves in one event file (the writer used to be closed after the run and
+    # reopened per curve: three files), readable before the monitor is closed
+    assert len([f for f in os.listdir(tmp_path) if f.startswith("events.out.tfevents")]) == 1
+    assert {"log_evidence", "hyper/alpha_log_evidence"} <= set(acc.Tags()["scalars"])
 
 
 @pytest.mark.parametrize("task", ["classification", "regression"])

@@ -1,8 +1,10 @@
 """Tests for torchtree.monitor."""
 from __future__ import annotations
 
+import copy
 import io
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -103,8 +105,11 @@ def test_tensorboard_writes_readable_events(tmp_path):
     tb = TensorBoardMonitor(tmp_path / "run", prefix="exp1")
     assert not (tmp_path / "run").exists(), "the writer is created lazily"
     sent = _run(tb)
-    assert tb._writer is None, "on_end closes the writer"
+    assert tb._writer is not None, "on_end flushes; the file stays open for what follows the run"
+    twin = copy.deepcopy(tb)  # as sklearn's clone of an estimator holding the monitor: no writer copied
+    assert twin._writer is None and twin.logdir == tb.logdir and pickle.loads(pickle.dumps(tb))._writer is None
     files = os.listdir(tmp_path / "run")
+    assert len(files) == 1 and files[0].startswith("events.out.tfevents")
     assert any(f.startswith("events.out.tfevents") for f in files)
 
     acc = _accumulator(tmp_path / "run")

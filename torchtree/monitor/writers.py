@@ -26,8 +26,10 @@ class TensorBoardMonitor(Monitor):
     summaries, 1-D tensors and arrays histograms, strings text. Tags are
     written as the sampler names them, behind ``prefix`` if given. ``on_start``
     writes the configuration as a text table (tag ``start``); ``on_end``
-    writes the final scalars at the last step, a text table (tag ``summary``)
-    and closes the file.
+    writes the final scalars at the last step and a text table (tag ``summary``),
+    and flushes. One event file per monitor: the writer stays open for what
+    follows the run (the evidence curves of ``hyper="evidence"``, a next run
+    given the same monitor) until :meth:`close` or the monitor's deletion.
 
     Parameters
     ----------
@@ -114,14 +116,14 @@ class TensorBoardMonitor(Monitor):
         items = list(flatten_info(info))
         self._write(items, self._last_step)
         self.writer.add_text(self._tag("summary"), markdown_table(items), global_step=self._last_step)
-        self.close()
+        self.flush()
 
     def add_curve(self, tag: str, xs: Sequence[float], ys: Sequence[float]) -> None:
         """Write a curve ``ys`` over a grid ``xs`` (e.g. log evidence over a hyperparameter grid).
 
         TensorBoard's scalars have integer steps, so point ``i`` is written at step ``i``
         under ``tag``, and the grid as text under ``tag/grid`` (``step i: x``). Usable
-        after ``on_end`` (the writer is reopened, the events land in the same directory).
+        after ``on_end``: the events go to the same file, and are flushed.
 
         Parameters
         ----------
@@ -132,7 +134,7 @@ class TensorBoardMonitor(Monitor):
         for i, y in enumerate(ys):
             w.add_scalar(self._tag(tag), float(y), global_step=i)
         w.add_text(self._tag(f"{tag}/grid"), "  \n".join(f"step {i}: {float(x):.6g}" for i, x in enumerate(xs)))
-        self.close()
+        self.flush()
 
     def flush(self) -> None:
         """Push pending events to disk."""
@@ -140,9 +142,20 @@ class TensorBoardMonitor(Monitor):
             self._writer.flush()
 
     def close(self) -> None:
+        """Flush and close the event file; a later write opens a new one."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave the open writer (a thread and a file) behind; they open their own."""
+        return {**self.__dict__, "_writer": None}
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the writer's modules may be gone
+            pass
 
     def __repr__(self) -> str:
         return f"TensorBoardMonitor(logdir={self.logdir!r}, prefix={self.prefix!r})"
