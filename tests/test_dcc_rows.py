@@ -6,6 +6,7 @@ posterior. The pilot's cost model and the budget's clock are injected where a te
 so no test depends on this machine's speed."""
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -192,9 +193,15 @@ def test_auto_refuses_at_once_when_no_useful_warm_up_fits(monkeypatch):
     monkeypatch.setattr(dcc_rows, "gradient_cost_model", _warmup_cost(fits=20))  # 18 < MIN_AUTO_WARMUP
     steps = []
     with pytest.raises(ValueError, match=r"max_seconds=1e\+06 \(wall clock\) cannot afford even 30 warm-up "
-                                         r"iterations .* on 500 rows .*raise max_seconds to at least"):
+                                         r"iterations .* on 500 rows .*raise max_seconds to \S+ or more") as err:
         DCC(**kw).run((X, y), seed=0, monitor=CallbackMonitor(on_step=lambda s, i: steps.append(i)))
     assert not steps
+    # the advice has headroom over the estimate (1.5x, rounded up): taking it is not refused again
+    advised = float(re.search(r"raise max_seconds to (\S+) or more", str(err.value)).group(1))
+    need = float(re.search(r"estimated (\S+) s, which must fit", str(err.value)).group(1))
+    assert advised >= 1.5 * need / dcc_rows.BUDGET_SHARE * 0.999
+    assert dcc_rows.auto_warmup(500, advised, 150, MIN_DRAWS, 2 ** SMALL["max_tree_depth"] - 1,
+                                *_warmup_cost(20)()) >= dcc_rows.MIN_AUTO_WARMUP
 
 
 def test_a_small_table_keeps_its_rows_and_shortens_its_warm_up(monkeypatch):

@@ -83,6 +83,14 @@ PILOT_CALLS = 3
 _ROWS_KEY = 0xDCC0
 
 
+
+def _round_up(x: float) -> str:
+    """``x`` rounded up to two significant digits, as text (``8.01`` -> ``8.1``, ``1234`` -> ``1300``)."""
+    if not x > 0:
+        return f"{x:g}"
+    e = math.floor(math.log10(x)) - 1
+    return f"{math.ceil(x / 10 ** e - 1e-9) * 10 ** e:.{max(0, -e)}f}"
+
 def check_max_rows(name: str, value):
     """``max_rows`` checked: ``"auto"``, None or an int >= 1 (digits or ``"none"`` from the
     command line are read as the int or None); ValueError naming ``name`` otherwise."""
@@ -256,8 +264,9 @@ def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int
                     f"DCC: max_seconds={config.max_seconds:g} ({config.clock} clock) cannot afford even "
                     f"{min(MIN_AUTO_WARMUP, config.n_warmup)} warm-up iterations of the first {len(batch)} topologies x "
                     f"{config.n_chains} chains on {floor_rows} rows (estimated {need:.3g} s, which must fit "
-                    f"{BUDGET_SHARE:g} of the budget): raise max_seconds to at least {need / BUDGET_SHARE:.3g}, or lower "
-                    "n_chains or max_tree_depth")
+                    f"{BUDGET_SHARE:g} of the budget): raise max_seconds to {_round_up(1.5 * need / BUDGET_SHARE)} "
+                    "or more (the estimate is a timed cost model: it varies from run to run), or lower n_chains or "
+                    "max_tree_depth")
             m = floor_rows if floor_rows < n else None
             why = (f"{what}; even on {floor_rows} rows only {n_warmup} of n_warmup={config.n_warmup} warm-up "
                    "iterations fit, so the warm-up is shortened too; a larger max_seconds restores them")
