@@ -49,7 +49,7 @@ from .redistribution import (
     redistribute,
     sequential_redistribute,
 )
-from .resolve import get_backend
+from .resolve import get_backend, launcher, launcher_backend
 from .rotational import rotational_redistribute
 from .torch_backend import TorchDistBackend
 
@@ -74,6 +74,8 @@ __all__ = [
     "CollectiveTimeout",
     "DEFAULT_TIMEOUT",
     "get_backend",
+    "launcher",
+    "launcher_backend",
     "block_rows",
     "take_rows",
     "block_capacity",

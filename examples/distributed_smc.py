@@ -34,20 +34,6 @@ DEFAULT_DATA = ROOT / "data" / "magic04.csv.gz"
 # smoke-expect: ^distributed_smc: done
 
 
-def pick_backend(name: str):
-    """``auto``: gloo under torchrun, MPI under mpiexec, else one local rank."""
-    import torchtree.distributed as td
-
-    if name == "auto":
-        if "RANK" in os.environ and "MASTER_ADDR" in os.environ:
-            name = "gloo"
-        elif any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")):
-            name = "mpi"
-        else:
-            name = "local"
-    return td.get_backend(name), name
-
-
 def load(path: str):
     from torchtree.io.csv import parse_target, read_csv
 
@@ -73,7 +59,9 @@ def main(argv=None) -> int:
     if args.smoke:
         args.n_particles = 64
 
-    backend, name = pick_backend(args.backend)
+    import torchtree.distributed as td
+
+    backend, name = td.launcher_backend(args.backend)  # auto: gloo under torchrun, MPI under mpiexec
     W, r = backend.world_size, backend.rank
     torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // W))
 

@@ -5,6 +5,7 @@ Subcommands::
     torchtree fit DATA.csv [--target COL] [--method smc|smc-moves|mcmc|dcc] [sampler options]
                   [--task classification|regression] [--test-size 0.3 | --test TEST.csv]
                   [--device auto] [--threads auto|N] [--logdir DIR] [--out posterior.pt] [--seed N]
+                  [--backend auto|local|gloo|nccl|mpi]  (under torchrun / mpiexec: one job over the ranks)
     torchtree predict posterior.pt DATA.csv [--proba] [--level 0.9] [--out preds.csv]
     torchtree summary posterior.pt [--dot [--tree I]]
     torchtree report posterior.pt [--plots DIR [--data DATA.csv [--target COL]]]
@@ -66,7 +67,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
         "fit", parents=[common], formatter_class=_Formatter, allow_abbrev=False,
         usage="torchtree fit DATA.csv [--target COL] [--method METHOD] [--task TASK] [--test-size FRAC | --test TEST.csv]\n"
               "                     [--device DEVICE] [--threads N] [--logdir DIR] [--out FILE] [--seed N]\n"
-              "                     [--checkpoint FILE] [model and sampler options]",
+              "                     [--checkpoint FILE] [--backend NAME] [model and sampler options]",
         help="sample a posterior over trees from a CSV file and save it",
         description=(
             "Sample a posterior over decision trees from DATA.csv, print a short report and save\n"
@@ -89,6 +90,10 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
                    help="torch intra-op threads while sampling: an integer >= 1, or auto = 1 for small work, at most "
                         "the cores / ranks on the node for large work, capped by OMP_NUM_THREADS (default: auto)")
     p.add_argument("--logdir", metavar="DIR", help="write a TensorBoard run to DIR")
+    p.add_argument("--backend", default="auto", choices=("auto", "local", "gloo", "nccl", "mpi"),
+                   help="the ranks to run across: auto = those of the torchrun or mpiexec that started this process "
+                        "(one job over them: rank 0 prints and saves), else one process; local = one process "
+                        "whatever the launcher (default: auto)")
     p.add_argument("--out", default="posterior.pt", metavar="FILE", help="where to save the posterior (default: posterior.pt)")
     p.add_argument("--seed", type=parse_seed, default=0, metavar="N", help="seed of the sampler and of the test split (default: 0)")
     p.add_argument("--checkpoint", metavar="FILE",
@@ -106,7 +111,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     used = model_settings(cls) if cls is not None else None
     est = p.add_argument_group("model options (prior and leaf likelihood)")
     taken = {"data", "target", "method", "task", "test_size", "test", "device", "logdir", "out", "seed", "quiet", "debug",
-             "checkpoint", "checkpoint_every", "threads", "n_threads"}
+             "checkpoint", "checkpoint_every", "threads", "n_threads", "backend"}
     est_tasks: Dict[str, str] = {}
     for name, kw, task in estimator_options():
         if used is not None and used.get(name) != "object":

@@ -6,6 +6,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from typing import Any, List, Tuple
 
 import numpy as np
@@ -95,13 +96,38 @@ def _categorical_columns(args, table):
 
 
 def cmd_fit(args) -> int:
+    """``torchtree fit``: one job over the launcher's ranks (``--backend``), or one process."""
+    from torchtree.distributed import launcher_backend
+    from torchtree.estimators import accepted_settings, get_method
 
+    cls = get_method(args.method)  # a clear error if the method cannot be imported
+    device = resolve_device_option(args.device)
+    try:
+        backend, name = launcher_backend(getattr(args, "backend", "auto"), device=device)
+    except (RuntimeError, ImportError) as exc:  # --backend gloo / mpi without its launcher or mpi4py
+        raise ValueError(f"--backend {args.backend}: {exc}") from exc
+    try:
+        if backend.world_size > 1 and "backend" not in accepted_settings(cls):
+            raise ValueError(f"--method {args.method} ({cls.__name__}) runs in one process, not across the "
+                             f"{backend.world_size} ranks of this launch: start it without torchrun / mpiexec, or "
+                             "give --backend local to run it on every rank alone")
+        if backend.rank == 0:
+            return _fit(args, cls, device, backend if backend.world_size > 1 else None, name)
+        args.quiet = True  # rank 0 speaks for the job: its notices, warnings, progress and report
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _fit(args, cls, device, backend, name)
+    finally:
+        backend.close()
+
+
+def _fit(args, cls, device, backend, backend_name: str) -> int:
     from torchtree.io.csv import infer_task, parse_target, read_csv
-    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, accepted_settings, get_method
+    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, accepted_settings
     from torchtree.monitor import ProgressMonitor, TensorBoardMonitor
 
     quiet = getattr(args, "quiet", False)
-    cls = get_method(args.method)  # a clear error if the method cannot be imported
+    rank = 0 if backend is None else backend.rank
     target = args.target
     table = read_csv(args.data, target=target)
     task = args.task or infer_task(table.y)
@@ -153,7 +179,8 @@ def cmd_fit(args) -> int:
         smp_kw.update(checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
         if os.path.exists(args.checkpoint) or os.path.exists(args.checkpoint + ".manifest.json"):
             say(args, f"torchtree fit: resuming from {args.checkpoint}")
-    device = resolve_device_option(args.device)
+    if backend is not None:
+        smp_kw["backend"] = backend
     monitors: List[Any] = [ProgressMonitor(desc=f"torchtree fit [{args.method}]", disable=True if quiet else None)]
     if args.logdir:
         monitors.append(TensorBoardMonitor(args.logdir))
@@ -170,11 +197,12 @@ def cmd_fit(args) -> int:
         classes = np.unique(ytr)
         shown = ", ".join(map(str, classes[:8])) + (", ..." if len(classes) > 8 else "")
         n_cls = f", {len(classes)} classes: {shown}"
-    opts = " ".join(f"{k}={v}" for k, v in {**est_kw, **smp_kw}.items())
+    opts = " ".join(f"{k}={v}" for k, v in {**est_kw, **smp_kw}.items() if k != "backend")
+    ranks = "" if backend is None else f", {backend.world_size} ranks ({backend_name})"
     rows: List[Tuple[str, str]] = [
         ("data", f"{args.data}: {table.n_rows} rows, {table.n_features} features, target {table.target_name!r} ({task}{n_cls})"),
         ("split", split),
-        ("method", f"{args.method} ({cls.__name__}){' ' + opts if opts else ''}, device {device}, seed {args.seed}"),
+        ("method", f"{args.method} ({cls.__name__}){' ' + opts if opts else ''}, device {device}{ranks}, seed {args.seed}"),
     ]
     t0 = time.perf_counter()
     try:
@@ -190,6 +218,8 @@ def cmd_fit(args) -> int:
             raise
         raise ValueError(named) from exc
     secs = time.perf_counter() - t0
+    if rank > 0:
+        return 0  # every rank holds the job's posterior; rank 0 reports and saves it
     post = model.posterior_
     info = getattr(post, "info", {}) or {}
     rows.append(("time", f"{secs:.2f} s"))
@@ -212,7 +242,8 @@ def cmd_fit(args) -> int:
         "target": table.target_name,
         "task": task,
         "method": args.method,
-        "options": {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in {**est_kw, **smp_kw}.items()},
+        "options": {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+                    for k, v in {**est_kw, **smp_kw}.items() if k != "backend"},
         "data": os.path.basename(args.data),
     }
     post.info["cli"] = json.dumps(schema)

@@ -1,0 +1,79 @@
+"""``torchtree fit`` launched by torchrun: one job over the ranks, reported and saved by rank 0."""
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from torchtree.cli import main
+from torchtree.distributed import launcher, launcher_backend
+
+DATA = str(Path(__file__).resolve().parents[1] / "data" / "iris.csv.gz")
+
+
+def test_launcher_is_read_from_the_environment():
+    assert launcher({}) == "none"
+    assert launcher({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}) == "torchrun"
+    assert launcher({"RANK": "0"}) == "none"  # RANK alone (a scheduler's variable) is no torch launch
+    assert launcher({"OMPI_COMM_WORLD_RANK": "1"}) == "mpi" and launcher({"PMI_RANK": "0"}) == "mpi"
+    if launcher() == "none":  # this test process was started by no launcher: "auto" is one local rank
+        backend, name = launcher_backend("auto")
+        assert name == "local" and backend.world_size == 1
+
+
+def test_a_named_backend_without_its_launcher_is_a_user_error(tmp_path, capsys):
+    env = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k in os.environ}
+    try:
+        code = main(["fit", DATA, "--backend", "gloo", "--out", str(tmp_path / "p.pt"), "-q"])
+    finally:
+        os.environ.update(env)
+    assert code == 2
+    assert "--backend gloo: cannot initialise torch.distributed" in capsys.readouterr().err
+
+
+def _torchrun(args, tmp_path):
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.exists():
+        pytest.skip("torchrun not found next to the interpreter")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", str(port), "-m", "torchtree", *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_fit_under_torchrun_is_one_job_over_the_ranks(tmp_path):
+    """Two ranks run one top-down SMC job (half the particles each): the report is printed once, by
+    rank 0, with the ranks named; the posterior is saved once; and the result is the one-process
+    run's (the top-down filter's draws do not depend on the number of ranks)."""
+    args = ["fit", DATA, "--method", "smc", "--n-particles", "64", "--seed", "3", "-q"]
+    proc = _torchrun(args + ["--out", str(tmp_path / "ranks.pt")], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = proc.stdout.splitlines()
+    assert sum(line.startswith("log evidence") for line in report) == 1, proc.stdout
+    assert any(line.startswith("method") and "2 ranks (gloo)" in line for line in report), proc.stdout
+    assert sorted(os.listdir(tmp_path)) == ["ranks.pt"]
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(args + ["--out", str(tmp_path / "one.pt")]) == 0
+    one = {line.split()[0] + line.split()[1]: line for line in out.getvalue().splitlines() if line.startswith(("log evidence", "test"))}
+    got = {line.split()[0] + line.split()[1]: line for line in report if line.startswith(("log evidence", "test"))}
+    assert got == one and len(one) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_method_that_runs_in_one_process_is_refused_under_torchrun(tmp_path):
+    proc = _torchrun(["fit", DATA, "--method", "dcc", "--out", str(tmp_path / "p.pt"), "-q"], tmp_path)
+    assert proc.returncode != 0
+    assert "--method dcc (DCC) runs in one process, not across the 2 ranks" in proc.stderr
+    assert not (tmp_path / "p.pt").exists()
