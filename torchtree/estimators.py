@@ -8,7 +8,6 @@ without special cases.
 from __future__ import annotations
 
 import inspect
-import warnings
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -34,6 +33,7 @@ from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, make_prior
 from torchtree.monitor import progress_bars, progress_monitor
 from torchtree.samplers.presets import AUTO, RunShape
 from torchtree.samplers.protocol import config_class_of
+from torchtree.core.warn import warn
 
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "DataConversionWarning",
            "register_method", "get_method",
@@ -302,9 +302,8 @@ class BayesianTreeBase:
             resolve_device(self.device)  # an unavailable device is refused now, not after the evidence pilots
         y_shape = shape_of(y)
         if len(y_shape) == 2 and y_shape[1] == 1:
-            warnings.warn("A column-vector y was passed when a 1d array was expected; it is flattened to shape "
-                          f"({y_shape[0]},)", sklearn_flavoured(DataConversionWarning, "DataConversionWarning"),
-                          stacklevel=2)
+            warn("A column-vector y was passed when a 1d array was expected; it is flattened to shape "
+                 f"({y_shape[0]},)", sklearn_flavoured(DataConversionWarning, "DataConversionWarning"))
         self._seed_ = seed_from_random_state(self.random_state)
         if self._seed_ is None and self._sampler_options.get("checkpoint") is None:
             # one seed for the evidence pilots and the run, recorded in posterior_.info["seed"]; with a
@@ -364,8 +363,8 @@ class BayesianTreeBase:
             return X
         fitted = list(fitted)
         if names is None or not all(isinstance(c, str) for c in names):
-            warnings.warn(f"X has no feature names, but this {type(self).__name__} was fitted with feature names "
-                          f"{fitted}; its columns are taken in that order", UserWarning, stacklevel=3)
+            warn(f"X has no feature names, but this {type(self).__name__} was fitted with feature names "
+                 f"{fitted}; its columns are taken in that order", UserWarning)
             return X
         unknown = [c for c in names if c not in fitted]
         missing = [c for c in fitted if c not in names]

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
-import sys
-import warnings
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
+
+from torchtree.core.warn import warn
 
 __all__ = ["rhat", "chain_ess", "unconverged", "warn_if_unconverged", "RHAT_LIMIT", "ESS_LIMIT", "weighted_ess", "tree_sizes", "posterior_traces", "to_arviz"]
 
@@ -104,12 +103,8 @@ def warn_if_unconverged(info: Dict[str, Any], draws_per_chain: int, advice: str,
     """
     bad = unconverged(info, rhat_limit, ess_limit)
     if bad and draws_per_chain >= 4:
-        # point the warning at the user's call, however deep in torchtree it is raised
-        pkg, frame, level = os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys._getframe(1), 2
-        while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg):
-            frame, level = frame.f_back, level + 1
-        warnings.warn(f"MCMC chains look unconverged ({', '.join(bad)}; limits R-hat <= {rhat_limit}, "
-                      f"ESS >= {ess_limit:.0f}): predictions may depend on the seed. {advice}", UserWarning, stacklevel=level)
+        warn(f"MCMC chains look unconverged ({', '.join(bad)}; limits R-hat <= {rhat_limit}, "
+             f"ESS >= {ess_limit:.0f}): predictions may depend on the seed. {advice}")
 
 
 def chain_ess(draws) -> float:

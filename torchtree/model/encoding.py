@@ -44,7 +44,6 @@ the same labels in another category order give the same fit.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence
 
@@ -53,6 +52,7 @@ import torch
 
 from torchtree.io.cells import is_missing_token
 from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, to_numpy
+from torchtree.core.warn import warn
 
 __all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
 
@@ -279,8 +279,8 @@ class TableEncoder:
                     raise ValueError(f"X {where} holds text ({_first_text(col)!r}) but categorical_features does "
                                      "not name it; list it in categorical_features, or use the default 'from_dtype'")
                 if tokens:
-                    warnings.warn(f"X {where}: {len(tokens)} text cell(s) among numbers read as missing values "
-                                  f"({', '.join(repr(t) for t in sorted(set(tokens))[:3])})", UserWarning, stacklevel=3)
+                    warn(f"X {where}: {len(tokens)} text cell(s) among numbers read as missing values "
+                         f"({', '.join(repr(t) for t in sorted(set(tokens))[:3])})", UserWarning)
                 out.append(cls._numeric(nums, where))
             elif kind == "ordered":
                 present = [None if is_missing_cell(v) else ordered_cats.index(v) for v in col.tolist()]
@@ -430,9 +430,9 @@ class TableEncoder:
             out[i] = miss_code if k is None and has_missing else (c.fill_level if k is None else k)
         if where is not None and unseen * 2 > present:
             seen = ", ".join(repr(v) for v in c.levels[:5] if v is not None) + (", ..." if len(c.levels) > 5 else "")
-            warnings.warn(f"X {where}: {unseen} of {present} cells hold levels not seen in fit (such as {first!r}; fit "
-                          f"saw {seen}); they predict as {'missing values' if has_missing else 'the most frequent level'}",
-                          UserWarning, stacklevel=4)
+            warn(f"X {where}: {unseen} of {present} cells hold levels not seen in fit (such as {first!r}; fit "
+                 f"saw {seen}); they predict as {'missing values' if has_missing else 'the most frequent level'}",
+                 UserWarning)
         return out
 
     # --------------------------------------------------------- description
@@ -515,9 +515,9 @@ def _warn_mostly_numbers(col: np.ndarray, where: str) -> None:
     levels = [v for v in distinct if not (is_missing_cell(v) or is_missing_token(v))]
     numbers = sum(1 for v in levels if _is_number(v))
     if len(levels) > MAX_SUBSET_LEVELS and numbers * 2 > len(levels):
-        warnings.warn(f"X {where} holds text ({_first_text(col)!r}) among numbers ({numbers} of its {len(levels)} "
-                      "levels): read as categorical. If the text marks a missing value, replace it with NaN; "
-                      "categorical_features=None refuses text columns", UserWarning, stacklevel=4)
+        warn(f"X {where} holds text ({_first_text(col)!r}) among numbers ({numbers} of its {len(levels)} "
+             "levels): read as categorical. If the text marks a missing value, replace it with NaN; "
+             "categorical_features=None refuses text columns", UserWarning)
 
 
 def _is_number(v) -> bool:

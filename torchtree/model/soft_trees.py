@@ -33,7 +33,6 @@ evidence estimator integrates.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any, List, Optional, Sequence, Union
 
 import torch
@@ -51,6 +50,7 @@ from torchtree.core.validate import check_int
 from torchtree.model.soft_data import as_soft_data
 from torchtree.model.soft_params import ParamLayout, SoftTreeHyper
 from torchtree.model.topology import Topology
+from torchtree.core.warn import warn
 
 __all__ = ["SoftTreeHyper", "ParamLayout", "SoftTrees"]
 
@@ -395,8 +395,8 @@ class SoftTrees(nn.Module):
                 return fn(theta, *tensors, consts)
             except Exception as exc:  # pragma: no cover - no compiler toolchain, unsupported backend
                 disable_compiled()
-                warnings.warn(f"torch.compile of the soft-tree potential failed ({type(exc).__name__}: {exc}); "
-                              "using the eager implementation", RuntimeWarning)
+                warn(f"torch.compile of the soft-tree potential failed ({type(exc).__name__}: {exc}); "
+                     "using the eager implementation", RuntimeWarning)
         return core(theta, *tensors, consts)
 
     def fused_parts(self, rows: Optional[torch.Tensor] = None, dtype: Optional[torch.dtype] = None):

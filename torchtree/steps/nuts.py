@@ -23,12 +23,12 @@ the first point of the other half.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import torch
 
 from torchtree.steps.hmc import HMCState, PotentialAndGrad, kinetic_energy, leapfrog, sample_momentum
+from torchtree.core.warn import warn
 
 __all__ = ["NUTSInfo", "nuts_init", "nuts_step"]
 
@@ -240,8 +240,8 @@ def _build_subtree(
                     out = step_fn(*args, rows, *fused(rows), float(max_energy_error))
             except Exception as exc:  # pragma: no cover - compiler toolchain or backend missing
                 _FUSED["failed"], step_fn = True, None
-                warnings.warn(f"torch.compile of the NUTS step failed ({type(exc).__name__}: {exc}); "
-                              "using the eager step", RuntimeWarning)
+                warn(f"torch.compile of the NUTS step failed ({type(exc).__name__}: {exc}); "
+                     "using the eager step", RuntimeWarning)
         if out is None:
             out = _leapfrog_and_weigh(*args, idx, _rows_potential(potential_and_grad, idx), (), None,
                                       float(max_energy_error))

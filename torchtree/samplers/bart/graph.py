@@ -20,10 +20,10 @@ still compiles, should a guard fail anyway. A failed capture warns once and the 
 """
 from __future__ import annotations
 
-import warnings
 from typing import Callable, Optional, Tuple
 
 import torch
+from torchtree.core.warn import warn
 
 __all__ = ["CudaGraph", "SweepGraph", "warm_up"]
 
@@ -106,8 +106,8 @@ class SweepGraph:
             try:
                 self._record(loop, args)
             except Exception as exc:  # an op that cannot be recorded, or no CUDA
-                warnings.warn(f"BART: the sweep could not be recorded as a CUDA graph ({type(exc).__name__}: {exc}); "
-                              "running it eagerly", RuntimeWarning)
+                warn(f"BART: the sweep could not be recorded as a CUDA graph ({type(exc).__name__}: {exc}); "
+                     "running it eagerly", RuntimeWarning)
                 self.failed, self.graph = True, None
                 return None
             self.key = key

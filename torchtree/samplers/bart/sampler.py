@@ -22,6 +22,7 @@ from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities,
 import torchtree.samplers.bart.graph as sweep_graph
 from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream, default_gfr_sweeps
 from torchtree.samplers.bart.state import BARTSetup, BARTState
+from torchtree.core.warn import warn
 
 __all__ = ["BART", "backfit_sweep"]
 
@@ -67,9 +68,7 @@ def _compiled_or_eager(key: str, eager, args):
     try:
         return fn(*args)
     except Exception as exc:  # compiler missing or failing
-        import warnings
-
-        warnings.warn(f"BART: torch.compile failed ({type(exc).__name__}: {exc}); running eagerly", RuntimeWarning)
+        warn(f"BART: torch.compile failed ({type(exc).__name__}: {exc}); running eagerly", RuntimeWarning)
         _COMPILED[key] = None
         return eager(*args)
 

@@ -52,7 +52,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import warnings
 from typing import Callable, Iterable, List, Optional, Tuple
 
 import torch
@@ -63,6 +62,7 @@ from torchtree.model.soft_data import SoftData
 from torchtree.model.soft_trees import SoftTrees
 from torchtree.samplers.driver import work_size
 from torchtree.steps.adaptation import sharpness_schedule
+from torchtree.core.warn import warn
 
 __all__ = ["check_max_rows", "dcc_row_subset", "subset_soft_data", "gradient_cost_model", "auto_rows", "use_rows",
            "auto_warmup", "BUDGET_SHARE", "MIN_AUTO_ROWS", "MIN_AUTO_WARMUP", "PILOT_ROWS", "PILOT_CALLS"]
@@ -286,7 +286,7 @@ def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int
         short = f" with a warm-up of {n_warmup} iterations" if n_warmup != config.n_warmup else ""
         wider = ", wider than the full data's" if m is not None else ""
         adapts = "; a shorter warm-up adapts the step size and mass less well" if short else ""
-        warnings.warn(f"{fits}{short}: {why}. The posterior is the exact one given these rows{wider}{adapts}.",
-                      UserWarning, stacklevel=2)
+        warn(f"{fits}{short}: {why}. The posterior is the exact one given these rows{wider}{adapts}.",
+             UserWarning)
     ctx.setup = dataclasses.replace(ctx.setup, **chosen)
     return ctx.setup.rows[0]

@@ -30,7 +30,6 @@ import dataclasses
 import math
 import random as _pyrandom
 import time
-import warnings
 from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -65,6 +64,7 @@ from torchtree.samplers.nuts.chains import ChainState, SampleTrace, draw, make_k
 from torchtree.steps.adaptation import sharpness_schedule
 from torchtree.steps.hmc import hmc_init
 from torchtree.steps.soft_init import informed_start
+from torchtree.core.warn import warn
 
 __all__ = ["DCC", "DCCConfig", "DCCState", "MIN_DRAWS"]
 
@@ -341,10 +341,10 @@ class DCC(SamplerBase):
                 f"finished its warm-up ({ctx.setup.n_warmup} iterations of {self.config.n_chains} chains) and "
                 f"{MIN_DRAWS} draws; raise max_seconds (or lower n_warmup, n_chains, n_parallel or max_rows)")
         if state.step < self.config.n_iterations:
-            warnings.warn(f"DCC: max_seconds={self.config.max_seconds:g} ({self.config.clock} clock) stopped the run after "
-                          f"{state.step} of n_iterations={self.config.n_iterations} iterations; the posterior holds the "
-                          f"{sum(r.active for r in state.records.values())} topologies refined so far (raise max_seconds "
-                          "for more)", UserWarning, stacklevel=2)
+            warn(f"DCC: max_seconds={self.config.max_seconds:g} ({self.config.clock} clock) stopped the run after "
+                 f"{state.step} of n_iterations={self.config.n_iterations} iterations; the posterior holds the "
+                 f"{sum(r.active for r in state.records.values())} topologies refined so far (raise max_seconds "
+                 "for more)", UserWarning)
         post = self._posterior(ctx.data, state.records, state.evidence, stats)
         # the run's per-topology records (chains, draws, pseudo-samples, counts) and LAIS
         # evidence stay with its result: a sampler holds settings only

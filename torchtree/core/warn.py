@@ -1,0 +1,26 @@
+"""Warnings pointed at the user's line.
+
+A torchtree warning is raised deep in the library (an encoder inside ``predict``, a sampler inside
+``fit``), at a depth that varies with the call. :func:`warn` gives ``warnings.warn`` the stack level
+of the first frame outside the ``torchtree`` package, so the warning names the user's call, and a
+filter on the user's module applies to it.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+
+__all__ = ["warn"]
+
+
+def _ours(frame) -> bool:
+    return str(frame.f_globals.get("__name__", "")).split(".")[0] == "torchtree"
+
+
+def warn(message: str, category: type = UserWarning) -> None:
+    """``warnings.warn(message, category)`` attributed to the nearest caller outside torchtree (the
+    outermost torchtree frame when every frame is ours, as under ``python -m torchtree``)."""
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and _ours(frame):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level if not _ours(frame) else level - 1)
