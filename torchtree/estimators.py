@@ -520,7 +520,7 @@ class BayesianTreeClassifier(BayesianTreeBase):
         known = set(self.classes_.tolist())
         unseen = sorted({v for v in yn.tolist() if v not in known}, key=str)
         if unseen:
-            raise ValueError(f"y holds label(s) {unseen[:5]} not seen at fit (classes_: {list(self.classes_)})")
+            raise ValueError(f"y holds label(s) {unseen[:5]} not seen at fit (classes_: {self.classes_.tolist()})")
         return self.posterior_.accuracy(self._check_columns(X), yn)
 
 

@@ -29,6 +29,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from torchtree.core.warn import warn
 from torchtree.io.cells import is_missing_token
 
 __all__ = ["Table", "read_csv", "read_header", "read_features", "parse_target", "infer_task", "write_csv"]
@@ -212,6 +213,11 @@ def read_csv(
         # a file without a header row: its first row of data would silently become the column names
         raise ValueError(f"{path}: line 1 holds only numbers ({','.join(header[:4])}{',...' if len(header) > 4 else ''}): "
                          "the first line must be a header row naming the columns; add one")
+    numbers = [h for h in header if _all_numbers([h])]
+    if 2 * len(numbers) > len(header):
+        warn(f"{path}: line 1 is read as the header row, but {len(numbers)} of its {len(header)} cells are numbers "
+             f"({', '.join(numbers[:3])}{', ...' if len(numbers) > 3 else ''}): if the file has no header row, add "
+             "one naming the columns (its first row of data is taken as the column names)")
     header = [h if h else f"column{i + 1}" for i, h in enumerate(header)]
     dup = sorted({h for h in header if header.count(h) > 1})
     if dup:
