@@ -47,7 +47,7 @@ def _import_mpi():
         from mpi4py import MPI
     except ImportError as exc:  # pragma: no cover - exercised only without mpi4py
         raise ImportError(
-            "MPIBackend needs mpi4py (pip install 'torchtree[mpi]' or pip install mpi4py mpich)"
+            "MPIBackend needs mpi4py: pip install mpi4py mpich"
         ) from exc
     return MPI
 

@@ -473,4 +473,4 @@ def test_report_help_page(capsys):
         main(["report", "--help"])
     assert exit_.value.code == 0
     text = capsys.readouterr().out
-    assert "--plots DIR" in text and "--data DATA.csv" in text and "pip install torchtree[plot]" in text
+    assert "--plots DIR" in text and "--data DATA.csv" in text and "pip install matplotlib" in text

@@ -173,7 +173,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
             "feature importance, per-chain traces (mcmc, bart), the hyperparameter search's evidence\n"
             "curves; with --data also partial dependence and ICE curves of the most used feature and,\n"
             "when the file has the target column, a calibration plot. Needs matplotlib\n"
-            "(pip install torchtree[plot])."
+            "(pip install matplotlib)."
         ),
     )
     p.add_argument("posterior", metavar="POSTERIOR.pt")

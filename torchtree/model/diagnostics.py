@@ -36,7 +36,7 @@ from torchtree.core.warn import warn
 
 __all__ = ["rhat", "chain_ess", "unconverged", "warn_if_unconverged", "RHAT_LIMIT", "ESS_LIMIT", "weighted_ess", "tree_sizes", "posterior_traces", "to_arviz"]
 
-ARVIZ_MISSING = "torchtree.model.diagnostics.to_arviz needs ArviZ, which is not installed: pip install arviz (or pip install 'torchtree[all]')"
+ARVIZ_MISSING = "torchtree.model.diagnostics.to_arviz needs ArviZ, which is not installed: pip install arviz"
 
 
 def _as_draws(x) -> np.ndarray:

@@ -1,4 +1,7 @@
-"""Plots of a posterior over trees, drawn with matplotlib (an optional extra: ``pip install torchtree[plot]``).
+"""Plots of a posterior over trees, drawn with matplotlib.
+
+matplotlib is optional: ``pip install matplotlib``, or the ``plot`` extra of an install from the
+repository (``pip install -e ".[plot]"``).
 
 Every function takes a posterior (``TreePosterior``: smc, mcmc, smc-moves; ``BARTPosterior``;
 ``SoftTreePosterior``: nuts, dcc) or a fitted estimator (its ``posterior_``), draws on ``ax=`` when

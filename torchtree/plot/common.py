@@ -15,7 +15,7 @@ from torchtree.model.soft_posterior import SoftTreePosterior
 __all__ = ["MATPLOTLIB_MISSING", "require_matplotlib", "posterior_of", "kind_of", "input_names", "n_inputs",
            "band_quantiles", "weighted_quantiles", "wilson_interval", "new_axes", "as_numpy", "class_index"]
 
-MATPLOTLIB_MISSING = "torchtree.plot needs matplotlib, which is not installed: pip install torchtree[plot]"
+MATPLOTLIB_MISSING = "torchtree.plot needs matplotlib, which is not installed: pip install matplotlib"
 
 #: the names of the three kinds of posterior, by class
 KINDS = ((TreePosterior, "hard"), (BARTPosterior, "bart"), (SoftTreePosterior, "soft"))
