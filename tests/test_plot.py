@@ -406,7 +406,7 @@ def test_missing_matplotlib_says_how_to_install_it(fits, monkeypatch):
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # "import matplotlib" now raises ImportError
     for call in (lambda: tp.plot_importance(fits["hard_cls"]), lambda: tp.write_plots(fits["hard_cls"], "unused")):
-        with pytest.raises(ImportError, match=r"pip install torchtree\[plot\]"):
+        with pytest.raises(ImportError, match=r"pip install matplotlib"):
             call()
 
 
