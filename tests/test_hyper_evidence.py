@@ -149,3 +149,17 @@ def test_pilot_islands_refuse_the_optimal_proposal():
     with pytest.raises(ValueError, match="prior or empirical"):
         variant_log_evidences(data, [(ChipmanPrior(0.95, 0.5), DirichletMultinomial(1.0))] * 2, 10, 0,
                               proposal="optimal")
+
+
+def test_the_command_line_reports_what_the_evidence_chose(tmp_path, capsys):
+    from pathlib import Path
+
+    from torchtree.cli import main
+
+    data = str(Path(__file__).resolve().parents[1] / "data" / "iris.csv.gz")
+    assert main(["fit", data, "--n-particles", "60", "--out", str(tmp_path / "p.pt"), "-q"]) == 0
+    rows = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines() if line.startswith("hyperparameters"))
+    assert set(rows) == {"hyperparameters"} and rows["hyperparameters"].startswith("evidence: alpha=")
+    assert "beta_split=" in rows["hyperparameters"]
+    assert main(["fit", data, "--n-particles", "60", "--hyper", "fixed", "--out", str(tmp_path / "p.pt"), "-q"]) == 0
+    assert "hyperparameters" not in capsys.readouterr().out  # nothing chosen: the options' documented values

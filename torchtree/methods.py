@@ -77,14 +77,16 @@ MODEL_SETTINGS_HELP = {
     "prior": "tree structure prior: chipman (split probability alpha_split (1 + depth)^-beta_split) "
              "or poisson (zero-truncated Poisson number of leaves, paper 002)",
     "alpha_split": f"Chipman prior: probability that the root splits (default: {ALPHA_SPLIT:g})",
-    "beta_split": f"Chipman prior: how fast the split probability falls with depth (default: {BETA_SPLIT:g})",
+    "beta_split": f"Chipman prior: how fast the split probability falls with depth (default: chosen by the evidence, "
+                  f"see hyper; {BETA_SPLIT:g} with hyper=fixed)",
     "poisson_lambda": f"Poisson prior: rate of the number of leaves (default: {POISSON_LAMBDA:g})",
-    "alpha": "Dirichlet concentration of each leaf's class probabilities, total over the K classes (default: 5)",
+    "alpha": "Dirichlet concentration of each leaf's class probabilities, total over the K classes (default: chosen "
+             "by the evidence, see hyper; 5 with hyper=fixed)",
     "mu0": "prior mean of a leaf's value (default: the mean of the targets)",
     "kappa0": "prior strength of a leaf's mean, in pseudo-observations (default: 0.1)",
     "a0": "shape of the inverse-gamma prior of a leaf's noise variance (default: 2)",
-    "b0": "scale of the inverse-gamma prior of a leaf's noise variance (default: half the targets' variance "
-          "times max(a0 - 1, 0.5))",
+    "b0": "scale of the inverse-gamma prior of a leaf's noise variance (default: chosen by the evidence, see hyper; "
+          "with hyper=fixed, half the targets' variance times max(a0 - 1, 0.5))",
     "hyper": "evidence: choose the leaf prior (alpha or b0) and beta_split by the evidence of top-down SMC pilot "
              "runs, keeping those you set; fixed: the defaults above (default: evidence)",
 }

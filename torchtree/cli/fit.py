@@ -223,6 +223,8 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
     post = model.posterior_
     info = getattr(post, "info", {}) or {}
     rows.append(("time", f"{secs:.2f} s"))
+    if info.get("hyper"):  # what the evidence search chose (the options' defaults when it was off)
+        rows.append(("hyperparameters", str(info["hyper"])))
     le = getattr(post, "log_evidence", None)
     rows.append(("log evidence", fmt(le) if le is not None else f"n/a ({args.method} does not estimate it)"))
     ess = getattr(post, "ess", None)
