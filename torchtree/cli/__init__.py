@@ -48,6 +48,7 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     """The ``torchtree`` argument parser, with ``fit``'s sampler options for ``method``."""
     from torchtree._version import __version__
     from torchtree.estimators import METHODS, get_method, model_settings
+    from torchtree.methods import HYPER_MODES, MODEL_SETTINGS_HELP
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS, help="no progress bar or chatter; results only")
@@ -113,8 +114,12 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     taken = {"data", "target", "method", "task", "test_size", "test", "device", "logdir", "out", "seed", "quiet", "debug",
              "checkpoint", "checkpoint_every", "threads", "n_threads", "backend"}
     est_tasks: Dict[str, str] = {}
+    searched = used is not None and "object" in used.values()  # the estimator's evidence search applies
     for name, kw, task in estimator_options():
-        if used is not None and used.get(name) != "object":
+        if name == "hyper" and searched:
+            kw = {**kw, "choices": list(HYPER_MODES), "metavar": "{" + ",".join(HYPER_MODES) + "}",
+                  "help": MODEL_SETTINGS_HELP["hyper"]}  # its text states the default
+        elif used is not None and used.get(name) != "object":
             continue
         est.add_argument(option_flag(name), dest=name, **kw)
         taken.add(name)
