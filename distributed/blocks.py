@@ -362,8 +362,8 @@ class Workspace:
     """Scratch buffers reused across redistribution calls (keep one per particle population).
 
     Allocating hundreds of MB of fresh CPU memory per resampling step costs page faults and
-    kernel zeroing that can exceed the copying itself (measured 5-7x on a 2-core VM in
-    ``benchmarks/bench_redistribution.py``). Passing the same workspace to every
+    kernel zeroing that can exceed the copying itself (the redistribution benchmark
+    measures it). Passing the same workspace to every
     :func:`~torchtree.distributed.redistribute` call lets the packed send/receive buffers be
     reused; together with ``out=`` (double-buffered populations) a step allocates almost
     nothing. A buffer only grows; :meth:`clear` releases everything.

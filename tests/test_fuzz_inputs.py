@@ -181,6 +181,9 @@ def _judge_cli_refusal(case, rep: dict) -> None:
     err = rep["stderr"]
     assert "Traceback" not in err, err
     lines = err.rstrip("\n").split("\n")
+    # warnings may come first (e.g. a first line of numbers read as the header): one line each
+    while len(lines) > 1 and lines[0].startswith("torchtree: warning: "):
+        lines = lines[1:]
     assert lines[0].startswith("torchtree: error: "), f"stderr: {err!r}"
     assert err.count("torchtree: error:") == 1, f"stderr: {err!r}"
     # the one allowed continuation: read_csv's indented list of malformed rows

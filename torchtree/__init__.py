@@ -1,7 +1,22 @@
 """torchtree: Bayesian decision trees as batched PyTorch tensors.
 
 Samplers: top-down SMC (paper 001), MCMC and SMC with grow/prune/change/swap
-moves (paper 002), soft trees with HMC/NUTS and DCC-Tree (paper 004).
+moves (paper 002), soft trees with HMC/NUTS and DCC-Tree (paper 004), and BART
+(sums of trees; Chipman, George & McCulloch 2010).
+
+References
+----------
+The docstrings cite the three papers the project implements by number, with their
+equation and algorithm numbers:
+
+- paper 001: B. Lakshminarayanan, D. M. Roy and Y. W. Teh, "Top-down particle
+  filtering for Bayesian decision trees", ICML 2013.
+- paper 002: E. Drousiotis, A. M. Varsi, A. M. Phillips, P. G. Spirakis and
+  S. Maskell, parallel SMC samplers for Bayesian decision trees on shared and
+  distributed memory (SMC with grow / prune / change / swap proposals, MCMC
+  baselines, O(log2 N) redistribution).
+- paper 004: J. A. Cochrane, A. Wills and S. J. Johnson, "Divide, Conquer, Combine
+  Bayesian Decision Tree Sampling" (DCC-Tree).
 """
 
 from torchtree._version import __version__

@@ -7,418 +7,24 @@ without special cases.
 """
 from __future__ import annotations
 
-import inspect
 from typing import Any, Dict, Optional
 
 import numpy as np
 
-from torchtree.core.random import seed_to_int
-from torchtree.core.threads import check_threads, resolve_threads, using_threads
-from torchtree._sklearn import DataConversionWarning, NotFittedError, seed_from_random_state, shape_of, sklearn_flavoured
+from torchtree._sklearn import DataConversionWarning, NotFittedError
+from torchtree.estimator_base import BayesianTreeBase
 from torchtree.methods import (  # METHODS, register_method, get_method, model_settings: re-exported
-    HYPER_MODES,
-    LIKELIHOOD_SETTINGS,
     METHODS,
-    PRIOR_SETTINGS,
-    accepted_settings,
     get_method,
     model_settings,
     register_method,
 )
-from torchtree.model.data import Data, resolve_device
-from torchtree.model.inputs import frame_columns
+from torchtree.model.data import Data
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
-from torchtree.model.posterior import attach_feature_names
-from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, make_prior
-from torchtree.monitor import progress_bars, progress_monitor
-from torchtree.samplers.presets import AUTO, RunShape
-from torchtree.samplers.protocol import config_class_of
-from torchtree.core.warn import warn
 
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "DataConversionWarning",
            "register_method", "get_method",
            "model_settings"]
-
-def _write_curves(monitor, search) -> None:
-    """The evidence curves of ``hyper="evidence"`` to every monitor that draws curves
-    (:meth:`TensorBoardMonitor.add_curve`): tag ``hyper/<name>_log_evidence``."""
-    todo = list(monitor) if isinstance(monitor, (list, tuple)) else [monitor]
-    while todo:
-        m = todo.pop()
-        if hasattr(m, "monitors"):  # a MonitorList
-            todo.extend(m.monitors)
-        elif callable(getattr(m, "add_curve", None)):
-            for name, curve in search.curves.items():
-                m.add_curve(f"hyper/{name}_log_evidence", [x for x, _ in curve], [lz for _, lz in curve])
-
-
-class BayesianTreeBase:
-    """Shared estimator logic (see the two public subclasses)."""
-
-    _task = "classification"
-
-    def __init__(
-        self,
-        method: str = "smc",
-        *,
-        prior: str = "chipman",
-        alpha_split: Optional[float] = None,
-        beta_split: Optional[float] = None,
-        poisson_lambda: Optional[float] = None,
-        random_state: Optional[int] = 0,
-        device: Optional[str] = None,
-        monitor: Any = None,
-        hyper: Any = "evidence",
-        n_threads: Any = "auto",
-        verbose: int = 1,
-        categorical_features: Any = "from_dtype",
-        **sampler_options: Any,
-    ) -> None:
-        self.method = method
-        self.hyper = hyper
-        self.prior = prior
-        self.alpha_split = alpha_split
-        self.beta_split = beta_split
-        self.poisson_lambda = poisson_lambda
-        self.random_state = random_state
-        self.device = device
-        self.monitor = monitor
-        self.n_threads = n_threads
-        self.verbose = verbose
-        self.categorical_features = categorical_features
-        self._sampler_options = dict(sampler_options)
-
-    @property
-    def sampler_options(self) -> Dict[str, Any]:
-        """The sampler options given to the constructor or ``set_params`` (a copy)."""
-        return dict(self._sampler_options)
-
-    # ------------------------------------------------------------ sklearn API
-    def get_params(self, deep: bool = True) -> Dict[str, Any]:
-        """Estimator parameters (the constructor's, sampler options flattened in)."""
-        out = {k: getattr(self, k) for k in ("method", "prior", "alpha_split", "beta_split", "poisson_lambda", "random_state", "device", "monitor",
-                                              "hyper", "n_threads", "verbose", "categorical_features")}
-        out.update(self._extra_params())
-        out.update(self._sampler_options)
-        return out
-
-    def _extra_params(self) -> Dict[str, Any]:
-        return {}
-
-    def _hyperparameters(self) -> Dict[str, Any]:
-        """Hyperparameters the user set (None = leave the sampler's own default)."""
-        out = {"alpha_split": self.alpha_split, "beta_split": self.beta_split, "poisson_lambda": self.poisson_lambda}
-        if hasattr(self, "alpha"):
-            out["alpha"] = self.alpha
-        return {k: v for k, v in out.items() if v is not None}
-
-    def set_params(self, **params: Any) -> "BayesianTreeBase":
-        """Set parameters, as scikit-learn's ``set_params`` does.
-
-        Parameters
-        ----------
-        **params
-            Estimator parameters (``method``, ``prior``, ``alpha``, ...) and options of
-            the sampler of ``method``. As in scikit-learn, values and names are checked at
-            ``fit``: a name that is neither (a typo such as ``n_partciles``) makes ``fit``
-            raise a ValueError listing the valid names.
-
-        Returns
-        -------
-        self
-        """
-        own = set(self.get_params()) - set(self._sampler_options)
-        for k, v in params.items():
-            if k in own:
-                setattr(self, k, v)
-            else:
-                self._sampler_options[k] = v
-        return self
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if v is not None)
-        return f"{type(self).__name__}({args})"
-
-    def __sklearn_tags__(self):
-        """Estimator tags for scikit-learn >= 1.6 (``cross_val_score``, ``GridSearchCV``).
-
-        scikit-learn is not a dependency: it calls this, so it is installed then.
-        """
-        from sklearn.utils import ClassifierTags, InputTags, RegressorTags, Tags, TargetTags
-
-        clf = self._task == "classification"
-        soft = self.method == "dcc"  # soft trees: no model of missing values (torchtree.model.encoding)
-        return Tags(estimator_type=self._estimator_type, target_tags=TargetTags(required=True),
-                    input_tags=InputTags(allow_nan=not soft),
-                    classifier_tags=ClassifierTags() if clf else None, regressor_tags=None if clf else RegressorTags())
-
-    # ---------------------------------------------------------------- fitting
-    def _make_prior(self):
-        # settings left at None take make_prior's defaults (those of the samplers), or the
-        # values chosen by evidence (hyper="evidence")
-        given = {n: getattr(self, n) for n in PRIOR_SETTINGS[1:] if getattr(self, n) is not None}
-        tuned = {n: v for n, v in getattr(self, "_tuned", {}).items() if n in PRIOR_SETTINGS and n not in given}
-        return make_prior(self.prior, **given, **tuned)
-
-    def _tuned_value(self, name: str):
-        """The user's setting ``name``, else the value chosen by evidence, else None."""
-        own = getattr(self, name, None)
-        return own if own is not None else getattr(self, "_tuned", {}).get(name)
-
-    def _searches(self, cls) -> bool:
-        """Whether ``fit`` runs the evidence pilots for method ``cls`` (ValueError for an unknown ``hyper``)."""
-        if isinstance(self.hyper, str) and self.hyper not in HYPER_MODES:
-            raise ValueError(f"hyper must be one of {HYPER_MODES} (or a DCC SoftTreeHyper), got {self.hyper!r}")
-        used = model_settings(cls)
-        return (self.hyper == "evidence" and used.get("prior") == "object" and used.get("b0") == "object"
-                and "likelihood" not in self._sampler_options)
-
-    def _search_hyperparameters(self, cls, data: Data):
-        """``hyper="evidence"``: the leaf prior and ``beta_split`` chosen by the evidence of top-down
-        SMC pilots (:func:`torchtree.samplers.tuning.evidence.choose_by_evidence`), for methods that take
-        the estimator's prior and likelihood objects; None where nothing is searched."""
-        if not self._searches(cls):
-            return None
-        from torchtree.samplers.tuning.evidence import choose_by_evidence
-
-        fixed = {"alpha": getattr(self, "alpha", None), "b0": getattr(self, "b0", None)}
-        seed = self._seed_ if self._seed_ is not None else seed_to_int(None)  # a checkpointed run's seed is drawn later
-        # a Poisson or user-built prior has no beta_split to search
-        kw = {"alpha_split": ALPHA_SPLIT if self.alpha_split is None else self.alpha_split,
-              "beta_split": BETA_SPLIT if self.beta_split is None else self.beta_split,
-              "search_split": self.prior == "chipman" and self.beta_split is None}
-        if data.task == "regression":
-            kw.update(a0=self.a0, kappa0=self.kappa0, mu0=self.mu0)
-        return choose_by_evidence(data, fixed=fixed, seed=int(seed), n_threads=self.n_threads, device=self.device, **kw)
-
-    def _make_likelihood(self, data: Data):
-        raise NotImplementedError
-
-    def _check_model_settings(self, cls) -> None:
-        """ValueError for a bad ``prior`` and for settings changed from their defaults
-        that the method would not use (they would otherwise be dropped silently)."""
-        if isinstance(self.prior, str) and self.prior not in ("chipman", "poisson"):
-            raise ValueError(f"prior must be 'chipman', 'poisson' or a prior object, got {self.prior!r}")
-        used = model_settings(cls)
-        defaults = {}
-        for klass in reversed(type(self).__mro__):
-            if "__init__" in vars(klass):
-                defaults.update({n: p.default for n, p in inspect.signature(klass.__init__).parameters.items()})
-        changed = [n for n in PRIOR_SETTINGS + LIKELIHOOD_SETTINGS
-                   if n in defaults and getattr(self, n) != defaults[n]]
-        if "likelihood" in self._sampler_options:
-            # a likelihood object given as a sampler option is used as is
-            own = [n for n in changed if n in LIKELIHOOD_SETTINGS]
-            if own:
-                raise ValueError(f"{', '.join(own)} do(es) not apply when likelihood= is given; set them on it")
-        unused = [n for n in changed if n not in used]
-        if unused:
-            where = f"{cls.__name__}(hyper=...) and its other options" if "hyper" in accepted_settings(cls) else f"{cls.__name__}'s own options"
-            raise ValueError(
-                f"method {self.method!r} ({cls.__name__}) does not use {', '.join(unused)}: it builds its own "
-                f"prior and leaf model; set them through {where}")
-        if used.get("prior") == "object":
-            self._make_prior()  # the other structure prior's settings would be dropped as well
-
-    def _build_sampler(self, data: Data, checked: bool = False):
-        return self._sampler_of(get_method(self.method), data, checked)
-
-    def _sampler_of(self, cls, data: Data, checked: bool = False):
-        """The sampler ``cls`` built from this estimator's settings (every option checked on the way)."""
-        accepted = accepted_settings(cls)
-        if not checked:  # fit checks before the evidence pilots
-            self._check_model_settings(cls)
-        kwargs = dict(self._sampler_options)
-        unknown = [k for k in kwargs if k not in accepted]
-        if unknown:
-            raise ValueError(f"invalid parameter(s) {', '.join(map(repr, unknown))} for {type(self).__name__}: method "
-                             f"{self.method!r} does not take them; it takes {sorted(accepted - {'prior', 'likelihood'})}")
-        # Hyperparameters the estimator owns go to samplers that take them by name
-        # (e.g. DCC builds its own soft-tree priors from alpha / alpha_split / beta_split).
-        # Settings that reach the sampler through the prior / likelihood object are not
-        # passed by name as well: make_prior refuses a prior object plus changed settings.
-        by_object = {n for n, how in model_settings(cls).items() if how == "object"}
-        for name, value in self._hyperparameters().items():
-            if name in accepted and name not in kwargs and name not in by_object:
-                kwargs[name] = value
-        if not isinstance(self.hyper, str) and self.hyper is not None and "hyper" in accepted:
-            kwargs["hyper"] = self.hyper  # a sampler's own hyperparameter object (DCC's SoftTreeHyper)
-        if "prior" in accepted:
-            kwargs["prior"] = self._make_prior()
-        if "likelihood" in accepted and "likelihood" not in kwargs:
-            kwargs["likelihood"] = self._make_likelihood(data)
-        if "device" in accepted and self.device is not None:
-            kwargs["device"] = self.device
-        if "n_threads" in accepted:
-            kwargs["n_threads"] = self.n_threads
-        config = self._resolved_config(cls, kwargs, data)
-        sampler = cls(**kwargs)
-        if config is not None:
-            sampler.config.with_resolution_of(config)
-        return sampler
-
-    def _resolved_config(self, cls, kwargs: Dict[str, Any], data: Data):
-        """The sampler's config with every preset setting the user left out resolved from the data's
-        shape (``SamplerConfig.resolve``); ``kwargs`` takes the resolved values. None for a sampler
-        without a config class."""
-        config_cls = config_class_of(cls)
-        if config_cls is None:
-            return None
-        names = {o.name for o in config_cls.options()}
-        for o in config_cls.options():
-            if o.presets and o.name not in kwargs:
-                kwargs[o.name] = AUTO
-        shape = RunShape.of(data, prior=kwargs.get("prior"), device=self.device)
-        config = config_cls(**{k: v for k, v in kwargs.items() if k in names}).resolve(shape)
-        kwargs.update({k: getattr(config, k) for k in list(kwargs) if k in names})
-        return config
-
-    def _make_data(self, X, y) -> Data:
-        return Data(X, y, task=self._task, categorical_features=self.categorical_features)
-
-    def fit(self, X, y) -> "BayesianTreeBase":
-        """Sample the posterior over trees given training data.
-
-        Parameters
-        ----------
-        X : array-like [N, D]
-        y : array-like [N]
-
-        Returns
-        -------
-        self, with ``posterior_`` (TreePosterior), ``log_evidence_``, ``n_features_in_``,
-        ``feature_names_in_`` when ``X`` is a DataFrame with string column names (then
-        ``predict*``, ``score`` and ``log_predictive`` take a frame's columns by name and
-        refuse unknown or missing names) and, for classifiers, ``classes_``.
-        """
-        names = frame_columns(X)
-        if names is not None and all(isinstance(c, str) for c in names):
-            dup = sorted({c for c in names if names.count(c) > 1})
-            if dup:  # predict* takes a frame's columns by name: which of two 'a' columns is 'a'?
-                raise ValueError(f"X has duplicate column names {dup}; columns are matched by name at prediction, "
-                                 "so give every column its own name")
-        check_threads(self.n_threads)
-        if self.device is not None:
-            resolve_device(self.device)  # an unavailable device is refused now, not after the evidence pilots
-        y_shape = shape_of(y)
-        if len(y_shape) == 2 and y_shape[1] == 1:
-            warn("A column-vector y was passed when a 1d array was expected; it is flattened to shape "
-                 f"({y_shape[0]},)", sklearn_flavoured(DataConversionWarning, "DataConversionWarning"))
-        self._seed_ = seed_from_random_state(self.random_state)
-        if self._seed_ is None and self._sampler_options.get("checkpoint") is None:
-            # one seed for the evidence pilots and the run, recorded in posterior_.info["seed"]; with a
-            # checkpoint the run draws its own, which the checkpoint keeps for a resumed fit
-            self._seed_ = seed_to_int(None)
-        data = self._make_data(X, y)
-        cls = get_method(self.method)
-        self._check_model_settings(cls)
-        self._tuned = {}
-        if self._searches(cls):  # every sampler option checked before the evidence pilots, not after them
-            self._sampler_of(cls, data, checked=True)
-        with progress_bars(self.verbose):
-            search = self._search_hyperparameters(cls, data)
-            self._tuned = dict(search.chosen) if search is not None else {}
-            sampler = self._build_sampler(data, checked=True)
-            self.sampler_config_ = getattr(sampler, "config", None)
-            monitor = self.monitor if self.monitor is not None else progress_monitor(f"torchtree {self.method}")
-            if "n_threads" in accepted_settings(type(sampler)):
-                self.posterior_ = sampler.run(data, seed=self._seed_, monitor=monitor)
-            else:  # a registered sampler outside the protocol: the estimator applies the setting
-                with using_threads(resolve_threads(self.n_threads, data.n)):
-                    self.posterior_ = sampler.run(data, seed=self._seed_, monitor=monitor)
-        self.hyper_search_ = search
-        if search is not None and isinstance(getattr(self.posterior_, "info", None), dict):
-            chosen = ", ".join(f"{k}={v:.4g}" for k, v in search.chosen.items()) or "nothing left to choose"
-            self.posterior_.info["hyper"] = f"evidence: {chosen}"
-            self.posterior_.info["hyper_search"] = search.as_dict()
-            _write_curves(self.monitor, search)
-        attach_feature_names(self.posterior_, X)
-        self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
-        self.n_features_in_ = data.encoder.n_inputs if data.encoder is not None else data.d
-        if names is not None and all(isinstance(c, str) for c in names):
-            self.feature_names_in_ = np.asarray(names, dtype=object)
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_  # refitted on data without names
-        if data.task == "classification":
-            self.classes_ = data.classes_
-        return self  # the training data is not kept (it would go into every pickle)
-
-    def _check_columns(self, X):
-        """``X`` with its columns in the training order when the estimator was fitted on
-        named columns (a pandas DataFrame), as scikit-learn matches ``feature_names_in_``.
-
-        Raises
-        ------
-        ValueError
-            ``X`` is a frame whose column names are not those seen at ``fit``.
-        """
-        fitted = getattr(self, "feature_names_in_", None)
-        names = frame_columns(X)
-        if fitted is None or names is None or not all(isinstance(c, str) for c in names):
-            x_shape = shape_of(X)
-            if len(x_shape) == 2 and x_shape[1] != self.n_features_in_:
-                raise ValueError(f"X has {x_shape[1]} features, but {type(self).__name__} is expecting "
-                                 f"{self.n_features_in_} features as input")
-        if fitted is None:
-            return X
-        fitted = list(fitted)
-        if names is None or not all(isinstance(c, str) for c in names):
-            warn(f"X has no feature names, but this {type(self).__name__} was fitted with feature names "
-                 f"{fitted}; its columns are taken in that order", UserWarning)
-            return X
-        unknown = [c for c in names if c not in fitted]
-        missing = [c for c in fitted if c not in names]
-        dup = sorted({c for c in names if names.count(c) > 1})
-        if unknown or missing or dup:
-            raise ValueError(
-                "X's columns do not match the feature names seen at fit"
-                + (f"; unknown: {unknown}" if unknown else "") + (f"; missing: {missing}" if missing else "")
-                + (f"; duplicated: {dup}" if dup else "") + f" (fitted on {fitted})")
-        return X if names == fitted else X[fitted]
-
-    @staticmethod
-    def _target(X, y) -> np.ndarray:
-        """``y`` as a vector [N] matching ``X``'s rows ([N, 1] columns are flattened, as
-        ``fit`` does; anything else is an error rather than a silent broadcast)."""
-        yn = np.asarray(y)
-        if yn.ndim == 2 and yn.shape[1] == 1:
-            yn = yn[:, 0]
-        n = len(X)
-        if yn.ndim != 1 or len(yn) != n:
-            raise ValueError(f"y must have shape [{n}] (or [{n}, 1]) to match X, got {tuple(np.shape(y))}")
-        return yn
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "posterior_"):
-            raise sklearn_flavoured(NotFittedError, "NotFittedError")(
-                f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
-
-    @property
-    def feature_importances_(self) -> np.ndarray:
-        """Posterior share of the splits that use each feature ``[n_features_in_]`` (sums to 1; all
-        zeros when the posterior's trees have no split): the weighted mean number of splits on a
-        feature over the trees (hard trees), over draws and trees (BART), or in the heaviest
-        topology (soft trees, DCC), divided by their sum. A count of use, not of gain."""
-        self._check_fitted()
-        post = self.posterior_
-        if hasattr(post, "variable_importance"):  # BART
-            usage = np.asarray(post.variable_importance(), dtype=np.float64)
-        else:  # hard trees: "feature_usage"; soft trees: the heaviest topology's, "feature_usage_top"
-            s = post.summary()
-            usage = np.asarray(s["feature_usage"] if "feature_usage" in s else s["feature_usage_top"],
-                               dtype=np.float64).reshape(-1)
-        total = usage.sum()
-        return usage / total if total > 0 else np.zeros(self.n_features_in_)
-
-    def predict(self, X) -> np.ndarray:
-        """Predicted labels (classifier) or posterior predictive means (regressor): ``[M]``."""
-        self._check_fitted()
-        return self.posterior_.predict(self._check_columns(X))
-
-    def log_predictive(self, X, y) -> float:
-        """Mean log posterior predictive density of ``(X, y)``."""
-        self._check_fitted()
-        return self.posterior_.log_predictive(self._check_columns(X), self._target(X, y))
 
 
 class BayesianTreeClassifier(BayesianTreeBase):
@@ -432,20 +38,33 @@ class BayesianTreeClassifier(BayesianTreeBase):
         through a probit link: binary probit, or multinomial probit for three classes and
         more), or any name added with :func:`register_method`.
     alpha : float, optional
-        Dirichlet concentration of the leaves (total; alpha/K per class); default 5.
+        Dirichlet concentration of the leaves (total; alpha/K per class). None (default): chosen
+        by the evidence (``hyper="evidence"``); 5 with ``hyper="fixed"``.
     prior : {"chipman", "poisson"} or a prior object (``ChipmanPrior``, ``PoissonPrior``)
+        Tree structure prior (default ``"chipman"``: a node at depth d splits with probability
+        ``alpha_split (1 + d)^-beta_split``; ``"poisson"``: a zero-truncated Poisson number of leaves).
     alpha_split, beta_split : float, optional
-        Chipman prior parameters (defaults 0.95 and 0.5). ``None`` leaves samplers
-        that build their own priors from these names (``dcc``) at their defaults.
+        Chipman prior parameters. None (default): ``alpha_split`` 0.95, ``beta_split`` chosen by
+        the evidence (0.5 with ``hyper="fixed"``); samplers that build their own priors from these
+        names (``dcc``, ``bart``) keep their own defaults.
     poisson_lambda : float, optional
         Rate of the Poisson prior (default 5).
+    hyper : {"evidence", "fixed"} or a sampler's hyperparameter object
+        ``"evidence"`` (default): for the methods that use this estimator's prior and likelihood
+        objects (``smc``, ``mcmc``, ``smc-moves``), the leaf prior (``alpha``, or ``b0`` for
+        regression) and ``beta_split`` are chosen among a few values by the evidence of short
+        top-down SMC pilot runs, keeping those you set (``hyper_search_`` records the search);
+        ``"fixed"``: the defaults above. A ``SoftTreeHyper`` is passed to ``dcc`` as its
+        hyperparameters.
     random_state : int, numpy RandomState or Generator, optional
         Seed of the sampler (default 0); None draws a fresh seed for every fit; a numpy
         ``RandomState`` / ``Generator`` gives one draw per fit, as in scikit-learn.
     device : str, optional
         ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA if present). None (default): the
         data's device, as for every sampler (the CPU for numpy input).
-    monitor : Monitor, optional
+    monitor : Monitor or list of monitors, optional
+        Receives the run's reports (e.g. ``TensorBoardMonitor``, ``TraceMonitor``). None (default):
+        a progress bar, as ``verbose`` says.
     verbose : int
         Progress bars (tqdm) on standard error for each phase of the fit: the evidence pilots, the
         run (when ``monitor`` is None) and its nested runs (top-down starts), each with its total and
@@ -531,8 +150,15 @@ class BayesianTreeRegressor(BayesianTreeBase):
     ----------
     method : str
         As for :class:`BayesianTreeClassifier`.
-    mu0, kappa0, a0, b0 : float, optional
-        Leaf prior; ``None`` (default) scales it to the targets
+    mu0 : float, optional
+        Prior mean of a leaf's value. None (default): the mean of the training targets.
+    kappa0 : float
+        Prior strength of a leaf's mean, in pseudo-observations (default 0.1).
+    a0 : float
+        Shape of the inverse-gamma prior of a leaf's noise variance (default 2).
+    b0 : float, optional
+        Its scale. None (default): chosen by the evidence (``hyper="evidence"``); with
+        ``hyper="fixed"``, half the targets' variance times ``max(a0 - 1, 0.5)``
         (``NormalInverseGamma.default_for``).
     **kwargs
         As for :class:`BayesianTreeClassifier`.

@@ -31,7 +31,7 @@ def register_method(name: str, sampler_cls: Any) -> None:
     sampler_cls : class or ``"module:Class"`` string
         Its constructor takes the prior and likelihood (keywords ``prior``,
         ``likelihood`` where it uses them) and sampler options by their
-        ARCHITECTURE.md names; ``run(data, *, seed, monitor)`` returns a posterior.
+        option names (those of its config's option table); ``run(data, *, seed, monitor)`` returns a posterior.
     """
     METHODS[name] = sampler_cls
 

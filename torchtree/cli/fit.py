@@ -98,7 +98,7 @@ def _categorical_columns(args, table):
 def cmd_fit(args) -> int:
     """``torchtree fit``: one job over the launcher's ranks (``--backend``), or one process."""
     from torchtree.distributed import launcher_backend
-    from torchtree.estimators import accepted_settings, get_method
+    from torchtree.methods import accepted_settings, get_method
 
     cls = get_method(args.method)  # a clear error if the method cannot be imported
     device = resolve_device_option(args.device)
@@ -123,7 +123,8 @@ def cmd_fit(args) -> int:
 
 def _fit(args, cls, device, backend, backend_name: str) -> int:
     from torchtree.io.csv import infer_task, parse_target, read_csv
-    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, accepted_settings
+    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor
+    from torchtree.methods import accepted_settings
     from torchtree.monitor import ProgressMonitor, TensorBoardMonitor
 
     quiet = getattr(args, "quiet", False)

@@ -217,7 +217,8 @@ def sampler_options(cls) -> List[Tuple[str, Dict[str, Any]]]:
 
 def estimator_options() -> List[Tuple[str, Dict[str, Any], str]]:
     """Options of the estimators (prior, likelihood): ``[(name, kwargs, task or "")]``."""
-    from torchtree.estimators import BayesianTreeBase, BayesianTreeClassifier, BayesianTreeRegressor
+    from torchtree.estimator_base import BayesianTreeBase
+    from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor
     from torchtree.methods import MODEL_SETTINGS_HELP
 
     out, seen = [], set()

@@ -6,8 +6,8 @@ with ``y ~ N(f_s(x), sigma_s^2)`` mixed over the draws; classification with
 ``P(y = 1 | x) = mean_s Phi(f_s(x))`` (probit).
 
 Storage holds what the trees use. A heap tree of depth ``d`` needs ``2^(d+1) - 1`` slots, and
-one deep tree would set the width of all ``S x T`` trees of a dense array (a 768-row table's
-posterior took 408 MB for trees of 4 nodes on average). The trees are kept as a *main* block
+one deep tree would set the width of all ``S x T`` trees of a dense array, whose trees hold a
+few nodes on average. The trees are kept as a *main* block
 ``[S, T, K_main]`` and the deeper trees apart as ``[n_deep, K_deep]`` with their draw and tree
 indices (their places in the main block hold a single leaf of value 0); ``K_main`` is the heap
 width of the depth that makes the two together smallest. Prediction sums both
@@ -78,7 +78,14 @@ def split_deep(feature, cut, value):
 
 
 class BARTPosterior(Posterior):
-    """Draws of a BART model (see the module notes).
+    """Draws of a BART model: the kept sweeps of a run, each a sum of trees and a noise sd.
+
+    Draw ``s`` is a forest of ``T`` trees with function
+    ``f_s(x) = offset + scale * sum_t value[s, t, leaf_t(x)]``. Regression predicts with
+    ``y ~ N(f_s(x), sigma_s^2)`` mixed over the draws; binary classification with
+    ``P(y = 1 | x) = mean_s Phi(f_s(x))`` (probit); ``K >= 3`` classes with a multinomial probit of
+    ``K - 1`` forests per draw. Chipman, George & McCulloch (2010), "BART: Bayesian additive
+    regression trees", Annals of Applied Statistics 4(1).
 
     Parameters
     ----------
@@ -246,8 +253,22 @@ class BARTPosterior(Posterior):
         return torch.cat(out, 2) if out else torch.zeros(self.n_particles, self.n_utilities + 1, 0)
 
     def predict_proba(self, X) -> np.ndarray:
-        """``[M, K]`` class probabilities, columns in ``classes_`` order: ``mean_s (1 - Phi(f_s), Phi(f_s))``
-        for two classes, the draws' mean of :func:`~torchtree.model.bart.mnp_probabilities` for more."""
+        """Posterior predictive class probabilities: ``mean_s (1 - Phi(f_s(x)), Phi(f_s(x)))`` for two
+        classes, the draws' mean of :func:`~torchtree.model.bart.mnp_probabilities` for more.
+
+        Parameters
+        ----------
+        X : array-like [M, D], the training columns (raw values: missing and categorical cells as in fit)
+
+        Returns
+        -------
+        numpy.ndarray [M, K], columns in ``classes_`` order
+
+        Raises
+        ------
+        ValueError
+            A regression posterior, or ``X`` with another number of columns.
+        """
         if self.task != "classification":
             raise ValueError("predict_proba applies to classification")
         if self.n_utilities > 1:
@@ -260,7 +281,17 @@ class BARTPosterior(Posterior):
         return torch.stack([1 - p1, p1], 1).cpu().numpy()
 
     def predict(self, X) -> np.ndarray:
-        """The more probable class (original labels), or the posterior mean of ``f`` (regression)."""
+        """The most probable class (original labels), or the posterior mean ``mean_s f_s(x)``
+        (regression).
+
+        Parameters
+        ----------
+        X : array-like [M, D]
+
+        Returns
+        -------
+        numpy.ndarray [M]
+        """
         if self.task == "classification":
             proba = self.predict_proba(X)
             codes = (proba[:, 1] > 0.5).astype(np.int64) if proba.shape[1] == 2 else proba.argmax(1)
@@ -291,7 +322,24 @@ class BARTPosterior(Posterior):
         return out
 
     def log_predictive(self, X, y) -> float:
-        """Mean over points of ``log mean_s p(y | f_s(x), sigma_s)``."""
+        """Mean over points of ``log mean_s p(y | x, draw s)``: the Gaussian density
+        ``N(y; f_s(x), sigma_s^2)`` (regression), ``Phi(+-f_s(x))`` (two classes) or the multinomial
+        probit probability of ``y`` (more).
+
+        Parameters
+        ----------
+        X : array-like [M, D]
+        y : array-like [M], real targets or labels seen in training
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        ValueError
+            A label not seen in training.
+        """
         Xb = self._bins(X)
         S, M = self.n_particles, Xb.shape[1]
         yt = self._encode_y(y, M).to(Xb.device)
@@ -364,7 +412,8 @@ class BARTPosterior(Posterior):
 
     # ----------------------------------------------------------- files
     def save(self, path: str) -> None:
-        """Write the posterior atomically (plain tensors; ``torch.load(weights_only=True)``)."""
+        """Write the posterior to ``path`` atomically, with a checksum (plain tensors, readable with
+        ``torch.load(weights_only=True)``; the trees compact, as the class keeps them)."""
         from torchtree.io.checkpoint import atomic_save, seal
 
         payload = {"format": self.FORMAT, "prior": self.prior.to_dict(), "cuts": self.grid.cuts.cpu(),
@@ -380,7 +429,14 @@ class BARTPosterior(Posterior):
 
     @classmethod
     def load(cls, path: str, device=None) -> "BARTPosterior":
-        """Read a posterior that :meth:`save` wrote (checksum verified)."""
+        """Read a posterior that :meth:`save` wrote (checksum verified), onto ``device`` (default the
+        CPU).
+
+        Raises
+        ------
+        FileNotFoundError, ValueError
+            No such file; a file of another kind (its kind is named), damaged or edited.
+        """
         from torchtree.io.checkpoint import read_payload
 
         p = read_payload(path, "torchtree posterior file", device or "cpu")

@@ -503,7 +503,7 @@ class TreePosterior(Posterior):
         """Read a posterior written by :meth:`save` (``torch.load(weights_only=True)``).
 
         The content checksum written by :meth:`save` is verified and the trees' structure is validated
-        (files of earlier versions have no checksum: they load when their structure is valid).
+        (a file without a checksum loads when its structure is valid).
 
         Raises
         ------
@@ -548,7 +548,7 @@ def _checked_trees(payload: Dict[str, Any], path: str) -> HardTrees:
     """The trees of a loaded posterior payload, refused unless well formed.
 
     The checksum catches damage and casual edits of files that have one; this catches
-    the rest (files of earlier versions, edits that recomputed the checksum) before a
+    the rest (files without a checksum, edits that recomputed the checksum) before a
     bad pointer or feature index routes points wrongly or out of bounds.
     """
     from torchtree.io.checkpoint import CheckpointError

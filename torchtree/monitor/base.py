@@ -58,8 +58,8 @@ class Monitor:
     def on_checkpoint(self, step: int) -> None:
         """Called after the checkpoint of step ``step`` is safely on disk (optional hook).
 
-        Raising here stops the run with that checkpoint intact, which is how the tests
-        simulate a crash; monitors without this method are skipped.
+        Raising here stops the run with that checkpoint intact; monitors without this
+        method are skipped.
         """
 
     def close(self) -> None:
@@ -228,7 +228,7 @@ class CallbackMonitor(Monitor):
     on_step : callable(step, info), optional
     on_checkpoint : callable(step), optional
         Called after each checkpoint is on disk; raising there stops the run with that
-        checkpoint intact (how the tests simulate a crash).
+        checkpoint intact.
     all_ranks : bool
         Call the functions on every rank of a multi-rank run, not only on rank 0.
     """

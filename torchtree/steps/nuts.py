@@ -306,7 +306,7 @@ def nuts_step(
         :meth:`SoftTrees.fused_parts`). Each leapfrog step and its bookkeeping then
         run as one ``torch.compile``-d call instead of ~100 small eager operations:
         same arithmetic and random numbers, so the same transition up to rounding.
-        Compilation takes 10-30 s once per process and tree depth.
+        It is compiled once per process and tree depth.
 
     Returns
     -------

@@ -157,8 +157,8 @@ class BARTConfig(SamplerConfig):
     dtype: str = option("float32", help="float type of residuals and leaf values", check=_check_dtype)
     compile: str = option("auto", help="how the tree update runs: 'native' (backfitting MCMC: on CPU one compiled "
                           "C++ kernel per sweep, on CUDA one kernel launch per sweep with a block of threads per "
-                          "chain; torchtree.kernels.native, built on first use; not yet timed on a GPU), 'on' (torch.compile "
-                          "of the torch code; ~3-5 s per process with a warm cache, ~15 s cold), 'off' (the torch "
+                          "chain; torchtree.kernels.native, built on first use), 'on' (torch.compile "
+                          "of the torch code, compiled once per process), 'off' (the torch "
                           "code as it is), 'graph' (backfitting MCMC on CUDA: 'on', and each sweep's tree updates "
                           "recorded once per run as a CUDA graph and replayed, one launch per sweep; not yet "
                           "timed on a GPU); "

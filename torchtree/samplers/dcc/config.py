@@ -78,8 +78,8 @@ class DCCConfig(SamplerConfig):
                                   choices=LOCAL_POSTERIORS)
     warm_start: bool = option(False, help="start a new topology's chains from those of the topology that proposed "
                               "it, with the shorter warm-up n_warmup_warm (not in the paper)")
-    compile: bool = option(False, help="run each NUTS leapfrog step as one torch.compile-d call (2-4x faster "
-                           "steps on a CPU after 20-60 s of compilation per tree depth)")
+    compile: bool = option(False, help="run each NUTS leapfrog step as one torch.compile-d call (faster "
+                           "steps after a compilation once per process and tree depth)")
     n_warmup_warm: Optional[int] = option(None, help="warm-up iterations of a warm-started topology "
                                           "(default: max(30, n_warmup // 3))", low=0)
     max_seconds: Optional[float] = option(None, help="stop after this many seconds of the clock (None: no "

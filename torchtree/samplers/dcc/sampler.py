@@ -89,6 +89,10 @@ BOOKKEEPING_OFFSET = 1
 class DCC(SamplerBase):
     """Divide-Conquer-Combine sampler over soft-tree topologies (``method="dcc"``).
 
+    Cochrane, Wills & Johnson, "Divide, Conquer, Combine Bayesian Decision Tree Sampling" (paper
+    004): each topology's soft-tree posterior is sampled by NUTS, its evidence estimated by layered
+    adaptive importance sampling, and the posterior is their mixture weighted by evidence x prior.
+
     Settings: :class:`~torchtree.samplers.dcc.config.DCCConfig` (keyword arguments here,
     readable as attributes: ``dcc.n_chains``). The notes below say more on a few.
 
@@ -109,9 +113,9 @@ class DCC(SamplerBase):
     a warm-started one) are drawn by conditional sweeps over the hard tree's axis-aligned
     splits on the training data (:func:`torchtree.steps.soft_init.informed_start`) and the
     warm-up runs at ``h_final``. Same target. It helps when ``h_final`` is so small that
-    thresholds get no gradient between data points (CGM, h = 0.001, integer inputs: test
-    MSE 0.28 -> 0.038); on softer, oblique problems the axis-aligned starts can cost
-    accuracy (wine, h = 0.025: 0.925 vs 0.943).
+    thresholds get no gradient between data points (integer-valued inputs at a small
+    ``h_final``); on softer, oblique problems the axis-aligned starts can cost accuracy
+    (the documentation's DCC benchmark page measures both).
 
     ``asynchronous``: each visit's draws come from
     :func:`torchtree.steps.nuts_async.nuts_draw_async` (no barrier between transitions);
@@ -128,7 +132,7 @@ class DCC(SamplerBase):
 
     ``max_seconds`` is asked after every NUTS transition (warm-ups, draws; every leapfrog
     tick of asynchronous draws) and between activation batches, so a run overshoots it by
-    at most one transition plus one LAIS update (measured: benchmarks/results/dcc_budget.txt).
+    at most one transition plus one LAIS update.
     What a cut leaves: topologies whose warm-up was cut, or whose first sampling kept fewer
     than ``MIN_DRAWS`` draws, stay inactive and out of the posterior (no chains kept; a
     resumed run warms them up again); a refinement cut after ``MIN_DRAWS`` or more draws

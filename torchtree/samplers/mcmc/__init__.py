@@ -10,8 +10,8 @@ with the host except the subtree height that bounds the routing loop; the host e
 
 The run goes through :func:`torchtree.samplers.driver.run` (device, seed, checkpoints,
 monitors). One driver step runs the iterations up to the next monitor report or
-checkpoint (or the end): a host iteration costs about 0.2 ms, so a call per iteration
-would be a measurable share of it.
+checkpoint (or the end): a host iteration costs well under a millisecond, so a call per
+iteration would be a measurable share of it.
 
 Diagnostics: acceptance rate per move type, and split-R-hat and effective sample
 size (:func:`torchtree.model.diagnostics.rhat`, :func:`torchtree.model.diagnostics.chain_ess`,

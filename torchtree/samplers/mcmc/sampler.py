@@ -72,7 +72,7 @@ class MCMC(SamplerBase):
         neither missing values, categories nor the other cut proposals) for one chain, and for
         several on the CPU where :func:`~torchtree.samplers.mcmc.config.host_is_cheaper` finds
         them cheaper one by one than as a batch: a batched iteration is a fixed count of small
-        tensor operations, so below about 1,900 rows 16 host chains cost less than their batch.
+        tensor operations, so on small tables host chains cost less than their batch.
         Larger batches (more than ``HOST_MAX_CHAINS = 16`` chains) cost little per added chain and
         stay batched.
     ``cut_proposal``

@@ -67,7 +67,7 @@ class NUTSConfig(SamplerConfig):
                                 check=check_float_dtype)
     n_leapfrog: int = option(10, help="leapfrog steps per HMC iteration (HMC only)", low=1)
     compile: bool = option(False, help="run the potential (lockstep NUTS: each leapfrog step) through "
-                           "torch.compile; 20-60 s of compilation per process and tree depth")
+                           "torch.compile, compiled once per process and tree depth")
     asynchronous: bool = option(ASYNC_DEFAULT, help="NUTS sampling phase with every chain at its own pace "
                                 "(warm-up stays in lockstep)")
     init: str = option("prior", help="where the chains start: prior draws, or splits fitted to the data "

@@ -32,13 +32,18 @@ __all__ = ["NUTS", "HMC"]
 class NUTS(SamplerBase):
     """Batched multinomial NUTS with per-chain adaptation, on soft trees.
 
+    The No-U-Turn sampler of Hoffman & Gelman (2014), "The No-U-Turn Sampler: adaptively setting
+    path lengths in Hamiltonian Monte Carlo", JMLR 15, with multinomial sampling of the trajectory
+    (Betancourt 2017, "A conceptual introduction to Hamiltonian Monte Carlo"); the soft-tree model
+    and its priors are paper 004's (eq. 4-9).
+
     Settings: :class:`NUTSConfig` (``n_chains``, ``n_samples``, ``n_warmup`` and ``thin``
     may be given by position), readable as attributes.
 
     ``compile``: the soft-tree potential runs through ``torch.compile``; with lockstep
     NUTS each leapfrog step and its bookkeeping run as one compiled call
     (``nuts_step(fused=...)``), which removes most of the per-step overhead of small
-    batches; it costs 20-60 s of compilation once per process and tree depth.
+    batches, after a compilation once per process and tree depth.
 
     ``asynchronous`` (NUTS only, default False): the sampling phase runs without a barrier
     between transitions, each chain starting its next transition as soon as its trajectory
@@ -48,7 +53,7 @@ class NUTS(SamplerBase):
     as a gradient of a small batch, and where one chain needs the depth cap in almost every
     transition there is little waiting to remove; it pays when gradients are expensive
     relative to ~100 small tensor operations and the deepest chain changes from transition
-    to transition (measurements: ``benchmarks/bench_dcc.py --only-throughput --nuts-async``).
+    to transition.
 
     ``init="data"``: chains start from randomised greedy splits of the training data
     (:func:`torchtree.steps.soft_init.informed_start`); the target is the same. The warm-up
