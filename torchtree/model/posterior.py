@@ -342,9 +342,9 @@ class TreePosterior(Posterior):
         Parameters
         ----------
         X : array-like [M, D]
-        level : float in (0, 1)
-        n_draws : int
-        seed : int
+        level : float in [0, 1), the probability between the bounds (default 0.9)
+        n_draws : int >= 1, Monte Carlo draws per row (default 4000)
+        seed : int, of the random numbers (default 0)
 
         Returns
         -------
@@ -353,7 +353,7 @@ class TreePosterior(Posterior):
         Raises
         ------
         ValueError
-            One block of ``n_draws`` draws does not fit the prediction memory budget.
+            A classification posterior, ``level`` or ``n_draws`` out of range, or one block of ``n_draws`` draws that does not fit the memory budget.
         """
         level, n_draws = check_interval(self.task, level, n_draws)
         Xt = self._X(X)

@@ -249,18 +249,25 @@ class SoftTreePosterior(Posterior):
         """Equal-tailed posterior predictive interval (regression), by Monte Carlo.
 
         Draws a topology by weight, one of its stored draws, then ``y`` from the
-        Gaussian with that draw's soft-tree mean and variance.
+        Gaussian with that draw's soft-tree mean and variance. The draws and their normal
+        variates are shared by all rows, so a row's interval depends on the row, ``level``,
+        ``n_draws`` and ``seed`` only.
 
         Parameters
         ----------
         X : array-like [M, D] raw inputs
-        level : float in (0, 1)
-        n_draws : int, Monte Carlo draws per point
-        seed : int
+        level : float in [0, 1), the probability between the bounds (default 0.9)
+        n_draws : int >= 1, Monte Carlo draws per point (default 4000)
+        seed : int, of the random numbers (default 0)
 
         Returns
         -------
         numpy.ndarray [M, 2] lower and upper bounds.
+
+        Raises
+        ------
+        ValueError
+            A classification posterior, or ``level`` or ``n_draws`` out of range.
         """
         level, n_draws = check_interval(self.task, level, n_draws)
         X = self.data.check_X(X)
