@@ -35,8 +35,19 @@ class BARTFunction(PyroModule):
     X : array-like [N, D] the training inputs
     y_scale : array-like [N], optional; a rough target (e.g. ``y``) whose range calibrates the
         leaf prior as BART does (``tau = range / (2 k sqrt(n_trees))``); default: range 1
-    n_trees : int; alpha_split, beta_split : float; k : float; max_depth, max_cuts : int
-    seed : int, the keyed random streams of the sweeps
+    n_trees : int
+        Trees in the sum (default 50).
+    alpha_split, beta_split : float
+        The trees' Chipman prior: a node at depth d splits with probability
+        ``alpha_split (1 + d)^-beta_split`` (defaults 0.95 and 2, Chipman, George & McCulloch 2010).
+    k : float
+        Leaf prior scale: ``tau = range / (2 k sqrt(n_trees))`` (default 2).
+    max_depth : int
+        Deepest node of a tree (default 8).
+    max_cuts : int
+        Candidate cuts per feature, at quantiles of the training inputs (default 100).
+    seed : int
+        Of the keyed random streams of the sweeps (default 0).
 
     Attributes
     ----------
@@ -79,6 +90,7 @@ class BARTFunction(PyroModule):
         ----------
         target : Tensor [N] the observations minus the rest of the mean
         sigma : float or 0-d Tensor, the model's current noise sd (original scale)
+        n_sweeps : int, backfitting sweeps over all the trees (default 1)
 
         Returns
         -------

@@ -218,7 +218,14 @@ class SoftTreePosterior(Posterior):
         return self._proba_t(X, max_draws).cpu().numpy()
 
     def predict(self, X, max_draws: Optional[int] = 200) -> np.ndarray:
-        """Most probable class (original labels when known) or posterior-mean output.
+        """Most probable class (original labels when known) or posterior-mean output: the mixture
+        over topologies (by weight) of their draws' mean predictions.
+
+        Parameters
+        ----------
+        X : array-like [M, D] raw inputs
+        max_draws : int, optional
+            Draws used per topology, evenly thinned (default 200; None: all).
 
         Returns
         -------
@@ -297,7 +304,25 @@ class SoftTreePosterior(Posterior):
     def log_predictive(self, X, y, max_draws: Optional[int] = 200) -> float:
         """Mean over points of the log posterior predictive density of ``y`` at ``X``.
 
-        Regression uses the Gaussian mixture over draws (leaf mean, draw's variance).
+        Classification: ``log p(y | x)`` of the mixture's class probabilities (:meth:`predict_proba`);
+        regression: the log density of the Gaussian mixture over topologies and draws (each draw's
+        soft-tree mean and variance).
+
+        Parameters
+        ----------
+        X : array-like [M, D] raw inputs
+        y : array-like [M], labels seen in training or real targets
+        max_draws : int, optional
+            Draws used per topology, evenly thinned (default 200; None: all).
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        ValueError
+            A label not seen in training.
         """
         X = self.data.check_X(X)
         # original label values (strings, {2, 4}, ...) are mapped through classes_,
