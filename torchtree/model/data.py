@@ -123,9 +123,20 @@ class Data:
         every finite column is accepted: latitudes with six decimals, N(1000, 10) draws,
         1e8 and 1e8 + 1, 1e39. Given explicitly, it is used as it is (and checked as above).
     device : str or torch.device, optional
+        Where ``X`` and ``y`` live: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, or ``"auto"`` (CUDA when
+        present). None (default): ``X``'s device when it is a tensor, else the CPU.
     categorical_features : "from_dtype" (default), None, or indices / names / boolean mask
         Which columns are categorical (:meth:`TableEncoder.fit`): by default pandas
         ``category`` columns and columns holding text.
+
+    Raises
+    ------
+    ValueError
+        Input refused as above (each message names the column, row or setting to fix: the
+        documentation's refusals page lists them); a ``device`` that is not available.
+    TypeError
+        ``X`` or ``y`` that is not an array of numbers or labels (a dict, a string, ...; the error
+        is also a ValueError, as scikit-learn raises).
 
     Attributes
     ----------
