@@ -58,7 +58,17 @@ _REPO_DATA = _REPO / "data" if (_REPO / "pyproject.toml").is_file() else None
 
 
 class Table(NamedTuple):
-    """One loaded table: ``X [n, d]`` float64, ``y [n]`` (int64 labels or float64 target)."""
+    """One loaded table.
+
+    Attributes
+    ----------
+    X : numpy.ndarray [n, d] float64, the features
+    y : numpy.ndarray [n], int64 class codes (classification) or float64 targets (regression)
+    feature_names : list of str [d], the CSV header's names of the feature columns
+    target_name : str, the name of the target column
+    task : {"classification", "regression"}
+    sha256 : str, of the CSV text, checked against the recorded one when the table is read
+    """
 
     X: np.ndarray
     y: np.ndarray
