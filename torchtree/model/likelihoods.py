@@ -183,6 +183,16 @@ class NormalInverseGamma:
         Parameters
         ----------
         y : Tensor [N] float targets
+        kappa0 : float, prior strength of a leaf's mean in pseudo-observations (default 0.1)
+        a0 : float, shape of the inverse-gamma prior of the noise variance (default 2). The scale is
+            ``b0 = max(a0 - 1, 0.5) * noise_fraction * var(y)``: for ``a0 >= 1.5`` the prior mean
+            of ``sigma^2``, ``b0 / (a0 - 1)``, is ``noise_fraction * var(y)``
+        noise_fraction : float, the prior mean of ``sigma^2`` as a share of the targets' variance
+            (default 0.5)
+
+        Returns
+        -------
+        NormalInverseGamma
         """
         y = y.double()
         return cls(mu0=float(y.mean()) if y.numel() else 0.0, kappa0=kappa0, a0=a0,

@@ -36,9 +36,24 @@ NODE_FILL = {"feature": -1, "threshold": 0.0, "left": -1, "right": -1, "parent":
 
 
 class HardTrees:
-    """A batch of P binary decision trees in padded arrays (see module docstring).
+    """A batch of P binary decision trees in padded pointer arrays (capacity C nodes each, S
+    sufficient statistics per node).
 
-    Construct with :meth:`roots` (P single-node trees) or :meth:`from_dict`.
+    Construct with :meth:`roots` (P single-node trees) or :meth:`from_dict`. The root is node 0
+    and children are appended, so a node's index is its creation order; capacity grows by doubling.
+
+    Parameters
+    ----------
+    feature : IntTensor [P, C], the split dimension; -1 for leaves and unused slots
+    threshold : Tensor [P, C], the cut: ``x[feature] <= threshold`` goes left
+    left, right : IntTensor [P, C], the children's indices, -1 if none
+    parent : IntTensor [P, C], -1 for the root and unused slots
+    depth : IntTensor [P, C], 0 at the root
+    status : Int8Tensor [P, C], ``UNUSED`` 0, ``OPEN`` 1 (a leaf still to be considered for
+        expansion), ``LEAF`` 2 (a stopped leaf), ``INTERNAL`` 3
+    stats : Tensor [P, C, S], each node's sufficient statistics of the labels (the likelihood's)
+    n_nodes : LongTensor [P], nodes in use: slots ``[0, n_nodes)``
+    extra : dict name -> Tensor [P, C, ...], optional; per-node fields a sampler keeps with the trees
     """
 
     def __init__(
