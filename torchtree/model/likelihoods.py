@@ -174,7 +174,7 @@ class NormalInverseGamma:
     @classmethod
     def default_for(cls, y: torch.Tensor, kappa0: float = 0.1, a0: float = 2.0, noise_fraction: float = 0.5) -> "NormalInverseGamma":
         """Prior scaled to the targets: ``mu0`` = mean(y), prior mean of ``sigma^2`` =
-        ``noise_fraction * var(y)`` (``b0 = (a0 - 1) * noise_fraction * var(y)``).
+        ``noise_fraction * var(y)`` (``b0 = max(a0 - 1, 0.5) * noise_fraction * var(y)``).
 
         When the targets say nothing about their spread (one row, or all equal), ``var(y)``
         is replaced by ``max(max|y|^2, 1)``, the scale of their magnitude: a prior
