@@ -163,6 +163,16 @@ class BayesianTreeBase:
         return (self.hyper == "evidence" and used.get("prior") == "object" and used.get("b0") == "object"
                 and "likelihood" not in self._sampler_options)
 
+    def _record_fixed_hyperparameters(self) -> None:
+        """``posterior_.info["hyper"]`` with ``hyper="fixed"``: the values the search would have chosen
+        among, as used (``fixed: beta_split=0.5, alpha=5``)."""
+        info, lik = getattr(self.posterior_, "info", None), getattr(self.posterior_, "likelihood", None)
+        if not isinstance(info, dict) or lik is None:
+            return
+        used = {k: v for k, v in self._make_prior().config().items() if k == "beta_split"}
+        used.update({k: v for k, v in lik.config().items() if k in ("alpha", "b0")})
+        info["hyper"] = "fixed: " + ", ".join(f"{k}={v:.4g}" for k, v in used.items())
+
     def _search_hyperparameters(self, cls, data: Data):
         """``hyper="evidence"``: the leaf prior and ``beta_split`` chosen by the evidence of top-down
         SMC pilots (:func:`torchtree.samplers.tuning.evidence.choose_by_evidence`), for methods that take
@@ -336,6 +346,8 @@ class BayesianTreeBase:
             self.posterior_.info["hyper"] = f"evidence: {chosen}"
             self.posterior_.info["hyper_search"] = search.as_dict()
             _write_curves(self.monitor, search)
+        elif self.hyper == "fixed" and model_settings(cls).get("prior") == "object":
+            self._record_fixed_hyperparameters()
         attach_feature_names(self.posterior_, X)
         self.log_evidence_ = getattr(self.posterior_, "log_evidence", None)
         self.n_features_in_ = data.encoder.n_inputs if data.encoder is not None else data.d
