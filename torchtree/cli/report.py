@@ -206,7 +206,8 @@ def cmd_summary(args) -> int:
 
 
 def _report_data(post, args):
-    """``(X, y)`` of ``--data`` (``y`` None when the file has no target column)."""
+    """``(X, y, names)`` of ``--data`` (``y`` None when the file has no target column; ``names`` the
+    file's feature columns)."""
     from torchtree.io.csv import parse_target, read_features
 
     schema = cli_schema(post)
@@ -215,7 +216,7 @@ def _report_data(post, args):
         raise ValueError(f"--target {args.target}: {args.data} has no such column")
     # class labels stay as read (text): the calibration plot matches them to the model's labels as text
     y = None if table.y is None else parse_target(table.y, post.task, table.lines, table.path)
-    return table.X, y
+    return table.X, y, list(table.feature_names)
 
 
 def cmd_report(args) -> int:
@@ -237,12 +238,14 @@ def cmd_report(args) -> int:
     except ImportError as exc:
         raise ValueError(str(exc)) from None
     post = load_posterior(args.posterior)
-    X = y = None
+    X = y = names = None
     if args.data:
-        X, y = _report_data(post, args)
+        X, y, names = _report_data(post, args)
+        if getattr(post, "feature_names", None) is not None:
+            names = None  # the names the posterior keeps from its training table
     if os.path.exists(args.plots) and not os.path.isdir(args.plots):
         raise ValueError(f"--plots {args.plots}: is a file; give a directory")
-    written, skipped = write_plots(post, args.plots, X, y)
+    written, skipped = write_plots(post, args.plots, X, y, feature_names=names)
     for path, what in written:
         print(f"wrote {path}: {what}")
     need_data = [name for name, why in skipped if why.startswith("needs data")]

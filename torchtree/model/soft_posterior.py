@@ -402,7 +402,9 @@ class SoftTreePosterior(Posterior):
         thresholds (on the [0, 1]-scaled inputs) and each node's heaviest feature
         (``1-name`` for a mirrored column of signed splits)."""
         i = int(torch.argmax(self.weights)) if i is None else self._topology_index(i)
-        names = list(feature_names) if feature_names is not None else [f"x{k}" for k in range(self.n_features)]
+        kept = getattr(self, "feature_names", None)
+        names = (list(feature_names) if feature_names is not None else
+                 list(kept) if kept is not None else [f"x{k}" for k in range(self.n_features)])
         if len(names) != self.n_features:
             raise ValueError(f"feature_names has {len(names)} names; the data has {self.n_features} features")
         if self.data.signed:
@@ -450,6 +452,7 @@ class SoftTreePosterior(Posterior):
                 "log_evidence_m": self._log_z,
                 "log_prior_m": self.log_prior_m,
                 "info": {k: v for k, v in self.info.items() if isinstance(v, (int, float, str, bool))},
+                "feature_names": None if getattr(self, "feature_names", None) is None else list(self.feature_names),
             }),
             path,
         )
@@ -492,10 +495,16 @@ class SoftTreePosterior(Posterior):
                 v = s[key]
                 if v is not None and torch.as_tensor(v).numel() != len(topologies):
                     raise ValueError(f"{key} has {torch.as_tensor(v).numel()} entries for {len(topologies)} topologies")
-            return cls(
+            post = cls(
                 SoftData(**data), SoftTreeHyper(**s["hyper"]), s["sharpness"],
                 topologies, draws, s["log_evidence_m"], s["log_prior_m"], s["info"],
             )
+            names = s.get("feature_names")  # files written before names were kept have none
+            if names is not None:
+                if len(names) != post.n_features:
+                    raise ValueError(f"feature_names has {len(names)} names for {post.n_features} features")
+                post.feature_names = [str(v) for v in names]
+            return post
         except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
             raise CheckpointError(f"{path}: this soft-tree posterior file is damaged or edited "
                                   f"({type(exc).__name__}: {exc})") from None

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from torchtree.model.diagnostics import chain_ess, posterior_traces, rhat
+from torchtree.model.diagnostics import RHAT_LIMIT, chain_ess, posterior_traces, rhat
 from torchtree.plot.common import (as_numpy, band_quantiles, class_index, new_axes, posterior_of, require_matplotlib,
                                    wilson_interval)
 from torchtree.plot.draws import predictive_cdf
@@ -85,22 +85,36 @@ def plot_trace(posterior: Any, quantities: Optional[Sequence[str]] = None, *, ax
     traces = posterior_traces(post)
     axes = new_axes(ax, len(names), (5.0 * len(names), 3.4))
     axes_list = [axes] if len(names) == 1 else list(axes)
-    for a, q in zip(axes_list, names):
+    series = {}
+    for q in names:
         tr = traces[have[q]]
-        tr = tr.reshape(tr.shape[0], tr.shape[1], -1).mean(-1) if tr.ndim > 2 else tr
-        warm = _warmup(post, tr.shape[1])
-        x = np.arange(tr.shape[1])
+        series[q] = tr.reshape(tr.shape[0], tr.shape[1], -1).mean(-1) if tr.ndim > 2 else tr
+    warms = {q: _warmup(post, tr.shape[1]) for q, tr in series.items()}
+    # a trace of kept draws only sits after the warm-up another panel shows, on one iteration axis
+    shift = max(warms.values())
+    for a, q in zip(axes_list, names):
+        tr, warm = series[q], warms[q]
+        x = np.arange(tr.shape[1]) + (0 if warm else shift)
         for c in range(tr.shape[0]):
             a.plot(x, tr[c], lw=0.7, alpha=0.8, label=f"chain {c}")
         if warm:
-            a.axvline(warm - 0.5, color="0.3", ls="--", lw=1, label="_end of warm-up")
+            a.axvline(warm - 0.5, color="0.3", ls="--", lw=1, label="end of warm-up")
         kept = tr[:, warm:]
-        a.set_title(f"{TRACES[q][1]}\nR-hat {rhat(kept):.3f}, ESS {chain_ess(kept):.0f} ({kept.shape[0]} chains)")
-        a.set_xlabel("iteration" if warm else "draw")
+        r = rhat(kept)
+        a.set_title(f"{TRACES[q][1]}\nR-hat {r:.3f}, ESS {chain_ess(kept):.0f} ({kept.shape[0]} chains)",
+                    color="C3" if r > RHAT_LIMIT else "black")
+        a.set_xlabel("iteration (warm-up, then kept draws)" if shift else "kept draw")
+        a.set_ylabel(TRACES[q][1].split(" (")[0])
+        if tr.shape[0] <= 8:
+            a.legend(loc="upper right", fontsize="x-small", ncol=2)
     return np.asarray(axes_list, dtype=object)
 
 
 # ------------------------------------------------------------------ calibration
+#: axis limits of a probability axis: a little past [0, 1], so that markers at 0 and 1 show whole
+EDGE = (-0.03, 1.03)
+
+
 def _labels_equal(y: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """``y == labels`` elementwise, also when one holds text and the other numbers (labels read from a file)."""
     return (y == labels) | (y.astype(str) == np.asarray(labels).astype(str))
@@ -126,7 +140,7 @@ def plot_calibration(posterior: Any, X: Any, y: Any, *, n_bins: int = 10, interv
     ----------
     posterior : a posterior or a fitted estimator
     X : array-like [M, D]
-    y : array-like [M] (original labels for classification)
+    y : array-like [M] (original labels for classification; a label not seen in training is refused)
     n_bins : int, default 10
     interval : pair of quantiles or a central level, default ``(0.05, 0.95)``, of the Wilson intervals
     target_class : label, optional (classification)
@@ -156,6 +170,12 @@ def plot_calibration(posterior: Any, X: Any, y: Any, *, n_bins: int = 10, interv
         K = proba.shape[1]
         classes = getattr(post, "classes_", None)
         labels = np.asarray(classes) if classes is not None else np.arange(K)
+        seen = np.zeros(yn.shape, dtype=bool)
+        for label in labels:
+            seen |= _labels_equal(yn, np.full(yn.shape, label, dtype=labels.dtype))
+        if not seen.all():
+            unseen = sorted({str(v) for v in yn[~seen].tolist()})
+            raise ValueError(f"y holds label(s) {unseen[:5]} not seen in training (classes: {labels.tolist()})")
         if target_class is None and K > 2:
             score = proba.max(1)
             event = _labels_equal(yn, labels[proba.argmax(1)])
@@ -171,14 +191,15 @@ def plot_calibration(posterior: Any, X: Any, y: Any, *, n_bins: int = 10, interv
         freq, mean_p = hits[full] / counts[full], sum_p[full] / counts[full]
         flo, fhi = wilson_interval(freq, counts[full], lo, hi)
         a, b = axes
-        a.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="_calibrated")
+        a.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="calibrated")
         a.errorbar(mean_p, freq, yerr=np.stack([freq - flo, fhi - freq]).clip(min=0), fmt="none", ecolor="C0",
                    capsize=3)
         a.plot(mean_p, freq, marker="o", color="C0", label="observed")
-        a.set(xlim=(0, 1), ylim=(0, 1), xlabel=what, ylabel="observed frequency",
+        a.set(xlim=EDGE, ylim=EDGE, xlabel=what, ylabel="observed frequency",
               title=f"Reliability ({100 * (hi - lo):.0f}% intervals)")
+        a.legend(loc="upper left", fontsize="small")
         b.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="C0", alpha=0.7, edgecolor="white")
-        b.set(xlim=(0, 1), xlabel=what, ylabel="rows", title=f"Predicted probabilities ({yn.shape[0]} rows)")
+        b.set(xlim=EDGE, xlabel=what, ylabel="rows", title=f"Predicted probabilities ({yn.shape[0]} rows)")
         return axes
     pit = predictive_cdf(post, X, yn)
     M = pit.shape[0]
@@ -186,21 +207,24 @@ def plot_calibration(posterior: Any, X: Any, y: Any, *, n_bins: int = 10, interv
     a, b = axes
     share = 1.0 / n_bins
     blo, bhi = wilson_interval(np.array([share]), np.array([M]), lo, hi)
-    a.fill_between([0.0, 1.0], blo[0] * n_bins, bhi[0] * n_bins, color="0.88", lw=0, label="_calibrated range")
+    a.fill_between([0.0, 1.0], blo[0] * n_bins, bhi[0] * n_bins, color="0.88", lw=0,
+                   label=f"calibrated ({100 * (hi - lo):.0f}% of bins)")
     a.bar(edges[:-1], counts * n_bins / max(M, 1), width=np.diff(edges), align="edge", color="C0", alpha=0.75,
           edgecolor="white")
-    a.axhline(1.0, color="0.4", ls="--", lw=1)
+    a.axhline(1.0, color="0.4", ls="--", lw=1, label="uniform")
     a.set(xlim=(0, 1), xlabel="PIT = P(Y <= y | x, data)", ylabel="density", title=f"PIT histogram ({M} rows)")
+    a.legend(loc="lower center", fontsize="small")
     lv = np.asarray([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95] if levels is None else list(levels), np.float64)
     if lv.size == 0 or not np.all((lv > 0) & (lv < 1)):
         raise ValueError(f"levels must lie in (0, 1), got {list(lv)}")
     cover = (np.abs(pit[None, :] - 0.5) <= lv[:, None] / 2).mean(1)
     clo, chi = wilson_interval(cover, np.full(lv.shape, M), lo, hi)
-    b.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="_nominal")
+    b.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="nominal")
     b.errorbar(lv, cover, yerr=np.stack([cover - clo, chi - cover]).clip(min=0), fmt="none", ecolor="C0", capsize=3)
     b.plot(lv, cover, marker="o", color="C0", label="empirical coverage")
-    b.set(xlim=(0, 1), ylim=(0, 1), xlabel="nominal level of the central interval", ylabel="share of y inside",
+    b.set(xlim=EDGE, ylim=EDGE, xlabel="nominal level of the central interval", ylabel="share of y inside",
           title="Interval coverage")
+    b.legend(loc="upper left", fontsize="small")
     return axes
 
 

@@ -64,10 +64,16 @@ def n_inputs(post: Posterior) -> int:
     return int(enc.n_inputs) if enc is not None else int(post.n_features)
 
 
-def input_names(post: Posterior, X: Any = None) -> List[str]:
-    """Names of the input columns: ``X``'s string column names when it is a table that has them,
-    else the names the posterior keeps (training table, command line), else ``x0, x1, ...``."""
+def input_names(post: Posterior, X: Any = None, feature_names: Optional[Sequence[str]] = None) -> List[str]:
+    """Names of the input columns: ``feature_names`` when given (ValueError unless one per input),
+    else ``X``'s string column names when it is a table that has them, else the names the posterior
+    keeps (training table, command line), else ``x0, x1, ...``."""
     n = n_inputs(post)
+    if feature_names is not None:
+        names = [str(v) for v in feature_names]
+        if len(names) != n:
+            raise ValueError(f"feature_names has {len(names)} names; the posterior takes {n} input columns")
+        return names
     cols = getattr(X, "columns", None)
     if cols is not None:
         names = list(cols)

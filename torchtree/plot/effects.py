@@ -121,6 +121,11 @@ def _take_rows(X: Any, rows: np.ndarray):
     return X.iloc[rows] if hasattr(X, "iloc") else as_numpy(X)[rows]
 
 
+#: a numeric feature with at most this many distinct values is drawn at its values (points and a
+#: bar of the band each), not as a line: a tree's prediction between two such values is no reading
+DISCRETE_LEVELS = 10
+
+
 def _grid_of(col: np.ndarray, grid_size: int):
     """``(grid values, categorical)`` of a column: its distinct values when there are at most
     ``grid_size``, else ``grid_size`` evenly spaced values from its minimum to its maximum; a column
@@ -156,8 +161,8 @@ def _with_grid(X: Any, j: int, grid: np.ndarray, categorical: bool):
     return big
 
 
-def _feature_index(post, X, feature) -> int:
-    names = input_names(post, X)
+def _feature_index(post, X, feature, feature_names=None) -> int:
+    names = input_names(post, X, feature_names)
     if isinstance(feature, str):
         if feature not in names:
             raise ValueError(f"feature {feature!r} is not one of the features {names}")
@@ -170,7 +175,7 @@ def _feature_index(post, X, feature) -> int:
 
 def partial_dependence(posterior: Any, X: Any, feature: Any, *, grid: Optional[Sequence] = None, grid_size: int = 20,
                        target_class: Any = None, max_draws: Optional[int] = 500, max_rows: Optional[int] = 500,
-                       seed: int = 0) -> Dict[str, Any]:
+                       seed: int = 0, feature_names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Partial dependence of the prediction on one feature, per posterior draw.
 
     For each grid value ``v`` every row of ``X`` gets ``feature = v``; each draw's prediction
@@ -192,16 +197,20 @@ def partial_dependence(posterior: Any, X: Any, feature: Any, *, grid: Optional[S
     max_rows : int or None, default 500
         Average over at most this many rows of ``X`` (a random subset drawn with ``seed``).
     seed : int
+    feature_names : sequence of str, optional
+        One name per input column (default: ``X``'s column names, else the names the posterior
+        keeps, else ``x0, x1, ...``); ``feature`` may be one of them.
 
     Returns
     -------
-    dict with ``grid`` ``[G]``, ``categorical`` (bool), ``draws`` ``[S, G]`` (each draw's curve),
+    dict with ``grid`` ``[G]``, ``categorical`` (bool), ``discrete`` (bool: a numeric feature whose
+    grid is all of its at most :data:`DISCRETE_LEVELS` distinct values), ``draws`` ``[S, G]`` (each draw's curve),
     ``weights`` ``[S]``, ``mean`` ``[G]`` (the posterior mean curve), ``ice`` ``[G, M']`` (the posterior
     mean prediction of each averaged row), ``rows`` ``[M']`` (their indices in ``X``) and ``name``.
     """
     post = posterior_of(posterior)
-    j = _feature_index(post, X, feature)
-    name = input_names(post, X)[j]
+    j = _feature_index(post, X, feature, feature_names)
+    name = input_names(post, X, feature_names)[j]
     M = len(X) if hasattr(X, "iloc") else as_numpy(X).shape[0]
     if M == 0:
         raise ValueError("X has no rows to average over")
@@ -217,12 +226,20 @@ def partial_dependence(posterior: Any, X: Any, feature: Any, *, grid: Optional[S
             values, categorical = values.astype(np.float64), False
         except (TypeError, ValueError):
             categorical = True
+    discrete = bool(grid is None and not categorical and len(values) <= DISCRETE_LEVELS
+                    and np.unique(values).size == np.unique(_numbers(_column(Xs, j))).size)
     F, w = prediction_draws(post, _with_grid(Xs, j, values, categorical), target_class, max_draws)
     G, m = len(values), rows.size
     per_row = F.reshape(F.shape[0], G, m)
     curves = per_row.mean(2)
-    return {"grid": values, "categorical": categorical, "draws": curves, "weights": w, "mean": w @ curves,
-            "ice": np.tensordot(w, per_row, axes=(0, 0)), "rows": rows, "name": name}
+    return {"grid": values, "categorical": categorical, "discrete": discrete, "draws": curves, "weights": w,
+            "mean": w @ curves, "ice": np.tensordot(w, per_row, axes=(0, 0)), "rows": rows, "name": name}
+
+
+def _numbers(col: np.ndarray) -> np.ndarray:
+    """The finite numbers of a numeric column (missing cells dropped)."""
+    num = np.asarray([float(v) for v in col.tolist() if not is_missing_cell(v)], dtype=np.float64)
+    return num[np.isfinite(num)]
 
 
 def _y_label(post, target_class) -> str:
@@ -238,29 +255,35 @@ def _y_label(post, target_class) -> str:
 def _draw_curves(ax, pd: Dict[str, Any], draws: np.ndarray, interval, band: bool) -> np.ndarray:
     """The posterior mean of the curves ``draws [S, G]`` (a line labelled "posterior mean") and, with
     ``band``, their weighted quantiles as a band; returns the x positions. Over the levels of a
-    categorical feature, which have no order, the mean is points and the band a bar per level."""
+    categorical feature, which have no order, and the few values of a discrete one, the mean is
+    points and the band a bar per level."""
     lo, hi = band_quantiles(interval)
     cat = pd["categorical"]
+    points = cat or pd.get("discrete", False)
     pos = np.arange(len(pd["grid"]), dtype=np.float64) if cat else np.asarray(pd["grid"], np.float64)
     if band:
         qlo, qhi = weighted_quantiles(draws, pd["weights"], (lo, hi))
         label = f"{100 * (hi - lo):.0f}% credible band"
-        if cat:
+        if points:
             ax.vlines(pos, qlo, qhi, color="C1", alpha=0.35, lw=8, label=label)
         else:
             ax.fill_between(pos, qlo, qhi, color="C1", alpha=0.25, lw=0, label=label)
-    ax.plot(pos, pd["weights"] @ draws, color="C1", lw=2.2, marker="o" if cat else None, ls="none" if cat else "-",
-            label="posterior mean")
-    if pd["categorical"]:
+    ax.plot(pos, pd["weights"] @ draws, color="C1", lw=2.2, marker="o" if points else None,
+            ls="none" if points else "-", label="posterior mean")
+    if cat:
         ax.set_xticks(pos)
         ax.set_xticklabels([str(v) for v in pd["grid"]])
+    elif points:
+        ax.set_xticks(pos)
+        ax.set_xticklabels([f"{v:g}" for v in pos])
     ax.set_xlabel(pd["name"])
     return pos
 
 
 def plot_pdp(posterior: Any, X: Any, feature: Any, *, grid: Optional[Sequence] = None, grid_size: int = 20,
              interval: Any = (0.05, 0.95), target_class: Any = None, max_draws: Optional[int] = 500,
-             max_rows: Optional[int] = 500, seed: int = 0, ax: Any = None):
+             max_rows: Optional[int] = 500, seed: int = 0, feature_names: Optional[Sequence[str]] = None,
+             ax: Any = None):
     """Partial dependence on one feature: the posterior mean curve and a credible band over draws.
 
     Parameters
@@ -268,7 +291,7 @@ def plot_pdp(posterior: Any, X: Any, feature: Any, *, grid: Optional[Sequence] =
     posterior : TreePosterior, BARTPosterior, SoftTreePosterior, or a fitted estimator
     X : array-like or DataFrame [M, D], the rows to average over (e.g. the training rows)
     feature : int or str
-    grid, grid_size, target_class, max_draws, max_rows, seed
+    grid, grid_size, target_class, max_draws, max_rows, seed, feature_names
         See :func:`partial_dependence`.
     interval : pair of quantiles or a central level, default ``(0.05, 0.95)``
         The band spans these weighted quantiles of the per-draw partial-dependence curves.
@@ -284,7 +307,7 @@ def plot_pdp(posterior: Any, X: Any, feature: Any, *, grid: Optional[Sequence] =
     require_matplotlib()
     post = posterior_of(posterior)
     pd = partial_dependence(post, X, feature, grid=grid, grid_size=grid_size, target_class=target_class,
-                            max_draws=max_draws, max_rows=max_rows, seed=seed)
+                            max_draws=max_draws, max_rows=max_rows, seed=seed, feature_names=feature_names)
     ax = new_axes(ax, 1)
     _draw_curves(ax, pd, pd["draws"], interval, True)
     ax.set_ylabel(_y_label(post, target_class))
@@ -296,7 +319,7 @@ def plot_pdp(posterior: Any, X: Any, feature: Any, *, grid: Optional[Sequence] =
 def plot_ice(posterior: Any, X: Any, feature: Any, *, n_lines: int = 50, centered: bool = False, band: bool = True,
              grid: Optional[Sequence] = None, grid_size: int = 20, interval: Any = (0.05, 0.95),
              target_class: Any = None, max_draws: Optional[int] = 500, max_rows: Optional[int] = 500,
-             seed: int = 0, ax: Any = None):
+             seed: int = 0, feature_names: Optional[Sequence[str]] = None, ax: Any = None):
     """Individual conditional expectation: the posterior mean prediction of single rows as one feature
     moves over its grid, with the partial dependence (their average) and its credible band on top.
 
@@ -311,7 +334,7 @@ def plot_ice(posterior: Any, X: Any, feature: Any, *, n_lines: int = 50, centere
         Subtract each curve's value at the first grid point (c-ICE), the mean curve's and band's too.
     band : bool, default True
         Draw the partial dependence's credible band.
-    grid, grid_size, interval, target_class, max_draws, max_rows, seed
+    grid, grid_size, interval, target_class, max_draws, max_rows, seed, feature_names
         As for :func:`plot_pdp`.
     ax : matplotlib Axes, optional
 
@@ -323,7 +346,7 @@ def plot_ice(posterior: Any, X: Any, feature: Any, *, n_lines: int = 50, centere
     require_matplotlib()
     post = posterior_of(posterior)
     pd = partial_dependence(post, X, feature, grid=grid, grid_size=grid_size, target_class=target_class,
-                            max_draws=max_draws, max_rows=max_rows, seed=seed)
+                            max_draws=max_draws, max_rows=max_rows, seed=seed, feature_names=feature_names)
     ax = new_axes(ax, 1)
     ice, rows = pd["ice"], pd["rows"]
     pick = np.arange(rows.size)
@@ -331,12 +354,15 @@ def plot_ice(posterior: Any, X: Any, feature: Any, *, n_lines: int = 50, centere
         pick = np.sort(np.random.default_rng(seed + 1).choice(rows.size, int(n_lines), replace=False))
     pos = np.arange(len(pd["grid"]), dtype=np.float64) if pd["categorical"] else np.asarray(pd["grid"], np.float64)
     lines = ice[:, pick] - (ice[:1, pick] if centered else 0.0)
-    drawn = ax.plot(pos, lines, color="C0", alpha=0.35, lw=0.8)
+    points = pd["categorical"] or pd["discrete"]
+    style = dict(ls="none", marker=".") if points else dict(ls="-")
+    drawn = ax.plot(pos, lines, color="C0", alpha=0.35, lw=0.8, **style)
     for line, r in zip(drawn, rows[pick]):
         line.set_label(f"_row {int(r)}")
+    ax.plot([], [], color="C0", alpha=0.6, lw=0.8, label=f"single rows ({len(pick)})", **style)
     draws = pd["draws"] - pd["draws"][:, :1] if centered else pd["draws"]
     _draw_curves(ax, pd, draws, interval, band)
     ax.set_ylabel(("centred " if centered else "") + _y_label(post, target_class))
     ax.set_title(f"ICE curves of {pd['name']} ({len(pick)} rows)")
-    ax.legend(loc="best", fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", borderaxespad=0.0)
     return ax

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,7 +28,7 @@ PLOTS = {
 
 
 def write_plots(posterior: Any, directory: str, X: Any = None, y: Any = None, *, feature: Any = None,
-                dpi: int = 100) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:
+                feature_names: Optional[Sequence[str]] = None, dpi: int = 100) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:
     """Write every plot of :data:`PLOTS` that applies to ``posterior`` as ``DIRECTORY/NAME.png``.
 
     The plots that need data (``pdp``, ``ice``: rows ``X``; ``calibration``: ``X`` and targets ``y``)
@@ -44,6 +44,9 @@ def write_plots(posterior: Any, directory: str, X: Any = None, y: Any = None, *,
     y : array-like [M], optional
     feature : int or str, optional
         The feature of ``pdp`` and ``ice`` (default: the one with the largest posterior split share).
+    feature_names : sequence of str, optional
+        One name per input column, for every plot (default: ``X``'s column names, else the names
+        the posterior keeps, else ``x0, x1, ...``).
     dpi : int, default 100
 
     Returns
@@ -78,9 +81,10 @@ def write_plots(posterior: Any, directory: str, X: Any = None, y: Any = None, *,
     n_leaves = max(1, len(d.leaves))
     depth = _depth(d)
     which = {"hard": "the MAP tree", "bart": "tree 0 of the last draw", "soft": "the heaviest soft topology"}[kind_of(post)]
-    save("tree", lambda ax: plot_tree(post, ax=ax), 1, (min(40.0, max(4.0, 1.9 * n_leaves)), max(2.8, 1.4 * (depth + 1))),
+    names = input_names(post, X, feature_names)
+    save("tree", lambda ax: plot_tree(post, feature_names=names, ax=ax), 1, (min(40.0, max(4.0, 1.9 * n_leaves)), max(2.8, 1.4 * (depth + 1))),
          which)
-    save("importance", lambda ax: plot_importance(post, ax=ax), 1, (5.5, 0.35 * len(input_names(post)) + 1.8))
+    save("importance", lambda ax: plot_importance(post, feature_names=names, ax=ax), 1, (5.5, 0.35 * len(names) + 1.8))
     quantities = trace_quantities(post)
     if quantities:
         save("trace", lambda axes: plot_trace(post, ax=axes), len(quantities))
@@ -98,10 +102,12 @@ def write_plots(posterior: Any, directory: str, X: Any = None, y: Any = None, *,
         chosen = "" if feature is not None else " (the most used feature)"
         if feature is None:
             feature = int(np.argmax(feature_importance(post)["value"]))
-        name = input_names(post, X)[feature] if not isinstance(feature, str) else feature
-        save("pdp", lambda ax: plot_pdp(post, X, feature, ax=ax), what=f"partial dependence on {name}{chosen}, "
-             "with a 90% credible band")
-        save("ice", lambda ax: plot_ice(post, X, feature, ax=ax), what=f"ICE curves of {name}{chosen}")
+        if isinstance(feature, str) and feature not in names:
+            raise ValueError(f"feature {feature!r} is not one of the features {names}")
+        name = names[feature] if not isinstance(feature, str) else feature
+        save("pdp", lambda ax: plot_pdp(post, X, feature, feature_names=names, ax=ax),
+             what=f"partial dependence on {name}{chosen}, with a 90% credible band")
+        save("ice", lambda ax: plot_ice(post, X, feature, feature_names=names, ax=ax), what=f"ICE curves of {name}{chosen}")
     if X is None or y is None:
         skipped.append(("calibration", "needs data rows X and their targets y"))
     else:

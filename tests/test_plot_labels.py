@@ -1,0 +1,100 @@
+"""What the plots say: feature names, discrete features, probability axes, refusals (a QA pass)."""
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import torchtree.plot as tp  # noqa: E402
+from torchtree import BayesianTreeClassifier  # noqa: E402
+from torchtree.cli import main  # noqa: E402
+from torchtree.soft import DCC, SoftTreePosterior  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def table():
+    """Column 0 continuous (the signal), column 1 takes the values 1, 2, 3, column 2 is constant."""
+    rng = np.random.default_rng(3)
+    X = np.column_stack([rng.uniform(size=120), rng.integers(1, 4, 120).astype(float), np.full(120, 7.0)])
+    y = (X[:, 0] > 0.5).astype(int)
+    clf = BayesianTreeClassifier(n_particles=40, random_state=0, hyper="fixed").fit(X, y)
+    return X, y, clf
+
+
+def test_feature_names_label_partial_dependence_ice_and_written_plots(table, tmp_path):
+    X, _, clf = table
+    names = ["dose", "grade", "site"]
+    ax = tp.plot_pdp(clf, X, "dose", feature_names=names)
+    assert ax.get_title() == "Partial dependence on dose" and ax.get_xlabel() == "dose"
+    assert tp.plot_ice(clf, X, 1, feature_names=names, n_lines=5).get_title() == "ICE curves of grade (5 rows)"
+    with pytest.raises(ValueError, match="feature_names has 2 names; the posterior takes 3 input columns"):
+        tp.plot_pdp(clf, X, 0, feature_names=names[:2])
+    written, _ = tp.write_plots(clf, str(tmp_path / "plots"), X, feature_names=names)
+    assert dict((p.rsplit("/", 1)[1], w) for p, w in written)["pdp.png"].startswith("partial dependence on dose")
+    with pytest.raises(ValueError, match="feature 'nope' is not one of the features"):
+        tp.write_plots(clf, str(tmp_path / "plots"), X, feature="nope", feature_names=names)
+
+
+def test_a_feature_of_few_values_is_drawn_at_its_values_and_a_constant_one_as_a_point(table):
+    X, _, clf = table
+    ax = tp.plot_pdp(clf, X, 1)
+    (mean,) = [ln for ln in ax.get_lines() if ln.get_label() == "posterior mean"]
+    assert mean.get_linestyle() == "None" and mean.get_marker() == "o"
+    assert list(mean.get_xdata()) == [1.0, 2.0, 3.0] and [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "3"]
+    rows = [ln for ln in tp.plot_ice(clf, X, 1, n_lines=4).get_lines() if ln.get_label().startswith("_row ")]
+    assert len(rows) == 4 and all(ln.get_linestyle() == "None" for ln in rows)
+    ax = tp.plot_pdp(clf, X, 2)  # one value: a point, not an empty axes
+    (mean,) = [ln for ln in ax.get_lines() if ln.get_label() == "posterior mean"]
+    assert list(mean.get_xdata()) == [7.0] and mean.get_marker() == "o"
+    # a continuous feature keeps its line
+    (mean,) = [ln for ln in tp.plot_pdp(clf, X, 0).get_lines() if ln.get_label() == "posterior mean"]
+    assert mean.get_linestyle() == "-" and len(mean.get_xdata()) == 20
+
+
+def test_calibration_refuses_labels_not_seen_in_training_and_shows_whole_markers(table):
+    X, y, clf = table
+    with pytest.raises(ValueError, match=r"y holds label\(s\) \['7'\] not seen in training \(classes: \[0, 1\]\)"):
+        tp.plot_calibration(clf, X[:5], np.full(5, 7))
+    a, _ = tp.plot_calibration(clf, X, y)
+    lo, hi = a.get_xlim()
+    assert lo < 0 and hi > 1  # markers at 0 and 1 are drawn whole
+    assert {"calibrated", "observed"} <= {t.get_text() for t in a.get_legend().get_texts()}
+
+
+def test_soft_tree_posteriors_keep_their_feature_names_through_save_and_load(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 2, generator=g)
+    y = (X[:, 0] > 0.5).long()
+    post = DCC(n_iterations=1, n_initial=4, n_chains=2, n_samples=4, n_warmup=8, max_depth=1).run((X, y), seed=0)
+    post.feature_names = ["dose", "grade"]
+    post.save(str(tmp_path / "soft.pt"))
+    back = SoftTreePosterior.load(str(tmp_path / "soft.pt"))
+    assert back.feature_names == ["dose", "grade"]
+    assert "dose" in back.to_dot() or "grade" in back.to_dot()
+    assert tp.plot_pdp(back, X.numpy(), 0).get_xlabel() == "dose"
+
+
+def test_report_takes_the_csv_header_when_the_posterior_has_no_names(table, tmp_path, capsys):
+    X, y, clf = table
+    clf.posterior_.save(str(tmp_path / "post.pt"))  # fitted on an array: no names kept
+    path = tmp_path / "rows.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["dose", "grade", "site", "y"])
+        w.writerows([list(r) + [int(t)] for r, t in zip(X.tolist(), y.tolist())])
+    assert main(["report", str(tmp_path / "post.pt"), "--plots", str(tmp_path / "plots"), "--data", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "pdp.png: partial dependence on dose (the most used feature)" in out
