@@ -98,3 +98,28 @@ def test_report_takes_the_csv_header_when_the_posterior_has_no_names(table, tmp_
     assert main(["report", str(tmp_path / "post.pt"), "--plots", str(tmp_path / "plots"), "--data", str(path)]) == 0
     out = capsys.readouterr().out
     assert "pdp.png: partial dependence on dose (the most used feature)" in out
+
+
+def test_arguments_that_do_not_apply_are_refused_not_ignored(table):
+    X, y, clf = table
+    with pytest.raises(ValueError, match="tree= and utility= pick a tree of a BART draw"):
+        tp.plot_tree(clf, tree=3)
+    rng = np.random.default_rng(0)
+    from torchtree import BayesianTreeRegressor
+
+    reg = BayesianTreeRegressor(n_particles=30, random_state=0, hyper="fixed").fit(X, X[:, 0] + 0.1 * rng.normal(size=len(X)))
+    with pytest.raises(ValueError, match="target_class applies to classification"):
+        tp.plot_pdp(reg, X, 0, target_class=1)
+    with pytest.raises(ValueError, match="target_class applies to classification"):
+        tp.plot_calibration(reg, X, X[:, 0], target_class=1)
+
+
+def test_a_bart_tree_says_what_its_leaf_values_add_up_to():
+    from torchtree import BayesianTreeRegressor
+    from torchtree.plot.tree import tree_drawing
+
+    rng = np.random.default_rng(0)
+    X = rng.random((100, 2))
+    reg = BayesianTreeRegressor(method="bart", n_trees=5, n_samples=10, n_warmup=10, random_state=0).fit(X, 3 + X[:, 0])
+    title = tree_drawing(reg).title
+    assert title.startswith("tree 0 of draw ") and f"y = {reg.posterior_.prior.offset:.4g} + the sum of 5 trees'" in title

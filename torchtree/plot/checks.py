@@ -160,6 +160,8 @@ def plot_calibration(posterior: Any, X: Any, y: Any, *, n_bins: int = 10, interv
     n_bins = int(n_bins)
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    if target_class is not None and post.task != "classification":
+        raise ValueError("target_class applies to classification; this posterior is a regression")
     yn = as_numpy(y).reshape(-1)
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     axes = new_axes(ax, 2, (9.5, 3.8))

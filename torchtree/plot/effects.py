@@ -209,6 +209,8 @@ def partial_dependence(posterior: Any, X: Any, feature: Any, *, grid: Optional[S
     mean prediction of each averaged row), ``rows`` ``[M']`` (their indices in ``X``) and ``name``.
     """
     post = posterior_of(posterior)
+    if target_class is not None and post.task != "classification":
+        raise ValueError("target_class applies to classification; this posterior is a regression")
     j = _feature_index(post, X, feature, feature_names)
     name = input_names(post, X, feature_names)[j]
     M = len(X) if hasattr(X, "iloc") else as_numpy(X).shape[0]

@@ -74,7 +74,9 @@ def _bart(post, draw: Optional[int], tree: int, utility: int, names: Sequence[st
     forest = s * post.n_utilities + utility
     f, c, v = (getattr(post, a)[forest, tree].tolist() for a in ("feature", "cut", "value"))
     enc = getattr(post, "encoder", None)
-    title = f"tree {tree} of draw {s} (a sum of {post.n_trees} trees per draw)"
+    unit = "the probit latent" if post.task == "classification" else "y"
+    offset = float(post.offsets[utility]) if post.n_utilities > 1 else float(post.prior.offset)
+    title = f"tree {tree} of draw {s}; {unit} = {offset:.4g} + the sum of {post.n_trees} trees' leaf values"
     if post.n_utilities > 1:
         labels = list(post.classes_) if post.classes_ is not None else list(range(post.n_utilities + 1))
         title += f", utility of class {labels[1 + utility]}"
@@ -120,6 +122,9 @@ def tree_drawing(posterior: Any, draw: Optional[int] = None, *, tree: int = 0, u
     post = posterior_of(posterior)
     names = list(feature_names) if feature_names is not None else input_names(post)
     kind = kind_of(post)
+    if kind != "bart" and (tree != 0 or utility != 0):
+        raise ValueError(f"tree= and utility= pick a tree of a BART draw; this {type(post).__name__} draws one tree "
+                         "per draw (pick it with draw=)")
     if kind == "hard":
         return _hard(post, draw, names, max_classes)
     if kind == "bart":
