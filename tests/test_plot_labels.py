@@ -123,3 +123,34 @@ def test_a_bart_tree_says_what_its_leaf_values_add_up_to():
     reg = BayesianTreeRegressor(method="bart", n_trees=5, n_samples=10, n_warmup=10, random_state=0).fit(X, 3 + X[:, 0])
     title = tree_drawing(reg).title
     assert title.startswith("tree 0 of draw ") and f"y = {reg.posterior_.prior.offset:.4g} + the sum of 5 trees'" in title
+
+
+def test_bart_inclusion_intervals_count_correlated_draws_by_their_ess():
+    """The Wilson interval of a BART inclusion probability uses the inclusion indicator's multi-chain
+    ESS, not the number of draws: with autocorrelated sweeps it is wider than the draws-as-independent
+    interval, and exactly that interval at the ESS (a constant indicator keeps every draw)."""
+    from torchtree import BayesianTreeRegressor
+    from torchtree.model.diagnostics import chain_ess
+    from torchtree.plot.common import wilson_interval
+    from torchtree.plot.effects import feature_importance
+
+    rng = np.random.default_rng(1)
+    X = rng.random((150, 4))
+    reg = BayesianTreeRegressor(method="bart", n_trees=3, n_chains=2, n_samples=60, n_warmup=20,
+                                random_state=0).fit(X, X[:, 0] + 0.3 * rng.normal(size=150))
+    post = reg.posterior_
+    imp = feature_importance(post, "inclusion")
+    per, chains = imp["per_draw"], post.chain_of.numpy()
+    S = per.shape[0]
+    checked = 0
+    for d in range(per.shape[1]):
+        if per[:, d].min() == per[:, d].max():
+            continue
+        ess = chain_ess(np.stack([per[chains == c, d] for c in np.unique(chains)]))
+        lo, hi = wilson_interval(imp["value"][d:d + 1], np.array([min(max(ess, 1.0), S)]), 0.05, 0.95)
+        assert imp["lower"][d] == pytest.approx(lo[0]) and imp["upper"][d] == pytest.approx(hi[0])
+        naive = wilson_interval(imp["value"][d:d + 1], np.array([float(S)]), 0.05, 0.95)
+        assert hi[0] - lo[0] >= naive[1][0] - naive[0][0] - 1e-12
+        checked += 1
+    assert checked >= 1
+    assert "Monte Carlo" in tp.plot_importance(post, metric="inclusion").get_title()

@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from torchtree.model.diagnostics import chain_ess
 from torchtree.model.encoding import is_missing_cell
 from torchtree.plot.common import (as_numpy, band_quantiles, class_index, input_names, kind_of, new_axes, posterior_of,
                                    require_matplotlib, weighted_quantiles, wilson_interval)
@@ -32,8 +33,9 @@ def feature_importance(posterior: Any, metric: str = "share", interval: Any = (0
         draw here is a topology (its share of the mean gate weight, the topologies weighted as in the
         posterior). ``"inclusion"``: the posterior probability that a draw splits on the feature
         at all (hard trees and BART); its interval is the Wilson score interval of that probability
-        given the effective number of draws (the posterior's ESS for weighted trees, the number of
-        draws for BART), i.e. the Monte Carlo uncertainty of the estimate.
+        given the effective number of draws (the posterior's ESS for weighted trees; for BART the
+        multi-chain ESS of the feature's inclusion indicator, as correlated draws count for less),
+        i.e. the Monte Carlo uncertainty of the estimate, not a credible interval.
     interval : pair of quantiles or a central level, default ``(0.05, 0.95)``
 
     Returns
@@ -57,9 +59,27 @@ def feature_importance(posterior: Any, metric: str = "share", interval: Any = (0
                          "some weight; use metric='share'")
     per = (counts > 0).astype(np.float64)
     value = w @ per
-    n_eff = float(getattr(post, "ess", 0.0)) if kind_of(post) == "hard" else float(post.n_particles)
-    lower, upper = wilson_interval(value, np.full_like(value, max(n_eff, 1.0)), lo, hi)
+    if kind_of(post) == "hard":
+        n_eff = np.full_like(value, max(float(getattr(post, "ess", 0.0)), 1.0))
+    else:
+        n_eff = _chain_ess_per_column(per, post.chain_of.cpu().numpy())
+    lower, upper = wilson_interval(value, n_eff, lo, hi)
     return {"value": value, "lower": lower, "upper": upper, "per_draw": per, "weights": w}
+
+
+def _chain_ess_per_column(per: np.ndarray, chain_of: np.ndarray) -> np.ndarray:
+    """Each column's multi-chain ESS (:func:`~torchtree.model.diagnostics.chain_ess`) of the draws
+    ``per [S, D]`` whose chains ``chain_of [S]`` says; a constant column, or one too short for an
+    estimate, counts every draw."""
+    chains = [per[chain_of == c] for c in np.unique(chain_of)]
+    n = min(len(c) for c in chains)
+    out = np.full(per.shape[1], float(per.shape[0]))
+    for d in range(per.shape[1]):
+        if per[:, d].min() < per[:, d].max():
+            e = chain_ess(np.stack([c[:n, d] for c in chains]))
+            if np.isfinite(e):
+                out[d] = max(min(e, float(per.shape[0])), 1.0)
+    return out
 
 
 def plot_importance(posterior: Any, metric: str = "share", *, interval: Any = (0.05, 0.95), top: Optional[int] = None,
@@ -102,7 +122,8 @@ def plot_importance(posterior: Any, metric: str = "share", *, interval: Any = (0
     lo, hi = band_quantiles(interval)
     what = "posterior inclusion probability" if metric == "inclusion" else "posterior share of splits"
     ax.set_xlabel(what)
-    ax.set_title(f"Feature importance ({100 * (hi - lo):.0f}% interval)")
+    band = "Monte Carlo" if metric == "inclusion" else "credible"
+    ax.set_title(f"Feature importance ({100 * (hi - lo):.0f}% {band} interval)")
     ax.set_xlim(0, max(1e-9, float(np.max(imp["upper"][order], initial=0))) * 1.05)
     return ax
 
