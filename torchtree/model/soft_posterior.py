@@ -400,7 +400,9 @@ class SoftTreePosterior(Posterior):
     def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
         """Graphviz DOT text of topology ``i`` (default: the heaviest) with posterior-mean
         thresholds (on the [0, 1]-scaled inputs) and each node's heaviest feature
-        (``1-name`` for a mirrored column of signed splits)."""
+        (``1-name`` for a mirrored column of signed splits), written as hard trees' rules are:
+        ``feature <= threshold``, the left child "yes" (a soft gate sends a point left with
+        probability above 1/2 below its threshold)."""
         i = int(torch.argmax(self.weights)) if i is None else self._topology_index(i)
         kept = getattr(self, "feature_names", None)
         names = (list(feature_names) if feature_names is not None else
@@ -420,8 +422,9 @@ class SoftTreePosterior(Posterior):
         lines = ["digraph soft_tree {", "  node [shape=box];"]
         for n in t.internal:
             f = int(w[n].argmax())
-            lines.append(f'  n{n} [label="{names[f]} (w={float(w[n, f]):.2f}) > {float(tau[n]):.3f}"];')
-            lines += [f"  n{n} -> n{2 * n + 1} [label=no];", f"  n{n} -> n{2 * n + 2} [label=yes];"]
+            # the gate leans right above the threshold: "yes" (the rule holds) is the left child, as for hard trees
+            lines.append(f'  n{n} [label="{names[f]} (w={float(w[n, f]):.2f}) <= {float(tau[n]):.3f}"];')
+            lines += [f"  n{n} -> n{2 * n + 1} [label=yes];", f"  n{n} -> n{2 * n + 2} [label=no];"]
         for l in t.leaves:
             lines.append(f'  n{l} [label="leaf {l} (depth {node_depth(l)})", shape=ellipse];')
         lines.append("}")
