@@ -195,7 +195,8 @@ def routing_forward(
 
 
 def routing_backward(
-    grad_phi: torch.Tensor, phi: torch.Tensor, right: torch.Tensor, left: torch.Tensor, X: torch.Tensor, h
+    grad_phi: torch.Tensor, phi: torch.Tensor, right: torch.Tensor, left: torch.Tensor, X: torch.Tensor, h,
+    weights: Optional[torch.Tensor] = None,
 ) -> "tuple[torch.Tensor, torch.Tensor]":
     """Backward half of the fast path (node-major): gradients of split weights and thresholds.
 
@@ -213,9 +214,13 @@ def routing_backward(
     X : Tensor [N, D]
     h : float or Tensor [B, 1, 1]
 
+    weights : Tensor [B, I, D], optional
+        Given, the gradient of the inputs is returned too.
+
     Returns
     -------
-    (grad_weights [B, I, D], grad_tau [B, I])
+    (grad_weights [B, I, D], grad_tau [B, I]), and ``grad_X [N, D]`` when ``weights`` is given
+    (``dL/dX = sum_{b, i} dL/dz_{b,i} w_{b,i}``).
     """
     B, L, N = phi.shape
     I = right.shape[1]
@@ -230,7 +235,11 @@ def routing_backward(
         S = s_left + s_right
     gz = torch.cat(gz_levels[::-1], dim=1) / h  # [B, I, N]
     g_w = torch.matmul(gz.reshape(B * I, N), X).reshape(B, I, X.shape[1])
-    return g_w, -gz.sum(-1)
+    if weights is None:
+        return g_w, -gz.sum(-1)
+    # dL/dX[n] = sum over trees and nodes of dL/dz * w (a latent or learned input's gradient)
+    g_x = torch.matmul(gz.permute(2, 0, 1).reshape(N, B * I), weights.reshape(B * I, -1))
+    return g_w, -gz.sum(-1), g_x
 
 
 class _SoftRoutingFn(torch.autograd.Function):
@@ -244,13 +253,16 @@ class _SoftRoutingFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, X, weights, tau, h):
         phi, right, left = routing_forward(X, weights, tau, h)
-        ctx.save_for_backward(X, right, left, phi)
+        ctx.save_for_backward(X, right, left, phi, weights)
         ctx.h = h
         return phi.transpose(-1, -2)
 
     @staticmethod
     def backward(ctx, grad_phi):
-        X, right, left, phi = ctx.saved_tensors
+        X, right, left, phi, weights = ctx.saved_tensors
+        if ctx.needs_input_grad[0]:  # inputs that are latent or learned (a network's output)
+            g_w, g_tau, g_x = routing_backward(grad_phi.transpose(-1, -2), phi, right, left, X, ctx.h, weights)
+            return g_x, g_w, g_tau, None
         g_w, g_tau = routing_backward(grad_phi.transpose(-1, -2), phi, right, left, X, ctx.h)
         return None, g_w, g_tau, None
 
@@ -279,7 +291,7 @@ def soft_routing(
     Notes
     -----
     Fast path with a closed-form backward (see ``_SoftRoutingFn``); gradients flow to
-    ``weights`` and ``thresholds``. :func:`soft_routing_autograd` is the plain-torch
+    ``weights`` and ``thresholds``, and to ``X`` when it requires them. :func:`soft_routing_autograd` is the plain-torch
     reference it is tested against.
     """
     I = thresholds.shape[-1]

@@ -98,6 +98,13 @@ def test_fast_path_matches_references_and_gradcheck():
             assert torch.allclose(a, b, atol=1e-12, rtol=1e-10)
     Wr, tr = W.clone().requires_grad_(True), tau.clone().requires_grad_(True)
     assert torch.autograd.gradcheck(lambda w, t: soft_routing(X, w, t, h, mask), (Wr, tr))
+    # inputs that require a gradient (a latent X, a network's output) get it, as through autograd
+    grads = []
+    for fn in (soft_routing, soft_routing_autograd):
+        Xr = X.clone().requires_grad_(True)
+        grads.append(torch.autograd.grad((fn(Xr, W, tau, h, mask) * G).sum(), Xr)[0])
+    assert grads[0].abs().max() > 0 and torch.allclose(grads[0], grads[1], atol=1e-12, rtol=1e-10)
+    assert torch.autograd.gradcheck(lambda x: soft_routing(x, W, tau, h, mask), (X.clone().requires_grad_(True),))
 
 
 def test_dirichlet_multinomial_matches_explicit_formula():
