@@ -94,12 +94,28 @@ class BARTFunction(PyroModule):
 
         Returns
         -------
-        Tensor [N] float64, the new ``f`` at the training inputs.
+        Tensor [N] float64, the new ``f`` at the training inputs (no gradient: ``target`` and
+        ``sigma`` are read as values; cast it, ``f.to(dtype)``, to add it to a float32 mean).
+
+        Raises
+        ------
+        ValueError
+            ``target`` of another length than the training inputs or not finite, ``sigma`` not one
+            finite positive number, or ``n_sweeps`` below 0.
         """
         sc = self.prior.scale
-        t = torch.as_tensor(target, dtype=torch.float64).reshape(1, -1) / sc
+        t = torch.as_tensor(target).detach().to(torch.float64).reshape(-1)
+        if t.numel() != self.f.numel() or not bool(torch.isfinite(t).all()):
+            raise ValueError(f"target must hold {self.f.numel()} finite values (one per training input), got "
+                             f"{t.numel()}{'' if bool(torch.isfinite(t).all()) else ' with NaN or infinite ones'}")
+        sd = torch.as_tensor(sigma).detach().to(torch.float64)
+        if sd.numel() != 1 or not bool(torch.isfinite(sd).all()) or float(sd) <= 0:
+            raise ValueError(f"sigma must be one finite positive number, got {sd.tolist()}")
+        if int(n_sweeps) < 0:
+            raise ValueError(f"n_sweeps must be >= 0, got {n_sweeps}")
+        t = t.reshape(1, -1) / sc
         resid = t - self.f.reshape(1, -1) / sc
-        s2 = (torch.as_tensor(sigma, dtype=torch.float64).reshape(1) / sc) ** 2
+        s2 = (sd.reshape(1) / sc) ** 2
         T = self._feature.shape[0]
         keys = torch.arange(T)[:, None]
         for _ in range(int(n_sweeps)):
