@@ -86,11 +86,16 @@ class _SoftTreeBase(PyroModule):
         self.register_buffer("leaf_slots", torch.tensor(self.topology.leaf_slots(), dtype=torch.long))
         self.register_buffer("node_mask", self.topology.node_mask())
         # ranges keep a floating dtype they are given in (float64 data scales in float64)
+        if (feature_min is None) != (feature_max is None):
+            raise ValueError("give feature_min and feature_max together (the inputs' ranges), or neither (inputs "
+                             "already scaled to [0, 1])")
         fmin = torch.zeros(D) if feature_min is None else _as_float(feature_min)
         fmax = torch.ones(D) if feature_max is None else _as_float(feature_max)
         if fmin.shape != (D,) or fmax.shape != (D,):
             raise ValueError(f"feature_min and feature_max must have shape ({D},), got {tuple(fmin.shape)} "
                              f"and {tuple(fmax.shape)}")
+        if not bool(torch.isfinite(fmin).all() & torch.isfinite(fmax).all() & (fmax >= fmin).all()):
+            raise ValueError("feature_min and feature_max must be finite with feature_max >= feature_min")
         self.register_buffer("feature_min", fmin)
         self.register_buffer("feature_max", fmax)
         # scale() runs in every potential evaluation: its constants are computed once
@@ -119,6 +124,7 @@ class _SoftTreeBase(PyroModule):
 
     def leaf_probabilities(self, X: torch.Tensor) -> torch.Tensor:
         """Leaf probabilities of the real leaves, [..., N, n_leaves] (samples the splits)."""
+        X = _as_float(X)
         if X.dim() != 2 or X.shape[1] != self.n_features:
             raise ValueError(f"X must have shape [N, {self.n_features}], got {tuple(X.shape)}")
         tau = self.thresholds  # [..., I]
@@ -177,10 +183,16 @@ class SoftTreeFunction(_SoftTreeBase):
         self.leaf_values = PyroSample(dist.Normal(torch.full((L,), float(leaf_loc)), float(leaf_scale)).to_event(1))
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        """``f(X)``: Tensor [..., N] (leading dims = sample dims of the parameters)."""
+        """``f(X)``: Tensor [..., N], the parameters' batch dims broadcast against the rows as Pyro
+        lays them out: a parameter batch ``[P, 1]`` (vectorized particles, parallel ``Predictive``: a
+        sample dim left of a data plate at dim -1) gives ``[P, N]``; ``[S]`` gives ``[S, N]``. Call it
+        outside the data plate: inside, every row would get a tree of its own."""
         phi = self.leaf_probabilities(X)
         mu = self.leaf_values
-        return (phi * mu.unsqueeze(-2)).sum(-1)
+        f = (phi * mu.unsqueeze(-2)).sum(-1)  # batch + [N]
+        if f.dim() >= 2 and f.shape[-2] == 1:  # the batch's slot of the data plate: the rows fill it
+            f = f.squeeze(-2)
+        return f
 
 
 class SoftTreeRegressor(PyroModule):
@@ -204,11 +216,16 @@ class SoftTreeRegressor(PyroModule):
 
     def forward(self, X: torch.Tensor, y: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Sample ``y`` (observed if given); returns the tree's mean [..., N]."""
+        X = _as_float(X)
+        y = None if y is None else _as_float(y)
         _check_y(X, y)
         mean = self.tree(X)
         sigma2 = self.sigma2
+        sd = torch.sqrt(sigma2)
+        if sd.dim() and sd.shape[-1] != 1:  # sample dims without the data plate's slot ([S], conditioned)
+            sd = sd.unsqueeze(-1)
         with pyro.plate("data", X.shape[0], dim=-1):
-            pyro.sample("y", dist.Normal(mean, torch.sqrt(sigma2).unsqueeze(-1)), obs=y)
+            pyro.sample("y", dist.Normal(mean, sd), obs=y)
         return mean
 
 
@@ -236,7 +253,10 @@ class SoftTreeClassifier(_SoftTreeBase):
         if y is None:
             raise ValueError("SoftTreeClassifier needs the labels y: the leaves' class probabilities are "
                              "integrated out given them (eq. 8)")
+        X, y = _as_float(X), torch.as_tensor(y)
         _check_y(X, y)
+        if (y.is_floating_point() and not bool((y == y.round()).all())) or y.is_complex():
+            raise ValueError("y must hold integer class codes; got non-integer values")
         if y.min() < 0 or y.max() >= self.n_classes:
             raise ValueError(f"y must hold class codes 0..{self.n_classes - 1}")
         phi = self.leaf_probabilities(X)
