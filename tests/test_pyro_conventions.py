@@ -86,3 +86,16 @@ def test_refusals_of_what_would_go_wrong_in_silence():
     assert bool(torch.isfinite(b.f).all())  # the refused calls left the trees as they were
     s = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
     assert not b.gibbs_step(X[:, 0], s).requires_grad  # no graph kept across Gibbs steps
+
+
+def test_bart_function_state_dict_holds_the_trees_and_continues_the_chain():
+    """``state_dict`` holds the trees, ``f`` and the sweep count: a fresh module loaded from it predicts
+    the same and its next Gibbs step draws what the original's does (the streams are keyed by sweep)."""
+    X, y = _data()
+    a = BARTFunction(X, y_scale=y, n_trees=4, seed=3)
+    for _ in range(3):
+        a.gibbs_step(y, 0.3)
+    b = BARTFunction(X, y_scale=y, n_trees=4, seed=3)
+    b.load_state_dict(a.state_dict())
+    assert b.sweeps == 3 and torch.equal(b(X[:7]), a(X[:7])) and torch.equal(b.f, a.f)
+    assert torch.equal(b.gibbs_step(y, 0.3), a.gibbs_step(y, 0.3))

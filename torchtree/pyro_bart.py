@@ -66,13 +66,21 @@ class BARTFunction(PyroModule):
         self.grid = CutGrid.from_data(data, max_cuts)
         self._Xb = self.grid.bins(data.X)
         T, N, K = n_trees, data.n, self.prior.n_slots
-        self._feature = torch.full((T, 1, K), ABSENT, dtype=torch.int16)
-        self._feature[:, :, 0] = LEAF
-        self._cut = torch.zeros_like(self._feature)
-        self._value = torch.zeros(T, 1, K, dtype=torch.float64)
-        self._leaf_of = torch.zeros(T, 1, N, dtype=torch.int16)
-        self.f = torch.zeros(N, dtype=torch.float64)
-        self.seed, self.sweeps = int(seed), 0
+        feature = torch.full((T, 1, K), ABSENT, dtype=torch.int16)
+        feature[:, :, 0] = LEAF
+        # the trees and the sweep count are buffers: state_dict() holds the sampler's state
+        self.register_buffer("_feature", feature)
+        self.register_buffer("_cut", torch.zeros_like(feature))
+        self.register_buffer("_value", torch.zeros(T, 1, K, dtype=torch.float64))
+        self.register_buffer("_leaf_of", torch.zeros(T, 1, N, dtype=torch.int16))
+        self.register_buffer("f", torch.zeros(N, dtype=torch.float64))
+        self.register_buffer("_sweeps", torch.zeros((), dtype=torch.long))
+        self.seed = int(seed)
+
+    @property
+    def sweeps(self) -> int:
+        """Backfitting sweeps run so far (they key the random streams of the next ones)."""
+        return int(self._sweeps)
 
     def forward(self, X=None) -> torch.Tensor:
         """``f`` at the training inputs ``[N]`` (``X`` None), or at new inputs ``X`` ``[M, D]``."""
@@ -121,7 +129,7 @@ class BARTFunction(PyroModule):
         for _ in range(int(n_sweeps)):
             resid, _ = backfit_sweep(self.prior, self._feature, self._cut, self._value, self._leaf_of, resid,
                                      self._Xb, self.grid.n_cuts, s2, self.seed, self.sweeps * _STREAMS, keys)
-            self.sweeps += 1
+            self._sweeps += 1
         self.f = ((t - resid) * sc)[0]
         return self.f
 
