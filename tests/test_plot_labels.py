@@ -154,3 +154,24 @@ def test_bart_inclusion_intervals_count_correlated_draws_by_their_ess():
         checked += 1
     assert checked >= 1
     assert "Monte Carlo" in tp.plot_importance(post, metric="inclusion").get_title()
+
+
+def test_deep_trees_are_drawn_down_to_a_depth_with_their_leaf_counts(tmp_path):
+    from torchtree.datasets import load_table
+    from torchtree.plot.tree import tree_drawing
+
+    t = load_table("pima_diabetes")
+    clf = BayesianTreeClassifier(n_particles=40, random_state=0, hyper="fixed").fit(t.X, t.y)
+    full = tree_drawing(clf)
+    assert len(full.leaves) > 8  # a deep MAP tree
+    top = tree_drawing(clf, max_depth=2)
+    cut = [n for n in top.leaves if "leaves below" in top.labels[n]]
+    assert cut and len(top.leaves) <= 4 and "collapsed" in top.title
+    below = sum(int(top.labels[n].rsplit("... ", 1)[1].split()[0]) for n in cut)
+    assert below + len(top.leaves) - len(cut) == len(full.leaves)  # every leaf accounted for
+    assert tree_drawing(clf, max_depth=50).labels == full.labels
+    with pytest.raises(ValueError, match="max_depth must be >= 0"):
+        tree_drawing(clf, max_depth=-1)
+    written, _ = tp.write_plots(clf, str(tmp_path / "plots"))
+    what = dict((p.rsplit("/", 1)[1], w) for p, w in written)["tree.png"]
+    assert what.startswith("the MAP tree, down to depth ")

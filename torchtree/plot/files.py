@@ -11,7 +11,7 @@ import numpy as np
 from torchtree.plot.checks import evidence_curves, plot_calibration, plot_evidence, plot_trace, trace_quantities
 from torchtree.plot.common import input_names, kind_of, posterior_of, require_matplotlib
 from torchtree.plot.effects import feature_importance, plot_ice, plot_importance, plot_pdp
-from torchtree.plot.tree import plot_tree, tree_drawing
+from torchtree.plot.tree import collapse, plot_tree, tree_drawing
 
 __all__ = ["write_plots", "PLOTS"]
 
@@ -25,6 +25,10 @@ PLOTS = {
     "ice": "ICE curves of one feature (default: the most used)",
     "calibration": "reliability diagram (classification) or PIT histogram and interval coverage (regression)",
 }
+
+
+#: the tree of :func:`write_plots` is drawn down to the depth that keeps it within these
+TREE_DEPTH, TREE_LEAVES = 5, 20
 
 
 def write_plots(posterior: Any, directory: str, X: Any = None, y: Any = None, *, feature: Any = None,
@@ -78,12 +82,16 @@ def write_plots(posterior: Any, directory: str, X: Any = None, y: Any = None, *,
         written.append((path, what or PLOTS[name]))
 
     d = tree_drawing(post)
-    n_leaves = max(1, len(d.leaves))
-    depth = _depth(d)
     which = {"hard": "the MAP tree", "bart": "tree 0 of the last draw", "soft": "the heaviest soft topology"}[kind_of(post)]
     names = input_names(post, X, feature_names)
-    save("tree", lambda ax: plot_tree(post, feature_names=names, ax=ax), 1, (min(40.0, max(4.0, 1.9 * n_leaves)), max(2.8, 1.4 * (depth + 1))),
-         which)
+    shown = None
+    if _depth(d) > TREE_DEPTH or len(d.leaves) > TREE_LEAVES:  # a readable picture: the top levels
+        shown = next(k for k in range(TREE_DEPTH, -1, -1) if len(collapse(d, k).leaves) <= TREE_LEAVES)
+        d = collapse(d, shown)
+        which += f", down to depth {shown}"
+    n_leaves, depth = max(1, len(d.leaves)), _depth(d)
+    save("tree", lambda ax: plot_tree(post, feature_names=names, max_depth=shown, ax=ax), 1,
+         (max(4.0, 1.9 * n_leaves), max(2.8, 1.4 * (depth + 1))), which)
     save("importance", lambda ax: plot_importance(post, feature_names=names, ax=ax), 1, (5.5, 0.35 * len(names) + 1.8))
     quantities = trace_quantities(post)
     if quantities:

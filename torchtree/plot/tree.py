@@ -116,9 +116,48 @@ def _soft(post, draw: Optional[int], names: Sequence[str]) -> TreeDrawing:
     return d
 
 
+def collapse(d: TreeDrawing, max_depth: int) -> TreeDrawing:
+    """``d`` with every internal node at depth ``max_depth`` drawn as a leaf saying how many leaves
+    it holds (``...`` + the count), its subtree left out; ``d`` itself when it is no deeper."""
+    if int(max_depth) < 0:
+        raise ValueError(f"max_depth must be >= 0, got {max_depth}")
+    out = TreeDrawing({}, title=d.title, root=d.root)
+    cut = 0
+    todo = [(d.root, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if node in d.children and depth >= max_depth:
+            below, stack = 0, [node]
+            while stack:
+                k = stack.pop()
+                if k in d.children:
+                    stack += list(d.children[k])
+                else:
+                    below += 1
+            out.labels[node] = f"{d.labels.get(node, '')}\n... {below} leaves below"
+            cut += 1
+            continue
+        out.labels[node] = d.labels.get(node, "")
+        if node in d.children:
+            out.children[node] = d.children[node]
+            for k in d.children[node]:
+                if (node, k) in d.edge_labels:
+                    out.edge_labels[(node, k)] = d.edge_labels[(node, k)]
+                todo.append((k, depth + 1))
+    if cut:
+        out.title = f"{d.title}\n(levels below depth {max_depth} collapsed)"
+    return out
+
+
 def tree_drawing(posterior: Any, draw: Optional[int] = None, *, tree: int = 0, utility: int = 0,
-                 feature_names: Optional[Sequence[str]] = None, max_classes: int = 4) -> TreeDrawing:
+                 feature_names: Optional[Sequence[str]] = None, max_classes: int = 4,
+                 max_depth: Optional[int] = None) -> TreeDrawing:
     """The labels and structure :func:`plot_tree` draws (arguments as there)."""
+    d = _drawing(posterior, draw, tree, utility, feature_names, max_classes)
+    return d if max_depth is None else collapse(d, max_depth)
+
+
+def _drawing(posterior, draw, tree, utility, feature_names, max_classes) -> TreeDrawing:
     post = posterior_of(posterior)
     names = list(feature_names) if feature_names is not None else input_names(post)
     kind = kind_of(post)
@@ -153,7 +192,7 @@ def _layout(d: TreeDrawing) -> Dict[int, Tuple[float, float]]:
 
 def plot_tree(posterior: Any, draw: Optional[int] = None, *, tree: int = 0, utility: int = 0,
               feature_names: Optional[Sequence[str]] = None, max_classes: int = 4, fontsize: Optional[float] = None,
-              ax: Any = None):
+              max_depth: Optional[int] = None, ax: Any = None):
     """Draw one tree of a posterior as boxes: split rules in the internal nodes (left branch "yes":
     the rule holds), leaf values or class probabilities in the leaves.
 
@@ -176,6 +215,9 @@ def plot_tree(posterior: Any, draw: Optional[int] = None, *, tree: int = 0, util
     max_classes : int, default 4
         A leaf lists at most this many classes (the most probable ones when there are more).
     fontsize : float, optional (default 9; the figure is sized to the tree)
+    max_depth : int, optional
+        Draw the tree down to this depth: an internal node there is drawn as a box saying how many
+        leaves its subtree holds (default: the whole tree). Deep trees are readable this way.
     ax : matplotlib Axes, optional
 
     Returns
@@ -184,7 +226,8 @@ def plot_tree(posterior: Any, draw: Optional[int] = None, *, tree: int = 0, util
     for coded tables: ``x <= 0.2``, ``c in {a, b}``, ``x is missing``) or its leaf text.
     """
     require_matplotlib()
-    d = tree_drawing(posterior, draw, tree=tree, utility=utility, feature_names=feature_names, max_classes=max_classes)
+    d = tree_drawing(posterior, draw, tree=tree, utility=utility, feature_names=feature_names, max_classes=max_classes,
+                     max_depth=max_depth)
     pos = _layout(d)
     n_leaves = max(1, len([n for n in pos if n not in d.children]))
     depth = int(-min(y for _, y in pos.values()))
