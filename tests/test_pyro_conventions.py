@@ -99,3 +99,46 @@ def test_bart_function_state_dict_holds_the_trees_and_continues_the_chain():
     b.load_state_dict(a.state_dict())
     assert b.sweeps == 3 and torch.equal(b(X[:7]), a(X[:7])) and torch.equal(b.f, a.f)
     assert torch.equal(b.gibbs_step(y, 0.3), a.gibbs_step(y, 0.3))
+
+
+def test_misuse_is_refused_in_the_users_words():
+    X, y = _data()
+    with pytest.raises(ValueError, match=r"depth must lie in \[0, 30\], got -1"):
+        SoftTreeFunction(2, topology=-1)
+    with pytest.raises(ValueError, match="leaf_scale"):
+        SoftTreeFunction(2, leaf_scale=0.0)
+    with pytest.raises(ValueError, match="mu_var"):
+        SoftTreeRegressor(2, mu_var=-1.0)
+    bad = X.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="X holds NaN or infinite values"):
+        with pyro.poutine.trace():
+            SoftTreeFunction(2)(bad)
+    b = BARTFunction(X, y_scale=y, n_trees=3)
+    for new in (X[:, :1], X[:, 0]):
+        with pytest.raises(ValueError, match=r"X must have shape \[M, 2\]"):
+            b(new)
+    with pytest.raises(ValueError, match="X holds NaN or infinite values"):
+        b(bad)
+    for kw, what in ((dict(n_trees=0), "n_trees"), (dict(k=0.0), "k "), (dict(alpha_split=2.0), "alpha_split"),
+                     (dict(max_cuts=0), "max_cuts")):
+        with pytest.raises(ValueError, match=what):
+            BARTFunction(X, **kw)
+
+
+def test_inputs_outside_the_unit_range_without_ranges_warn_once():
+    X, _ = _data()
+    tree = SoftTreeFunction(2)
+    with pytest.warns(UserWarning, match=r"X lies in \[\S+, \S+\] but no feature_min / feature_max were given"):
+        with pyro.poutine.trace():
+            tree(X * 100 + 1)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for module, inputs in ((tree, X * 100 + 1),  # once per module
+                               (SoftTreeFunction(2), X),  # inside [0, 1]: nothing to say
+                               (SoftTreeFunction(2, feature_min=torch.zeros(2), feature_max=torch.full((2,), 200.0)),
+                                X * 100 + 1)):
+            with pyro.poutine.trace():
+                module(inputs)

@@ -35,6 +35,7 @@ from pyro.nn import PyroModule, PyroSample
 
 from torchtree.kernels.soft_routing import dirichlet_multinomial_loglik, soft_class_counts, soft_routing
 from torchtree.core.validate import check_bool, check_int, check_real
+from torchtree.core.warn import warn
 
 from torchtree.model.soft_data import mirror_columns
 from torchtree.model.topology import Topology
@@ -96,6 +97,7 @@ class _SoftTreeBase(PyroModule):
                              f"and {tuple(fmax.shape)}")
         if not bool(torch.isfinite(fmin).all() & torch.isfinite(fmax).all() & (fmax >= fmin).all()):
             raise ValueError("feature_min and feature_max must be finite with feature_max >= feature_min")
+        self._default_ranges, self._warned_range = feature_min is None, False
         self.register_buffer("feature_min", fmin)
         self.register_buffer("feature_max", fmax)
         # scale() runs in every potential evaluation: its constants are computed once
@@ -127,6 +129,13 @@ class _SoftTreeBase(PyroModule):
         X = _as_float(X)
         if X.dim() != 2 or X.shape[1] != self.n_features:
             raise ValueError(f"X must have shape [N, {self.n_features}], got {tuple(X.shape)}")
+        if not bool(torch.isfinite(X).all()):
+            raise ValueError("X holds NaN or infinite values; a soft tree needs finite inputs")
+        if self._default_ranges and not self._warned_range and X.numel() and (X.min() < 0 or X.max() > 1):
+            self._warned_range = True
+            warn(f"X lies in [{float(X.min()):.3g}, {float(X.max()):.3g}] but no feature_min / feature_max were given: "
+                 "the tree reads inputs as already scaled to [0, 1], so its splits cannot separate values outside it; "
+                 "give the training inputs' ranges")
         tau = self.thresholds  # [..., I]
         batch = tau.shape[:-1]
         I, D = self.topology.n_internal, self.n_split_columns
@@ -180,6 +189,7 @@ class SoftTreeFunction(_SoftTreeBase):
         super().__init__(n_features, topology, sharpness, split_concentration, threshold_a, threshold_b,
                          feature_min, feature_max, signed_splits)
         L = self.topology.n_leaves
+        check_real("leaf_scale", leaf_scale, 0.0)
         self.leaf_values = PyroSample(dist.Normal(torch.full((L,), float(leaf_loc)), float(leaf_scale)).to_event(1))
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
@@ -210,6 +220,9 @@ class SoftTreeRegressor(PyroModule):
                  mu_mean: float = 0.0, mu_var: float = 1.0, sigma_shape: float = 1.5, sigma_scale: float = 0.15,
                  feature_min=None, feature_max=None, signed_splits: bool = False) -> None:
         super().__init__()
+        check_real("mu_var", mu_var, 0.0)
+        check_real("sigma_shape", sigma_shape, 0.0)
+        check_real("sigma_scale", sigma_scale, 0.0)
         self.tree = SoftTreeFunction(n_features, topology, sharpness, split_concentration, 1.0, 1.0,
                                      mu_mean, math.sqrt(mu_var), feature_min, feature_max, signed_splits)
         self.sigma2 = PyroSample(dist.InverseGamma(torch.tensor(float(sigma_shape)), torch.tensor(float(sigma_scale))))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from pyro.nn import PyroModule
 
+from torchtree.core.validate import check_int, check_real
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum
 from torchtree.model.data import Data
 from torchtree.samplers.bart import backfit_sweep
@@ -57,7 +58,15 @@ class BARTFunction(PyroModule):
     def __init__(self, X, y_scale=None, n_trees: int = 50, alpha_split: float = 0.95, beta_split: float = 2.0,
                  k: float = 2.0, max_depth: int = 8, max_cuts: int = 100, seed: int = 0) -> None:
         super().__init__()
+        check_int("n_trees", n_trees, 1)
+        check_real("alpha_split", alpha_split, 0.0, 1.0, low_open=True)
+        check_real("beta_split", beta_split, 0.0)
+        check_real("k", k, 0.0, low_open=True)
+        check_int("max_depth", max_depth, 1)
+        check_int("max_cuts", max_cuts, 1)
         Xt = torch.as_tensor(X, dtype=torch.float64)
+        if Xt.dim() != 2 or Xt.shape[0] == 0:
+            raise ValueError(f"X must be 2-D [rows, features] with at least one row, got shape {tuple(Xt.shape)}")
         y = torch.zeros(Xt.shape[0], dtype=torch.float64) if y_scale is None else torch.as_tensor(y_scale).double()
         data = Data(Xt, y if y_scale is not None else torch.linspace(0, 1, Xt.shape[0], dtype=torch.float64),
                     task="regression")
@@ -86,7 +95,13 @@ class BARTFunction(PyroModule):
         """``f`` at the training inputs ``[N]`` (``X`` None), or at new inputs ``X`` ``[M, D]``."""
         if X is None:
             return self.f
-        Xb = self.grid.bins(torch.as_tensor(X, dtype=torch.float64))
+        Xt = torch.as_tensor(X, dtype=torch.float64)
+        D = self._Xb.shape[0] if self._Xb.dim() == 2 else None
+        if Xt.dim() != 2 or (D is not None and Xt.shape[1] != D):
+            raise ValueError(f"X must have shape [M, {D}] (the training inputs' columns), got {tuple(Xt.shape)}")
+        if not bool(torch.isfinite(Xt).all()):
+            raise ValueError("X holds NaN or infinite values; BARTFunction predicts at finite inputs")
+        Xb = self.grid.bins(Xt)
         s = forest_sum(self._feature.transpose(0, 1), self._cut.transpose(0, 1), self._value.transpose(0, 1), Xb)
         return self.prior.scale * s[0]
 

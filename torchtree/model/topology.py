@@ -82,7 +82,9 @@ class Topology:
     @classmethod
     def full(cls, depth: int) -> "Topology":
         """The complete tree with ``2**depth - 1`` internal nodes."""
-        return cls(tuple(range((1 << depth) - 1)))
+        if not 0 <= int(depth) <= 30:
+            raise ValueError(f"a tree's depth must lie in [0, 30], got {depth}")
+        return cls(tuple(range((1 << int(depth)) - 1)))
 
     @classmethod
     def coerce(cls, obj) -> "Topology":
