@@ -399,22 +399,13 @@ def test_gamma_draws_have_the_gamma_moments(shape):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_torchrun_gloo_ranks_draw_what_one_process_draws(tmp_path):
-    import os
-    import socket
-    import subprocess
     import sys
     from pathlib import Path
 
+    from _launch import torchrun
+
     workers = Path(__file__).parent / "_dist_workers"
-    torchrun = Path(sys.executable).parent / "torchrun"
-    if not torchrun.exists():
-        pytest.skip("torchrun not found next to the interpreter")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", str(port), "bart_worker.py",
-                           str(tmp_path)], cwd=workers, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = torchrun(["bart_worker.py", tmp_path], workers)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     sys.path.insert(0, str(workers))
     import bart_worker

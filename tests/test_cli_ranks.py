@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import io
 import os
-import socket
-import subprocess
-import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -13,6 +10,8 @@ import pytest
 
 from torchtree.cli import main
 from torchtree.distributed import launcher, launcher_backend
+
+from _launch import torchrun
 
 DATA = str(Path(__file__).resolve().parents[1] / "data" / "iris.csv.gz")
 
@@ -38,15 +37,7 @@ def test_a_named_backend_without_its_launcher_is_a_user_error(tmp_path, capsys):
 
 
 def _torchrun(args, tmp_path):
-    torchrun = Path(sys.executable).parent / "torchrun"
-    if not torchrun.exists():
-        pytest.skip("torchrun not found next to the interpreter")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", str(port), "-m", "torchtree", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return torchrun(["-m", "torchtree", *args], tmp_path)
 
 
 @pytest.mark.slow

@@ -24,7 +24,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ import torchtree.distributed as td
 WORKERS = Path(__file__).parent / "_dist_workers"
 sys.path.insert(0, str(WORKERS))
 import dist_cases as dc  # noqa: E402
+from _launch import free_port, torchrun  # noqa: E402
 
 pytestmark = pytest.mark.distributed
 
@@ -58,12 +58,6 @@ def _is_hydra(mpiexec: str) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return "HYDRA" in out.stdout.upper()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Job:
@@ -94,7 +88,7 @@ class Job:
 
 
 def _launch_gloo(out_dir: Path, nprocs: int, mode: str) -> Job:
-    port = _free_port()
+    port = free_port()
     procs = []
     for r in range(nprocs):
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(nprocs),
@@ -276,14 +270,7 @@ def test_silent_rank_times_out_gloo(jobs):
 @pytest.mark.slow
 def test_torchrun_launch(tmp_path):
     """The real launcher: torchrun --nproc-per-node 2 runs the check job on gloo."""
-    torchrun = Path(sys.executable).parent / "torchrun"
-    if not torchrun.exists():
-        pytest.skip("torchrun not found next to the interpreter")
-    proc = subprocess.run(
-        [str(torchrun), "--nproc-per-node", "2", "--master-port", str(_free_port()),
-         "redistribution_worker.py", "gloo", str(tmp_path), "check"],
-        cwd=WORKERS, capture_output=True, text=True, timeout=JOB_DEADLINE,
-        env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = torchrun(["redistribution_worker.py", "gloo", tmp_path, "check"], WORKERS, timeout=JOB_DEADLINE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     per_rank = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
     for size in (1, 2):

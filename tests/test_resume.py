@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -35,6 +34,8 @@ import torch
 
 from torchtree import MCMC, BayesianTreeClassifier, Data, TopDownSMC, TraceMonitor
 from torchtree.samplers.mcmc import sampler as mcmc_module
+
+from _launch import free_port
 from torchtree.io.checkpoint import CheckpointError, load_checkpoint
 from torchtree.monitor import CallbackMonitor
 
@@ -384,15 +385,9 @@ def test_two_thread_ranks_that_would_not_resume_alike_raise(tmp_path):
     assert len(errors) == 2 and all("rank 1 finds no checkpoint" in e for e in errors), errors
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.distributed
 def test_two_gloo_ranks_stop_and_resume(tmp_path):
-    port = _free_port()
+    port = free_port()
     procs = []
     for r in range(2):
         env = dict(os.environ, OMP_NUM_THREADS="1", TT_TEST_TIMEOUT="60", RANK=str(r), LOCAL_RANK=str(r),
