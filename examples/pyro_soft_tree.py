@@ -6,7 +6,7 @@
 2. A soft tree as the mean function of a hierarchical model: groups share the tree
    and have their own offsets, ``y = f(x) + b_group + noise``.
 3. A soft classification tree (``SoftTreeClassifier``) with the Dirichlet-multinomial
-   soft-count likelihood.
+   soft-count likelihood, and its predictive class probabilities on new rows.
 
 Run::
 
@@ -17,7 +17,7 @@ Run::
 # smoke-expect: ^\[pyro NUTS\]\s+1 chain, .* test MSE [0-9.]+
 # smoke-expect: ^\[batched NUTS\] 32 chains, .* test MSE [0-9.]+; [0-9]+x the chain-iterations/s
 # smoke-expect: ^\[hierarchical\]  tree threshold
-# smoke-expect: ^\[classifier\]    root split weights
+# smoke-expect: ^\[classifier\]    root split weights .* held-out accuracy [0-9.]+
 from __future__ import annotations
 
 import argparse
@@ -96,8 +96,12 @@ def classification(n_samples: int, n_warmup: int) -> None:
     mcmc = MCMC(NUTS(model, max_tree_depth=7), num_samples=n_samples, warmup_steps=n_warmup, disable_progbar=True)
     mcmc.run(X, y)
     s = mcmc.get_samples()
+    X_new = torch.rand(500, 2, generator=g)
+    y_new = (X_new[:, 0] > 0.4).long() + ((X_new[:, 0] > 0.4) & (X_new[:, 1] > 0.6)).long()
+    probs = Predictive(model, posterior_samples=s, return_sites=["class_probs"])(X, y, X_new)["class_probs"].mean(0)
     print("[classifier]    root split weights", [round(v, 2) for v in s["split_weights"][:, 0].mean(0).tolist()],
-          "thresholds", [round(v, 3) for v in s["thresholds"].mean(0).tolist()])
+          "thresholds", [round(v, 3) for v in s["thresholds"].mean(0).tolist()],
+          "| held-out accuracy", f"{float((probs.argmax(1) == y_new).double().mean()):.3f}")
 
 
 def main() -> None:

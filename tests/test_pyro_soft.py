@@ -169,3 +169,45 @@ def test_signed_split_under_pyro_nuts_fits_a_negative_coefficient():
     near 3/4. Measured: signed median 0.96, paper's model at most 0.76 over 30 draws."""
     assert float(_pyro_draw_accuracies(True).median()) > 0.9
     assert float(_pyro_draw_accuracies(False).max()) < 0.8
+
+
+def test_classifier_class_probs_are_the_ratio_of_marginal_likelihoods_under_hard_routing():
+    """With hard routing (sharpness 1e-3, rows 0.1 or more from the threshold, so phi is
+    exactly 0 or 1 in float64) the predictive of eq. 8 is exact: p(c | x, X, y) =
+    l(Y, c | X, x) / l(Y | X), read from the model's own trace. Tolerance 1e-12."""
+    from pyro import poutine
+    X = torch.tensor([[0.1], [0.2], [0.3], [0.35], [0.65], [0.7], [0.8], [0.9]], dtype=torch.float64)
+    y = torch.tensor([0, 0, 1, 0, 2, 2, 1, 2])
+    X_new = torch.tensor([[0.15], [0.85]], dtype=torch.float64)
+    clf = SoftTreeClassifier(1, 3, topology=1, sharpness=1e-3, alpha=1.5)
+    fixed = poutine.condition(clf, data={"thresholds": torch.tensor([0.5], dtype=torch.float64)})
+    tr = poutine.trace(fixed).get_trace(X, y, X_new)
+    probs = tr.nodes["class_probs"]["value"]
+    assert probs.shape == (2, 3)
+    base = poutine.trace(fixed).get_trace(X, y).log_prob_sum()
+    for m in range(2):
+        for c in range(3):
+            more = poutine.trace(fixed).get_trace(torch.cat([X, X_new[m:m + 1]]), torch.cat([y, torch.tensor([c])]))
+            assert abs(float(probs[m, c]) - math.exp(float(more.log_prob_sum() - base))) < 1e-12
+    # left leaf holds classes (3, 1, 0) of 4 rows: (3 + 0.5) / (4 + 1.5)
+    assert abs(float(probs[0, 0]) - 3.5 / 5.5) < 1e-12
+
+
+def test_classifier_class_probs_under_predictive_sum_to_one_in_both_layouts():
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(30, 2, generator=g, dtype=torch.float64)
+    y = (X[:, 0] > 0.5).long() + (X[:, 1] > 0.7).long()
+    X_new = torch.rand(5, 2, generator=g, dtype=torch.float64)
+    clf = SoftTreeClassifier(2, 3, topology=2, sharpness=0.05)
+    pyro.set_rng_seed(1)
+    mc = MCMC(PyroNUTS(clf, max_tree_depth=4), num_samples=6, warmup_steps=6, disable_progbar=True)
+    mc.run(X, y)
+    s = mc.get_samples()
+    seq = Predictive(clf, posterior_samples=s, return_sites=["class_probs"])(X, y, X_new)["class_probs"]
+    par = Predictive(clf, posterior_samples=s, return_sites=["class_probs"], parallel=True)(X, y, X_new)["class_probs"]
+    assert seq.shape == par.shape == (6, 5, 3)
+    # float32: the priors' parameters set the dtype of the draws
+    assert torch.allclose(seq.sum(-1), torch.ones(6, 5, dtype=seq.dtype), atol=1e-6)
+    assert torch.allclose(seq, par, atol=1e-6)
+    with pytest.raises(ValueError, match="X_new"):
+        clf(X, None)

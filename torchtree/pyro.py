@@ -261,11 +261,28 @@ class SoftTreeClassifier(_SoftTreeBase):
         self.n_classes = check_int("n_classes", n_classes, 2)
         self.alpha = check_real("alpha", alpha, 0.0) if alpha is not None else float(n_classes)
 
-    def forward(self, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Add ``log l(Y | X, splits)`` as a factor; returns leaf probabilities [..., N, L]."""
+    def forward(self, X: torch.Tensor, y: torch.Tensor, X_new: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Add ``log l(Y | X, splits)`` as a factor; returns leaf probabilities [..., N, L].
+
+        Parameters
+        ----------
+        X : Tensor [N, D], the training inputs
+        y : Tensor [N], their class codes ``0 .. n_classes - 1``
+        X_new : Tensor [M, D], optional, inputs to predict. Their class probabilities given the
+            splits and the training labels are recorded as the deterministic site ``class_probs``
+            [..., M, n_classes]:
+
+            ``p(c | x, X, y, splits) = sum_k phi_k(x) (n_kc + alpha / C) / (n_k + alpha)``
+
+            with the soft counts ``n_kc = sum_i phi_k(x_i) [y_i = c]`` and ``n_k = sum_c n_kc``: the
+            leaves' Dirichlet posterior means weighted by the new row's leaf probabilities (with hard
+            routing, the ratio ``l(Y, c | X, x) / l(Y | X)`` of eq. 8). Averaged over posterior draws,
+            e.g. ``Predictive(model, posterior_samples=samples, return_sites=["class_probs"])(X, y,
+            X_new)["class_probs"].mean(0)``, it is the posterior predictive.
+        """
         if y is None:
             raise ValueError("SoftTreeClassifier needs the labels y: the leaves' class probabilities are "
-                             "integrated out given them (eq. 8)")
+                             "integrated out given them (eq. 8); to predict new rows pass them as X_new")
         X, y = _as_float(X), torch.as_tensor(y)
         _check_y(X, y)
         if (y.is_floating_point() and not bool((y == y.round()).all())) or y.is_complex():
@@ -276,6 +293,13 @@ class SoftTreeClassifier(_SoftTreeBase):
         onehot = torch.nn.functional.one_hot(y.long(), self.n_classes).to(phi.dtype)
         batch = phi.shape[:-2]
         flat = phi.reshape((-1,) + phi.shape[-2:])
-        ll = dirichlet_multinomial_loglik(soft_class_counts(flat, onehot), self.alpha / self.n_classes)
+        counts = soft_class_counts(flat, onehot)  # [B, L, C]
+        a = self.alpha / self.n_classes
+        ll = dirichlet_multinomial_loglik(counts, a)
         pyro.factor("soft_dirichlet_multinomial", ll.reshape(batch))
+        if X_new is not None:
+            phi_new = self.leaf_probabilities(X_new)  # the same draw of the splits: batch + [M, L]
+            leaf_probs = (counts + a) / (counts.sum(-1, keepdim=True) + self.alpha)  # [B, L, C]
+            probs = torch.matmul(phi_new.reshape((-1,) + phi_new.shape[-2:]), leaf_probs)  # [B, M, C]
+            pyro.deterministic("class_probs", probs.reshape(batch + probs.shape[-2:]))
         return phi
