@@ -176,9 +176,9 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
             "Print the summary of a posterior saved by 'torchtree fit' and, with --plots DIR, write\n"
             "every plot that applies to it as a PNG file in DIR (one line per file): the MAP tree,\n"
             "feature importance, per-chain traces (mcmc, bart), the hyperparameter search's evidence\n"
-            "curves; with --data also partial dependence and ICE curves of the most used feature and,\n"
-            "when the file has the target column, a calibration plot. Needs matplotlib\n"
-            "(pip install matplotlib)."
+            "curves; with --data also partial dependence and ICE curves of the feature the prediction\n"
+            "moves most with and, when the file has the target column, a calibration plot. Needs\n"
+            "matplotlib (pip install matplotlib)."
         ),
     )
     p.add_argument("posterior", metavar="POSTERIOR.pt")

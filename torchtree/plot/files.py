@@ -10,7 +10,7 @@ import numpy as np
 
 from torchtree.plot.checks import evidence_curves, plot_calibration, plot_evidence, plot_trace, trace_quantities
 from torchtree.plot.common import input_names, kind_of, posterior_of, require_matplotlib
-from torchtree.plot.effects import feature_importance, plot_ice, plot_importance, plot_pdp
+from torchtree.plot.effects import partial_dependence_importance, plot_ice, plot_importance, plot_pdp
 from torchtree.plot.tree import collapse, plot_tree, tree_drawing
 
 __all__ = ["write_plots", "PLOTS"]
@@ -21,8 +21,8 @@ PLOTS = {
     "importance": "posterior split share per feature with 90% intervals",
     "trace": "per-chain traces with R-hat and ESS",
     "evidence": "the hyperparameter search's evidence curves",
-    "pdp": "partial dependence on one feature (default: the most used), with a 90% credible band",
-    "ice": "ICE curves of one feature (default: the most used)",
+    "pdp": "partial dependence on one feature (default: the one the prediction moves most with), with a 90% credible band",
+    "ice": "ICE curves of the feature of pdp",
     "calibration": "reliability diagram (classification) or PIT histogram and interval coverage (regression)",
 }
 
@@ -47,7 +47,8 @@ def write_plots(posterior: Any, directory: str, X: Any = None, y: Any = None, *,
     X : array-like [M, D], optional
     y : array-like [M], optional
     feature : int or str, optional
-        The feature of ``pdp`` and ``ice`` (default: the one with the largest posterior split share).
+        The feature of ``pdp`` and ``ice`` (default: the one whose partial dependence varies most over
+        its values in ``X``, :func:`~torchtree.plot.partial_dependence_importance`).
     feature_names : sequence of str, optional
         One name per input column, for every plot (default: ``X``'s column names, else the names
         the posterior keeps, else ``x0, x1, ...``).
@@ -107,9 +108,9 @@ def write_plots(posterior: Any, directory: str, X: Any = None, y: Any = None, *,
     if X is None:
         skipped += [(n, "needs data rows X") for n in ("pdp", "ice")]
     else:
-        chosen = "" if feature is not None else " (the most used feature)"
+        chosen = "" if feature is not None else " (the feature the prediction moves most with)"
         if feature is None:
-            feature = int(np.argmax(feature_importance(post)["value"]))
+            feature = int(np.argmax(partial_dependence_importance(post, X, feature_names=names)["value"]))
         if isinstance(feature, str) and feature not in names:
             raise ValueError(f"feature {feature!r} is not one of the features {names}")
         name = names[feature] if not isinstance(feature, str) else feature
