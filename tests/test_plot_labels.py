@@ -97,7 +97,7 @@ def test_report_takes_the_csv_header_when_the_posterior_has_no_names(table, tmp_
         w.writerows([list(r) + [int(t)] for r, t in zip(X.tolist(), y.tolist())])
     assert main(["report", str(tmp_path / "post.pt"), "--plots", str(tmp_path / "plots"), "--data", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "pdp.png: partial dependence on dose (the most used feature)" in out
+    assert "pdp.png: partial dependence on dose (the feature the prediction moves most with)" in out
 
 
 def test_arguments_that_do_not_apply_are_refused_not_ignored(table):
@@ -226,3 +226,26 @@ def test_write_plots_draws_the_feature_the_prediction_moves_most_with(tmp_path):
     written, _ = tp.write_plots(reg, str(tmp_path), X, feature_names=["treated", "dose"])
     what = dict(written)
     assert "partial dependence on treated (the feature the prediction moves most with)" in what[str(tmp_path / "pdp.png")]
+
+
+def test_partial_dependence_has_a_point_at_missing_where_the_rows_miss_the_feature():
+    """The "missing" point is the rows' mean prediction with the feature missing in every row
+    (against the estimator's predict_proba, every draw and row; tolerance 1e-9), drawn right of the
+    grid on a tick naming the share of rows missing it; a feature without missing cells has none."""
+    import pandas as pd
+    rng = np.random.default_rng(2)
+    n = 200
+    age = rng.uniform(0, 80, n)
+    y = ((age < 15) | (rng.uniform(size=n) < 0.3)).astype(int)
+    age[rng.uniform(size=n) < 0.25] = np.nan
+    frame = pd.DataFrame({"age": age, "fare": rng.exponential(30, n)})
+    clf = BayesianTreeClassifier(n_particles=30, random_state=0, hyper="fixed").fit(frame, y)
+    got = tp.partial_dependence(clf, frame, "age", max_draws=None, max_rows=None)
+    m = got["missing"]
+    assert m is not None and abs(m["share"] - np.isnan(age).mean()) < 1e-12
+    ref = clf.predict_proba(frame.assign(age=np.nan))[:, 1].mean()
+    assert abs(m["mean"] - ref) < 1e-9 and m["draws"].shape == got["weights"].shape
+    assert tp.partial_dependence(clf, frame, "fare")["missing"] is None
+    ax = tp.plot_pdp(clf, frame, "age")
+    assert any(line.get_label() == "feature missing" for line in ax.get_lines())
+    assert ax.get_xticklabels()[-1].get_text() == f"missing\n{100 * np.isnan(age).mean():.0f}%"

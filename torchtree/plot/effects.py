@@ -228,7 +228,10 @@ def partial_dependence(posterior: Any, X: Any, feature: Any, *, grid: Optional[S
     dict with ``grid`` ``[G]``, ``categorical`` (bool), ``discrete`` (bool: a numeric feature whose
     grid is all of its at most :data:`DISCRETE_LEVELS` distinct values), ``draws`` ``[S, G]`` (each draw's curve),
     ``weights`` ``[S]``, ``mean`` ``[G]`` (the posterior mean curve), ``ice`` ``[G, M']`` (the posterior
-    mean prediction of each averaged row), ``rows`` ``[M']`` (their indices in ``X``) and ``name``.
+    mean prediction of each averaged row), ``rows`` ``[M']`` (their indices in ``X``), ``name`` and
+    ``missing``: where the averaged rows hold missing cells in the feature (and the grid is the
+    default, on a hard-tree or BART posterior), the partial dependence at "missing" as a dict of
+    ``draws`` ``[S]``, ``mean`` and ``share`` (the fraction of the rows missing it); else None.
     """
     post = posterior_of(posterior)
     if target_class is not None and post.task != "classification":
@@ -252,12 +255,23 @@ def partial_dependence(posterior: Any, X: Any, feature: Any, *, grid: Optional[S
             categorical = True
     discrete = bool(grid is None and not categorical and len(values) <= DISCRETE_LEVELS
                     and np.unique(values).size == np.unique(_numbers(_column(Xs, j))).size)
-    F, w = prediction_draws(post, _with_grid(Xs, j, values, categorical), target_class, max_draws)
+    col = _column(Xs, j)
+    n_missing = sum(1 for v in col.tolist() if is_missing_cell(v)) if grid is None and kind_of(post) != "soft" else 0
+    evaluated = values
+    if n_missing:  # one more point: the feature missing in every row (its learnt side, or the imputation)
+        evaluated = np.append(np.asarray(values, dtype=object if categorical else np.float64),
+                              None if categorical else np.nan)
+    F, w = prediction_draws(post, _with_grid(Xs, j, evaluated, categorical), target_class, max_draws)
     G, m = len(values), rows.size
-    per_row = F.reshape(F.shape[0], G, m)
-    curves = per_row.mean(2)
+    per_row = F.reshape(F.shape[0], len(evaluated), m)
+    curves = per_row[:, :G].mean(2)
+    missing = None
+    if n_missing:
+        miss = per_row[:, G].mean(1)
+        missing = {"draws": miss, "mean": float(w @ miss), "share": n_missing / m}
     return {"grid": values, "categorical": categorical, "discrete": discrete, "draws": curves, "weights": w,
-            "mean": w @ curves, "ice": np.tensordot(w, per_row, axes=(0, 0)), "rows": rows, "name": name}
+            "mean": w @ curves, "ice": np.tensordot(w, per_row[:, :G], axes=(0, 0)), "rows": rows, "name": name,
+            "missing": missing}
 
 
 def partial_dependence_importance(posterior: Any, X: Any, *, n_points: int = 10, target_class: Any = None,
@@ -404,10 +418,35 @@ def plot_pdp(posterior: Any, X: Any, feature: Any, *, grid: Optional[Sequence] =
                             max_draws=max_draws, max_rows=max_rows, seed=seed, feature_names=feature_names)
     ax = new_axes(ax, 1)
     _draw_curves(ax, pd, pd["draws"], interval, True)
+    if pd["missing"] is not None:
+        _draw_missing(ax, pd, interval)
     ax.set_ylabel(_y_label(post, target_class))
     ax.set_title(f"Partial dependence on {pd['name']}")
     ax.legend(loc="best", fontsize="small")
     return ax
+
+
+def _draw_missing(ax, pd: Dict[str, Any], interval) -> None:
+    """The partial dependence at "missing": a point with its band's bar, right of the grid, on a tick
+    labelled ``missing`` and the share of the averaged rows missing the feature."""
+    lo, hi = band_quantiles(interval)
+    m = pd["missing"]
+    qlo, qhi = weighted_quantiles(m["draws"][:, None], pd["weights"], (lo, hi))
+    if pd["categorical"]:
+        x = float(len(pd["grid"]))
+    else:
+        g = np.asarray(pd["grid"], np.float64)
+        x = float(g[-1] + max(0.18 * (g[-1] - g[0]), 1.0 if g[-1] == g[0] else 0.0))
+    ax.vlines([x], qlo, qhi, color="C3", alpha=0.35, lw=8)
+    ax.plot([x], [m["mean"]], color="C3", marker="D", ls="none", label="feature missing")
+    ticks, labels = list(ax.get_xticks()), [t.get_text() for t in ax.get_xticklabels()]
+    if not pd["categorical"] and not pd.get("discrete", False):
+        lo_x, hi_x = ax.get_xlim()
+        keep = [i for i, t in enumerate(ticks) if lo_x <= t <= float(np.max(pd["grid"]))]
+        ticks, labels = [ticks[i] for i in keep], [f"{ticks[i]:g}" for i in keep]
+    ax.set_xticks(ticks + [x])
+    share = "<1" if 0 < m["share"] < 0.01 else f"{100 * m['share']:.0f}"
+    ax.set_xticklabels(labels + [f"missing\n{share}%"])
 
 
 def plot_ice(posterior: Any, X: Any, feature: Any, *, n_lines: int = 50, centered: bool = False, band: bool = True,
