@@ -2,6 +2,8 @@
 plate, gradients into the inputs, refusals of what would silently go wrong."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -142,3 +144,21 @@ def test_inputs_outside_the_unit_range_without_ranges_warn_once():
                                 X * 100 + 1)):
             with pyro.poutine.trace():
                 module(inputs)
+
+
+def test_bart_function_warns_once_when_the_target_is_off_the_leaf_priors_scale():
+    """The leaf prior is calibrated to y_scale's range (1 without it): a target 100 times wider
+    warns once; one on the calibrated scale does not."""
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 2, generator=g, dtype=torch.float64)
+    y = 100 * X[:, 0]
+    bart = BARTFunction(X, n_trees=5)
+    with pytest.warns(UserWarning, match="no y_scale was given") as rec:
+        bart.gibbs_step(y, 1.0)
+        bart.gibbs_step(y, 1.0)
+    assert len([w for w in rec if "y_scale" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BARTFunction(X, y_scale=y, n_trees=5).gibbs_step(y - 3.0, 1.0)
+        BARTFunction(X, n_trees=5).gibbs_step(X[:, 0], 0.1)

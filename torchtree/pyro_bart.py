@@ -19,6 +19,7 @@ import torch
 from pyro.nn import PyroModule
 
 from torchtree.core.validate import check_int, check_real
+from torchtree.core.warn import warn
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum
 from torchtree.model.data import Data
 from torchtree.samplers.bart import backfit_sweep
@@ -35,7 +36,9 @@ class BARTFunction(PyroModule):
     ----------
     X : array-like [N, D] the training inputs
     y_scale : array-like [N], optional; a rough target (e.g. ``y``) whose range calibrates the
-        leaf prior as BART does (``tau = range / (2 k sqrt(n_trees))``); default: range 1
+        leaf prior as BART does (``tau = range / (2 k sqrt(n_trees))``); default: range 1.
+        :meth:`gibbs_step` warns once when its target's range is more than 10 times this range or
+        less than a tenth of it
     n_trees : int
         Trees in the sum (default 50).
     alpha_split, beta_split : float
@@ -85,6 +88,7 @@ class BARTFunction(PyroModule):
         self.register_buffer("f", torch.zeros(N, dtype=torch.float64))
         self.register_buffer("_sweeps", torch.zeros((), dtype=torch.long))
         self.seed = int(seed)
+        self._y_scale_given, self._warned_scale = y_scale is not None, False
 
     @property
     def sweeps(self) -> int:
@@ -136,6 +140,13 @@ class BARTFunction(PyroModule):
             raise ValueError(f"sigma must be one finite positive number, got {sd.tolist()}")
         if int(n_sweeps) < 0:
             raise ValueError(f"n_sweeps must be >= 0, got {n_sweeps}")
+        span = float(t.max() - t.min()) if t.numel() > 1 else 0.0
+        if not self._warned_scale and span > 0 and not 0.1 <= span / sc <= 10:
+            self._warned_scale = True
+            given = ("the range of y_scale" if self._y_scale_given else "1, as no y_scale was given")
+            warn(f"the target's range ({span:.3g}) is {span / sc:.3g} times the range the leaf prior was calibrated "
+                 f"to ({given}): the trees' leaf values are shrunk as if f ranged over {sc:.3g}. Pass "
+                 "y_scale=y (a rough target on the scale of f) when constructing BARTFunction")
         t = t.reshape(1, -1) / sc
         resid = t - self.f.reshape(1, -1) / sc
         s2 = (sd.reshape(1) / sc) ** 2
