@@ -52,12 +52,12 @@ import torch
 
 from torchtree.io.cells import is_missing_token
 from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, to_numpy
+from torchtree.model.levels import (MAX_SUBSET_LEVELS, find_level, first_text, label_of, warn_mostly_numbers,
+                                    warn_unseen)
 from torchtree.core.warn import warn
 
 __all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
 
-#: categorical columns with at most this many levels get exact subset splits (2^(L-1) - 1 columns)
-MAX_SUBSET_LEVELS = 8
 #: more encoded columns than this is refused (the samplers' per-node work is linear in columns)
 MAX_ENCODED_COLUMNS = 4096
 
@@ -84,7 +84,7 @@ def _raw_columns(X: Any, name: str = "X"):
             kind = _frame_dtype_kind(dt)
             s = X.iloc[:, j]
             if kind in ("category", "ordered"):
-                cats = list(s.cat.categories)
+                cats = [label_of(c) for c in s.cat.categories]
                 codes = np.asarray(s.cat.codes)
                 col = np.array([None if c < 0 else cats[c] for c in codes.tolist()], dtype=object)
                 cols.append((col, cats if kind == "ordered" else None))
@@ -107,6 +107,8 @@ def _raw_columns(X: Any, name: str = "X"):
             cols.append((c.astype(object), None))
             kinds.append("object")
     return cols, kinds, None
+
+
 
 
 def _as_numbers(col: np.ndarray, tokens: Optional[list] = None):
@@ -276,7 +278,7 @@ class TableEncoder:
             is_cat = declared[j] if declared is not None else (kind in ("category", "ordered") or nums is None)
             if not is_cat:
                 if nums is None:
-                    raise ValueError(f"X {where} holds text ({_first_text(col)!r}) but categorical_features does "
+                    raise ValueError(f"X {where} holds text ({first_text(col)!r}) but categorical_features does "
                                      "not name it; list it in categorical_features, or use the default 'from_dtype'")
                 if tokens:
                     warn(f"X {where}: {len(tokens)} text cell(s) among numbers read as missing values "
@@ -285,10 +287,15 @@ class TableEncoder:
             elif kind == "ordered":
                 present = [None if is_missing_cell(v) else ordered_cats.index(v) for v in col.tolist()]
                 codes = np.array([np.nan if v is None else float(v) for v in present])
-                out.append(cls._numeric(codes, where, levels=list(ordered_cats), source="ordered"))
+                column = cls._numeric(codes, where, levels=list(ordered_cats), source="ordered")
+                seen = codes[~np.isnan(codes)].astype(np.int64)
+                if seen.size:  # a rule-less missing or unseen level becomes the most frequent level, as unordered
+                    column.fill_level = int(np.argmax(np.bincount(seen)))
+                    column.fill = float(column.fill_level)
+                out.append(column)
             else:
                 if declared is None and kind == "object":
-                    _warn_mostly_numbers(col, where)
+                    warn_mostly_numbers(col, where)
                 out.append(cls._categorical(col, y, max_subset_levels, where))
         total = sum(c.n_out for c in out)
         if total > MAX_ENCODED_COLUMNS:
@@ -393,11 +400,19 @@ class TableEncoder:
             return np.where(in_s, 0.0, 1.0)
         if c.source == "ordered":  # codes in category order; an unseen level is a missing value
             lookup = {v: i for i, v in enumerate(c.levels)}
-            x = np.array([np.nan if is_missing_cell(v) else float(lookup.get(v, np.nan)) for v in col.tolist()])
+            x = np.empty(len(col), dtype=np.float64)
+            unseen, present, first = 0, 0, None
+            for i, v in enumerate(col.tolist()):
+                k = None if is_missing_cell(v) else find_level(lookup, v)
+                if k is None and not is_missing_cell(v):
+                    unseen, first = unseen + 1, v if first is None else first
+                present += not is_missing_cell(v)
+                x[i] = np.nan if k is None else float(k)
+            warn_unseen(where, unseen, present, first, c.levels, c.kind == "mia")
         else:
             x = col if kind == "numeric" else _as_numbers(col)
             if x is None:
-                raise ValueError(f"X {where} holds text ({_first_text(col)!r}) but was numeric in training")
+                raise ValueError(f"X {where} holds text ({first_text(col)!r}) but was numeric in training")
         if np.isinf(x).any():
             raise ValueError(f"X {where} holds an infinite value; trees take finite values and NaN (missing) only")
         if c.kind == "constant":
@@ -422,17 +437,12 @@ class TableEncoder:
                 out[i] = miss_code
                 continue
             present += 1
-            k = lookup.get(v)
-            if k is None:
-                k = lookup.get(str(v)) if not isinstance(v, str) else (lookup.get(float(v)) if _is_number(v) else None)
+            k = find_level(lookup, v)
             if k is None:
                 unseen, first = unseen + 1, v if first is None else first
             out[i] = miss_code if k is None and has_missing else (c.fill_level if k is None else k)
-        if where is not None and unseen * 2 > present:
-            seen = ", ".join(repr(v) for v in c.levels[:5] if v is not None) + (", ..." if len(c.levels) > 5 else "")
-            warn(f"X {where}: {unseen} of {present} cells hold levels not seen in fit (such as {first!r}; fit "
-                 f"saw {seen}); they predict as {'missing values' if has_missing else 'the most frequent level'}",
-                 UserWarning)
+        if where is not None:
+            warn_unseen(where, unseen, present, first, c.levels, has_missing)
         return out
 
     # --------------------------------------------------------- description
@@ -499,41 +509,18 @@ class TableEncoder:
         return f"TableEncoder({self.n_inputs} inputs -> {self.n_columns} split columns: {parts})"
 
 
+
+
+
+
 def _level_text(v) -> str:
     return "missing" if v is None else str(v)
 
 
-def _warn_mostly_numbers(col: np.ndarray, where: str) -> None:
-    """Warn where a column read as categorical (it holds text) has more levels than subset splits take and most
-    of them are numbers: a stray word in a numeric column, which would make every number a level of its own."""
-    try:
-        distinct = dict.fromkeys(col.tolist())
-    except TypeError:  # cells that are not labels (lists, dicts): refused when the levels are made
-        return
-    if len(distinct) <= MAX_SUBSET_LEVELS:
-        return
-    levels = [v for v in distinct if not (is_missing_cell(v) or is_missing_token(v))]
-    numbers = sum(1 for v in levels if _is_number(v))
-    if len(levels) > MAX_SUBSET_LEVELS and numbers * 2 > len(levels):
-        warn(f"X {where} holds text ({_first_text(col)!r}) among numbers ({numbers} of its {len(levels)} "
-             "levels): read as categorical. If the text marks a missing value, replace it with NaN; "
-             "categorical_features=None refuses text columns", UserWarning)
 
 
-def _is_number(v) -> bool:
-    try:
-        float(v)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
-def _first_text(col: np.ndarray):
-    """The first cell that is neither missing nor a number."""
-    for v in col.tolist():
-        if not (is_missing_cell(v) or is_missing_token(v) or _is_number(v)):
-            return v
-    return None
 
 
 def _level_scores(codes: np.ndarray, L: int, y: Optional[np.ndarray]) -> np.ndarray:
