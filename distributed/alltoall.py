@@ -66,9 +66,10 @@ def alltoall_redistribute(
     block : mapping str -> Tensor ``[n, ...]``
         This rank's particles (global rows ``[rank n, (rank + 1) n)``), the same layout on
         every rank (pad capacities first).
-    ncopies : integer Tensor ``[n]``, non-negative, summing to ``N = n P`` over ranks
+    ncopies : Tensor [n]
+        Non-negative integers, summing to ``N = n P`` over ranks.
     backend : Backend
-    local : {"gather", "sequential"}
+    local : {"gather", "sequential"}, default "gather"
         How the received rows are expanded.
     out : mapping str -> Tensor ``[n, ...]``, optional
         Preallocated output buffers (see :func:`~torchtree.distributed.redistribute`).
@@ -79,6 +80,22 @@ def alltoall_redistribute(
     -------
     dict str -> Tensor ``[n, ...]``: rows ``[rank n, (rank + 1) n)`` of
     ``sequential_redistribute(global block, global ncopies)``, exactly.
+
+    Raises
+    ------
+    ValueError
+        On every rank alike: malformed block or ``ncopies``, unequal particle counts or block
+        layouts across ranks, ``sum(ncopies) != N``, or a bad ``out``.
+    CollectiveError, CollectiveTimeout
+        A peer died, raised, or did not answer within the backend's timeout.
+
+    Notes
+    -----
+    The global prefix sum of ``ncopies`` says which output slots ``[a_i, a_i + c_i)`` each
+    particle fills, so every rank sends each needed row once, to every rank whose slots it
+    meets (at most ``n + P - 1`` rows leave a rank), in one ``all_to_all`` after one set-up
+    ``all_gather``; the receiver expands the runs it got. With one rank this is the local
+    redistribution.
     """
     plan = make_plan(block, ncopies, backend, out)
     P, rank, n = backend.world_size, backend.rank, plan.n

@@ -37,8 +37,9 @@ __all__ = [
     "DEFAULT_TIMEOUT",
 ]
 
-#: Default seconds a collective may wait for the other ranks before raising.
 DEFAULT_TIMEOUT = 300.0
+"""Default seconds a collective may wait for the other ranks before it raises
+:class:`CollectiveTimeout` (the ``timeout`` of every backend, and of :func:`get_backend`)."""
 
 _REDUCE_OPS = ("sum", "max", "min")
 

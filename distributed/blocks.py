@@ -170,12 +170,19 @@ def agree_capacity(capacity: int, backend) -> int:
 
     Parameters
     ----------
-    capacity : int, this rank's C
+    capacity : int
+        This rank's C.
     backend : Backend
 
     Returns
     -------
-    int, the largest C over all ranks (identical on every rank)
+    int
+        The largest C over all ranks (identical on every rank).
+
+    Raises
+    ------
+    CollectiveError, CollectiveTimeout
+        A peer died, raised, or did not answer within the backend's timeout.
     """
     return int(backend.all_reduce(torch.tensor([int(capacity)], dtype=torch.int64), "max").item())
 
@@ -210,8 +217,18 @@ def harmonize_capacity(
 
     Returns
     -------
-    block : dict str -> Tensor, padded to the common capacity
-    capacity : int, the common capacity
+    block : dict str -> Tensor
+        This rank's block, padded to the common capacity.
+    capacity : int
+        The common capacity.
+
+    Raises
+    ------
+    ValueError
+        Neither ``node_keys`` nor ``capacity`` given, ``capacity`` given without ``node_keys``
+        or ``pad``, or node fields that :func:`block_capacity` rejects.
+    CollectiveError, CollectiveTimeout
+        A peer died, raised, or did not answer within the backend's timeout.
     """
     if capacity is None:
         if node_keys is None:
@@ -240,6 +257,11 @@ class BlockLayout:
     fields : tuple of (key, dtype, trailing shape, byte offset, byte count)
     words : int
         Row width of the packed buffer in int64 words.
+
+    Raises
+    ------
+    ValueError
+        ``block`` is not a valid particle block (see :func:`block_rows`).
     """
 
     def __init__(self, block: Mapping[str, torch.Tensor]):
@@ -362,8 +384,7 @@ class Workspace:
     """Scratch buffers reused across redistribution calls (keep one per particle population).
 
     Allocating hundreds of MB of fresh CPU memory per resampling step costs page faults and
-    kernel zeroing that can exceed the copying itself (the redistribution benchmark
-    measures it). Passing the same workspace to every
+    kernel zeroing that can exceed the copying itself. Passing the same workspace to every
     :func:`~torchtree.distributed.redistribute` call lets the packed send/receive buffers be
     reused; together with ``out=`` (double-buffered populations) a step allocates almost
     nothing. A buffer only grows; :meth:`clear` releases everything.
@@ -379,7 +400,8 @@ class Workspace:
 
         Parameters
         ----------
-        name : str, which scratch slot (different names never alias)
+        name : str
+            Which scratch slot (different names never alias).
         shape : tuple of int
         dtype : torch.dtype
         device : torch.device or str

@@ -25,8 +25,21 @@ _LN2 = math.log(2.0)
 
 
 def fixed_bits(n_total: int) -> int:
-    """Fractional bits ``B`` of the fixed-point weights of ``n_total`` particles: the sum of
-    ``n_total`` numbers in ``[0, 2^B]`` (and of their squares) fits in int64."""
+    """Fractional bits ``B`` of the fixed-point weights of ``n_total`` particles.
+
+    ``B = 62 - ceil(log2 N)``: the sum of ``N`` numbers in ``[0, 2^B]`` fits in int64.
+
+    Parameters
+    ----------
+    n_total : int
+        ``N``, the particles over all ranks (values below 1 count as 1).
+
+    Returns
+    -------
+    int
+        ``B``, at most 62 (``2^-B`` of the largest weight is the quantum of the fixed-point
+        weights).
+    """
     return 62 - max(0, math.ceil(math.log2(max(n_total, 1))))
 
 
@@ -36,12 +49,24 @@ def fixed_sums(x: torch.Tensor, m: torch.Tensor, bits: int) -> Tuple[torch.Tenso
     Parameters
     ----------
     x : float64 Tensor [R, n]
-    m : float64 Tensor [R], the global row maxima (finite)
+        This rank's part of ``R`` log-weight vectors.
+    m : float64 Tensor [R]
+        The global row maxima (finite), so that ``x - m <= 0``.
     bits : int
+        Fractional bits, from :func:`fixed_bits` (``0 <= bits <= 62``).
 
     Returns
     -------
-    (int64 [R], int64 [R]); exact, so partial sums from any partition add up to the same total.
+    sums : int64 Tensor [R]
+        ``sum_i round(2^bits exp(x_ri - m_r))``.
+    square_sums : int64 Tensor [R]
+        ``sum_i round(2^bits exp(2 (x_ri - m_r)))``.
+        Both exact, so partial sums from any partition add up to the same total.
+
+    Raises
+    ------
+    ValueError
+        ``bits`` outside ``[0, 62]``.
     """
     z = x - m[:, None]
     R, n = z.shape

@@ -97,6 +97,19 @@ def global_log_sum_exp(log_weights: torch.Tensor, backend: Backend | None = None
     Returns
     -------
     float64 scalar Tensor (identical on every rank); ``-inf`` when every weight is zero.
+
+    Raises
+    ------
+    ValueError
+        ``log_weights`` is not a 1-D floating-point tensor.
+    CollectiveError, CollectiveTimeout
+        A peer died, raised, or did not answer within the backend's timeout.
+
+    Notes
+    -----
+    Two ``all_reduce`` calls (the maximum, then the sum of ``exp(logw - max)``) in float64:
+    the result agrees across world sizes up to rounding, not bit for bit; use
+    :func:`global_stats` for that.
     """
     backend = _backend(backend)
     lw = _check_log_weights(log_weights)
@@ -120,6 +133,13 @@ def global_ess(log_weights: torch.Tensor, backend: Backend | None = None) -> tor
     -------
     float64 scalar Tensor in ``[1, N]`` (0 when every weight is zero; the number of ``+inf``
     log-weights when there are any).
+
+    Raises
+    ------
+    ValueError
+        ``log_weights`` is not a 1-D floating-point tensor.
+    CollectiveError, CollectiveTimeout
+        A peer died, raised, or did not answer within the backend's timeout.
     """
     backend = _backend(backend)
     lw = _check_log_weights(log_weights)
@@ -143,12 +163,20 @@ def fixed_point_weights(x: torch.Tensor, bits: int) -> torch.Tensor:
 
     Parameters
     ----------
-    x : float64 Tensor ``[n]``, values ``<= 0`` or ``-inf``
-    bits : int, ``0 <= bits <= 62``
+    x : Tensor [n]
+        float64 values ``<= 0`` or ``-inf`` (log-weights minus their maximum).
+    bits : int
+        Fractional bits, ``0 <= bits <= 62``.
 
     Returns
     -------
-    int64 Tensor ``[n]`` in ``[0, 2^bits]``; exactly ``2^bits`` where ``x == 0``.
+    int64 Tensor ``[n]`` in ``[0, 2^bits]``; exactly ``2^bits`` where ``x == 0``, 0 where
+    ``x == -inf``.
+
+    Raises
+    ------
+    ValueError
+        ``bits`` outside ``[0, 62]``.
 
     Notes
     -----

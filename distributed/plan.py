@@ -17,6 +17,9 @@ __all__ = ["METHODS", "LOCAL_METHODS", "ancestors_from_ncopies", "check_out", "s
            "gather_redistribute"]
 
 METHODS = ("auto", "sequential", "gather", "rotational", "alltoall")
+"""The ``method=`` values of :func:`~torchtree.distributed.redistribute`: ``"sequential"`` and
+``"gather"`` run on one rank, ``"rotational"`` and ``"alltoall"`` on any number, ``"auto"``
+picks ``"gather"`` on one rank and ``"alltoall"`` on several."""
 LOCAL_METHODS = ("gather", "sequential")
 
 
@@ -38,13 +41,15 @@ def ancestors_from_ncopies(ncopies: torch.Tensor, start: int = 0, stop: int | No
 
     Parameters
     ----------
-    ncopies : integer Tensor ``[M]``, non-negative
+    ncopies : Tensor [M]
+        Non-negative integers.
     start, stop : int
         Output slots wanted (default: all ``sum(ncopies)``).
 
     Returns
     -------
-    int64 Tensor ``[stop - start]`` on the device of ``ncopies``.
+    int64 Tensor ``[stop - start]`` on the device of ``ncopies``: output slot ``start + k``
+    copies input particle ``out[k]``.
 
     Notes
     -----
@@ -66,13 +71,17 @@ def check_out(out: Mapping[str, torch.Tensor] | None, block: Mapping[str, torch.
     ----------
     out : mapping str -> Tensor ``[rows, ...]`` or None
         Same keys, dtypes, devices and trailing shapes as ``block``, contiguous, and not
-        sharing memory with it.
-    block : mapping str -> Tensor
-    rows : int, the number of output particles
+        sharing memory with it. None passes.
+    block : mapping str -> Tensor ``[P, ...]``
+        The input particles.
+    rows : int
+        The number of output particles.
 
     Raises
     ------
     ValueError
+        ``out`` has other keys than ``block``, a field of another dtype, shape or device, a
+        non-contiguous field, or a field sharing storage with the input.
     """
     if out is None:
         return
@@ -98,7 +107,8 @@ def sequential_redistribute(
     Parameters
     ----------
     block : mapping str -> Tensor ``[M, ...]``
-    ncopies : integer Tensor ``[M]``, non-negative
+    ncopies : Tensor [M]
+        Non-negative integers.
     out : mapping str -> Tensor ``[sum(ncopies), ...]``, optional
         Buffers to write into (see :func:`gather_redistribute`).
 
@@ -106,6 +116,12 @@ def sequential_redistribute(
     -------
     dict str -> Tensor ``[sum(ncopies), ...]``: particle ``i`` repeated ``ncopies[i]`` times, in
     order (``sum(ncopies) == M`` for a resampling step).
+
+    Raises
+    ------
+    ValueError
+        A malformed block (see :func:`~torchtree.distributed.block_rows`), ``ncopies`` that is
+        not a non-negative integer tensor ``[M]``, or a bad ``out`` (see :func:`check_out`).
     """
     rows = block_rows(block)
     problem = check_ncopies(ncopies, rows)
@@ -132,8 +148,10 @@ def gather_redistribute(
 
     Parameters
     ----------
-    block : mapping str -> Tensor ``[M, ...]`` (any device)
-    ncopies : integer Tensor ``[M]``, non-negative
+    block : mapping str -> Tensor ``[M, ...]``
+        Particles, on any device.
+    ncopies : Tensor [M]
+        Non-negative integers.
     out : mapping str -> Tensor ``[sum(ncopies), ...]``, optional
         Preallocated buffers (same keys, dtypes, trailing shapes; not the input's memory) to
         write into. Reusing one spare population across SMC steps ("double buffering") avoids
@@ -144,6 +162,11 @@ def gather_redistribute(
     -------
     dict str -> Tensor ``[sum(ncopies), ...]``, equal to :func:`sequential_redistribute`
     (the ``out`` tensors when given).
+
+    Raises
+    ------
+    ValueError
+        As :func:`sequential_redistribute`.
 
     Notes
     -----

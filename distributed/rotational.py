@@ -163,9 +163,10 @@ def rotational_redistribute(
     block : mapping str -> Tensor ``[n, ...]``
         This rank's particles (global rows ``[rank n, (rank + 1) n)``), the same layout on
         every rank (pad capacities first).
-    ncopies : integer Tensor ``[n]``, non-negative, summing to ``N = n P`` over ranks
+    ncopies : Tensor [n]
+        Non-negative integers, summing to ``N = n P`` over ranks.
     backend : Backend
-    local : {"gather", "sequential"}
+    local : {"gather", "sequential"}, default "gather"
         Step 5: expand the balanced runs with a gather or with Alg. 3's loop.
     out : mapping str -> Tensor ``[n, ...]``, optional
         Preallocated output buffers (see :func:`~torchtree.distributed.redistribute`).
@@ -177,10 +178,20 @@ def rotational_redistribute(
     dict str -> Tensor ``[n, ...]``: rows ``[rank n, (rank + 1) n)`` of
     ``sequential_redistribute(global block, global ncopies)``, exactly.
 
+    Raises
+    ------
+    ValueError
+        On every rank alike: malformed block or ``ncopies``, unequal particle counts or block
+        layouts across ranks, ``sum(ncopies) != N``, or a bad ``out``.
+    CollectiveError, CollectiveTimeout
+        A peer died, raised, or did not answer within the backend's timeout.
+
     Notes
     -----
-    With one rank this is the local S-R (the paper's ``if P > 1``). See the module notes for
-    the algorithm, why it never collides, and its cost.
+    With one rank this is the local S-R (the paper's ``if P > 1``). Cost per rank:
+    ``2 ceil(log2 P) + 2`` paired exchanges of ``n`` packed rows plus one set-up
+    ``all_gather``; works for any ``P``, not only powers of two. The docstring of the module
+    ``torchtree.distributed.rotational`` gives the algorithm and why two runs never collide.
     """
     plan = make_plan(block, ncopies, backend, out)
     P, rank, n = backend.world_size, backend.rank, plan.n

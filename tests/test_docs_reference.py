@@ -7,6 +7,7 @@ needs no MkDocs: it runs in the test suite. ``make docs`` builds the site itself
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from pathlib import Path
 
@@ -50,6 +51,17 @@ def _public_names():
         mod = importlib.import_module(module)
         for name in mod.__all__:
             out.append((f"{module}.{name}", {f"{module}.{name}"}))
+    # the faces of the soft-tree family and of the distributed package: their names are defined in
+    # the layers below, so a directive naming the defining module is accepted too (MPIBackend,
+    # a lazy attribute, is documented so)
+    for module in ("torchtree.soft", "torchtree.distributed"):
+        mod = importlib.import_module(module)
+        for name in mod.__all__:
+            accepted = {f"{module}.{name}"}
+            obj = getattr(mod, name)
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and obj.__name__ == name:
+                accepted.add(f"{obj.__module__}.{name}")
+            out.append((f"{module}.{name}", accepted))
     # torchtree.plot: its reference page renders the whole module ('::: torchtree.plot'), when it imports
     try:
         plot = importlib.import_module("torchtree.plot")

@@ -280,9 +280,24 @@ def train_test_split(
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Shuffle with a fixed seed and split ``(X, y)`` into train and test parts.
 
+    One random permutation of the rows (torch's CPU generator seeded with ``seed``); its first
+    ``M`` rows are the test part, the others the training part. No stratification.
+
+    Parameters
+    ----------
+    X : Tensor [N, D]
+    y : Tensor [N]
+    test_fraction : float, default 0.3
+        Share of the rows in the test part, in [0, 1].
+    seed : int, default 0
+
     Returns
     -------
-    X_train [N - M, D], y_train, X_test [M, D], y_test with ``M = round(test_fraction N)``.
+    X_train : Tensor [N - M, D]
+    y_train : Tensor [N - M]
+    X_test : Tensor [M, D]
+    y_test : Tensor [M]
+        With ``M = round(test_fraction N)``.
     """
     g = torch.Generator().manual_seed(int(seed))
     perm = torch.randperm(X.shape[0], generator=g)

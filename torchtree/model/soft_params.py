@@ -94,12 +94,26 @@ class SoftTreeHyper:
 
 @dataclass(frozen=True)
 class ParamLayout:
-    """Offsets of the blocks of ``theta`` for padded depth ``depth``.
+    """Where each parameter block lies in the unconstrained vector ``theta [B, P]``.
 
-    Attributes
+    For padded depth ``d`` (``I = 2**d - 1`` internal slots, ``L = 2**d`` leaf slots) and
+    ``D`` split columns, one row of ``theta`` is:
+
+        [ z : I*(D-1) | u : I | mu : L (regression) | s : 1 (regression) ]
+
+    node-major split logits ``z`` (``w = softmax([z, 0])``), threshold logits ``u``
+    (``tau = logistic(u)``), leaf means ``mu`` and the log noise variance ``s``
+    (:mod:`torchtree.model.soft_trees` gives the model). :attr:`size` is ``P``; the offsets
+    are cached properties.
+
+    Parameters
     ----------
-    depth, n_features : int
+    depth : int
+        Padded tree depth ``d``.
+    n_features : int
+        Split columns ``D`` (:attr:`SoftData.n_features`: twice the inputs with signed splits).
     regression : bool
+        Whether the leaf-mean and noise blocks are present.
     """
 
     depth: int

@@ -190,21 +190,37 @@ def sample_prior_topologies(
 ) -> List[Topology]:
     """Draw ``n`` topologies from the Chipman prior truncated at ``max_depth``.
 
+    A node at depth ``k`` splits with probability ``alpha_split * (1 + k)**(-beta_split)``
+    (Chipman, George & McCulloch 1998; paper 004, eq. 6), independently, from the root down;
+    DCC draws its initial topologies so (paper 004, Alg. 1).
+
     Parameters
     ----------
     n : int
-    alpha_split, beta_split : float
-        Chipman split-prior hyperparameters.
-    max_depth : int
+        Number of topologies, >= 0.
+    alpha_split : float, default 0.95
+        Base split probability ``alpha`` of the Chipman prior, in (0, 1).
+    beta_split : float, default 1.0
+        Depth penalty ``beta`` of the Chipman prior, >= 0.
+    max_depth : int, default 6
         Leaves at this depth never split (truncation of the prior).
     rng : random.Random, optional
-    min_internal : int
+        Source of the draws (default: ``random.Random(0)``, so the same list every call).
+    min_internal : int, default 1
         Draws with fewer internal nodes are rejected and redrawn (DCC works with
-        trees that split at least once).
+        trees that split at least once); at most ``2**max_depth - 1``.
 
     Returns
     -------
-    list of :class:`Topology` (with repeats: the counts matter to DCC).
+    list of Topology
+        ``n`` draws, with repeats (the counts matter to DCC).
+
+    Raises
+    ------
+    ValueError
+        A bad ``n``, ``max_depth``, ``min_internal`` or split prior, or ``10000 + 1000 n``
+        draws gave fewer than ``n`` trees with ``min_internal`` internal nodes (the prior
+        almost never splits that much).
     """
     n = check_int("n", n, 0)
     check_split_prior(alpha_split, beta_split)
@@ -243,18 +259,29 @@ def propose_topology(
 ) -> Tuple[Topology, str]:
     """Global grow / prune / stay proposal from ``topology`` (paper 004, Sec. 3.2).
 
+    Grow splits a leaf chosen uniformly among those above ``max_depth``; prune removes the
+    two leaf children of an internal node chosen uniformly among those whose children are
+    both leaves; stay returns ``topology`` itself. DCC uses it to propose new topologies
+    near the ones it has explored.
+
     Parameters
     ----------
     topology : Topology
     rng : random.Random
-    move_probs : (p_grow, p_prune, p_stay)
-        A tree with one internal node cannot be pruned (its grow probability takes
-        the prune share); a tree at ``max_depth`` everywhere cannot grow.
-    max_depth : int
+        Source of the move and of the node.
+    move_probs : (float, float, float), default (0.6, 0.3, 0.1)
+        ``(p_grow, p_prune, p_stay)``, normalised by their sum. A tree with one internal
+        node cannot be pruned (its grow probability takes the prune share); a tree at
+        ``max_depth`` everywhere cannot grow (its prune probability takes the grow share).
+    max_depth : int, default 6
+        Leaves at this depth are not grown.
 
     Returns
     -------
-    (Topology, move) with move in {"grow", "prune", "stay"}.
+    topology : Topology
+        The proposed topology.
+    move : str
+        ``"grow"``, ``"prune"`` or ``"stay"``.
     """
     p_grow, p_prune, p_stay = (float(p) for p in move_probs)
     growable = topology.growable(max_depth)

@@ -38,15 +38,22 @@ __all__ = [
 
 
 class DualAveragingState(NamedTuple):
-    """Dual-averaging state of every chain (all [B]).
+    """Dual-averaging state of every chain (Hoffman & Gelman 2014, Alg. 5); every field is ``Tensor [B]``.
+
+    Made by :func:`dual_averaging_init`, advanced by :func:`dual_averaging_update`.
 
     Attributes
     ----------
-    log_step : current log step size (used while adapting)
-    log_step_avg : averaged log step size (used after adaptation)
-    h_bar : running average of ``target - accept``
-    mu : shrinkage point ``log(10 * step_size_init)``
-    count : iterations since the last restart
+    log_step : Tensor [B]
+        Current log step size ``log eps_t``, the one to use while adapting.
+    log_step_avg : Tensor [B]
+        Iterate average ``log eps_bar_t``, the step size to keep once adaptation ends.
+    h_bar : Tensor [B]
+        Running average of ``target - accept_prob``.
+    mu : Tensor [B]
+        Shrinkage point ``log(10 * eps_0)``.
+    count : Tensor [B]
+        Iterations since the last (re)start, as a float.
     """
 
     log_step: torch.Tensor
@@ -57,7 +64,18 @@ class DualAveragingState(NamedTuple):
 
 
 def dual_averaging_init(step_size: torch.Tensor) -> DualAveragingState:
-    """Start dual averaging at ``step_size [B]``."""
+    """Start (or restart) dual averaging at the step sizes ``eps_0``.
+
+    Parameters
+    ----------
+    step_size : Tensor [B]
+        Positive initial step size of every chain, e.g. from :func:`find_reasonable_step_size`.
+
+    Returns
+    -------
+    DualAveragingState
+        ``log_step = log eps_0``, ``mu = log(10 eps_0)``, the other fields zero.
+    """
     log_eps = torch.log(step_size)
     z = torch.zeros_like(log_eps)
     return DualAveragingState(log_eps, z.clone(), z.clone(), math.log(10.0) + log_eps, z.clone())
@@ -71,7 +89,34 @@ def dual_averaging_update(
     t0: float = 10.0,
     kappa: float = 0.75,
 ) -> DualAveragingState:
-    """One dual-averaging update from this iteration's acceptance statistic [B]."""
+    """One dual-averaging update of every chain's step size (Hoffman & Gelman 2014, Alg. 5).
+
+    With ``t = count + 1`` and ``a`` the acceptance statistic:
+
+        h_bar_t      = (1 - 1/(t + t0)) h_bar_{t-1} + (target - a) / (t + t0)
+        log eps_t    = mu - sqrt(t) / gamma * h_bar_t
+        log eps_bar_t = t^-kappa log eps_t + (1 - t^-kappa) log eps_bar_{t-1}
+
+    Parameters
+    ----------
+    state : DualAveragingState
+    accept_prob : Tensor [B]
+        This iteration's acceptance statistic of every chain (``HMCInfo.accept_prob`` or
+        ``NUTSInfo.accept_prob``); NaN counts as 0 and values are clipped to [0, 1].
+    target : float, default 0.8
+        Acceptance rate aimed at (``target_accept``).
+    gamma : float, default 0.05
+        Adaptation regularisation scale.
+    t0 : float, default 10.0
+        Offset that damps the first iterations.
+    kappa : float, default 0.75
+        Decay exponent of the iterate average.
+
+    Returns
+    -------
+    DualAveragingState
+        The next state (a new tuple; ``state`` is not modified).
+    """
     a = torch.nan_to_num(accept_prob, nan=0.0).clamp(0.0, 1.0)
     t = state.count + 1
     eta = 1.0 / (t + t0)
@@ -83,13 +128,18 @@ def dual_averaging_update(
 
 
 class WelfordState(NamedTuple):
-    """Running mean and sum of squared deviations of positions, per chain.
+    """Running mean and sum of squared deviations of positions, per chain and coordinate (Welford).
+
+    Made by :func:`welford_init`, advanced by :func:`welford_update`, read by :func:`welford_variance`.
 
     Attributes
     ----------
     count : int
+        Draws added so far (the same for every chain).
     mean : Tensor [B, P]
+        Running mean of the draws.
     m2 : Tensor [B, P]
+        Running sum of squared deviations from the mean.
     """
 
     count: int
@@ -98,12 +148,35 @@ class WelfordState(NamedTuple):
 
 
 def welford_init(like: torch.Tensor) -> WelfordState:
-    """Empty accumulator shaped like ``like [B, P]``."""
+    """An empty Welford accumulator.
+
+    Parameters
+    ----------
+    like : Tensor [B, P]
+        Gives the shape, dtype and device (its values are not used).
+
+    Returns
+    -------
+    WelfordState
+        ``count = 0`` and zero ``mean`` and ``m2``.
+    """
     return WelfordState(0, torch.zeros_like(like), torch.zeros_like(like))
 
 
 def welford_update(state: WelfordState, x: torch.Tensor) -> WelfordState:
-    """Add one draw ``x [B, P]`` of every chain."""
+    """Add one draw of every chain (Welford's numerically stable update).
+
+    Parameters
+    ----------
+    state : WelfordState
+    x : Tensor [B, P]
+        One position per chain.
+
+    Returns
+    -------
+    WelfordState
+        The next state (a new tuple; ``state`` is not modified).
+    """
     n = state.count + 1
     delta = x - state.mean
     mean = state.mean + delta / n
@@ -112,7 +185,19 @@ def welford_update(state: WelfordState, x: torch.Tensor) -> WelfordState:
 
 
 def welford_variance(state: WelfordState, regularize: bool = True) -> torch.Tensor:
-    """Sample variance [B, P], shrunk as Stan does: ``n/(n+5) var + 1e-3 * 5/(n+5)``."""
+    """Per-chain sample variance of the draws added so far: the diagonal inverse mass matrix.
+
+    Parameters
+    ----------
+    state : WelfordState
+    regularize : bool, default True
+        Shrink toward ``1e-3`` as Stan does: ``n/(n+5) var + 1e-3 * 5/(n+5)``.
+
+    Returns
+    -------
+    Tensor [B, P]
+        ``m2 / (n - 1)`` (``m2`` itself for ``n <= 1``), shrunk when ``regularize``.
+    """
     n = state.count
     var = state.m2 / max(n - 1, 1)
     if regularize:
@@ -125,8 +210,28 @@ def warmup_windows(
 ) -> List[Tuple[int, int]]:
     """Stan's slow adaptation windows as ``[(start, end), ...]`` (end exclusive).
 
-    If the buffers do not fit, they are rescaled to 15% / 75% / 10% of ``n_warmup``;
-    under 20 warm-up iterations there is no slow window (step size only).
+    An initial fast buffer of ``init_buffer`` iterations, then slow windows starting at
+    ``base_window`` iterations and doubling (the last one stretched to the terminal
+    buffer), then a terminal fast buffer of ``term_buffer`` iterations. If the three do not
+    fit, they are rescaled to 15% / 75% / 10% of ``n_warmup``; under 20 warm-up iterations
+    there is no slow window (step size only).
+
+    Parameters
+    ----------
+    n_warmup : int
+        Warm-up iterations.
+    init_buffer : int, default 75
+        Initial fast buffer (step size only), Stan's default.
+    term_buffer : int, default 50
+        Terminal fast buffer (step size only, at the final mass matrix), Stan's default.
+    base_window : int, default 25
+        Length of the first slow window, Stan's default.
+
+    Returns
+    -------
+    list of (int, int)
+        Consecutive, non-overlapping iteration ranges; the mass matrix is re-estimated at
+        the end of each.
     """
     if n_warmup < 20:
         return []
@@ -150,10 +255,15 @@ def warmup_windows(
 def sharpness_schedule(n_warmup: int, h_init: float, h_final: float, end: Optional[int] = None) -> List[float]:
     """Per-iteration split sharpness for warm-up: geometric ``h_init -> h_final``.
 
+    Iteration ``i`` gets ``h_i = exp((1 - f) log h_init + f log h_final)`` with
+    ``f = min(i / (end - 1), 1)`` (paper 004, Table 5).
+
     Parameters
     ----------
     n_warmup : int
+        Warm-up iterations.
     h_init, h_final : float
+        Positive sharpness at the first iteration and from ``end`` on.
     end : int, optional
         Iteration from which ``h = h_final``; default: the start of the terminal
         buffer of :func:`warmup_windows` (or ``n_warmup`` without windows).
@@ -185,10 +295,27 @@ def find_reasonable_step_size(
 
     Each chain doubles (or halves) its step size until the acceptance probability of
     one leapfrog step crosses 0.8 (Stan's choice); chains that have crossed are frozen by a mask.
+    All chains share one momentum draw per call and take one batched leapfrog step per trial.
+
+    Parameters
+    ----------
+    state : HMCState
+        Current positions with their potential and gradient.
+    potential_and_grad : callable
+        ``Tensor [B, P] -> (U [B], dU/dtheta [B, P])``.
+    inv_mass : Tensor [B, P]
+        Diagonal inverse mass matrix (0 freezes a coordinate).
+    step_size : Tensor [B]
+        Starting step sizes.
+    generator : torch.Generator, optional
+        Source of the momentum draw.
+    max_iter : int, default 30
+        At most this many doublings or halvings.
 
     Returns
     -------
     Tensor [B]
+        The step size of every chain, clipped to ``[1e-8, 1e3]``.
     """
     B = state.position.shape[0]
     eps = step_size.clone()

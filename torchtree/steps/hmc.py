@@ -36,11 +36,18 @@ PotentialAndGrad = Callable[[torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
 class HMCState(NamedTuple):
     """Position of every chain with its cached potential and gradient.
 
+    The state HMC and NUTS transitions take and return (:func:`hmc_init`,
+    :func:`hmc_step`, :func:`~torchtree.steps.nuts.nuts_step`). The cache must match the
+    target: after changing it (e.g. the split sharpness) rebuild the state with :func:`hmc_init`.
+
     Attributes
     ----------
     position : Tensor [B, P]
+        Unconstrained parameters ``theta`` of the ``B`` chains.
     potential : Tensor [B]
+        ``U(theta) = -log p~(theta)``; NaN is stored as ``+inf``.
     grad : Tensor [B, P]
+        ``dU/dtheta``.
     """
 
     position: torch.Tensor
@@ -49,16 +56,23 @@ class HMCState(NamedTuple):
 
 
 class HMCInfo(NamedTuple):
-    """Diagnostics of one HMC step, per chain.
+    """Diagnostics of one HMC transition (:func:`hmc_step`), per chain.
 
     Attributes
     ----------
-    accept_prob : Tensor [B], Metropolis acceptance probability
+    accept_prob : Tensor [B]
+        Metropolis acceptance probability ``min(1, exp(H0 - H1))`` (0 for a divergent path).
     is_accepted : BoolTensor [B]
-    is_divergent : BoolTensor [B], energy error above ``max_energy_error`` on the path
-    energy : Tensor [B], Hamiltonian of the returned state
-    n_steps : LongTensor [B], leapfrog steps taken
-    tree_depth : LongTensor [B], zeros (kept so HMC and NUTS share a driver)
+        Whether the end point of the trajectory was accepted.
+    is_divergent : BoolTensor [B]
+        The energy error ``H - H0`` exceeded ``max_energy_error`` (or ``H`` was not finite)
+        somewhere on the path.
+    energy : Tensor [B]
+        Hamiltonian ``H = U + K`` of the returned state.
+    n_steps : LongTensor [B]
+        Leapfrog steps taken (``n_leapfrog`` for every chain).
+    tree_depth : LongTensor [B]
+        Zeros, kept so that HMC and NUTS share the chain loops.
     """
 
     accept_prob: torch.Tensor
@@ -76,11 +90,19 @@ def _finite_or_inf(U: torch.Tensor) -> torch.Tensor:
 
 
 def hmc_init(position: torch.Tensor, potential_and_grad: PotentialAndGrad) -> HMCState:
-    """Evaluate potential and gradient at ``position [B, P]``.
+    """The starting state of a batch of chains: evaluate potential and gradient at ``position``.
+
+    Parameters
+    ----------
+    position : Tensor [B, P]
+        Unconstrained parameters of the ``B`` chains.
+    potential_and_grad : callable
+        ``Tensor [B, P] -> (U [B], dU/dtheta [B, P])``, e.g. :meth:`SoftTrees.potential_and_grad`.
 
     Returns
     -------
     HMCState
+        ``position`` (not copied) with its potential (NaN stored as ``+inf``) and gradient.
     """
     U, g = potential_and_grad(position)
     return HMCState(position, _finite_or_inf(U), g)
@@ -92,11 +114,14 @@ def sample_momentum(inv_mass: torch.Tensor, generator: Optional[torch.Generator]
     Parameters
     ----------
     inv_mass : Tensor [B, P]
+        Diagonal inverse mass matrix of every chain, non-negative.
     generator : torch.Generator, optional
+        Source of the normal draws (default: torch's global generator).
 
     Returns
     -------
     Tensor [B, P]
+        ``z / sqrt(inv_mass)`` with ``z ~ N(0, I)``, in the dtype and on the device of ``inv_mass``.
     """
     z = torch.randn(inv_mass.shape, generator=generator, dtype=inv_mass.dtype, device=inv_mass.device)
     safe = torch.where(inv_mass > 0, inv_mass, torch.ones_like(inv_mass))
@@ -104,7 +129,19 @@ def sample_momentum(inv_mass: torch.Tensor, generator: Optional[torch.Generator]
 
 
 def kinetic_energy(momentum: torch.Tensor, inv_mass: torch.Tensor) -> torch.Tensor:
-    """``K(p) = p^T M^{-1} p / 2`` per chain, [B]."""
+    """Kinetic energy ``K(p) = p^T M^{-1} p / 2`` of every chain, for a diagonal ``M^{-1}``.
+
+    Parameters
+    ----------
+    momentum : Tensor [B, P]
+    inv_mass : Tensor [B, P]
+        Diagonal of ``M^{-1}``.
+
+    Returns
+    -------
+    Tensor [B]
+        ``0.5 * sum_j inv_mass_j p_j^2``.
+    """
     return 0.5 * (momentum * momentum * inv_mass).sum(-1)
 
 
@@ -115,19 +152,36 @@ def leapfrog(
     inv_mass: torch.Tensor,
     potential_and_grad: PotentialAndGrad,
 ) -> Tuple[HMCState, torch.Tensor]:
-    """One velocity-Verlet step for every chain.
+    """One velocity-Verlet (leapfrog) step for every chain.
+
+    With ``eps`` the chain's step size:
+
+        p_half = p - eps/2 * grad U(q)
+        q'     = q + eps * M^{-1} p_half
+        p'     = p_half - eps/2 * grad U(q')
+
+    One batched call of ``potential_and_grad`` per step (the gradient at ``q`` is the
+    cached ``state.grad``).
 
     Parameters
     ----------
     state : HMCState
+        Start point ``q`` with its cached potential and gradient.
     momentum : Tensor [B, P]
-    step_size : Tensor [B] (may be negative: integrate backwards in time)
+        Momentum ``p`` at ``q``.
+    step_size : Tensor [B]
+        May be negative: integrate backwards in time.
     inv_mass : Tensor [B, P]
+        Diagonal inverse mass matrix.
     potential_and_grad : callable
+        ``Tensor [B, P] -> (U [B], dU/dtheta [B, P])``.
 
     Returns
     -------
-    (HMCState, momentum [B, P])
+    state : HMCState
+        The new point ``q'`` (a NaN potential becomes ``+inf``).
+    momentum : Tensor [B, P]
+        The new momentum ``p'``.
     """
     eps = step_size.unsqueeze(-1)
     p_half = momentum - 0.5 * eps * state.grad
@@ -150,25 +204,34 @@ def hmc_step(
     max_energy_error: float = 1000.0,
     jitter: bool = False,
 ) -> Tuple[HMCState, HMCInfo]:
-    """One Metropolis-adjusted HMC transition for all chains at once.
+    """One Metropolis-adjusted HMC transition for all chains at once (Neal 2011, "MCMC using Hamiltonian
+    dynamics", Handbook of Markov Chain Monte Carlo).
+
+    Draws ``p0 ~ N(0, M)``, takes ``n_leapfrog`` leapfrog steps and accepts the end point
+    with probability ``min(1, exp(H0 - H1))``, ``H = U + K``. A divergent path is rejected.
 
     Parameters
     ----------
     state : HMCState
-    potential_and_grad : callable [B, P] -> ([B], [B, P])
+    potential_and_grad : callable
+        ``Tensor [B, P] -> (U [B], dU/dtheta [B, P])``.
     step_size : Tensor [B]
     inv_mass : Tensor [B, P]
-    n_leapfrog : int
+        Diagonal inverse mass matrix; 0 freezes a coordinate.
+    n_leapfrog : int, default 10
         Leapfrog steps (the same for every chain, so the batch stays in lockstep).
     generator : torch.Generator, optional
-    max_energy_error : float
-        A chain whose energy error exceeds this anywhere on the path is divergent.
-    jitter : bool
+        Source of the momenta, the jitter and the acceptance uniforms.
+    max_energy_error : float, default 1000.0
+        A chain whose energy error ``H - H0`` exceeds this anywhere on the path is divergent.
+    jitter : bool, default False
         Multiply each chain's step size by U(0.8, 1.2) (breaks periodicities).
 
     Returns
     -------
-    (HMCState, HMCInfo)
+    state : HMCState
+        The accepted point of each chain (the old one where rejected).
+    info : HMCInfo
     """
     B = state.position.shape[0]
     dev, dt = state.position.device, state.position.dtype

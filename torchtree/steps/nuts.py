@@ -34,7 +34,7 @@ __all__ = ["NUTSInfo", "nuts_init", "nuts_step"]
 
 
 class NUTSInfo(NamedTuple):
-    """Diagnostics of one NUTS transition, per chain.
+    """Diagnostics of one NUTS transition (:func:`nuts_step`), per chain.
 
     Attributes
     ----------
@@ -42,10 +42,15 @@ class NUTSInfo(NamedTuple):
         Mean Metropolis probability ``min(1, exp(H0 - H))`` over all leapfrog points
         built (the statistic dual averaging adapts to).
     is_divergent : BoolTensor [B]
-    tree_depth : LongTensor [B], number of doublings performed
-    n_steps : LongTensor [B], leapfrog steps taken
-    energy : Tensor [B], Hamiltonian at the start of the transition
-    is_turning : BoolTensor [B], stopped by a U-turn (vs depth limit / divergence)
+        The energy error ``H - H0`` exceeded ``max_energy_error`` on the trajectory.
+    tree_depth : LongTensor [B]
+        Number of doublings performed.
+    n_steps : LongTensor [B]
+        Leapfrog steps taken.
+    energy : Tensor [B]
+        Hamiltonian at the start of the transition.
+    is_turning : BoolTensor [B]
+        Stopped by a U-turn (rather than by the depth limit or a divergence).
     """
 
     accept_prob: torch.Tensor
@@ -57,7 +62,20 @@ class NUTSInfo(NamedTuple):
 
 
 def nuts_init(position: torch.Tensor, potential_and_grad: PotentialAndGrad) -> HMCState:
-    """Same state as HMC: position [B, P] with potential and gradient."""
+    """The starting state of NUTS chains: the same :class:`HMCState` as :func:`hmc_init` builds.
+
+    Parameters
+    ----------
+    position : Tensor [B, P]
+        Unconstrained parameters of the ``B`` chains.
+    potential_and_grad : callable
+        ``Tensor [B, P] -> (U [B], dU/dtheta [B, P])``.
+
+    Returns
+    -------
+    HMCState
+        ``position`` with its potential (NaN stored as ``+inf``) and gradient.
+    """
     from torchtree.steps.hmc import hmc_init
 
     return hmc_init(position, potential_and_grad)
@@ -288,16 +306,31 @@ def nuts_step(
 ) -> Tuple[HMCState, NUTSInfo]:
     """One multinomial NUTS transition for all chains at once.
 
+    The No-U-Turn sampler of Hoffman & Gelman (2014, "The No-U-Turn Sampler: adaptively
+    setting path lengths in Hamiltonian Monte Carlo", JMLR 15) with multinomial sampling of
+    the trajectory and the generalised U-turn criterion of Betancourt (2017, "A conceptual
+    introduction to Hamiltonian Monte Carlo"), as Stan runs it. Every chain draws
+    ``p0 ~ N(0, M)`` and doubles its trajectory in a random direction until it turns,
+    diverges or reaches ``max_tree_depth``; the returned point is drawn from the trajectory
+    with probability proportional to ``exp(-H)``, so the transition leaves ``exp(-U)``
+    invariant. The docstring of the module ``torchtree.steps.nuts`` describes the batched,
+    iterative tree building.
+
     Parameters
     ----------
     state : HMCState
-    potential_and_grad : callable [B, P] -> ([B], [B, P])
+    potential_and_grad : callable
+        ``Tensor [B, P] -> (U [B], dU/dtheta [B, P])``.
     step_size : Tensor [B]
-    inv_mass : Tensor [B, P] (diagonal inverse mass matrix; 0 freezes a coordinate)
+    inv_mass : Tensor [B, P]
+        Diagonal inverse mass matrix; 0 freezes a coordinate.
     generator : torch.Generator, optional
-    max_tree_depth : int, at most ``2**max_tree_depth - 1`` leapfrog steps
-    max_energy_error : float, divergence threshold on ``H - H0``
-    compact : float in [0, 1]
+        Source of the momenta, directions and multinomial choices.
+    max_tree_depth : int, default 10
+        At most ``2**max_tree_depth - 1`` leapfrog steps.
+    max_energy_error : float, default 1000.0
+        Divergence threshold on the energy error ``H - H0``.
+    compact : float in [0, 1], default 0
         Integrate only the live chains once fewer than ``compact * B`` are live;
         requires ``potential_and_grad(theta, rows)`` (e.g. ``SoftTrees``). 0 = off.
     fused : callable, optional
@@ -310,7 +343,9 @@ def nuts_step(
 
     Returns
     -------
-    (HMCState, NUTSInfo)
+    state : HMCState
+        The point drawn from each chain's trajectory (possibly its starting point).
+    info : NUTSInfo
     """
     B, P = state.position.shape
     dev, dt = state.position.device, state.position.dtype

@@ -32,7 +32,20 @@ CLOCK_NAMES = ("wall", "cpu")
 
 @dataclass(frozen=True)
 class DCCConfig(SamplerConfig):
-    """Settings of :class:`~torchtree.samplers.dcc.sampler.DCC` (its docstring explains them)."""
+    """Settings of :class:`~torchtree.samplers.dcc.sampler.DCC` (its docstring explains them).
+
+    A frozen dataclass: ``DCC(**settings)`` builds one and exposes its fields as attributes;
+    its option table (rendered in the reference and by ``torchtree fit --method dcc --help``)
+    lists every setting with its default, allowed values and help (symbols as
+    in paper 004, Alg. 1 and Table 5). Construction checks every value against its bounds and
+    choices, then ``move_probs``.
+
+    Raises
+    ------
+    ValueError
+        A setting out of its bounds or choices, or ``move_probs`` that are not three
+        non-negative numbers with a positive sum (grow, prune, stay).
+    """
 
     # n_iterations only bounds the loop: not fingerprinted, so a finished checkpointed run
     # can be extended by resuming it with a larger value

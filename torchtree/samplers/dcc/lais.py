@@ -80,12 +80,17 @@ def lais_memory_bytes(n_groups: int, n_chains: int, n_draws: int, n_proposals: i
 
 
 def chain_covariance(draws: torch.Tensor, mask: torch.Tensor, shrinkage: Optional[float] = None) -> torch.Tensor:
-    """Regularised within-chain covariance of the active coordinates.
+    """Regularised within-chain covariance of the active coordinates: LAIS's proposal covariance.
+
+    ``Sigma_j = (1 - s) S_j + s diag(S_j) + 1e-9 diag(S_j)`` with ``S_j`` the sample
+    covariance of chain ``j``'s ``T`` draws (paper 004, Sec. 3.3).
 
     Parameters
     ----------
-    draws : Tensor [G, C, T, P] (float64)
-    mask : BoolTensor [G, P], active coordinates
+    draws : Tensor [G, C, T, P]
+        ``T`` draws of each of ``C`` chains of ``G`` groups (topologies), float64.
+    mask : BoolTensor [G, P]
+        Active coordinates of each group.
     shrinkage : float, optional
         Weight ``s`` of the diagonal in ``(1 - s) S + s diag(S)``; default
         ``P_active / (P_active + T)`` (more shrinkage when there are few draws, which
@@ -125,6 +130,13 @@ def lais_log_weights(
 ):
     """Log importance weights of LAIS pseudo-samples, batched over groups and chains.
 
+    Layered adaptive importance sampling (Martino, Elvira, Luengo & Corander 2017,
+    "Layered adaptive importance sampling", Statistics and Computing) on MCMC draws, as
+    DCC-Tree uses it (paper 004, Sec. 3.3, eq. 11-13): each draw ``nu`` of chain ``j``
+    proposes ``n_proposals`` pseudo-samples ``xi ~ N(nu, Sigma_j)`` (``Sigma_j`` from
+    :func:`chain_covariance`) weighted by ``w = p~(xi) / Phi(xi)``; ``log mean w``
+    estimates the log evidence of each group.
+
     Parameters
     ----------
     draws : Tensor [G, C, T, P]
@@ -134,23 +146,37 @@ def lais_log_weights(
     log_target : callable
         ``xi [G, K, P] -> log p~(xi) [G, K]`` (unnormalised posterior, float), with
         ``K = C * T * n_proposals`` ordered chain-major, then draw, then proposal.
-    n_proposals : int, ``N_M`` pseudo-samples per draw
+    n_proposals : int, default 10
+        ``N_M``, pseudo-samples per draw.
     generator : torch.Generator, optional
-    form : {"spatial", "basic"}
+        Source of the pseudo-samples.
+    form : {"spatial", "basic"}, default "spatial"
         Denominator ``Phi`` of eq. 12 (mixture over the chain's draws) or eq. 60
         (the draw's own proposal).
-    shrinkage : float, optional, see :func:`chain_covariance`
-    max_elements : int, cap on the size of the pairwise-distance blocks (spatial form)
-    return_samples : bool, also return the pseudo-samples
-    covariance : {"auto", "dense", "lowrank"}
+    shrinkage : float, optional
+        Diagonal weight of the covariance, see :func:`chain_covariance`.
+    max_elements : int, default 2**24
+        Cap on the size of the pairwise-distance blocks (spatial form) and of the chunks of
+        chains (low-rank form).
+    return_samples : bool, default False
+        Also return the pseudo-samples.
+    covariance : {"auto", "dense", "lowrank"}, default "auto"
         The covariance form (module docstring); "auto": dense up to
         :data:`LOWRANK_MIN_PARAMS` parameters, low-rank above.
 
     Returns
     -------
-    Tensor [G, C, T, n_proposals] float64 of ``log w`` (and, with ``return_samples``,
-    the pseudo-samples ``xi [G, C, T, n_proposals, P]`` in ``draws.dtype``; with the
-    normalised weights they are the weighted local posterior of eq. 14).
+    Tensor [G, C, T, n_proposals]
+        float64 ``log w`` (NaN targets count as ``-inf``). With ``return_samples``, the
+        tuple ``(log_w, xi)`` with the pseudo-samples ``xi [G, C, T, n_proposals, P]`` in
+        ``draws.dtype``; with the normalised weights they are the weighted local posterior of
+        eq. 14.
+
+    Raises
+    ------
+    ValueError
+        ``form`` or ``covariance`` is not one of its choices, or the update would need more
+        memory than is available (:func:`lais_memory_bytes`).
     """
     check_choice("form", form, ("spatial", "basic"))
     check_choice("covariance", covariance, COVARIANCE_FORMS)
@@ -266,17 +292,36 @@ def _lowrank_proposals(draws, mask, n_proposals, generator, form, shrinkage, max
 class EvidenceAccumulator:
     """Running LAIS evidence and weight moments of several groups (topologies).
 
+    Folds the log weights of successive :func:`lais_log_weights` calls into ``log sum w``,
+    ``log sum w^2`` and the moments of ``log w``, so that the evidence estimate
+    ``Z_hat = mean w`` improves with every visit of a topology (paper 004, eq. 61-65) and the
+    DCC utility (:func:`~torchtree.samplers.dcc.utility.dcc_utility`) can be evaluated from
+    :attr:`log_evidence`, :attr:`log_var_w`, :attr:`logw_mean`, :attr:`logw_std` and
+    ``max_logw``. Everything is float64, kept on ``device``.
+
     Parameters
     ----------
-    n_groups : int
+    n_groups : int, default 1
+        Number of groups ``G`` (more can be appended with :meth:`extend`).
+    device : torch.device or str, optional
+        Where the statistics live (default: the CPU); weights from another device are moved.
 
     Attributes
     ----------
-    count : Tensor [G] float64, number of weights seen
-    log_sum_w, log_sum_w2 : Tensor [G], ``log sum w`` and ``log sum w^2``
-    sum_logw, sum_logw2 : Tensor [G], moments of ``log w`` (exploration term)
+    count : Tensor [G]
+        Number of weights seen.
+    log_sum_w : Tensor [G]
+        ``log sum w``.
+    log_sum_w2 : Tensor [G]
+        ``log sum w^2``.
+    sum_logw : Tensor [G]
+        ``sum log w`` over the finite log weights (exploration term).
+    sum_logw2 : Tensor [G]
+        ``sum (log w)^2`` over the finite log weights.
     max_logw : Tensor [G]
-    n_finite : Tensor [G], number of finite log weights
+        Largest log weight seen (``-inf`` before any).
+    n_finite : Tensor [G]
+        Number of finite log weights.
     """
 
     def __init__(self, n_groups: int = 1, device=None) -> None:
@@ -296,8 +341,10 @@ class EvidenceAccumulator:
 
         Parameters
         ----------
-        log_w : Tensor [g, K] of log weights for ``g`` groups
-        groups : LongTensor [g], which groups (default: all, in order)
+        log_w : Tensor [g, K]
+            ``K`` log weights of each of ``g`` groups (any trailing shape is flattened).
+        groups : LongTensor [g], optional
+            Which groups the rows are (default: all, in order).
         """
         # the accumulator stays where it was made (the CPU, small, checkpointed); the weights
         # may come from a CUDA run

@@ -67,11 +67,16 @@ def _stoppable(potential_and_grad: PotentialAndGrad, stop: Optional[Callable[[],
 class ChainState(NamedTuple):
     """Adapted chains: HMC state plus the per-chain tuning.
 
+    Returned by :func:`warmup` and :func:`draw`; :func:`draw` continues from it.
+
     Attributes
     ----------
-    state : HMCState (position [B, P], potential [B], grad [B, P])
+    state : HMCState
+        Position ``[B, P]``, potential ``[B]`` and gradient ``[B, P]`` of every chain.
     step_size : Tensor [B]
+        Adapted step size of every chain.
     inv_mass : Tensor [B, P]
+        Adapted diagonal inverse mass matrix (0 on frozen coordinates).
     """
 
     state: HMCState
@@ -85,11 +90,17 @@ class SampleTrace(NamedTuple):
     Attributes
     ----------
     positions : Tensor [S, B, P]
+        Kept draws of the unconstrained parameters.
     potentials : Tensor [S, B]
+        Their potentials ``U = -log p~``.
     accept_prob : Tensor [S, B]
+        Acceptance statistic of the transition that produced each draw.
     is_divergent : BoolTensor [S, B]
+        Whether that transition diverged.
     tree_depth : LongTensor [S, B]
+        NUTS doublings (zeros for HMC).
     n_steps : LongTensor [S, B]
+        Leapfrog steps of that transition.
     """
 
     positions: torch.Tensor
@@ -112,19 +123,37 @@ def make_kernel(
     compact: float = 0.0,
     fused: Optional[Callable] = None,
 ) -> Kernel:
-    """A step function ``(state, potential_and_grad, step_size, inv_mass, generator)``.
+    """The transition kernel :func:`warmup` and :func:`draw` run, with its settings bound.
 
     Parameters
     ----------
-    kind : {"nuts", "hmc"}
-    max_tree_depth : int (NUTS)
-    n_leapfrog : int (HMC)
-    max_energy_error : float
-    compact : float, NUTS only: integrate only live chains below this live fraction
-        (the potential must accept ``rows``, see :func:`torchtree.steps.nuts.nuts_step`)
-    fused : callable, optional, NUTS only: ``rows -> (core, tensors, consts)`` of the
-        potential, to run each leapfrog step as one compiled call (see
-        :func:`torchtree.steps.nuts.nuts_step`; e.g. :meth:`SoftTrees.fused_parts`)
+    kind : {"nuts", "hmc"}, default "nuts"
+        :func:`~torchtree.steps.nuts.nuts_step` or :func:`~torchtree.steps.hmc.hmc_step`
+        (the latter with step-size jitter).
+    max_tree_depth : int, default 10
+        NUTS only: at most ``2**max_tree_depth - 1`` leapfrog steps per transition.
+    n_leapfrog : int, default 10
+        HMC only: leapfrog steps per transition.
+    max_energy_error : float, default 1000.0
+        Energy error that marks a divergent transition.
+    compact : float, default 0.0
+        NUTS only: integrate only the live chains below this live fraction (the potential
+        must accept ``rows``, see :func:`torchtree.steps.nuts.nuts_step`); 0 = off.
+    fused : callable, optional
+        NUTS only: ``rows -> (core, tensors, consts)`` of the potential, to run each leapfrog
+        step as one compiled call (see :func:`torchtree.steps.nuts.nuts_step`; e.g.
+        :meth:`SoftTrees.fused_parts`).
+
+    Returns
+    -------
+    callable
+        ``kernel(state, potential_and_grad, step_size, inv_mass, generator=None) ->
+        (HMCState, NUTSInfo | HMCInfo)``.
+
+    Raises
+    ------
+    ValueError
+        ``kind`` is neither ``"nuts"`` nor ``"hmc"``.
     """
     if kind == "nuts":
         return partial(nuts_step, max_tree_depth=max_tree_depth, max_energy_error=max_energy_error, compact=compact,
@@ -176,38 +205,67 @@ def warmup(
 ) -> Tuple[ChainState, Dict[str, Any]]:
     """Adapt step sizes and diagonal mass matrices of all chains (Stan windows).
 
+    Every iteration is one batched kernel step for all chains followed by a dual-averaging
+    update of each chain's step size (:func:`~torchtree.steps.adaptation.dual_averaging_update`);
+    inside the slow windows of :func:`~torchtree.steps.adaptation.warmup_windows` the positions
+    feed a Welford variance that becomes the inverse mass matrix at the end of each window,
+    where the step size is re-initialised and dual averaging restarts. The returned step size
+    is the dual-averaging iterate average.
+
     Parameters
     ----------
-    kernel : step function from :func:`make_kernel`
-    potential_and_grad : callable [B, P] -> ([B], [B, P])
-    position : Tensor [B, P], initial positions
+    kernel : callable
+        Step function from :func:`make_kernel`.
+    potential_and_grad : callable
+        ``Tensor [B, P] -> (U [B], dU/dtheta [B, P])``.
+    position : Tensor [B, P]
+        Initial positions.
     n_warmup : int
+        Warm-up iterations (0: no adaptation).
     generator : torch.Generator, optional
     coord_mask : BoolTensor [B, P], optional
         Inactive coordinates (False) get zero inverse mass and never move.
-    step_size : Tensor [B], optional; found by the doubling heuristic if None
-    inv_mass : Tensor [B, P], optional; identity if None
-    target_accept : float
-    adapt_mass : bool
+    step_size : Tensor [B], optional
+        Initial step sizes; found by :func:`~torchtree.steps.adaptation.find_reasonable_step_size`
+        if None.
+    inv_mass : Tensor [B, P], optional
+        Initial inverse mass matrix; the identity (on active coordinates) if None.
+    target_accept : float, default 0.8
+        Acceptance statistic dual averaging aims at.
+    adapt_mass : bool, default True
+        Estimate the mass matrix in Stan's windows (False: step size only).
     sharpness : sequence of float, optional
         Per-iteration split sharpness (see :func:`sharpness_schedule`); applied via
         ``set_sharpness`` before each iteration, and the cached potential and
         gradient are recomputed because the target changed.
     set_sharpness : callable, optional
+        ``float -> None``, sets the model's split sharpness (needed with ``sharpness``).
     monitor : Monitor or list, optional
-    monitor_every : int
-    step_offset : int, added to the step number given to the monitor
-    prefix : str, tag prefix for the monitor
+        Gets ``on_step(step, {"hmc/step_size": ..., ...})`` every ``monitor_every`` iterations.
+    monitor_every : int, default 1
+    step_offset : int, default 0
+        Added to the step number given to the monitor.
+    prefix : str, default "hmc"
+        Tag prefix for the monitor.
     stop : callable () -> bool, optional
         Asked before every leapfrog step (and after every iteration); True ends the
-        warm-up there, abandoning the transition in progress (a time budget). The chains are then not adapted: the caller
-        decides what a cut warm-up is worth (``stats["completed"]`` says).
+        warm-up there, abandoning the transition in progress (a time budget). The chains
+        are then not adapted: the caller decides what a cut warm-up is worth
+        (``stats["completed"]`` says).
 
     Returns
     -------
-    (ChainState, stats) with stats ``accept_prob [B]`` (mean over the terminal
-    buffer), ``divergences [B]`` (count over warm-up), ``iterations`` (int, iterations
-    run) and ``completed`` (bool, all ``n_warmup`` ran).
+    chains : ChainState
+        The last state with the adapted step sizes and inverse mass matrices.
+    stats : dict
+        ``accept_prob`` (Tensor [B], mean over the terminal buffer), ``divergences``
+        (LongTensor [B], count over the warm-up), ``iterations`` (int, iterations run) and
+        ``completed`` (bool, all ``n_warmup`` ran).
+
+    Raises
+    ------
+    TypeError
+        ``monitor`` is not a monitor (see :func:`torchtree.monitor.as_monitor`).
     """
     B, P = position.shape
     dev, dt = position.device, position.dtype
@@ -289,16 +347,21 @@ def draw(
 
     Parameters
     ----------
-    kernel, potential_and_grad : as in :func:`warmup`
+    kernel, potential_and_grad : callable
+        As in :func:`warmup`.
     chains : ChainState
-    n_samples : int, kept draws per chain
+        Adapted chains, e.g. from :func:`warmup`.
+    n_samples : int
+        Kept draws per chain.
     generator : torch.Generator, optional
-    thin : int
-    monitor, monitor_every, step_offset, prefix : as in :func:`warmup`
-    refresh : bool
+    thin : int, default 1
+        Keep every ``thin``-th iteration.
+    monitor, monitor_every, step_offset, prefix
+        As in :func:`warmup`.
+    refresh : bool, default False
         Recompute the cached potential and gradient first (needed when the target
         changed since ``chains`` was produced, e.g. a different sharpness).
-    asynchronous : bool
+    asynchronous : bool, default False
         For a NUTS kernel: run the ``n_samples * thin`` transitions of each chain
         with :func:`torchtree.steps.nuts_async.nuts_draw_async` (no barrier between
         transitions; same kernel settings, including ``compact``). Ignored for
@@ -314,7 +377,15 @@ def draw(
 
     Returns
     -------
-    (ChainState, SampleTrace) with ``S = n_samples`` (fewer when ``stop`` ended it).
+    chains : ChainState
+        Where the chains are after the last transition (step sizes and mass unchanged).
+    trace : SampleTrace
+        ``S = n_samples`` kept draws (fewer when ``stop`` ended it).
+
+    Raises
+    ------
+    TypeError
+        ``monitor`` is not a monitor (see :func:`torchtree.monitor.as_monitor`).
     """
     state, eps, inv_mass = chains
     monitor = as_monitor(monitor)

@@ -37,7 +37,18 @@ def soft_tree_option(name: str):
 
 @dataclass(frozen=True)
 class NUTSConfig(SamplerConfig):
-    """Settings of :class:`NUTS` and :class:`HMC` (their docstring says more on a few)."""
+    """Settings of :class:`NUTS` and :class:`HMC` (their docstring says more on a few).
+
+    A frozen dataclass: ``NUTS(**settings)`` builds one and exposes its fields as attributes;
+    its option table (rendered in the API reference) lists every setting with its default,
+    allowed values and help. Construction checks every value against its bounds and choices.
+
+    Raises
+    ------
+    ValueError
+        A setting out of its bounds or choices, a topology without a split, or
+        ``evidence=True`` with ``n_samples < 2``.
+    """
 
     n_chains: int = option(4, help="chains, sampled in one batch", low=1)
     n_samples: int = option(500, help="kept draws per chain", low=1)
