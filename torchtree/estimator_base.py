@@ -306,6 +306,7 @@ class BayesianTreeBase:
             fit; each message names what to change.
         """
         names = frame_columns(X)
+        _check_name_types(names)
         if names is not None and all(isinstance(c, str) for c in names):
             dup = sorted({c for c in names if names.count(c) > 1})
             if dup:  # predict* takes a frame's columns by name: which of two 'a' columns is 'a'?
@@ -370,6 +371,7 @@ class BayesianTreeBase:
         """
         fitted = getattr(self, "feature_names_in_", None)
         names = frame_columns(X)
+        _check_name_types(names)
         if fitted is None or names is None or not all(isinstance(c, str) for c in names):
             x_shape = shape_of(X)
             if len(x_shape) == 2 and x_shape[1] != self.n_features_in_:
@@ -456,3 +458,15 @@ class BayesianTreeBase:
         """
         self._check_fitted()
         return self.posterior_.log_predictive(self._check_columns(X), self._target(X, y))
+
+
+def _check_name_types(names) -> None:
+    """TypeError for a frame whose column names mix text and other types, as scikit-learn: such
+    columns could be matched neither by name (not all are names) nor safely by position."""
+    if names is None:
+        return
+    kinds = sorted({type(c).__name__ for c in names})
+    if len(kinds) > 1 and any(isinstance(c, str) for c in names):
+        raise TypeError(f"X's column names mix types {kinds}: columns are matched by name only when every name is "
+                        "text. Convert them, X.columns = X.columns.astype(str), or pass X.to_numpy() to match them by "
+                        "position")

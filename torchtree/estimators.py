@@ -199,8 +199,9 @@ class BayesianTreeRegressor(BayesianTreeBase):
         self._check_fitted()
         yn = self._target(X, y).astype(np.float64)
         pred = self.predict(X)
-        ss_res = float(((yn - pred) ** 2).sum())
-        ss_tot = float(((yn - yn.mean()) ** 2).sum())
+        unit = float(np.abs(yn - yn.mean()).max()) or 1.0  # in units of y's spread: no square under- or overflows
+        ss_res = float((((yn - pred) / unit) ** 2).sum())
+        ss_tot = float((((yn - yn.mean()) / unit) ** 2).sum())
         if ss_tot > 0:
             return 1.0 - ss_res / ss_tot
         return 1.0 if ss_res == 0 else 0.0

@@ -107,8 +107,9 @@ class BartPrior:
         Regression: ``y`` is scaled to ``[-0.5, 0.5]`` by its range; ``tau = 0.5 / (k sqrt(m))``;
         ``sigma_hat`` (scaled) is the residual sd of a least-squares linear fit (the sd of ``y``
         when ``N <= D + 1``) and ``lam`` puts the ``q`` quantile of the prior of ``sigma`` at it.
-        Targets with no spread (one row, or all equal) calibrate nothing: their magnitude
-        ``max(max|y|, 1)`` is the scale and ``sigma_hat`` half of it.
+        Targets with no spread (one row, or all equal) calibrate nothing: their magnitude ``max|y|``
+        (1 for targets all 0) is the scale and ``sigma_hat`` half of it, so that rescaling ``y`` rescales
+        the fit.
         Classification (labels 0/1): ``tau = 3 / (k sqrt(m))``, ``offset = Phi^{-1}(mean y)``.
 
         Parameters
@@ -124,9 +125,9 @@ class BartPrior:
         yd = y.double().cpu()
         lo, hi = float(yd.min()), float(yd.max())
         offset = 0.5 * (hi + lo)
-        # one row or a constant target calibrates nothing: the targets' magnitude (at least 1) stands
-        # for their range, and the noise prior's sd for half of it
-        scale = hi - lo if hi > lo else max(abs(lo), abs(hi), 1.0)
+        # one row or a constant target calibrates nothing: the targets' magnitude stands for their
+        # range (1 for zeros), and the noise prior's sd for half of it
+        scale = hi - lo if hi > lo else (max(abs(lo), abs(hi)) or 1.0)
         ys = (yd - offset) / scale
         if sigma_hat is None and not hi > lo:
             sigma_hat = 0.5

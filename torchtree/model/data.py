@@ -13,6 +13,7 @@ from torchtree.model.encoding import TableEncoder, needs_encoding
 from torchtree.model.inputs import (  # as_feature_matrix, encode_class_labels, check_class_count: re-exported
     as_feature_matrix,
     check_class_count,
+    check_no_missing_labels,
     check_target_magnitude,
     column_label,
     encode_class_labels,
@@ -193,8 +194,7 @@ class Data:
                 yf = yn.astype(np.float64)
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"y must be numeric for regression: {exc}") from exc
-            if not np.isfinite(yf).all():
-                raise ValueError(f"y contains {int((~np.isfinite(yf)).sum())} non-finite regression target(s)")
+            check_no_missing_labels(yf, what="target")
             check_target_magnitude(yf)
             self.classes_ = None
             self.n_classes = None
@@ -217,6 +217,13 @@ class Data:
         # one sort per column gives both the distinct values and every point's rank
         uniq, inverse = zip(*(np.unique(Xn[:, j], return_inverse=True) for j in range(Xn.shape[1]))) \
             if Xn.shape[1] else ((), ())
+        for j, u in enumerate(uniq):
+            with np.errstate(over="ignore"):
+                wide = len(u) > 1 and not np.isfinite(u[-1] - u[0])
+            if wide:  # cuts between values, centring and the stand-ins of missing values need the span
+                g = int(self.encoder.groups[j]) if self.encoder is not None else j
+                raise ValueError(f"X {column_label(g, names)} spans more than float64 can hold (from {u[0]:.3g} to "
+                                 f"{u[-1]:.3g}: max - min overflows); rescale the column (e.g. divide it by 1e10)")
         if self.encoder is None:  # a complete numeric table: its columns as they are, medians for prediction
             self.encoder = TableEncoder.plain(Xn, frame_columns(X))
         if dtype is None:  # float32 unless it would lose a column's order (then float64)

@@ -344,6 +344,10 @@ class TableEncoder:
         if not miss.any():
             return _Column("numeric", 1, source=source, lo=lo, hi=hi, fill=fill, levels=kind_levels)
         delta = (hi - lo) / (len(obs) - 1) if len(obs) > 1 else 1.0
+        with np.errstate(over="ignore"):
+            if not np.isfinite([hi - lo, hi + delta, lo - delta]).all():  # the missing values' stand-ins
+                raise ValueError(f"X {where} spans more than float64 can hold with its missing values placed beyond "
+                                 f"it (from {lo:.3g} to {hi:.3g}); rescale the column (e.g. divide it by 1e10)")
         return _Column("mia", 2, source=source, lo=lo, hi=hi, delta=float(delta), fill=fill, levels=kind_levels)
 
     @staticmethod

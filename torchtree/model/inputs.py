@@ -83,13 +83,21 @@ def is_missing_cell(v) -> bool:
         return True
 
 
-def check_no_missing_labels(yn: np.ndarray, name: str = "y") -> None:
-    """ValueError naming the first missing label (None / NaN / NA) of an object label array."""
-    if yn.dtype.kind != "O":
-        return  # float labels: NaN is refused with the other non-finite values
-    bad = [i for i, v in enumerate(yn.tolist()) if is_missing_cell(v)]
+def check_no_missing_labels(yn: np.ndarray, name: str = "y", what: str = "label") -> None:
+    """ValueError naming the count and the first row of missing labels or targets (None / NaN / NA), and
+    of infinite ones, in one wording for object and float arrays."""
+    if yn.dtype.kind == "O":
+        bad = [i for i, v in enumerate(yn.tolist()) if is_missing_cell(v)]
+    elif yn.dtype.kind == "f":
+        bad = np.flatnonzero(np.isnan(yn)).tolist()
+    else:
+        return
     if len(bad):
-        raise ValueError(f"{name} has {len(bad)} missing label(s) (None / NaN); the first is at row {int(bad[0])}")
+        raise ValueError(f"{name} has {len(bad)} missing {what}(s) (None / NaN); the first is at row {int(bad[0])}. "
+                         "Drop those rows: a model cannot learn from a row without its target")
+    if yn.dtype.kind == "f" and not np.isfinite(yn).all():
+        inf = np.flatnonzero(~np.isfinite(yn))
+        raise ValueError(f"{name} has {len(inf)} infinite {what}(s); the first is at row {int(inf[0])}")
 
 
 def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes: Optional[Sequence] = None):
@@ -116,8 +124,6 @@ def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes
             raise ValueError(f"label {exc.args[0]!r} is not in the given classes") from exc
         return codes, classes_arr
     if yn.dtype.kind == "f":
-        if not np.isfinite(yn).all():
-            raise ValueError("y contains NaN or infinite labels")
         if not np.all(yn == np.round(yn)):
             raise ValueError(
                 "y has continuous (non-integer) labels, given for classification; "
@@ -173,13 +179,20 @@ def check_class_count(n_classes: int, n_rows: int, name: str = "y",
         )
 
 
+#: regression targets that vary by less than this are refused: their squared deviations fall below
+#: float64's normal range (2.2e-308), where sums of squares lose their digits
+MIN_TARGET_SPREAD = 1e-150
+
+
 def check_target_magnitude(yf: np.ndarray) -> None:
-    """ValueError for regression targets too large for float64 sums of squares.
+    """ValueError for regression targets too large or too finely spread for float64 sums of squares.
 
     The leaf statistics are sums of squared deviations from the mean, and squares of sums
     of them; the mean itself is rounded, so even equal targets deviate by up to
     ``eps * |y|``. All of it stays finite while ``(N * max|y|)^2`` does (``|y|`` up to about
     ``1e154 / N``); beyond, the default leaf prior and the marginal likelihoods overflow.
+    Targets that vary, but by less than :data:`MIN_TARGET_SPREAD` (``max - min``), square into
+    subnormal numbers and lose the signal; a constant target is accepted.
     """
     big = float(np.abs(yf).max())
     with np.errstate(over="ignore"):
@@ -187,6 +200,11 @@ def check_target_magnitude(yf: np.ndarray) -> None:
     if not ok:
         raise ValueError(f"y is too large for float64 sums of squares (max |y| = {big:.3g} over {len(yf)} targets); "
                          "rescale y (e.g. divide it by a power of ten)")
+    spread = float(yf.max() - yf.min()) if len(yf) else 0.0
+    if 0 < spread < MIN_TARGET_SPREAD:
+        raise ValueError(f"y varies too finely for float64 sums of squares (max - min = {spread:.3g}; squares of "
+                         f"deviations under {MIN_TARGET_SPREAD:.0e} lose their digits); rescale y (e.g. multiply it "
+                         "by a power of ten)")
 
 
 def _first_non_number(arr: np.ndarray, names: Optional[Sequence] = None) -> str:

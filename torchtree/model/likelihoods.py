@@ -15,12 +15,13 @@ __all__ = ["DirichletMultinomial", "NormalInverseGamma", "likelihood_from_config
 
 
 def target_scale(y: torch.Tensor) -> float:
-    """``var(y)``, or ``max(max|y|^2, 1)`` when ``y`` shows no spread (fewer than 2 rows, or all equal)."""
+    """``var(y)``, or ``max|y|^2`` when ``y`` shows no spread (fewer than 2 rows, or all equal; 1 for
+    targets all 0), so that rescaling ``y`` rescales the prior."""
     y = y.double()
     var = float(y.var()) if y.numel() > 1 else 0.0
     if var > 0 and math.isfinite(var):
         return var
-    return max(float(y.abs().max()) ** 2, 1.0) if y.numel() else 1.0
+    return (float(y.abs().max()) ** 2 or 1.0) if y.numel() else 1.0
 
 
 class DirichletMultinomial:
