@@ -257,7 +257,10 @@ def test_predict_wrong_columns_is_a_user_error(fitted, tmp_path, capsys):
     path = _write(tmp_path / "two.csv", ["a", "b"], [[0.1, 0.2]])
     assert main(["predict", str(fitted["cls"]), str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("torchtree: error:") and "has 2 columns but the model takes 3 features" in err
+    assert err.startswith("torchtree: error:") and "only some of the model's feature columns are present: missing 'c'" in err
+    path = _write(tmp_path / "other.csv", ["u", "v"], [[0.1, 0.2]])  # none of the names: matched by count
+    assert main(["predict", str(fitted["cls"]), str(path)]) == 2
+    assert "has 2 columns but the model takes 3 features" in capsys.readouterr().err
 
 
 def test_posterior_saved_from_python_api(files, tmp_path, capsys):

@@ -70,6 +70,10 @@ def _check_classes(y: np.ndarray, path: str, target: str) -> None:
     check_class_count(len(classes), len(y), name=f"{path}: target {target!r}", advice="use --task regression")
 
 
+#: a number written with a decimal comma (``-0,725``, ``1.234,5``)
+_DECIMAL_COMMA = re.compile(r"[+-]?(\d{1,3}(\.\d{3})+|\d+),\d+")
+
+
 def _categorical_columns(args, table):
     """``categorical_features`` for the estimator: the text columns (each with a one-line notice) and
     the columns ``--categorical`` names; ``"from_dtype"`` when there are none."""
@@ -89,6 +93,11 @@ def _categorical_columns(args, table):
             numbers = sum(1 for v in present if not isinstance(v, str))
             hint = (f"; {numbers} of its {len(present)} cells are numbers: if {cell!r} marks a missing value, leave "
                     "those cells empty" if numbers * 2 > len(present) and levels > MAX_SUBSET_LEVELS else "")
+            comma = sum(1 for v in present if isinstance(v, str) and _DECIMAL_COMMA.fullmatch(v))
+            if comma * 2 > len(present):
+                hint = (f"; its cells look like numbers written with a decimal comma ({cell!r}): the decimal mark "
+                        "read is '.', so convert the file first (e.g. pandas.read_csv(path, sep=';', decimal=',')"
+                        ".to_csv(new_path, index=False))")
             say(args, f"torchtree fit: column {name!r} holds text ({cell!r} at line {line}): categorical, {levels} "
                       f"levels (--categorical to name categorical columns yourself){hint}")
     names = set(forced) | set(table.text_columns)  # from the whole file: a test split may hold a column's text
@@ -251,6 +260,8 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
     }
     post.info["cli"] = json.dumps(schema)
     attach_feature_names(post, None, table.feature_names)
+    if getattr(post, "encoder", None) is not None and post.encoder.frame_names is None:
+        post.encoder.frame_names = list(table.feature_names)  # its messages name the file's columns
     saved_to, status = _save_or_rescue(post, args.out)
     if len(yte):
         rows.extend(_evaluate(post, task, Xte, yte, ytr, debug=getattr(args, "debug", False)))

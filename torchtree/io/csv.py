@@ -14,7 +14,13 @@ of them up to a limit, in one ``ValueError``::
 
 ``.gz`` files are read through gzip. Blank lines are skipped; a UTF-8 byte
 order mark and whitespace around fields are ignored; the delimiter is a comma
-unless the header has none and has semicolons or tabs instead.
+unless the header has none and has semicolons or tabs instead, or a first line
+``sep=;`` (as Excel writes) names it. The decimal mark is ``.``.
+
+The target column may not miss a value: an empty cell or ``nan`` is refused with
+its line, and so is a cell spelling a missing value (``NA``, ``?``, ...) in a
+target whose other cells are numbers; among text labels such a cell is a class,
+with a warning.
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import gzip
 import io
 import math
 import os
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
@@ -117,7 +124,14 @@ def _rows_of(path: str) -> Iterator[Tuple[int, List[str]]]:
         if not first:
             raise ValueError(f"{path}: the file is empty (expected a header row)")
         delim = ","
-        if "," not in first:
+        hint = re.fullmatch(r'\s*"?sep=(.)"?\s*', first.rstrip("\r\n"))
+        if hint:  # Excel's first line naming the separator: the header is the next line
+            delim = hint.group(1)
+            first = fh.readline()
+            line_no += 1
+            if not first.strip():
+                raise ValueError(f"{path}: no header row after the line {hint.group(0).strip()!r}")
+        elif "," not in first:
             if ";" in first:
                 delim = ";"
             elif "\t" in first:
@@ -143,6 +157,14 @@ def _all_numbers(cells: Sequence[str]) -> bool:
         return bool(cells) and all(math.isfinite(float(c)) for c in cells)
     except ValueError:
         return False
+
+
+def _is_number(s) -> bool:
+    try:
+        float(s)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _to_float(s: str) -> float:
@@ -334,7 +356,7 @@ def infer_task(y: np.ndarray) -> str:
     ----------
     y : numpy.ndarray [N] of str (as read by :func:`read_csv`)
     """
-    y = [s for s in y if not _is_missing_cell(s)]
+    y = [s for s in y if not (_is_missing_cell(s) or is_missing_token(s))]
     try:
         v = np.asarray([float(s) for s in y], dtype=np.float64)
     except ValueError:
@@ -364,8 +386,17 @@ def parse_target(y: np.ndarray, task: str, lines: Optional[np.ndarray] = None, p
         A missing target (an empty cell or ``nan``: it would otherwise become a class
         of its own), naming the line (or row) and the column.
     """
+    tokens = [i for i, s in enumerate(y) if is_missing_token(s)]
+    if tokens:  # missing among numbers (refused below); a class among text labels
+        rest = [s for i, s in enumerate(y) if not is_missing_token(s) and not _is_missing_cell(s)]
+        if not all(_is_number(s) for s in rest):
+            where = f" (line {int(lines[tokens[0]])})" if lines is not None else f" (row {tokens[0] + 1})"
+            warn(f"{path + ': ' if path else ''}{name}: {len(tokens)} cell(s) such as {str(y[tokens[0]])!r}{where} are "
+                 "read as a class of their own among the text labels; if they mark missing targets, drop those rows",
+                 UserWarning)
+            tokens = []
     for i, s in enumerate(y):
-        if _is_missing_cell(s):
+        if _is_missing_cell(s) or (tokens and is_missing_token(s)):
             where = f"line {int(lines[i])}: " if lines is not None else f"row {i + 1}: "
             where = f"{path}: {where}" if path else where
             raise ValueError(f"{where}{name} is missing ({str(s)!r}); drop the row or fill in its target")
@@ -404,9 +435,9 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
                   target_name: Optional[str] = None) -> Table:
     """Read the features a fitted model takes from a CSV file, ignoring its target column.
 
-    By name when the file has every training feature column (other columns, such
-    as the target, are ignored and may hold anything); an error when it has only
-    some of them; when it has none of them, by count:
+    By name when the file has every training feature column (a name in another case
+    matches where that is unambiguous; the target column may stay and may hold
+    anything); an error when it has only some of them; when it has none of them, by count:
     ``n_features`` columns are all features, ``n_features + 1`` columns are the
     features and the target (the column named ``target_name``, else the last).
     When the target column is present, ``Table.y`` holds it (as strings).
@@ -422,27 +453,29 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
     if dup:  # before matching names: a duplicate would read as a missing feature column
         raise ValueError(f"{path}: duplicate column name(s) in the header: {', '.join(dup)}")
     names = list(feature_names) if feature_names else None
-    if (names and any(n in header for n in names) and not all(n in header for n in names)
-            and len(header) in (n_features, n_features + 1)):
-        # taking the columns by position (the count fits) would pair some features with
-        # other columns' values
-        missing = [n for n in names if n not in header]
-        extra = [h for h in header if h not in names and h != target_name]
+    found = _match_names(names, header) if names else {}
+    if names and found and len(found) < len(names):
+        # taking the columns by position would pair some features with other columns' values
+        missing = [n for n in names if n not in found]
+        extra = [h for h in header if h not in found.values() and not _same_name(h, target_name)]
         raise ValueError(
             f"{path}: only some of the model's feature columns are present: missing {', '.join(map(repr, missing))}"
             + (f"; not used in training: {', '.join(map(repr, extra))}" if extra else "")
             + f" (the model takes {', '.join(map(repr, names))})")
-    if names and all(n in header for n in names):
-        extra = [h for h in header if h not in names and h != target_name]
+    if names and found:
+        extra = [h for h in header if h not in found.values() and not _same_name(h, target_name)]
         if extra:  # a column the model never saw: dropping it in silence could hide a wrong file
             raise ValueError(f"{path}: column(s) {', '.join(map(repr, extra))} were not used in training; remove them "
                              f"(the model takes {', '.join(map(repr, names))}"
                              + (f", and the target {target_name!r} may stay)" if target_name else ")"))
-        table = read_csv(path, has_target=False, features=names)
-        if target_name and target_name in header:
+        in_file = [found[n] for n in names]
+        table = read_csv(path, has_target=False, features=in_file)
+        table.feature_names = names
+        target = next((h for h in header if _same_name(h, target_name)), None)
+        if target is not None:
             # Keep the target for evaluation, when it parses.
             try:
-                with_t = read_csv(path, target=target_name, features=names)
+                with_t = read_csv(path, target=target, features=in_file)
                 table.y = with_t.y
                 table.target_name = target_name
             except ValueError:
@@ -459,6 +492,23 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
         f"{path}: has {D} columns but the model takes {n_features} features{expect}, "
         f"optionally followed by the target column"
     )
+
+
+def _same_name(a: Optional[str], b: Optional[str]) -> bool:
+    return a is not None and b is not None and a.lower() == b.lower()
+
+
+def _match_names(names: Sequence[str], header: Sequence[str]) -> dict:
+    """The header column of each model feature found in it: by its exact name, else by its name in
+    another case where that is unambiguous (``Age`` for ``age``), as the target is matched."""
+    lowered = [h.lower() for h in header]
+    out = {}
+    for n in names:
+        if n in header:
+            out[n] = n
+        elif lowered.count(n.lower()) == 1 and sum(1 for m in names if m.lower() == n.lower()) == 1:
+            out[n] = header[lowered.index(n.lower())]
+    return out
 
 
 def write_csv(path: Optional[str], header: Sequence[str], columns: Sequence[Sequence], out=None) -> None:

@@ -388,7 +388,7 @@ class TableEncoder:
         out = np.empty((m, self.n_columns), dtype=np.float64)
         for j, (c, (col, cats)) in enumerate(zip(self.columns, cols)):
             o = self.offsets[j]
-            out[:, o:o + c.n_out] = self._code(c, col, cats, kinds[j], column_label(j, fnames))
+            out[:, o:o + c.n_out] = self._code(c, col, cats, kinds[j], column_label(j, fnames or self.frame_names))
         return out
 
     def _code(self, c: _Column, col: np.ndarray, cats, kind: str, where: str) -> np.ndarray:
