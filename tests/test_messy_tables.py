@@ -143,3 +143,17 @@ def test_score_is_computed_in_units_of_the_targets_spread():
     reg_small.__dict__.update(reg.__dict__)
     reg_small.predict = lambda X: reg.predict(X) * 1e-170
     assert abs(reg_small.score(x[:, None], y * 1e-170) - r2) < 1e-9
+
+
+def test_dot_labels_escape_quotes_and_backslashes_of_names_and_levels():
+    """A column 'weight "kg"' and a level '5" screen' used to end the DOT string early."""
+    import re
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=200)
+    X = pd.DataFrame({'weight "kg"': x, "grade": rng.choice(['5" screen', "a\\b", "plain"], 200)})
+    y = ((x > 0) ^ (X["grade"] == '5" screen')).astype(int)
+    dot = BayesianTreeClassifier(**SMALL).fit(X, y).posterior_.to_dot()
+    labels = [ln for ln in dot.splitlines() if "label=" in ln]
+    quoted = re.compile(r'^\s*n\d+( -> n\d+)? \[label="(?:[^"\\]|\\.)*"(, style=rounded)?\];$')
+    assert labels and all(quoted.match(ln) for ln in labels), [ln for ln in labels if not quoted.match(ln)]
+    assert 'weight \\"kg\\"' in dot

@@ -27,7 +27,7 @@ from torchtree.model.data import as_feature_matrix
 from torchtree.core.budget import rows_per_chunk
 from torchtree.model.interval import check_interval, equal_tailed
 from torchtree.model.posterior import PosteriorSummary, to_plain
-from torchtree.model.posterior_base import Posterior
+from torchtree.model.posterior_base import Posterior, dot_text
 
 __all__ = ["BARTPosterior"]
 
@@ -398,11 +398,11 @@ class BARTPosterior(Posterior):
         if self.n_utilities > 1:
             labels = list(self.classes_) if self.classes_ is not None else list(range(self.n_utilities + 1))
             lines.append(f'  label="tree {tree} of draw {s // self.n_utilities}: utility of class '
-                         f'{labels[1 + s % self.n_utilities]}";')
+                         f'{dot_text(labels[1 + s % self.n_utilities])}";')
         for j, fj in enumerate(f):
             if fj >= 0:
                 rule = rule_text(self.encoder, names, int(fj), float(self.grid.cuts[fj, c[j]]))
-                lines.append(f'  n{j} [label="{rule}"];')
+                lines.append(f'  n{j} [label="{dot_text(rule)}"];')
                 lines.append(f"  n{j} -> n{2 * j + 1};")
                 lines.append(f"  n{j} -> n{2 * j + 2};")
             elif fj == LEAF:

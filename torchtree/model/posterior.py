@@ -14,7 +14,7 @@ from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
 from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
 from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed, polar_pairs, polar_student_t
-from torchtree.model.posterior_base import Posterior
+from torchtree.model.posterior_base import Posterior, dot_text
 
 __all__ = ["TreePosterior", "PosteriorSummary", "dedupe_trees", "attach_feature_names"]
 
@@ -461,7 +461,7 @@ class TreePosterior(Posterior):
         for node in range(n):
             if int(t.status[i, node]) == INTERNAL:
                 rule = rule_text(self.encoder, names, int(t.feature[i, node]), float(t.threshold[i, node]))
-                lines.append(f'  n{node} [label="{rule}"];')
+                lines.append(f'  n{node} [label="{dot_text(rule)}"];')
                 lines.append(f'  n{node} -> n{int(t.left[i, node])} [label="yes"];')
                 lines.append(f'  n{node} -> n{int(t.right[i, node])} [label="no"];')
             else:

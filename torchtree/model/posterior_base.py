@@ -16,6 +16,11 @@ import torch
 __all__ = ["Posterior"]
 
 
+def dot_text(s) -> str:
+    """``s`` inside a double-quoted Graphviz label: backslashes and double quotes escaped."""
+    return str(s).replace("\\", "\\\\").replace('"', '\\"')
+
+
 class Posterior:
     """What every posterior offers (see the module notes).
 

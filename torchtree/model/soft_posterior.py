@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from torchtree.model.posterior_base import Posterior
+from torchtree.model.posterior_base import Posterior, dot_text
 from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed
 from torchtree.core.budget import rows_per_chunk
 from torchtree.core.validate import check_int
@@ -423,7 +423,7 @@ class SoftTreePosterior(Posterior):
         for n in t.internal:
             f = int(w[n].argmax())
             # the gate leans right above the threshold: "yes" (the rule holds) is the left child, as for hard trees
-            lines.append(f'  n{n} [label="{names[f]} (w={float(w[n, f]):.2f}) <= {float(tau[n]):.3f}"];')
+            lines.append(f'  n{n} [label="{dot_text(names[f])} (w={float(w[n, f]):.2f}) <= {float(tau[n]):.3f}"];')
             lines += [f"  n{n} -> n{2 * n + 1} [label=yes];", f"  n{n} -> n{2 * n + 2} [label=no];"]
         for l in t.leaves:
             lines.append(f'  n{l} [label="leaf {l} (depth {node_depth(l)})", shape=ellipse];')
