@@ -198,6 +198,7 @@ def test_cli_ctrl_c_during_checkpoint_save_exits_130(tmp_path, capsys, sigint_in
                "--checkpoint", ck, "--quiet", "--out", str(tmp_path / "p.pt")])
     err = capsys.readouterr().err
     assert rc == 130 and "interrupted" in err and "Traceback" not in err
+    assert f"{ck} holds the run so far: the same command resumes it" in err
     assert load_checkpoint(ck)["format"] == cp_format()  # the checkpoint is complete
 
 

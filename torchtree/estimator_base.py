@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from torchtree.core.random import seed_to_int
+from torchtree.io.checkpoint import Checkpointer
 from torchtree.core.threads import check_threads, resolve_threads, using_threads
 from torchtree._sklearn import DataConversionWarning, NotFittedError, seed_from_random_state, shape_of, sklearn_flavoured
 from torchtree.methods import HYPER_MODES, LIKELIHOOD_SETTINGS, PRIOR_SETTINGS, accepted_settings, get_method, model_settings
@@ -182,7 +183,7 @@ class BayesianTreeBase:
         from torchtree.samplers.tuning.evidence import choose_by_evidence
 
         fixed = {"alpha": getattr(self, "alpha", None), "b0": getattr(self, "b0", None)}
-        seed = self._seed_ if self._seed_ is not None else seed_to_int(None)  # a checkpointed run's seed is drawn later
+        seed = self._seed_
         # a Poisson or user-built prior has no beta_split to search
         kw = {"alpha_split": ALPHA_SPLIT if self.alpha_split is None else self.alpha_split,
               "beta_split": BETA_SPLIT if self.beta_split is None else self.beta_split,
@@ -320,10 +321,12 @@ class BayesianTreeBase:
             warn("A column-vector y was passed when a 1d array was expected; it is flattened to shape "
                  f"({y_shape[0]},)", sklearn_flavoured(DataConversionWarning, "DataConversionWarning"))
         self._seed_ = seed_from_random_state(self.random_state)
-        if self._seed_ is None and self._sampler_options.get("checkpoint") is None:
-            # one seed for the evidence pilots and the run, recorded in posterior_.info["seed"]; with a
-            # checkpoint the run draws its own, which the checkpoint keeps for a resumed fit
-            self._seed_ = seed_to_int(None)
+        if self._seed_ is None:
+            # one seed for the evidence pilots and the run, recorded in posterior_.info["seed"]; a checkpoint
+            # keeps it, and the same call reads it back to resume (the pilots then choose as before)
+            path = self._sampler_options.get("checkpoint")
+            stored = Checkpointer(path).stored_seed() if path is not None else None
+            self._seed_ = stored if stored is not None else seed_to_int(None)
         data = self._make_data(X, y)
         cls = get_method(self.method)
         self._check_model_settings(cls)

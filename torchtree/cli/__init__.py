@@ -284,7 +284,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         if debug:
             raise
-        print("torchtree: interrupted", file=sys.stderr)
+        ck = getattr(args, "checkpoint", None) if "args" in locals() else None
+        if ck and os.path.exists(ck):
+            print(f"torchtree: interrupted; {ck} holds the run so far: the same command resumes it", file=sys.stderr)
+        else:
+            print("torchtree: interrupted", file=sys.stderr)
         return 130
     except USER_ERRORS as exc:
         if debug:

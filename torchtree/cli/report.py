@@ -79,7 +79,11 @@ def load_posterior(path: str):
         from torchtree.model.soft_posterior import SoftTreePosterior
 
         return SoftTreePosterior.load(path)
-    raise ValueError(f"{path}: not a torchtree posterior file")
+    fmt = payload.get("format") if isinstance(payload, dict) else None
+    if isinstance(fmt, str) and "checkpoint" in fmt:
+        raise ValueError(f"{path}: a run's checkpoint ({fmt}), not a posterior file: rerun the fit with it as "
+                         "--checkpoint to finish the run; its --out file is the posterior")
+    raise ValueError(f"{path}: not a torchtree posterior file" + (f" (it holds {fmt})" if isinstance(fmt, str) else ""))
 
 
 def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:

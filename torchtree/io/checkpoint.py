@@ -314,6 +314,9 @@ class Checkpointer:
     fingerprint : str, optional
         Identifies the run (see :func:`fingerprint`); stored with every save and
         checked by :meth:`load`.
+    writer : str, optional
+        What writes the checkpoint (a sampler's name); stored with every save, and named by
+        :meth:`load` when a checkpoint of another writer is refused.
     min_seconds : float or None
         Least time between the end of one save and the start of the next:
         ``0`` saves at every due step; a number skips due saves sooner than
@@ -339,15 +342,19 @@ class Checkpointer:
     COST_RATIO = 19.0
 
     def __init__(self, path: Optional[str], every: int = 1, backend=None, fingerprint: Optional[str] = None,
-                 min_seconds: Optional[float] = None) -> None:
+                 min_seconds: Optional[float] = None, writer: Optional[str] = None) -> None:
         if path is not None and int(every) < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {every}")
         if path is not None and not os.fspath(path):
             raise ValueError("checkpoint path is empty (pass None for no checkpoints)")
+        if path is not None and os.path.isdir(os.fspath(path)):
+            raise ValueError(f"checkpoint path {os.fspath(path)!r} is a directory; give a file path in it, e.g. "
+                             f"{os.path.join(os.fspath(path), 'run.ckpt')!r}")
         self.path = None if path is None else os.fspath(path)
         self.every = int(every)
         self.backend = backend
         self.fingerprint = fingerprint
+        self.writer = writer
         if min_seconds is None:
             min_seconds = _min_seconds_from_env()
         elif not (isinstance(min_seconds, (int, float)) and min_seconds >= 0):
@@ -388,7 +395,7 @@ class Checkpointer:
         if self.path is None:
             return
         t0 = time.perf_counter()
-        state = {"fingerprint": self.fingerprint, "sampler_state": state}
+        state = {"fingerprint": self.fingerprint, "writer": self.writer, "sampler_state": state}
         if self.distributed:
             save_rank_checkpoint(state, self.path, step=int(step), backend=self.backend)
         else:
@@ -463,6 +470,10 @@ class Checkpointer:
             state = payload["state"]
         if not (isinstance(state, dict) and "sampler_state" in state):
             raise CheckpointError(f"{self.path}: not a torchtree sampler checkpoint")
+        theirs = state.get("writer")
+        if self.fingerprint is not None and self.writer and theirs and theirs != self.writer:
+            raise CheckpointError(f"{self.path}: this checkpoint was written by {theirs}, not by this run's "
+                                  f"{self.writer}; delete it or choose another checkpoint path to start afresh")
         if self.fingerprint is not None and state.get("fingerprint") != self.fingerprint:
             raise CheckpointError(
                 f"{self.path}: this checkpoint belongs to a different run (its data, settings or seed differ: "
@@ -470,6 +481,16 @@ class Checkpointer:
                 "checkpoint path to start afresh"
             )
         return state["sampler_state"]
+
+    def stored_seed(self) -> Optional[int]:
+        """The seed stored in this process's checkpoint (the run's ``{"seed": ...}`` state), or None when
+        there is no readable one; the fingerprint is not checked (the run's :meth:`load` does that)."""
+        try:
+            state = Checkpointer(self.path, backend=self.backend)._load()
+        except (CheckpointError, OSError, KeyError, ValueError):
+            return None
+        seed = state.get("seed") if isinstance(state, dict) else None
+        return int(seed) if seed is not None else None
 
     def __repr__(self) -> str:
         return f"Checkpointer(path={self.path!r}, every={self.every}, min_seconds={self.min_seconds!r})"

@@ -205,7 +205,7 @@ def checkpointer(sampler, data: Data, settings: Dict[str, Any], key, backend) ->
     if path is not None:
         world = 1 if backend is None else int(backend.world_size)
         fp = fingerprint(sampler.name, {"config": cfg.result_settings(), **settings}, key, data.X, data.y, world)
-    return Checkpointer(path, getattr(cfg, "checkpoint_every", 1), backend=backend, fingerprint=fp)
+    return Checkpointer(path, getattr(cfg, "checkpoint_every", 1), backend=backend, fingerprint=fp, writer=sampler.name)
 
 
 def _agree(sampler, data: Data, settings: Dict[str, Any], ctx: RunContext) -> int:

@@ -1,0 +1,66 @@
+"""Resuming an estimator's checkpointed fit with the same call (a QA pass as an ML engineer): with
+random_state=None the seed drawn by the first fit is read back from the checkpoint, so the evidence
+pilots choose the same hyperparameters and the run resumes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from torchtree import BayesianTreeClassifier
+from torchtree.io.checkpoint import CheckpointError
+from torchtree.monitor import CallbackMonitor
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_after(k):
+    def hook(step):
+        if step >= k:
+            raise _Stop
+    return CallbackMonitor(on_checkpoint=hook)
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3))
+    return X, ((X[:, 0] + 0.5 * rng.normal(size=120)) > 0).astype(int)
+
+
+def test_an_unseeded_checkpointed_fit_resumes_and_equals_the_seeded_uninterrupted_fit(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+    X, y = _data()
+    path = str(tmp_path / "run.ckpt")
+    make = lambda **k: BayesianTreeClassifier(method="mcmc", n_chains=2, n_samples=40, n_warmup=20,  # noqa: E731
+                                              checkpoint=path, checkpoint_every=1, **k)
+    with pytest.raises(_Stop):
+        make(random_state=None, monitor=_stop_after(5)).fit(X, y)
+    resumed = make(random_state=None).fit(X, y)  # used to refuse: the pilots drew another seed
+    seed = resumed.posterior_.info["seed"]
+    ref = BayesianTreeClassifier(method="mcmc", n_chains=2, n_samples=40, n_warmup=20, random_state=seed).fit(X, y)
+    assert resumed.posterior_.info["hyper"] == ref.posterior_.info["hyper"]
+    np.testing.assert_array_equal(resumed.predict_proba(X), ref.predict_proba(X))
+
+
+def test_a_checkpoint_of_another_method_or_a_directory_is_refused_by_name(tmp_path):
+    X, y = _data()
+    path = str(tmp_path / "run.ckpt")
+    BayesianTreeClassifier(method="smc", n_particles=20, random_state=0, hyper="fixed", checkpoint=path).fit(X, y)
+    with pytest.raises(CheckpointError, match="written by TopDownSMC, not by this run's MCMC"):
+        BayesianTreeClassifier(method="mcmc", n_chains=2, n_samples=10, random_state=0, hyper="fixed",
+                               checkpoint=path).fit(X, y)
+    with pytest.raises(ValueError, match="is a directory; give a file path in it"):
+        BayesianTreeClassifier(n_particles=20, random_state=0, hyper="fixed", checkpoint=str(tmp_path)).fit(X, y)
+
+
+def test_report_on_a_checkpoint_says_what_the_file_is(tmp_path, capsys):
+    from torchtree.cli import main
+
+    X, y = _data()
+    path = str(tmp_path / "run.ckpt")
+    BayesianTreeClassifier(n_particles=20, random_state=0, hyper="fixed", checkpoint=path).fit(X, y)
+    assert main(["report", path]) == 2
+    assert "a run's checkpoint (torchtree.io.checkpoint/1), not a posterior file" in capsys.readouterr().err
