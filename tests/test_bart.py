@@ -425,9 +425,12 @@ def test_time_budget_stops_between_sweeps_and_keeps_a_posterior(monkeypatch):
     X, y, _ = _friedman(200, 6)
     tick = TickClock(0.02)  # the budget's clock, injected: 50 readings make the 1 s budget
     monkeypatch.setitem(driver.CLOCKS, "wall", tick)
-    post = BART(n_trees=20, n_warmup=100000, n_samples=10, max_seconds=1.0, compile="off").run(Data(X, y, task="regression"), seed=0)
+    with pytest.warns(UserWarning, match=r"max_seconds=1 ran out in warm-up, after \d+ of 100000 warm-up sweeps"):
+        post = BART(n_trees=20, n_warmup=100000, n_samples=10, max_seconds=1.0, compile="off").run(
+            Data(X, y, task="regression"), seed=0)
     assert 1.0 <= tick.t <= 1.0 + 2 * tick.step, tick.t
     assert post.n_particles == 4 and post.info["sweeps"] < 100000  # the last sweep of each chain
+    assert post.info["n_warmup"] == post.info["sweeps"]  # the warm-up sweeps that ran, not those asked for
     assert np.isfinite(post.predict(X)).all()
 
 

@@ -392,10 +392,17 @@ class BART(SamplerBase):
         c, prior, dev = self.config, ctx.setup.prior, ctx.device
         T, C, K = state.feature.shape
         S = len(state.kept)
-        if S == 0:  # a time budget ended the run in warm-up: keep the last sweep
+        in_warmup = S == 0
+        if in_warmup:  # a time budget ended the run in warm-up: keep the last sweep, and say so
             state.kept.append(_kept(state.feature, state.cut, state.value))
             state.kept_sigma.append(state.sigma2.clone())
             S = 1
+            warn(f"BART: max_seconds={c.max_seconds:g} ran out in warm-up, after {int(state.step)} of "
+                 f"{ctx.setup.n_warmup} warm-up sweeps: the posterior is each chain's last sweep, which has not "
+                 "converged. Raise max_seconds, or lower n_warmup", UserWarning)
+        elif S < 4 and c.max_seconds is not None and S < c.kept_cap():
+            warn(f"BART: max_seconds={c.max_seconds:g} ran out after {S} kept sweep(s) per chain, too few to judge "
+                 "convergence; raise max_seconds", UserWarning)
         _compact(state.kept, S - S % COMPACT_EVERY)  # the last, incomplete group
         width = max(k[0].shape[-1] for k in state.kept)
         feat = torch.stack([_pad(k[0], width, ABSENT) for k in state.kept])  # [S, C, T, K']
@@ -406,7 +413,7 @@ class BART(SamplerBase):
         counts = state.counts
         if ctx.world_size > 1:
             feat, cut, val, sig, leaves, counts = _gather(ctx, feat, cut, val, sig, leaves, counts, width)
-        n_warmup, converged = ctx.setup.n_warmup, None
+        n_warmup, converged = (int(state.step) if in_warmup else ctx.setup.n_warmup), None
         if c.min_ess is not None:  # the window the run was judged on: its first kept sweeps may join the warm-up
             drop, mixing, converged = self._window(ctx, sig, leaves)
             feat, cut, val, sig = feat[drop:], cut[drop:], val[drop:], sig[drop:]
