@@ -64,3 +64,21 @@ def test_report_on_a_checkpoint_says_what_the_file_is(tmp_path, capsys):
     BayesianTreeClassifier(n_particles=20, random_state=0, hyper="fixed", checkpoint=path).fit(X, y)
     assert main(["report", path]) == 2
     assert "a run's checkpoint (torchtree.io.checkpoint/1), not a posterior file" in capsys.readouterr().err
+
+
+def test_prediction_leaves_the_users_torch_random_stream_alone():
+    """A soft-tree posterior's prediction built a model whose starting draw used the global torch
+    generator: after torch.manual_seed(1), predict changed the user's next torch.rand."""
+    import torch
+    from torchtree.soft import DCC
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 2, generator=g)
+    post = DCC(n_iterations=1, n_initial=4, n_chains=2, n_samples=4, n_warmup=8, max_depth=1).run(
+        (X, (X[:, 0] > 0.5).long()), seed=0)
+    torch.manual_seed(1)
+    expected = torch.rand(3)
+    torch.manual_seed(1)
+    post.predict_proba(X)
+    post.predict(X)
+    assert torch.equal(torch.rand(3), expected)

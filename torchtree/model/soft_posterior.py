@@ -129,9 +129,11 @@ class SoftTreePosterior(Posterior):
 
     # ----------------------------------------------------------------- prediction
     def _model(self, m: int, n: int) -> SoftTrees:
+        # its starting draw from the prior is replaced by the stored draws: a private generator keeps the
+        # user's global torch random stream untouched by prediction
         return SoftTrees(
             self.data, [self.topologies[m]], n_chains=n, sharpness=self.sharpness, hyper=self.hyper,
-            dtype=self.data.X.dtype,
+            dtype=self.data.X.dtype, generator=torch.Generator(device=self.data.X.device).manual_seed(0),
         )
 
     def _thinned_draws(self, m: int, max_draws: Optional[int]) -> torch.Tensor:
