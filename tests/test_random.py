@@ -150,8 +150,10 @@ def test_derive_seed():
 
 def test_seed_to_int():
     assert seed_to_int(5) == 5
-    assert seed_to_int(-1) == 2**63 - 1
-    assert seed_to_int(2**70 + 3) == (2**70 + 3) & (2**63 - 1)
+    assert seed_to_int(2**63 - 1) == 2**63 - 1
+    for bad in (-1, 2**63, 2**70 + 3):  # refused: masking them would alias another seed
+        with pytest.raises(ValueError, match=r"\[0, 2\*\*63 - 1\]"):
+            seed_to_int(bad)
     assert seed_to_int(np.int64(9)) == 9
     assert seed_to_int(True) == 1
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)

@@ -82,3 +82,15 @@ def test_prediction_leaves_the_users_torch_random_stream_alone():
     post.predict_proba(X)
     post.predict(X)
     assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("bad", [-1, 2 ** 63, 2 ** 64 + 3])
+def test_seeds_outside_63_bits_are_refused_not_aliased(bad):
+    """2**64 + 3 used to run as 3, and -1 as 2**63 - 1."""
+    from torchtree import TopDownSMC, Data
+
+    X, y = _data()
+    with pytest.raises(ValueError, match=r"random_state must be None, an int in \[0, 2\*\*63 - 1\]"):
+        BayesianTreeClassifier(n_particles=10, random_state=bad).fit(X, y)
+    with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*63 - 1\]"):
+        TopDownSMC(n_particles=10).run(Data(X, y), seed=bad)

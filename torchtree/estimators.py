@@ -57,7 +57,7 @@ class BayesianTreeClassifier(BayesianTreeBase):
         ``"fixed"``: the defaults above. A ``SoftTreeHyper`` is passed to ``dcc`` as its
         hyperparameters.
     random_state : int, numpy RandomState or Generator, optional
-        Seed of the sampler (default 0); None draws a fresh seed for every fit; a numpy
+        Seed of the sampler, an int in ``[0, 2**63 - 1]`` (default 0); None draws a fresh seed for every fit; a numpy
         ``RandomState`` / ``Generator`` gives one draw per fit, as in scikit-learn.
     device : str, optional
         ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA if present). None (default): the

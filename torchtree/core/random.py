@@ -21,7 +21,14 @@ from torchtree.kernels import native as _native
 
 
 def seed_to_int(seed) -> int:
-    """Turn ``seed`` (int, None or a ``torch.Generator``) into a 63-bit int."""
+    """Turn ``seed`` (int in ``[0, 2**63 - 1]``, None or a ``torch.Generator``) into a 63-bit int.
+
+    Raises
+    ------
+    ValueError
+        ``seed`` is not an int, None or a generator, or an int outside ``[0, 2**63 - 1]`` (it would
+        alias a seed inside: ``2**63 + 3`` would run as ``3``).
+    """
     if seed is None:
         return int(torch.randint(0, 2**62, (1,)).item())
     if isinstance(seed, torch.Generator):
@@ -31,7 +38,10 @@ def seed_to_int(seed) -> int:
             seed = int(seed)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"seed must be an int, None or a torch.Generator, got {seed!r}") from exc
-    return seed & ((1 << 63) - 1)
+    if not 0 <= seed < (1 << 63):
+        raise ValueError(f"seed must be an int in [0, 2**63 - 1], got {seed}: seeds are 63-bit, and a negative or "
+                         "larger one would run as another seed")
+    return seed
 
 
 _MASK64 = (1 << 64) - 1
