@@ -127,7 +127,25 @@ class BayesianTreeBase:
         return self
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if v is not None)
+        """The constructor call with the parameters changed from their defaults, as scikit-learn prints
+        estimators (sampler options are always shown: they have no default in the signature)."""
+        defaults: Dict[str, Any] = {}
+        for cls in type(self).__mro__:  # the subclass's own parameters, then the base's
+            if "__init__" in vars(cls) and cls is not object:
+                for k, p in inspect.signature(vars(cls)["__init__"]).parameters.items():
+                    if p.default is not inspect.Parameter.empty:
+                        defaults.setdefault(k, p.default)
+
+        def changed(k, v) -> bool:
+            if k not in defaults:
+                return True
+            d = defaults[k]
+            try:
+                return not (v is d or (type(v) is type(d) and bool(v == d)))
+            except Exception:  # values that do not compare to one truth value (arrays)
+                return True
+
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if changed(k, v))
         return f"{type(self).__name__}({args})"
 
     def __sklearn_tags__(self):

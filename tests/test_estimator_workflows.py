@@ -1,6 +1,7 @@
-"""Resuming an estimator's checkpointed fit with the same call (a QA pass as an ML engineer): with
-random_state=None the seed drawn by the first fit is read back from the checkpoint, so the evidence
-pilots choose the same hyperparameters and the run resumes."""
+"""The estimators in an ML engineer's workflows (a QA pass): resuming a checkpointed fit with the same
+call (with random_state=None the seed drawn by the first fit is read back from the checkpoint, so the
+evidence pilots choose the same hyperparameters), checkpoints refused by name, seeds, the user's random
+stream, and the repr."""
 from __future__ import annotations
 
 import numpy as np
@@ -94,3 +95,12 @@ def test_seeds_outside_63_bits_are_refused_not_aliased(bad):
         BayesianTreeClassifier(n_particles=10, random_state=bad).fit(X, y)
     with pytest.raises(ValueError, match=r"seed must be an int in \[0, 2\*\*63 - 1\]"):
         TopDownSMC(n_particles=10).run(Data(X, y), seed=bad)
+
+
+def test_repr_shows_the_parameters_changed_from_their_defaults():
+    from torchtree import BayesianTreeRegressor
+
+    assert repr(BayesianTreeClassifier()) == "BayesianTreeClassifier()"
+    assert (repr(BayesianTreeClassifier(method="mcmc", random_state=5, alpha=2.0, n_chains=3))
+            == "BayesianTreeClassifier(method='mcmc', random_state=5, alpha=2.0, n_chains=3)")
+    assert repr(BayesianTreeRegressor(kappa0=0.2, verbose=0)) == "BayesianTreeRegressor(verbose=0, kappa0=0.2)"
