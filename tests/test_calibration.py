@@ -79,5 +79,7 @@ def test_target_scale_falls_back_to_the_magnitude():
     from torchtree.model.likelihoods import NormalInverseGamma, target_scale
 
     assert target_scale(torch.tensor([1.0, 3.0])) == 2.0  # the variance when there is spread
-    assert target_scale(torch.tensor([3.0])) == 9.0 and target_scale(torch.full((4,), -0.1)) == 1.0
+    # no spread: the magnitude squared, so that rescaling y rescales the prior (1 only for zeros)
+    assert target_scale(torch.tensor([3.0])) == 9.0 and abs(target_scale(torch.full((4,), -0.1)) - 0.01) < 1e-12
+    assert target_scale(torch.zeros(3)) == 1.0
     assert NormalInverseGamma.default_for(torch.tensor([3.0])).b0 == 0.5 * 9.0
