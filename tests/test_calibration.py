@@ -80,6 +80,6 @@ def test_target_scale_falls_back_to_the_magnitude():
 
     assert target_scale(torch.tensor([1.0, 3.0])) == 2.0  # the variance when there is spread
     # no spread: the magnitude squared, so that rescaling y rescales the prior (1 only for zeros)
-    assert target_scale(torch.tensor([3.0])) == 9.0 and abs(target_scale(torch.full((4,), -0.1)) - 0.01) < 1e-12
+    assert target_scale(torch.tensor([3.0])) == 9.0 and abs(target_scale(torch.full((4,), -0.1)) - 0.01) < 1e-8  # float32 -0.1
     assert target_scale(torch.zeros(3)) == 1.0
     assert NormalInverseGamma.default_for(torch.tensor([3.0])).b0 == 0.5 * 9.0
