@@ -1,6 +1,8 @@
 """Tests of the SMC sampler with moves (torchtree.samplers.smc_moves) against exact answers."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -127,3 +129,19 @@ def test_seed_reproducible_and_argument_checks():
         SMCSampler(backend=object())
     with pytest.raises(ValueError, match="divisible"):
         SMCSampler(n_particles=30, backend=_FakeWorld(4))
+
+
+def test_reweighting_is_unbiased_for_the_evidence_on_regression():
+    """Eq. 5b's incremental weight is the MH ratio pi(t') q(t | t') / (pi(t) q(t' | t)), so without
+    resampling E[Z_hat] = Z after any number of moves. On a peaked regression posterior (a step of
+    2 against noise 0.1, 8 rows) Z_hat is heavy-tailed: its log falls below log Z, more with every
+    iteration (a QA pass measured -1.5 nats after 50), while its mean stays at Z. Mean of Z_hat / Z
+    over 60 seeds (2000 particles, 2 iterations): measured 1.007 +- 0.022; tolerance 0.1."""
+    x = np.arange(8.0)[:, None]
+    y = np.array([0, 0.1, -0.1, 0.05, 2, 2.1, 1.9, 2.05])
+    data = tt.Data(x, y, task="regression")
+    prior, lik = tt.ChipmanPrior(0.95, 0.5), tt.NormalInverseGamma.default_for(torch.as_tensor(y))
+    exact = exact_log_evidence(data, prior, lik)
+    ratio = [math.exp(SMCSampler(prior, lik, n_particles=2000, n_iterations=2, ess_threshold=0.0)
+                      .run(data, seed=s).log_evidence - exact) for s in range(60)]
+    assert abs(np.mean(ratio) - 1.0) < 0.1
