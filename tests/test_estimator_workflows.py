@@ -104,3 +104,21 @@ def test_repr_shows_the_parameters_changed_from_their_defaults():
     assert (repr(BayesianTreeClassifier(method="mcmc", random_state=5, alpha=2.0, n_chains=3))
             == "BayesianTreeClassifier(method='mcmc', random_state=5, alpha=2.0, n_chains=3)")
     assert repr(BayesianTreeRegressor(kappa0=0.2, verbose=0)) == "BayesianTreeRegressor(verbose=0, kappa0=0.2)"
+
+
+def test_summary_effective_sizes_say_what_they_count():
+    """MCMC's ess is the chains' autocorrelation ESS (it was Kish's of the stored run-length weights:
+    16 with the host loop and 300 with the batched one for the same draws); SMC's ess_distinct counts
+    the distinct trees that carry the weight, resampled copies merged."""
+    from torchtree import MCMC, Data, TopDownSMC
+
+    X, y = _data()
+    data = Data(X, y)
+    posts = [MCMC(n_chains=2, n_samples=60, engine=e).run(data, seed=0) for e in ("host", "batched")]
+    for post in posts:
+        s = post.summary()
+        assert s["ess"] == min(post.info["ess_leaves"], post.info["ess_log_posterior"])
+    assert posts[0].summary()["ess"] == posts[1].summary()["ess"]
+    post = TopDownSMC(n_particles=200).run(data, seed=0)
+    smc, w = post.summary(), post.weights.double()
+    assert abs(smc["ess_distinct"] - float(1 / (w * w).sum())) < 1e-9 and smc["ess_distinct"] <= smc["ess"] + 1e-9

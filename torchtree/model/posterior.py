@@ -59,8 +59,8 @@ def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
     return trees.take(first), agg.log() + mx, inv
 
 
-# Bytes per (point, node) pair of one level of the forest routing, and per (draw, point)
-# of a predictive interval; measured peaks stay below these (tests/test_predict_memory.py).
+# Bytes per (point, node) pair of one level of the forest routing, and per (draw, point) of a
+# predictive interval; measured peaks stay below these (tests/test_predict_memory.py).
 _PAIR_BYTES = 200
 # /2 stores the trees compactly (torchtree.model.tree_storage); /1 files still load.
 POSTERIOR_FORMAT = "torchtree.TreePosterior/2"
@@ -131,10 +131,8 @@ def attach_feature_names(posterior, X, names=None) -> None:
     Parameters
     ----------
     posterior : TreePosterior or SoftTreePosterior
-    X : array-like
-        The training features as passed to ``fit``.
-    names : sequence of str, optional
-        Names to use instead of ``X``'s columns.
+    X : array-like, the training features as passed to ``fit``
+    names : sequence of str, optional, names to use instead of ``X``'s columns
     """
     names = list(names) if names is not None else _names_of(X)
     enc = getattr(posterior, "encoder", None)
@@ -407,7 +405,9 @@ class TreePosterior(Posterior):
         Returns
         -------
         PosteriorSummary (a dict; printing it shows a table) with ``n_particles``,
-        ``n_distinct_trees``, ``ess``, ``log_evidence``, ``leaves_mean``, ``leaves_max``,
+        ``n_distinct_trees``, ``ess`` (SMC: Kish's ESS of the particle weights, resampled copies counted
+        apart; MCMC: the chains' autocorrelation ESS), ``ess_distinct`` (Kish's ESS over the distinct
+        trees: how many trees carry the posterior), ``log_evidence``, ``leaves_mean``, ``leaves_max``,
         ``depth_mean``, ``depth_max``, ``feature_usage`` (weighted mean number of splits
         per feature, an array), ``feature_names`` (its labels: the training table's
         column names, else ``x0, x1, ...``), ``map_tree`` (index of the heaviest tree)
@@ -423,7 +423,7 @@ class TreePosterior(Posterior):
         out = {
             "n_particles": self.n_particles,
             "n_distinct_trees": self.trees.n_trees,
-            "ess": self.ess,
+            "ess": self.ess, "ess_distinct": float(1.0 / (w * w).sum()),
             "log_evidence": self.log_evidence,
             "leaves_mean": float((w * leaves).sum()),
             "leaves_max": int(leaves.max()),

@@ -1,6 +1,7 @@
 """``MCMC``: the sampler of :mod:`torchtree.samplers.mcmc` (see the package for the method)."""
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -365,6 +366,10 @@ class MCMC(SamplerBase):
         post = TreePosterior(trees.to(dev), logw.to(dev), lik, data.d, classes=data.classes_, log_evidence=None,
                              info=info)
         post.n_particles = n_kept
+        # the draws' effective number: the chains' autocorrelation ESS (the smaller of the two traces'), not
+        # Kish's of the stored weights, which count runs of repeated draws as the engine happens to store them
+        chain = [float(v) for v in (info["ess_leaves"], info["ess_log_posterior"]) if math.isfinite(float(v))]
+        post.ess = min(chain) if chain else float("nan")
         return post
 
     def end_info(self, post: TreePosterior) -> Dict[str, Any]:
