@@ -122,3 +122,12 @@ def test_summary_effective_sizes_say_what_they_count():
     post = TopDownSMC(n_particles=200).run(data, seed=0)
     smc, w = post.summary(), post.weights.double()
     assert abs(smc["ess_distinct"] - float(1 / (w * w).sum())) < 1e-9 and smc["ess_distinct"] <= smc["ess"] + 1e-9
+
+
+def test_class_probabilities_sum_to_one_in_float64():
+    """The leaves' rows are float32; their mixture summed to 1 only within ~3e-8, which scikit-learn's
+    log_loss warns about."""
+    X, y = _data()
+    for method, kw in (("smc", dict(n_particles=100)), ("mcmc", dict(n_chains=2, n_samples=50))):
+        p = BayesianTreeClassifier(method=method, random_state=0, hyper="fixed", **kw).fit(X, y).predict_proba(X)
+        assert np.abs(p.sum(1) - 1.0).max() <= 4e-16

@@ -295,11 +295,12 @@ class TreePosterior(Posterior):
 
         Returns
         -------
-        numpy.ndarray [M, K]
+        numpy.ndarray [M, K] float64, each row summing to 1 (the leaves' float32 rows drift by ~1e-8: renormalised)
         """
         if self.task != "classification":
             raise ValueError("predict_proba applies to classification; use predict / predict_interval")
-        return self._proba(self._X(X)).cpu().numpy()
+        p = self._proba(self._X(X)).cpu().numpy()
+        return p / p.sum(1, keepdims=True)
 
     def _proba(self, X: torch.Tensor) -> torch.Tensor:
         K = int(self.trees.stats.shape[-1])
@@ -521,16 +522,9 @@ class TreePosterior(Posterior):
             raise ValueError(f"{path} is not a torchtree posterior file of hard trees" + (
                 f": it holds a {kind} (torchtree.cli.load_posterior reads every kind)" if kind.startswith("torchtree.") else ""))
         trees = _checked_trees(payload, path)
-        obj = cls(
-            trees,
-            payload["log_weights"],
-            likelihood_from_config(payload["likelihood"]),
-            payload["n_features"],
-            classes=None if payload["classes"] is None else np.asarray(payload["classes"]),
-            log_evidence=payload["log_evidence"],
-            info=payload["info"],
-            dedupe=False,
-        )
+        obj = cls(trees, payload["log_weights"], likelihood_from_config(payload["likelihood"]), payload["n_features"],
+                  classes=None if payload["classes"] is None else np.asarray(payload["classes"]),
+                  log_evidence=payload["log_evidence"], info=payload["info"], dedupe=False)
         obj.n_particles, obj.ess = payload["n_particles"], payload["ess"]
         if payload.get("encoder") is not None:
             obj.encoder = TableEncoder.from_state(payload["encoder"])
