@@ -14,6 +14,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 import torch
 
+from torchtree.model.bart import mnp_probabilities
 from torchtree.model.data import as_feature_matrix
 from torchtree.model.encoding import needs_encoding
 from torchtree.model.posterior_base import Posterior
@@ -98,14 +99,14 @@ def prediction_draws(post: Posterior, X: Any, target_class: Any = None,
         vals = rows[..., k] if task == "classification" else rows[..., 1]
         return vals.double().cpu().numpy(), w.numpy()
     if kind == "bart":
-        if task == "classification":
-            vals = post.class_probability_draws(X)[:, k, :]
-        else:
-            vals = post.latent_draws(X)
-        vals = vals.double().cpu()
+        vals = post.latent_draws(X)  # [S, M], or [S, K - 1, M]: each utility's mean (K >= 3 classes)
         S = vals.shape[0]
-        if max_draws is not None and S > int(max_draws):
-            vals = vals[torch.linspace(0, S - 1, int(max_draws)).round().long()]
+        if max_draws is not None and S > int(max_draws):  # thinned before the costly class probabilities
+            vals = vals[torch.linspace(0, S - 1, int(max_draws)).round().long().to(vals.device)]
+        if task == "classification":
+            vals = (mnp_probabilities(vals) if vals.dim() == 3 else
+                    torch.stack([torch.special.ndtr(-vals), torch.special.ndtr(vals)], 1))[:, k, :]
+        vals = vals.double().cpu()
         return vals.numpy(), np.full(vals.shape[0], 1.0 / vals.shape[0])
     parts, weights = [], []
     w = post.weights
