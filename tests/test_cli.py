@@ -251,6 +251,10 @@ def test_predict_regression_interval(files, fitted, capsys):
     vals = np.array([l.split(",") for l in lines[1:]], dtype=float)
     assert vals.shape == (len(files["X"]), 3)
     assert np.all(vals[:, 1] <= vals[:, 0]) and np.all(vals[:, 0] <= vals[:, 2])
+    assert main(["predict", str(fitted["reg"]), str(files["reg"]), "--no-interval"]) == 0
+    lines = _lines(capsys.readouterr().out)
+    assert lines[0] == "mean"
+    np.testing.assert_array_equal(np.array(lines[1:], dtype=float), vals[:, 0])
 
 
 def test_predict_wrong_columns_is_a_user_error(fitted, tmp_path, capsys):

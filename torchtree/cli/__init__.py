@@ -150,6 +150,9 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     p.add_argument("data", metavar="DATA.csv")
     p.add_argument("--proba", action="store_true", help="classification: one probability column per class")
     p.add_argument("--level", type=float, default=None, help="regression: credible level of the interval (default: 0.9)")
+    p.add_argument("--no-interval", action="store_true",
+                   help="regression: the mean only (an interval costs about 100 times the mean: it draws from the "
+                        "predictive of every row)")
     p.add_argument("--out", metavar="FILE", help="write CSV here (default: standard output)")
     p.set_defaults(func=cmd_predict)
 

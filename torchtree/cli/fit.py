@@ -418,10 +418,13 @@ def cmd_predict(args) -> int:
         if not 0 < args.level < 1:
             raise ValueError(f"--level must lie in (0, 1), got {args.level}")
         mean = post.predict(X)
-        iv = _intervals(post, X, args.level)
-        pct = f"{100 * args.level:g}"
-        header = ["mean", f"lower_{pct}", f"upper_{pct}"]
-        cols = [mean, iv[:, 0], iv[:, 1]]
+        if getattr(args, "no_interval", False):
+            header, cols = ["mean"], [mean]
+        else:
+            iv = _intervals(post, X, args.level)
+            pct = f"{100 * args.level:g}"
+            header = ["mean", f"lower_{pct}", f"upper_{pct}"]
+            cols = [mean, iv[:, 0], iv[:, 1]]
     write_csv(args.out, header, cols, out=sys.stdout)
     if table.y is not None and not getattr(args, "quiet", False):
         try:

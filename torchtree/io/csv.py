@@ -469,17 +469,17 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
                              f"(the model takes {', '.join(map(repr, names))}"
                              + (f", and the target {target_name!r} may stay)" if target_name else ")"))
         in_file = [found[n] for n in names]
-        table = read_csv(path, has_target=False, features=in_file)
-        table.feature_names = names
         target = next((h for h in header if _same_name(h, target_name)), None)
-        if target is not None:
-            # Keep the target for evaluation, when it parses.
+        table = None
+        if target is not None:  # one read keeps the target for evaluation, when its cells parse
             try:
-                with_t = read_csv(path, target=target, features=in_file)
-                table.y = with_t.y
+                table = read_csv(path, target=target, features=in_file)
                 table.target_name = target_name
             except ValueError:
-                pass
+                table = None
+        if table is None:
+            table = read_csv(path, has_target=False, features=in_file)
+        table.feature_names = names
         return table
     D = len(header)
     if D == n_features:

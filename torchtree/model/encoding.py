@@ -285,7 +285,8 @@ class TableEncoder:
                          f"({', '.join(repr(t) for t in sorted(set(tokens))[:3])})", UserWarning)
                 out.append(cls._numeric(nums, where))
             elif kind == "ordered":
-                present = [None if is_missing_cell(v) else ordered_cats.index(v) for v in col.tolist()]
+                position = {v: i for i, v in enumerate(ordered_cats)}  # a dict: linear in the rows, not rows x levels
+                present = [None if is_missing_cell(v) else position[v] for v in col.tolist()]
                 codes = np.array([np.nan if v is None else float(v) for v in present])
                 column = cls._numeric(codes, where, levels=list(ordered_cats), source="ordered")
                 seen = codes[~np.isnan(codes)].astype(np.int64)
