@@ -13,14 +13,14 @@ Exact up to 64-bit hash collisions of paths (probability about
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Dict, List
 
 import torch
 
 from .hashing import GOLDEN, mix as _mix
 from .segments import exclusive_cumsum, ragged_arange
 
-__all__ = ["node_region_keys", "mixture_over_leaves"]
+__all__ = ["node_region_keys", "forest_plan", "mixture_with_plan", "mixture_over_leaves"]
 
 _GOLD = GOLDEN
 
@@ -63,6 +63,125 @@ def node_region_keys(feature, threshold, left, right, depth, used) -> torch.Tens
     return key
 
 
+def forest_plan(
+    feature: torch.Tensor,
+    threshold: torch.Tensor,
+    left: torch.Tensor,
+    right: torch.Tensor,
+    depth: torch.Tensor,
+    used: torch.Tensor,
+    weights: torch.Tensor,
+    leaf_rows: torch.Tensor,
+) -> List[Dict[str, torch.Tensor]]:
+    """What routing through a forest needs that does not depend on the rows, level by level.
+
+    Every distinct leaf region with its summed weight and its row of ``leaf_rows``, and every
+    distinct (region, rule) of the internal nodes with its feature, threshold and the sorted keys of
+    its children: built once per forest, it makes :func:`mixture_with_plan` cost only the rows'
+    routing (a posterior caches it across prediction calls).
+
+    Parameters
+    ----------
+    feature, threshold, left, right, depth : [P, C] padded pointer arrays
+    used : BoolTensor [P, C] slots in use
+    weights : Tensor [P] mixture weights
+    leaf_rows : Tensor [P, C, S] per-node rows handed to ``leaf_fn``
+
+    Returns
+    -------
+    list over depths ``0 .. max_depth`` of dicts: ``leaf_key`` [L] (sorted), ``leaf_w`` [L] float64,
+    ``leaf_rows`` [L, S]; ``node_key`` [I] (each distinct rule's region), ``feature`` [I],
+    ``threshold`` [I], ``child_key`` [2 I] (sorted) and ``child_order`` [2 I] (its argsort); the
+    internal entries are absent at the deepest level or where a level has no internal node.
+    """
+    key = node_region_keys(feature, threshold, left, right, depth, used)
+    bits = threshold_bits(threshold)
+    is_leaf = used & (feature < 0)
+    internal = used & (feature >= 0)
+    max_d = int(torch.where(used, depth, 0).max())
+    w64 = weights.double()
+    dev = feature.device
+    plan: List[Dict[str, torch.Tensor]] = []
+    for q in range(max_d + 1):
+        at_q = depth == q
+        level: Dict[str, torch.Tensor] = {}
+        # Leaves: one accumulation per distinct leaf region.
+        lp, lc = (is_leaf & at_q).nonzero(as_tuple=True)
+        if lp.numel():
+            lk, linv = torch.unique(key[lp, lc], return_inverse=True)
+            W = torch.zeros(lk.numel(), dtype=torch.float64, device=dev).index_add_(0, linv, w64[lp])
+            first = torch.full((lk.numel(),), lp.numel(), dtype=torch.long, device=dev).scatter_reduce(
+                0, linv, torch.arange(lp.numel(), device=dev), "amin"
+            )
+            level.update(leaf_key=lk, leaf_w=W, leaf_rows=leaf_rows[lp[first], lc[first]])
+        plan.append(level)
+        if q == max_d:
+            break
+        # Internal nodes: each distinct (region, rule) once.
+        ip, ic = (internal & at_q).nonzero(as_tuple=True)
+        if ip.numel() == 0:
+            break
+        h = rule_hash(key[ip, ic], feature[ip, ic], bits[ip, ic])
+        hu, first_i = _unique_first(h)
+        ip, ic = ip[first_i], ic[first_i]
+        ckey = torch.stack([_mix(hu + 1), _mix(hu + 2)], 1).reshape(-1)
+        korder = torch.argsort(ckey)
+        level.update(node_key=key[ip, ic], feature=feature[ip, ic].long(), threshold=threshold[ip, ic],
+                     child_key=ckey[korder], child_order=korder)
+    return plan
+
+
+def mixture_with_plan(
+    plan: List[Dict[str, torch.Tensor]],
+    X: torch.Tensor,
+    leaf_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    out_dim: int,
+) -> torch.Tensor:
+    """``out[m] = sum_p weights[p] * leaf_fn(leaf_rows[p, leaf_p(x_m)], m)`` through a forest's
+    :func:`forest_plan`: each row is routed once per distinct (region, rule) of a level.
+
+    Parameters
+    ----------
+    plan : the forest's :func:`forest_plan`
+    X : Tensor [M, D]
+    leaf_fn : callable ``(rows [T, S], point_index [T]) -> values [T, out_dim]``
+    out_dim : int
+
+    Returns
+    -------
+    Tensor [M, out_dim] float64
+    """
+    dev = X.device
+    M = X.shape[0]
+    out = torch.zeros(M, out_dim, dtype=torch.float64, device=dev)
+    # Regions of the current level: sorted keys, and their point lists in a flat buffer.
+    reg_key = torch.full((1,), 0x5DEECE66D, dtype=torch.long, device=dev)
+    reg_off = torch.zeros(1, dtype=torch.long, device=dev)
+    reg_cnt = torch.full((1,), M, dtype=torch.long, device=dev)
+    buf = torch.arange(M, device=dev)
+    for level in plan:
+        if "leaf_key" in level:
+            r = torch.searchsorted(reg_key, level["leaf_key"])
+            seg, pos = ragged_arange(reg_cnt[r])
+            pts = buf[reg_off[r][seg] + pos]
+            vals = leaf_fn(level["leaf_rows"][seg], pts).double() * level["leaf_w"][seg, None]
+            out.index_add_(0, pts, vals)
+        if "node_key" not in level:
+            break
+        r = torch.searchsorted(reg_key, level["node_key"])
+        seg, pos = ragged_arange(reg_cnt[r])
+        pts = buf[reg_off[r][seg] + pos]
+        go = (X[pts, level["feature"][seg]] > level["threshold"].to(X.dtype)[seg]).long()
+        child = 2 * seg + go  # child region id among the 2 * n_items new regions
+        order = torch.argsort(child, stable=True)
+        buf = pts[order]
+        cnt = torch.bincount(child, minlength=level["child_key"].numel())
+        off = exclusive_cumsum(cnt)
+        korder = level["child_order"]
+        reg_key, reg_off, reg_cnt = level["child_key"], off[korder], cnt[korder]
+    return out
+
+
 def mixture_over_leaves(
     feature: torch.Tensor,
     threshold: torch.Tensor,
@@ -76,7 +195,8 @@ def mixture_over_leaves(
     leaf_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     out_dim: int,
 ) -> torch.Tensor:
-    """``out[m] = sum_p weights[p] * leaf_fn(leaf_rows[p, leaf_p(x_m)], m)``.
+    """``out[m] = sum_p weights[p] * leaf_fn(leaf_rows[p, leaf_p(x_m)], m)``: :func:`forest_plan`, then
+    :func:`mixture_with_plan` (build the plan once to predict several times).
 
     Parameters
     ----------
@@ -92,60 +212,8 @@ def mixture_over_leaves(
     -------
     Tensor [M, out_dim] float64
     """
-    dev = X.device
-    M = X.shape[0]
-    out = torch.zeros(M, out_dim, dtype=torch.float64, device=dev)
-    key = node_region_keys(feature, threshold, left, right, depth, used)
-    bits = threshold_bits(threshold)
-    is_leaf = used & (feature < 0)
-    internal = used & (feature >= 0)
-    # Regions of the current level: sorted keys, and their point lists in a flat buffer.
-    reg_key = key[:1, 0].clone()
-    reg_off = torch.zeros(1, dtype=torch.long, device=dev)
-    reg_cnt = torch.full((1,), M, dtype=torch.long, device=dev)
-    buf = torch.arange(M, device=dev)
-    max_d = int(torch.where(used, depth, 0).max())
-    w64 = weights.double()
-    for q in range(max_d + 1):
-        at_q = depth == q
-        # Leaves: one accumulation per distinct leaf region.
-        lp, lc = (is_leaf & at_q).nonzero(as_tuple=True)
-        if lp.numel():
-            lk, linv = torch.unique(key[lp, lc], return_inverse=True)
-            W = torch.zeros(lk.numel(), dtype=torch.float64, device=dev).index_add_(0, linv, w64[lp])
-            first = torch.full((lk.numel(),), lp.numel(), dtype=torch.long, device=dev).scatter_reduce(
-                0, linv, torch.arange(lp.numel(), device=dev), "amin"
-            )
-            rows = leaf_rows[lp[first], lc[first]]
-            r = torch.searchsorted(reg_key, lk)
-            seg, pos = ragged_arange(reg_cnt[r])
-            pts = buf[reg_off[r][seg] + pos]
-            vals = leaf_fn(rows[seg], pts).double() * W[seg, None]
-            out.index_add_(0, pts, vals)
-        if q == max_d:
-            break
-        # Internal nodes: split each distinct (region, rule) once.
-        ip, ic = (internal & at_q).nonzero(as_tuple=True)
-        if ip.numel() == 0:
-            break
-        h = rule_hash(key[ip, ic], feature[ip, ic], bits[ip, ic])
-        hu, first_i = _unique_first(h)
-        ip, ic = ip[first_i], ic[first_i]
-        r = torch.searchsorted(reg_key, key[ip, ic])
-        seg, pos = ragged_arange(reg_cnt[r])
-        pts = buf[reg_off[r][seg] + pos]
-        f = feature[ip, ic].long()
-        go = (X[pts, f[seg]] > threshold[ip, ic].to(X.dtype)[seg]).long()
-        child = 2 * seg + go  # child region id among the 2 * n_items new regions
-        order = torch.argsort(child, stable=True)
-        buf = pts[order]
-        n_new = 2 * hu.numel()
-        cnt = torch.bincount(child, minlength=n_new)
-        off = exclusive_cumsum(cnt)
-        ckey = torch.stack([_mix(hu + 1), _mix(hu + 2)], 1).reshape(-1)
-        korder = torch.argsort(ckey)
-        reg_key, reg_off, reg_cnt = ckey[korder], off[korder], cnt[korder]
-    return out
+    plan = forest_plan(feature, threshold, left, right, depth, used, weights, leaf_rows)
+    return mixture_with_plan(plan, X, leaf_fn, out_dim)
 
 
 def _unique_first(h: torch.Tensor):

@@ -131,3 +131,31 @@ def test_class_probabilities_sum_to_one_in_float64():
     for method, kw in (("smc", dict(n_particles=100)), ("mcmc", dict(n_chains=2, n_samples=50))):
         p = BayesianTreeClassifier(method=method, random_state=0, hyper="fixed", **kw).fit(X, y).predict_proba(X)
         assert np.abs(p.sum(1) - 1.0).max() <= 4e-16
+
+
+def test_the_forest_routing_plan_is_built_once_per_posterior_and_not_pickled(monkeypatch):
+    """Prediction rebuilt the row-independent routing of the whole forest at every call (a one-row
+    predict cost as much as a thousand rows); it is now built at the first call and reused, with the
+    same numbers as a fresh build. Counted, not timed."""
+    import pickle
+
+    from torchtree.kernels import forest
+    from torchtree.model import posterior as posterior_module
+
+    X, y = _data()
+    post = BayesianTreeClassifier(n_particles=50, random_state=0, hyper="fixed").fit(X, y).posterior_
+    builds = []
+    real = forest.forest_plan
+    monkeypatch.setattr(posterior_module, "forest_plan", lambda *a: builds.append(1) or real(*a))
+    post._table = None  # as a freshly loaded posterior
+    first = post.predict_proba(X[:1])
+    for i in range(5):
+        post.predict_proba(X[i:i + 1])
+    assert len(builds) == 1
+    t = post.trees
+    fresh = forest.mixture_over_leaves(t.feature, t.threshold, t.left, t.right, t.depth, t.status != 0, post.weights,
+                                       post._table, post._X(X[:1]), lambda rows, pts: rows, first.shape[1]).numpy()
+    np.testing.assert_array_equal(first, fresh / fresh.sum(1, keepdims=True))
+    back = pickle.loads(pickle.dumps(post))
+    assert back._plan is None and back._table is None
+    np.testing.assert_array_equal(back.predict_proba(X[:1]), first)

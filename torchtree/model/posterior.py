@@ -8,7 +8,7 @@ import torch
 
 from torchtree.model.encoding import TableEncoder, needs_encoding, rule_text
 from torchtree.model.data import as_feature_matrix
-from torchtree.kernels.forest import mixture_over_leaves, node_region_keys, rule_hash, threshold_bits
+from torchtree.kernels.forest import forest_plan, mixture_with_plan, node_region_keys, rule_hash, threshold_bits
 from torchtree.core.budget import memory_budget, release_freed_memory, rows_per_chunk
 from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
@@ -219,6 +219,10 @@ class TreePosterior(Posterior):
             return X.to(device=dev, dtype=dt)
         return torch.as_tensor(as_feature_matrix(X, self.n_features), dtype=dt, device=dev)
 
+    def __getstate__(self) -> dict:
+        """Pickles leave out the caches prediction rebuilds (the predictive table, the routing plan)."""
+        return {**self.__dict__, "_table": None, "_used": None, "_plan": None, "_pairs": None}
+
     def _mixture_rows(self, X: torch.Tensor, chunk_pairs: int = 1 << 23):
         """Yield (tree slice, gathered predictive rows [q, M, S]) in chunks of trees."""
         M = X.shape[0]
@@ -265,9 +269,11 @@ class TreePosterior(Posterior):
         point's sum is taken in the same order whatever the chunk, so chunking changes no bit.
         """
         t = self.trees
-        if self._table is None:
+        if self._table is None:  # what prediction needs of the trees alone, built once
             self._table = self.likelihood.predictive_table(t.stats)
             self._used = t.status != 0
+            self._plan = forest_plan(t.feature, t.threshold, t.left, t.right, t.depth, self._used, self.weights,
+                                     self._table)
         if chunk_points is None and X.shape[0] * (_PAIR_BYTES * (int(self._used.sum()) + out_dim)
                                                   + 8 * (X.shape[1] + out_dim)) <= min(memory_budget(), 64 << 20):
             chunk_points = max(X.shape[0], 1)  # every row even at a pair per stored node fits: no estimate
@@ -277,10 +283,8 @@ class TreePosterior(Posterior):
             chunk_points = rows_per_chunk(per_row, f"prediction with {t.n_trees} distinct trees", device=X.device)
         out = torch.empty(X.shape[0], out_dim, dtype=torch.float64, device=X.device)
         for s in range(0, X.shape[0], chunk_points):
-            out[s : s + chunk_points] = mixture_over_leaves(
-                t.feature, t.threshold, t.left, t.right, t.depth, self._used, self.weights,
-                self._table, X[s : s + chunk_points], lambda rows, pts, s=s: leaf_fn(rows, pts + s), out_dim,
-            )
+            out[s : s + chunk_points] = mixture_with_plan(
+                self._plan, X[s : s + chunk_points], lambda rows, pts, s=s: leaf_fn(rows, pts + s), out_dim)
             if chunk_points < X.shape[0]:
                 release_freed_memory()
         return out
