@@ -5,7 +5,7 @@ so that a file and a DataFrame holding the same cells are read alike.
 """
 from __future__ import annotations
 
-__all__ = ["MISSING_TOKENS", "is_missing_token"]
+__all__ = ["MISSING_TOKENS", "is_missing_token", "is_number"]
 
 #: text that spells a missing value, compared stripped and lower-cased: what spreadsheets, R, pandas and the UCI
 #: files write for an empty cell. Such a cell is missing in a column whose other cells are numbers; in a column of
@@ -16,3 +16,12 @@ MISSING_TOKENS = frozenset({"na", "n/a", "nan", "null", "none", "?", "-", "--", 
 def is_missing_token(v) -> bool:
     """Whether ``v`` is a string in :data:`MISSING_TOKENS` (case and surrounding blanks ignored)."""
     return isinstance(v, str) and v.strip().lower() in MISSING_TOKENS
+
+
+def is_number(v) -> bool:
+    """Whether ``float(v)`` reads ``v`` (a number, or text spelling one; ``nan`` and ``inf`` included)."""
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -37,7 +37,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from torchtree.core.warn import warn
-from torchtree.io.cells import is_missing_token
+from torchtree.io.cells import is_missing_token, is_number
 
 __all__ = ["Table", "read_csv", "read_header", "read_features", "parse_target", "infer_task", "write_csv"]
 
@@ -157,14 +157,6 @@ def _all_numbers(cells: Sequence[str]) -> bool:
         return bool(cells) and all(math.isfinite(float(c)) for c in cells)
     except ValueError:
         return False
-
-
-def _is_number(s) -> bool:
-    try:
-        float(s)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def _to_float(s: str) -> float:
@@ -389,7 +381,7 @@ def parse_target(y: np.ndarray, task: str, lines: Optional[np.ndarray] = None, p
     tokens = [i for i, s in enumerate(y) if is_missing_token(s)]
     if tokens:  # missing among numbers (refused below); a class among text labels
         rest = [s for i, s in enumerate(y) if not is_missing_token(s) and not _is_missing_cell(s)]
-        if not all(_is_number(s) for s in rest):
+        if not all(is_number(s) for s in rest):
             where = f" (line {int(lines[tokens[0]])})" if lines is not None else f" (row {tokens[0] + 1})"
             warn(f"{path + ': ' if path else ''}{name}: {len(tokens)} cell(s) such as {str(y[tokens[0]])!r}{where} are "
                  "read as a class of their own among the text labels; if they mark missing targets, drop those rows",

@@ -7,7 +7,7 @@ from typing import Optional
 import numpy as np
 
 from torchtree.core.warn import warn
-from torchtree.io.cells import is_missing_token
+from torchtree.io.cells import is_missing_token, is_number
 from torchtree.model.inputs import is_missing_cell
 
 #: categorical columns with at most this many levels get exact subset splits (2^(L-1) - 1 columns)
@@ -66,13 +66,6 @@ def warn_mostly_numbers(col: np.ndarray, where: str) -> None:
              "levels): read as categorical. If the text marks a missing value, replace it with NaN; "
              "categorical_features=None refuses text columns", UserWarning)
 
-
-def is_number(v) -> bool:
-    try:
-        float(v)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def first_text(col: np.ndarray):

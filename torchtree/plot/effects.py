@@ -143,6 +143,17 @@ def _take_rows(X: Any, rows: np.ndarray):
     return X.iloc[rows] if hasattr(X, "iloc") else as_numpy(X)[rows]
 
 
+def _averaged_rows(X: Any, max_rows: Optional[int], seed: int):
+    """``(rows, X[rows])``: every row of ``X``, or ``max_rows`` of them drawn with ``seed`` (sorted)."""
+    M = len(X) if hasattr(X, "iloc") else as_numpy(X).shape[0]
+    if M == 0:
+        raise ValueError("X has no rows to average over")
+    rows = np.arange(M)
+    if max_rows is not None and M > int(max_rows):
+        rows = np.sort(np.random.default_rng(seed).choice(M, int(max_rows), replace=False))
+    return rows, (_take_rows(X, rows) if rows.size < M else X)
+
+
 #: a numeric feature with at most this many distinct values is drawn at its values (points and a
 #: bar of the band each), not as a line: a tree's prediction between two such values is no reading
 DISCRETE_LEVELS = 10
@@ -238,13 +249,7 @@ def partial_dependence(posterior: Any, X: Any, feature: Any, *, grid: Optional[S
         raise ValueError("target_class applies to classification; this posterior is a regression")
     j = _feature_index(post, X, feature, feature_names)
     name = input_names(post, X, feature_names)[j]
-    M = len(X) if hasattr(X, "iloc") else as_numpy(X).shape[0]
-    if M == 0:
-        raise ValueError("X has no rows to average over")
-    rows = np.arange(M)
-    if max_rows is not None and M > int(max_rows):
-        rows = np.sort(np.random.default_rng(seed).choice(M, int(max_rows), replace=False))
-    Xs = _take_rows(X, rows) if rows.size < M else X
+    rows, Xs = _averaged_rows(X, max_rows, seed)
     if grid is None:
         values, categorical = _grid_of(_column(Xs, j), int(grid_size))
     else:
@@ -311,13 +316,7 @@ def partial_dependence_importance(posterior: Any, X: Any, *, n_points: int = 10,
     """
     post = posterior_of(posterior)
     names = input_names(post, X, feature_names)
-    M = len(X) if hasattr(X, "iloc") else as_numpy(X).shape[0]
-    if M == 0:
-        raise ValueError("X has no rows to average over")
-    rows = np.arange(M)
-    if max_rows is not None and M > int(max_rows):
-        rows = np.sort(np.random.default_rng(seed).choice(M, int(max_rows), replace=False))
-    Xs = _take_rows(X, rows) if rows.size < M else X
+    _, Xs = _averaged_rows(X, max_rows, seed)
     q = (np.arange(int(n_points)) + 0.5) / int(n_points)
     out = np.zeros(len(names))
     for j in range(len(names)):
