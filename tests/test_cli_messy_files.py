@@ -77,3 +77,13 @@ def test_predict_matches_headers_in_another_case_by_name_and_names_a_missing_col
     assert outs[0] == outs[1] and outs[0].splitlines()[1].startswith("no") and outs[0].splitlines()[2].startswith("yes")
     assert main(["predict", model, _write(tmp_path / "only_x.csv", "x", [(0.1,), (0.2,)])]) == 2
     assert "only some of the model's feature columns are present: missing 'k'" in capsys.readouterr().err
+
+
+def test_headers_that_match_a_feature_only_ambiguously_are_refused(tmp_path):
+    """A model feature 'Age' and a file 'age,AGE': neither is 'Age', and both match it in another
+    case; it used to fall through to matching by position, silently."""
+    from torchtree.io.csv import read_features
+
+    path = _write(tmp_path / "twins.csv", "age,AGE", [(30, 40), (50, 60)])
+    with pytest.raises(ValueError, match="columns 'age', 'AGE' all match the model's feature 'Age'"):
+        read_features(path, 1, ["Age"], "y")

@@ -159,3 +159,27 @@ def test_the_forest_routing_plan_is_built_once_per_posterior_and_not_pickled(mon
     back = pickle.loads(pickle.dumps(post))
     assert back._plan is None and back._table is None
     np.testing.assert_array_equal(back.predict_proba(X[:1]), first)
+    del post.__dict__["_plan"]  # as pickled by a version without the plan: its _table is set
+    np.testing.assert_array_equal(post.predict_proba(X[:1]), first)
+
+
+def test_a_drawn_seed_resumes_a_checkpoint_of_a_run_asked_with_seed_none(tmp_path, monkeypatch):
+    """Checkpoints of seed=None runs are keyed "drawn"; the estimator's read-back seed (a DrawnSeed)
+    keys them the same way, so checkpoints written before it, or by run(seed=None), still resume."""
+    import os
+
+    from torchtree import MCMC, Data
+    from torchtree.io.checkpoint import Checkpointer
+    from torchtree.samplers.driver import DrawnSeed, seed_key
+
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+    assert seed_key(DrawnSeed(5)) == seed_key(None) == "drawn" and seed_key(5) == 5
+    X, y = _data()
+    data, path = Data(X, y), str(tmp_path / "run.ckpt")
+    make = lambda: MCMC(n_chains=2, n_samples=30, checkpoint=path, checkpoint_every=1)  # noqa: E731
+    with pytest.raises(_Stop):
+        make().run(data, seed=None, monitor=_stop_after(5))
+    stored = Checkpointer(path).stored_seed()
+    resumed = make().run(data, seed=DrawnSeed(stored))
+    ref = MCMC(n_chains=2, n_samples=30).run(data, seed=stored)
+    np.testing.assert_array_equal(resumed.predict_proba(X), ref.predict_proba(X))

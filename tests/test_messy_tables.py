@@ -114,6 +114,8 @@ def test_targets_too_fine_and_columns_too_wide_for_float64_are_refused_with_thei
     with pytest.raises(ValueError, match="y varies too finely.*multiply it"):
         BayesianTreeRegressor(**SMALL).fit(x[:, None], 3e-200 * x)
     BayesianTreeRegressor(**SMALL).fit(x[:, None], 3e-100 * x)  # fine: its squares are normal numbers
+    with pytest.raises(ValueError, match="y is too small.*its square underflows"):  # a constant: its square is the scale
+        BayesianTreeRegressor(**SMALL).fit(x[:, None], np.full(60, 1e-170))
     wide = pd.DataFrame({"a": np.r_[-1.5e308, np.linspace(-1e307, 1e307, 58), 1.5e308]})
     with pytest.raises(ValueError, match=r"column 0 \('a'\) spans more than float64"):
         BayesianTreeClassifier(**SMALL).fit(wide, (x > 0).astype(int))

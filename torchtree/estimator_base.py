@@ -23,6 +23,7 @@ from torchtree.model.inputs import frame_columns
 from torchtree.model.posterior import attach_feature_names
 from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, make_prior
 from torchtree.monitor import progress_bars, progress_monitor
+from torchtree.samplers.driver import DrawnSeed
 from torchtree.samplers.presets import AUTO, RunShape
 from torchtree.samplers.protocol import config_class_of
 from torchtree.core.warn import warn
@@ -344,7 +345,7 @@ class BayesianTreeBase:
             # keeps it, and the same call reads it back to resume (the pilots then choose as before)
             path = self._sampler_options.get("checkpoint")
             stored = Checkpointer(path).stored_seed() if path is not None else None
-            self._seed_ = stored if stored is not None else seed_to_int(None)
+            self._seed_ = DrawnSeed(stored if stored is not None else seed_to_int(None))
         data = self._make_data(X, y)
         cls = get_method(self.method)
         self._check_model_settings(cls)

@@ -287,8 +287,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         if debug:
             raise
+        from torchtree.io.checkpoint import Checkpointer
+
         ck = getattr(args, "checkpoint", None) if "args" in locals() else None
-        if ck and os.path.exists(ck):
+        if ck and Checkpointer(ck).exists():  # one file, or a multi-rank run's manifest
             print(f"torchtree: interrupted; {ck} holds the run so far: the same command resumes it", file=sys.stderr)
         else:
             print("torchtree: interrupted", file=sys.stderr)

@@ -41,7 +41,7 @@ def seed_to_int(seed) -> int:
     if not 0 <= seed < (1 << 63):
         raise ValueError(f"seed must be an int in [0, 2**63 - 1], got {seed}: seeds are 63-bit, and a negative or "
                          "larger one would run as another seed")
-    return seed
+    return int(seed)  # a plain int (subclasses such as the driver's DrawnSeed do not go into checkpoints)
 
 
 _MASK64 = (1 << 64) - 1

@@ -124,7 +124,7 @@ def _rows_of(path: str) -> Iterator[Tuple[int, List[str]]]:
         if not first:
             raise ValueError(f"{path}: the file is empty (expected a header row)")
         delim = ","
-        hint = re.fullmatch(r'\s*"?sep=(.)"?\s*', first.rstrip("\r\n"))
+        hint = re.fullmatch(r'\s*"?sep=([^"])"?\s*', first.rstrip("\r\n"))
         if hint:  # Excel's first line naming the separator: the header is the next line
             delim = hint.group(1)
             first = fh.readline()
@@ -445,6 +445,12 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
     if dup:  # before matching names: a duplicate would read as a missing feature column
         raise ValueError(f"{path}: duplicate column name(s) in the header: {', '.join(dup)}")
     names = list(feature_names) if feature_names else None
+    lowered = [h.lower() for h in header]
+    twins = [n for n in (names or []) if n not in header and lowered.count(n.lower()) > 1]
+    if twins:  # a feature missing by its name that two columns spell in other cases: which one is meant?
+        spelt = [h for h in header if h.lower() == twins[0].lower()]
+        raise ValueError(f"{path}: columns {', '.join(map(repr, spelt))} all match the model's feature {twins[0]!r} "
+                         "in another case; rename the file's columns as in training")
     found = _match_names(names, header) if names else {}
     if names and found and len(found) < len(names):
         # taking the columns by position would pair some features with other columns' values

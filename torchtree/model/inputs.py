@@ -192,7 +192,7 @@ def check_target_magnitude(yf: np.ndarray) -> None:
     ``eps * |y|``. All of it stays finite while ``(N * max|y|)^2`` does (``|y|`` up to about
     ``1e154 / N``); beyond, the default leaf prior and the marginal likelihoods overflow.
     Targets that vary, but by less than :data:`MIN_TARGET_SPREAD` (``max - min``), square into
-    subnormal numbers and lose the signal; a constant target is accepted.
+    subnormal numbers and lose the signal; so does a constant target smaller than it in magnitude.
     """
     big = float(np.abs(yf).max())
     with np.errstate(over="ignore"):
@@ -205,6 +205,9 @@ def check_target_magnitude(yf: np.ndarray) -> None:
         raise ValueError(f"y varies too finely for float64 sums of squares (max - min = {spread:.3g}; squares of "
                          f"deviations under {MIN_TARGET_SPREAD:.0e} lose their digits); rescale y (e.g. multiply it "
                          "by a power of ten)")
+    if 0 < big < MIN_TARGET_SPREAD:  # a constant target: its square is the priors' scale, and underflows
+        raise ValueError(f"y is too small for float64 sums of squares (max |y| = {big:.3g}: its square underflows); "
+                         "rescale y (e.g. multiply it by a power of ten)")
 
 
 def _first_non_number(arr: np.ndarray, names: Optional[Sequence] = None) -> str:

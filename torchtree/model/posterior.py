@@ -269,7 +269,7 @@ class TreePosterior(Posterior):
         point's sum is taken in the same order whatever the chunk, so chunking changes no bit.
         """
         t = self.trees
-        if self._table is None:  # what prediction needs of the trees alone, built once
+        if getattr(self, "_plan", None) is None:  # what prediction needs of the trees alone, built once
             self._table = self.likelihood.predictive_table(t.stats)
             self._used = t.status != 0
             self._plan = forest_plan(t.feature, t.threshold, t.left, t.right, t.depth, self._used, self.weights,

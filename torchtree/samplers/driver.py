@@ -28,8 +28,8 @@ from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoin
 from torchtree.samplers.presets import RunShape, describe_resolution
 from torchtree.samplers.protocol import HOOKS
 
-__all__ = ["run", "sub_run", "RunContext", "CLOCKS", "checkpointer", "default_likelihood", "seed_key", "describe",
-           "default_memory_limit", "on_device", "opened_backend", "work_size", "run_threads"]
+__all__ = ["run", "sub_run", "RunContext", "CLOCKS", "checkpointer", "default_likelihood", "seed_key", "DrawnSeed",
+           "describe", "default_memory_limit", "on_device", "opened_backend", "work_size", "run_threads"]
 
 
 def default_likelihood(data: Data):
@@ -39,11 +39,17 @@ def default_likelihood(data: Data):
     return NormalInverseGamma.default_for(data.y)
 
 
+class DrawnSeed(int):
+    """A seed the caller drew for a run asked with ``seed=None`` (an estimator's ``random_state=None``,
+    which seeds its evidence pilots with it too): the run uses it, and its checkpoint is keyed as a
+    drawn seed's, as ``run(seed=None)`` keys it, so that either resumes the other."""
+
+
 def seed_key(seed):
     """What of ``seed`` identifies a run in a checkpoint fingerprint: the seed itself, or
-    ``"drawn"`` for None / a ``torch.Generator`` (the drawn seed is then stored in the
-    checkpoint and reused on resume)."""
-    if seed is None or isinstance(seed, torch.Generator):
+    ``"drawn"`` for None / a ``torch.Generator`` / a :class:`DrawnSeed` (the drawn seed is then
+    stored in the checkpoint and reused on resume)."""
+    if seed is None or isinstance(seed, (torch.Generator, DrawnSeed)):
         return "drawn"
     return seed_to_int(seed)
 
