@@ -195,22 +195,9 @@ def mixture_over_leaves(
     leaf_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     out_dim: int,
 ) -> torch.Tensor:
-    """``out[m] = sum_p weights[p] * leaf_fn(leaf_rows[p, leaf_p(x_m)], m)``: :func:`forest_plan`, then
-    :func:`mixture_with_plan` (build the plan once to predict several times).
-
-    Parameters
-    ----------
-    feature, threshold, left, right, depth : [P, C] padded pointer arrays
-    used : BoolTensor [P, C] slots in use
-    weights : Tensor [P] mixture weights (float64)
-    leaf_rows : Tensor [P, C, S] per-node rows handed to ``leaf_fn`` (e.g. predictive tables)
-    X : Tensor [M, D]
-    leaf_fn : callable ``(rows [T, S], point_index [T]) -> values [T, out_dim]``
-    out_dim : int
-
-    Returns
-    -------
-    Tensor [M, out_dim] float64
+    """``out[m] = sum_p weights[p] * leaf_fn(leaf_rows[p, leaf_p(x_m)], m)``: :func:`forest_plan` of the
+    first eight arguments, then :func:`mixture_with_plan` of the rest (build the plan once to predict
+    several times). Returns Tensor [M, out_dim] float64.
     """
     plan = forest_plan(feature, threshold, left, right, depth, used, weights, leaf_rows)
     return mixture_with_plan(plan, X, leaf_fn, out_dim)
