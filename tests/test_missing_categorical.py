@@ -390,3 +390,35 @@ def test_levels_are_found_as_text_or_number_and_mostly_unseen_levels_warn():
         num.predict_proba(df.assign(code=np.where(np.arange(150) < 70, 7, df.code)))
     with pytest.warns(UserWarning, match=r"column 0 \('code'\): 150 of 150 cells hold levels not seen in fit \(such as"):
         num.predict_proba(df.assign(code=df.code + 10))
+
+
+def test_levels_are_coded_once_per_distinct_cell(monkeypatch):
+    """Coding a categorical column looks each distinct cell up once (work grows with the levels, not the
+    rows), and gives every cell the code a per-cell lookup gives: text, None, NaN, pandas categories with
+    missing cells, unseen levels."""
+    import warnings
+
+    import torchtree.model.encoding as enc
+    from torchtree.model.inputs import is_missing_cell
+    from torchtree.model.levels import find_level
+
+    rng = np.random.default_rng(1)
+    pool = np.array(["a", "b", "c", None, np.nan, "d"], dtype=object)
+    train = pd.DataFrame({"s": pool[rng.integers(0, 6, 3000)], "k": pd.Categorical(rng.choice(["u", "v", None], 3000))})
+    encoder = TableEncoder.fit(train)
+    test = pd.DataFrame({"s": np.array(["a", "zz", None, "c", "b", np.nan, "zz", "d"] * 500, dtype=object),
+                         "k": pd.Categorical(["v", "u", None, "u"] * 1000)})
+    calls = []
+    monkeypatch.setattr(enc, "find_level", lambda lookup, v: calls.append(v) or find_level(lookup, v))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "zz" is a minority of the present cells: no warning
+        coded = encoder.transform(test)
+    assert sorted(calls) == ["a", "b", "c", "d", "u", "v", "zz"]  # once per distinct present cell
+    assert coded.shape == (4000, encoder.n_columns)
+    for j, c in enumerate(encoder.columns):  # the per-cell reference
+        lookup = {v: i for i, v in enumerate(c.levels) if v is not None}
+        miss_code = len(c.levels) - 1 if c.levels[-1] is None else c.fill_level
+        cells = test.iloc[:, j].to_numpy(dtype=object)
+        ref = [miss_code if is_missing_cell(v) or find_level(lookup, v) is None else find_level(lookup, v)
+               for v in cells.tolist()]
+        np.testing.assert_array_equal(encoder._level_codes(c, cells), ref)

@@ -52,8 +52,8 @@ import torch
 
 from torchtree.io.cells import is_missing_token
 from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, to_numpy
-from torchtree.model.levels import (MAX_SUBSET_LEVELS, find_level, first_text, label_of, warn_mostly_numbers,
-                                    warn_unseen)
+from torchtree.model.levels import (MAX_SUBSET_LEVELS, distinct_cells, find_level, first_text, label_of,
+                                    warn_mostly_numbers, warn_unseen)
 from torchtree.core.warn import warn
 
 __all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
@@ -86,7 +86,9 @@ def _raw_columns(X: Any, name: str = "X"):
             if kind in ("category", "ordered"):
                 cats = [label_of(c) for c in s.cat.categories]
                 codes = np.asarray(s.cat.codes)
-                col = np.array([None if c < 0 else cats[c] for c in codes.tolist()], dtype=object)
+                by_code = np.empty(len(cats) + 1, dtype=object)  # code -1 (missing) reads the last entry, None
+                by_code[:-1] = cats
+                col = by_code[codes]
                 cols.append((col, cats if kind == "ordered" else None))
             elif kind == "object":
                 cols.append((np.asarray(s.to_numpy(dtype=object), dtype=object), None))
@@ -286,8 +288,8 @@ class TableEncoder:
                 out.append(cls._numeric(nums, where))
             elif kind == "ordered":
                 position = {v: i for i, v in enumerate(ordered_cats)}  # a dict: linear in the rows, not rows x levels
-                present = [None if is_missing_cell(v) else position[v] for v in col.tolist()]
-                codes = np.array([np.nan if v is None else float(v) for v in present])
+                uniq, index, _ = distinct_cells(col.tolist())
+                codes = np.array([np.nan if is_missing_cell(v) else float(position[v]) for v in uniq])[index]
                 column = cls._numeric(codes, where, levels=list(ordered_cats), source="ordered")
                 seen = codes[~np.isnan(codes)].astype(np.int64)
                 if seen.size:  # a rule-less missing or unseen level becomes the most frequent level, as unordered
@@ -354,16 +356,22 @@ class TableEncoder:
     @staticmethod
     def _categorical(col: np.ndarray, y: Optional[np.ndarray], max_levels: int, where: str = "column") -> _Column:
         cells = col.tolist()
-        miss = np.array([is_missing_cell(v) for v in cells])
-        for i, v in enumerate(cells):
+        try:
+            uniq, index, _ = distinct_cells(cells)
+        except TypeError:  # an unhashable cell: found and named below
+            uniq, index = cells, np.arange(len(cells))
+        miss = [is_missing_cell(v) for v in uniq]
+        for i, v in enumerate(uniq):
             if not miss[i] and (not isinstance(v, (str, bytes, int, float, bool, np.generic)) or
                                 isinstance(v, (complex, np.complexfloating, np.datetime64, np.timedelta64))):
-                raise InputTypeError(f"X {where} holds a {type(v).__name__} at row {i} ({v!r}): not a number, a text "
-                                     "label or a missing value (float()'s argument must be a string or a real number)")
-        labels = _sorted_levels([v for v, m in zip(cells, miss) if not m])
-        levels = labels + ([None] if miss.any() else [])
+                row = int(np.argmax(index == i))
+                raise InputTypeError(f"X {where} holds a {type(v).__name__} at row {row} ({v!r}): not a number, a "
+                                     "text label or a missing value (float()'s argument must be a string or a real "
+                                     "number)")
+        labels = _sorted_levels([v for v, m in zip(uniq, miss) if not m])
+        levels = labels + ([None] if any(miss) else [])
         code = {v: i for i, v in enumerate(labels)}
-        codes = np.array([len(labels) if m else code[v] for v, m in zip(cells, miss)], dtype=np.int64)
+        codes = np.array([len(labels) if m else code[v] for v, m in zip(uniq, miss)], dtype=np.int64)[index]
         counts = np.bincount(codes, minlength=len(levels))
         fill_level = int(np.argmax(counts))
         L = len(levels)
@@ -405,15 +413,13 @@ class TableEncoder:
             return np.where(in_s, 0.0, 1.0)
         if c.source == "ordered":  # codes in category order; an unseen level is a missing value
             lookup = {v: i for i, v in enumerate(c.levels)}
-            x = np.empty(len(col), dtype=np.float64)
-            unseen, present, first = 0, 0, None
-            for i, v in enumerate(col.tolist()):
-                k = None if is_missing_cell(v) else find_level(lookup, v)
-                if k is None and not is_missing_cell(v):
-                    unseen, first = unseen + 1, v if first is None else first
-                present += not is_missing_cell(v)
-                x[i] = np.nan if k is None else float(k)
-            warn_unseen(where, unseen, present, first, c.levels, c.kind == "mia")
+            uniq, index, counts = distinct_cells(col.tolist())
+            miss = np.array([is_missing_cell(v) for v in uniq], dtype=bool)
+            found = [None if m else find_level(lookup, v) for v, m in zip(uniq, miss)]
+            unseen = np.array([k is None for k in found], dtype=bool) & ~miss
+            first = uniq[int(np.argmax(unseen))] if unseen.any() else None
+            warn_unseen(where, int(counts[unseen].sum()), int(counts[~miss].sum()), first, c.levels, c.kind == "mia")
+            x = np.array([np.nan if k is None else float(k) for k in found], dtype=np.float64)[index]
         else:
             x = col if kind == "numeric" else _as_numbers(col)
             if x is None:
@@ -435,20 +441,16 @@ class TableEncoder:
         has_missing = c.levels and c.levels[-1] is None
         lookup = {v: i for i, v in enumerate(c.levels) if v is not None}
         miss_code = len(c.levels) - 1 if has_missing else c.fill_level
-        out = np.empty(len(col), dtype=np.int64)
-        unseen, present, first = 0, 0, None
-        for i, v in enumerate(col.tolist()):
-            if is_missing_cell(v):
-                out[i] = miss_code
-                continue
-            present += 1
-            k = find_level(lookup, v)
-            if k is None:
-                unseen, first = unseen + 1, v if first is None else first
-            out[i] = miss_code if k is None and has_missing else (c.fill_level if k is None else k)
+        uniq, index, counts = distinct_cells(col.tolist())
+        miss = np.array([is_missing_cell(v) for v in uniq], dtype=bool)
+        found = [None if m else find_level(lookup, v) for v, m in zip(uniq, miss)]
+        unseen = np.array([k is None for k in found], dtype=bool) & ~miss
+        codes = np.array([miss_code if m or (k is None and has_missing) else (c.fill_level if k is None else k)
+                          for k, m in zip(found, miss)], dtype=np.int64)
         if where is not None:
-            warn_unseen(where, unseen, present, first, c.levels, has_missing)
-        return out
+            first = uniq[int(np.argmax(unseen))] if unseen.any() else None
+            warn_unseen(where, int(counts[unseen].sum()), int(counts[~miss].sum()), first, c.levels, has_missing)
+        return codes[index]
 
     # --------------------------------------------------------- description
     def describe(self, column: int, threshold: float, names: Optional[Sequence[str]] = None) -> str:

@@ -14,6 +14,24 @@ from torchtree.model.inputs import is_missing_cell
 MAX_SUBSET_LEVELS = 8
 
 
+def distinct_cells(cells: list):
+    """The distinct cells of a column in order of first appearance, each cell's index among them and how many
+    cells each stands for: ``(values, index [N] int64, counts [U] int64)``. Cells that are equal dict keys are
+    one (``1``, ``1.0`` and ``True``; a NaN only with itself). Work per cell is done in C (hashing), so a column
+    of N cells with U levels costs about N hash lookups plus U calls of whatever is then done per level.
+
+    Raises
+    ------
+    TypeError
+        A cell that cannot be hashed (a list, a dict).
+    """
+    seen = dict.fromkeys(cells)
+    for i, v in enumerate(seen):
+        seen[v] = i
+    index = np.fromiter(map(seen.__getitem__, cells), dtype=np.int64, count=len(cells))
+    return list(seen), index, np.bincount(index, minlength=len(seen))
+
+
 def label_of(v):
     """A category as a level label: numbers, text and booleans as they are; other objects (pandas
     ``Interval`` of ``pd.cut``, ``Timestamp``, ...) as their text, which is also how a saved model keeps
