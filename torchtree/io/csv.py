@@ -24,7 +24,7 @@ with a warning.
 
 A file whose data rows are all plain (as many fields as the header, no quote, no
 blank line, every feature cell a finite number) is read by numpy's C parser, with
-the same result as the general reader and half its time and a fraction of its memory.
+the same result as the general reader (the CLI page gives the speed).
 """
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def _rows_of(path: str) -> Iterator[Tuple[int, List[str]]]:
 
 
 def _plain_numbers(path: str, n_cols: int, f_idx: Sequence[int], t_idx: Optional[int]):
-    """``(X, y, lines)`` of a file whose data rows are all plain, read by numpy's C parser (3 times faster
+    """``(X, y, lines)`` of a file whose data rows are all plain, read by numpy's C parser (faster
     than the general reader and without its per-cell Python objects), else None, and the general reader
     reads the file with its messages. Plain: every line after the header has ``n_cols`` fields, no quote,
     no blank line, every feature cell a finite number and every target cell non-empty; the results are
