@@ -308,6 +308,17 @@ def test_errors_are_clear_and_raised_on_every_rank():
         TopDownSMC(redistribution="fast")
 
 
+def test_ranks_holding_different_data_of_one_shape_are_refused():
+    """A rank whose training values differ (one cell) would sample a mixture of two data sets: every rank
+    raises instead."""
+    data = _small()
+    X = data.X.numpy().copy()
+    X[0, 0] += 1
+    other = Data(X, data.y.numpy())
+    with pytest.raises(ValueError, match=r"ranks disagree on the TopDownSMC settings or the training data \(rank 1 differs"):
+        run_threads(2, lambda b: TopDownSMC(n_particles=12, backend=b).run((data, other)[b.rank], seed=0), timeout=30)
+
+
 def test_logaddexp_is_the_same_wherever_an_element_sits():
     """The optimal proposal's per-node normaliser must not depend on the batch around the node
     (torch.logaddexp's vectorised and scalar paths differ in the last bit on the CPU)."""

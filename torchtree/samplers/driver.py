@@ -217,15 +217,18 @@ def checkpointer(sampler, data: Data, settings: Dict[str, Any], key, backend) ->
 def _agree(sampler, data: Data, settings: Dict[str, Any], ctx: RunContext) -> int:
     """Multi-rank set-up: every rank runs the same job, with rank 0's seed.
 
-    One ``all_gather`` of (seed, hash of the settings and the data's shape); a rank whose hash
-    differs makes every rank raise the same ``ValueError`` instead of sampling a mixture.
+    One ``all_gather`` of (seed, hash of the settings and the training data's values); a rank whose
+    hash differs makes every rank raise the same ``ValueError`` instead of sampling a mixture of two
+    data sets or two runs.
     """
-    what = fingerprint(sampler.name, {"config": sampler.config.result_settings(), **settings}, data.n, data.d, data.task)
+    what = fingerprint(sampler.name, {"config": sampler.config.result_settings(), **settings}, data.task,
+                       data.X, data.y)
     mine = torch.tensor([[ctx.seed, int(what[:15], 16)]], dtype=torch.int64)
     table = ctx.backend.all_gather(mine).view(-1, 2)
     if bool((table[:, 1] != table[0, 1]).any()):
-        raise ValueError(f"ranks disagree on the {sampler.name} settings or the data's shape; every rank must run "
-                         "the same sampler on the same full training data")
+        other = int((table[:, 1] != table[0, 1]).nonzero()[0, 0])
+        raise ValueError(f"ranks disagree on the {sampler.name} settings or the training data (rank {other} differs "
+                         "from rank 0); every rank must run the same sampler on the same full training data")
     return int(table[0, 0])
 
 
