@@ -164,3 +164,33 @@ def test_the_command_line_reports_what_the_evidence_chose(tmp_path, capsys):
     assert main(["fit", data, "--n-particles", "60", "--hyper", "fixed", "--out", str(tmp_path / "p.pt"), "-q"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("hyperparameters")]
     assert rows == ["hyperparameters  fixed: beta_split=0.5, alpha=5"]  # the options' documented values, as used
+
+
+def test_evidence_curves_are_written_on_rank_zero_only(monkeypatch):
+    """On a multi-rank run every rank searches, but only rank 0 writes the curves (as during the run),
+    unless the monitor was created with ``all_ranks=True``; a backend given by name takes the rank from
+    the launcher's variables."""
+    from types import SimpleNamespace
+
+    from torchtree.estimator_base import _process_rank, _write_curves
+
+    class Curves:
+        def __init__(self, all_ranks=False):
+            self.all_ranks, self.curves = all_ranks, []
+
+        def on_start(self, *a):
+            pass
+
+        on_step = on_end = on_start
+
+        def add_curve(self, tag, xs, ys):
+            self.curves.append(tag)
+
+    search = SimpleNamespace(curves={"alpha": [(1.0, -3.0), (2.0, -2.5)]})
+    for rank, all_ranks, written in ((None, False, 1), (0, False, 1), (1, False, 0), (1, True, 1)):
+        m = Curves(all_ranks)
+        _write_curves([m], search, rank)
+        assert len(m.curves) == written, (rank, all_ranks)
+    assert _process_rank(None) is None and _process_rank(SimpleNamespace(rank=3)) == 3
+    monkeypatch.setenv("RANK", "2")
+    assert _process_rank("gloo") == 2

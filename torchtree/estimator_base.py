@@ -9,6 +9,7 @@ evidence search of ``hyper="evidence"``, building the sampler of ``method=`` fro
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -22,7 +23,7 @@ from torchtree.model.data import Data, resolve_device
 from torchtree.model.inputs import frame_columns
 from torchtree.model.posterior import attach_feature_names
 from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, make_prior
-from torchtree.monitor import progress_bars, progress_monitor
+from torchtree.monitor import as_monitor, progress_bars, progress_monitor
 from torchtree.samplers.driver import DrawnSeed
 from torchtree.samplers.presets import AUTO, RunShape
 from torchtree.samplers.protocol import config_class_of
@@ -31,9 +32,24 @@ from torchtree.core.warn import warn
 __all__ = ["BayesianTreeBase"]
 
 
-def _write_curves(monitor, search) -> None:
+def _process_rank(backend) -> Optional[int]:
+    """This process's rank in the run of ``backend`` (None: one process). A backend given by name was
+    opened and closed by the run, so its rank is read from the launcher's variables."""
+    if backend is None:
+        return None
+    if not isinstance(backend, str):
+        return int(backend.rank)
+    for var in ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def _write_curves(monitor, search, rank: Optional[int] = None) -> None:
     """The evidence curves of ``hyper="evidence"`` to every monitor that draws curves
-    (:meth:`TensorBoardMonitor.add_curve`): tag ``hyper/<name>_log_evidence``."""
+    (:meth:`TensorBoardMonitor.add_curve`): tag ``hyper/<name>_log_evidence``. On ``rank`` > 0 only
+    monitors created with ``all_ranks=True`` write, as during the run (:func:`as_monitor`)."""
+    monitor = as_monitor(monitor, rank=rank)
     todo = list(monitor) if isinstance(monitor, (list, tuple)) else [monitor]
     while todo:
         m = todo.pop()
@@ -368,7 +384,7 @@ class BayesianTreeBase:
             chosen = ", ".join(f"{k}={v:.4g}" for k, v in search.chosen.items()) or "nothing left to choose"
             self.posterior_.info["hyper"] = f"evidence: {chosen}"
             self.posterior_.info["hyper_search"] = search.as_dict()
-            _write_curves(self.monitor, search)
+            _write_curves(self.monitor, search, _process_rank(self._sampler_options.get("backend")))
         elif self.hyper == "fixed" and model_settings(cls).get("prior") == "object":
             self._record_fixed_hyperparameters()
         attach_feature_names(self.posterior_, X)
