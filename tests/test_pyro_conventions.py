@@ -162,3 +162,34 @@ def test_bart_function_warns_once_when_the_target_is_off_the_leaf_priors_scale()
         warnings.simplefilter("error")
         BARTFunction(X, y_scale=y, n_trees=5).gibbs_step(y - 3.0, 1.0)
         BARTFunction(X, n_trees=5).gibbs_step(X[:, 0], 0.1)
+
+
+def test_two_trees_in_one_module_have_sites_of_their_own():
+    """Every site of the soft-tree modules (the observed ``y`` and its ``data`` plate, the classifier's
+    factor and ``class_probs``) is named after the module, as Pyro names a PyroModule's samples: two
+    trees as attributes of one parent model do not clash, and a top-level module keeps the bare names."""
+    from pyro import poutine
+    from pyro.nn import PyroModule
+
+    X, y = _data()
+    labels = (y > 0).long()
+
+    class Two(PyroModule):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = SoftTreeRegressor(2, topology=1), SoftTreeRegressor(2, topology=1)
+            self.c, self.d = SoftTreeClassifier(2, 2, topology=1), SoftTreeClassifier(2, 2, topology=1)
+
+        def forward(self, X, y, labels):
+            self.a(X, y), self.b(X, y)
+            self.c(X, labels, X[:3]), self.d(X, labels, X[:3])
+
+    pyro.set_rng_seed(0)
+    tr = poutine.trace(Two()).get_trace(X, y, labels)
+    for m in "ab":
+        assert {f"{m}.y", f"{m}.data", f"{m}.sigma2", f"{m}.tree.leaf_values"} <= set(tr.nodes)
+        assert tr.nodes[f"{m}.y"]["is_observed"]
+    for m in "cd":
+        assert {f"{m}.soft_dirichlet_multinomial", f"{m}.class_probs", f"{m}.split_weights"} <= set(tr.nodes)
+    alone = poutine.trace(SoftTreeRegressor(2, topology=1)).get_trace(X, y)
+    assert {"y", "data", "sigma2"} <= set(alone.nodes)

@@ -237,8 +237,8 @@ class SoftTreeRegressor(PyroModule):
         sd = torch.sqrt(sigma2)
         if sd.dim() and sd.shape[-1] != 1:  # sample dims without the data plate's slot ([S], conditioned)
             sd = sd.unsqueeze(-1)
-        with pyro.plate("data", X.shape[0], dim=-1):
-            pyro.sample("y", dist.Normal(mean, sd), obs=y)
+        with pyro.plate(self._pyro_get_fullname("data"), X.shape[0], dim=-1):
+            pyro.sample(self._pyro_get_fullname("y"), dist.Normal(mean, sd), obs=y)
         return mean
 
 
@@ -296,10 +296,10 @@ class SoftTreeClassifier(_SoftTreeBase):
         counts = soft_class_counts(flat, onehot)  # [B, L, C]
         a = self.alpha / self.n_classes
         ll = dirichlet_multinomial_loglik(counts, a)
-        pyro.factor("soft_dirichlet_multinomial", ll.reshape(batch))
+        pyro.factor(self._pyro_get_fullname("soft_dirichlet_multinomial"), ll.reshape(batch))
         if X_new is not None:
             phi_new = self.leaf_probabilities(X_new)  # the same draw of the splits: batch + [M, L]
             leaf_probs = (counts + a) / (counts.sum(-1, keepdim=True) + self.alpha)  # [B, L, C]
             probs = torch.matmul(phi_new.reshape((-1,) + phi_new.shape[-2:]), leaf_probs)  # [B, M, C]
-            pyro.deterministic("class_probs", probs.reshape(batch + probs.shape[-2:]))
+            pyro.deterministic(self._pyro_get_fullname("class_probs"), probs.reshape(batch + probs.shape[-2:]))
         return phi

@@ -51,7 +51,9 @@ class BARTFunction(PyroModule):
     max_cuts : int
         Candidate cuts per feature, at quantiles of the training inputs (default 100).
     seed : int
-        Of the keyed random streams of the sweeps (default 0).
+        Of the keyed random streams of the sweeps (default 0). These streams are the function's own:
+        ``pyro.set_rng_seed`` does not change them, and ``state_dict`` keeps the sweep count, not the
+        seed (a resumed function is built with the same ``seed``).
 
     Attributes
     ----------
