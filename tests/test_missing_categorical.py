@@ -422,3 +422,36 @@ def test_levels_are_coded_once_per_distinct_cell(monkeypatch):
         ref = [miss_code if is_missing_cell(v) or find_level(lookup, v) is None else find_level(lookup, v)
                for v in cells.tolist()]
         np.testing.assert_array_equal(encoder._level_codes(c, cells), ref)
+
+
+def test_rare_levels_share_one_place_in_the_ordinal_order():
+    """In a column of more than MAX_SUBSET_LEVELS levels, levels of fewer than MIN_LEVEL_ROWS training rows
+    get one rank (their pooled score's place): an order drawn from their few labels would be fitted noise.
+    Levels with enough rows keep their own ranks, ordered by their smoothed mean response."""
+    from torchtree.model.levels import MIN_LEVEL_ROWS
+
+    rng = np.random.default_rng(3)
+    big = {"A": (60, 0.9), "B": (60, 0.1), "C": (60, 0.5)}  # level: (rows, P(y = 1))
+    labels, ys = [], []
+    for lv, (n, p) in big.items():
+        labels += [lv] * n
+        ys += list((rng.random(n) < p).astype(int))
+    rare = [f"r{i:02d}" for i in range(30)]
+    for i, lv in enumerate(rare):  # 2 rows each, half of them all 1 and half all 0: separable noise
+        labels += [lv] * 2
+        ys += [i % 2] * 2
+    frame = pd.DataFrame({"cat": labels})
+    y = np.array(ys)
+    col = TableEncoder.fit(frame, y).columns[0]
+    assert col.kind == "ordinal" and MIN_LEVEL_ROWS > 2
+    rank = dict(zip(col.levels, col.order))
+    assert len({rank[lv] for lv in rare}) == 1  # one place for every rare level
+    assert rank["B"] < rank["C"] < rank["A"]  # the supported levels by mean response (0.1, 0.5, 0.9)
+    pooled = (np.isin(labels, rare) * y).sum() / 60  # the rare rows' score is about 0.5: between B and A
+    assert rank["B"] < rank[rare[0]] < rank["A"] and abs(pooled - 0.5) < 0.01
+    # the coded column gives every rare row one value, so no rule can split them
+    coded = TableEncoder.fit(frame, y).transform(frame)[:, 0]
+    assert np.unique(coded[np.isin(labels, rare)]).size == 1
+    # without y the order is the labels' order and nothing is pooled
+    plain = TableEncoder.fit(frame).columns[0]
+    assert plain.order == list(range(len(plain.levels)))

@@ -28,7 +28,10 @@ non-trivial partitions: the CGM prior. This costs ``2^(L-1) - 1`` columns, so co
 ``max_subset_levels`` levels (default 8: at most 127 columns) are instead one ordinal column, the
 levels ordered by their mean training response (classification: the share of the most frequent
 class), smoothed by one pseudo-row at the overall mean: rules then send a contiguous run of that
-order left (as CART orders levels for binary and regression targets). Ordered pandas categoricals
+order left (as CART orders levels for binary and regression targets). Levels with fewer than
+``MIN_LEVEL_ROWS`` (10) training rows share one place in that order, their pooled rows' score: an
+order drawn from a few labels per level is made by those labels, and rules on it would fit their noise
+(the posterior takes the order as given). Ordered pandas categoricals
 are ordinal in their category order (with MIA for missing values).
 
 **Prediction.** Missing values follow the learnt rules as above; observed values beyond the
@@ -52,7 +55,7 @@ import torch
 
 from torchtree.io.cells import is_missing_token
 from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, to_numpy
-from torchtree.model.levels import (MAX_SUBSET_LEVELS, distinct_cells, find_level, first_text, label_of,
+from torchtree.model.levels import (MAX_SUBSET_LEVELS, MIN_LEVEL_ROWS, distinct_cells, find_level, first_text, label_of,
                                     warn_mostly_numbers, warn_unseen)
 from torchtree.core.warn import warn
 
@@ -379,10 +382,8 @@ class TableEncoder:
             return _Column("constant", 1, source="categorical", levels=levels, fill_level=fill_level)
         if L <= max_levels:
             return _Column("subsets", 2 ** (L - 1) - 1, source="categorical", levels=levels, fill_level=fill_level)
-        score = _level_scores(codes, L, y)
-        order = np.empty(L, dtype=np.int64)
-        order[np.lexsort((np.arange(L), score))] = np.arange(L)
-        return _Column("ordinal", 1, source="categorical", levels=levels, fill_level=fill_level, order=order.tolist())
+        return _Column("ordinal", 1, source="categorical", levels=levels, fill_level=fill_level,
+                       order=_level_order(codes, L, y).tolist())
 
     # ------------------------------------------------------------ transform
     def transform(self, X: Any) -> np.ndarray:
@@ -528,6 +529,26 @@ def _level_text(v) -> str:
 
 
 
+
+
+def _level_order(codes: np.ndarray, L: int, y: Optional[np.ndarray]) -> np.ndarray:
+    """Rank of each of ``L`` levels in the ordinal coding of a many-level column ([L] int64): levels by
+    their smoothed mean response (:func:`_level_scores`), ties in label order. With ``y``, the levels of
+    fewer than :data:`~torchtree.model.levels.MIN_LEVEL_ROWS` training rows share one rank, that of
+    their pooled rows' score: no rule separates them, since an order of levels drawn from a few labels
+    each is noise that the labels themselves made, which rules on it would fit (without ``y`` the order
+    is the labels' order and takes no response)."""
+    n = np.bincount(codes, minlength=L)
+    rare = (n < MIN_LEVEL_ROWS) if y is not None else np.zeros(L, dtype=bool)
+    unit = np.arange(L)
+    if rare.sum() > 1:
+        unit[rare] = np.flatnonzero(rare)[0]  # the rare levels are one unit, named by its first level
+        codes = unit[codes]
+    score = _level_scores(codes, L, y)
+    ids = np.unique(unit)
+    rank = np.empty(ids.size, dtype=np.int64)
+    rank[np.lexsort((ids, score[ids]))] = np.arange(ids.size)
+    return rank[np.searchsorted(ids, unit)]
 
 
 def _level_scores(codes: np.ndarray, L: int, y: Optional[np.ndarray]) -> np.ndarray:
