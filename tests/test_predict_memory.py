@@ -154,7 +154,10 @@ def test_interval_blocks_are_deterministic_budget_free_and_row_independent(reg_p
     for r in (0, 3, 499):
         assert np.array_equal(iv[r], post.predict_interval(X[r : r + 1], 0.9, 2000, 4)[0])
     assert not np.array_equal(iv[:500], post.predict_interval(X[:500], 0.9, 2000, 5))
-    budget(1 << 20)
+    # a budget under one block's needs takes smaller blocks (here 40 rows) with the same intervals
+    budget(int(1.2 * (120 * 2000 + 64 * len(post)) * 40))
+    assert np.array_equal(iv, post.predict_interval(Xb, level=0.9, n_draws=2000, seed=4))
+    budget(100 << 10)  # not one row's draws: refused, naming the setting
     with pytest.raises(ValueError, match=r"predict_interval with n_draws=2000.*lower n_draws"):
         post.predict_interval(Xb, level=0.9, n_draws=2000)
 

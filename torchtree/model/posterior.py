@@ -339,8 +339,8 @@ class TreePosterior(Posterior):
         Student-t of the row's leaf. Both the trees and the t-variates' random numbers
         (one polar pair per draw, :func:`~torchtree.model.interval.polar_student_t`)
         are shared by all rows, so a row's interval depends on the row, ``level``,
-        ``n_draws`` and ``seed`` only. Rows go in blocks of :data:`INTERVAL_BLOCK`, so
-        peak memory is that of one block.
+        ``n_draws`` and ``seed`` only. Rows go in blocks of at most :data:`INTERVAL_BLOCK`,
+        fewer where the memory budget asks, so peak memory is that of one block.
 
         Parameters
         ----------
@@ -366,10 +366,9 @@ class TreePosterior(Posterior):
         u, w = (v.to(Xt.device)[:, None] for v in polar_pairs(g, n_draws))
         # Route each distinct drawn tree once and gather: the same rows as routing all draws.
         uniq, inv = torch.unique(trees_idx, return_inverse=True)
-        block = min(M, INTERVAL_BLOCK)
         per_row = _DRAW_BYTES * n_draws + 64 * uniq.numel()
-        rows_per_chunk(per_row, f"predict_interval with n_draws={n_draws}", rows_at_once=block,
-                       device=Xt.device, also=", or lower n_draws")
+        block = min(M, INTERVAL_BLOCK, rows_per_chunk(per_row, f"predict_interval with n_draws={n_draws}",
+                                                      device=Xt.device, also=", or lower n_draws"))
         sub = self.trees.take(uniq)
         # one output array, filled block by block: small arrays kept between the blocks'
         # large temporaries would fragment the heap and let its size grow with M

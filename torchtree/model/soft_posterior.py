@@ -291,9 +291,9 @@ class SoftTreePosterior(Posterior):
             S = self._thinned_draws(m, None).shape[0]
             j = torch.randint(0, S, (n_k,), generator=g) if n_k else None
             shared.append((j, torch.randn(n_k, 1, generator=g, dtype=torch.float64) if n_k else None))
-        block = min(X.shape[0], INTERVAL_BLOCK)
-        rows_per_chunk(self._row_bytes(None, 24 * n_draws), f"predict_interval with n_draws={n_draws}",
-                       rows_at_once=block, device=X.device, also=", or lower n_draws")
+        block = min(X.shape[0], INTERVAL_BLOCK, rows_per_chunk(
+            self._row_bytes(None, 24 * n_draws), f"predict_interval with n_draws={n_draws}", device=X.device,
+            also=", or lower n_draws"))
         res = []
         for s0 in range(0, X.shape[0], block):
             out = []
