@@ -43,6 +43,23 @@ def test_a_missing_value_token_among_text_labels_is_a_class_with_a_warning(tmp_p
     assert "3 classes: NA, no, yes" in capsys.readouterr().out
 
 
+def test_a_nan_target_among_text_labels_is_refused_without_being_called_a_class(tmp_path, xs, capsys):
+    """'nan' is a missing target whatever the other cells hold: refused with its line, and the warning
+    about NA-like labels (a class among text labels) counts 'NA' alone, not the refused 'nan'."""
+    import warnings
+
+    x, k = xs
+    lab = ["yes" if v > 0 else "no" for v in x]
+    lab[3], lab[5] = "nan", "NA"
+    path = _write(tmp_path / "clf.csv", "x,k,label", zip(x, k, lab))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["fit", path, *FIT, "--out", str(tmp_path / "p.pt")]) == 2
+    assert "line 5: target 'label' is missing ('nan'); drop the row" in capsys.readouterr().err
+    told = [str(w.message) for w in seen if "class of their own" in str(w.message)]
+    assert len(told) == 1 and "1 cell(s) such as 'NA' (line 7)" in told[0] and "'nan'" not in told[0]
+
+
 def test_excels_separator_line_names_the_delimiter(tmp_path, xs, capsys):
     x, _ = xs
     lab = ["yes" if v > 0 else "no" for v in x]

@@ -428,8 +428,10 @@ def parse_target(y: np.ndarray, task: str, lines: Optional[np.ndarray] = None, p
         A missing target (an empty cell or ``nan``: it would otherwise become a class
         of its own), naming the line (or row) and the column.
     """
-    tokens = [i for i, s in enumerate(y) if is_missing_token(s)]
-    if tokens:  # missing among numbers (refused below); a class among text labels
+    # cells spelling a missing value (NA, ?, ...) but not NaN: missing among numbers (refused below), a class
+    # among text labels; an empty or NaN cell is a missing target whatever the other cells hold
+    tokens = [i for i, s in enumerate(y) if is_missing_token(s) and not _is_missing_cell(s)]
+    if tokens:
         rest = [s for i, s in enumerate(y) if not is_missing_token(s) and not _is_missing_cell(s)]
         if not all(is_number(s) for s in rest):
             where = f" (line {int(lines[tokens[0]])})" if lines is not None else f" (row {tokens[0] + 1})"
