@@ -185,3 +185,37 @@ def test_host_chain_snapshots_pack_narrow_and_exact():
         for a, b in zip(snaps, back):
             for x, y in zip(a, b):
                 assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+def test_posterior_load_reads_every_kind_of_file(tmp_path):
+    """``torchtree.load_posterior`` dispatches on the file's format tag: hard trees, BART and soft trees come
+    back as their own classes and predict as before; a checkpoint or another file is refused by name, and
+    ``Posterior.load`` (the protocol's) names the function."""
+    import torchtree as tt
+    from torchtree.model.bart_posterior import BARTPosterior
+    from torchtree.model.soft_posterior import SoftTreePosterior
+
+    rng = np.random.default_rng(0)
+    X = rng.random((80, 2))
+    y = X[:, 0] + 0.1 * rng.normal(size=80)
+    fits = {
+        TreePosterior: tt.BayesianTreeRegressor(n_particles=20, random_state=0),
+        BARTPosterior: tt.BayesianTreeRegressor("bart", n_trees=5, n_samples=10, n_warmup=10, random_state=0),
+        SoftTreePosterior: tt.BayesianTreeRegressor("dcc", n_iterations=1, n_initial=2, n_chains=1, n_samples=4,
+                                                    n_warmup=4, max_depth=1, random_state=0),
+    }
+    for kind, est in fits.items():
+        post = est.fit(X, y).posterior_
+        path = tmp_path / f"{kind.__name__}.pt"
+        post.save(str(path))
+        back = tt.load_posterior(str(path))
+        assert type(back) is kind
+        np.testing.assert_array_equal(back.predict(X[:5]), post.predict(X[:5]))
+    torch.save({"format": "torchtree.io.checkpoint/1"}, tmp_path / "ck.pt")
+    with pytest.raises(ValueError, match="a run's checkpoint"):
+        tt.load_posterior(str(tmp_path / "ck.pt"))
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a torchtree posterior file"):
+        tt.load_posterior(str(tmp_path / "other.pt"))
+    with pytest.raises(NotImplementedError, match=r"torchtree.load_posterior\(path\) reads a file of any kind"):
+        tt.Posterior.load(str(tmp_path / "TreePosterior.pt"))

@@ -30,6 +30,7 @@ from torchtree.model.priors import ChipmanPrior, PoissonPrior
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.model.posterior import TreePosterior
 from torchtree.model.posterior_base import Posterior
+from torchtree.model.loading import load_posterior
 from torchtree.monitor import Monitor, MonitorList, ProgressMonitor, TensorBoardMonitor, TraceMonitor
 from torchtree.core.resampling import ess, multinomial, residual, stratified, systematic
 from torchtree.samplers.topdown import TopDownSMC
@@ -67,6 +68,7 @@ __all__ = [
     "NormalInverseGamma",
     "TreePosterior",
     "Posterior",
+    "load_posterior",
     "Monitor",
     "MonitorList",
     "ProgressMonitor",

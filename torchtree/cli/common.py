@@ -18,9 +18,6 @@ RESERVED = {"self", "prior", "likelihood", "backend", "monitor", "device", "seed
 ESTIMATOR_RESERVED = {"self", "method", "random_state", "device", "monitor", "n_threads"}
 
 
-POSTERIOR_FORMAT = "torchtree.TreePosterior/1"
-
-
 def say(args, *msg) -> None:
     if not getattr(args, "quiet", False):
         print(*msg, file=sys.stderr)

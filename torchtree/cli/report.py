@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from torchtree.cli.common import POSTERIOR_FORMAT, chain_rows, fmt
+from torchtree.cli.common import chain_rows, fmt
+from torchtree.model.loading import load_posterior
 
 def size_summary(post) -> Dict[str, float]:
     from torchtree.model.diagnostics import tree_sizes
@@ -46,44 +47,6 @@ def n_features_of(post) -> int:
     if n is None:
         n = post.data.n_features  # soft-tree posteriors
     return int(n)
-
-
-def load_posterior(path: str):
-    """Load a posterior saved by any torchtree sampler (hard trees or soft trees).
-
-    The file is first read with ``torch.load(weights_only=True)``: nothing in it
-    can run code.
-    """
-    import torch
-
-    from torchtree.model.posterior import TreePosterior
-
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"{path}: is a directory, not a posterior file")
-    if os.path.getsize(path) == 0:
-        raise ValueError(f"{path}: not a torchtree posterior file: the file is empty (damaged or truncated)")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise ValueError(f"{path}: not a torchtree posterior file: damaged, truncated or of another kind "
-                         f"(torch.load cannot read it as plain tensors: {type(exc).__name__})") from None
-    if isinstance(payload, dict) and payload.get("format") in (POSTERIOR_FORMAT, TreePosterior.FORMAT):
-        return TreePosterior.load(path)
-    from torchtree.model.bart_posterior import BARTPosterior
-
-    if isinstance(payload, dict) and payload.get("format") == BARTPosterior.FORMAT:
-        return BARTPosterior.load(path)
-    if isinstance(payload, dict) and "topologies" in payload and "draws" in payload:
-        from torchtree.model.soft_posterior import SoftTreePosterior
-
-        return SoftTreePosterior.load(path)
-    fmt = payload.get("format") if isinstance(payload, dict) else None
-    if isinstance(fmt, str) and "checkpoint" in fmt:
-        raise ValueError(f"{path}: a run's checkpoint ({fmt}), not a posterior file: rerun the fit with it as "
-                         "--checkpoint to finish the run; its --out file is the posterior")
-    raise ValueError(f"{path}: not a torchtree posterior file" + (f" (it holds {fmt})" if isinstance(fmt, str) else ""))
 
 
 def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:

@@ -64,6 +64,8 @@ def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
 _PAIR_BYTES = 200
 # /2 stores the trees compactly (torchtree.model.tree_storage); /1 files still load.
 POSTERIOR_FORMAT = "torchtree.TreePosterior/2"
+#: the format tags :meth:`TreePosterior.load` reads (files of version 1 load too)
+READ_FORMATS = (POSTERIOR_FORMAT, "torchtree.TreePosterior/1")
 _DRAW_BYTES = 120
 class PosteriorSummary(dict):
     """The dict of :meth:`TreePosterior.summary` with a readable ``repr``.
@@ -520,10 +522,10 @@ class TreePosterior(Posterior):
         from torchtree.io.checkpoint import read_payload
 
         payload = read_payload(path, "torchtree posterior file", device or "cpu")
-        if not isinstance(payload, dict) or payload.get("format") not in (POSTERIOR_FORMAT, "torchtree.TreePosterior/1"):
+        if not isinstance(payload, dict) or payload.get("format") not in READ_FORMATS:
             kind = str(payload.get("format")) if isinstance(payload, dict) else ""  # another kind: name its reader
             raise ValueError(f"{path} is not a torchtree posterior file of hard trees" + (
-                f": it holds a {kind} (torchtree.cli.load_posterior reads every kind)" if kind.startswith("torchtree.") else ""))
+                f": it holds a {kind} (torchtree.load_posterior reads every kind)" if kind.startswith("torchtree.") else ""))
         trees = _checked_trees(payload, path)
         obj = cls(trees, payload["log_weights"], likelihood_from_config(payload["likelihood"]), payload["n_features"],
                   classes=None if payload["classes"] is None else np.asarray(payload["classes"]),

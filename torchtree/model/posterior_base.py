@@ -77,8 +77,12 @@ class Posterior:
 
     @classmethod
     def load(cls, path: str, device=None) -> "Posterior":
-        """Read a posterior that :meth:`save` wrote."""
-        raise NotImplementedError
+        """Read a posterior that :meth:`save` wrote: each kind's class reads its own files
+        (``TreePosterior.load``, ``BARTPosterior.load``, ``SoftTreePosterior.load``);
+        :func:`torchtree.load_posterior` reads a file of any kind."""
+        raise NotImplementedError(f"{cls.__name__}.load: each kind of posterior reads its own files "
+                                  "(TreePosterior.load, BARTPosterior.load, SoftTreePosterior.load); "
+                                  "torchtree.load_posterior(path) reads a file of any kind")
 
     # ------------------------------------------------------- written once for both
     def accuracy(self, X, y) -> float:
