@@ -151,6 +151,19 @@ def test_tensorboard_no_prefix_no_histograms_nonfinite(tmp_path):
     assert vals == [(3, float("-inf")), (4, 2.5)]
 
 
+def test_tensorboard_leaves_nan_scalars_out(tmp_path):
+    """A NaN scalar (undefined at that step) is not written; the steps where the tag is defined are."""
+    tb = TensorBoardMonitor(tmp_path)
+    tb.on_start({})
+    tb.on_step(0, {"accept/grow": float("nan"), "accept": torch.tensor(0.0), "rhat": torch.tensor(float("nan"))})
+    tb.on_step(1, {"accept/grow": torch.tensor(0.25), "accept": 0.5, "rhat": float("nan")})
+    tb.on_end({})
+    acc = _accumulator(tmp_path)
+    assert [(e.step, e.value) for e in acc.Scalars("accept/grow")] == [(1, 0.25)]
+    assert [(e.step, e.value) for e in acc.Scalars("accept")] == [(0, 0.0), (1, 0.5)]
+    assert "rhat" not in acc.Tags()["scalars"]
+
+
 def test_tensorboard_histogram_skips_nonfinite_and_empty(tmp_path):
     tb = TensorBoardMonitor(tmp_path)
     tb.on_step(0, {"h": torch.tensor([1.0, float("nan"), 3.0, float("inf")]), "e": torch.zeros(0)})

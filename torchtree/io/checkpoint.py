@@ -263,7 +263,7 @@ def load_rank_checkpoint(path: str, *, rank: int = 0, world_size: int = 1, backe
     if saved != int(world_size):
         raise CheckpointError(
             f"{path}: checkpoint was written by {saved} rank(s) but this run has {world_size}; "
-            f"resume with the same world size ({saved} processes), or start afresh without the checkpoint"
+            f"resume with the same world size ({saved} process{'es' if saved != 1 else ''}), or start afresh without the checkpoint"
         )
     payload = load_checkpoint(rank_path(path, rank), map_location=map_location)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
@@ -465,7 +465,7 @@ class Checkpointer:
             if saved != self.world_size:
                 raise CheckpointError(
                     f"{self.path}: checkpoint was written by {saved} rank(s) but this run has {self.world_size}; "
-                    f"resume with the same world size ({saved} processes), or start afresh without the checkpoint"
+                    f"resume with the same world size ({saved} process{'es' if saved != 1 else ''}), or start afresh without the checkpoint"
                 )
             state = payload["state"]
         if not (isinstance(state, dict) and "sampler_state" in state):

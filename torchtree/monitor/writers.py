@@ -23,7 +23,10 @@ class TensorBoardMonitor(Monitor):
     """Write a run to TensorBoard event files.
 
     Scalars (python numbers, 0-d / one-element tensors) become scalar
-    summaries, 1-D tensors and arrays histograms, strings text. Tags are
+    summaries, 1-D tensors and arrays histograms, strings text. A NaN scalar (a
+    quantity undefined at that step: an acceptance rate of a move no step
+    proposed, the R-hat of a noise variance the model fixes) is not written, so
+    charts have no NaN points. Tags are
     written as the sampler names them, behind ``prefix`` if given. ``on_start``
     writes the configuration as a text table (tag ``start``); ``on_end``
     writes the final scalars at the last step and a text table (tag ``summary``),
@@ -87,7 +90,8 @@ class TensorBoardMonitor(Monitor):
         w = self.writer
         scalars = [(t, v) for t, v in items if is_scalar(v)]
         for tag, value in scalar_values(scalars).items():
-            w.add_scalar(self._tag(tag), value, global_step=step)
+            if value == value:  # NaN: undefined at this step, left out
+                w.add_scalar(self._tag(tag), value, global_step=step)
         for tag, value in items:
             if isinstance(value, str):
                 w.add_text(self._tag(tag), value, global_step=step)
