@@ -193,3 +193,18 @@ def test_two_trees_in_one_module_have_sites_of_their_own():
         assert {f"{m}.soft_dirichlet_multinomial", f"{m}.class_probs", f"{m}.split_weights"} <= set(tr.nodes)
     alone = poutine.trace(SoftTreeRegressor(2, topology=1)).get_trace(X, y)
     assert {"y", "data", "sigma2"} <= set(alone.nodes)
+
+
+def test_a_tree_called_inside_the_data_plate_warns():
+    """Inside a plate at dim -1 of as many entries as X's rows every row gets a tree of its own ([N, N]):
+    a warning says so; a plate of groups (another size) and a call outside any plate stay silent."""
+    X, _ = _data(30)
+    tree = SoftTreeFunction(2, topology=1)
+    with pytest.warns(UserWarning, match=r"inside the plate 'data' of 30 entries at dim -1"):
+        with pyro.plate("data", 30):
+            assert tree(X).shape == (30, 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pyro.plate("groups", 4):
+            assert tree(X).shape == (4, 30)  # a tree per group: a hierarchical model, not a mistake
+        assert tree(X).shape == (30,)

@@ -156,6 +156,19 @@ class _SoftTreeBase(PyroModule):
         return phi.reshape(batch + phi.shape[1:])
 
 
+def _warn_inside_data_plate(n_rows: int) -> None:
+    """Warn when the tree is called inside a plate at dim -1 of ``n_rows`` entries: the plate would give its
+    sample sites a batch of ``n_rows``, a tree per row, and ``f`` would be ``[n_rows, n_rows]``."""
+    from pyro.poutine.runtime import _PYRO_STACK
+
+    for m in _PYRO_STACK:
+        if type(m).__name__ == "plate" and getattr(m, "dim", None) == -1 and getattr(m, "size", None) == n_rows:
+            warn(f"SoftTreeFunction called inside the plate {getattr(m, 'name', '')!r} of {n_rows} entries at dim "
+                 "-1, as many as X's rows: every row gets a tree of its own and the output is [rows, rows]; call "
+                 "the tree outside the data plate and use its output inside", UserWarning)
+            return
+
+
 class SoftTreeFunction(_SoftTreeBase):
     """A soft regression tree as a random function ``f(x) = sum_k phi_k(x) mu_k``.
 
@@ -196,7 +209,9 @@ class SoftTreeFunction(_SoftTreeBase):
         """``f(X)``: Tensor [..., N], the parameters' batch dims broadcast against the rows as Pyro
         lays them out: a parameter batch ``[P, 1]`` (vectorized particles, parallel ``Predictive``: a
         sample dim left of a data plate at dim -1) gives ``[P, N]``; ``[S]`` gives ``[S, N]``. Call it
-        outside the data plate: inside, every row would get a tree of its own."""
+        outside the data plate: inside, every row would get a tree of its own (a warning says so when a
+        plate at dim -1 spans as many entries as ``X`` has rows)."""
+        _warn_inside_data_plate(X.shape[-2] if X.dim() >= 2 else 0)
         phi = self.leaf_probabilities(X)
         mu = self.leaf_values
         f = (phi * mu.unsqueeze(-2)).sum(-1)  # batch + [N]
