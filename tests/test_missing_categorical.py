@@ -424,34 +424,58 @@ def test_levels_are_coded_once_per_distinct_cell(monkeypatch):
         np.testing.assert_array_equal(encoder._level_codes(c, cells), ref)
 
 
-def test_rare_levels_share_one_place_in_the_ordinal_order():
-    """In a column of more than MAX_SUBSET_LEVELS levels, levels of fewer than MIN_LEVEL_ROWS training rows
-    get one rank (their pooled score's place): an order drawn from their few labels would be fitted noise.
-    Levels with enough rows keep their own ranks, ordered by their smoothed mean response."""
-    from torchtree.model.levels import MIN_LEVEL_ROWS
-
+def test_levels_more_noise_than_signal_share_one_place_in_the_ordinal_order():
+    """In a column of more than MAX_SUBSET_LEVELS levels, the order comes from the labels, so levels whose
+    mean is more noise than signal share one rank: n < sigma2 / tau2 in the one-way random-effects model
+    (sigma2 the pooled within-level variance, tau2 the unweighted-means moment estimate of the between-level
+    one, computed here with pandas). Levels with enough rows keep their own ranks by mean response; levels of
+    strong effects keep theirs however few their rows; a column without signal is one value."""
     rng = np.random.default_rng(3)
-    big = {"A": (60, 0.9), "B": (60, 0.1), "C": (60, 0.5)}  # level: (rows, P(y = 1))
+
+    def check(labels, y, t):
+        """The encoder's pooled levels are those of fewer rows than the threshold; returns (column, coded,
+        threshold)."""
+        frame = pd.DataFrame({"cat": labels})
+        enc = TableEncoder.fit(frame, np.asarray(y))
+        col, coded = enc.columns[0], enc.transform(frame)[:, 0]
+        g = pd.DataFrame({"l": labels, "t": np.asarray(t, dtype=float)}).groupby("l")["t"]
+        n, m, N, k = g.size(), g.mean(), len(labels), g.ngroups
+        sigma2 = g.apply(lambda v: ((v - v.mean()) ** 2).sum()).sum() / (N - k)
+        tau2 = m.var(ddof=1) - sigma2 * (1.0 / n).mean()  # unweighted means: every level counts once
+        cut = sigma2 / tau2 if tau2 > 0 else np.inf
+        expect = {lv for lv in n.index if n[lv] < cut}
+        rank = dict(zip(col.levels, col.order))
+        shared = {lv for lv in rank if list(rank.values()).count(rank[lv]) > 1}
+        assert shared == (expect if len(expect) > 1 else set()), (cut, shared, expect)
+        return rank, coded, cut
+
+    # three supported levels of clear effects and 30 levels of 2 rows each, labels drawn at p = 0.5
     labels, ys = [], []
-    for lv, (n, p) in big.items():
-        labels += [lv] * n
-        ys += list((rng.random(n) < p).astype(int))
+    for lv, p in {"A": 0.9, "B": 0.1, "C": 0.5}.items():
+        labels += [lv] * 60
+        ys += list((rng.random(60) < p).astype(int))
     rare = [f"r{i:02d}" for i in range(30)]
-    for i, lv in enumerate(rare):  # 2 rows each, half of them all 1 and half all 0: separable noise
+    for lv in rare:
         labels += [lv] * 2
-        ys += [i % 2] * 2
-    frame = pd.DataFrame({"cat": labels})
+        ys += list((rng.random(2) < 0.5).astype(int))
     y = np.array(ys)
-    col = TableEncoder.fit(frame, y).columns[0]
-    assert col.kind == "ordinal" and MIN_LEVEL_ROWS > 2
-    rank = dict(zip(col.levels, col.order))
-    assert len({rank[lv] for lv in rare}) == 1  # one place for every rare level
-    assert rank["B"] < rank["C"] < rank["A"]  # the supported levels by mean response (0.1, 0.5, 0.9)
-    pooled = (np.isin(labels, rare) * y).sum() / 60  # the rare rows' score is about 0.5: between B and A
-    assert rank["B"] < rank[rare[0]] < rank["A"] and abs(pooled - 0.5) < 0.01
-    # the coded column gives every rare row one value, so no rule can split them
-    coded = TableEncoder.fit(frame, y).transform(frame)[:, 0]
-    assert np.unique(coded[np.isin(labels, rare)]).size == 1
+    rank, coded, cut = check(labels, y, y == np.bincount(y).argmax())
+    assert 2 < cut < 60  # the rare levels are pooled, the supported ones are not
+    lo, hi = ("B", "A") if np.bincount(y).argmax() == 1 else ("A", "B")  # the score is P(most frequent class)
+    assert rank[lo] < rank["C"] < rank[hi]  # the supported levels by mean response
+    assert rank[lo] < rank[rare[0]] < rank[hi]  # the pooled rows' score is about 0.5
+    assert np.unique(coded[np.isin(labels, rare)]).size == 1  # no rule can split them
+    # strong effects: 12 levels of 3 rows each, means 1 apart with noise 0.1: none is pooled
+    strong = [f"s{i:02d}" for i in range(12) for _ in range(3)]
+    target = np.repeat(np.arange(12.0)[::-1], 3) + 0.1 * rng.normal(size=36)
+    rank, _, cut = check(strong, target, target)
+    assert cut < 3 and [rank[f"s{i:02d}"] for i in range(12)] == list(range(12))[::-1]
+    # no signal: 20 levels of 5 rows of one normal sample, every level pooled when tau2 <= 0
+    noise = [f"n{i:02d}" for i in range(20) for _ in range(5)]
+    flat = np.random.default_rng(0).normal(size=100)
+    rank, coded, cut = check(noise, flat, flat)
+    if cut == np.inf:
+        assert len(set(rank.values())) == 1 and np.unique(coded).size == 1
     # without y the order is the labels' order and nothing is pooled
-    plain = TableEncoder.fit(frame).columns[0]
+    plain = TableEncoder.fit(pd.DataFrame({"cat": labels})).columns[0]
     assert plain.order == list(range(len(plain.levels)))

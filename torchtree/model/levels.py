@@ -12,10 +12,6 @@ from torchtree.model.inputs import is_missing_cell
 
 #: categorical columns with at most this many levels get exact subset splits (2^(L-1) - 1 columns)
 MAX_SUBSET_LEVELS = 8
-#: in the ordinal coding of a column of more than ``MAX_SUBSET_LEVELS`` levels, levels with fewer training rows
-#: share one rank (scikit-learn's HistGradientBoosting leaves categories of fewer than 10 samples out of its
-#: sorted categorical splits, ``MIN_CAT_SUPPORT``)
-MIN_LEVEL_ROWS = 10
 
 
 def distinct_cells(cells: list):
