@@ -36,6 +36,26 @@ def test_a_named_backend_without_its_launcher_is_a_user_error(tmp_path, capsys):
     assert "--backend gloo: cannot initialise torch.distributed" in capsys.readouterr().err
 
 
+def test_timeout_reaches_the_backend_and_must_be_positive(tmp_path, monkeypatch, capsys):
+    """--timeout bounds the rendezvous and every collective: it is the backend's timeout."""
+    import torchtree.distributed as dist
+
+    seen = {}
+
+    def spy(name="auto", device=None, **kw):
+        seen.update(kw)
+        return launcher_backend("local", device=device, **kw)
+
+    monkeypatch.setattr(dist, "launcher_backend", spy)
+    assert main(["fit", DATA, "--timeout", "12.5", "--n-particles", "20", "--hyper", "fixed",
+                 "--out", str(tmp_path / "p.pt"), "-q"]) == 0
+    assert seen == {"timeout": 12.5}
+    for bad in ("0", "-3", "inf", "soon"):
+        with pytest.raises(SystemExit) as exc:
+            main(["fit", DATA, "--timeout", bad, "--out", str(tmp_path / "p.pt"), "-q"])
+        assert exc.value.code == 2 and "--timeout: must be a number of seconds > 0" in capsys.readouterr().err
+
+
 def _torchrun(args, tmp_path):
     return torchrun(["-m", "torchtree", *args], tmp_path)
 

@@ -31,9 +31,10 @@ import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchtree.cli.bench import cmd_bench, cmd_demo, demo
+from torchtree.distributed.backend import DEFAULT_TIMEOUT
 from torchtree.cli.common import USER_ERRORS, option_flag
 from torchtree.cli.fit import cmd_fit, cmd_predict
-from torchtree.cli.options import estimator_options, parse_seed, parse_threads, peek_option, sampler_options
+from torchtree.cli.options import estimator_options, parse_seed, parse_threads, parse_timeout, peek_option, sampler_options
 from torchtree.cli.report import cmd_report, cmd_summary, load_posterior
 
 __all__ = ["main", "demo", "build_parser", "sampler_options", "load_posterior"]
@@ -95,6 +96,9 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
                    help="the ranks to run across: auto = those of the torchrun or mpiexec that started this process "
                         "(one job over them: rank 0 prints and saves), else one process; local = one process "
                         "whatever the launcher (default: auto)")
+    p.add_argument("--timeout", type=parse_timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                   help="across ranks: how long a rank waits for the others, at the start and at every exchange, "
+                        f"before the run fails naming what it waited for (default: {DEFAULT_TIMEOUT:g})")
     p.add_argument("--out", default="posterior.pt", metavar="FILE", help="where to save the posterior (default: posterior.pt)")
     p.add_argument("--seed", type=parse_seed, default=0, metavar="N", help="seed of the sampler and of the test split (default: 0)")
     p.add_argument("--checkpoint", metavar="FILE",

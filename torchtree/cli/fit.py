@@ -112,7 +112,8 @@ def cmd_fit(args) -> int:
     cls = get_method(args.method)  # a clear error if the method cannot be imported
     device = resolve_device_option(args.device)
     try:
-        backend, name = launcher_backend(getattr(args, "backend", "auto"), device=device)
+        backend, name = launcher_backend(getattr(args, "backend", "auto"), device=device,
+                                         timeout=args.timeout)
     except (RuntimeError, ImportError) as exc:  # --backend gloo / mpi without its launcher or mpi4py
         raise ValueError(f"--backend {args.backend}: {exc}") from exc
     try:

@@ -117,6 +117,17 @@ def parse_seed(text: str) -> int:
     return value
 
 
+def parse_timeout(text: str) -> float:
+    """``--timeout``: seconds > 0 (an argparse error naming the option otherwise: exit status 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
 def _parse_dtype(text: str):
     import torch
 

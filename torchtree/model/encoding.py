@@ -56,7 +56,7 @@ import torch
 from torchtree.io.cells import is_missing_token
 from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, to_numpy
 from torchtree.model.levels import (MAX_SUBSET_LEVELS, distinct_cells, find_level, first_text, label_of,
-                                    warn_mostly_numbers, warn_unseen)
+                                    level_order, warn_mostly_numbers, warn_unseen)
 from torchtree.core.warn import warn
 
 __all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
@@ -383,7 +383,7 @@ class TableEncoder:
         if L <= max_levels:
             return _Column("subsets", 2 ** (L - 1) - 1, source="categorical", levels=levels, fill_level=fill_level)
         return _Column("ordinal", 1, source="categorical", levels=levels, fill_level=fill_level,
-                       order=_level_order(codes, L, y).tolist())
+                       order=level_order(codes, L, y).tolist())
 
     # ------------------------------------------------------------ transform
     def transform(self, X: Any) -> np.ndarray:
@@ -529,76 +529,6 @@ def _level_text(v) -> str:
 
 
 
-
-
-def _level_order(codes: np.ndarray, L: int, y: Optional[np.ndarray]) -> np.ndarray:
-    """Rank of each of ``L`` levels in the ordinal coding of a many-level column ([L] int64): levels by
-    their smoothed mean response (:func:`_level_scores`), ties in label order; without ``y``, the labels'
-    order.
-
-    The order is made from the training labels and the posterior takes it as given, so a level whose
-    mean is more noise than signal would be placed by its own labels, and rules on the order would fit
-    that noise. Such levels share one rank, that of their pooled rows' score, and no rule separates
-    them: in the one-way random-effects model ``t_i = m + u_level + e_i``, ``u ~ (0, tau2)``,
-    ``e ~ (0, sigma2)``, a level of ``n`` rows is pooled when its mean's reliability
-    ``n tau2 / (n tau2 + sigma2)`` is below 1/2, i.e. ``n < sigma2 / tau2``, with ``sigma2`` the pooled
-    within-level variance and ``tau2`` a moment estimate of the between-level variance
-    (:func:`_pooling_rows`; clipped at 0: a column without signal pools every level and is never split). ``t`` is the
-    regression target, or the indicator of the most frequent class.
-    """
-    n = np.bincount(codes, minlength=L)
-    rare = np.zeros(L, dtype=bool)
-    if y is not None:
-        rare = n < _pooling_rows(codes, L, _level_target(y))
-    unit = np.arange(L)
-    if rare.sum() > 1:
-        unit[rare] = np.flatnonzero(rare)[0]  # the pooled levels are one unit, named by its first level
-        codes = unit[codes]
-    score = _level_scores(codes, L, y)
-    ids = np.unique(unit)
-    rank = np.empty(ids.size, dtype=np.int64)
-    rank[np.lexsort((ids, score[ids]))] = np.arange(ids.size)
-    return rank[np.searchsorted(ids, unit)]
-
-
-def _level_target(y: np.ndarray) -> np.ndarray:
-    """The response a level's score averages: the regression target, or the indicator of the most
-    frequent class (float64 [N])."""
-    y = np.asarray(y)
-    if y.dtype.kind in "iub":
-        return (y == np.bincount(y.astype(np.int64)).argmax()).astype(np.float64)
-    return y.astype(np.float64)
-
-
-def _pooling_rows(codes: np.ndarray, L: int, t: np.ndarray) -> float:
-    """``sigma2 / tau2`` of the one-way random-effects model of ``t`` by level (see :func:`_level_order`):
-    levels with fewer rows are pooled; ``inf`` when the levels show no between-level variance, 0 when the
-    response does not vary within levels. ``sigma2`` is the pooled within-level variance and ``tau2`` the
-    unweighted-means moment estimate, ``var(level means) - mean(sigma2 / n_level)``, which counts every
-    level once (the ANOVA estimate weighs levels by their rows, and a few large levels of clear effects
-    would make it attribute signal to every small one)."""
-    n = np.bincount(codes, minlength=L).astype(np.float64)
-    present = n > 0
-    k, N = int(present.sum()), float(n.sum())
-    if k < 2:
-        return 0.0
-    sums = np.bincount(codes, weights=t, minlength=L)
-    sigma2 = float(((t - sums[codes] / n[codes]) ** 2).sum()) / max(N - k, 1.0)
-    if sigma2 <= 0.0:
-        return 0.0
-    means = sums[present] / n[present]
-    tau2 = float(means.var(ddof=1)) - sigma2 * float((1.0 / n[present]).mean())
-    return sigma2 / tau2 if tau2 > 0.0 else math.inf
-
-
-def _level_scores(codes: np.ndarray, L: int, y: Optional[np.ndarray]) -> np.ndarray:
-    """Mean response per level, smoothed by one pseudo-row at the overall mean (zeros without y)."""
-    if y is None:
-        return np.zeros(L)
-    t = _level_target(y)
-    s = np.bincount(codes, weights=t, minlength=L)
-    n = np.bincount(codes, minlength=L)
-    return (s + t.mean()) / (n + 1.0)
 
 
 def rule_text(encoder: Optional[TableEncoder], names: Optional[Sequence[str]], column: int, threshold: float) -> str:
