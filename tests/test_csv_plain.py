@@ -73,6 +73,8 @@ NOT_PLAIN = {
     "long_row.csv": ("a,b,y\n1,2,0,9\n3,4,1\n", "line 2: expected 3 fields, got 4"),
     "short_and_long.csv": ("a,b,y\n1,2\n3,4,1,5\n", "line 2: expected 3 fields, got 2"),
     "empty_target.csv": ("a,b,y\n1,2,\n3,4,1\n", "line 2: target column 'y' is empty"),
+    "long_field.csv": ("a,b,y\n" + "0" * 200000 + "1,2,0\n3,4,1\n", "field larger than field limit"),
+    "nul_in_target.csv": ("a,b,y\n1,2,a\x00\n3,4,b\n", None),  # numpy would strip the NUL
 }
 
 

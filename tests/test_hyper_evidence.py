@@ -194,3 +194,4 @@ def test_evidence_curves_are_written_on_rank_zero_only(monkeypatch):
     assert _process_rank(None) is None and _process_rank(SimpleNamespace(rank=3)) == 3
     monkeypatch.setenv("RANK", "2")
     assert _process_rank("gloo") == 2
+    assert _process_rank("local") is None  # independent runs under a launcher: each writes its own curves

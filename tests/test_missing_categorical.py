@@ -424,25 +424,43 @@ def test_levels_are_coded_once_per_distinct_cell(monkeypatch):
         np.testing.assert_array_equal(encoder._level_codes(c, cells), ref)
 
 
+def test_a_rows_level_does_not_depend_on_the_other_rows():
+    """Cells of different types that compare equal (1, 1.0, True) are looked up each as itself, as a
+    cell alone would be: a row's code does not depend on which of them came first in the batch."""
+    frame = pd.DataFrame({"c": np.array(["1", "2", "a", "a", "a", "b"], dtype=object)})
+    enc = TableEncoder.fit(frame, np.array([0, 1, 0, 1, 0, 1]))
+    col = enc.columns[0]
+    alone = {repr(v): enc._level_codes(col, np.array([v], dtype=object))[0] for v in (1, 1.0, True, "1", np.int64(1))}
+    for batch in ([1.0, 1], [1, 1.0], [True, 1], [1, True, 1.0, "1", np.int64(1)]):
+        codes = enc._level_codes(col, np.array(batch, dtype=object))
+        assert [alone[repr(v)] for v in batch] == codes.tolist(), batch
+
+
 def test_levels_more_noise_than_signal_share_one_place_in_the_ordinal_order():
     """In a column of more than MAX_SUBSET_LEVELS levels, the order comes from the labels, so levels whose
-    mean is more noise than signal share one rank: n < sigma2 / tau2 in the one-way random-effects model
-    (sigma2 the pooled within-level variance, tau2 the unweighted-means moment estimate of the between-level
-    one, computed here with pandas). Levels with enough rows keep their own ranks by mean response; levels of
-    strong effects keep theirs however few their rows; a column without signal is one value."""
+    mean is more noise than signal share one rank: every level when the one-way ANOVA finds no signal at
+    5% (F against scipy's quantile here) or no level has two rows, else the levels of n < sigma2 / tau2
+    (sigma2 = MS_within, tau2 the unweighted-means estimate; computed here with pandas). Levels with enough
+    rows keep their own ranks by mean response; levels of strong effects keep theirs however few their
+    rows; signal in a class other than the most frequent one counts."""
+    stats = pytest.importorskip("scipy.stats")
     rng = np.random.default_rng(3)
 
-    def check(labels, y, t):
-        """The encoder's pooled levels are those of fewer rows than the threshold; returns (column, coded,
-        threshold)."""
+    def check(labels, y, T):
+        """The encoder pools exactly the levels the reference rule pools; returns (ranks, coded, cut)."""
         frame = pd.DataFrame({"cat": labels})
         enc = TableEncoder.fit(frame, np.asarray(y))
         col, coded = enc.columns[0], enc.transform(frame)[:, 0]
-        g = pd.DataFrame({"l": labels, "t": np.asarray(t, dtype=float)}).groupby("l")["t"]
+        T = pd.DataFrame(np.asarray(T, dtype=float).reshape(len(labels), -1))
+        g = T.groupby(np.asarray(labels))
         n, m, N, k = g.size(), g.mean(), len(labels), g.ngroups
-        sigma2 = g.apply(lambda v: ((v - v.mean()) ** 2).sum()).sum() / (N - k)
-        tau2 = m.var(ddof=1) - sigma2 * (1.0 / n).mean()  # unweighted means: every level counts once
-        cut = sigma2 / tau2 if tau2 > 0 else np.inf
+        within = ((T - g.transform("mean")) ** 2).to_numpy().sum() / (N - k) if N > k else np.nan
+        between = (n.to_numpy()[:, None] * (m - T.mean()) ** 2).to_numpy().sum() / (k - 1)
+        if N == k or between / within <= stats.f.ppf(0.95, k - 1, N - k):
+            cut = np.inf
+        else:
+            tau2 = m.var(ddof=1).sum() - within * (1.0 / n).mean()
+            cut = within / tau2 if tau2 > 0 else np.inf
         expect = {lv for lv in n.index if n[lv] < cut}
         rank = dict(zip(col.levels, col.order))
         shared = {lv for lv in rank if list(rank.values()).count(rank[lv]) > 1}
@@ -459,7 +477,7 @@ def test_levels_more_noise_than_signal_share_one_place_in_the_ordinal_order():
         labels += [lv] * 2
         ys += list((rng.random(2) < 0.5).astype(int))
     y = np.array(ys)
-    rank, coded, cut = check(labels, y, y == np.bincount(y).argmax())
+    rank, coded, cut = check(labels, y, np.eye(2)[y])
     assert 2 < cut < 60  # the rare levels are pooled, the supported ones are not
     lo, hi = ("B", "A") if np.bincount(y).argmax() == 1 else ("A", "B")  # the score is P(most frequent class)
     assert rank[lo] < rank["C"] < rank[hi]  # the supported levels by mean response
@@ -470,12 +488,16 @@ def test_levels_more_noise_than_signal_share_one_place_in_the_ordinal_order():
     target = np.repeat(np.arange(12.0)[::-1], 3) + 0.1 * rng.normal(size=36)
     rank, _, cut = check(strong, target, target)
     assert cut < 3 and [rank[f"s{i:02d}"] for i in range(12)] == list(range(12))[::-1]
-    # no signal: 20 levels of 5 rows of one normal sample, every level pooled when tau2 <= 0
-    noise = [f"n{i:02d}" for i in range(20) for _ in range(5)]
-    flat = np.random.default_rng(0).normal(size=100)
-    rank, coded, cut = check(noise, flat, flat)
-    if cut == np.inf:
-        assert len(set(rank.values())) == 1 and np.unique(coded).size == 1
+    # no signal: 20 levels of 5 rows of one normal sample; an identifier (one row per level): all pooled
+    for labels_, target_ in (([f"n{i:02d}" for i in range(20) for _ in range(5)], rng.normal(size=100)),
+                             ([f"id{i:03d}" for i in range(150)], rng.normal(size=150))):
+        rank, coded, cut = check(labels_, target_, target_)
+        assert cut == np.inf and len(set(rank.values())) == 1 and np.unique(coded).size == 1
+    # three classes: the most frequent one (0) at random, levels 0-9 lean to class 1, 10-19 to class 2
+    lv3 = np.repeat(np.arange(20), 20)
+    y3 = np.where(rng.random(400) < 0.5, 0, np.where(lv3 < 10, 1, 2))
+    rank, _, cut = check([f"m{v:02d}" for v in lv3], y3, np.eye(3)[y3])
+    assert cut < 20 and len(set(rank.values())) == 20  # the signal in classes 1 and 2 keeps the levels apart
     # without y the order is the labels' order and nothing is pooled
     plain = TableEncoder.fit(pd.DataFrame({"cat": labels})).columns[0]
     assert plain.order == list(range(len(plain.levels)))

@@ -208,3 +208,9 @@ def test_a_tree_called_inside_the_data_plate_warns():
         with pyro.plate("groups", 4):
             assert tree(X).shape == (4, 30)  # a tree per group: a hierarchical model, not a mistake
         assert tree(X).shape == (30,)
+
+        def model(X):  # no data plate: Predictive's own plate of 30 samples is not one
+            return pyro.deterministic("f", tree(X))
+
+        out = Predictive(model, num_samples=30, parallel=True, return_sites=["f"])(X)["f"]
+        assert out.shape == (30, 30)

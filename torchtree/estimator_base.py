@@ -35,7 +35,7 @@ __all__ = ["BayesianTreeBase"]
 def _process_rank(backend) -> Optional[int]:
     """This process's rank in the run of ``backend`` (None: one process). A backend given by name was
     opened and closed by the run, so its rank is read from the launcher's variables."""
-    if backend is None:
+    if backend is None or (isinstance(backend, str) and backend.lower() == "local"):
         return None
     if not isinstance(backend, str):
         return int(backend.rank)

@@ -156,12 +156,18 @@ class _SoftTreeBase(PyroModule):
         return phi.reshape(batch + phi.shape[1:])
 
 
+#: plates Pyro opens to vectorise samples (``Predictive(parallel=True)``, ``vectorize_particles``): not data plates
+_VECTORIZING_PLATES = ("_num_predictive_samples", "num_particles_vectorized")
+
+
 def _warn_inside_data_plate(n_rows: int) -> None:
     """Warn when the tree is called inside a plate at dim -1 of ``n_rows`` entries: the plate would give its
     sample sites a batch of ``n_rows``, a tree per row, and ``f`` would be ``[n_rows, n_rows]``."""
     from pyro.poutine.runtime import _PYRO_STACK
 
     for m in _PYRO_STACK:
+        if getattr(m, "name", None) in _VECTORIZING_PLATES:  # Pyro's own sample dims (Predictive, ELBO particles)
+            continue
         if type(m).__name__ == "plate" and getattr(m, "dim", None) == -1 and getattr(m, "size", None) == n_rows:
             warn(f"SoftTreeFunction called inside the plate {getattr(m, 'name', '')!r} of {n_rows} entries at dim "
                  "-1, as many as X's rows: every row gets a tree of its own and the output is [rows, rows]; call "

@@ -171,14 +171,16 @@ def _plain_numbers(path: str, n_cols: int, f_idx: Sequence[int], t_idx: Optional
             text = fh.read()
     except (ValueError, UnicodeDecodeError, EOFError, OSError, zlib.error):
         return None
-    if '"' in text or len(delim.encode()) != 1 or not text.strip():
-        return None
+    if '"' in text or "\x00" in text or len(delim.encode()) != 1 or not text.strip():
+        return None  # NUL: numpy strips it from text cells; quotes: csv's quoting
     raw = np.frombuffer(text.encode(), dtype=np.uint8)
     ends = np.flatnonzero(raw == 10)
     if not text.endswith("\n"):
         ends = np.append(ends, raw.size)
     per_line = np.diff(np.searchsorted(np.flatnonzero(raw == ord(delim)), ends), prepend=0)
     del raw
+    if np.diff(ends, prepend=-1).max() > csv.field_size_limit():  # a line that may hold a field csv refuses
+        return None
     if not (per_line == n_cols - 1).all():  # a short or long row, or a blank line: the general reader says which
         return None
     try:

@@ -29,9 +29,9 @@ non-trivial partitions: the CGM prior. This costs ``2^(L-1) - 1`` columns, so co
 levels ordered by their mean training response (classification: the share of the most frequent
 class), smoothed by one pseudo-row at the overall mean: rules then send a contiguous run of that
 order left (as CART orders levels for binary and regression targets). Levels whose mean is more noise
-than signal (``n < sigma2 / tau2`` in a one-way random-effects model of the response by level) share one
-place in that order, their pooled rows' score: an order drawn from a few labels per level is made by
-those labels, and rules on it would fit their noise (the posterior takes the order as given). Ordered pandas categoricals
+than signal share one place in that order, their pooled rows' score (every level when the column shows
+no signal; :func:`~torchtree.model.levels.level_order`): an order drawn from a few labels per level is
+made by those labels, and rules on it would fit their noise (the posterior takes the order as given). Ordered pandas categoricals
 are ordinal in their category order (with MIA for missing values).
 
 **Prediction.** Missing values follow the learnt rules as above; observed values beyond the

@@ -19,20 +19,22 @@ MAX_SUBSET_LEVELS = 8
 
 def distinct_cells(cells: list):
     """The distinct cells of a column in order of first appearance, each cell's index among them and how many
-    cells each stands for: ``(values, index [N] int64, counts [U] int64)``. Cells that are equal dict keys are
-    one (``1``, ``1.0`` and ``True``; a NaN only with itself). Work per cell is done in C (hashing), so a column
-    of N cells with U levels costs about N hash lookups plus U calls of whatever is then done per level.
+    cells each stands for: ``(values, index [N] int64, counts [U] int64)``. Cells are one when they are equal
+    and of one type (``1`` and ``1.0`` stay apart, as a label looked up cell by cell would find them apart; a
+    NaN is one only with itself). Work per cell is done in C (hashing), so a column of N cells with U
+    distinct values costs about N hash lookups plus U calls of whatever is then done per value.
 
     Raises
     ------
     TypeError
         A cell that cannot be hashed (a list, a dict).
     """
-    seen = dict.fromkeys(cells)
-    for i, v in enumerate(seen):
-        seen[v] = i
-    index = np.fromiter(map(seen.__getitem__, cells), dtype=np.int64, count=len(cells))
-    return list(seen), index, np.bincount(index, minlength=len(seen))
+    keys = list(zip(map(type, cells), cells))
+    seen = dict.fromkeys(keys)
+    for i, key in enumerate(seen):
+        seen[key] = i
+    index = np.fromiter(map(seen.__getitem__, keys), dtype=np.int64, count=len(keys))
+    return [v for _, v in seen], index, np.bincount(index, minlength=len(seen))
 
 
 def label_of(v):
@@ -105,17 +107,16 @@ def level_order(codes: np.ndarray, L: int, y: Optional[np.ndarray]) -> np.ndarra
     The order is made from the training labels and the posterior takes it as given, so a level whose
     mean is more noise than signal would be placed by its own labels, and rules on the order would fit
     that noise. Such levels share one rank, that of their pooled rows' score, and no rule separates
-    them: in the one-way random-effects model ``t_i = m + u_level + e_i``, ``u ~ (0, tau2)``,
-    ``e ~ (0, sigma2)``, a level of ``n`` rows is pooled when its mean's reliability
-    ``n tau2 / (n tau2 + sigma2)`` is below 1/2, i.e. ``n < sigma2 / tau2``, with ``sigma2`` the pooled
-    within-level variance and ``tau2`` a moment estimate of the between-level variance
-    (:func:`pooling_rows`; clipped at 0: a column without signal pools every level and is never split). ``t`` is the
-    regression target, or the indicator of the most frequent class.
+    them: in the one-way random-effects model ``t_i = m + u_level + e_i`` (``u`` of variance ``tau2``,
+    ``e`` of variance ``sigma2``), a level of ``n`` rows is pooled when its mean's reliability
+    ``n tau2 / (n tau2 + sigma2)`` is below 1/2, i.e. ``n < sigma2 / tau2`` (:func:`pooling_rows`).
+    A column without between-level signal, or whose levels all hold one row (an identifier), pools
+    every level and is never split.
     """
     n = np.bincount(codes, minlength=L)
     rare = np.zeros(L, dtype=bool)
     if y is not None:
-        rare = n < pooling_rows(codes, L, level_target(y))
+        rare = n < pooling_rows(codes, L, _responses(y))
     unit = np.arange(L)
     if rare.sum() > 1:
         unit[rare] = np.flatnonzero(rare)[0]  # the pooled levels are one unit, named by its first level
@@ -136,25 +137,53 @@ def level_target(y: np.ndarray) -> np.ndarray:
     return y.astype(np.float64)
 
 
+def _responses(y: np.ndarray) -> np.ndarray:
+    """The responses whose between-level variance is signal: the regression target [N, 1], or the
+    indicators of every class [N, K] (signal in any class counts, not only in the most frequent)."""
+    y = np.asarray(y)
+    if y.dtype.kind in "iub":
+        codes = y.astype(np.int64)
+        return (codes[:, None] == np.arange(int(codes.max()) + 1)[None, :]).astype(np.float64)
+    return y.astype(np.float64)[:, None]
+
+
 def pooling_rows(codes: np.ndarray, L: int, t: np.ndarray) -> float:
-    """``sigma2 / tau2`` of the one-way random-effects model of ``t`` by level (see :func:`level_order`):
-    levels with fewer rows are pooled; ``inf`` when the levels show no between-level variance, 0 when the
-    response does not vary within levels. ``sigma2`` is the pooled within-level variance and ``tau2`` the
-    unweighted-means moment estimate, ``var(level means) - mean(sigma2 / n_level)``, which counts every
-    level once (the ANOVA estimate weighs levels by their rows, and a few large levels of clear effects
-    would make it attribute signal to every small one)."""
+    """``sigma2 / tau2`` of the one-way random-effects model of the responses ``t`` [N, C] by level (see
+    :func:`level_order`; sums of squares summed over the C columns): levels with fewer rows are pooled.
+
+    ``inf`` (pool every level) unless the levels' means differ beyond noise: the one-way ANOVA's
+    ``F = MS_between / MS_within`` must exceed the upper 5% point of ``F(k - 1, N - k)`` (Paulson's
+    normal approximation to ``F^(1/3)``), and there must be within-level degrees of freedom (a column
+    whose levels hold one row each is an identifier: nothing tells its signal from noise). Then
+    ``sigma2 = MS_within`` and ``tau2 = var(level means) - sigma2 mean(1 / n_level)``, the
+    unweighted-means estimate, which counts every level once (weighted by rows, a few large levels of
+    clear effects would make every small level look like signal); 0 (pool none) when ``sigma2 = 0``.
+    """
+    t = np.asarray(t, dtype=np.float64).reshape(len(codes), -1)
     n = np.bincount(codes, minlength=L).astype(np.float64)
     present = n > 0
     k, N = int(present.sum()), float(n.sum())
     if k < 2:
         return 0.0
-    sums = np.bincount(codes, weights=t, minlength=L)
-    sigma2 = float(((t - sums[codes] / n[codes]) ** 2).sum()) / max(N - k, 1.0)
-    if sigma2 <= 0.0:
+    if N - k < 1:
+        return math.inf
+    sums = np.stack([np.bincount(codes, weights=t[:, c], minlength=L) for c in range(t.shape[1])], 1)
+    within = float(((t - sums[codes] / n[codes][:, None]) ** 2).sum()) / (N - k)
+    if within <= 0.0:
         return 0.0
-    means = sums[present] / n[present]
-    tau2 = float(means.var(ddof=1)) - sigma2 * float((1.0 / n[present]).mean())
-    return sigma2 / tau2 if tau2 > 0.0 else math.inf
+    means = sums[present] / n[present][:, None]
+    between = float((n[present][:, None] * (means - t.mean(0)) ** 2).sum()) / (k - 1)
+    if not _f_exceeds(between / within, k - 1, N - k):
+        return math.inf
+    tau2 = float(means.var(0, ddof=1).sum()) - within * float((1.0 / n[present]).mean())
+    return within / tau2 if tau2 > 0.0 else math.inf
+
+
+def _f_exceeds(F: float, d1: float, d2: float, z: float = 1.6448536269514722) -> bool:
+    """Whether ``F`` exceeds the upper 5% point (``z``: the normal's) of the F distribution of ``(d1, d2)``
+    degrees of freedom, by Paulson's (1942) normal approximation to ``F^(1/3)``."""
+    a, b, c = 2.0 / (9.0 * d1), 2.0 / (9.0 * d2), F ** (1.0 / 3.0)
+    return ((1.0 - b) * c - (1.0 - a)) / math.sqrt(b * c * c + a) > z
 
 
 def level_scores(codes: np.ndarray, L: int, y: Optional[np.ndarray]) -> np.ndarray:
