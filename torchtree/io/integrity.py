@@ -14,6 +14,7 @@ import signal
 import threading
 from typing import Any, Dict
 
+import numpy as np
 import torch
 
 __all__ = ["CheckpointError", "CHECKSUM_KEY", "content_checksum", "seal", "verify_checksum", "read_payload"]
@@ -31,7 +32,8 @@ def feed_hash(h, obj: Any) -> None:
     if isinstance(obj, torch.Tensor):
         t = obj.detach().to("cpu").contiguous()
         h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+        # the array's own buffer (contiguous): the same bytes as tobytes() without a copy of the data
+        h.update(t.numpy().reshape(-1).view(np.uint8) if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
     elif isinstance(obj, dict):
         h.update(b"{")
         for k in sorted(obj, key=repr):
