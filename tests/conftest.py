@@ -31,3 +31,24 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+_CWD_AT_START = None
+
+
+def pytest_sessionstart(session):
+    global _CWD_AT_START
+    _CWD_AT_START = set(os.listdir(os.getcwd()))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Tests write under tmp_path, never into the working directory (a user's clone): a file that appeared
+    there during the session fails the run, named. (A CLI fit without --out writes posterior.pt.)"""
+    if _CWD_AT_START is None or os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # workers share the controller's directory: the controller checks once
+    new = sorted(n for n in set(os.listdir(os.getcwd())) - _CWD_AT_START
+                 if not n.startswith(".") and n != "__pycache__")  # pytest's and Python's own caches
+    if new:
+        print(f"\nERROR: the tests wrote into the working directory {os.getcwd()}: {', '.join(new)} "
+              "(write under tmp_path)")
+        session.exitstatus = 1

@@ -284,7 +284,7 @@ def test_estimators_fit_predict_intervals_and_save(tmp_path):
     assert np.array_equal(back.predict(Xt), pred)
     from torchtree import TreePosterior
 
-    with pytest.raises(ValueError, match=r"of hard trees: it holds a torchtree\.BARTPosterior/2 \(torchtree\.cli\.load_"):
+    with pytest.raises(ValueError, match=r"of hard trees: it holds a torchtree\.BARTPosterior/2 \(torchtree\.load_posterior"):
         TreePosterior.load(path)  # the loader of another kind names the kind and the loader that reads it
     yc = (y > np.median(y)).astype(int)
     clf = BayesianTreeClassifier(method="bart", random_state=0, n_trees=50, n_samples=60, n_warmup=60).fit(X, yc)

@@ -543,7 +543,8 @@ def test_an_integer_target_with_many_values_asks_for_the_task(files, tmp_path, c
     assert main(["fit", str(path), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "distinct integers: give --task classification" in err and "--task regression" in err
-    assert main(["fit", str(path), "--task", "regression", "--n-particles", "20", "--quiet"]) == 0
+    assert main(["fit", str(path), "--task", "regression", "--n-particles", "20", "--out", str(tmp_path / "p.pt"),
+                 "--quiet"]) == 0
 
 
 def test_an_option_of_another_method_is_named_not_the_top_level_usage(files, capsys):
