@@ -116,7 +116,7 @@ def level_order(codes: np.ndarray, L: int, y: Optional[np.ndarray]) -> np.ndarra
     n = np.bincount(codes, minlength=L)
     rare = np.zeros(L, dtype=bool)
     if y is not None:
-        rare = n < pooling_rows(codes, L, _responses(y))
+        rare = n < pooling_rows(codes, L, y)
     unit = np.arange(L)
     if rare.sum() > 1:
         unit[rare] = np.flatnonzero(rare)[0]  # the pooled levels are one unit, named by its first level
@@ -137,19 +137,27 @@ def level_target(y: np.ndarray) -> np.ndarray:
     return y.astype(np.float64)
 
 
-def _responses(y: np.ndarray) -> np.ndarray:
-    """The responses whose between-level variance is signal: the regression target [N, 1], or the
-    indicators of every class [N, K] (signal in any class counts, not only in the most frequent)."""
+def _level_sums(codes: np.ndarray, L: int, y: np.ndarray):
+    """Per-level rows ``n`` [L], response sums [L, C] and the within-level sum of squares of the responses
+    whose between-level variance is signal: the regression target (C = 1), or the indicators of every class
+    (C = K: signal in any class counts, not only in the most frequent), from the [L, K] count table (memory
+    ``O(L K)``, not ``O(N K)``)."""
     y = np.asarray(y)
+    n = np.bincount(codes, minlength=L).astype(np.float64)
+    safe = np.maximum(n, 1.0)
     if y.dtype.kind in "iub":
-        codes = y.astype(np.int64)
-        return (codes[:, None] == np.arange(int(codes.max()) + 1)[None, :]).astype(np.float64)
-    return y.astype(np.float64)[:, None]
+        K = int(y.max()) + 1
+        sums = np.bincount(codes * K + y.astype(np.int64), minlength=L * K).reshape(L, K).astype(np.float64)
+        return n, sums, float(n.sum() - ((sums ** 2).sum(1) / safe).sum())  # sum_l n_l - sum_lc n_lc^2 / n_l
+    t = y.astype(np.float64)
+    sums = np.bincount(codes, weights=t, minlength=L)
+    return n, sums[:, None], float(((t - (sums / safe)[codes]) ** 2).sum())
 
 
-def pooling_rows(codes: np.ndarray, L: int, t: np.ndarray) -> float:
-    """``sigma2 / tau2`` of the one-way random-effects model of the responses ``t`` [N, C] by level (see
-    :func:`level_order`; sums of squares summed over the C columns): levels with fewer rows are pooled.
+def pooling_rows(codes: np.ndarray, L: int, y: np.ndarray) -> float:
+    """``sigma2 / tau2`` of the one-way random-effects model of the responses by level (see
+    :func:`level_order` and :func:`_level_sums`; sums of squares summed over the responses): levels with
+    fewer rows are pooled.
 
     ``inf`` (pool every level) unless the levels' means differ beyond noise: the one-way ANOVA's
     ``F = MS_between / MS_within`` must exceed the upper 5% point of ``F(k - 1, N - k)`` (Paulson's
@@ -159,20 +167,19 @@ def pooling_rows(codes: np.ndarray, L: int, t: np.ndarray) -> float:
     unweighted-means estimate, which counts every level once (weighted by rows, a few large levels of
     clear effects would make every small level look like signal); 0 (pool none) when ``sigma2 = 0``.
     """
-    t = np.asarray(t, dtype=np.float64).reshape(len(codes), -1)
-    n = np.bincount(codes, minlength=L).astype(np.float64)
+    n, sums, within_ss = _level_sums(codes, L, y)
     present = n > 0
     k, N = int(present.sum()), float(n.sum())
     if k < 2:
         return 0.0
     if N - k < 1:
         return math.inf
-    sums = np.stack([np.bincount(codes, weights=t[:, c], minlength=L) for c in range(t.shape[1])], 1)
-    within = float(((t - sums[codes] / n[codes][:, None]) ** 2).sum()) / (N - k)
+    within = within_ss / (N - k)
     if within <= 0.0:
         return 0.0
     means = sums[present] / n[present][:, None]
-    between = float((n[present][:, None] * (means - t.mean(0)) ** 2).sum()) / (k - 1)
+    grand = sums.sum(0) / N
+    between = float((n[present][:, None] * (means - grand) ** 2).sum()) / (k - 1)
     if not _f_exceeds(between / within, k - 1, N - k):
         return math.inf
     tau2 = float(means.var(0, ddof=1).sum()) - within * float((1.0 / n[present]).mean())
