@@ -501,3 +501,29 @@ def test_levels_more_noise_than_signal_share_one_place_in_the_ordinal_order():
     # without y the order is the labels' order and nothing is pooled
     plain = TableEncoder.fit(pd.DataFrame({"cat": labels})).columns[0]
     assert plain.order == list(range(len(plain.levels)))
+
+
+def test_many_class_levels_are_ordered_along_the_first_principal_component():
+    """With three classes or more, levels are placed by the projection of their smoothed class distributions
+    on the first principal component of those distributions (weighted by rows; Coppersmith, Hong & Hosking
+    1999), checked against an SVD here: where the most frequent class does not depend on the level but
+    classes 1 and 2 do, the order puts the class-1 levels on one side and the class-2 levels on the other
+    (the most frequent class's share cannot tell them apart)."""
+    rng = np.random.default_rng(5)
+    lev = np.repeat(np.arange(20), 40)
+    y = np.where(rng.random(800) < 0.5, 0, np.where(lev < 10, 1, 2))
+    names = np.array([f"L{i:02d}" for i in rng.permutation(20)])
+    col = TableEncoder.fit(pd.DataFrame({"c": names[lev]}), y).columns[0]
+    rank = dict(zip(col.levels, col.order))
+    ones, twos = {rank[names[i]] for i in range(10)}, {rank[names[i]] for i in range(10, 20)}
+    assert max(ones) < min(twos) or max(twos) < min(ones)
+    # the reference: smoothed distributions about the overall one, weighted SVD, sign of the largest entry
+    counts = np.zeros((20, 3))
+    np.add.at(counts, (lev, y), 1.0)
+    n, p = counts.sum(1), counts.sum(0) / counts.sum()
+    dev = (counts + p) / (n + 1.0)[:, None] - p
+    _, _, vt = np.linalg.svd(dev * np.sqrt(n)[:, None], full_matrices=False)
+    pc = vt[0] * np.sign(vt[0][np.argmax(np.abs(vt[0]))])
+    score = dev @ pc
+    by = sorted(range(20), key=lambda i: (round(score[i], 12), names[i]))  # ties in label order
+    assert [rank[names[i]] for i in by] == list(range(20))

@@ -26,8 +26,9 @@ non-trivial partition of those ``k`` levels is the restriction of exactly ``2^(L
 subsets, so the draw "column uniform among the group's splitting ones" is uniform over the node's
 non-trivial partitions: the CGM prior. This costs ``2^(L-1) - 1`` columns, so columns of more than
 ``max_subset_levels`` levels (default 8: at most 127 columns) are instead one ordinal column, the
-levels ordered by their mean training response (classification: the share of the most frequent
-class), smoothed by one pseudo-row at the overall mean: rules then send a contiguous run of that
+levels ordered by their mean training response (two classes: the share of the most frequent class;
+three or more: the first principal component of the levels' class distributions, Coppersmith, Hong &
+Hosking 1999), smoothed by one pseudo-row at the overall mean: rules then send a contiguous run of that
 order left (as CART orders levels for binary and regression targets). Levels whose mean is more noise
 than signal share one place in that order, their pooled rows' score (every level when the column shows
 no signal; :func:`~torchtree.model.levels.level_order`): an order drawn from a few labels per level is

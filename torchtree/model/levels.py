@@ -194,10 +194,24 @@ def _f_exceeds(F: float, d1: float, d2: float, z: float = 1.6448536269514722) ->
 
 
 def level_scores(codes: np.ndarray, L: int, y: Optional[np.ndarray]) -> np.ndarray:
-    """Mean response per level, smoothed by one pseudo-row at the overall mean (zeros without y)."""
+    """Each level's place on a line, from its training rows smoothed by one pseudo-row of the overall mean
+    (zeros without y): the mean response (regression), the share of the most frequent class (two classes),
+    or, with three classes or more, the projection of the level's class distribution on the first principal
+    component of the levels' distributions weighted by their rows (Coppersmith, Hong & Hosking 1999: the
+    order along which contiguous runs of levels best separate the classes; the component's sign makes its
+    largest entry positive)."""
     if y is None:
         return np.zeros(L)
+    y = np.asarray(y)
+    n = np.bincount(codes, minlength=L).astype(np.float64)
+    if y.dtype.kind in "iub" and int(y.max()) >= 2:
+        K = int(y.max()) + 1
+        counts = np.bincount(codes * K + y.astype(np.int64), minlength=L * K).reshape(L, K).astype(np.float64)
+        p = counts.sum(0) / counts.sum()
+        dev = (counts + p) / (n + 1.0)[:, None] - p  # [L, K] smoothed distributions about the overall one
+        w, v = np.linalg.eigh((dev * n[:, None]).T @ dev)
+        pc = v[:, -1] * (1.0 if v[np.argmax(np.abs(v[:, -1])), -1] >= 0 else -1.0)
+        return dev @ pc
     t = level_target(y)
     s = np.bincount(codes, weights=t, minlength=L)
-    n = np.bincount(codes, minlength=L)
     return (s + t.mean()) / (n + 1.0)
