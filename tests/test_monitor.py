@@ -162,6 +162,9 @@ def test_tensorboard_leaves_nan_scalars_out(tmp_path):
     assert [(e.step, e.value) for e in acc.Scalars("accept/grow")] == [(1, 0.25)]
     assert [(e.step, e.value) for e in acc.Scalars("accept")] == [(0, 0.0), (1, 0.5)]
     assert "rhat" not in acc.Tags()["scalars"]
+    tb.add_curve("curve", [1.0, 2.0, 3.0], [-1.0, float("nan"), -2.0])
+    acc = _accumulator(tmp_path)
+    assert [(e.step, e.value) for e in acc.Scalars("curve")] == [(0, -1.0), (2, -2.0)]
 
 
 def test_tensorboard_histogram_skips_nonfinite_and_empty(tmp_path):

@@ -126,7 +126,7 @@ class TensorBoardMonitor(Monitor):
         """Write a curve ``ys`` over a grid ``xs`` (e.g. log evidence over a hyperparameter grid).
 
         TensorBoard's scalars have integer steps, so point ``i`` is written at step ``i``
-        under ``tag``, and the grid as text under ``tag/grid`` (``step i: x``). Usable
+        under ``tag`` (NaN points left out), and the grid as text under ``tag/grid`` (``step i: x``). Usable
         after ``on_end``: the events go to the same file, and are flushed.
 
         Parameters
@@ -136,7 +136,8 @@ class TensorBoardMonitor(Monitor):
         """
         w = self.writer
         for i, y in enumerate(ys):
-            w.add_scalar(self._tag(tag), float(y), global_step=i)
+            if float(y) == float(y):  # a NaN point (undefined there) is left out, as in on_step
+                w.add_scalar(self._tag(tag), float(y), global_step=i)
         w.add_text(self._tag(f"{tag}/grid"), "  \n".join(f"step {i}: {float(x):.6g}" for i, x in enumerate(xs)))
         self.flush()
 
