@@ -266,8 +266,9 @@ class Data:
                 if len(u) > 1 and bool((stored[1:] == stored[:-1]).any()):
                     # values that merge in the stored dtype (below the column's resolution) are one value to
                     # every sampler's comparison, so they must share a rank (else node counts from ranks and
-                    # from X disagree)
-                    uniq[j], inverse[j] = np.unique(self.X[:, j].cpu().numpy(), return_inverse=True)
+                    # from X disagree); rounding is monotone, so the merged values are runs of the sorted ones
+                    first = np.r_[True, stored[1:] != stored[:-1]]
+                    uniq[j], inverse[j] = stored[first], (np.cumsum(first) - 1)[inverse[j]]
         n_unique = np.array([len(u) for u in uniq], dtype=np.int64)
         umax = int(n_unique.max())
         sv = np.full((d, umax), np.inf, dtype=np.float64)
