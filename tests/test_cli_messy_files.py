@@ -60,6 +60,17 @@ def test_a_nan_target_among_text_labels_is_refused_without_being_called_a_class(
     assert len(told) == 1 and "1 cell(s) such as 'NA' (line 7)" in told[0] and "'nan'" not in told[0]
 
 
+def test_the_notice_of_a_text_column_names_its_cells_that_look_missing(tmp_path, capsys):
+    """In a text column, 'NA' and '?' are levels (the column is categorical); the notice names them and says
+    how to make them missing."""
+    path = _write(tmp_path / "tok.csv", "x,c,y", [(1, "a", 0), (2, "NA", 1), (3, "b", 0), (4, "?", 1), (5, "a", 0),
+                                                  (6, "b", 1)])
+    assert main(["fit", path, *[a for a in FIT if a != "-q"], "--out", str(tmp_path / "p.pt")]) == 0
+    out = "".join(capsys.readouterr())  # the notices go to stderr
+    assert ("column 'c' holds text ('a' at line 2): categorical, 4 levels (--categorical to name categorical columns "
+            "yourself); '?', 'NA' are levels of their own: if they mark missing values, leave those cells empty") in out
+
+
 def test_excels_separator_line_names_the_delimiter(tmp_path, xs, capsys):
     x, _ = xs
     lab = ["yes" if v > 0 else "no" for v in x]

@@ -11,6 +11,7 @@ from typing import Any, List, Tuple
 
 import numpy as np
 
+from torchtree.io.cells import is_missing_token
 from torchtree.model.encoding import MAX_SUBSET_LEVELS
 from torchtree.model.posterior import attach_feature_names
 from torchtree.cli.common import chain_rows, fmt, option_flag, resolve_device_option, say
@@ -93,6 +94,13 @@ def _categorical_columns(args, table):
             numbers = sum(1 for v in present if not isinstance(v, str))
             hint = (f"; {numbers} of its {len(present)} cells are numbers: if {cell!r} marks a missing value, leave "
                     "those cells empty" if numbers * 2 > len(present) and levels > MAX_SUBSET_LEVELS else "")
+            tokens = sorted({v for v in present if isinstance(v, str) and is_missing_token(v)})
+            if tokens and not hint:
+                one = len(tokens) == 1
+                hint = (f"; {', '.join(map(repr, tokens[:3]))} "
+                        + ("is a level of its own: if it marks a missing value" if one else
+                           "are levels of their own: if they mark missing values")
+                        + ", leave those cells empty")
             comma = sum(1 for v in present if isinstance(v, str) and _DECIMAL_COMMA.fullmatch(v))
             if comma * 2 > len(present):
                 hint = (f"; its cells look like numbers written with a decimal comma ({cell!r}): the decimal mark "
