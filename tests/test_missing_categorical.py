@@ -398,7 +398,7 @@ def test_levels_are_coded_once_per_distinct_cell(monkeypatch):
     missing cells, unseen levels."""
     import warnings
 
-    import torchtree.model.encoding as enc
+    import torchtree.model.levels as lv
     from torchtree.model.inputs import is_missing_cell
     from torchtree.model.levels import find_level
 
@@ -409,7 +409,7 @@ def test_levels_are_coded_once_per_distinct_cell(monkeypatch):
     test = pd.DataFrame({"s": np.array(["a", "zz", None, "c", "b", np.nan, "zz", "d"] * 500, dtype=object),
                          "k": pd.Categorical(["v", "u", None, "u"] * 1000)})
     calls = []
-    monkeypatch.setattr(enc, "find_level", lambda lookup, v: calls.append(v) or find_level(lookup, v))
+    monkeypatch.setattr(lv, "find_level", lambda lookup, v: calls.append(v) or find_level(lookup, v))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "zz" is a minority of the present cells: no warning
         coded = encoder.transform(test)

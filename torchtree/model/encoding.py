@@ -56,8 +56,8 @@ import torch
 
 from torchtree.io.cells import is_missing_token
 from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, to_numpy
-from torchtree.model.levels import (MAX_SUBSET_LEVELS, distinct_cells, find_level, first_text, label_of,
-                                    level_order, warn_mostly_numbers, warn_unseen)
+from torchtree.model.levels import (MAX_SUBSET_LEVELS, distinct_cells, find_levels, first_text, label_of,
+                                    level_order, warn_mostly_numbers)
 from torchtree.core.warn import warn
 
 __all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
@@ -415,12 +415,7 @@ class TableEncoder:
             return np.where(in_s, 0.0, 1.0)
         if c.source == "ordered":  # codes in category order; an unseen level is a missing value
             lookup = {v: i for i, v in enumerate(c.levels)}
-            uniq, index, counts = distinct_cells(col.tolist())
-            miss = np.array([is_missing_cell(v) for v in uniq], dtype=bool)
-            found = [None if m else find_level(lookup, v) for v, m in zip(uniq, miss)]
-            unseen = np.array([k is None for k in found], dtype=bool) & ~miss
-            first = uniq[int(np.argmax(unseen))] if unseen.any() else None
-            warn_unseen(where, int(counts[unseen].sum()), int(counts[~miss].sum()), first, c.levels, c.kind == "mia")
+            found, _, index = find_levels(lookup, col, where, c.levels, c.kind == "mia")
             x = np.array([np.nan if k is None else float(k) for k in found], dtype=np.float64)[index]
         else:
             x = col if kind == "numeric" else _as_numbers(col)
@@ -443,15 +438,9 @@ class TableEncoder:
         has_missing = c.levels and c.levels[-1] is None
         lookup = {v: i for i, v in enumerate(c.levels) if v is not None}
         miss_code = len(c.levels) - 1 if has_missing else c.fill_level
-        uniq, index, counts = distinct_cells(col.tolist())
-        miss = np.array([is_missing_cell(v) for v in uniq], dtype=bool)
-        found = [None if m else find_level(lookup, v) for v, m in zip(uniq, miss)]
-        unseen = np.array([k is None for k in found], dtype=bool) & ~miss
+        found, miss, index = find_levels(lookup, col, where, c.levels, has_missing)
         codes = np.array([miss_code if m or (k is None and has_missing) else (c.fill_level if k is None else k)
                           for k, m in zip(found, miss)], dtype=np.int64)
-        if where is not None:
-            first = uniq[int(np.argmax(unseen))] if unseen.any() else None
-            warn_unseen(where, int(counts[unseen].sum()), int(counts[~miss].sum()), first, c.levels, has_missing)
         return codes[index]
 
     # --------------------------------------------------------- description

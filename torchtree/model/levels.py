@@ -137,6 +137,27 @@ def level_target(y: np.ndarray) -> np.ndarray:
     return y.astype(np.float64)
 
 
+def _class_counts(codes: np.ndarray, L: int, y: np.ndarray) -> np.ndarray:
+    """Rows of each level in each class: float64 [L, K] (``K = max(y) + 1``)."""
+    K = int(y.max()) + 1
+    return np.bincount(codes * K + y.astype(np.int64), minlength=L * K).reshape(L, K).astype(np.float64)
+
+
+def find_levels(lookup: dict, col: np.ndarray, where: Optional[str], levels: list, missing_level: bool):
+    """Each distinct cell's level code (:func:`find_level`; None where the cell is missing or its level was not
+    seen), whether it is missing, and each cell's index among the distinct cells (:func:`distinct_cells`).
+    With ``where``, warns (:func:`warn_unseen`) when most present cells hold unseen levels, which then
+    predict as the missing level (``missing_level``) or the most frequent one."""
+    uniq, index, counts = distinct_cells(col.tolist())
+    miss = np.array([is_missing_cell(v) for v in uniq], dtype=bool)
+    found = [None if m else find_level(lookup, v) for v, m in zip(uniq, miss)]
+    if where is not None:
+        unseen = np.array([k is None for k in found], dtype=bool) & ~miss
+        first = uniq[int(np.argmax(unseen))] if unseen.any() else None
+        warn_unseen(where, int(counts[unseen].sum()), int(counts[~miss].sum()), first, levels, missing_level)
+    return found, miss, index
+
+
 def _level_sums(codes: np.ndarray, L: int, y: np.ndarray):
     """Per-level rows ``n`` [L], response sums [L, C] and the within-level sum of squares of the responses
     whose between-level variance is signal: the regression target (C = 1), or the indicators of every class
@@ -146,8 +167,7 @@ def _level_sums(codes: np.ndarray, L: int, y: np.ndarray):
     n = np.bincount(codes, minlength=L).astype(np.float64)
     safe = np.maximum(n, 1.0)
     if y.dtype.kind in "iub":
-        K = int(y.max()) + 1
-        sums = np.bincount(codes * K + y.astype(np.int64), minlength=L * K).reshape(L, K).astype(np.float64)
+        sums = _class_counts(codes, L, y)
         return n, sums, float(n.sum() - ((sums ** 2).sum(1) / safe).sum())  # sum_l n_l - sum_lc n_lc^2 / n_l
     t = y.astype(np.float64)
     sums = np.bincount(codes, weights=t, minlength=L)
@@ -205,8 +225,7 @@ def level_scores(codes: np.ndarray, L: int, y: Optional[np.ndarray]) -> np.ndarr
     y = np.asarray(y)
     n = np.bincount(codes, minlength=L).astype(np.float64)
     if y.dtype.kind in "iub" and int(y.max()) >= 2:
-        K = int(y.max()) + 1
-        counts = np.bincount(codes * K + y.astype(np.int64), minlength=L * K).reshape(L, K).astype(np.float64)
+        counts = _class_counts(codes, L, y)
         p = counts.sum(0) / counts.sum()
         dev = (counts + p) / (n + 1.0)[:, None] - p  # [L, K] smoothed distributions about the overall one
         w, v = np.linalg.eigh((dev * n[:, None]).T @ dev)
