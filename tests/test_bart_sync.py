@@ -4,7 +4,8 @@ GPU and for capturing a sweep in a CUDA graph), counted on the CPU.
 :class:`torchtree.core.syncs.HostReads` sees every torch call a sweep makes and counts those that wait
 for a device (reads back, and ops whose output shape depends on values). On the CPU the sampler takes one such read per
 sweep (the deepest node, to draw fewer leaf normals); off the CPU it must take none, so the tests
-turn the CPU's allowance off (``_may_sync``) and require zero reads per sweep, one per group of
+turn the CPU's allowance off (``_may_sync``) and the CPU's compiled random numbers (the GPU's tensor hash
+instead), and require zero reads per sweep (a copy of a host value to the device counts), one per group of
 ``COMPACT_EVERY`` kept sweeps, and the very same draws as the run with the allowance.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from torchtree import BART, Data
 from torchtree.core.syncs import HostReads
+import torchtree.core.random as random_module
 import torchtree.samplers.bart.sampler as bart_sampler
 
 
@@ -50,6 +52,8 @@ def test_sweeps_read_nothing_back_and_draw_the_same(monkeypatch, task):
     kw = dict(n_trees=12, n_chains=2, n_warmup=5, n_samples=2 * bart_sampler.COMPACT_EVERY + 3, compile="off")
     ref = BART(**kw).run(data, seed=3)
     monkeypatch.setattr(bart_sampler, "_may_sync", lambda device: False)
+    # the keyed uniforms by the tensor hash, as on a GPU (the CPU's compiled pass gives the same bits)
+    monkeypatch.setattr(random_module, "_compiled_uniforms", lambda *a: None)
     post, per_sweep = _run_counting(monkeypatch, data, **kw)
     assert len(per_sweep) == kw["n_warmup"] + kw["n_samples"]
     for compacting, reads in per_sweep:

@@ -202,7 +202,8 @@ def _reference_uniforms(monkeypatch_ctx, fn, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
-@pytest.mark.parametrize("case", ["scalar slot", "broadcast slot", "int32 index", "extreme keys", "empty"])
+@pytest.mark.parametrize("case", ["scalar slot", "broadcast slot", "slot of more dimensions", "int32 index",
+                                  "extreme keys", "extreme scalar slot", "negative scalar slot", "empty"])
 def test_compiled_uniforms_equal_the_tensor_hash_bit_for_bit(monkeypatch, case):
     """On the CPU the keyed uniforms come from one compiled pass (``keyed_uniforms`` in torchtree.kernels); they
     are the tensor hash's numbers to the last bit, in every shape the samplers ask for."""
@@ -215,6 +216,12 @@ def test_compiled_uniforms_equal_the_tensor_hash_bit_for_bit(monkeypatch, case):
     index, slot = torch.randint(0, 10**6, (500,), generator=g), 3
     if case == "broadcast slot":  # (chain, 1, 1) keys against (tries, 2) slots, as BART's noise draws
         index, slot = torch.arange(5)[:, None, None], torch.arange(8).view(4, 2)
+    elif case == "slot of more dimensions":  # the output takes the slots' extra dimensions
+        index, slot = torch.tensor([0, 1, 7, 2**40 + 3, -5, 2**63 - 1]), torch.arange(6)[:, None].expand(6, 6)
+    elif case == "extreme scalar slot":  # an int slot's product wraps as a tensor slot's
+        slot = 2**63 - 1
+    elif case == "negative scalar slot":
+        slot = -(2**62) - 3
     elif case == "int32 index":
         index, slot = index.to(torch.int32), torch.randint(0, 50, (500,), generator=g).to(torch.int32)
     elif case == "extreme keys":  # wrap-around of the 64-bit products

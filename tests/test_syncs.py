@@ -24,9 +24,13 @@ def test_counts_the_reads_and_nothing_else():
         x.repeat_interleave(torch.tensor([1, 0, 2, 1, 1, 1]), output_size=6)  # sized by the caller: no read
         x.to("cpu")
         x.tolist()
+        torch.tensor(3, device=x.device)  # a host value copied to the run's device
+        torch.as_tensor([1, 2], device=x.device)
+        torch.tensor(3), torch.as_tensor(x, device=x.device), torch.tensor(x)  # on the host, or from a tensor: no read
+        torch.full((), 3, device=x.device)  # a fill: no copy
     assert m.reads == {"__float__": 1, "item": 1, "bool-mask index": 1, "nonzero": 1, "repeat_interleave": 1,
-                       "to(cpu)": 1, "tolist": 1}
-    assert m.total == 7 and sum(m.sites.values()) == 7
+                       "to(cpu)": 1, "tolist": 1, "host copy": 2}
+    assert m.total == 9 and sum(m.sites.values()) == 9
 
 
 @pytest.mark.parametrize("route", ["copied rows", "in place"])

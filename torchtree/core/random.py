@@ -86,10 +86,16 @@ def keyed_bits(seed: int, stream: int, index: torch.Tensor, slot: int | torch.Te
     base = derive_seed(seed, stream)
     z = index.to(torch.int64) * _GOLDEN + base
     z = _mix(z)
-    # The slot goes through an int64 tensor so that the product wraps like the rest
-    # of the hash (a Python int product would overflow int64 instead).
-    st = slot.to(torch.int64) if isinstance(slot, torch.Tensor) else torch.tensor(int(slot), dtype=torch.int64, device=index.device)
-    return _mix(z + st * _GOLDEN + 0x632BE5AB)
+    return _mix(z + _slot_term(slot))
+
+
+def _slot_term(slot: int | torch.Tensor):
+    """``slot * GOLDEN + 0x632BE5AB`` with int64 wrap-around: an int64 tensor for a tensor slot, else a Python
+    int wrapped to int64 here (no host-to-device copy of a scalar tensor, which synchronises on CUDA)."""
+    if isinstance(slot, torch.Tensor):
+        return slot.to(torch.int64) * _GOLDEN + 0x632BE5AB
+    t = (int(slot) * _GOLDEN + 0x632BE5AB) & _MASK64
+    return t - (1 << 64) if t >= 1 << 63 else t
 
 
 def keyed_uniforms(seed: int, streams, index: torch.Tensor, slot: int | torch.Tensor = 0) -> torch.Tensor:
@@ -109,10 +115,13 @@ def keyed_uniforms(seed: int, streams, index: torch.Tensor, slot: int | torch.Te
     fast = _compiled_uniforms(bases, index, slot)
     if fast is not None:
         return fast
-    base = torch.tensor(bases, dtype=torch.int64, device=index.device).view(-1, *([1] * index.dim()))
-    z = _mix(index.to(torch.int64) * _GOLDEN + base)
-    st = slot.to(torch.int64) if isinstance(slot, torch.Tensor) else torch.tensor(int(slot), dtype=torch.int64, device=index.device)
-    bits = _srl(_mix(z + (st * _GOLDEN + 0x632BE5AB)), 11)
+    idx = index.to(torch.int64)
+    if isinstance(slot, torch.Tensor):  # the output's shape: index and slot broadcast (as the compiled pass)
+        idx, slot = torch.broadcast_tensors(idx, slot)
+    # one fill per stream, not a tensor made from a list (a host-to-device copy, which synchronises on CUDA)
+    base = torch.stack([torch.full((), b, dtype=torch.int64, device=idx.device) for b in bases])
+    z = _mix(idx * _GOLDEN + base.view(-1, *([1] * idx.dim())))
+    bits = _srl(_mix(z + _slot_term(slot)), 11)
     u = (bits.to(torch.float64) + 0.5) * (1.0 / 9007199254740992.0)
     return u.clamp_(max=1.0 - torch.finfo(torch.float64).eps / 2)
 

@@ -9,7 +9,11 @@ inside it and counts
   ``numpy``, ``cpu``, ``.to("cpu")``;
 * the operations whose output shape depends on values: ``nonzero``, ``argwhere``,
   ``masked_select``, ``unique``, ``unique_consecutive``, boolean-mask indexing, and
-  ``repeat_interleave`` by a tensor without ``output_size``.
+  ``repeat_interleave`` by a tensor without ``output_size``;
+* the copies of host values to a device, ``torch.tensor`` / ``torch.as_tensor`` of Python numbers or
+  sequences given a ``device`` (``"host copy"``; counted whatever the device, since on the CPU the
+  run's device is the CPU): on a GPU a copy from host memory, which synchronises (``torch.full`` of a
+  Python number does not: it launches a fill). Without ``device`` the tensor stays on the host.
 
 With ``where=True`` it also records the call site of each (the innermost frame in the
 ``torchtree`` package), for finding them.
@@ -80,6 +84,9 @@ class HostReads(TorchFunctionMode):
                 return name  # repeats given as a tensor: the output length is read back
         elif name == "to" and any(_is_cpu(a) for a in (*args[1:], *kwargs.values())):
             return "to(cpu)"
+        elif (name in ("tensor", "as_tensor") and args and not isinstance(args[0], torch.Tensor)
+              and kwargs.get("device") is not None):
+            return "host copy"
         elif name == "__getitem__" and len(args) > 1:
             idx = args[1] if isinstance(args[1], tuple) else (args[1],)
             if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in idx):

@@ -14,6 +14,7 @@ With the rule drawn from its prior, the rule's probability cancels from every ra
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -136,7 +137,7 @@ def _cell_nodes(C: int, K: int, device) -> Tuple[torch.Tensor, torch.Tensor]:
     key = ("cells", C, K, str(device))
     if key not in _TABLES:
         _TABLES[key] = (torch.arange(K, device=device).repeat_interleave(2)[None, :].repeat(C, 1),
-                        torch.tensor([0, 1, 0, 1, 0, 1], device=device))
+                        torch.arange(6, device=device) % 2)  # [0, 1, 0, 1, 0, 1] (a fill, no host copy)
     return _TABLES[key]
 
 
@@ -230,7 +231,7 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     sib = torch.where(j % 2 == 1, j + 1, j - 1).clamp(min=0, max=K - 1)
     parent_was_nog = (j > 0) & (feature.gather(1, sib[:, None])[:, 0] == LEAF)
     nog_after = n_nog + 1 - parent_was_nog.long()
-    log_pg, log_pp = torch.log(torch.tensor(pg, dtype=torch.float64)), torch.log(torch.tensor(pp, dtype=torch.float64))
+    log_pg, log_pp = math.log(pg), math.log(pp)
     log_split = torch.log(ps) - torch.log1p(-ps)
     a_grow = log_split + kids_new + ll_new - ll_joined + log_pp - torch.log(nog_after.double()) - log_pg \
         + torch.log(n_leaf.double())
