@@ -28,8 +28,8 @@ CUDA
 one launch per sweep, one block of threads per chain), built by nvcc on first use into :func:`cuda_build_directory`
 (about a minute), after the CPU kernels, which declare the operators. A failed build warns once and
 :func:`cuda_op` returns None; the callers then run their torch code on the GPU.
-``TORCHTREE_CUDA_CELL_ADDS=warp`` makes the sweep's warps add their points' values per cell before the
-shared-memory atomics (default ``atomic``: one per point); a switch for benchmarks until a GPU has timed both.
+The sweep's warps add their points' values per cell before the shared-memory atomics;
+``TORCHTREE_CUDA_CELL_ADDS=atomic`` makes one atomic per point instead (slower: a switch for benchmarks).
 
 Layer: base (no torchtree imports).
 """

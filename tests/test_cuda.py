@@ -182,17 +182,20 @@ def test_dcc_runs_on_cuda():
     assert post.accuracy(X, y) > 0.6
 
 
-@pytest.mark.parametrize("bart_sampler", ["mcmc", "pg"])
-def test_bart_runs_on_cuda_close_to_cpu(bart_sampler):
-    """BART's residual sums are float32 index_adds (atomic on CUDA, in any order), so a CUDA
-    run is the same chain only until a decision flips; compared here in what it predicts."""
+@pytest.mark.parametrize("bart_sampler, compile", [("mcmc", "auto"), ("mcmc", "off"), ("pg", "auto")])
+def test_bart_runs_on_cuda_close_to_cpu(bart_sampler, compile):
+    """BART's residual sums are float32 adds in any order on CUDA (the kernel's atomics, which "auto" runs for
+    backfitting MCMC, or the torch code's index_adds), so a CUDA run is the same chain only until a decision
+    flips; compared here in what it predicts. (Particle Gibbs runs the torch code: a smaller run.)"""
     from torchtree import BART
 
     rng = np.random.default_rng(0)
     X = rng.uniform(size=(400, 5))
     f = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 10 * X[:, 3]
     y = f + rng.normal(size=400)
-    kw = dict(n_trees=30, n_chains=4, n_warmup=40, n_samples=40, bart_sampler=bart_sampler)
+    kw = dict(n_trees=30, n_chains=4, n_warmup=40, n_samples=40, bart_sampler=bart_sampler, compile=compile)
+    if bart_sampler == "pg":  # CPU RMSE 0.59-0.60 (seeds 0, 1) against 0.49-0.51 at 30 trees x 80 sweeps
+        kw.update(n_trees=15, n_warmup=20, n_samples=20)
     cpu = BART(**kw).run(Data(X, y, task="regression"), seed=0)
     gpu = BART(**kw, device="cuda").run(Data(X, y, task="regression"), seed=0)
     assert gpu.value.device.type == "cuda"
@@ -254,7 +257,7 @@ def test_bart_native_runs_on_cuda_match_the_cpu_kernels(task, n_gfr):
     torch.testing.assert_close(gpu.sigma.cpu(), cpu.sigma, **TOL)
 
 
-@pytest.mark.parametrize("compile", ["auto", "native"])
+@pytest.mark.parametrize("compile", ["off", "native"])
 def test_bart_sweeps_do_not_synchronise_on_cuda(monkeypatch, compile):
     """Every BART sweep on CUDA runs without a host synchronisation (torch's sync debug mode set to
     raise), the kept draws' trimming moved out of the sweeps (it reads once per group)."""

@@ -132,7 +132,7 @@ class BARTConfig(SamplerConfig):
     n_gfr: Optional[int] = option(None, help="grow-from-root sweeps (XBART's warm start: each tree regrown from the "
                                   "root with rules drawn in proportion to prior x marginal likelihood) that open the "
                                   "warm-up, counted in n_warmup (at most n_warmup of them); they run with the compiled "
-                                  "kernels and backfitting MCMC, on the CPU or on CUDA with compile='native' "
+                                  "kernels and backfitting MCMC, on the CPU or on CUDA (compile 'auto' or 'native') "
                                   "(elsewhere the chains start from single leaves). Default: "
                                   f"{GFR_SWEEPS} when they cost less than the burn-in they save (default_gfr_sweeps), "
                                   "else 0", low=0)
@@ -160,11 +160,10 @@ class BARTConfig(SamplerConfig):
                           "chain; torchtree.kernels.native, built on first use), 'on' (torch.compile "
                           "of the torch code, compiled once per process), 'off' (the torch "
                           "code as it is), 'graph' (backfitting MCMC on CUDA: 'on', and each sweep's tree updates "
-                          "recorded once per run as a CUDA graph and replayed, one launch per sweep; not yet "
-                          "timed on a GPU); "
-                          "'auto': 'native' for MCMC on CPU when the kernel builds, else 'on' on "
-                          "CPU when the run makes at least 40,000 tree updates (and for Particle Gibbs levels), "
-                          "else 'off'",
+                          "recorded once per run as a CUDA graph and replayed, one launch per sweep); "
+                          "'auto': 'native' for MCMC when the kernels build (CPU, or CUDA's kernels on CUDA), "
+                          "else 'on' on CPU when the run makes at least 40,000 tree updates (and for Particle "
+                          "Gibbs levels), else 'off'",
                           choices=("auto", "native", "on", "off", "graph"), result=False)
     device: Optional[str] = option(None, help="torch device (None: the data's; 'auto': CUDA if present)",
                                    result=False)

@@ -160,7 +160,8 @@ class BART(SamplerBase):
         target = (y - prior.offset) / prior.scale if data.task == "regression" else y
         cpu = ctx.device.type == "cpu"
         native = c.bart_sampler == "mcmc" and (cpu and (c.compile == "native" or (c.compile == "auto" and native_ok()))
-                                               or ctx.device.type == "cuda" and c.compile == "native" and cuda_ok())
+                                               or ctx.device.type == "cuda" and c.compile in ("native", "auto")
+                                               and cuda_ok())
         n_gfr = 0 if not native else c.n_gfr if c.n_gfr is not None else default_gfr_sweeps(
             data.n, data.d, int(grid.n_cuts.sum()))
         n_warmup = c.n_warmup if c.n_warmup is not None else GFR_WARMUP if n_gfr else ROOT_WARMUP
