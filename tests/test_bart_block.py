@@ -105,8 +105,11 @@ def _compare(sweeps, threads, dtype=torch.float64, T=12, C=3, use_likelihood=Tru
     return ref, grown, counts_ref
 
 
+@pytest.mark.parametrize("points", ["1", "4"])
 @pytest.mark.parametrize("threads", [1, 4, 7])
-def test_block_sweeps_make_the_cpu_sweeps_moves(threads):
+def test_block_sweeps_make_the_cpu_sweeps_moves(threads, points, monkeypatch):
+    """Each thread's turn over one point or over four (``TORCHTREE_BLOCK_POINTS``: its loads issued first)."""
+    monkeypatch.setenv("TORCHTREE_BLOCK_POINTS", points)
     ref, grown, counts = _compare(sweeps=6, threads=threads)
     assert grown > 12  # the trees grew past stumps: every move type had work to do
     assert int(counts[1].sum()) > 0
@@ -137,21 +140,24 @@ def test_prior_only():
     assert grown > 0
 
 
+@pytest.mark.parametrize("points", ["1", "4"])
 @pytest.mark.parametrize("T", [1, 2, 3])
-def test_few_trees(T):
+def test_few_trees(T, points, monkeypatch):
     """Sweeps of one, two and three trees (the block's first and last passes; the lookahead of its scans)."""
+    monkeypatch.setenv("TORCHTREE_BLOCK_POINTS", points)
     _compare(sweeps=5, threads=5, T=T, C=2)
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("adds", ["atomic", "warp"])
+@pytest.mark.parametrize("adds", ["atomic", "warp", "warp, 4 points"])
 @pytest.mark.parametrize("case", ["float64", "float32", "coded", "prior", "two trees", "many points", "keyed"])
 def test_cuda_kernel_makes_the_cpu_sweeps_moves(case, adds, monkeypatch):
     """The kernel itself (``bart_cuda.cu``, ``compile="native"`` on CUDA) against the CPU sweep, as above, with
     either way of adding the cell sums (``TORCHTREE_CUDA_CELL_ADDS``: one atomic per point, or a warp's
-    points per cell first)."""
-    monkeypatch.setenv("TORCHTREE_CUDA_CELL_ADDS", adds)
+    points per cell first), and four points per thread's turn (``TORCHTREE_BLOCK_POINTS``)."""
+    monkeypatch.setenv("TORCHTREE_CUDA_CELL_ADDS", adds.split(",")[0])
+    monkeypatch.setenv("TORCHTREE_BLOCK_POINTS", "4" if "4 points" in adds else "1")
     kw = {"float64": {}, "float32": dict(dtype=torch.float32, max_depth=3), "coded": dict(coded=True),
           "prior": dict(use_likelihood=False), "two trees": dict(T=2, C=5), "many points": dict(n=20_000, T=6),
           "keyed": dict(keyed=True)}[case]

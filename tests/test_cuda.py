@@ -208,7 +208,8 @@ def test_bart_graph_sweeps_match_the_eager_sweeps_on_cuda(task, monkeypatch):
     """``compile="graph"``: the sweeps recorded once as a CUDA graph and replayed make the same moves as the
     eager sweeps (the values and sigma to float32 rounding: the residual sums are atomic adds in either).
     The recorded update is the eager one here (torch.compile's build would take most of this file's time;
-    benchmarks/gpu_check.sh runs the compiled one), and a recording that fell back would warn: an error here."""
+    on torch 2.11 Inductor failed to compile it on an H200: benchmarks/results/cuda_h200.txt), and a recording that
+    fell back would warn: an error here."""
     import warnings
 
     from torchtree import BART

@@ -95,7 +95,10 @@ at::Tensor bart_sweep_blocks(at::Tensor feature, at::Tensor cut, at::Tensor valu
         sweep_args<scalar_t>(in, feature, cut, value, leaf_of, resid, tau2, pg, pp, max_depth, use_likelihood);
     for (int64_t c = 0; c < a.C; ++c) {
       std::vector<unsigned char> buf(block_bytes<scalar_t>(a.K));
-      run_block(threads, [&](HostBlock& b) { sweep_chain(b, a, in.normals, buf.data(), c); });
+      if (block_points() == 4)
+        run_block(threads, [&](HostBlock& b) { sweep_chain<4>(b, a, in.normals, buf.data(), c); });
+      else
+        run_block(threads, [&](HostBlock& b) { sweep_chain<1>(b, a, in.normals, buf.data(), c); });
     }
   });
   return in.counts;

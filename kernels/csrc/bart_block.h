@@ -85,8 +85,10 @@ TT_HD inline BlockArrays<scalar_t> carve(unsigned char* buf, int64_t K) {
 // that can hold a node this update (Ku: the complete levels to two below the tree's deepest node, found by
 // the block), the block sums the partial residual per (leaf, side) cell (pass 1), thread 0 decides, and
 // the block moves the points and updates the residuals (pass 2), fused with the next tree's pass 1.
-// normal(t * C + c, k): the standard normal of tree t's leaf in slot k.
-template <class Blk, class scalar_t, class Normals>
+// normal(t * C + c, k): the standard normal of tree t's leaf in slot k. kPoints: the points of a thread's turn in
+// the fused passes, every load of the turn issued before any is used (on a GPU a turn then waits for one round
+// trip to memory, not one per point); the same cells are added, in another order where kPoints > 1 and B > 1.
+template <int kPoints, class Blk, class scalar_t, class Normals>
 TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& normal, unsigned char* buf, int64_t c) {
   const int64_t tid = b.tid(), B = b.size(), lane = b.lane(), T = a.T, C = a.C, K = a.K, N = a.N;
   const BlockArrays<scalar_t> sh = carve<scalar_t>(buf, K);
@@ -181,12 +183,33 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& norm
     const bool moved = h.moved;
     if (t + 1 < T) {
       const View nxt = view(t + 1);
-      for (int64_t n0 = tid - lane; n0 < N; n0 += B) {
-        const int64_t n = n0 + lane;
-        const bool ok = n < N;
-        const scalar_t r = ok ? pass2(cur, moved, n) : scalar_t(0);
-        if (ok) res[n] = r;
-        pass1(nxt, ok, n, r);
+      for (int64_t n0 = tid - lane; n0 < N; n0 += kPoints * B) {  // points n0 + u B + lane, u < kPoints
+        int16_t lc[kPoints], xc[kPoints], ln[kPoints], xn[kPoints];
+        scalar_t rc[kPoints];
+        for (int u = 0; u < kPoints; ++u) {  // the turn's loads: tree t's leaf and rule column, the residual,
+          const int64_t n = n0 + u * B + lane;  // tree t + 1's leaf and rule column
+          const bool ok = n < N;
+          lc[u] = ok ? cur.L[n] : int16_t(0);
+          xc[u] = ok && moved ? cur.xf[n] : int16_t(0);
+          rc[u] = ok ? res[n] : scalar_t(0);
+          ln[u] = ok ? nxt.L[n] : int16_t(0);
+          xn[u] = ok ? nxt.xf[n] : int16_t(0);
+        }
+        for (int u = 0; u < kPoints; ++u) {
+          const int64_t n = n0 + u * B + lane;
+          const bool ok = n < N;
+          // pass 2 on tree t (as pass2), then pass 1 on tree t + 1 (as pass1) with the new residual
+          const int64_t leaf = lc[u];
+          const scalar_t rr = rc[u] + sh.old_value[leaf];
+          const int64_t nl = moved ? sh.to[2 * leaf + (xc[u] <= cur.k ? 1 : 0)] : leaf;
+          const scalar_t r = ok ? static_cast<scalar_t>(rr - cur.v[nl]) : scalar_t(0);
+          if (ok) {
+            if (moved) cur.L[n] = static_cast<int16_t>(nl);
+            res[n] = r;
+          }
+          const int64_t cell = ok ? 2 * int64_t(ln[u]) + (xn[u] <= nxt.k ? 1 : 0) : -1;
+          b.add_cell(sh.s_cell, sh.n_cell, cell, ok ? static_cast<scalar_t>(r + nxt.v[ln[u]]) : scalar_t(0));
+        }
       }
       if (t + 2 < T) scan(t + 2);
     } else {

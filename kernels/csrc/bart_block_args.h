@@ -5,7 +5,17 @@
 #include "bart_common.h"
 #include "bart_gfr_block.h"
 
+#include <cstdlib>
+#include <string>
+
 namespace torchtree_bart {
+
+// the points of a thread's turn in the block sweep's fused passes (bart_block.h's kPoints): 4 where the
+// environment sets TORCHTREE_BLOCK_POINTS=4, else 1 (a switch for the GPU benchmark until it has timed both)
+inline int block_points() {
+  const char* v = std::getenv("TORCHTREE_BLOCK_POINTS");
+  return v && std::string(v) == "4" ? 4 : 1;
+}
 
 // the standard normal of a leaf: z[tc, k] of a tensor [T * C, kz], or drawn from its key,
 // ndtri(keyed_uniform(base, keys[tc], k)) (the numbers such a tensor made by torchtree.core.random holds:

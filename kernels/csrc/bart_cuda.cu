@@ -95,11 +95,11 @@ inline int block_threads(int64_t N) { return N >= 8192 ? 512 : (N >= 1024 ? 256 
 // the most threads a block runs (block_threads); the registers per thread are held to what 512 allow
 constexpr int MAX_THREADS = 512;
 
-template <class scalar_t, bool kWarp>
+template <class scalar_t, bool kWarp, int kPoints>
 __global__ void __launch_bounds__(MAX_THREADS) sweep_kernel(SweepArgs<scalar_t> a, BlockNormals normals) {
   extern __shared__ __align__(16) unsigned char block_state[];
   CudaBlock<kWarp> b;
-  sweep_chain(b, a, normals, block_state, static_cast<int64_t>(blockIdx.x));
+  sweep_chain<kPoints>(b, a, normals, block_state, static_cast<int64_t>(blockIdx.x));
 }
 
 // the cell adds' variant: a warp's adds per cell first (the default) or, with TORCHTREE_CUDA_CELL_ADDS=atomic,
@@ -109,14 +109,27 @@ inline bool warp_cell_adds() {
   return !(v && std::string(v) == "atomic");
 }
 
-template <class scalar_t, bool kWarp>
+template <class scalar_t, bool kWarp, int kPoints>
 void launch(const SweepArgs<scalar_t>& a, const BlockNormals& normals, int64_t bytes) {
   if (bytes > 48 * 1024)
-    C10_CUDA_CHECK(cudaFuncSetAttribute(sweep_kernel<scalar_t, kWarp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(bytes)));
-  sweep_kernel<scalar_t, kWarp><<<static_cast<unsigned>(a.C), block_threads(a.N), bytes,
-                                  c10::cuda::getCurrentCUDAStream()>>>(a, normals);
+    C10_CUDA_CHECK(cudaFuncSetAttribute(sweep_kernel<scalar_t, kWarp, kPoints>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  sweep_kernel<scalar_t, kWarp, kPoints><<<static_cast<unsigned>(a.C), block_threads(a.N), bytes,
+                                           c10::cuda::getCurrentCUDAStream()>>>(a, normals);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// the variant the environment asks for: the cell adds (warp_cell_adds) and the points per turn (block_points)
+template <class scalar_t>
+void launch_variant(const SweepArgs<scalar_t>& a, const BlockNormals& normals, int64_t bytes) {
+  const bool warp = warp_cell_adds();
+  if (block_points() == 4) {
+    if (warp) launch<scalar_t, true, 4>(a, normals, bytes);
+    else launch<scalar_t, false, 4>(a, normals, bytes);
+  } else {
+    if (warp) launch<scalar_t, true, 1>(a, normals, bytes);
+    else launch<scalar_t, false, 1>(a, normals, bytes);
+  }
 }
 
 at::Tensor bart_sweep_cuda(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of, at::Tensor resid,
@@ -137,8 +150,7 @@ at::Tensor bart_sweep_cuda(at::Tensor feature, at::Tensor cut, at::Tensor value,
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     TORCH_CHECK(bytes <= optin, "bart_sweep (CUDA): a chain's state for ", a.K, " heap slots takes ", bytes,
                 " bytes of shared memory, more than this device's ", optin, "; lower max_depth");
-    if (warp_cell_adds()) launch<scalar_t, true>(a, in.normals, bytes);
-    else launch<scalar_t, false>(a, in.normals, bytes);
+    launch_variant<scalar_t>(a, in.normals, bytes);
   });
   return in.counts;
 }
