@@ -30,9 +30,9 @@ one launch per sweep, one block of threads per chain), built by nvcc on first us
 :func:`cuda_op` returns None; the callers then run their torch code on the GPU.
 The sweep's warps add their points' values per cell before the shared-memory atomics;
 ``TORCHTREE_CUDA_CELL_ADDS=atomic`` makes one atomic per point instead (slower: a switch for benchmarks).
-``TORCHTREE_BLOCK_POINTS=4`` gives each thread four points per turn of the sweep's passes, their loads issued
-before any is used (``csrc/bart_block.h``; default one point), a switch for the GPU benchmark until a GPU has
-timed both; ``bart_sweep_blocks`` reads it too.
+Each thread takes four points per turn of the sweep's passes, their loads issued before any is used
+(``csrc/bart_block.h``); ``TORCHTREE_BLOCK_POINTS=1`` takes one (slower: a switch for benchmarks);
+``bart_sweep_blocks`` reads it too.
 
 Layer: base (no torchtree imports).
 """
