@@ -240,3 +240,19 @@ def test_compiled_uniforms_equal_the_tensor_hash_bit_for_bit(monkeypatch, case):
     assert torch.equal(fast, ref)
     for a, b in zip(fast1, ref1):
         assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("route", ["compiled", "tensor hash"])
+def test_a_slot_outside_int64_is_refused_on_either_route(monkeypatch, route):
+    """An int slot is wrapped like an int64 tensor's product, so one that is no int64 is refused, as an int64
+    tensor of it would be (the CPU's compiled pass and the tensor hash of a GPU run agree)."""
+    import torchtree.core.random as R
+
+    if route == "tensor hash":
+        monkeypatch.setattr(R, "_compiled_uniforms", lambda *a: None)
+    for slot in (2**63, -(2**63) - 1):
+        with pytest.raises((OverflowError, RuntimeError, ValueError)):
+            R.keyed_uniforms(1, [2], torch.arange(5), slot)
+        with pytest.raises((OverflowError, RuntimeError, ValueError)):
+            R.keyed_uniform(1, 2, torch.arange(5), slot)
+    assert R.keyed_uniforms(1, [2], torch.arange(5), 2**63 - 1).shape == (1, 5)

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(MAX_THREADS) sweep_kernel(SweepArgs<scalar_t> 
 }
 
 // the cell adds' variant: a warp's adds per cell first (the default) or, with TORCHTREE_CUDA_CELL_ADDS=atomic,
-// one shared-memory atomic per point (3.9-4.5x slower per sweep on an H200, 10^4-10^5 rows, 4 chains)
+// one shared-memory atomic per point (3.9-4.4x slower per sweep on an H200, 10^4-10^5 rows, 4 chains)
 inline bool warp_cell_adds() {
   const char* v = std::getenv("TORCHTREE_CUDA_CELL_ADDS");
   return !(v && std::string(v) == "atomic");

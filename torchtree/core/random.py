@@ -94,6 +94,8 @@ def _slot_term(slot: int | torch.Tensor):
     int wrapped to int64 here (no host-to-device copy of a scalar tensor, which synchronises on CUDA)."""
     if isinstance(slot, torch.Tensor):
         return slot.to(torch.int64) * _GOLDEN + 0x632BE5AB
+    if not -(1 << 63) <= int(slot) < 1 << 63:  # as an int64 tensor of it would (and the CPU's compiled pass does)
+        raise OverflowError(f"keyed random numbers: slot {int(slot)} is outside int64")
     t = (int(slot) * _GOLDEN + 0x632BE5AB) & _MASK64
     return t - (1 << 64) if t >= 1 << 63 else t
 

@@ -162,7 +162,7 @@ def pg_tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, v
     lw = torch.zeros(C, P, dtype=torch.float64, device=dev)
     Rp = R[:, None, :].expand(C, P, N).contiguous()
     Xflat = Xb.reshape(-1)
-    tau2_t = torch.tensor(tau2, dtype=torch.float64, device=dev)
+    tau2_t = torch.full((), float(tau2), dtype=torch.float64, device=dev)  # a fill: no copy from the host
 
     last = prior.max_depth - 1
     for d in range(prior.max_depth):

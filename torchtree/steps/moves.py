@@ -58,6 +58,7 @@ words of bitsets per move (the nodes ``j`` and the rewritten subtrees).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -268,9 +269,12 @@ class Proposal:
 
 def draw_moves(u_kind: torch.Tensor, move_probs: Sequence[float]) -> torch.Tensor:
     """Move type per tree from uniforms ``[P]`` and probabilities (grow, prune, change, swap)."""
-    cp = torch.tensor(list(move_probs), dtype=torch.float64, device=u_kind.device).cumsum(0)
-    cp = cp / cp[-1]
-    return torch.searchsorted(cp, u_kind.double().contiguous(), right=True).clamp(max=3)
+    cp = list(itertools.accumulate(float(p) for p in move_probs))
+    u = u_kind.double()
+    move = torch.zeros(u.shape, dtype=torch.long, device=u.device)
+    for c in cp[:3]:  # the cumulative probabilities reached: Python numbers, no copy to the device
+        move += u >= c / cp[-1]
+    return move
 
 
 def check_move_probs(move_probs: Sequence[float]) -> tuple:
