@@ -57,7 +57,7 @@ import torch
 from torchtree.io.cells import is_missing_token
 from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, to_numpy
 from torchtree.model.levels import (MAX_SUBSET_LEVELS, distinct_cells, find_levels, first_text, label_of,
-                                    level_order, warn_mostly_numbers)
+                                    level_order, text_numbers, warn_mostly_numbers)
 from torchtree.core.warn import warn
 
 __all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
@@ -169,8 +169,8 @@ def needs_encoding(X: Any, categorical_features="from_dtype") -> bool:
                 return True
             continue
         nums = _as_numbers(col)
-        if nums is None or bool(np.isnan(nums).any()):
-            return True
+        if nums is None or bool(np.isnan(nums).any()) or any(isinstance(v, str) for v in col.tolist()):
+            return True  # missing cells, text, or numbers written as text (a code, or numbers said to be text)
     return False
 
 
@@ -281,6 +281,15 @@ class TableEncoder:
             where = column_label(j, fnames)
             tokens: list = []
             nums = col if kind == "numeric" else (_as_numbers(col, tokens) if kind == "object" else None)
+            if nums is not None and kind == "object" and declared is None:
+                code, text = text_numbers(col)
+                if code is not None:
+                    warn(f"X {where} holds numbers written with a leading zero ({code!r}): read as categorical "
+                         "labels (codes), not numbers; give it a numeric dtype to use it as numbers", UserWarning)
+                    nums = None
+                elif text is not None:
+                    warn(f"X {where} holds numbers written as text ({text!r}): used as numbers; make it a "
+                         "'category' column to use them as labels", UserWarning)
             is_cat = declared[j] if declared is not None else (kind in ("category", "ordered") or nums is None)
             if not is_cat:
                 if nums is None:

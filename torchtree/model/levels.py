@@ -5,6 +5,7 @@ signal)."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Optional
 
 import numpy as np
@@ -89,6 +90,21 @@ def warn_mostly_numbers(col: np.ndarray, where: str) -> None:
              "levels): read as categorical. If the text marks a missing value, replace it with NaN; "
              "categorical_features=None refuses text columns", UserWarning)
 
+
+
+_LEADING_ZERO = re.compile(r"\s*[-+]?0\d")
+
+
+def text_numbers(col: np.ndarray):
+    """``(code, text)`` of a column whose present cells all read as numbers: ``code``, the first cell written as
+    text with a leading zero before a digit (``"01"``, ``"02139"``: a code, which no number is written as), else
+    None; ``text``, the first cell written as text (None where every cell is a number)."""
+    text = None
+    for v in dict.fromkeys(c for c in col.tolist() if isinstance(c, str) and not is_missing_token(c)):
+        text = v if text is None else text
+        if _LEADING_ZERO.match(v):
+            return v, text
+    return None, text
 
 
 def first_text(col: np.ndarray):
