@@ -5,15 +5,17 @@
 #
 # Python: $PY, else .venv/bin/python after `make venv`, else python3 (a GPU image with torch, numpy and
 # pytest but without this package installed: see below).
-# 1. the CUDA tests (pytest -m cuda), 2. BART's sweep kernel at 10^4 and 10^5 rows, one and four points per
-# thread's turn (TORCHTREE_BLOCK_POINTS), against one CPU thread; the issue's target run (10^5 rows, 200 trees,
-# 1000 sweeps) by the faster variant; the estimator's defaults on CUDA at 10^4 and 10^5 rows and on one CPU
-# thread at 10^4, 3. Nsight Compute's reading of one sweep launch at 10^5 rows (both variants), 4. the hard-tree
-# methods at 10^4 rows on the GPU and on one CPU thread (bench_scale), 5. a profile of where the GPU's time goes
-# in MCMC's batched engine and the top-down filter.
+# 1. the CUDA tests (pytest -m cuda; the grid sweep's apart), 2. BART's sweep kernel at 10^4 and 10^5 rows, one
+# and four points per thread's turn (TORCHTREE_BLOCK_POINTS) on one block per chain, against one CPU thread; the
+# issue's target run (10^5 rows, 200 trees, 1000 sweeps) by the faster variant; the estimator's defaults on CUDA
+# at 10^4 and 10^5 rows, 2b. the grid sweep (a chain's points over as many blocks as stay resident,
+# TORCHTREE_CHAIN_BLOCKS=auto) against one block per chain, and its target run, 3. Nsight Compute's reading of one
+# sweep launch at 10^5 rows (one block per chain, four points per turn), 4. the hard-tree methods at 10^4 rows on
+# the GPU and on one CPU thread (bench_scale), 5. a profile of where the GPU's time goes in MCMC's batched engine
+# and the top-down filter.
 # The first run, on an H200 (benchmarks/results/cuda_h200.txt), also timed the atomic cell adds, the torch code
 # on the GPU, 4-256 chains, the grow-from-root kernel and compile="graph" (Inductor failed): not repeated here.
-# Each stage has its own time limit (554 s at most in all, 534 s when the kernels build; run it with the device
+# Each stage has its own time limit (550 s at most in all, 530 s when the kernels build; run it with the device
 # tool's timeout_s=600); results go to $OUT (or ./gpu_results) as text.
 set -u
 if [ -z "${PY:-}" ]; then
@@ -44,11 +46,16 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   done
 } > "$OUT/gpu.txt"
 # 1. the CUDA tests
-timeout 110 "$PY" -m pytest -m cuda -q -p no:cacheprovider -rf --tb=short --durations=8 tests/test_bart_block.py \
-  tests/test_cuda.py tests/test_missing_categorical.py > "$OUT/pytest_cuda.txt" 2>&1
+timeout 100 "$PY" -m pytest -m cuda -k "not grid" -q -p no:cacheprovider -rf --tb=short --durations=8 \
+  tests/test_bart_block.py tests/test_cuda.py tests/test_missing_categorical.py > "$OUT/pytest_cuda.txt" 2>&1
 echo "pytest rc=$?" >> "$OUT/pytest_cuda.txt"
+# the grid sweep's tests (a chain's points over several blocks: bart_grid_block.h), apart (a barrier that never
+# opens would hang them)
+timeout 30 "$PY" -m pytest -m cuda -k grid -q -p no:cacheprovider -rf --tb=short tests/test_bart_block.py \
+  >> "$OUT/pytest_cuda.txt" 2>&1
+echo "pytest grid rc=$?" >> "$OUT/pytest_cuda.txt"
 # 2. BART: the sweep kernel's variants (n_gfr=0, 4 chains, 200 trees), one CPU thread, the target run, the defaults
-timeout 120 "$PY" - > "$OUT/bart.txt" 2>&1 <<'PYEOF'
+timeout 95 "$PY" - > "$OUT/bart.txt" 2>&1 <<'PYEOF'
 import os, time, warnings, numpy as np, torch
 warnings.simplefilter("ignore")  # short runs: convergence warnings
 torch.set_num_threads(1)
@@ -67,9 +74,11 @@ for n in (10_000, 100_000):
     X, y = friedman(n)
     pred = {}
     run(Data(X, y, task="regression", device="cuda"), 2, compile="native")  # untimed: first launches, allocations
-    # one and four points per turn alternating (A B A B, the smaller of each kept), then one CPU thread at 10^4 rows
+    # the variants alternating (the smallest time of each kept), then one CPU thread at 10^4 rows; a variant is
+    # the points per turn, then "grid" for as many blocks per chain as stay resident
     for dev, points in (("cuda", "1"), ("cuda", "4")) * 2 + ((("cpu", "-"),) if n == 10_000 else ()):
-        os.environ["TORCHTREE_BLOCK_POINTS"] = points
+        os.environ["TORCHTREE_BLOCK_POINTS"] = points.split()[0]
+        os.environ["TORCHTREE_CHAIN_BLOCKS"] = "auto" if "grid" in points else "1"
         post, wall = run(Data(X, y, task="regression", device=dev), 30, compile="native")
         pred[(dev, points)] = np.asarray(post.predict(X[:1000]))
         per_sweep[(n, points)] = min(per_sweep.get((n, points), 1e9), wall / 30)
@@ -79,7 +88,8 @@ for n in (10_000, 100_000):
     print("  largest |prediction - one point per turn's| over 1000 rows:",
           {k: float(np.abs(p - ref).max()) for k, p in pred.items()}, flush=True)
 best = min(("1", "4"), key=lambda p: per_sweep[(100_000, p)])
-os.environ["TORCHTREE_BLOCK_POINTS"] = best
+os.environ["TORCHTREE_BLOCK_POINTS"] = best.split()[0]
+os.environ["TORCHTREE_CHAIN_BLOCKS"] = "auto" if "grid" in best else "1"
 if per_sweep[(100_000, best)] * 1000 < 80:
     post, wall = run(Data(X, y, task="regression", device="cuda"), 1000, compile="native")
     print(f"TARGET BART n=100000 cuda compile=native points per turn={best}: 200 trees, 4 chains, 1000 sweeps, "
@@ -87,7 +97,7 @@ if per_sweep[(100_000, best)] * 1000 < 80:
 else:
     print(f"TARGET BART n=100000: not run, 1000 sweeps would take about {1000 * per_sweep[(100_000, best)]:.0f} s", flush=True)
 # the estimator's defaults (gpu-batch chains on CUDA, grow-from-root starts, the kernel): fit, predict, test RMSE
-for n, dev in ((10_000, "cuda"), (10_000, "cpu"), (100_000, "cuda")):
+for n, dev in ((10_000, "cuda"), (100_000, "cuda")):
     X, y = friedman(n + 2000)
     t0 = time.time()
     est = BayesianTreeRegressor(method="bart", device=dev, random_state=0, n_threads=1).fit(X[:n], y[:n])
@@ -99,6 +109,36 @@ for n, dev in ((10_000, "cuda"), (10_000, "cpu"), (100_000, "cuda")):
           f"RMSE against f {np.sqrt(np.mean((p - f) ** 2)):.3f}", flush=True)
 PYEOF
 echo "bart rc=$?" >> "$OUT/bart.txt"
+# 2b. the grid sweep (TORCHTREE_CHAIN_BLOCKS=auto: as many blocks per chain as stay resident) against one block per
+# chain, four points per turn both, alternating after a warm-up; then its 1000 sweeps at 10^5 rows if they fit
+timeout 45 "$PY" - > "$OUT/bart_grid.txt" 2>&1 <<'PYEOF'
+import os, time, warnings, numpy as np, torch
+warnings.simplefilter("ignore")
+from torchtree import BART, Data
+rng = np.random.default_rng(0)
+def run(d, sweeps, blocks):
+    os.environ["TORCHTREE_CHAIN_BLOCKS"] = blocks
+    t0 = time.time()
+    post = BART(n_trees=200, n_chains=4, n_warmup=sweeps // 2, n_samples=sweeps // 2, n_gfr=0).run(d, seed=0)
+    torch.cuda.synchronize()
+    return post, time.time() - t0
+best = {}
+for n in (10_000, 100_000):
+    X = rng.uniform(size=(n, 10)); y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + rng.normal(size=n)
+    d = Data(X, y, task="regression", device="cuda")
+    run(d, 2, "auto")
+    pred = {}
+    for blocks in ("1", "auto") * 2:
+        post, wall = run(d, 30, blocks)
+        pred[blocks] = np.asarray(post.predict(X[:1000]))
+        best[(n, blocks)] = min(best.get((n, blocks), 1e9), wall / 30)
+        print(f"BART n={n} cuda blocks per chain={blocks}: 30 sweeps, {1000 * wall / 30:.1f} ms per sweep", flush=True)
+    print("  largest |prediction, grid - one block|:", float(np.abs(pred["auto"] - pred["1"]).max()), flush=True)
+if best[(100_000, "auto")] * 1000 < 25:
+    post, wall = run(d, 1000, "auto")
+    print(f"TARGET BART n=100000 cuda grid: 200 trees, 4 chains, 1000 sweeps, wall {wall:.1f} s (target < 30 s)", flush=True)
+PYEOF
+echo "bart grid rc=$?" >> "$OUT/bart_grid.txt"
 # 3. Nsight Compute on one sweep launch at 10^5 rows (the third launch: past the first launches' set-up), one and four
 # points per thread's turn: throughput against the device's peaks, where the warps stall, occupancy
 cat > "$OUT/ncu_run.py" <<'PYEOF'
@@ -109,21 +149,22 @@ X = rng.uniform(size=(100_000, 10)); y = 10 * X[:, 3] + rng.normal(size=len(X))
 BART(n_trees=200, n_chains=4, n_warmup=2, n_samples=2, n_gfr=0, compile="native").run(
     Data(X, y, task="regression", device="cuda"), seed=0)
 PYEOF
-for points in 1 4; do
-  TORCHTREE_BLOCK_POINTS=$points timeout 22 "$NCU" --clock-control none --kernel-name regex:sweep_kernel --launch-skip 2 \
+for points in 4; do
+  TORCHTREE_BLOCK_POINTS=4 TORCHTREE_CHAIN_BLOCKS=$([ $points = grid ] && echo auto || echo 1) timeout 20 "$NCU" \
+    --clock-control none --kernel-name regex:"sweep_kernel|grid_kernel" --launch-skip 2 \
     --launch-count 1 --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
     "$PY" "$OUT/ncu_run.py" > "$OUT/ncu_points$points.txt" 2>&1
   echo "ncu rc=$?" >> "$OUT/ncu_points$points.txt"
 done
 rm -f "$OUT/ncu_run.py"
 # 4. hard-tree methods at 10^4 rows on both devices
-timeout 70 "$PY" benchmarks/bench_scale.py --threads 1 --baselines-max-n 0 --methods smc-moves smc mcmc \
-  --sizes 10000 --devices cpu cuda --timeout 10 > "$OUT/bench_scale.txt" 2>&1
+timeout 55 "$PY" benchmarks/bench_scale.py --threads 1 --baselines-max-n 0 --methods smc-moves smc mcmc \
+  --sizes 10000 --devices cpu cuda --timeout 8 > "$OUT/bench_scale.txt" 2>&1
 echo "rc=$?" >> "$OUT/bench_scale.txt"
 # 5. where the GPU's time goes: torch.profiler over short runs of MCMC's batched engine and the top-down filter;
 # the kernels taking most GPU time, the host calls taking most CPU time, and the counts of kernel launches and of
 # host synchronisations
-timeout 20 "$PY" - > "$OUT/profile.txt" 2>&1 <<'PYEOF'
+timeout 15 "$PY" - > "$OUT/profile.txt" 2>&1 <<'PYEOF'
 import warnings, torch
 from torch.profiler import ProfilerActivity, profile
 from torchtree import MCMC, Data, TopDownSMC

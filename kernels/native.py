@@ -32,7 +32,10 @@ The sweep's warps add their points' values per cell before the shared-memory ato
 ``TORCHTREE_CUDA_CELL_ADDS=atomic`` makes one atomic per point instead (slower: a switch for benchmarks).
 Each thread takes four points per turn of the sweep's passes, their loads issued before any is used
 (``csrc/bart_block.h``); ``TORCHTREE_BLOCK_POINTS=1`` takes one (slower: a switch for benchmarks);
-``bart_sweep_blocks`` reads it too.
+``bart_sweep_blocks`` reads it too. ``TORCHTREE_CHAIN_BLOCKS=G`` (a number, or ``auto``: as many as stay
+resident, at least 4096 points each) spreads each chain's points over G blocks (``csrc/bart_grid_block.h``, a
+cooperative launch, two chain-wide barriers per tree); default one block per chain until a GPU has timed it;
+``bart_sweep_blocks`` runs it with G blocks of host threads.
 
 Layer: base (no torchtree imports).
 """
@@ -55,7 +58,7 @@ SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "bart_blo
                                     "keyed.cpp")]
 #: every file the build reads (the sources and their headers): the build folder is named by their content
 BUILD_INPUTS = SOURCES + [CSRC / name for name in ("bart_common.h", "bart_core.h", "bart_block.h", "bart_block_args.h",
-                                             "bart_gfr_block.h", "keyed.h")]
+                                             "bart_gfr_block.h", "bart_grid_block.h", "keyed.h")]
 #: OpenMP where torch's CPU build uses GNU OpenMP (Linux): ``at::parallel_for`` spreads a kernel's tasks over
 #: torch's threads only in code compiled with it, and the extension then shares torch's libgomp (same soname)
 #: the CUDA kernels (a second library, implementing some of the operators above for CUDA tensors)

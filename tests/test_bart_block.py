@@ -150,14 +150,16 @@ def test_few_trees(T, points, monkeypatch):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("adds", ["atomic", "warp", "warp, 4 points"])
+@pytest.mark.parametrize("adds", ["atomic", "warp", "warp, 4 points", "warp, 4 points, grid"])
 @pytest.mark.parametrize("case", ["float64", "float32", "coded", "prior", "two trees", "many points", "keyed"])
 def test_cuda_kernel_makes_the_cpu_sweeps_moves(case, adds, monkeypatch):
     """The kernel itself (``bart_cuda.cu``, ``compile="native"`` on CUDA) against the CPU sweep, as above, with
     either way of adding the cell sums (``TORCHTREE_CUDA_CELL_ADDS``: one atomic per point, or a warp's
-    points per cell first), and four points per thread's turn (``TORCHTREE_BLOCK_POINTS``)."""
+    points per cell first), four points per thread's turn (``TORCHTREE_BLOCK_POINTS``), and a chain's points over
+    three blocks (``TORCHTREE_CHAIN_BLOCKS``, a cooperative launch: bart_grid_block.h)."""
     monkeypatch.setenv("TORCHTREE_CUDA_CELL_ADDS", adds.split(",")[0])
     monkeypatch.setenv("TORCHTREE_BLOCK_POINTS", "4" if "4 points" in adds else "1")
+    monkeypatch.setenv("TORCHTREE_CHAIN_BLOCKS", "3" if "grid" in adds else "1")
     kw = {"float64": {}, "float32": dict(dtype=torch.float32, max_depth=3), "coded": dict(coded=True),
           "prior": dict(use_likelihood=False), "two trees": dict(T=2, C=5), "many points": dict(n=20_000, T=6),
           "keyed": dict(keyed=True)}[case]
@@ -254,3 +256,29 @@ def test_cuda_gfr_kernel_regrows_the_cpu_sweeps_trees(case):
           "prior": dict(use_likelihood=False), "many points": dict(n=20_000, T=3), "keyed": dict(keyed=True)}[case]
     assert native.cuda_available(), "the CUDA kernels did not build"
     _compare_gfr(0, run=_gfr_cuda, **kw)
+
+
+@pytest.mark.parametrize("threads, blocks, points", [(1, 2, "1"), (4, 3, "4"), (3, 5, "4"), (2, 4, "1")])
+def test_grid_sweeps_make_the_cpu_sweeps_moves(threads, blocks, points, monkeypatch):
+    """A chain's points over several blocks (``TORCHTREE_CHAIN_BLOCKS``, ``bart_grid_block.h``: the leader block
+    decides each tree from the chain's summed cells and publishes the decision), each block of ``threads`` host
+    threads: the CPU sweep's moves."""
+    monkeypatch.setenv("TORCHTREE_BLOCK_POINTS", points)
+    monkeypatch.setenv("TORCHTREE_CHAIN_BLOCKS", str(blocks))
+    ref, grown, counts = _compare(sweeps=6, threads=threads)
+    assert grown > 12
+    assert int(counts[1].sum()) > 0
+
+
+@pytest.mark.parametrize("case", ["one tree", "two trees", "three trees", "coded", "keyed", "prior", "float32",
+                                  "more blocks than points"])
+def test_grid_sweep_cases(case, monkeypatch):
+    """The grid sweep's first and last trees, coded tables, keyed normals, the prior, float32, and blocks left
+    without points (every block still meets every barrier)."""
+    monkeypatch.setenv("TORCHTREE_CHAIN_BLOCKS", "3")
+    kw = {"one tree": dict(T=1, C=2), "two trees": dict(T=2, C=2), "three trees": dict(T=3, C=2),
+          "coded": dict(coded=True), "keyed": dict(keyed=True), "prior": dict(use_likelihood=False),
+          "float32": dict(dtype=torch.float32, max_depth=3), "more blocks than points": dict(n=6, T=4, C=2)}[case]
+    if case == "more blocks than points":
+        monkeypatch.setenv("TORCHTREE_CHAIN_BLOCKS", "8")
+    _compare(sweeps=4, threads=2, **kw)

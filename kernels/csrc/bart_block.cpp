@@ -6,8 +6,10 @@
 #include <ATen/Parallel.h>
 
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -41,11 +43,19 @@ struct HostBlock {
   int64_t id, n, warp;
   Barrier* barrier;
   std::mutex* mu;
+  Barrier* chain = nullptr;  // every thread of the chain's blocks (bart_grid_block.h), or none
   int64_t tid() const { return id; }
   int64_t size() const { return n; }
   int64_t lane() const { return id % warp; }
   void sync() {
     if (n > 1) barrier->wait();
+  }
+  void chain_sync() {
+    if (chain) chain->wait();
+  }
+  template <class T>
+  T load(const T* p) const {
+    return *p;
   }
   template <class T>
   void add(T* p, T v) {
@@ -79,7 +89,25 @@ void run_block(int64_t threads, const Body& body) {
   for (auto& th : pool) th.join();
 }
 
-// One sweep, as bart_sweep, in place: chain c by a block of `threads` host threads.
+// runs body(block, g) for chain c on G blocks of `threads` host threads: a barrier per block and one for the chain
+template <class Body>
+void run_grid(int64_t threads, int64_t G, const Body& body) {
+  std::vector<std::unique_ptr<Barrier>> blocks;
+  for (int64_t g = 0; g < G; ++g) blocks.emplace_back(new Barrier(static_cast<int>(threads)));
+  Barrier chain(static_cast<int>(threads * G));
+  std::mutex mu;
+  std::vector<std::thread> pool;
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t id = 0; id < threads; ++id)
+      pool.emplace_back([&, g, id] {
+        HostBlock b{id, threads, threads % 4 == 0 ? 4 : 1, blocks[g].get(), &mu, &chain};
+        body(b, g);
+      });
+  for (auto& th : pool) th.join();
+}
+
+// One sweep, as bart_sweep, in place: chain c by a block of `threads` host threads (or, with
+// TORCHTREE_CHAIN_BLOCKS=G > 1, by G such blocks: bart_grid_block.h).
 // Returns the proposed and accepted counts per move type, [2, 3].
 at::Tensor bart_sweep_blocks(at::Tensor feature, at::Tensor cut, at::Tensor value, at::Tensor leaf_of,
                              at::Tensor resid, at::Tensor Xb, at::Tensor n_cuts, at::Tensor sigma2, at::Tensor u,
@@ -93,6 +121,19 @@ at::Tensor bart_sweep_blocks(at::Tensor feature, at::Tensor cut, at::Tensor valu
   AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "bart_sweep_blocks", [&] {
     const SweepArgs<scalar_t> a =
         sweep_args<scalar_t>(in, feature, cut, value, leaf_of, resid, tau2, pg, pp, max_depth, use_likelihood);
+    const int64_t G = chain_blocks_setting() > 1 ? chain_blocks_setting() : 1;
+    if (G > 1) {
+      GridScratch s = grid_scratch(value, a.C, a.K);
+      const GridArgs<scalar_t> ga = grid_args<scalar_t>(s, G);
+      for (int64_t c = 0; c < a.C; ++c) {
+        std::vector<std::vector<unsigned char>> bufs(G, std::vector<unsigned char>(grid_block_bytes<scalar_t>(a.K)));
+        run_grid(threads, G, [&](HostBlock& b, int64_t g) {
+          if (block_points() == 4) sweep_chain_grid<4>(b, a, ga, in.normals, bufs[g].data(), c, g);
+          else sweep_chain_grid<1>(b, a, ga, in.normals, bufs[g].data(), c, g);
+        });
+      }
+      return;
+    }
     for (int64_t c = 0; c < a.C; ++c) {
       std::vector<unsigned char> buf(block_bytes<scalar_t>(a.K));
       if (block_points() == 4)

@@ -81,6 +81,45 @@ TT_HD inline BlockArrays<scalar_t> carve(unsigned char* buf, int64_t K) {
   return s;
 }
 
+// The fused pass over points [lo, hi) of a block: the decided tree's second pass (each point's new leaf where the
+// tree changed shape, moved; its residual with the tree's new value in place of its old, old_value, to) and the
+// next tree's first (its (leaf, side) cell sums, added into sh's cells). kPoints points per thread's turn, every
+// load of the turn issued before any is used; every thread of a warp takes the same turns (add_cell's contract).
+// Lc, xc, kc, vc: the decided tree's leaf map, rule column, cut and values; Ln, xn, kn, vn: the next tree's.
+template <int kPoints, class Blk, class scalar_t>
+TT_HD void fused_pass(Blk& b, int64_t lo, int64_t hi, bool moved, int16_t* Lc, const int16_t* xc, int64_t kc,
+                      const scalar_t* vc, const int16_t* Ln, const int16_t* xn, int64_t kn, const scalar_t* vn,
+                      scalar_t* res, const BlockArrays<scalar_t>& sh) {
+  const int64_t tid = b.tid(), B = b.size(), lane = b.lane();
+  for (int64_t n0 = lo + tid - lane; n0 < hi; n0 += kPoints * B) {  // points n0 + u B + lane, u < kPoints
+    int16_t lcu[kPoints], xcu[kPoints], lnu[kPoints], xnu[kPoints];
+    scalar_t rc[kPoints];
+    for (int u = 0; u < kPoints; ++u) {  // the turn's loads
+      const int64_t n = n0 + u * B + lane;
+      const bool ok = n < hi;
+      lcu[u] = ok ? Lc[n] : int16_t(0);
+      xcu[u] = ok && moved ? xc[n] : int16_t(0);
+      rc[u] = ok ? res[n] : scalar_t(0);
+      lnu[u] = ok ? Ln[n] : int16_t(0);
+      xnu[u] = ok ? xn[n] : int16_t(0);
+    }
+    for (int u = 0; u < kPoints; ++u) {
+      const int64_t n = n0 + u * B + lane;
+      const bool ok = n < hi;
+      const int64_t leaf = lcu[u];
+      const scalar_t rr = rc[u] + sh.old_value[leaf];
+      const int64_t nl = moved ? sh.to[2 * leaf + (xcu[u] <= kc ? 1 : 0)] : leaf;
+      const scalar_t r = ok ? static_cast<scalar_t>(rr - vc[nl]) : scalar_t(0);
+      if (ok) {
+        if (moved) Lc[n] = static_cast<int16_t>(nl);
+        res[n] = r;
+      }
+      const int64_t cell = ok ? 2 * int64_t(lnu[u]) + (xnu[u] <= kn ? 1 : 0) : -1;
+      b.add_cell(sh.s_cell, sh.n_cell, cell, ok ? static_cast<scalar_t>(r + vn[lnu[u]]) : scalar_t(0));
+    }
+  }
+}
+
 // Chain c's sweep: every tree t in turn, in place. Per tree, thread 0 proposes (bart_core.h) on the slots
 // that can hold a node this update (Ku: the complete levels to two below the tree's deepest node, found by
 // the block), the block sums the partial residual per (leaf, side) cell (pass 1), thread 0 decides, and
@@ -183,34 +222,7 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& norm
     const bool moved = h.moved;
     if (t + 1 < T) {
       const View nxt = view(t + 1);
-      for (int64_t n0 = tid - lane; n0 < N; n0 += kPoints * B) {  // points n0 + u B + lane, u < kPoints
-        int16_t lc[kPoints], xc[kPoints], ln[kPoints], xn[kPoints];
-        scalar_t rc[kPoints];
-        for (int u = 0; u < kPoints; ++u) {  // the turn's loads: tree t's leaf and rule column, the residual,
-          const int64_t n = n0 + u * B + lane;  // tree t + 1's leaf and rule column
-          const bool ok = n < N;
-          lc[u] = ok ? cur.L[n] : int16_t(0);
-          xc[u] = ok && moved ? cur.xf[n] : int16_t(0);
-          rc[u] = ok ? res[n] : scalar_t(0);
-          ln[u] = ok ? nxt.L[n] : int16_t(0);
-          xn[u] = ok ? nxt.xf[n] : int16_t(0);
-        }
-        for (int u = 0; u < kPoints; ++u) {
-          const int64_t n = n0 + u * B + lane;
-          const bool ok = n < N;
-          // pass 2 on tree t (as pass2), then pass 1 on tree t + 1 (as pass1) with the new residual
-          const int64_t leaf = lc[u];
-          const scalar_t rr = rc[u] + sh.old_value[leaf];
-          const int64_t nl = moved ? sh.to[2 * leaf + (xc[u] <= cur.k ? 1 : 0)] : leaf;
-          const scalar_t r = ok ? static_cast<scalar_t>(rr - cur.v[nl]) : scalar_t(0);
-          if (ok) {
-            if (moved) cur.L[n] = static_cast<int16_t>(nl);
-            res[n] = r;
-          }
-          const int64_t cell = ok ? 2 * int64_t(ln[u]) + (xn[u] <= nxt.k ? 1 : 0) : -1;
-          b.add_cell(sh.s_cell, sh.n_cell, cell, ok ? static_cast<scalar_t>(r + nxt.v[ln[u]]) : scalar_t(0));
-        }
-      }
+      fused_pass<kPoints>(b, int64_t(0), N, moved, cur.L, cur.xf, cur.k, cur.v, nxt.L, nxt.xf, nxt.k, nxt.v, res, sh);
       if (t + 2 < T) scan(t + 2);
     } else {
       for (int64_t n = tid; n < N; n += B) res[n] = pass2(cur, moved, n);

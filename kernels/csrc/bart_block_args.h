@@ -4,6 +4,7 @@
 #include "bart_block.h"
 #include "bart_common.h"
 #include "bart_gfr_block.h"
+#include "bart_grid_block.h"
 
 #include <cstdlib>
 #include <string>
@@ -15,6 +16,35 @@ namespace torchtree_bart {
 inline int block_points() {
   const char* v = std::getenv("TORCHTREE_BLOCK_POINTS");
   return v && std::string(v) == "1" ? 1 : 4;
+}
+
+// blocks per chain of the CUDA sweep (bart_grid_block.h; its CPU stand-in reads it too): TORCHTREE_CHAIN_BLOCKS
+// as a number, 0 for "auto" (as many as stay resident, with at least GRID_MIN_POINTS points each), else 1
+// (bart_block.h's one block per chain; a switch for the GPU benchmark until it has timed the grid)
+constexpr int64_t GRID_MIN_POINTS = 4096;
+inline int64_t chain_blocks_setting() {
+  const char* v = std::getenv("TORCHTREE_CHAIN_BLOCKS");
+  if (!v) return 1;
+  if (std::string(v) == "auto") return 0;
+  const long n = std::strtol(v, nullptr, 10);
+  return n >= 1 ? n : 1;
+}
+
+// the chain-wide scratch of a grid sweep (zeroed), kept alive while it runs, and its GridArgs
+struct GridScratch {
+  at::Tensor cell_s, cell_n, to, old_v, bcast, bar;
+};
+
+inline GridScratch grid_scratch(const at::Tensor& value, int64_t C, int64_t K) {
+  const auto i32 = value.options().dtype(at::kInt);
+  return {at::zeros({C, 2, 2 * K}, value.options()), at::zeros({C, 2, 2 * K}, i32), at::zeros({C, 2 * K}, i32),
+          at::zeros({C, K}, value.options()), at::zeros({C, 4}, value.options().dtype(at::kLong)), at::zeros({C, 2}, i32)};
+}
+
+template <class scalar_t>
+GridArgs<scalar_t> grid_args(GridScratch& s, int64_t G) {
+  return {s.cell_s.data_ptr<scalar_t>(), s.cell_n.data_ptr<int32_t>(), s.to.data_ptr<int32_t>(),
+          s.old_v.data_ptr<scalar_t>(), s.bcast.data_ptr<int64_t>(), G};
 }
 
 // the standard normal of a leaf: z[tc, k] of a tensor [T * C, kz], or drawn from its key,

@@ -23,6 +23,8 @@ using namespace torchtree_bart;
 // warp's 32 points instead of one per point: a tree has few leaves, so most of a warp's points share a cell)
 template <bool kWarp>
 struct CudaBlock {
+  unsigned* bar = nullptr;  // a grid sweep's chain barrier: [arrivals, generation] (bart_grid_block.h)
+  unsigned G = 1;           // the chain's blocks
   __host__ __device__ int64_t tid() const {
 #ifdef __CUDA_ARCH__
     return threadIdx.x;
@@ -47,6 +49,37 @@ struct CudaBlock {
   __host__ __device__ void sync() const {
 #ifdef __CUDA_ARCH__
     __syncthreads();
+#endif
+  }
+  // every thread of the chain's G blocks waits here, and sees their writes afterwards through load (the blocks
+  // are resident together: a cooperative launch). Thread 0 of each block arrives (after a fence), the last one
+  // resets the count and opens the next generation; the others spin on it.
+  __host__ __device__ void chain_sync() const {
+#ifdef __CUDA_ARCH__
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      volatile unsigned* gen = bar + 1;
+      const unsigned g0 = *gen;
+      __threadfence();
+      if (atomicAdd(bar, 1u) == G - 1) {
+        atomicExch(bar, 0u);
+        __threadfence();
+        atomicAdd(bar + 1, 1u);
+      } else {
+        while (*gen == g0) __nanosleep(32);
+      }
+      __threadfence();
+    }
+    __syncthreads();
+#endif
+  }
+  // a value another block wrote before a chain_sync: read from L2 (this multiprocessor's L1 may hold an old copy)
+  template <class T>
+  __host__ __device__ T load(const T* p) const {
+#ifdef __CUDA_ARCH__
+    return __ldcg(p);
+#else
+    return *p;
 #endif
   }
   template <class T>
@@ -102,6 +135,17 @@ __global__ void __launch_bounds__(MAX_THREADS) sweep_kernel(SweepArgs<scalar_t> 
   sweep_chain<kPoints>(b, a, normals, block_state, static_cast<int64_t>(blockIdx.x));
 }
 
+// a chain's sweep by G blocks (bart_grid_block.h), launched cooperatively: block c G + g is chain c's g-th
+template <class scalar_t, bool kWarp, int kPoints>
+__global__ void __launch_bounds__(MAX_THREADS) grid_kernel(SweepArgs<scalar_t> a, GridArgs<scalar_t> ga,
+                                                           BlockNormals normals, unsigned* bar) {
+  extern __shared__ __align__(16) unsigned char block_state[];
+  const int64_t c = blockIdx.x / ga.G, g = blockIdx.x % ga.G;
+  CudaBlock<kWarp> b;
+  b.bar = bar + 2 * c, b.G = static_cast<unsigned>(ga.G);
+  sweep_chain_grid<kPoints>(b, a, ga, normals, block_state, c, g);
+}
+
 // the cell adds' variant: a warp's adds per cell first (the default) or, with TORCHTREE_CUDA_CELL_ADDS=atomic,
 // one shared-memory atomic per point (3.9-4.4x slower per sweep on an H200, 10^4-10^5 rows, 4 chains)
 inline bool warp_cell_adds() {
@@ -119,16 +163,61 @@ void launch(const SweepArgs<scalar_t>& a, const BlockNormals& normals, int64_t b
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// the variant the environment asks for: the cell adds (warp_cell_adds) and the points per turn (block_points)
+// the blocks per chain of a grid sweep (chain_blocks_setting; 1: one block per chain), at most as many as stay
+// resident beside the other chains' (a cooperative launch needs every block resident)
+template <class scalar_t, bool kWarp, int kPoints>
+int64_t grid_blocks(const SweepArgs<scalar_t>& a, int64_t bytes) {
+  const int64_t want = chain_blocks_setting();
+  if (want == 1) return 1;
+  int device = 0, sms = 0, per_sm = 0, coop = 0, optin = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (!coop || bytes > optin) return 1;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const auto kernel = grid_kernel<scalar_t, kWarp, kPoints>;
+  if (bytes > 48 * 1024)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads(a.N), bytes));
+  const int64_t fit = static_cast<int64_t>(per_sm) * sms / a.C;
+  const int64_t G = want > 1 ? want : greater<int64_t>(1, a.N / GRID_MIN_POINTS);
+  return lesser<int64_t>(G, fit);
+}
+
+template <class scalar_t, bool kWarp, int kPoints>
+void launch_grid(const SweepArgs<scalar_t>& a, const BlockNormals& normals, at::Tensor value, int64_t G) {
+  GridScratch s = grid_scratch(value, a.C, a.K);
+  GridArgs<scalar_t> ga = grid_args<scalar_t>(s, G);
+  SweepArgs<scalar_t> aa = a;
+  BlockNormals nn = normals;
+  unsigned* bar = reinterpret_cast<unsigned*>(s.bar.data_ptr<int32_t>());
+  void* args[] = {&aa, &ga, &nn, &bar};
+  C10_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(grid_kernel<scalar_t, kWarp, kPoints>),
+                                             dim3(static_cast<unsigned>(a.C * G)), dim3(block_threads(a.N)), args,
+                                             grid_block_bytes<scalar_t>(a.K), c10::cuda::getCurrentCUDAStream()));
+}
+
+// the grid sweep for the default cell adds and points per turn only (each variant is a kernel to build)
+template <class scalar_t, bool kWarp, int kPoints>
+void launch_chosen(const SweepArgs<scalar_t>& a, const BlockNormals& normals, int64_t bytes, at::Tensor value) {
+  if constexpr (kWarp && kPoints == 4) {
+    const int64_t G = grid_blocks<scalar_t, kWarp, kPoints>(a, grid_block_bytes<scalar_t>(a.K));
+    if (G > 1) return launch_grid<scalar_t, kWarp, kPoints>(a, normals, value, G);
+  }
+  launch<scalar_t, kWarp, kPoints>(a, normals, bytes);
+}
+
+// the variant the environment asks for: the cell adds (warp_cell_adds), the points per turn (block_points) and the
+// blocks per chain (grid_blocks)
 template <class scalar_t>
-void launch_variant(const SweepArgs<scalar_t>& a, const BlockNormals& normals, int64_t bytes) {
+void launch_variant(const SweepArgs<scalar_t>& a, const BlockNormals& normals, int64_t bytes, at::Tensor value) {
   const bool warp = warp_cell_adds();
   if (block_points() == 4) {
-    if (warp) launch<scalar_t, true, 4>(a, normals, bytes);
-    else launch<scalar_t, false, 4>(a, normals, bytes);
+    if (warp) launch_chosen<scalar_t, true, 4>(a, normals, bytes, value);
+    else launch_chosen<scalar_t, false, 4>(a, normals, bytes, value);
   } else {
-    if (warp) launch<scalar_t, true, 1>(a, normals, bytes);
-    else launch<scalar_t, false, 1>(a, normals, bytes);
+    if (warp) launch_chosen<scalar_t, true, 1>(a, normals, bytes, value);
+    else launch_chosen<scalar_t, false, 1>(a, normals, bytes, value);
   }
 }
 
@@ -150,7 +239,7 @@ at::Tensor bart_sweep_cuda(at::Tensor feature, at::Tensor cut, at::Tensor value,
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     TORCH_CHECK(bytes <= optin, "bart_sweep (CUDA): a chain's state for ", a.K, " heap slots takes ", bytes,
                 " bytes of shared memory, more than this device's ", optin, "; lower max_depth");
-    launch_variant<scalar_t>(a, in.normals, bytes);
+    launch_variant<scalar_t>(a, in.normals, bytes, value);
   });
   return in.counts;
 }
