@@ -72,11 +72,15 @@ def test_the_pickle_holds_the_model_not_the_training_data():
     np.testing.assert_array_equal(pickle.loads(blob).predict_proba(X[:50]), est.predict_proba(X[:50]))
 
 
-def test_score_refuses_labels_not_seen_at_fit():
+def test_score_counts_labels_not_seen_at_fit_as_errors():
+    """As scikit-learn's accuracy_score(y, predict(X)): a row of an unseen label is an error (a cross-validation
+    fold missing a class scores a number, not NaN), with a warning naming the label."""
     X, y, _ = _data()
     est = BayesianTreeClassifier(n_particles=20).fit(X, y)
-    with pytest.raises(ValueError, match=r"label\(s\) \[7\] not seen at fit"):
-        est.score(X[:5], np.array([0, 1, 7, 0, 1]))
+    yq = np.array([0, 1, 7, 0, 1])
+    with pytest.warns(UserWarning, match=r"label\(s\) \[7\] not seen at fit .*count as errors"):
+        got = est.score(X[:5], yq)
+    assert got == np.mean(est.predict(X[:5]) == yq)
     assert 0.0 <= est.score(X, y) <= 1.0
 
 
@@ -204,3 +208,26 @@ def test_feature_importances_of_soft_trees_are_the_heaviest_topologys_gate_weigh
         usage = np.asarray(est.posterior_.summary()["feature_usage_top"])
         np.testing.assert_allclose(est.feature_importances_, usage / usage.sum(), rtol=1e-12)
         assert est.feature_importances_.shape == (4,)
+
+
+@pytest.mark.parametrize("method, setting", [("smc", "n_particles"), ("smc", "ess_threshold"), ("mcmc", "n_samples"),
+                                             ("bart", "n_trees"), ("bart", "k"), ("smc-moves", "n_particles")])
+def test_none_for_a_setting_without_none_is_refused_by_name(method, setting):
+    """A search grid's None for a setting whose values do not include None: refused, naming it (it used to fail
+    deep inside the sampler with a bare TypeError); settings that take None (n_warmup) still do."""
+    X, y, _ = _data()
+    with pytest.raises(TypeError, match=rf"^{setting}=None is not one of its values; leave it out"):
+        BayesianTreeClassifier(method=method, **{setting: None}).fit(X, y)
+    BayesianTreeClassifier(method="bart", n_trees=5, n_samples=5, n_warmup=None).fit(X, y)
+
+
+def test_predict_interval_takes_what_random_state_takes():
+    """An int, a numpy integer (the same intervals), None (a fresh seed), a RandomState or a Generator; anything
+    else is refused naming ``seed``."""
+    X, _, yr = _data(120)
+    est = BayesianTreeRegressor(n_particles=30).fit(X, yr)
+    np.testing.assert_array_equal(est.predict_interval(X[:4], seed=np.int64(3)), est.predict_interval(X[:4], seed=3))
+    for seed in (None, np.random.RandomState(0), np.random.default_rng(0)):
+        assert est.predict_interval(X[:4], seed=seed).shape == (4, 2)
+    with pytest.raises(ValueError, match="^seed must be None, an int"):
+        est.predict_interval(X[:4], seed="x")

@@ -38,6 +38,7 @@ from torchtree.samplers.mcmc import MCMC
 from torchtree.samplers.smc_moves import SMCSampler
 from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, register_method
 from torchtree.core.budget import memory_budget, set_memory_budget
+from torchtree.core.warn import ConvergenceWarning
 
 # The soft-tree family is imported on first use (it is the heaviest part).
 _LAZY = {
@@ -94,4 +95,5 @@ __all__ = [
     "stratified",
     "residual",
     "ess",
+    "ConvergenceWarning",
 ]

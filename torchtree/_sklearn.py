@@ -48,17 +48,17 @@ def shape_of(a) -> tuple:
     return tuple(int(v) for v in shape)
 
 
-def seed_from_random_state(random_state) -> Optional[int]:
+def seed_from_random_state(random_state, name: str = "random_state") -> Optional[int]:
     """An int seed from ``random_state``: an int, None (a fresh seed per fit, drawn by the sampler),
     or a ``numpy.random.RandomState`` / ``Generator`` (one draw from it, as scikit-learn's
     estimators use such an object)."""
     if random_state is None or isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         if random_state is not None and not 0 <= int(random_state) < (1 << 63):
-            raise ValueError(f"random_state must be None, an int in [0, 2**63 - 1], a numpy RandomState or "
+            raise ValueError(f"{name} must be None, an int in [0, 2**63 - 1], a numpy RandomState or "
                              f"Generator, got {random_state}: a negative or larger int would run as another seed")
         return None if random_state is None else int(random_state)
     if isinstance(random_state, np.random.RandomState):
         return int(random_state.randint(2**31 - 1))
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(2**31 - 1))
-    raise ValueError(f"random_state must be None, an int, a numpy RandomState or Generator, got {random_state!r}")
+    raise ValueError(f"{name} must be None, an int, a numpy RandomState or Generator, got {random_state!r}")

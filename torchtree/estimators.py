@@ -11,7 +11,9 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from torchtree._sklearn import DataConversionWarning, NotFittedError
+from torchtree._sklearn import DataConversionWarning, NotFittedError, seed_from_random_state
+from torchtree.core.random import seed_to_int
+from torchtree.core.warn import warn
 from torchtree.estimator_base import BayesianTreeBase
 from torchtree.methods import (  # METHODS, register_method, get_method, model_settings: re-exported
     METHODS,
@@ -127,19 +129,18 @@ class BayesianTreeClassifier(BayesianTreeBase):
         return self.posterior_.predict_proba(self._check_columns(X))
 
     def score(self, X, y) -> float:
-        """Accuracy on ``(X, y)``.
-
-        Raises
-        ------
-        ValueError
-            ``y`` holds labels not seen at ``fit`` (the model gives them probability 0).
-        """
+        """Accuracy on ``(X, y)``: the share of rows whose predicted label is ``y``'s, as scikit-learn's
+        ``accuracy_score(y, predict(X))``. Rows whose label was not seen at ``fit`` count as errors (the model
+        gives them probability 0), with a warning naming the labels."""
         self._check_fitted()
         yn = self._target(X, y)
         known = set(self.classes_.tolist())
         unseen = sorted({v for v in yn.tolist() if v not in known}, key=str)
         if unseen:
-            raise ValueError(f"y holds label(s) {unseen[:5]} not seen at fit (classes_: {self.classes_.tolist()})")
+            warn(f"y holds label(s) {unseen[:5]} not seen at fit (classes_: {self.classes_.tolist()}): their rows "
+                 "count as errors", UserWarning)
+            pred = np.asarray(self.predict(X), dtype=object)
+            return float(np.mean([p == t for p, t in zip(pred.tolist(), yn.tolist())]))
         return self.posterior_.accuracy(self._check_columns(X), yn)
 
 
@@ -186,11 +187,14 @@ class BayesianTreeRegressor(BayesianTreeBase):
     def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval ``[M, 2]``: the ``(1 - level) / 2`` and
         ``(1 + level) / 2`` quantiles of ``n_draws`` Monte Carlo draws of each row's ``y`` from the
-        posterior predictive, seeded by ``seed`` (the posterior's ``predict_interval``). A bound's Monte
+        posterior predictive, seeded by ``seed`` (the posterior's ``predict_interval``; what ``random_state``
+        takes: an int, None for a fresh seed, a numpy ``RandomState`` or ``Generator``). A bound's Monte
         Carlo error shrinks as ``1 / sqrt(n_draws)``. The random numbers are shared by all rows, so a
         row's interval is the same alone as among other rows."""
         self._check_fitted()
-        return self.posterior_.predict_interval(self._check_columns(X), level=level, n_draws=n_draws, seed=seed)
+        s = seed_from_random_state(seed, "seed")
+        return self.posterior_.predict_interval(self._check_columns(X), level=level, n_draws=n_draws,
+                                                seed=seed_to_int(s))
 
     def score(self, X, y) -> float:
         """Coefficient of determination R^2 of the predictive mean. For a constant ``y`` (no variance

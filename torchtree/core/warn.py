@@ -10,7 +10,16 @@ from __future__ import annotations
 import sys
 import warnings
 
-__all__ = ["warn"]
+__all__ = ["warn", "ConvergenceWarning"]
+
+
+class ConvergenceWarning(UserWarning):
+    """Chains that look unconverged (split-R-hat or effective sample size off their limits,
+    :func:`torchtree.model.diagnostics.warn_if_unconverged`). A ``UserWarning``, so unfiltered code sees it
+    as before; its own category lets a search over many short fits silence it alone::
+
+        warnings.filterwarnings("ignore", category=torchtree.ConvergenceWarning)
+    """
 
 
 def _ours(frame) -> bool:

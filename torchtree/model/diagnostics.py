@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
-from torchtree.core.warn import warn
+from torchtree.core.warn import ConvergenceWarning, warn
 
 __all__ = ["rhat", "chain_ess", "unconverged", "warn_if_unconverged", "RHAT_LIMIT", "ESS_LIMIT", "weighted_ess", "tree_sizes", "posterior_traces", "to_arviz"]
 
@@ -91,8 +91,8 @@ def unconverged(info: Dict[str, Any], rhat_limit: float = RHAT_LIMIT, ess_limit:
 
 def warn_if_unconverged(info: Dict[str, Any], draws_per_chain: int, advice: str, rhat_limit: float = RHAT_LIMIT,
                         ess_limit: float = ESS_LIMIT) -> None:
-    """A ``UserWarning`` naming every diagnostic of :func:`unconverged` (skipped for runs of fewer than
-    4 draws per chain).
+    """A :class:`~torchtree.ConvergenceWarning` (a ``UserWarning``) naming every diagnostic of :func:`unconverged`
+    (skipped for runs of fewer than 4 draws per chain).
 
     Parameters
     ----------
@@ -104,7 +104,7 @@ def warn_if_unconverged(info: Dict[str, Any], draws_per_chain: int, advice: str,
     bad = unconverged(info, rhat_limit, ess_limit)
     if bad and draws_per_chain >= 4:
         warn(f"MCMC chains look unconverged ({', '.join(bad)}; limits R-hat <= {rhat_limit}, "
-             f"ESS >= {ess_limit:.0f}): predictions may depend on the seed. {advice}")
+             f"ESS >= {ess_limit:.0f}): predictions may depend on the seed. {advice}", ConvergenceWarning)
 
 
 def chain_ess(draws) -> float:

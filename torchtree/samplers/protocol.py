@@ -106,6 +106,8 @@ class SamplerConfig:
         for f in fields(self):
             meta = f.metadata
             value = getattr(self, f.name)
+            if value is None and meta and not _allows_none(hints.get(f.name)):
+                raise TypeError(f"{f.name}=None is not one of its values; leave it out for its default")
             if not meta or value is None or (meta.get("presets") and isinstance(value, str) and value == AUTO):
                 continue
             kind = base_type(hints.get(f.name))
@@ -224,6 +226,11 @@ class SettingsAsAttributes:
             self.__dict__["config"] = config.replace(**{name: value})
         else:
             object.__setattr__(self, name, value)
+
+
+def _allows_none(hint) -> bool:
+    """Whether a setting's annotation admits None (``Optional[...]``, ``Any``, none given)."""
+    return hint is None or hint is typing.Any or type(None) in typing.get_args(hint)
 
 
 def base_type(hint):
