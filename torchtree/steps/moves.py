@@ -269,12 +269,21 @@ class Proposal:
 
 def draw_moves(u_kind: torch.Tensor, move_probs: Sequence[float]) -> torch.Tensor:
     """Move type per tree from uniforms ``[P]`` and probabilities (grow, prune, change, swap)."""
-    cp = list(itertools.accumulate(float(p) for p in move_probs))
-    u = u_kind.double()
-    move = torch.zeros(u.shape, dtype=torch.long, device=u.device)
-    for c in cp[:3]:  # the cumulative probabilities reached: Python numbers, no copy to the device
-        move += u >= c / cp[-1]
-    return move
+    return torch.searchsorted(_cumulative(move_probs, u_kind.device), u_kind.double().contiguous(), right=True).clamp(max=3)
+
+
+_CUMULATIVE: dict = {}
+
+
+def _cumulative(move_probs: Sequence[float], device) -> torch.Tensor:
+    """The normalised cumulative move probabilities as a float64 tensor on ``device``, made once per (probabilities,
+    device): a tensor made from host numbers is a copy to the device, which synchronises on a GPU."""
+    key = (tuple(move_probs), device)
+    cp = _CUMULATIVE.get(key)
+    if cp is None:
+        c = list(itertools.accumulate(float(p) for p in move_probs))
+        cp = _CUMULATIVE[key] = torch.tensor([v / c[-1] for v in c], dtype=torch.float64, device=device)
+    return cp
 
 
 def check_move_probs(move_probs: Sequence[float]) -> tuple:
