@@ -53,7 +53,8 @@ echo "pytest rc=$?" >> "$OUT/pytest_cuda.txt"
 # opens would hang them)
 timeout 30 "$PY" -m pytest -m cuda -k grid -q -p no:cacheprovider -rf --tb=short tests/test_bart_block.py \
   >> "$OUT/pytest_cuda.txt" 2>&1
-echo "pytest grid rc=$?" >> "$OUT/pytest_cuda.txt"
+GRID_RC=$?
+echo "pytest grid rc=$GRID_RC" >> "$OUT/pytest_cuda.txt"
 # 2. BART: the sweep kernel's variants (n_gfr=0, 4 chains, 200 trees), one CPU thread, the target run, the defaults
 timeout 95 "$PY" - > "$OUT/bart.txt" 2>&1 <<'PYEOF'
 import os, time, warnings, numpy as np, torch
@@ -77,8 +78,7 @@ for n in (10_000, 100_000):
     # the variants alternating (the smallest time of each kept), then one CPU thread at 10^4 rows; a variant is
     # the points per turn, then "grid" for as many blocks per chain as stay resident
     for dev, points in (("cuda", "1"), ("cuda", "4")) * 2 + ((("cpu", "-"),) if n == 10_000 else ()):
-        os.environ["TORCHTREE_BLOCK_POINTS"] = points.split()[0]
-        os.environ["TORCHTREE_CHAIN_BLOCKS"] = "auto" if "grid" in points else "1"
+        os.environ["TORCHTREE_BLOCK_POINTS"] = points
         post, wall = run(Data(X, y, task="regression", device=dev), 30, compile="native")
         pred[(dev, points)] = np.asarray(post.predict(X[:1000]))
         per_sweep[(n, points)] = min(per_sweep.get((n, points), 1e9), wall / 30)
@@ -88,8 +88,7 @@ for n in (10_000, 100_000):
     print("  largest |prediction - one point per turn's| over 1000 rows:",
           {k: float(np.abs(p - ref).max()) for k, p in pred.items()}, flush=True)
 best = min(("1", "4"), key=lambda p: per_sweep[(100_000, p)])
-os.environ["TORCHTREE_BLOCK_POINTS"] = best.split()[0]
-os.environ["TORCHTREE_CHAIN_BLOCKS"] = "auto" if "grid" in best else "1"
+os.environ["TORCHTREE_BLOCK_POINTS"] = best
 if per_sweep[(100_000, best)] * 1000 < 80:
     post, wall = run(Data(X, y, task="regression", device="cuda"), 1000, compile="native")
     print(f"TARGET BART n=100000 cuda compile=native points per turn={best}: 200 trees, 4 chains, 1000 sweeps, "
@@ -110,8 +109,9 @@ for n, dev in ((10_000, "cuda"), (100_000, "cuda")):
 PYEOF
 echo "bart rc=$?" >> "$OUT/bart.txt"
 # 2b. the grid sweep (TORCHTREE_CHAIN_BLOCKS=auto: as many blocks per chain as stay resident) against one block per
-# chain, four points per turn both, alternating after a warm-up; then its 1000 sweeps at 10^5 rows if they fit
-timeout 45 "$PY" - > "$OUT/bart_grid.txt" 2>&1 <<'PYEOF'
+# chain, four points per turn both, alternating after a warm-up; then its 1000 sweeps at 10^5 rows if they fit.
+# Only where its tests passed (a barrier that never opened would hang this stage too).
+[ "$GRID_RC" = 0 ] && timeout 45 "$PY" - > "$OUT/bart_grid.txt" 2>&1 <<'PYEOF'
 import os, time, warnings, numpy as np, torch
 warnings.simplefilter("ignore")
 from torchtree import BART, Data
@@ -127,18 +127,15 @@ for n in (10_000, 100_000):
     X = rng.uniform(size=(n, 10)); y = 10 * np.sin(np.pi * X[:, 0] * X[:, 1]) + 20 * (X[:, 2] - .5) ** 2 + 10 * X[:, 3] + rng.normal(size=n)
     d = Data(X, y, task="regression", device="cuda")
     run(d, 2, "auto")
-    pred = {}
     for blocks in ("1", "auto") * 2:
         post, wall = run(d, 30, blocks)
-        pred[blocks] = np.asarray(post.predict(X[:1000]))
         best[(n, blocks)] = min(best.get((n, blocks), 1e9), wall / 30)
         print(f"BART n={n} cuda blocks per chain={blocks}: 30 sweeps, {1000 * wall / 30:.1f} ms per sweep", flush=True)
-    print("  largest |prediction, grid - one block|:", float(np.abs(pred["auto"] - pred["1"]).max()), flush=True)
-if best[(100_000, "auto")] * 1000 < 25:
+if best[(100_000, "auto")] * 1000 < 18:
     post, wall = run(d, 1000, "auto")
     print(f"TARGET BART n=100000 cuda grid: 200 trees, 4 chains, 1000 sweeps, wall {wall:.1f} s (target < 30 s)", flush=True)
 PYEOF
-echo "bart grid rc=$?" >> "$OUT/bart_grid.txt"
+echo "bart grid rc=$? (tests rc=$GRID_RC)" >> "$OUT/bart_grid.txt"
 # 3. Nsight Compute on one sweep launch at 10^5 rows (the third launch: past the first launches' set-up), one and four
 # points per thread's turn: throughput against the device's peaks, where the warps stall, occupancy
 cat > "$OUT/ncu_run.py" <<'PYEOF'
@@ -150,7 +147,7 @@ BART(n_trees=200, n_chains=4, n_warmup=2, n_samples=2, n_gfr=0, compile="native"
     Data(X, y, task="regression", device="cuda"), seed=0)
 PYEOF
 for points in 4; do
-  TORCHTREE_BLOCK_POINTS=4 TORCHTREE_CHAIN_BLOCKS=$([ $points = grid ] && echo auto || echo 1) timeout 20 "$NCU" \
+  TORCHTREE_BLOCK_POINTS=$points timeout 20 "$NCU" \
     --clock-control none --kernel-name regex:"sweep_kernel|grid_kernel" --launch-skip 2 \
     --launch-count 1 --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
     "$PY" "$OUT/ncu_run.py" > "$OUT/ncu_points$points.txt" 2>&1

@@ -51,6 +51,30 @@ def _state(prior, grid, data, T, C, dtype):
     return [feature, cut, value, leaf_of, resid]
 
 
+def _deep_start(state, Xb, n_cuts, g, depth=3):
+    """Every other tree (0, 2, ...) made a complete tree of ``depth`` levels (random rules, small leaf values, the
+    points routed and the residuals updated), the others left stumps: consecutive trees of different slot counts,
+    as after some sweeps (a shallow start never has them)."""
+    feature, cut, value, leaf_of, resid = state
+    T, C, _ = feature.shape
+    D, n = Xb.shape
+    for t in range(0, T, 2):
+        for c in range(C):
+            for k in range(2 ** depth - 1):
+                f = int(torch.randint(0, D, (1,), generator=g))
+                feature[t, c, k] = f
+                cut[t, c, k] = int(torch.randint(0, max(int(n_cuts[f]), 1), (1,), generator=g))
+            feature[t, c, 2 ** depth - 1: 2 ** (depth + 1) - 1] = -1
+            node = torch.zeros(n, dtype=torch.long)
+            for _ in range(depth):
+                f, k = feature[t, c][node].long(), cut[t, c][node].long()
+                node = torch.where(Xb[f, torch.arange(n)].long() <= k, 2 * node + 1, 2 * node + 2)
+            leaf_of[t, c] = node.to(torch.int16)
+            leaves = slice(2 ** depth - 1, 2 ** (depth + 1) - 1)
+            value[t, c, leaves] = (0.1 * torch.randn(2 ** depth, generator=g, dtype=torch.float64)).to(value.dtype)
+            resid[c] -= value[t, c][node]
+
+
 KEYED_BASE = 0x5DEECE66D  # the leaves' stream seed of the keyed runs
 
 
@@ -78,11 +102,14 @@ def _cuda(prior, state, Xb, n_cuts, sigma2, U, Z, keyed, groups, threads, use_li
     return counts.cpu()
 
 
-def _compare(sweeps, threads, dtype=torch.float64, T=12, C=3, use_likelihood=True, run=_blocks, keyed=False, **setup):
+def _compare(sweeps, threads, dtype=torch.float64, T=12, C=3, use_likelihood=True, run=_blocks, keyed=False,
+             deep_start=False, **setup):
     prior, grid, data, groups = _setup(**setup)
     Xb, n_cuts = grid.bins(data.X).contiguous(), grid.n_cuts
     g = torch.Generator().manual_seed(3)
     ref = _state(prior, grid, data, T, C, dtype)
+    if deep_start:
+        _deep_start(ref, Xb, n_cuts, g)
     K = prior.n_slots
     sigma2 = torch.full((C,), 0.2, dtype=torch.float64)
     tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4)
@@ -113,6 +140,13 @@ def test_block_sweeps_make_the_cpu_sweeps_moves(threads, points, monkeypatch):
     ref, grown, counts = _compare(sweeps=6, threads=threads)
     assert grown > 12  # the trees grew past stumps: every move type had work to do
     assert int(counts[1].sum()) > 0
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_block_sweeps_from_trees_of_different_depths(threads):
+    """Consecutive trees of different slot counts (depth 3 and stumps): each tree's cells cleared and summed over
+    its own slots."""
+    _compare(sweeps=4, threads=threads, deep_start=True, n=600)
 
 
 def test_float32_and_a_shallow_prior():
@@ -150,21 +184,39 @@ def test_few_trees(T, points, monkeypatch):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("adds", ["atomic", "warp", "warp, 4 points", "warp, 4 points, grid"])
+@pytest.mark.parametrize("adds", ["atomic", "warp", "warp, 4 points"])
 @pytest.mark.parametrize("case", ["float64", "float32", "coded", "prior", "two trees", "many points", "keyed"])
 def test_cuda_kernel_makes_the_cpu_sweeps_moves(case, adds, monkeypatch):
     """The kernel itself (``bart_cuda.cu``, ``compile="native"`` on CUDA) against the CPU sweep, as above, with
     either way of adding the cell sums (``TORCHTREE_CUDA_CELL_ADDS``: one atomic per point, or a warp's
-    points per cell first), four points per thread's turn (``TORCHTREE_BLOCK_POINTS``), and a chain's points over
-    three blocks (``TORCHTREE_CHAIN_BLOCKS``, a cooperative launch: bart_grid_block.h)."""
+    points per cell first), and four points per thread's turn (``TORCHTREE_BLOCK_POINTS``)."""
     monkeypatch.setenv("TORCHTREE_CUDA_CELL_ADDS", adds.split(",")[0])
     monkeypatch.setenv("TORCHTREE_BLOCK_POINTS", "4" if "4 points" in adds else "1")
-    monkeypatch.setenv("TORCHTREE_CHAIN_BLOCKS", "3" if "grid" in adds else "1")
+    monkeypatch.setenv("TORCHTREE_CHAIN_BLOCKS", "1")
     kw = {"float64": {}, "float32": dict(dtype=torch.float32, max_depth=3), "coded": dict(coded=True),
           "prior": dict(use_likelihood=False), "two trees": dict(T=2, C=5), "many points": dict(n=20_000, T=6),
           "keyed": dict(keyed=True)}[case]
     assert native.cuda_available(), "the CUDA kernels did not build"
     _compare(sweeps=4, threads=0, run=_cuda, **kw)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("case, blocks", [("float64", 3), ("float32", 3), ("deep start", 3), ("one tree", 3),
+                                          ("blocks without points", 8), ("many points", 16), ("keyed", 4)])
+def test_cuda_grid_kernel_makes_the_cpu_sweeps_moves(case, blocks, monkeypatch):
+    """The grid kernel itself (a chain's points over ``blocks`` blocks, a cooperative launch:
+    bart_grid_block.h) against the CPU sweep; the profiler shows that it, not the one-block kernel, ran."""
+    monkeypatch.setenv("TORCHTREE_CUDA_CELL_ADDS", "warp")
+    monkeypatch.setenv("TORCHTREE_BLOCK_POINTS", "4")
+    monkeypatch.setenv("TORCHTREE_CHAIN_BLOCKS", str(blocks))
+    kw = {"float64": {}, "float32": dict(dtype=torch.float32, max_depth=3), "deep start": dict(deep_start=True, n=600),
+          "one tree": dict(T=1, C=2), "blocks without points": dict(n=6, T=4, C=2),
+          "many points": dict(n=20_000, T=6), "keyed": dict(keyed=True)}[case]
+    assert native.cuda_available(), "the CUDA kernels did not build"
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        _compare(sweeps=4, threads=0, run=_cuda, **kw)
+    assert any("grid_kernel" in e.key for e in prof.key_averages()), "the grid kernel did not run"
 
 
 # ----------------------------------------------------------------------------- grow-from-root
@@ -271,14 +323,17 @@ def test_grid_sweeps_make_the_cpu_sweeps_moves(threads, blocks, points, monkeypa
 
 
 @pytest.mark.parametrize("case", ["one tree", "two trees", "three trees", "coded", "keyed", "prior", "float32",
-                                  "more blocks than points"])
+                                  "more blocks than points", "deep start", "deep start, 4 blocks"])
 def test_grid_sweep_cases(case, monkeypatch):
     """The grid sweep's first and last trees, coded tables, keyed normals, the prior, float32, and blocks left
     without points (every block still meets every barrier)."""
     monkeypatch.setenv("TORCHTREE_CHAIN_BLOCKS", "3")
     kw = {"one tree": dict(T=1, C=2), "two trees": dict(T=2, C=2), "three trees": dict(T=3, C=2),
           "coded": dict(coded=True), "keyed": dict(keyed=True), "prior": dict(use_likelihood=False),
-          "float32": dict(dtype=torch.float32, max_depth=3), "more blocks than points": dict(n=6, T=4, C=2)}[case]
+          "float32": dict(dtype=torch.float32, max_depth=3), "more blocks than points": dict(n=6, T=4, C=2),
+          "deep start": dict(deep_start=True, n=600), "deep start, 4 blocks": dict(deep_start=True, n=600, T=8)}[case]
     if case == "more blocks than points":
         monkeypatch.setenv("TORCHTREE_CHAIN_BLOCKS", "8")
+    elif case == "deep start, 4 blocks":
+        monkeypatch.setenv("TORCHTREE_CHAIN_BLOCKS", "4")
     _compare(sweeps=4, threads=2, **kw)

@@ -184,17 +184,23 @@ int64_t grid_blocks(const SweepArgs<scalar_t>& a, int64_t bytes) {
   return lesser<int64_t>(G, fit);
 }
 
+// false where the cooperative launch was refused (nothing ran: the caller runs one block per chain instead)
 template <class scalar_t, bool kWarp, int kPoints>
-void launch_grid(const SweepArgs<scalar_t>& a, const BlockNormals& normals, at::Tensor value, int64_t G) {
+bool launch_grid(const SweepArgs<scalar_t>& a, const BlockNormals& normals, at::Tensor value, int64_t G) {
   GridScratch s = grid_scratch(value, a.C, a.K);
   GridArgs<scalar_t> ga = grid_args<scalar_t>(s, G);
   SweepArgs<scalar_t> aa = a;
   BlockNormals nn = normals;
   unsigned* bar = reinterpret_cast<unsigned*>(s.bar.data_ptr<int32_t>());
   void* args[] = {&aa, &ga, &nn, &bar};
-  C10_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(grid_kernel<scalar_t, kWarp, kPoints>),
-                                             dim3(static_cast<unsigned>(a.C * G)), dim3(block_threads(a.N)), args,
-                                             grid_block_bytes<scalar_t>(a.K), c10::cuda::getCurrentCUDAStream()));
+  const cudaError_t err = cudaLaunchCooperativeKernel(
+      reinterpret_cast<void*>(grid_kernel<scalar_t, kWarp, kPoints>), dim3(static_cast<unsigned>(a.C * G)),
+      dim3(block_threads(a.N)), args, grid_block_bytes<scalar_t>(a.K), c10::cuda::getCurrentCUDAStream());
+  if (err == cudaSuccess) return true;
+  (void)cudaGetLastError();  // clear it: the one-block kernel runs instead
+  TORCH_WARN_ONCE("bart_sweep (CUDA): the launch of ", G, " blocks per chain was refused (", cudaGetErrorString(err),
+                  "); one block per chain instead");
+  return false;
 }
 
 // the grid sweep for the default cell adds and points per turn only (each variant is a kernel to build)
@@ -202,7 +208,7 @@ template <class scalar_t, bool kWarp, int kPoints>
 void launch_chosen(const SweepArgs<scalar_t>& a, const BlockNormals& normals, int64_t bytes, at::Tensor value) {
   if constexpr (kWarp && kPoints == 4) {
     const int64_t G = grid_blocks<scalar_t, kWarp, kPoints>(a, grid_block_bytes<scalar_t>(a.K));
-    if (G > 1) return launch_grid<scalar_t, kWarp, kPoints>(a, normals, value, G);
+    if (G > 1 && launch_grid<scalar_t, kWarp, kPoints>(a, normals, value, G)) return;
   }
   launch<scalar_t, kWarp, kPoints>(a, normals, bytes);
 }
