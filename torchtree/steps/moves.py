@@ -58,7 +58,6 @@ words of bitsets per move (the nodes ``j`` and the rewritten subtrees).
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -272,18 +271,15 @@ def draw_moves(u_kind: torch.Tensor, move_probs: Sequence[float]) -> torch.Tenso
     return torch.searchsorted(_cumulative(move_probs, u_kind.device), u_kind.double().contiguous(), right=True).clamp(max=3)
 
 
-_CUMULATIVE: dict = {}
+_CUMULATIVE: dict = {}  # (probabilities, device) -> normalised cumulative sums, made once (a host copy syncs a GPU)
 
 
 def _cumulative(move_probs: Sequence[float], device) -> torch.Tensor:
-    """The normalised cumulative move probabilities as a float64 tensor on ``device``, made once per (probabilities,
-    device): a tensor made from host numbers is a copy to the device, which synchronises on a GPU."""
     key = (tuple(move_probs), device)
-    cp = _CUMULATIVE.get(key)
-    if cp is None:
-        c = list(itertools.accumulate(float(p) for p in move_probs))
-        cp = _CUMULATIVE[key] = torch.tensor([v / c[-1] for v in c], dtype=torch.float64, device=device)
-    return cp
+    if key not in _CUMULATIVE:
+        c = [sum(float(p) for p in move_probs[:i + 1]) for i in range(len(move_probs))]
+        _CUMULATIVE[key] = torch.tensor([v / c[-1] for v in c], dtype=torch.float64, device=device)
+    return _CUMULATIVE[key]
 
 
 def check_move_probs(move_probs: Sequence[float]) -> tuple:
