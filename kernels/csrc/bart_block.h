@@ -81,6 +81,60 @@ TT_HD inline BlockArrays<scalar_t> carve(unsigned char* buf, int64_t K) {
   return s;
 }
 
+// Chain c's trees as a block decides them (the one-block sweep's block, the grid sweep's leader): thread 0's
+// feature tables, the block's scans of a tree's deepest slot, thread 0's proposal of a tree and its decision.
+template <class Blk, class scalar_t, class Normals>
+struct ChainDecisions {
+  Blk& b;
+  const SweepArgs<scalar_t>& a;
+  const Normals& normal;
+  const BlockArrays<scalar_t>& sh;
+  int64_t c;
+  FeatureTables tables{};
+
+  TT_HD int64_t at(int64_t t) const { return t * a.C + c; }  // tree t of chain c in [T, C, ...]
+  // the block: tree t's deepest used slot, into h.deep[t % 2]
+  TT_HD void scan(int64_t t) {
+    const int16_t* f = a.feature + at(t) * a.K;
+    for (int64_t k = b.tid(); k < a.K; k += b.size())
+      if (f[k] != ABSENT) b.max(&sh.h->deep[t % 2], static_cast<int>(k));
+  }
+  // the block: thread 0's tables and tallies, then trees 0 and 1 scanned (T >= 1)
+  TT_HD void start() {
+    if (b.tid() == 0) {
+      tables = feature_tables(a.D, a.n_cuts, a.groups, a.scratch + c * feature_tables_size(a.D));
+      sh.h->deep[0] = sh.h->deep[1] = 0;
+      for (int i = 0; i < 6; ++i) sh.h->tally[i] = 0;
+    }
+    b.sync();
+    scan(0);
+    if (a.T > 1) scan(1);
+    b.sync();
+  }
+  // thread 0: tree t's proposal on its slots Ku (two levels below its deepest node), counted
+  TT_HD const Proposal& propose_tree(int64_t t) {
+    BlockHeader& h = *sh.h;
+    Proposal& p = h.prop[t % 2];
+    const int64_t K = a.K, ku = lesser<int64_t>(K, (int64_t(1) << (heap_depth(h.deep[t % 2]) + 2)) - 1);
+    propose(p, a.feature + at(t) * K, a.cut + at(t) * K, K, ku, tables, a.U + at(t) * 5, a.pg, a.pp, a.max_depth);
+    h.ku[t % 2] = ku;
+    h.tally[p.move] += 1;
+    return p;
+  }
+  // thread 0: the decision on tree t from the cell sums in sh, counted; whether it was accepted
+  TT_HD bool decide_tree(int64_t t) {
+    BlockHeader& h = *sh.h;
+    const Proposal& p = h.prop[t % 2];
+    const int64_t tc = at(t), K = a.K;
+    auto z = [&](int64_t k) { return normal(tc, k); };
+    const bool acc = decide(p, a.feature + tc * K, a.cut + tc * K, a.value + tc * K, sh.s_cell, sh.n_cell, a.use_lik, K,
+                            h.ku[t % 2], a.sigma2[c], a.tau2, a.pg, a.pp, a.U + tc * 5, a.ps_lut, a.log1m_ps, z,
+                            sh.to, sh.old_value, sh.s_leaf, sh.n_leaf);
+    h.tally[3 + p.move] += acc ? 1 : 0;
+    return acc;
+  }
+};
+
 // The fused pass over points [lo, hi) of a block: the decided tree's second pass (each point's new leaf where the
 // tree changed shape, moved; its residual with the tree's new value in place of its old, old_value, to) and the
 // next tree's first (its (leaf, side) cell sums, added into sh's cells). kPoints points per thread's turn, every
@@ -133,33 +187,15 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& norm
   const BlockArrays<scalar_t> sh = carve<scalar_t>(buf, K);
   BlockHeader& h = *sh.h;
   scalar_t* res = a.resid + c * N;
-  FeatureTables tables{};  // thread 0's, built in its slice of the scratch
-  auto at = [&](int64_t t) { return t * C + c; };  // tree t of chain c in [T, C, ...]
-  auto scan = [&](int64_t t) {                       // tree t's deepest used slot, into h.deep[t % 2]
-    const int16_t* f = a.feature + at(t) * K;
-    for (int64_t k = tid; k < K; k += B)
-      if (f[k] != ABSENT) b.max(&h.deep[t % 2], static_cast<int>(k));
-  };
+  ChainDecisions<Blk, scalar_t, Normals> d{b, a, normal, sh, c};
+  auto at = [&](int64_t t) { return d.at(t); };
   // thread 0: tree t's proposal, and its cells' sums cleared for pass 1
   auto propose_tree = [&](int64_t t) {
-    Proposal& p = h.prop[t % 2];
-    const int64_t ku = lesser<int64_t>(K, (int64_t(1) << (heap_depth(h.deep[t % 2]) + 2)) - 1);
-    propose(p, a.feature + at(t) * K, a.cut + at(t) * K, K, ku, tables, a.U + at(t) * 5, a.pg, a.pp, a.max_depth);
-    h.ku[t % 2] = ku;
+    const int64_t ku = (d.propose_tree(t), h.ku[t % 2]);
     for (int64_t cell = 0; cell < 2 * ku; ++cell) sh.s_cell[cell] = scalar_t(0), sh.n_cell[cell] = 0;
-    h.tally[p.move] += 1;
   };
-  // thread 0: the decision on tree t (its cells summed)
-  auto decide_tree = [&](int64_t t) {
-    const Proposal& p = h.prop[t % 2];
-    const int64_t tc = at(t);
-    auto z = [&](int64_t k) { return normal(tc, k); };
-    const bool acc = decide(p, a.feature + tc * K, a.cut + tc * K, a.value + tc * K, sh.s_cell, sh.n_cell, a.use_lik, K,
-                            h.ku[t % 2], a.sigma2[c], a.tau2, a.pg, a.pp, a.U + tc * 5, a.ps_lut, a.log1m_ps, z,
-                            sh.to, sh.old_value, sh.s_leaf, sh.n_leaf);
-    h.moved = acc;
-    h.tally[3 + p.move] += acc ? 1 : 0;
-  };
+  auto decide_tree = [&](int64_t t) { h.moved = d.decide_tree(t); };
+  auto scan = [&](int64_t t) { d.scan(t); };
   // what a pass over the points reads of tree t: its leaves' map, values, and the proposed rule's column and cut
   struct View {
     int16_t* L;
@@ -189,15 +225,7 @@ TT_HD void sweep_chain(Blk& b, const SweepArgs<scalar_t>& a, const Normals& norm
   };
 
   if (T == 0) return;
-  if (tid == 0) {
-    tables = feature_tables(a.D, a.n_cuts, a.groups, a.scratch + c * feature_tables_size(a.D));
-    h.deep[0] = h.deep[1] = 0;
-    for (int i = 0; i < 6; ++i) h.tally[i] = 0;
-  }
-  b.sync();
-  scan(0);
-  if (T > 1) scan(1);
-  b.sync();
+  d.start();
   if (tid == 0) propose_tree(0);
   b.sync();
   {

@@ -46,32 +46,14 @@ TT_HD void sweep_chain_grid(Blk& b, const SweepArgs<scalar_t>& a, const GridArgs
   int32_t* gto = ga.to + c * 2 * K;
   scalar_t* gold = ga.old_v + c * K;
   int64_t* bc = ga.bcast + c * 4;
-  FeatureTables tables{};  // the leader's thread 0's
-  auto at = [&](int64_t t) { return t * C + c; };
-  auto scan = [&](int64_t t) {  // the leader block: tree t's deepest used slot, into h.deep[t % 2]
-    const int16_t* f = a.feature + at(t) * K;
-    for (int64_t k = tid; k < K; k += B)
-      if (f[k] != ABSENT) b.max(&h.deep[t % 2], static_cast<int>(k));
-  };
+  ChainDecisions<Blk, scalar_t, Normals> d{b, a, normal, sh, c};  // the leader's
+  auto at = [&](int64_t t) { return d.at(t); };
   // the leader's thread 0: tree t's proposal, published (rule column, cut, slots) for every block
   auto propose_tree = [&](int64_t t) {
-    Proposal& p = h.prop[t % 2];
-    const int64_t ku = lesser<int64_t>(K, (int64_t(1) << (heap_depth(h.deep[t % 2]) + 2)) - 1);
-    propose(p, a.feature + at(t) * K, a.cut + at(t) * K, K, ku, tables, a.U + at(t) * 5, a.pg, a.pp, a.max_depth);
-    h.ku[t % 2] = ku;
-    h.tally[p.move] += 1;
-    bc[1] = p.f_new, bc[2] = p.k_new, bc[3] = ku;
+    const Proposal& p = d.propose_tree(t);
+    bc[1] = p.f_new, bc[2] = p.k_new, bc[3] = h.ku[t % 2];
   };
-  auto decide_tree = [&](int64_t t) {
-    const Proposal& p = h.prop[t % 2];
-    const int64_t tc = at(t);
-    auto z = [&](int64_t k) { return normal(tc, k); };
-    const bool acc = decide(p, a.feature + tc * K, a.cut + tc * K, a.value + tc * K, sh.s_cell, sh.n_cell, a.use_lik, K,
-                            h.ku[t % 2], a.sigma2[c], a.tau2, a.pg, a.pp, a.U + tc * 5, a.ps_lut, a.log1m_ps, z,
-                            sh.to, sh.old_value, sh.s_leaf, sh.n_leaf);
-    h.tally[3 + p.move] += acc ? 1 : 0;
-    bc[0] = acc ? 1 : 0;
-  };
+  auto decide_tree = [&](int64_t t) { bc[0] = d.decide_tree(t) ? 1 : 0; };
   // every block, after a chain_sync: the next tree's rule and slots, its values, its cells cleared in shared memory
   struct Rule {
     int64_t f, k, ku;
@@ -97,15 +79,7 @@ TT_HD void sweep_chain_grid(Blk& b, const SweepArgs<scalar_t>& a, const GridArgs
 
   if (T == 0) return;
   if (lead) {
-    if (tid == 0) {
-      tables = feature_tables(a.D, a.n_cuts, a.groups, a.scratch + c * feature_tables_size(a.D));
-      h.deep[0] = h.deep[1] = 0;
-      for (int i = 0; i < 6; ++i) h.tally[i] = 0;
-    }
-    b.sync();
-    scan(0);
-    if (T > 1) scan(1);
-    b.sync();
+    d.start();
     if (tid == 0) propose_tree(0);
   }
   b.chain_sync();
@@ -156,7 +130,7 @@ TT_HD void sweep_chain_grid(Blk& b, const SweepArgs<scalar_t>& a, const GridArgs
                           v_nxt, res, sh);
       b.sync();
       flush(1 - par, nxt.ku);
-      if (lead && t + 2 < T) scan(t + 2);
+      if (lead && t + 2 < T) d.scan(t + 2);
       b.chain_sync();
       cur = nxt;
     } else {
