@@ -284,19 +284,25 @@ def test_poisson_lambda_reaches_the_prior(method, opts):
 
 
 # -------------------------------------------------------- 9. set_params typos
-def test_set_params_defers_checks_to_fit_as_scikit_learn_does():
-    """scikit-learn's convention: set_params stores, fit validates (a typo then fails at fit, naming the
-    valid options); an unknown method set with set_params raises at fit too."""
+def test_set_params_checks_names_now_and_values_at_fit():
+    """scikit-learn's convention: set_params refuses a name the estimator does not have (here: no method
+    takes it), fit validates values; an option of another method than ``method`` fails at fit, naming
+    the valid options; an unknown method set with set_params raises at fit."""
     X, y = _blobs()
     clf = BayesianTreeClassifier(n_particles=20)
-    clf.set_params(n_partciles=5)
-    assert clf.get_params()["n_particles"] == 20 and clf.get_params()["n_partciles"] == 5
-    with pytest.raises(ValueError, match=r"'n_partciles'.*n_particles"):
+    with pytest.raises(ValueError, match=r"'n_partciles' \(did you mean 'n_particles'\?\)"):
+        clf.set_params(n_partciles=5)
+    assert clf.get_params()["n_particles"] == 20 and "n_partciles" not in clf.get_params()
+    clf.set_params(n_chains=3)  # an MCMC option: stored, refused at fit while method is "smc"
+    with pytest.raises(ValueError, match=r"'n_chains'.*n_particles"):
         clf.fit(X, y)
     clf = BayesianTreeClassifier(n_particles=20).set_params(method="mcmc", n_chains=3)
     assert clf.get_params()["n_chains"] == 3 and clf.method == "mcmc"
     with pytest.raises(ValueError, match="unknown method -1"):
         BayesianTreeClassifier().set_params(method=-1).fit(X, y)
+    # a constructor's typo is stored, as scikit-learn's constructors do, and refused at fit
+    with pytest.raises(ValueError, match=r"'n_partciles'.*n_particles"):
+        BayesianTreeClassifier(n_partciles=5).fit(X, y)
 
 
 # -------------------------------------------------------- 10. damaged gzip files

@@ -231,3 +231,47 @@ def test_predict_interval_takes_what_random_state_takes():
         assert est.predict_interval(X[:4], seed=seed).shape == (4, 2)
     with pytest.raises(ValueError, match="^seed must be None, an int"):
         est.predict_interval(X[:4], seed="x")
+
+
+def test_changing_method_removes_the_options_the_new_method_does_not_take():
+    """``set_params(method=...)`` on an estimator with another method's options: those the new method does not
+    take are removed with a warning naming them (they could not be unset otherwise, so the fit always failed);
+    options both take stay, and options given beside the new method are kept for fit to refuse."""
+    X, _, yr = _data(120)
+    est = BayesianTreeRegressor(method="mcmc", n_chains=2, n_samples=10, n_warmup=5, cut_proposal="data")
+    with pytest.warns(UserWarning, match=r"method 'bart' does not take cut_proposal \(set for method 'mcmc'\): removed"):
+        est.set_params(method="bart")
+    assert est.get_params()["n_chains"] == 2 and "cut_proposal" not in est.get_params()
+    est.set_params(n_trees=5).fit(X, yr)  # fits: nothing of the other method is left
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same method again: nothing removed, no warning
+        BayesianTreeRegressor(method="smc", n_particles=20).set_params(method="smc")
+    kept = BayesianTreeRegressor(method="smc").set_params(method="bart", n_particles=20)
+    with pytest.raises(ValueError, match=r"'n_particles'"):
+        kept.fit(X, yr)
+
+
+def test_set_params_refuses_unknown_and_nested_names_at_once():
+    """As scikit-learn's ``set_params``: a name the estimator does not have raises a ValueError when set, with the
+    closest valid name; a nested ``a__b`` name says its owner has no parameters."""
+    est = BayesianTreeClassifier()
+    with pytest.raises(ValueError, match=r"'n_tress' \(did you mean 'n_trees'\?\)"):
+        est.set_params(n_tress=5)
+    with pytest.raises(ValueError, match=r"'monitor__every' \(nested names: 'monitor' has no parameters"):
+        est.set_params(monitor__every=5)
+    assert "n_tress" not in est.get_params()
+
+
+def test_a_frame_given_to_an_estimator_fitted_without_names_warns():
+    """As scikit-learn: fitted on an array, predicting on a frame with text column names warns that the columns are
+    taken by position (and gives the same predictions); a frame without text names does not warn."""
+    pd = pytest.importorskip("pandas")
+    X, y, _ = _data(120)
+    est = BayesianTreeClassifier(n_particles=20).fit(X, y)
+    frame = pd.DataFrame(X, columns=list("abcd"))
+    with pytest.warns(UserWarning, match="X has feature names, but BayesianTreeClassifier was fitted without"):
+        got = est.predict(frame)
+    np.testing.assert_array_equal(got, est.predict(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est.predict(pd.DataFrame(X))  # integer column names: not feature names

@@ -8,6 +8,7 @@ evidence search of ``hyper="evidence"``, building the sampler of ``method=`` fro
 """
 from __future__ import annotations
 
+import difflib
 import inspect
 import os
 from typing import Any, Dict, Optional
@@ -18,7 +19,8 @@ from torchtree.core.random import seed_to_int
 from torchtree.io.checkpoint import Checkpointer
 from torchtree.core.threads import check_threads, resolve_threads, using_threads
 from torchtree._sklearn import DataConversionWarning, NotFittedError, seed_from_random_state, shape_of, sklearn_flavoured
-from torchtree.methods import HYPER_MODES, LIKELIHOOD_SETTINGS, PRIOR_SETTINGS, accepted_settings, get_method, model_settings
+from torchtree.methods import (HYPER_MODES, LIKELIHOOD_SETTINGS, METHODS, PRIOR_SETTINGS, accepted_settings, all_settings,
+                               get_method, model_settings)
 from torchtree.model.data import Data, resolve_device
 from torchtree.model.inputs import frame_columns
 from torchtree.model.posterior import attach_feature_names
@@ -127,21 +129,57 @@ class BayesianTreeBase:
         ----------
         **params
             Estimator parameters (``method``, ``prior``, ``alpha``, ...) and options of
-            the sampler of ``method``. As in scikit-learn, values and names are checked at
-            ``fit``: a name that is neither (a typo such as ``n_partciles``) makes ``fit``
-            raise a ValueError listing the valid names.
+            the sampler of ``method``. Names are checked here, values at ``fit``: a name that
+            no method takes (a typo such as ``n_partciles``) or a nested ``a__b`` name raises a
+            ValueError now; an option of another method than ``method`` raises at ``fit``.
+            When ``method`` changes, the options set before that the new method does not take
+            are removed, with a warning naming them (``n_particles`` after ``method="bart"``).
 
         Returns
         -------
         self
+
+        Raises
+        ------
+        ValueError
+            A name that is neither an estimator parameter nor an option of any method.
         """
         own = set(self.get_params()) - set(self._sampler_options)
+        # the constructor's own names, its ``**`` one included: scikit-learn's checks set them all
+        known = own | all_settings() | set(inspect.signature(type(self)).parameters)
+        bad = [k for k in params if k not in known]
+        if bad:
+            def hint(k: str) -> str:
+                if "__" in k:
+                    return f"{k!r} (nested names: {k.partition('__')[0]!r} has no parameters of its own)"
+                close = difflib.get_close_matches(k, sorted(known), n=1)
+                return f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            raise ValueError(f"invalid parameter(s) {', '.join(hint(k) for k in bad)} for {type(self).__name__}: "
+                             "neither an estimator parameter nor an option of any method "
+                             f"({sorted(METHODS)})")
+        new_method = params.get("method")
+        if isinstance(new_method, str) and not (isinstance(self.method, str) and new_method == self.method):
+            self._drop_options_of_other_methods(new_method, keep=set(params))
         for k, v in params.items():
             if k in own:
                 setattr(self, k, v)
             else:
                 self._sampler_options[k] = v
         return self
+
+    def _drop_options_of_other_methods(self, method: Any, keep: set) -> None:
+        """Remove the sampler options set before that ``method`` does not take (warning), except those
+        in ``keep`` (given beside the new method: ``fit`` refuses those by name)."""
+        try:
+            accepted = accepted_settings(get_method(method))
+        except (ValueError, TypeError):  # an unknown method: fit names it
+            return
+        stale = sorted(k for k in self._sampler_options if k not in accepted and k not in keep)
+        if stale:
+            for k in stale:
+                del self._sampler_options[k]
+            warn(f"method {method!r} does not take {', '.join(stale)} (set for method {self.method!r}): removed",
+                 UserWarning)
 
     def __repr__(self) -> str:
         """The constructor call with the parameters changed from their defaults, as scikit-learn prints
@@ -402,6 +440,9 @@ class BayesianTreeBase:
         """``X`` with its columns in the training order when the estimator was fitted on
         named columns (a pandas DataFrame), as scikit-learn matches ``feature_names_in_``.
 
+        A frame given to an estimator fitted without names, or the reverse, is taken by position
+        with a UserWarning, as scikit-learn does.
+
         Raises
         ------
         ValueError
@@ -416,6 +457,9 @@ class BayesianTreeBase:
                 raise ValueError(f"X has {x_shape[1]} features, but {type(self).__name__} is expecting "
                                  f"{self.n_features_in_} features as input")
         if fitted is None:
+            if names is not None and all(isinstance(c, str) for c in names):
+                warn(f"X has feature names, but {type(self).__name__} was fitted without feature names; its "
+                     "columns are taken by position", UserWarning)
             return X
         fitted = list(fitted)
         if names is None or not all(isinstance(c, str) for c in names):

@@ -67,6 +67,18 @@ def accepted_settings(cls) -> frozenset:
     return frozenset(p for p in sig.parameters if p != "self")
 
 
+def all_settings() -> frozenset:
+    """The keyword settings some registered method takes (the union of :func:`accepted_settings`;
+    a method that cannot be imported adds none)."""
+    out = set()
+    for name in list(METHODS):
+        try:
+            out |= accepted_settings(get_method(name))
+        except ValueError:
+            continue
+    return frozenset(out)
+
+
 # estimator-level model settings, and the object the estimator builds from them
 PRIOR_SETTINGS = ("prior", "alpha_split", "beta_split", "poisson_lambda")
 LIKELIHOOD_SETTINGS = ("alpha", "mu0", "kappa0", "a0", "b0")
