@@ -46,13 +46,31 @@ from torchtree.kernels.soft_routing import (
     soft_routing,
 )
 from torchtree.core.validate import check_int
+from torchtree.core.work import add_work
 
 from torchtree.model.soft_data import as_soft_data
 from torchtree.model.soft_params import ParamLayout, SoftTreeHyper
 from torchtree.model.topology import Topology
 from torchtree.core.warn import warn
 
-__all__ = ["SoftTreeHyper", "ParamLayout", "SoftTrees"]
+__all__ = ["SoftTreeHyper", "ParamLayout", "SoftTrees", "evaluation_cost"]
+
+#: Cost model of one evaluation on one thread of the reference CPU (the project's 2-core AMD EPYC
+#: box, torch 2.13): ``a + b R N I`` seconds for ``R`` trees of ``I`` internal slots on ``N`` rows.
+#: The log density's terms are fitted to timed evaluations (N 300-20,000, D 4-16, depth 1-4, R 8-32,
+#: both tasks; within 0.4-1.4x of each). The gradient's are fitted to whole DCC runs, so that its
+#: per-call term holds a NUTS leapfrog step's own bookkeeping too: the model is within 0.87-1.09x of
+#: the CPU seconds of 8 default DCC fits (``benchmarks/bench_work_clock.py``).
+GRAD_CALL_S, GRAD_ELEMENT_S = 7.0e-4, 8.1e-9
+DENSITY_CALL_S, DENSITY_ELEMENT_S = 2.6e-4, 5.2e-9
+
+
+def evaluation_cost(n_trees: int, n_rows: int, n_internal: int, gradient: bool) -> float:
+    """Reference seconds of one evaluation of ``n_trees`` soft trees with ``n_internal`` internal
+    slots (padded) on ``n_rows`` rows: the potential and its gradient (``gradient``) or the log
+    density alone. What :mod:`torchtree.core.work`'s clock counts for each evaluation."""
+    a, b = (GRAD_CALL_S, GRAD_ELEMENT_S) if gradient else (DENSITY_CALL_S, DENSITY_ELEMENT_S)
+    return a + b * float(n_trees) * float(n_rows) * float(n_internal)
 
 
 class SoftTrees(nn.Module):
@@ -340,8 +358,15 @@ class SoftTrees(nn.Module):
         return gaussian_soft_loglik(phi, c["mu"], c["sigma2"], self.y)
 
     def log_density(self, theta: torch.Tensor, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Unnormalised log posterior of ``theta`` given its topology, [B]."""
+        """Unnormalised log posterior of ``theta`` given its topology, [B] (one evaluation on the
+        work clock, :mod:`torchtree.core.work`)."""
+        self._count(rows, gradient=False)
         return self.log_likelihood(theta, rows) + self.log_prior(theta, rows)
+
+    def _count(self, rows: Optional[torch.Tensor], gradient: bool) -> None:
+        """Advance the work clock by one evaluation of ``len(rows)`` trees (all ``B`` without rows)."""
+        n = self.batch_size if rows is None else int(rows.shape[0])
+        add_work(evaluation_cost(n, int(self.X.shape[0]), self.layout.n_internal, gradient))
 
     def potential(self, theta: torch.Tensor, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         """HMC potential ``U(theta) = -log_density(theta)``, [B]."""
@@ -413,10 +438,13 @@ class SoftTrees(nn.Module):
         ``potential_and_grad(theta, rows)`` for ``theta [R, P]`` (``[B, P]`` without
         rows); ``core`` is the same module-level function for every ``SoftTrees``, so a
         compiled caller is not recompiled per model. See
-        :func:`torchtree.steps.nuts.nuts_step` (``fused=``).
+        :func:`torchtree.steps.nuts.nuts_step` (``fused=``). Each call counts one evaluation
+        of the potential and gradient on the work clock (:mod:`torchtree.core.work`): the
+        caller evaluates what it gets once.
         """
         node_mask, _, h = self._rows(rows)
         nm, cmf = self._float_masks(rows, dtype or self.X.dtype)
+        self._count(rows, gradient=True)
         target = self.y_onehot if self.task == "classification" else self.y
         return potential_and_grad_core, (self.X, target, nm, cmf, node_mask, h), self._consts
 

@@ -21,6 +21,7 @@ import torch
 from torchtree.core.random import seed_to_int
 from torchtree.core.threads import resolve_threads, using_threads
 from torchtree.core.validate import check_backend
+from torchtree.core.work import work_seconds
 from torchtree.io.checkpoint import Checkpointer, fingerprint
 from torchtree.model.data import Data, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
@@ -129,8 +130,10 @@ def run_threads(config, n_rows: int, world_size: int = 1, device=None) -> Iterat
 
 
 #: What a config's ``clock`` setting may name: the clock its ``max_seconds`` budget reads.
-#: "cpu" (this process's CPU time) keeps a budget meaningful on a shared machine.
-CLOCKS: Dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+#: "cpu" (this process's CPU time) keeps a budget meaningful on a shared machine; "work"
+#: (:mod:`torchtree.core.work`: modelled reference seconds of the evaluations made) stops a seeded
+#: run at the same point on every machine.
+CLOCKS: Dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time, "work": work_seconds}
 
 
 @dataclass

@@ -27,7 +27,7 @@ LOCAL_POSTERIORS = ("weighted", "chains", "draws")
 #: the "bounded-fit" preset's budget (seconds of ``clock``)
 BOUNDED_FIT_SECONDS = 60.0
 LAIS_FORMS = ("spatial", "basic")
-CLOCK_NAMES = ("wall", "cpu")
+CLOCK_NAMES = ("wall", "cpu", "work")
 
 
 @dataclass(frozen=True)
@@ -96,16 +96,20 @@ class DCCConfig(SamplerConfig):
     n_warmup_warm: Optional[int] = option(None, help="warm-up iterations of a warm-started topology "
                                           "(default: max(30, n_warmup // 3))", low=0)
     max_seconds: Optional[float] = option(None, help="stop after this many seconds of the clock (None: no "
-                                          "limit), summed over resumed segments; the result then depends on the "
-                                          "machine's speed",
+                                          "limit), summed over resumed segments; read from the wall or CPU "
+                                          "clock, the result then depends on the machine's speed",
                                           low=0.0, low_open=True, result=False, presets=(
         Preset("bounded-fit", f"a fit without a budget runs all n_iterations, which takes many minutes: stop after "
                f"{BOUNDED_FIT_SECONDS:g} s", always, BOUNDED_FIT_SECONDS),))
-    clock: str = option("wall", help="what max_seconds measures: wall time, or this process's CPU time",
-                        choices=CLOCK_NAMES, result=False, presets=(
-        Preset("cpu-clock", "CPU seconds of this process mean the same on a busy machine", always, "cpu"),))
+    clock: str = option("wall", help="what max_seconds measures: wall time, this process's CPU time, or "
+                        "'work': the modelled seconds of the soft-tree evaluations made, on one thread of a "
+                        "reference CPU (torchtree.core.work), which stop a seeded run at the same point on every "
+                        "machine", choices=CLOCK_NAMES, result=False, presets=(
+        Preset("work-clock", "a budget of seconds read from a real clock makes the result depend on the "
+               "machine's speed and load; counted work gives the same draws for the same seed everywhere",
+               always, "work"),))
     # decides the result (a subset is another target); "auto"'s number of rows depends on the
-    # machine's speed like max_seconds, and a checkpoint keeps the number a run chose
+    # machine's speed like max_seconds (not with the work clock), and a checkpoint keeps the number a run chose
     max_rows: Union[str, int, None] = option(
         "auto", help="rows DCC fits: 'auto' (with max_seconds, a seeded uniform subset whose first warm-up a timed "
         f"pilot estimates at {BUDGET_SHARE:g} of the budget, if all rows would take longer; every row without "

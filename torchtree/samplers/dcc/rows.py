@@ -259,14 +259,15 @@ def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int
             floor_rows = min(n, MIN_AUTO_ROWS)
             n_warmup = auto_warmup(floor_rows, config.max_seconds, config.n_warmup, min_draws, leapfrog, a, b)
             if n_warmup is None:
+                varies = ("the work clock's cost model: the same on every machine" if config.clock == "work" else
+                          "the estimate is a timed cost model: it varies from run to run")
                 need = (min(MIN_AUTO_WARMUP, config.n_warmup) + min_draws) * leapfrog * (a + b * floor_rows)
                 raise ValueError(
                     f"DCC: max_seconds={config.max_seconds:g} ({config.clock} clock) cannot afford even "
                     f"{min(MIN_AUTO_WARMUP, config.n_warmup)} warm-up iterations of the first {len(batch)} topologies x "
                     f"{config.n_chains} chains on {floor_rows} rows (estimated {need:.3g} s, which must fit "
                     f"{BUDGET_SHARE:g} of the budget): raise max_seconds to {_round_up(1.5 * need / BUDGET_SHARE)} "
-                    "or more (the estimate is a timed cost model: it varies from run to run), or lower n_chains or "
-                    "max_tree_depth")
+                    f"or more ({varies}), or lower n_chains or max_tree_depth")
             m = floor_rows if floor_rows < n else None
             why = (f"{what}; even on {floor_rows} rows only {n_warmup} of n_warmup={config.n_warmup} warm-up "
                    "iterations fit, so the warm-up is shortened too; a larger max_seconds restores them")
