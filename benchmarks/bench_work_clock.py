@@ -4,9 +4,9 @@ A DCC fit with ``clock="work"`` (the estimators' default) stops when the modelle
 soft-tree evaluations reach ``max_seconds``. This script runs such fits on the project's tables, one
 thread, and prints for each the CPU seconds it took, the work seconds it counted and their ratio (1.0:
 the model is exact on this machine; a faster machine shows less than 1). It also counts the
-evaluations and refits the gradient's two constants, ``a + b R N I`` seconds per call, to this
+evaluations and refits the gradient's three constants, ``a + R N I (b + c D)`` seconds per call, to this
 machine's CPU seconds by least squares on relative error: the values in
-``torchtree.model.soft_trees`` (``GRAD_CALL_S``, ``GRAD_ELEMENT_S``) come from this fit on the
+``torchtree.model.soft_trees`` (``GRAD_CALL_S``, ``GRAD_ELEMENT_S``, ``GRAD_FEATURE_S``) come from this fit on the
 reference box.
 
     python benchmarks/bench_work_clock.py [--budget 20] [--tables iris pima_diabetes ...]
@@ -16,6 +16,7 @@ reference box.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import numpy as np
@@ -31,13 +32,14 @@ def run(name: str, budget: float, iterations: int):
     from torchtree.core.work import work_seconds
     from torchtree.datasets import load_table
 
-    calls = {True: [0, 0.0], False: [0, 0.0]}
+    calls = {True: [0, 0.0, 0.0], False: [0, 0.0, 0.0]}
     counted = st.SoftTrees._count
 
     def count(self, rows, gradient):  # the evaluations' sizes, beside the clock's own count
         n = self.batch_size if rows is None else int(rows.shape[0])
         calls[gradient][0] += 1
         calls[gradient][1] += float(n) * self.X.shape[0] * self.layout.n_internal
+        calls[gradient][2] += float(n) * self.X.shape[0] * self.layout.n_internal * self.X.shape[1]
         counted(self, rows, gradient)
 
     st.SoftTrees._count = count
@@ -64,11 +66,12 @@ def main() -> None:
     torch.set_num_threads(1)
     if a.smoke:
         a.tables, a.budget, a.iterations = ["iris"], 12.0, 2
-    from torchtree.model.soft_trees import DENSITY_CALL_S, DENSITY_ELEMENT_S, GRAD_CALL_S, GRAD_ELEMENT_S
+    from torchtree.model.soft_trees import (DENSITY_CALL_S, DENSITY_ELEMENT_S, DENSITY_FEATURE_S, GRAD_CALL_S,
+                                            GRAD_ELEMENT_S, GRAD_FEATURE_S)
 
-    print(f"# bench_work_clock: DCC estimator fits, clock='work', max_seconds={a.budget:g}, one thread; "
-          f"model: gradient {GRAD_CALL_S:.3g} + {GRAD_ELEMENT_S:.3g} R N I s, density {DENSITY_CALL_S:.3g} + "
-          f"{DENSITY_ELEMENT_S:.3g} R N I s")
+    print(f"# bench_work_clock: DCC estimator fits, clock='work', max_seconds={a.budget:g}, one thread; model: "
+          f"gradient {GRAD_CALL_S:.3g} + R N I ({GRAD_ELEMENT_S:.3g} + {GRAD_FEATURE_S:.3g} D) s, density "
+          f"{DENSITY_CALL_S:.3g} + R N I ({DENSITY_ELEMENT_S:.3g} + {DENSITY_FEATURE_S:.3g} D) s")
     print("\n| table | rows used | CPU s | work s | CPU / work | gradient calls |\n|---|---|---|---|---|---|")
     out = []
     for name in a.tables:
@@ -80,12 +83,15 @@ def main() -> None:
         print("\nrefit: needs three tables or more")
         return
     cpu = np.array([r["cpu"] for r in out])
+    # the density's per-feature term is half the gradient's (its forward half), so it joins that column
     dens = np.array([DENSITY_CALL_S * r["dens"][0] + DENSITY_ELEMENT_S * r["dens"][1] for r in out])
-    F = np.array([r["grad"] for r in out], dtype=float)
+    F = np.array([[r["grad"][0], r["grad"][1], r["grad"][2] + 0.5 * r["dens"][2]] for r in out], dtype=float)
     coef = np.linalg.lstsq(F / cpu[:, None], 1.0 - dens / cpu, rcond=None)[0]
     pred = F @ coef + dens
-    print(f"\nrefit: GRAD_CALL_S {coef[0]:.3g}, GRAD_ELEMENT_S {coef[1]:.3g}; refit model / CPU "
-          f"{(pred / cpu).min():.2f}-{(pred / cpu).max():.2f}")
+    print(f"\nrefit: GRAD_CALL_S {coef[0]:.3g}, GRAD_ELEMENT_S {coef[1]:.3g}, GRAD_FEATURE_S {coef[2]:.3g}; refit "
+          f"model / CPU {(pred / cpu).min():.2f}-{(pred / cpu).max():.2f}")
+    for r in out:
+        print("# raw:", json.dumps(r))
 
 
 if __name__ == "__main__":

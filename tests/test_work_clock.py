@@ -37,18 +37,19 @@ def test_each_evaluation_advances_the_clock_by_its_modelled_cost():
     assert (B, I) == (6, 7)
     w0 = work_seconds()
     m.potential_and_grad(m.theta.data)
-    assert work_seconds() - w0 == pytest.approx(evaluation_cost(B, N, I, True), rel=1e-12)
+    assert work_seconds() - w0 == pytest.approx(evaluation_cost(B, N, I, 4, True), rel=1e-12)
     rows = torch.tensor([0, 4])
     w0 = work_seconds()
     m.potential_and_grad(m.theta.data[rows], rows)
     m.fused_parts(rows)
-    assert work_seconds() - w0 == pytest.approx(2 * evaluation_cost(2, N, I, True), rel=1e-12)
+    assert work_seconds() - w0 == pytest.approx(2 * evaluation_cost(2, N, I, 4, True), rel=1e-12)
     w0 = work_seconds()
     m.log_density_chunked(m.theta.data[rows], rows)
-    assert work_seconds() - w0 == pytest.approx(evaluation_cost(2, N, I, False), rel=1e-12)
-    # the per-element term grows with trees x rows x internal slots
-    assert evaluation_cost(8, 1000, 7, True) - evaluation_cost(4, 1000, 7, True) == pytest.approx(
-        evaluation_cost(4, 1000, 7, True) - evaluation_cost(0, 1000, 7, True))
+    assert work_seconds() - w0 == pytest.approx(evaluation_cost(2, N, I, 4, False), rel=1e-12)
+    # linear in trees x rows x internal slots, and growing with the features
+    assert evaluation_cost(8, 1000, 7, 10, True) - evaluation_cost(4, 1000, 7, 10, True) == pytest.approx(
+        evaluation_cost(4, 1000, 7, 10, True) - evaluation_cost(0, 1000, 7, 10, True))
+    assert evaluation_cost(8, 1000, 7, 500, True) > evaluation_cost(8, 1000, 7, 10, True)
 
 
 def test_the_count_is_per_thread():

@@ -56,21 +56,24 @@ from torchtree.core.warn import warn
 __all__ = ["SoftTreeHyper", "ParamLayout", "SoftTrees", "evaluation_cost"]
 
 #: Cost model of one evaluation on one thread of the reference CPU (the project's 2-core AMD EPYC
-#: box, torch 2.13): ``a + b R N I`` seconds for ``R`` trees of ``I`` internal slots on ``N`` rows.
-#: The log density's terms are fitted to timed evaluations (N 300-20,000, D 4-16, depth 1-4, R 8-32,
-#: both tasks; within 0.4-1.4x of each). The gradient's are fitted to whole DCC runs, so that its
-#: per-call term holds a NUTS leapfrog step's own bookkeeping too: the model is within 0.87-1.09x of
-#: the CPU seconds of 8 default DCC fits (``benchmarks/bench_work_clock.py``).
-GRAD_CALL_S, GRAD_ELEMENT_S = 7.0e-4, 8.1e-9
-DENSITY_CALL_S, DENSITY_ELEMENT_S = 2.6e-4, 5.2e-9
+#: box, torch 2.13): ``a + R N I (b + c D)`` seconds for ``R`` trees of ``I`` internal slots on ``N``
+#: rows of ``D`` features (``c``: the routing's projection of every row on every split's weights).
+#: The gradient's terms are fitted to whole DCC runs, so that its per-call term holds a NUTS leapfrog
+#: step's own bookkeeping too (``benchmarks/bench_work_clock.py``, which prints how close the model
+#: comes to CPU seconds on each table); the log density is the forward half of the gradient, with its
+#: per-call term fitted to timed evaluations.
+GRAD_CALL_S, GRAD_ELEMENT_S, GRAD_FEATURE_S = 7.0e-4, 8.1e-9, 0.0
+DENSITY_CALL_S, DENSITY_ELEMENT_S, DENSITY_FEATURE_S = 2.6e-4, 5.2e-9, GRAD_FEATURE_S / 2
 
 
-def evaluation_cost(n_trees: int, n_rows: int, n_internal: int, gradient: bool) -> float:
+def evaluation_cost(n_trees: int, n_rows: int, n_internal: int, n_features: int, gradient: bool) -> float:
     """Reference seconds of one evaluation of ``n_trees`` soft trees with ``n_internal`` internal
-    slots (padded) on ``n_rows`` rows: the potential and its gradient (``gradient``) or the log
-    density alone. What :mod:`torchtree.core.work`'s clock counts for each evaluation."""
-    a, b = (GRAD_CALL_S, GRAD_ELEMENT_S) if gradient else (DENSITY_CALL_S, DENSITY_ELEMENT_S)
-    return a + b * float(n_trees) * float(n_rows) * float(n_internal)
+    slots (padded) on ``n_rows`` rows of ``n_features`` inputs: the potential and its gradient
+    (``gradient``) or the log density alone. What :mod:`torchtree.core.work`'s clock counts for
+    each evaluation."""
+    a, b, c = ((GRAD_CALL_S, GRAD_ELEMENT_S, GRAD_FEATURE_S) if gradient else
+               (DENSITY_CALL_S, DENSITY_ELEMENT_S, DENSITY_FEATURE_S))
+    return a + float(n_trees) * float(n_rows) * float(n_internal) * (b + c * float(n_features))
 
 
 class SoftTrees(nn.Module):
@@ -366,7 +369,7 @@ class SoftTrees(nn.Module):
     def _count(self, rows: Optional[torch.Tensor], gradient: bool) -> None:
         """Advance the work clock by one evaluation of ``len(rows)`` trees (all ``B`` without rows)."""
         n = self.batch_size if rows is None else int(rows.shape[0])
-        add_work(evaluation_cost(n, int(self.X.shape[0]), self.layout.n_internal, gradient))
+        add_work(evaluation_cost(n, int(self.X.shape[0]), self.layout.n_internal, int(self.X.shape[1]), gradient))
 
     def potential(self, theta: torch.Tensor, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         """HMC potential ``U(theta) = -log_density(theta)``, [B]."""
