@@ -150,7 +150,7 @@ def main(argv=None) -> None:
                     help="fits per split of each torchtree method (random_state = split + 1000 r, r < seeds): "
                          "the samplers' own Monte Carlo spread, averaged out and reported")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU time is reported)")
-    ap.add_argument("--dcc-seconds", type=float, default=60.0, help="DCC's CPU-second budget per fit")
+    ap.add_argument("--dcc-seconds", type=float, default=60.0, help="DCC's budget per fit (seconds of the work clock, the estimators' default)")
     ap.add_argument("--quick", action="store_true", help="2 splits, the small tables")
     ap.add_argument("--smoke", action="store_true", help="tiny run for the test suite")
     a = ap.parse_args(argv)

@@ -197,7 +197,7 @@ class SoftTreeFunction(_SoftTreeBase):
         tree = SoftTreeFunction(D, topology=2)
         def model(X, group, y=None):
             offset = pyro.sample("offset", dist.Normal(0., 1.).expand([G]).to_event(1))
-            mean = tree(X) + offset[group]
+            mean = tree(X) + offset[..., group]  # [..., N]: batch dimensions of vectorised runs kept
             with pyro.plate("data", len(X)):
                 pyro.sample("y", dist.Normal(mean, 0.1), obs=y)
     """

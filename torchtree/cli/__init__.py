@@ -252,6 +252,20 @@ def _method_class_name(method: str) -> str:
     return get_method(method).__name__
 
 
+def _close_flags(parser, flags: List[str]) -> str:
+    """`` (did you mean --threads?)`` for the first of ``flags`` with a close option of ``fit``, else ``""``."""
+    import argparse
+    import difflib
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["fit"]
+    known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    for f in flags:
+        close = difflib.get_close_matches(f, known, n=1, cutoff=0.6)
+        if close:
+            return f" (did you mean {close[0]}?)"
+    return ""
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the ``torchtree`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -272,8 +286,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             if unknown and command == "fit" and getattr(args, "command", None) == "fit":
                 flags = [u for u in unknown if u.startswith("-")] or unknown
                 m = method or "smc"
+                close = _close_flags(parser, [f.split("=", 1)[0] for f in flags])
                 raise ValueError(f"{' '.join(flags)}: not an option of torchtree fit --method {m} "
-                                 f"({_method_class_name(m)}); its options: torchtree fit --method {m} --help")
+                                 f"({_method_class_name(m)}){close}; its options: torchtree fit --method {m} --help")
             if unknown:
                 args = parser.parse_args(argv)  # argparse's own message and exit status
         if not getattr(args, "command", None):

@@ -192,6 +192,9 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
             raise ValueError(f"--method {args.method} ({cls.__name__}) cannot checkpoint; drop --checkpoint")
         if args.checkpoint_every < 1:
             raise ValueError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
+        if os.path.abspath(args.checkpoint) == os.path.abspath(args.out):
+            raise ValueError(f"--checkpoint {args.checkpoint} is the --out file: the posterior would replace the "
+                             "checkpoint, so the same command could not resume or rerun; give them two paths")
         ck_dir = os.path.dirname(os.path.abspath(args.checkpoint))
         if not os.path.isdir(ck_dir):
             raise FileNotFoundError(f"--checkpoint {args.checkpoint}: directory {ck_dir} does not exist")
@@ -439,6 +442,11 @@ def cmd_predict(args) -> int:
         try:
             y = parse_target(table.y, task, table.lines, table.path)
             if task == "classification":
+                unseen = ~np.isin(y.astype(str), classes.astype(str))
+                if unseen.any():
+                    labels = ", ".join(map(repr, sorted(set(y[unseen].astype(str).tolist()))[:5]))
+                    say(args, f"torchtree predict: {int(unseen.sum())} rows have labels not seen in training "
+                              f"({labels}); the accuracy counts them as errors")
                 msg = f"accuracy {float(np.mean(pred.astype(str) == y.astype(str))):.4f}"
             else:
                 msg = f"RMSE {float(np.sqrt(np.mean((mean - y) ** 2))):.4f}"

@@ -250,9 +250,12 @@ def estimator_options() -> List[Tuple[str, Dict[str, Any], str]]:
 
 
 def peek_option(argv: Sequence[str], option: str) -> Optional[str]:
+    """The value of ``option`` in ``argv`` before parsing: its last occurrence, the one argparse keeps
+    (``--method mcmc --method smc`` runs smc, so smc's options are the ones to check); None if absent."""
+    value = None
     for i, a in enumerate(argv):
         if a == option and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(option + "="):
-            return a.split("=", 1)[1]
-    return None
+            value = argv[i + 1]
+        elif a.startswith(option + "="):
+            value = a.split("=", 1)[1]
+    return value

@@ -49,6 +49,44 @@ def n_features_of(post) -> int:
     return int(n)
 
 
+def _soft_tree_text(post, i: int, names: Sequence[str], shown: int = 3) -> List[str]:
+    """Soft tree ``i`` (a topology of a DCC posterior) as indented text: each gate's heaviest ``shown``
+    posterior-mean weights and its threshold, on the inputs scaled to [0, 1] by the training ranges."""
+    g = post.gates(i, feature_names=names)
+    t, names, w, tau = g["topology"], g["names"], g["weights"], g["thresholds"]
+    classes = post.classes_
+    lines = ["soft oblique splits on the inputs scaled to [0, 1] by the training ranges: a point goes to 'yes' "
+             "with probability above 1/2 where the weighted sum of its scaled inputs is at most the threshold"]
+
+    def gate(n: int) -> str:
+        order = w[n].argsort(descending=True).tolist()
+        terms = [f"{float(w[n, f]):.2f} {names[f]}" for f in order[:shown] if float(w[n, f]) >= 0.005]
+        rest = float(w[n, order[shown:]].sum()) if len(order) > shown else 0.0
+        more = f" + {rest:.2f} ({len(order) - shown} more)" if rest >= 0.005 else ""
+        return " + ".join(terms) + more + f" <= {float(tau[n]):.3f}"
+
+    def leaf(n: int) -> str:
+        v = g["leaves"][n]
+        if post.task == "classification":
+            k = int(v.argmax())
+            lab = classes[k] if classes is not None else k
+            return f"leaf: {lab} (p={float(v[k]):.2f}) [" + ", ".join(f"{float(p):.2f}" for p in v) + "]"
+        return f"leaf: mean {float(v):.4g}"
+
+    def walk(node: int, prefix: str, label: str, last: bool) -> None:
+        branch = "" if not label else ("`-- " if last else "|-- ") + label + ": "
+        if node in t.internal:
+            lines.append(f"{prefix}{branch}{gate(node)}")
+            child_prefix = prefix + ("" if not label else ("    " if last else "|   "))
+            walk(2 * node + 1, child_prefix, "yes", False)
+            walk(2 * node + 2, child_prefix, "no", True)
+        else:
+            lines.append(f"{prefix}{branch}{leaf(node)}")
+
+    walk(0, "", "", True)
+    return lines
+
+
 def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:
     """The hard tree ``i`` as indented text."""
     from torchtree.model.encoding import rule_text
@@ -168,7 +206,7 @@ def cmd_summary(args) -> int:
     if hasattr(post, "trees") and hasattr(post.trees, "n_nodes"):
         print("\n".join(_tree_text(post, i, names)))
     else:
-        print(post.to_dot(i, feature_names=names))
+        print("\n".join(_soft_tree_text(post, i, names)))
     return 0
 
 

@@ -150,8 +150,8 @@ def _rows_of(path: str) -> Iterator[Tuple[int, List[str]]]:
             for fields in reader:
                 # reader.line_num counts physical lines read from fh (quoted newlines included).
                 n = line_no + reader.line_num
-                if not fields or all(not f.strip() for f in fields):
-                    continue
+                if not fields or (len(fields) == 1 and not fields[0].strip()):
+                    continue  # a blank line (as pandas skips it); ",,," is a row of empty cells
                 yield n, [f.strip() for f in fields]
         except csv.Error as exc:
             raise ValueError(f"{path}: line {line_no + reader.line_num}: {exc}") from None
@@ -534,6 +534,12 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
         table.feature_names = names
         return table
     D = len(header)
+    if names and D in (n_features, n_features + 1) and _all_numbers(header[:n_features]):
+        # a file without its header row: read by count, its first data row would be taken for the header and
+        # dropped, and every prediction after it would sit one row off its input
+        raise ValueError(f"{path}: line 1 holds only numbers in the feature columns ({','.join(header[:4])}"
+                         f"{',...' if D > 4 else ''}): the first line must be a header row naming the columns; add "
+                         f"one (the model takes {', '.join(map(repr, names))})")
     if D == n_features:
         return read_csv(path, has_target=False)
     if D == n_features + 1:

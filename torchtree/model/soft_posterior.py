@@ -28,7 +28,7 @@ from torchtree.core.budget import rows_per_chunk
 from torchtree.core.validate import check_int
 
 from torchtree.model.soft_data import SoftData
-from torchtree.model.topology import Topology, node_depth
+from torchtree.model.topology import Topology, leaf_slot, node_depth
 from torchtree.model.soft_trees import SoftTreeHyper, SoftTrees
 
 __all__ = ["SoftTreePosterior"]
@@ -399,12 +399,17 @@ class SoftTreePosterior(Posterior):
         usage = w.mean((0, 1)) if w.numel() else torch.zeros(model.layout.n_features)
         return usage[: self.n_features] + usage[self.n_features:] if self.data.signed else usage
 
-    def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
-        """Graphviz DOT text of topology ``i`` (default: the heaviest) with posterior-mean
-        thresholds (on the [0, 1]-scaled inputs) and each node's heaviest feature
-        (``1-name`` for a mirrored column of signed splits), written as hard trees' rules are:
-        ``feature <= threshold``, the left child "yes" (a soft gate sends a point left with
-        probability above 1/2 below its threshold)."""
+    def gates(self, i: Optional[int] = None, feature_names=None) -> Dict:
+        """Posterior-mean gates and leaves of topology ``i`` (default: the heaviest).
+
+        Returns
+        -------
+        dict with ``index`` (int), ``topology`` (Topology), ``names`` (the feature names, then
+        ``1-name`` for mirrored columns of signed splits), ``weights`` (Tensor [I_pad, D'], node ``n``'s
+        split weights on the [0, 1]-scaled inputs in row ``n``), ``thresholds`` (Tensor [I_pad]) and
+        ``leaves`` ({leaf node id: Tensor [C] class probabilities, or a 0-d mean}); node ``n`` sends a
+        point left (the rule ``w . x <= tau`` holds) with probability above 1/2.
+        """
         i = int(torch.argmax(self.weights)) if i is None else self._topology_index(i)
         kept = getattr(self, "feature_names", None)
         names = (list(feature_names) if feature_names is not None else
@@ -413,14 +418,26 @@ class SoftTreePosterior(Posterior):
             raise ValueError(f"feature_names has {len(names)} names; the data has {self.n_features} features")
         if self.data.signed:
             names = names + [f"1-{n}" for n in names]
-        t = self.topologies[i]
-        d = self.draws[i]
+        t, d = self.topologies[i], self.draws[i]
         model = self._model(i, max(d.shape[0], 1))
         theta = torch.zeros(max(d.shape[0], 1), model.n_params, dtype=model.X.dtype)
         if d.shape[0]:
             theta[:, model.compact_index(0)] = d.to(theta)
         c = model.constrain(theta)
-        w, tau = c["weights"].mean(0), c["thresholds"].mean(0)
+        with torch.no_grad():
+            values = (model.leaf_class_probs(theta) if self.task == "classification" else c["mu"]).mean(0)
+        leaves = {l: values[leaf_slot(l, model.depth)] for l in t.leaves}
+        return {"index": i, "topology": t, "names": names, "weights": c["weights"].mean(0),
+                "thresholds": c["thresholds"].mean(0), "leaves": leaves}
+
+    def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
+        """Graphviz DOT text of topology ``i`` (default: the heaviest) with posterior-mean
+        thresholds (on the [0, 1]-scaled inputs) and each node's heaviest feature
+        (``1-name`` for a mirrored column of signed splits), written as hard trees' rules are:
+        ``feature <= threshold``, the left child "yes" (a soft gate sends a point left with
+        probability above 1/2 below its threshold); :meth:`gates` has every weight."""
+        g = self.gates(i, feature_names)
+        t, names, w, tau = g["topology"], g["names"], g["weights"], g["thresholds"]
         lines = ["digraph soft_tree {", "  node [shape=box];"]
         for n in t.internal:
             f = int(w[n].argmax())

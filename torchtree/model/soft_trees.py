@@ -62,7 +62,7 @@ __all__ = ["SoftTreeHyper", "ParamLayout", "SoftTrees", "evaluation_cost"]
 #: step's own bookkeeping too (``benchmarks/bench_work_clock.py``, which prints how close the model
 #: comes to CPU seconds on each table); the log density is the forward half of the gradient, with its
 #: per-call term fitted to timed evaluations.
-GRAD_CALL_S, GRAD_ELEMENT_S, GRAD_FEATURE_S = 7.0e-4, 8.1e-9, 0.0
+GRAD_CALL_S, GRAD_ELEMENT_S, GRAD_FEATURE_S = 6.8e-4, 8.0e-9, 8.5e-11
 DENSITY_CALL_S, DENSITY_ELEMENT_S, DENSITY_FEATURE_S = 2.6e-4, 5.2e-9, GRAD_FEATURE_S / 2
 
 
