@@ -215,14 +215,17 @@ def test_smc_layer_optimal_and_regression_resume(tmp_path):
 def test_checkpoint_of_another_run_is_refused(tmp_path, kind):
     path = str(tmp_path / "run.ckpt")
     _run_stopped(kind, path, 3)
-    with pytest.raises(CheckpointError, match="different run"):
+    # the refusal names what differs: the seed, the data, the settings by name
+    with pytest.raises(CheckpointError, match=r"different run \(the seed differs:"):
         _sampler(kind, path).run(DATA, seed=rc.SEED + 1)
     other, _ = rc.data(seed=1)
-    with pytest.raises(CheckpointError, match="different run"):
+    with pytest.raises(CheckpointError, match=r"different run \(the training data differs:"):
         _sampler(kind, path).run(other, seed=rc.SEED)
     over = {"n_particles": 32} if kind == "smc" else {"n_samples": 50}
-    with pytest.raises(CheckpointError, match="different run"):
+    with pytest.raises(CheckpointError, match=rf"different run \(the setting {next(iter(over))} differs:"):
         _sampler(kind, path, **over).run(DATA, seed=rc.SEED)
+    with pytest.raises(CheckpointError, match=rf"\(the seed and the setting {next(iter(over))} differ:"):
+        _sampler(kind, path, **over).run(DATA, seed=rc.SEED + 1)
     # Options that do not change the result may differ (here: how often to save).
     _sampler(kind, path, every=5).run(DATA, seed=rc.SEED)
 

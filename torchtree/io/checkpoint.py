@@ -39,7 +39,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 
@@ -58,6 +58,8 @@ __all__ = [
     "Checkpointer",
     "CheckpointError",
     "fingerprint",
+    "fingerprint_parts",
+    "differing_parts",
     "content_checksum",
     "seal",
     "verify_checksum",
@@ -89,6 +91,33 @@ def fingerprint(*parts: Any) -> str:
     for p in parts:
         feed_hash(h, p)
     return h.hexdigest()[:16]
+
+
+def fingerprint_parts(settings: Dict[str, Any], seed_key: Any, data: Sequence[Any], world_size: int) -> Dict[str, Any]:
+    """Fingerprints of a run's parts, stored beside its whole :func:`fingerprint` so that a refused
+    checkpoint can say what differs: ``{"settings": {name: fingerprint}, "seed": ..., "data": ...,
+    "ranks": world_size}``."""
+    return {"settings": {str(k): fingerprint(v) for k, v in settings.items()}, "seed": fingerprint(seed_key),
+            "data": fingerprint(*data), "ranks": int(world_size)}
+
+
+def differing_parts(saved: Any, mine: Any) -> str:
+    """What differs between two :func:`fingerprint_parts`, with its verb (``"the seed differs"``, ``"the seed
+    and the setting n_warmup differ"``), or ``""`` when either is missing (a checkpoint of an earlier
+    version) or nothing differs."""
+    if not (isinstance(saved, dict) and isinstance(mine, dict)):
+        return ""
+    out = [f"the {label}" for key, label in (("data", "training data"), ("seed", "seed"), ("ranks", "number of ranks"))
+           if saved.get(key) != mine.get(key)]
+    a, b = saved.get("settings") or {}, mine.get("settings") or {}
+    changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if changed:
+        shown = ", ".join(changed[:6]) + (", ..." if len(changed) > 6 else "")
+        out.append(f"the setting{'s' if len(changed) > 1 else ''} {shown}")
+    if not out:
+        return ""
+    plural = len(out) > 1 or out[0].startswith("the settings ")
+    return " and ".join(out) + (" differ" if plural else " differs")
 
 
 def _fsync_dir(directory: str) -> None:
@@ -342,7 +371,8 @@ class Checkpointer:
     COST_RATIO = 19.0
 
     def __init__(self, path: Optional[str], every: int = 1, backend=None, fingerprint: Optional[str] = None,
-                 min_seconds: Optional[float] = None, writer: Optional[str] = None) -> None:
+                 min_seconds: Optional[float] = None, writer: Optional[str] = None,
+                 parts: Optional[Dict[str, Any]] = None) -> None:
         if path is not None and int(every) < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {every}")
         if path is not None and not os.fspath(path):
@@ -355,6 +385,7 @@ class Checkpointer:
         self.backend = backend
         self.fingerprint = fingerprint
         self.writer = writer
+        self.parts = parts
         if min_seconds is None:
             min_seconds = _min_seconds_from_env()
         elif not (isinstance(min_seconds, (int, float)) and min_seconds >= 0):
@@ -396,6 +427,8 @@ class Checkpointer:
             return
         t0 = time.perf_counter()
         state = {"fingerprint": self.fingerprint, "writer": self.writer, "sampler_state": state}
+        if self.parts is not None:
+            state["fingerprint_parts"] = self.parts
         if self.distributed:
             save_rank_checkpoint(state, self.path, step=int(step), backend=self.backend)
         else:
@@ -475,9 +508,11 @@ class Checkpointer:
             raise CheckpointError(f"{self.path}: this checkpoint was written by {theirs}, not by this run's "
                                   f"{self.writer}; delete it or choose another checkpoint path to start afresh")
         if self.fingerprint is not None and state.get("fingerprint") != self.fingerprint:
+            what = differing_parts(state.get("fingerprint_parts"), self.parts)
             raise CheckpointError(
-                f"{self.path}: this checkpoint belongs to a different run (its data, settings or seed differ: "
-                f"fingerprint {state.get('fingerprint')} != {self.fingerprint}); delete it or choose another "
+                f"{self.path}: this checkpoint belongs to a different run ("
+                + (what or "its data, settings or seed differ")
+                + f": fingerprint {state.get('fingerprint')} != {self.fingerprint}); delete it or choose another "
                 "checkpoint path to start afresh"
             )
         return state["sampler_state"]

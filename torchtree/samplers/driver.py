@@ -22,7 +22,7 @@ from torchtree.core.random import seed_to_int
 from torchtree.core.threads import resolve_threads, using_threads
 from torchtree.core.validate import check_backend
 from torchtree.core.work import work_seconds
-from torchtree.io.checkpoint import Checkpointer, fingerprint
+from torchtree.io.checkpoint import Checkpointer, fingerprint, fingerprint_parts
 from torchtree.model.data import Data, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoint, progress_monitor
@@ -210,11 +210,14 @@ def checkpointer(sampler, data: Data, settings: Dict[str, Any], key, backend) ->
     """
     cfg = sampler.config
     path = getattr(cfg, "checkpoint", None)
-    fp = None
+    fp = parts = None
     if path is not None:
         world = 1 if backend is None else int(backend.world_size)
         fp = fingerprint(sampler.name, {"config": cfg.result_settings(), **settings}, key, data.X, data.y, world)
-    return Checkpointer(path, getattr(cfg, "checkpoint_every", 1), backend=backend, fingerprint=fp, writer=sampler.name)
+        # what a refusal names: the parts that differ (the whole fingerprint alone decides)
+        parts = fingerprint_parts({**cfg.result_settings(), **settings}, key, (data.X, data.y), world)
+    return Checkpointer(path, getattr(cfg, "checkpoint_every", 1), backend=backend, fingerprint=fp, writer=sampler.name,
+                        parts=parts)
 
 
 def _agree(sampler, data: Data, settings: Dict[str, Any], ctx: RunContext) -> int:
