@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from torchtree import BayesianTreeClassifier
 from torchtree.core.work import add_work, work_seconds
 from torchtree.model.soft_trees import SoftTrees, evaluation_cost
 from torchtree.samplers import driver
@@ -86,12 +85,3 @@ def test_a_work_budget_cuts_the_run_at_the_same_point_on_any_machine(monkeypatch
     np.testing.assert_array_equal(slow.predict_proba(X), ref.predict_proba(X))
     with pytest.raises(ValueError, match=r"max_seconds=1\.5 \(cpu clock\) ran out before any topology finished"):
         _run("cpu")
-
-
-def test_the_estimators_dcc_default_budget_is_counted_work():
-    """``method="dcc"`` without settings: 60 s of the work clock (the ``bounded-fit`` and ``work-clock``
-    presets)."""
-    X, y = _data()
-    est = BayesianTreeClassifier(method="dcc")
-    config = est._build_sampler(est._make_data(X, y)).config
-    assert (config.max_seconds, config.clock) == (60.0, "work")
