@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from torchtree.cli import load_posterior, main, sampler_options
-from torchtree.io.csv import infer_task, parse_target, read_csv, read_features
+from torchtree.io.csv import infer_task, parse_target, read_csv
+from torchtree.io.features import read_features
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--n-particles", "10", "--n-islands", "1", "--quiet"]

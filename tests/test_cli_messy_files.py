@@ -110,7 +110,7 @@ def test_predict_matches_headers_in_another_case_by_name_and_names_a_missing_col
 def test_headers_that_match_a_feature_only_ambiguously_are_refused(tmp_path):
     """A model feature 'Age' and a file 'age,AGE': neither is 'Age', and both match it in another
     case; it used to fall through to matching by position, silently."""
-    from torchtree.io.csv import read_features
+    from torchtree.io.features import read_features
 
     path = _write(tmp_path / "twins.csv", "age,AGE", [(30, 40), (50, 60)])
     with pytest.raises(ValueError, match="columns 'age', 'AGE' all match the model's feature 'Age'"):

@@ -398,7 +398,8 @@ def _check_cells(table, encoder) -> None:
 
 
 def cmd_predict(args) -> int:
-    from torchtree.io.csv import parse_target, read_features, write_csv
+    from torchtree.io.csv import parse_target, write_csv
+    from torchtree.io.features import read_features
 
     post = load_posterior(args.posterior)
     schema = cli_schema(post)

@@ -213,7 +213,8 @@ def cmd_summary(args) -> int:
 def _report_data(post, args):
     """``(X, y, names)`` of ``--data`` (``y`` None when the file has no target column; ``names`` the
     file's feature columns)."""
-    from torchtree.io.csv import parse_target, read_features
+    from torchtree.io.csv import parse_target
+    from torchtree.io.features import read_features
 
     schema = cli_schema(post)
     table = read_features(args.data, n_features_of(post), schema.get("features"), args.target or schema.get("target"))
