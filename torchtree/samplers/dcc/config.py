@@ -111,8 +111,9 @@ class DCCConfig(SamplerConfig):
     # decides the result (a subset is another target); "auto"'s number of rows depends on the
     # machine's speed like max_seconds (not with the work clock), and a checkpoint keeps the number a run chose
     max_rows: Union[str, int, None] = option(
-        "auto", help="rows DCC fits: 'auto' (with max_seconds, a seeded uniform subset whose first warm-up a timed "
-        f"pilot estimates at {BUDGET_SHARE:g} of the budget, if all rows would take longer; every row without "
+        "auto", help="rows DCC fits: 'auto' (with max_seconds, a seeded uniform subset whose first warm-up a pilot "
+        f"estimates on the budget's clock at {BUDGET_SHARE:g} of the budget, if all rows would take longer; every "
+        "row without "
         "max_seconds), an integer m (a seeded uniform subset of m rows when there are more) or None (every row). "
         "A subset's posterior is the exact posterior given those rows: wider than the full data's, not biased "
         "by noisy gradients", check=check_max_rows)

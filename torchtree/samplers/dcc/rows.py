@@ -13,10 +13,12 @@ rows for time:
   *estimated* to fit in :data:`BUDGET_SHARE` of the budget (the budget model below);
   without ``max_seconds``, every row.
 
-Budget model. A timed pilot evaluates the gradient of the first warm-up's batch (the same
+Budget model. A pilot evaluates the gradient of the first warm-up's batch (the same
 topologies and chains the run's first ``warmup`` call evaluates at once) on ``n2 =
 min(N, PILOT_ROWS)`` rows and on ``n1 = n2 // 4`` rows, keeping the fastest of
-:data:`PILOT_CALLS` calls each (so another process's interference counts least). The cost
+:data:`PILOT_CALLS` calls each (so another process's interference counts least), read on the
+budget's clock: on the work clock (:mod:`torchtree.core.work`) they are the cost model's counted
+seconds, the same on every machine, and so is the subset. The cost
 of one gradient is modelled as linear in the rows, ``t(m) = a + b m``, through these two
 points (``a``: per-call overhead, ``b``: per-row work; when timing noise makes ``b <= 0``,
 ``t(m) = t(n2) m / n2``). What must fit is the first batch's warm-up and the draws that
