@@ -2,14 +2,72 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from torchtree.model.bart import ABSENT
 from torchtree.samplers.protocol import TRANSIENT, SamplerState
 
 
-__all__ = ["BARTSetup", "BARTState"]
+__all__ = ["BARTSetup", "BARTState", "pack_kept", "unpack_kept"]
+
+
+def pack_kept(kept: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> Dict[str, Any]:
+    """The kept sweeps ``[C, T, K_s]`` (feature, cut, value each) as ragged trees, for a checkpoint.
+
+    A sweep's width ``K_s`` is that of its deepest tree, and most trees are far shallower: each
+    tree keeps only its slots up to the last one that holds anything (a node, or a cut or value
+    left in an absent slot), so :func:`unpack_kept` gives back the same tensors bit for bit. Sweeps
+    of one width are packed together (a few groups, no loop over sweeps).
+
+    Returns
+    -------
+    dict: ``widths`` LongTensor [S], ``lengths`` LongTensor [S C T] (slots kept per tree, sweeps in
+    width-group order), ``feature`` / ``cut`` / ``value`` [sum of lengths], ``shape`` [C, T]
+    """
+    S = len(kept)
+    out: Dict[str, Any] = {"widths": torch.tensor([k[0].shape[-1] for k in kept], dtype=torch.long),
+                           "shape": list(kept[0][0].shape[:-1]) if S else [0, 0]}
+    lengths, parts = [], ([], [], [])
+    for w in torch.unique(out["widths"]).tolist():
+        group = [k for k in kept if k[0].shape[-1] == w]
+        f, c, v = (torch.stack([k[i] for k in group]) for i in range(3))  # [n, C, T, w]
+        slots = torch.arange(w, device=f.device)
+        used = (f != ABSENT) | (c != 0) | (v != 0)
+        last = torch.where(used, slots, -1).amax(-1) + 1  # [n, C, T]
+        mask = slots < last.unsqueeze(-1)
+        lengths.append(last.reshape(-1))
+        for part, x in zip(parts, (f, c, v)):
+            part.append(x[mask])
+    out["lengths"] = torch.cat(lengths) if lengths else torch.zeros(0, dtype=torch.long)
+    for name, part in zip(("feature", "cut", "value"), parts):
+        out[name] = torch.cat(part) if part else torch.zeros(0)
+    return out
+
+
+def unpack_kept(packed: Dict[str, Any]) -> List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The kept sweeps that :func:`pack_kept` packed, in their order, each ``[C, T, K_s]``."""
+    widths = packed["widths"]
+    C, T = (int(x) for x in packed["shape"])
+    kept: List[Any] = [None] * int(widths.numel())
+    at_tree = at_slot = 0
+    for w in torch.unique(widths).tolist():
+        idx = (widths == w).nonzero().flatten().tolist()
+        n = len(idx)
+        last = packed["lengths"][at_tree : at_tree + n * C * T].reshape(n, C, T)
+        mask = torch.arange(w, device=last.device) < last.unsqueeze(-1)
+        size = int(last.sum())
+        dense = []
+        for name, fill in (("feature", ABSENT), ("cut", 0), ("value", 0)):
+            flat = packed[name][at_slot : at_slot + size]
+            x = torch.full((n, C, T, w), fill, dtype=flat.dtype, device=flat.device)
+            x[mask] = flat
+            dense.append(x)
+        for j, s in enumerate(idx):
+            kept[s] = (dense[0][j], dense[1][j], dense[2][j])
+        at_tree, at_slot = at_tree + n * C * T, at_slot + size
+    return kept
 
 
 @dataclass
@@ -32,6 +90,20 @@ class BARTState(SamplerState):
     trace_leaves: List[torch.Tensor]  # per sweep: [C] mean leaves per tree
     #: ``forest_stats`` of the trees as they are (the last sweep's), where the compiled kernels computed them
     forest_stats: Optional[torch.Tensor] = field(default=None, metadata=TRANSIENT)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """As :meth:`SamplerState.state_dict`, with the kept sweeps packed (:func:`pack_kept`)."""
+        out = super().state_dict()
+        out["kept"] = pack_kept(self.kept)
+        return out
+
+    @classmethod
+    def from_state_dict(cls, saved: Dict[str, Any], device: Optional[torch.device] = None) -> "BARTState":
+        """Rebuild a state from :meth:`state_dict` (also one that holds the kept sweeps as a list, as
+        checkpoints before :func:`pack_kept` did)."""
+        if isinstance(saved.get("kept"), dict):
+            saved = {**saved, "kept": unpack_kept(saved["kept"])}
+        return super().from_state_dict(saved, device)
 
 
 @dataclass(frozen=True)
