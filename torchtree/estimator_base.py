@@ -22,7 +22,7 @@ from torchtree._sklearn import DataConversionWarning, NotFittedError, seed_from_
 from torchtree.methods import (HYPER_MODES, LIKELIHOOD_SETTINGS, METHODS, PRIOR_SETTINGS, accepted_settings, all_settings,
                                get_method, model_settings)
 from torchtree.model.data import Data, resolve_device
-from torchtree.model.inputs import frame_columns
+from torchtree.model.inputs import frame_columns, in_training_order
 from torchtree.model.posterior import attach_feature_names
 from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, make_prior
 from torchtree.monitor import as_monitor, progress_bars, progress_monitor
@@ -461,20 +461,11 @@ class BayesianTreeBase:
                 warn(f"X has feature names, but {type(self).__name__} was fitted without feature names; its "
                      "columns are taken by position", UserWarning)
             return X
-        fitted = list(fitted)
         if names is None or not all(isinstance(c, str) for c in names):
             warn(f"X has no feature names, but this {type(self).__name__} was fitted with feature names "
-                 f"{fitted}; its columns are taken in that order", UserWarning)
+                 f"{list(fitted)}; its columns are taken in that order", UserWarning)
             return X
-        unknown = [c for c in names if c not in fitted]
-        missing = [c for c in fitted if c not in names]
-        dup = sorted({c for c in names if names.count(c) > 1})
-        if unknown or missing or dup:
-            raise ValueError(
-                "X's columns do not match the feature names seen at fit"
-                + (f"; unknown: {unknown}" if unknown else "") + (f"; missing: {missing}" if missing else "")
-                + (f"; duplicated: {dup}" if dup else "") + f" (fitted on {fitted})")
-        return X if names == fitted else X[fitted]
+        return in_training_order(X, fitted)
 
     @staticmethod
     def _target(X, y) -> np.ndarray:

@@ -24,6 +24,7 @@ from torchtree.core.random import keyed_uniform
 from torchtree.model.encoding import TableEncoder, needs_encoding, rule_text
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum, heap_depth, mnp_probabilities, GL_NODES
 from torchtree.model.data import as_feature_matrix
+from torchtree.model.inputs import in_training_order
 from torchtree.core.budget import rows_per_chunk
 from torchtree.model.interval import check_interval, equal_tailed
 from torchtree.model.posterior import PosteriorSummary, to_plain
@@ -186,6 +187,7 @@ class BARTPosterior(Posterior):
 
     # ----------------------------------------------------------- prediction
     def _bins(self, X) -> torch.Tensor:
+        X = in_training_order(X, getattr(self, "feature_names", None))  # a frame's columns by name
         coded = self.encoder is not None and (self.encoder.is_coded or needs_encoding(X))
         arr = self.encoder.transform(X) if coded else as_feature_matrix(X, self.n_features)
         Xt = torch.as_tensor(arr, dtype=torch.float64)

@@ -9,7 +9,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-__all__ = ["InputTypeError", "is_missing_cell", "as_feature_matrix", "encode_class_labels", "check_class_count", "check_no_missing_labels"]
+__all__ = ["InputTypeError", "is_missing_cell", "as_feature_matrix", "encode_class_labels", "check_class_count", "check_no_missing_labels",
+           "in_training_order"]
 
 
 class InputTypeError(TypeError, ValueError):
@@ -44,6 +45,33 @@ def frame_columns(obj: Any) -> Optional[list]:
         return list(cols)
     except TypeError:  # pragma: no cover - exotic frames
         return None
+
+
+def in_training_order(X: Any, fitted: Optional[Sequence[str]]) -> Any:
+    """``X`` with its columns in the training order ``fitted`` when ``X`` is a frame whose column names
+    are all text (taken by name, as scikit-learn matches ``feature_names_in_``); any other ``X``, or
+    ``fitted`` None, is returned as it is (taken by position).
+
+    Raises
+    ------
+    ValueError
+        A frame whose text column names are not ``fitted`` (some unknown, missing or repeated).
+    """
+    names = frame_columns(X)
+    if fitted is None or names is None or not all(isinstance(c, str) for c in names):
+        return X
+    fitted = list(fitted)
+    if names == fitted:
+        return X
+    unknown = [c for c in names if c not in fitted]
+    missing = [c for c in fitted if c not in names]
+    dup = sorted({c for c in names if names.count(c) > 1})
+    if unknown or missing or dup:
+        raise ValueError(
+            "X's columns do not match the feature names seen at fit"
+            + (f"; unknown: {unknown}" if unknown else "") + (f"; missing: {missing}" if missing else "")
+            + (f"; duplicated: {dup}" if dup else "") + f" (fitted on {fitted})")
+    return X[fitted]
 
 
 def column_label(j: int, names: Optional[Sequence] = None) -> str:

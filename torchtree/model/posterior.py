@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from torchtree.model.encoding import TableEncoder, needs_encoding, rule_text
-from torchtree.model.data import as_feature_matrix
+from torchtree.model.inputs import as_feature_matrix, in_training_order
 from torchtree.kernels.forest import forest_plan, mixture_with_plan, node_region_keys, rule_hash, threshold_bits
 from torchtree.core.budget import memory_budget, release_freed_memory, rows_per_chunk
 from torchtree.model.likelihoods import likelihood_from_config
@@ -213,8 +213,9 @@ class TreePosterior(Posterior):
     def __len__(self) -> int:
         return self.trees.n_trees
 
-    def _X(self, X) -> torch.Tensor:
-        dt, dev = self.trees.threshold.dtype, self.trees.device
+    def inputs(self, X) -> torch.Tensor:
+        """``X`` [M, D] as the trees route it: a frame's columns by name, coded as at fit, the trees' dtype."""
+        dt, dev, X = self.trees.threshold.dtype, self.trees.device, in_training_order(X, getattr(self, "feature_names", None))
         if self.encoder is not None and (self.encoder.is_coded or needs_encoding(X)):
             return torch.as_tensor(self.encoder.transform(X), dtype=dt, device=dev)  # missing values, categories
         if isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[1] == self.n_features and bool(torch.isfinite(X).all()) and X.shape[0] > 0:
@@ -305,7 +306,7 @@ class TreePosterior(Posterior):
         """
         if self.task != "classification":
             raise ValueError("predict_proba applies to classification; use predict / predict_interval")
-        p = self._proba(self._X(X)).cpu().numpy()
+        p = self._proba(self.inputs(X)).cpu().numpy()
         return p / p.sum(1, keepdims=True)
 
     def _proba(self, X: torch.Tensor) -> torch.Tensor:
@@ -324,7 +325,7 @@ class TreePosterior(Posterior):
         -------
         numpy.ndarray [M]
         """
-        Xt = self._X(X)
+        Xt = self.inputs(X)
         if self.task == "classification":
             codes = self._proba(Xt).argmax(1).cpu().numpy()
             return self.classes_[codes] if self.classes_ is not None else codes
@@ -361,7 +362,7 @@ class TreePosterior(Posterior):
             A classification posterior, ``level`` or ``n_draws`` out of range, or one block of ``n_draws`` draws that does not fit the memory budget.
         """
         level, n_draws = check_interval(self.task, level, n_draws)
-        Xt = self._X(X)
+        Xt = self.inputs(X)
         M = Xt.shape[0]
         g = torch.Generator(device="cpu").manual_seed(seed)
         trees_idx = torch.multinomial(self.weights.cpu().float(), n_draws, replacement=True, generator=g).to(Xt.device)
@@ -398,7 +399,7 @@ class TreePosterior(Posterior):
         -------
         float
         """
-        Xt = self._X(X)
+        Xt = self.inputs(X)
         yt = self._encode_y(y, Xt.shape[0]).to(Xt.device)
         lik = self.likelihood
         dens = self._mixture(Xt, lambda rows, pts: lik.log_prob_rows(rows, yt[pts]).exp()[:, None], 1)

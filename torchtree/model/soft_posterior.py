@@ -24,6 +24,7 @@ import torch
 
 from torchtree.model.posterior_base import Posterior, dot_text
 from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed
+from torchtree.model.inputs import in_training_order
 from torchtree.core.budget import rows_per_chunk
 from torchtree.core.validate import check_int
 
@@ -128,6 +129,10 @@ class SoftTreePosterior(Posterior):
         return float(torch.logsumexp(torch.nan_to_num(self._log_z + self.log_prior_m, nan=-float("inf")), 0))
 
     # ----------------------------------------------------------------- prediction
+    def inputs(self, X) -> torch.Tensor:
+        """Test inputs ``X`` [M, D] checked against the training features (a frame's columns by name), raw."""
+        return self.data.check_X(in_training_order(X, getattr(self, "feature_names", None)))
+
     def _model(self, m: int, n: int) -> SoftTrees:
         # its starting draw from the prior is replaced by the stored draws: a private generator keeps the
         # user's global torch random stream untouched by prediction
@@ -166,7 +171,7 @@ class SoftTreePosterior(Posterior):
         -------
         Tensor [S, N, C] class probabilities or [S, N] regression means.
         """
-        return self._topology_prediction(self._topology_index(topology), self.data.check_X(X), max_draws)
+        return self._topology_prediction(self._topology_index(topology), self.inputs(X), max_draws)
 
     def _row_bytes(self, max_draws: Optional[int], extra_per_draw: int = 0) -> float:
         """Bytes per input row of predicting with every topology's (thinned) draws: the
@@ -182,7 +187,7 @@ class SoftTreePosterior(Posterior):
 
     def _chunks(self, X, max_draws: Optional[int], what: str):
         """``X`` checked, and slices of rows whose predictions fit the memory budget."""
-        X = self.data.check_X(X)
+        X = self.inputs(X)
         step = rows_per_chunk(self._row_bytes(max_draws), what, device=X.device)
         return X, [slice(s, s + step) for s in range(0, X.shape[0], step)]
 
@@ -245,7 +250,7 @@ class SoftTreePosterior(Posterior):
 
     def _draw_sets(self, X, max_draws):
         """(weight, mean [S, M], variance [S, 1]) per topology (regression)."""
-        X = self.data.check_X(X)
+        X = self.inputs(X)
         w = self.weights
         for m in range(len(self.topologies)):
             if self.draws[m].shape[0] == 0 or w[m] == 0:
@@ -279,7 +284,7 @@ class SoftTreePosterior(Posterior):
             A classification posterior, or ``level`` or ``n_draws`` out of range.
         """
         level, n_draws = check_interval(self.task, level, n_draws)
-        X = self.data.check_X(X)
+        X = self.inputs(X)
         g = torch.Generator().manual_seed(int(seed))
         sets = self._draw_set_weights()
         w = torch.stack([wm for wm, _ in sets])
@@ -326,7 +331,7 @@ class SoftTreePosterior(Posterior):
         ValueError
             A label not seen in training.
         """
-        X = self.data.check_X(X)
+        X = self.inputs(X)
         # original label values (strings, {2, 4}, ...) are mapped through classes_,
         # exactly as TreePosterior does; unseen labels raise a ValueError
         yt = self._encode_y(y, X.shape[0])

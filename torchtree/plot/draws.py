@@ -15,8 +15,6 @@ import numpy as np
 import torch
 
 from torchtree.model.bart import mnp_probabilities
-from torchtree.model.data import as_feature_matrix
-from torchtree.model.encoding import needs_encoding
 from torchtree.model.posterior_base import Posterior
 from torchtree.model.trees import INTERNAL
 from torchtree.plot.common import as_numpy, class_index, kind_of
@@ -30,15 +28,9 @@ MIN_TOPOLOGY_WEIGHT = 1e-8
 
 
 def tree_inputs(post, X) -> torch.Tensor:
-    """``X`` as the hard-tree posterior routes it: coded when the training table was (missing values,
-    categories), the trees' dtype and device."""
-    t = post.trees
-    enc = getattr(post, "encoder", None)
-    if enc is not None and (enc.is_coded or needs_encoding(X)):
-        arr = enc.transform(X)
-    else:
-        arr = as_feature_matrix(X.cpu() if isinstance(X, torch.Tensor) else X, post.n_features)
-    return torch.as_tensor(arr, dtype=t.threshold.dtype, device=t.device)
+    """``X`` as the hard-tree posterior routes it (:meth:`~torchtree.TreePosterior.inputs`: a frame's columns
+    by name, coded when the training table was, the trees' dtype and device)."""
+    return post.inputs(X)
 
 
 def thin_by_weight(weights: torch.Tensor, max_draws: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -374,7 +374,7 @@ def per_particle_accuracy(posterior: TreePosterior, X, y, weighted: bool = False
     """
     if posterior.task != "classification":
         raise ValueError("per_particle_accuracy applies to classification")
-    Xt = posterior._X(X)
+    Xt = posterior.inputs(X)
     yt = posterior._encode_y(y, Xt.shape[0]).to(Xt.device)
     accs = []
     for _, rows in posterior._mixture_rows(Xt):
