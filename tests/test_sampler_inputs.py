@@ -129,3 +129,21 @@ def test_smc_moves_takes_a_backend_name_and_checks_redistribution_against_the_ra
     for method in ("gather", "sequential"):
         with pytest.raises(ValueError, match=f"redistribution='{method}' runs on one rank; this run has 2"):
             SMCSampler(n_particles=16, n_iterations=2, backend=TwoRanks(), redistribution=method).run(Data(X, y), seed=0)
+
+
+def test_many_integer_labels_without_a_task_warn_that_they_are_taken_as_classes():
+    """``BART.run((X, y))`` with a count target fitted a 13-utility multinomial probit in silence (a QA pass):
+    ``Data`` without ``task`` now warns past ``ASK_CLASSES`` distinct integers, naming ``task='regression'``;
+    a few classes, or a task given, do not warn."""
+    import warnings
+
+    from torchtree.model.data import ASK_CLASSES
+
+    X = np.random.default_rng(0).uniform(size=(200, 2))
+    with pytest.warns(UserWarning, match=rf"y holds {ASK_CLASSES + 1} distinct integers, taken as that many classes"):
+        d = Data(X, np.arange(200) % (ASK_CLASSES + 1))
+    assert d.task == "classification" and d.n_classes == ASK_CLASSES + 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Data(X, np.arange(200) % ASK_CLASSES)
+        assert Data(X, np.arange(200) % 50, task="regression").task == "regression"

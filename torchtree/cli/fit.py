@@ -12,6 +12,7 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from torchtree.io.cells import is_missing_token
+from torchtree.model.data import ASK_CLASSES  # an integer target with more values needs --task
 from torchtree.model.encoding import MAX_SUBSET_LEVELS
 from torchtree.model.posterior import attach_feature_names
 from torchtree.cli.common import chain_rows, fmt, option_flag, resolve_device_option, say
@@ -48,10 +49,6 @@ def _split(y: np.ndarray, test_size: float, seed: int, stratify: bool) -> Tuple[
     if len(tr) == 0:
         raise ValueError(f"--test-size {test_size} leaves no training rows")
     return tr, te
-
-
-#: an integer target with more distinct values than this needs --task (classes or a quantity?)
-ASK_CLASSES = 20
 
 
 def _check_classes(y: np.ndarray, path: str, target: str) -> None:

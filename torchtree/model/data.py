@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from torchtree.core.validate import check_choice
+from torchtree.core.warn import warn
 from torchtree.model.encoding import TableEncoder, needs_encoding
 from torchtree.model.inputs import (  # as_feature_matrix, encode_class_labels, check_class_count: re-exported
     as_feature_matrix,
@@ -24,6 +25,9 @@ from torchtree.model.inputs import (  # as_feature_matrix, encode_class_labels, 
 __all__ = ["Data", "as_feature_matrix", "encode_class_labels", "check_class_count", "resolve_device"]
 
 _TASKS = ("classification", "regression")
+#: Integer labels with more distinct values than this, and no ``task`` given, may be a quantity (a count,
+#: an age) as well as classes: ``Data`` warns (the command line asks for ``--task``)
+ASK_CLASSES = 20
 
 
 def _memory_bytes(device: Optional[torch.device] = None) -> Optional[int]:
@@ -181,6 +185,10 @@ class Data:
             raise ValueError(f"X has {n_rows} rows but y has {yn.shape[0]} labels")
         if task is None:
             task = "classification"
+            if yn.dtype.kind in "iu" and len(np.unique(yn)) > ASK_CLASSES:
+                warn(f"y holds {len(np.unique(yn))} distinct integers, taken as that many classes (task omitted: "
+                     "classification); for a quantity (a count, an age) pass Data(X, y, task='regression')",
+                     UserWarning)
         self.task = task
         dev = torch.device(device) if device is not None else None
         if task == "classification":

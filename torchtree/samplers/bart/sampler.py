@@ -116,7 +116,9 @@ class BART(SamplerBase):
         Parameters
         ----------
         data : Data or (X, y); regression, or classification (binary probit for two classes,
-            multinomial probit with a forest per class but the first for more)
+            multinomial probit with a forest per class but the first for more). A tuple is
+            ``Data(X, y)``, whose task defaults to classification: pass
+            ``Data(X, y, task="regression")`` for a real-valued or count target
         seed : int, torch.Generator or None
         monitor : Monitor(s); receives ``bart/sigma``, ``bart/accept``, ``bart/accept/<move>``,
             ``trees/leaves_mean``, ``bart/splits/x<d>`` (splits on feature ``d`` in the current
