@@ -21,7 +21,7 @@ from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities,
 
 import torchtree.samplers.bart.graph as sweep_graph
 from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream, default_gfr_sweeps
-from torchtree.samplers.bart.state import BARTSetup, BARTState
+from torchtree.samplers.bart.state import COMPACT_EVERY, BARTSetup, BARTState
 from torchtree.core.warn import warn
 
 __all__ = ["BART", "backfit_sweep"]
@@ -90,7 +90,6 @@ def _update(ctx, *args):
     return _compiled_or_eager("fn", tree_update, args)
 
 
-COMPACT_EVERY = 16  # kept sweeps trimmed together (one host read per group)
 _STREAMS = 8  # random streams per sweep (``Stream``'s first five; sweep ``it`` uses ``it * _STREAMS + stream``)
 
 

@@ -10,7 +10,11 @@ from torchtree.model.bart import ABSENT
 from torchtree.samplers.protocol import TRANSIENT, SamplerState
 
 
-__all__ = ["BARTSetup", "BARTState", "pack_kept", "unpack_kept"]
+__all__ = ["BARTSetup", "BARTState", "pack_kept", "unpack_kept", "COMPACT_EVERY"]
+
+#: Kept sweeps are trimmed together in groups of this many (one host read per group); a group, once
+#: trimmed, never changes, so a checkpoint packs it once (``BARTState.packed``)
+COMPACT_EVERY = 16
 
 
 def pack_kept(kept: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> Dict[str, Any]:
@@ -90,11 +94,17 @@ class BARTState(SamplerState):
     trace_leaves: List[torch.Tensor]  # per sweep: [C] mean leaves per tree
     #: ``forest_stats`` of the trees as they are (the last sweep's), where the compiled kernels computed them
     forest_stats: Optional[torch.Tensor] = field(default=None, metadata=TRANSIENT)
+    #: :func:`pack_kept` of each trimmed group of ``COMPACT_EVERY`` kept sweeps, in order (a checkpoint's cache)
+    packed: List[Dict[str, Any]] = field(default_factory=list, metadata=TRANSIENT)
 
     def state_dict(self) -> Dict[str, Any]:
-        """As :meth:`SamplerState.state_dict`, with the kept sweeps packed (:func:`pack_kept`)."""
+        """As :meth:`SamplerState.state_dict`, with the kept sweeps packed (:func:`pack_kept`): the trimmed
+        groups once each (cached), the sweeps after them at every save."""
         out = super().state_dict()
-        out["kept"] = pack_kept(self.kept)
+        done = len(self.kept) // COMPACT_EVERY * COMPACT_EVERY  # trimmed (sampler.py trims each full group)
+        for start in range(len(self.packed) * COMPACT_EVERY, done, COMPACT_EVERY):
+            self.packed.append(pack_kept(self.kept[start : start + COMPACT_EVERY]))
+        out["kept"] = {"chunks": self.packed[: done // COMPACT_EVERY] + [pack_kept(self.kept[done:])]}
         return out
 
     @classmethod
@@ -102,7 +112,7 @@ class BARTState(SamplerState):
         """Rebuild a state from :meth:`state_dict` (also one that holds the kept sweeps as a list, as
         checkpoints before :func:`pack_kept` did)."""
         if isinstance(saved.get("kept"), dict):
-            saved = {**saved, "kept": unpack_kept(saved["kept"])}
+            saved = {**saved, "kept": [k for chunk in saved["kept"]["chunks"] for k in unpack_kept(chunk)]}
         return super().from_state_dict(saved, device)
 
 
