@@ -32,6 +32,10 @@ _STREAMS = 2  # keyed streams per sweep: moves, leaf normals
 class BARTFunction(PyroModule):
     """A sum of ``n_trees`` BART trees on fixed training inputs, redrawn by Gibbs steps.
 
+    The sum's prior is centred at 0 (leaf values ``N(0, tau^2)``): unlike ``BART``, which centres it
+    at the middle of the target's range, the model holds its own intercept (a ``pyro.sample`` site
+    added to ``f``) when the target is not centred.
+
     Parameters
     ----------
     X : array-like [N, D] the training inputs
