@@ -154,7 +154,7 @@ def test_the_forest_routing_plan_is_built_once_per_posterior_and_not_pickled(mon
     assert len(builds) == 1
     t = post.trees
     fresh = forest.mixture_over_leaves(t.feature, t.threshold, t.left, t.right, t.depth, t.status != 0, post.weights,
-                                       post._table, post._X(X[:1]), lambda rows, pts: rows, first.shape[1]).numpy()
+                                       post._table, post.inputs(X[:1]), lambda rows, pts: rows, first.shape[1]).numpy()
     np.testing.assert_array_equal(first, fresh / fresh.sum(1, keepdims=True))
     back = pickle.loads(pickle.dumps(post))
     assert back._plan is None and back._table is None

@@ -78,7 +78,7 @@ def test_hard_predictions_are_bit_identical_in_tiny_chunks(cls_post, reg_post, b
     # a budget of about 3 rows per chunk (see TreePosterior._mixture)
     per_row = max(200 * (p._pairs_per_row() + 3) + 8 * 6 for p in (post, rpost))
     budget(3 * per_row)
-    Xt = post._X(Xq)
+    Xt = post.inputs(Xq)
     assert post._mixture(Xt, lambda rows, pts: rows, 3).shape == (700, 3)
     chunked = (post.predict_proba(Xq), post.predict(Xq), post.log_predictive(Xq, yq), rpost.predict(rX),
                rpost.log_predictive(rX, ry))
@@ -92,7 +92,7 @@ def test_hard_predictions_are_bit_identical_in_tiny_chunks(cls_post, reg_post, b
 def _plain_interval(post, X, level, n_draws, seed):
     """predict_interval written plainly: every draw routed, all rows at once, the Student-t
     variates from the polar pairs by Bailey's formula, ``torch.quantile``."""
-    Xt = post._X(X)
+    Xt = post.inputs(X)
     g = torch.Generator(device="cpu").manual_seed(seed)
     idx = torch.multinomial(post.weights.cpu().float(), n_draws, replacement=True, generator=g)
     u, w = polar_pairs(g, n_draws)
