@@ -222,6 +222,30 @@ class BARTPosterior(Posterior):
             return f.view(self.n_particles, self.n_utilities, -1) + self.offsets.to(f.device)[:, None]
         return self.prior.offset + self.prior.scale * f
 
+    def mixing(self, X) -> Dict[str, np.ndarray]:
+        """How well the chains mixed for the function itself: split-R-hat and ESS
+        (:func:`~torchtree.model.diagnostics.rhat`, :func:`~torchtree.model.diagnostics.chain_ess`) of the
+        draws of ``f_s(x)`` (:meth:`latent_draws`) at each row of ``X``, over the chains. The run's own
+        diagnostics (``info``) cover sigma and the mean leaf count; ``f`` can mix more slowly.
+
+        Parameters
+        ----------
+        X : array-like [M, D], e.g. a few training rows
+
+        Returns
+        -------
+        ``{"rhat": [M], "ess": [M]}`` float64 numpy arrays (``[K - 1, M]`` each with ``K >= 3`` classes)
+        """
+        from torchtree.model.diagnostics import chain_ess, rhat
+
+        f = self.latent_draws(X).double().cpu().numpy()  # draw-major: draw s of chain c is row s C + c
+        C = int(self.chain_of.max()) + 1
+        per_chain = f.reshape(f.shape[0] // C, C, -1).transpose(1, 0, 2)  # [C, S, Q]
+        cols = range(per_chain.shape[2])
+        out = {"rhat": np.array([rhat(per_chain[:, :, q]) for q in cols]),
+               "ess": np.array([chain_ess(per_chain[:, :, q]) for q in cols])}
+        return {k: v.reshape(f.shape[1:]) for k, v in out.items()}
+
     def _class_probs(self, f: torch.Tensor) -> torch.Tensor:
         """Per-draw class probabilities ``[S, K, b]`` of a block's forest sums ``f`` ``[S U, b]``
         (multinomial probit; draws in chunks, the quadrature's memory stays ``O(chunk U b)``)."""
