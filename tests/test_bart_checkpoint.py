@@ -26,6 +26,7 @@ def _sweep(g, C, T, w):
     cut = torch.where(f >= 0, torch.randint(1, 9, (C, T, w), generator=g, dtype=torch.int16), 0).to(torch.int16)
     cut[0, 0, w - 1] = 5  # junk in an absent slot: kept too
     value = torch.where(f == LEAF, torch.randn(C, T, w, generator=g), torch.zeros(()))
+    value[0, 1, w - 1] = -0.0  # a signed zero in an absent slot: its sign bit too
     return f, cut, value
 
 
@@ -38,6 +39,7 @@ def test_pack_and_unpack_give_back_every_sweep_bit_for_bit():
     for a, b in zip(kept, back):
         for x, y in zip(a, b):
             assert x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
+            assert torch.equal(torch.signbit(x.float()), torch.signbit(y.float()))
     dense = sum(x.numel() for k in kept for x in k)
     assert packed["feature"].numel() < dense / 3 / 3  # the ragged slots: far fewer than the dense ones
     assert unpack_kept(pack_kept([])) == []

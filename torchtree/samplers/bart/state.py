@@ -23,7 +23,7 @@ def pack_kept(kept: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> Di
     A sweep's width ``K_s`` is that of its deepest tree, and most trees are far shallower: each
     tree keeps only its slots up to the last one that holds anything (a node, or a cut or value
     left in an absent slot), so :func:`unpack_kept` gives back the same tensors bit for bit. Sweeps
-    of one width are packed together (a few groups, no loop over sweeps).
+    of one width are packed together: a few groups, no tensor work per sweep.
 
     Returns
     -------
@@ -38,7 +38,7 @@ def pack_kept(kept: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> Di
         group = [k for k in kept if k[0].shape[-1] == w]
         f, c, v = (torch.stack([k[i] for k in group]) for i in range(3))  # [n, C, T, w]
         slots = torch.arange(w, device=f.device)
-        used = (f != ABSENT) | (c != 0) | (v != 0)
+        used = (f != ABSENT) | (c != 0) | (v != 0) | torch.signbit(v)  # a -0.0 is kept too: bit for bit
         last = torch.where(used, slots, -1).amax(-1) + 1  # [n, C, T]
         mask = slots < last.unsqueeze(-1)
         lengths.append(last.reshape(-1))
