@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -49,14 +49,37 @@ def n_features_of(post) -> int:
     return int(n)
 
 
+def _indented(children: Callable[[int], Optional[Tuple[int, int]]], rule: Callable[[int], str],
+              leaf: Callable[[int], str], indent: str = "") -> List[str]:
+    """A tree as indented text from its root 0: ``children(node)`` is ``(yes, no)`` for an internal node,
+    None for a leaf; ``rule`` and ``leaf`` give their lines."""
+    lines: List[str] = []
+
+    def walk(node: int, prefix: str, label: str, last: bool) -> None:
+        branch = "" if not label else ("`-- " if last else "|-- ") + label + ": "
+        kids = children(node)
+        lines.append(f"{prefix}{branch}{rule(node) if kids else leaf(node)}")
+        if kids:
+            child_prefix = prefix + ("" if not label else ("    " if last else "|   "))
+            walk(kids[0], child_prefix, "yes", False)
+            walk(kids[1], child_prefix, "no", True)
+
+    walk(0, indent, "", True)
+    return lines
+
+
+def _class_leaf(p, classes) -> str:
+    """``label (p=..) [p_0, ...]`` of a leaf's class probabilities ``p``."""
+    k = int(p.argmax())
+    lab = classes[k] if classes is not None else k
+    return f"{lab} (p={float(p[k]):.2f}) [" + ", ".join(f"{float(v):.2f}" for v in p) + "]"
+
+
 def _soft_tree_text(post, i: int, names: Sequence[str], shown: int = 3) -> List[str]:
     """Soft tree ``i`` (a topology of a DCC posterior) as indented text: each gate's heaviest ``shown``
     posterior-mean weights and its threshold, on the inputs scaled to [0, 1] by the training ranges."""
     g = post.gates(i, feature_names=names)
     t, names, w, tau = g["topology"], g["names"], g["weights"], g["thresholds"]
-    classes = post.classes_
-    lines = ["soft oblique splits on the inputs scaled to [0, 1] by the training ranges: a point goes to 'yes' "
-             "with probability above 1/2 where the weighted sum of its scaled inputs is at most the threshold"]
 
     def gate(n: int) -> str:
         order = w[n].argsort(descending=True).tolist()
@@ -67,24 +90,11 @@ def _soft_tree_text(post, i: int, names: Sequence[str], shown: int = 3) -> List[
 
     def leaf(n: int) -> str:
         v = g["leaves"][n]
-        if post.task == "classification":
-            k = int(v.argmax())
-            lab = classes[k] if classes is not None else k
-            return f"leaf: {lab} (p={float(v[k]):.2f}) [" + ", ".join(f"{float(p):.2f}" for p in v) + "]"
-        return f"leaf: mean {float(v):.4g}"
+        return "leaf: " + (_class_leaf(v, post.classes_) if post.task == "classification" else f"mean {float(v):.4g}")
 
-    def walk(node: int, prefix: str, label: str, last: bool) -> None:
-        branch = "" if not label else ("`-- " if last else "|-- ") + label + ": "
-        if node in t.internal:
-            lines.append(f"{prefix}{branch}{gate(node)}")
-            child_prefix = prefix + ("" if not label else ("    " if last else "|   "))
-            walk(2 * node + 1, child_prefix, "yes", False)
-            walk(2 * node + 2, child_prefix, "no", True)
-        else:
-            lines.append(f"{prefix}{branch}{leaf(node)}")
-
-    walk(0, "", "", True)
-    return lines
+    head = ("soft oblique splits on the inputs scaled to [0, 1] by the training ranges: a point goes to 'yes' "
+            "with probability above 1/2 where the weighted sum of its scaled inputs is at most the threshold")
+    return [head] + _indented(lambda n: (2 * n + 1, 2 * n + 2) if n in t.internal else None, gate, leaf)
 
 
 def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:
@@ -95,32 +105,19 @@ def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:
     t = post.trees
     n = int(t.n_nodes[i])
     table = post.likelihood.predictive_table(t.stats[i, :n]).cpu()
-    classes = post.classes_
-    lines: List[str] = []
 
     def leaf(node: int) -> str:
         if post.task == "classification":
-            p = table[node]
-            k = int(p.argmax())
-            lab = classes[k] if classes is not None else k
-            cnt = int(t.stats[i, node].sum())
-            return f"leaf n={cnt}: {lab} (p={float(p[k]):.2f}) [" + ", ".join(f"{float(v):.2f}" for v in p) + "]"
-        cnt = int(t.stats[i, node, 0])
-        return f"leaf n={cnt}: mean {float(table[node, 1]):.4g}"
+            return f"leaf n={int(t.stats[i, node].sum())}: " + _class_leaf(table[node], post.classes_)
+        return f"leaf n={int(t.stats[i, node, 0])}: mean {float(table[node, 1]):.4g}"
 
-    def walk(node: int, prefix: str, label: str, last: bool) -> None:
-        branch = "" if not label else ("`-- " if last else "|-- ") + label + ": "
-        if int(t.status[i, node]) == INTERNAL:
-            rule = rule_text(getattr(post, "encoder", None), names, int(t.feature[i, node]), float(t.threshold[i, node]))
-            lines.append(f"{prefix}{branch}{rule}")
-            child_prefix = prefix + ("" if not label else ("    " if last else "|   "))
-            walk(int(t.left[i, node]), child_prefix, "yes", False)
-            walk(int(t.right[i, node]), child_prefix, "no", True)
-        else:
-            lines.append(f"{prefix}{branch}{leaf(node)}")
+    def rule(node: int) -> str:
+        return rule_text(getattr(post, "encoder", None), names, int(t.feature[i, node]), float(t.threshold[i, node]))
 
-    walk(0, "  ", "", True)
-    return lines
+    def children(node: int):
+        return (int(t.left[i, node]), int(t.right[i, node])) if int(t.status[i, node]) == INTERNAL else None
+
+    return _indented(children, rule, leaf, indent="  ")
 
 
 def cmd_summary(args) -> int:
