@@ -12,8 +12,9 @@ script confirms them on other tables, fold by fold, against
   and ``soybean`` (raw, 19 classes, 347 split columns).
 
 ``--configs new converge`` sets the defaults against ``converge``: the defaults run until converged
-(``min_ess=100``: blocks of 100 kept sweeps per chain until sigma's and the mean leaves' split-R-hat are at
-most 1.05 and their ESS at least 100, at most 1,000 kept sweeps per chain), what convergence costs;
+(``min_ess=100``: blocks of 100 kept sweeps per chain until the split-R-hat of sigma, the mean leaves and the
+fitted function at 100 training rows (its 90% quantile over them) are at most 1.05 and their ESS (f's 10%
+quantile) at least 100, at most 1,000 kept sweeps per chain), what convergence costs;
 ``converge_long`` allows 4,000.
 ``friedman1_<n>`` tables (Friedman #1, ``benchmarks/bart_data.py``'s generator) can be named too.
 
@@ -28,7 +29,7 @@ starts or not)::
 
 Metrics on the held-out fold: regression RMSE, mean log predictive density (``lpd``) and 90% interval
 coverage from the posterior draws; classification accuracy and log loss from ``predict_proba``; sigma's
-R-hat and ESS (regression), the mean leaves' R-hat and ESS, and the sweeps per chain: run, and kept (the
+R-hat and ESS (regression), the mean leaves' R-hat and ESS, f's (``rhat_f``, ``ess_f``), and the sweeps per chain: run, and kept (the
 posterior's draws: what a run until converged moved to its warm-up is not kept). CPU seconds are ``time.process_time`` of fit + predict in this process
 (the C++ kernels loaded before timing).
 
@@ -109,6 +110,7 @@ def one(name, config, X, y, task, train, test, seed, smoke=False):
                        log_loss=float(-np.mean(np.log(np.clip(p[np.arange(len(codes)), codes], 1e-15, 1)))))
         out["cpu_s"] = time.process_time() - c0
         out.update(rhat_leaves=float(post.info["rhat_leaves"]), ess_leaves=float(post.info["ess_leaves"]),
+                   rhat_f=float(post.info.get("rhat_f", np.nan)), ess_f=float(post.info.get("ess_f", np.nan)),
                    kept=int(post.info["n_samples"]), warmup=int(post.info["n_warmup"]),
                    sweeps=int(post.info["sweeps"]))
     return out
@@ -116,7 +118,8 @@ def one(name, config, X, y, task, train, test, seed, smoke=False):
 
 def table_md(recs):
     lines = ["| table | config | CPU s | RMSE / accuracy | lpd / log loss | cov90 | sigma R-hat | sigma ESS | "
-             "leaves R-hat | leaves ESS | sweeps per chain: run / kept |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "leaves R-hat | leaves ESS | f R-hat | f ESS | sweeps per chain: run / kept |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(r["table"] for r in recs):
         for config in CONFIGS:
             rs = [r for r in recs if r["table"] == name and r["config"] == config]
@@ -125,7 +128,8 @@ def table_md(recs):
             m = lambda k: np.mean([r[k] for r in rs])  # noqa: E731
             each = lambda k, f: " ".join(format(r[k], f) for r in rs) if k in rs[0] else ""  # noqa: E731
             runs = " ".join(f"{r['sweeps']}/{r['kept']}" for r in rs) if "sweeps" in rs[0] else ""
-            chains = f" {each('rhat_leaves', '.2f')} | {each('ess_leaves', '.0f')} | {runs} |"
+            chains = (f" {each('rhat_leaves', '.2f')} | {each('ess_leaves', '.0f')} | {each('rhat_f', '.2f')} | "
+                      f"{each('ess_f', '.0f')} | {runs} |")
             if "rmse" in rs[0]:
                 lines.append(f"| {name} | {config} | {m('cpu_s'):.2f} | {m('rmse'):.4f} | {m('lpd'):.4f} | "
                              f"{m('cov90'):.3f} | {each('rhat', '.2f')} | {each('ess', '.0f')} |" + chains)

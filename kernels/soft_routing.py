@@ -247,19 +247,25 @@ class _SoftRoutingFn(torch.autograd.Function):
 
     Autograd through the level-by-level products records ~10 small ops per level and
     replays them backwards; on a CPU those per-op costs dominate for the batch sizes
-    NUTS uses.
+    NUTS uses. The closed form is not itself differentiable: a backward that records a graph
+    (``create_graph=True``: Hessians, a Laplace approximation) differentiates the plain-torch
+    levels (:func:`_routing_levels`) instead, so second derivatives are exact.
     """
 
     @staticmethod
     def forward(ctx, X, weights, tau, h):
         phi, right, left = routing_forward(X, weights, tau, h)
-        ctx.save_for_backward(X, right, left, phi, weights)
+        ctx.save_for_backward(X, right, left, phi, weights, tau)
         ctx.h = h
         return phi.transpose(-1, -2)
 
     @staticmethod
     def backward(ctx, grad_phi):
-        X, right, left, phi, weights = ctx.saved_tensors
+        X, right, left, phi, weights, tau = ctx.saved_tensors
+        if torch.is_grad_enabled():  # a double backward: the gradient itself must be differentiable
+            want = [t for t, need in zip((X, weights, tau), ctx.needs_input_grad[:3]) if need]
+            got = iter(torch.autograd.grad(_routing_levels(X, weights, tau, ctx.h), want, grad_phi, create_graph=True))
+            return tuple(next(got) if need else None for need in ctx.needs_input_grad[:3]) + (None,)
         if ctx.needs_input_grad[0]:  # inputs that are latent or learned (a network's output)
             g_w, g_tau, g_x = routing_backward(grad_phi.transpose(-1, -2), phi, right, left, X, ctx.h, weights)
             return g_x, g_w, g_tau, None
@@ -334,8 +340,13 @@ def soft_routing_autograd(
     depth = int(round(math.log2(I + 1)))
     if (1 << depth) - 1 != I:
         raise ValueError(f"number of internal slots {I} is not 2**d - 1")
-    tau = effective_thresholds(thresholds, node_mask)
-    h = sharpness_view(sharpness)
+    return _routing_levels(X, weights, effective_thresholds(thresholds, node_mask), sharpness_view(sharpness))
+
+
+def _routing_levels(X: torch.Tensor, weights: torch.Tensor, tau: torch.Tensor, h) -> torch.Tensor:
+    """:func:`soft_routing_autograd` on the effective thresholds ``tau`` and the sharpness view ``h``,
+    ``[B, N, L]`` (plain torch ops: autograd differentiates it to any order)."""
+    depth = (tau.shape[-1] + 1).bit_length() - 1
     sizes = [1 << level for level in range(depth)]
     rights, lefts = [], []
     for w_l, t_l in zip(weights.split(sizes, -2), tau.split(sizes, -1)):

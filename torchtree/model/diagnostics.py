@@ -2,6 +2,7 @@
 
 * :func:`rhat`, :func:`chain_ess` — split R-hat and multi-chain effective sample
   size of ``draws [chains, n]`` (the estimators ``torchtree.samplers.mcmc`` reports);
+  :func:`rhat_columns`, :func:`ess_columns` — the same for each column of ``[chains, n, P]`` at once;
 * :func:`unconverged`, :func:`warn_if_unconverged` — the diagnostics off their limits, and the ``UserWarning``
   MCMC and BART raise then;
 * :func:`weighted_ess` — Kish's effective sample size of importance weights;
@@ -34,7 +35,7 @@ import torch
 
 from torchtree.core.warn import ConvergenceWarning, warn
 
-__all__ = ["rhat", "chain_ess", "unconverged", "warn_if_unconverged", "RHAT_LIMIT", "ESS_LIMIT", "weighted_ess", "tree_sizes", "posterior_traces", "to_arviz"]
+__all__ = ["rhat", "chain_ess", "rhat_columns", "ess_columns", "unconverged", "warn_if_unconverged", "RHAT_LIMIT", "ESS_LIMIT", "weighted_ess", "tree_sizes", "posterior_traces", "to_arviz"]
 
 ARVIZ_MISSING = "torchtree.model.diagnostics.to_arviz needs ArviZ, which is not installed: pip install arviz"
 
@@ -55,16 +56,22 @@ def rhat(draws) -> float:
     fewer than 4 draws per chain or constant draws. Values above about 1.01 say the
     chains have not mixed.
     """
-    a = _as_draws(draws)
+    return float(rhat_columns(_as_draws(draws)[:, :, None])[0])
+
+
+def rhat_columns(draws) -> np.ndarray:
+    """:func:`rhat` of each column of ``draws [chains, n, P]``: ``[P]`` float64 (``nan`` where a column is
+    constant or the chains hold fewer than 4 draws)."""
+    a = np.asarray(draws, dtype=np.float64)
     n = a.shape[1] // 2
     if n < 2:
-        return float("nan")
-    s = np.concatenate([a[:, :n], a[:, a.shape[1] - n:]], 0)
-    w = s.var(1, ddof=1).mean()
-    b = n * s.mean(1).var(ddof=1)
-    if not w > 0:
-        return float("nan")
-    return float(np.sqrt(((n - 1) / n * w + b / n) / w))
+        return np.full(a.shape[2], np.nan)
+    s = np.concatenate([a[:, :n], a[:, a.shape[1] - n:]], 0)  # [2 chains, n, P]
+    w = s.var(1, ddof=1).mean(0)
+    b = n * s.mean(1).var(0, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.sqrt(((n - 1) / n * w + b / n) / w)
+    return np.where(w > 0, out, np.nan)
 
 
 #: convergence limits of :func:`warn_if_unconverged`: split-R-hat above RHAT_LIMIT, or an effective
@@ -113,27 +120,34 @@ def chain_ess(draws) -> float:
     Multi-chain autocorrelation (Stan's estimator) truncated with Geyer's initial
     monotone positive-pair sequence; ``nan`` for fewer than 4 draws or constant draws.
     """
-    a = _as_draws(draws)
-    m, n = a.shape
+    return float(ess_columns(_as_draws(draws)[:, :, None])[0])
+
+
+def ess_columns(draws) -> np.ndarray:
+    """:func:`chain_ess` of each column of ``draws [chains, n, P]``: ``[P]`` float64 (``nan`` where a column
+    is constant or the chains hold fewer than 4 draws)."""
+    a = np.asarray(draws, dtype=np.float64)
+    m, n, P = a.shape
     if n < 4:
-        return float("nan")
+        return np.full(P, np.nan)
     x = a - a.mean(1, keepdims=True)
     nfft = 1 << (2 * n - 1).bit_length()
     f = np.fft.rfft(x, nfft, axis=1)
-    acov = np.fft.irfft(f * np.conj(f), nfft, axis=1)[:, :n] / n
-    w = (acov[:, 0] * n / (n - 1)).mean()
-    var_hat = (n - 1) / n * w + (a.mean(1).var(ddof=1) if m > 1 else 0.0)
-    if not var_hat > 0:
-        return float("nan")
-    rho = 1.0 - (w - acov.mean(0)) / var_hat
+    acov = np.fft.irfft(f * np.conj(f), nfft, axis=1)[:, :n] / n  # [m, n, P]
+    w = (acov[:, 0] * n / (n - 1)).mean(0)  # [P]
+    var_hat = (n - 1) / n * w + (a.mean(1).var(0, ddof=1) if m > 1 else 0.0)
+    ok = var_hat > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = 1.0 - (w - acov.mean(0)) / var_hat  # [n, P]
     rho[0] = 1.0
     npair = n // 2
-    pairs = rho[: 2 * npair].reshape(npair, 2).sum(1)
-    pos = np.nonzero(pairs <= 0)[0]
-    k = pos[0] if pos.size else npair
-    pairs = np.minimum.accumulate(pairs[:k]) if k else pairs[:0]
-    tau = max(-1.0 + 2.0 * pairs.sum(), 1.0 / math.log10(max(m * n, 10)))
-    return float(m * n / tau)
+    pairs = rho[: 2 * npair].reshape(npair, 2, P).sum(1)  # [npair, P]
+    # Geyer: the pairs before the first non-positive one, made monotone non-increasing
+    first = np.where((pairs <= 0).any(0), (pairs <= 0).argmax(0), npair)
+    pairs = np.minimum.accumulate(pairs, 0)
+    kept = np.arange(npair)[:, None] < first[None, :]
+    tau = np.maximum(-1.0 + 2.0 * np.where(kept, pairs, 0.0).sum(0), 1.0 / math.log10(max(m * n, 10)))
+    return np.where(ok, m * n / tau, np.nan)
 
 
 def weighted_ess(weights) -> float:
@@ -207,10 +221,29 @@ def _attrs(posterior) -> Dict[str, Any]:
     return attrs
 
 
+def _kept_draws(posterior, traces: Dict[str, np.ndarray]):
+    """``(kept, warmup)``: each trace at the kept draws, and the warm-up of the traces that record every sweep
+    (BART's mean leaf count: ``n_warmup + n_samples * thin`` sweeps per chain, of which every ``thin``-th after
+    the warm-up is kept); traces of the kept draws only pass as they are."""
+    info = getattr(posterior, "info", {}) or {}
+    S, W, thin = info.get("n_samples"), info.get("n_warmup"), info.get("thin", 1)
+    every_sweep = all(isinstance(v, int) for v in (S, W, thin)) and (W > 0 or thin > 1)
+    kept, warmup = {}, {}
+    for k, a in traces.items():
+        if every_sweep and a.shape[1] == W + S * thin:
+            kept[k] = a[:, W + thin - 1::thin]
+            if W:
+                warmup[k] = a[:, :W]
+        else:
+            kept[k] = a
+    return kept, warmup
+
+
 def _from_dict(az, groups: Dict[str, Dict[str, np.ndarray]], attrs: Dict[str, Any]):
     params = inspect.signature(az.from_dict).parameters
     if "posterior" in params:  # ArviZ 0.x: one keyword per group
-        return az.from_dict(**groups, attrs=attrs)
+        warm = {"save_warmup": True} if "warmup_posterior" in groups and "save_warmup" in params else {}
+        return az.from_dict(**groups, attrs=attrs, **warm)
     # ArviZ >= 1.0: a dict of groups, returns an xarray DataTree
     return az.from_dict(groups, attrs=attrs)  # pragma: no cover - depends on the installed ArviZ
 
@@ -238,7 +271,10 @@ def to_arviz(posterior):
     attrs = _attrs(posterior)
     traces = posterior_traces(posterior)
     if traces is not None:
-        groups: Dict[str, Dict[str, np.ndarray]] = {"posterior": dict(traces)}
+        kept, warmup = _kept_draws(posterior, traces)
+        groups: Dict[str, Dict[str, np.ndarray]] = {"posterior": kept}
+        if warmup:
+            groups["warmup_posterior"] = warmup
         if "log_posterior" in traces:
             groups["sample_stats"] = {"lp": traces["log_posterior"]}
         attrs["weighted"] = 0

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
-from torchtree.model.diagnostics import chain_ess
+from torchtree.model.diagnostics import ess_columns
 from torchtree.model.encoding import is_missing_cell
 from torchtree.plot.common import (as_numpy, band_quantiles, class_index, input_names, kind_of, new_axes, posterior_of,
                                    require_matplotlib, weighted_quantiles, wilson_interval)
@@ -74,13 +74,10 @@ def _chain_ess_per_column(per: np.ndarray, chain_of: np.ndarray) -> np.ndarray:
     estimate, counts every draw."""
     chains = [per[chain_of == c] for c in np.unique(chain_of)]
     n = min(len(c) for c in chains)
-    out = np.full(per.shape[1], float(per.shape[0]))
-    for d in range(per.shape[1]):
-        if per[:, d].min() < per[:, d].max():
-            e = chain_ess(np.stack([c[:n, d] for c in chains]))
-            if np.isfinite(e):
-                out[d] = max(min(e, float(per.shape[0])), 1.0)
-    return out
+    e = ess_columns(np.stack([c[:n] for c in chains]))  # [chains, n, D]
+    varies = per.min(0) < per.max(0)
+    S = float(per.shape[0])
+    return np.where(varies & np.isfinite(e), np.clip(np.nan_to_num(e), 1.0, S), S)
 
 
 def plot_importance(posterior: Any, metric: str = "share", *, interval: Any = (0.05, 0.95), top: Optional[int] = None,

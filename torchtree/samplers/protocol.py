@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -278,6 +278,8 @@ class SamplerState:
         kw = {}
         for f in fields(cls):
             if f.metadata.get("transient"):
+                continue
+            if f.name not in saved and f.default_factory is not MISSING:  # a field added since the save
                 continue
             v = saved[f.name]
             t = hints.get(f.name)

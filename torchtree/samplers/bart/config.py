@@ -122,9 +122,10 @@ class BARTConfig(SamplerConfig):
                lambda v, s: _many_chains(v, s) and not v.given("n_samples") and v["n_samples"] < DEFAULT_SAMPLES,
                lambda v, s: many_chains_thin(v["n_samples"])),))
     min_ess: Optional[float] = option(None, help="run until converged: past n_samples, keep n_samples more sweeps per "
-                                      "chain at a time until every diagnostic the run reports (sigma's and the mean "
-                                      "leaves per tree's) has an ESS of at least min_ess and a split-R-hat of at most "
-                                      "max_rhat, or max_samples are kept (None: exactly n_samples)",
+                                      "chain at a time until every diagnostic the run reports (sigma's, the mean "
+                                      "leaves per tree's and the fitted function's at 100 training rows) has an ESS "
+                                      "of at least min_ess and a split-R-hat of at most max_rhat, or max_samples are "
+                                      "kept (None: exactly n_samples)",
                                       low=0.0, low_open=True)
     max_rhat: float = option(1.05, help="with min_ess: the split-R-hat the run goes on until", low=1.0, low_open=True)
     max_samples: Optional[int] = option(None, help="with min_ess: the most kept sweeps per chain (default "

@@ -10,7 +10,7 @@ from torchtree.core.memory import check_memory
 from torchtree.core.random import derive_seed, keyed_uniform
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, heap_depth, mnp_offsets
 from torchtree.model.bart_posterior import BARTPosterior
-from torchtree.model.diagnostics import chain_ess, rhat, unconverged, warn_if_unconverged
+from torchtree.model.diagnostics import warn_if_unconverged
 from torchtree.samplers import driver
 from torchtree.samplers.base import SamplerBase
 from torchtree.kernels import native
@@ -20,6 +20,7 @@ from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities,
                                        tree_update, tree_update_native, warm_tables)
 
 import torchtree.samplers.bart.graph as sweep_graph
+from torchtree.samplers.bart.mixing import cat_chains, diagnostics, gather_traces, traced_f, traced_rows, window
 from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream, default_gfr_sweeps
 from torchtree.samplers.bart.state import COMPACT_EVERY, BARTSetup, BARTState
 from torchtree.core.warn import warn
@@ -188,7 +189,7 @@ class BART(SamplerBase):
                          target=target.to(dt), chains=chains, n_utilities=U,
                          instances=(chains[:, None] * U + torch.arange(U, device=ctx.device)).reshape(-1),
                          offsets=mnp_offsets(data.y, data.n_classes) if U > 1 else None,
-                         groups=groups)
+                         groups=groups, f_rows=traced_rows(data.n, ctx.device))
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
         return {"prior": ctx.setup.prior.to_dict(), "task": ctx.data.task}
@@ -223,41 +224,16 @@ class BART(SamplerBase):
             return False
         if S >= c.kept_cap():
             return True
-        sig, leaves = torch.stack(state.kept_sigma), torch.stack(state.trace_leaves, 1)
+        sig, leaves, f = _traces(state)
         if ctx.world_size > 1:
-            sig, leaves = _gather_traces(ctx.backend, sig, leaves)
-        return self._window(ctx, sig, leaves)[2]
+            sig, leaves, f = gather_traces(ctx.backend, sig, leaves, f)
+        return self._window(ctx, sig, leaves, f)[2]
 
-    def _window(self, ctx: driver.RunContext, sig: torch.Tensor, leaves: torch.Tensor):
-        """``(drop, diagnostics, within)``: the kept sweeps a run with ``min_ess`` returns, as the number of its
-        first kept sweeps moved to the warm-up, the diagnostics of the rest (:meth:`_mixing`) and whether they
-        are within ``max_rhat`` and ``min_ess`` (:func:`~torchtree.model.diagnostics.unconverged`).
-
-        The windows tried, in order: every kept sweep, then, once the run has gone past ``n_samples``, the
-        second half (the warm-up doubled, as where the chains were still drifting from their start). The first
-        within the limits is taken; when none is (the cap or a time budget ended the run), the one whose largest
-        R-hat is smaller, the first on a tie. A window of fewer than 4 sweeps per chain gives no R-hat and is
-        never within."""
-        c, S = self.config, sig.shape[0]
-        tried = []
-        for drop in (0, S // 2) if S > c.n_samples else (0,):
-            d = self._mixing(ctx, sig[drop:], leaves, ctx.setup.n_warmup + drop * c.thin)
-            if S - drop >= 4 and not unconverged(d, c.max_rhat, c.min_ess):
-                return drop, d, True
-            worst = max((v for k, v in d.items() if k.startswith("rhat_") and v == v), default=float("inf"))
-            tried.append((worst, drop, d))
-        worst, drop, d = min(tried, key=lambda t: t[0])  # min keeps the first of equals
-        return drop, d, False
-
-    def _mixing(self, ctx: driver.RunContext, sig: torch.Tensor, leaves: torch.Tensor, n_warmup: int) -> Dict[str, float]:
-        """Split-R-hat and ESS of sigma (regression; NaN otherwise) over the kept sweeps ``sig [S, C]``, and of
-        the mean leaves per tree over the sweeps after ``n_warmup`` of ``leaves [C, sweeps]``, every chain's."""
-        sig_trace = sig.sqrt().T.cpu().numpy()  # [chains, draws] of sigma (scaled)
-        kept = (leaves[:, n_warmup:] if leaves.shape[1] > n_warmup else leaves).cpu().numpy()
-        reg = ctx.setup.prior.task == "regression"
-        return {"rhat_sigma": rhat(sig_trace) if reg else float("nan"),
-                "ess_sigma": chain_ess(sig_trace) if reg else float("nan"),
-                "rhat_leaves": rhat(kept), "ess_leaves": chain_ess(kept)}
+    def _window(self, ctx: driver.RunContext, sig: torch.Tensor, leaves: torch.Tensor, f: torch.Tensor):
+        """:func:`~torchtree.samplers.bart.mixing.window` with this run's settings."""
+        c = self.config
+        return window(sig, leaves, f, ctx.setup.n_warmup, c.thin, c.n_samples, c.max_rhat, c.min_ess,
+                      ctx.setup.prior.task == "regression", ctx.setup.n_utilities)
 
     def init(self, ctx: driver.RunContext) -> BARTState:
         """Every tree a single leaf of value 0; sigma at its prior guess; probit latents drawn."""
@@ -287,7 +263,7 @@ class BART(SamplerBase):
                          sigma2=torch.full((C,), prior.sigma_hat ** 2 if prior.task == "regression" else 1.0,
                                            dtype=torch.float64, device=dev),
                          latent=latent, counts=torch.zeros(2, 3, dtype=torch.long, device=dev), kept=[], kept_sigma=[],
-                         trace_leaves=[])
+                         trace_leaves=[], kept_f=[])
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> BARTState:
         state = BARTState.from_state_dict(saved, ctx.device)
@@ -295,6 +271,7 @@ class BART(SamplerBase):
         state.kept = [tuple(t.to(dev) for t in k) for k in state.kept]
         state.kept_sigma = [s.to(dev) for s in state.kept_sigma]
         state.trace_leaves = [t.to(dev) for t in state.trace_leaves]
+        state.kept_f = [t.to(dev) for t in state.kept_f]
         state.counts = state.counts.to(dev)
         return state
 
@@ -369,6 +346,7 @@ class BART(SamplerBase):
             width = (1 << (int(stats[-1]) + 1)) - 1 if stats is not None else None
             state.kept.append(_kept(feature, cut, value, width))
             state.kept_sigma.append(sigma2.clone())
+            state.kept_f.append(traced_f(ctx.setup.target, latent, resid, ctx.setup.f_rows, prior.task == "regression"))
             if len(state.kept) % COMPACT_EVERY == 0:
                 _compact(state.kept, len(state.kept) - COMPACT_EVERY)
         state.done = self.finished(state, ctx, keep)
@@ -398,6 +376,8 @@ class BART(SamplerBase):
         if in_warmup:  # a time budget ended the run in warm-up: keep the last sweep, and say so
             state.kept.append(_kept(state.feature, state.cut, state.value))
             state.kept_sigma.append(state.sigma2.clone())
+            state.kept_f.append(traced_f(ctx.setup.target, state.latent, state.resid, ctx.setup.f_rows,
+                                         prior.task == "regression"))
             S = 1
             warn(f"BART: max_seconds={c.max_seconds:g} ran out in warm-up, after {int(state.step)} of "
                  f"{ctx.setup.n_warmup} warm-up sweeps: the posterior is each chain's last sweep, which has not "
@@ -410,18 +390,18 @@ class BART(SamplerBase):
         feat = torch.stack([_pad(k[0], width, ABSENT) for k in state.kept])  # [S, C, T, K']
         cut = torch.stack([_pad(k[1], width, 0) for k in state.kept])
         val = torch.stack([_pad(k[2], width, 0) for k in state.kept])
-        sig = torch.stack(state.kept_sigma)  # [S, C]
-        leaves = torch.stack(state.trace_leaves, 1) if state.trace_leaves else torch.zeros(C, 0)  # [C, it]
+        sig, leaves, f_rows = _traces(state)  # [S, C], [C, sweeps], [S, C, R]
         counts = state.counts
         if ctx.world_size > 1:
-            feat, cut, val, sig, leaves, counts = _gather(ctx, feat, cut, val, sig, leaves, counts, width)
+            feat, cut, val, sig, leaves, f_rows, counts = _gather(ctx, feat, cut, val, sig, leaves, f_rows, counts, width)
         n_warmup, converged = (int(state.step) if in_warmup else ctx.setup.n_warmup), None
+        U = ctx.setup.n_utilities
         if c.min_ess is not None:  # the window the run was judged on: its first kept sweeps may join the warm-up
-            drop, mixing, converged = self._window(ctx, sig, leaves)
-            feat, cut, val, sig = feat[drop:], cut[drop:], val[drop:], sig[drop:]
+            drop, mixing, converged = self._window(ctx, sig, leaves, f_rows)
+            feat, cut, val, sig, f_rows = feat[drop:], cut[drop:], val[drop:], sig[drop:], f_rows[drop:]
             S, n_warmup = S - drop, n_warmup + drop * c.thin
         else:
-            mixing = self._mixing(ctx, sig, leaves, n_warmup)
+            mixing = diagnostics(sig, leaves, f_rows, n_warmup, prior.task == "regression", U)
         Cg = feat.shape[1]
         feat = feat.reshape(S * Cg, T, -1)
         cut, val = cut.reshape(S * Cg, T, -1), val.reshape(S * Cg, T, -1)
@@ -431,20 +411,23 @@ class BART(SamplerBase):
                 "n_samples": S, "n_warmup": n_warmup, "n_gfr": ctx.setup.n_gfr, "thin": c.thin,
                 "world_size": ctx.world_size, "sweeps": int(state.step), "seconds": ctx.seconds(),
                 "prior": prior.to_dict(), **mixing,
-                "trace": {"sigma": sig.sqrt().T.cpu().numpy() * prior.scale, "leaves_mean": leaves.cpu().numpy()}}
+                "trace": {"sigma": sig.sqrt().T.cpu().numpy() * prior.scale, "leaves_mean": leaves.cpu().numpy(),
+                          "f": _f_trace(f_rows, prior, U)},
+                "f_rows": ctx.setup.f_rows.tolist()}
         if c.bart_sampler == "mcmc":
             info.update({f"accept/{m}": (a / p if p else float("nan")) for m, p, a in zip(("grow", "prune", "change"), pr, ac)})
             info["accept/all"] = sum(ac) / max(sum(pr), 1)
+        f_note = (f" (f: the sum of trees at {len(info['f_rows'])} training rows, its R-hat the 90% quantile over "
+                  "them, its ESS the 10% quantile)")
         if c.min_ess is None:
             warn_if_unconverged(info, S, "Run longer chains (n_warmup, n_samples), more of them (n_chains), or until "
-                                "converged (min_ess)")
+                                "converged (min_ess)" + f_note)
         else:
             info["converged"] = converged
             kept = len(state.kept)
             warn_if_unconverged(info, S, f"The run stopped at {kept} kept sweeps per chain (max_samples "
                                 f"{c.kept_cap()}{'' if kept >= c.kept_cap() else ', or its time budget'}): raise "
-                                "max_samples, or n_warmup", c.max_rhat, c.min_ess)
-        U = ctx.setup.n_utilities
+                                "max_samples, or n_warmup" + f_note, c.max_rhat, c.min_ess)
         chain_of = torch.arange(Cg).repeat(S) // U  # each forest's chain
         if U > 1:
             info["n_utilities"] = U
@@ -454,6 +437,27 @@ class BART(SamplerBase):
 
     def end_info(self, post: BARTPosterior) -> Dict[str, Any]:
         return {k: v for k, v in post.info.items() if k.startswith(("accept", "rhat", "ess"))}
+
+
+def _traces(state: BARTState):
+    """The run's traces: kept sigma^2 ``[S, C]``, mean leaves ``[C, sweeps]``, traced fits ``[S, C, R]`` (no
+    sweeps where a resumed checkpoint predates them)."""
+    sig = torch.stack(state.kept_sigma)
+    C = sig.shape[1]
+    leaves = torch.stack(state.trace_leaves, 1) if state.trace_leaves else torch.zeros(C, 0)
+    traced = len(state.kept_f) == len(state.kept_sigma)
+    f = torch.stack(state.kept_f) if traced and state.kept_f else torch.zeros(0, C, 0, dtype=sig.dtype, device=sig.device)
+    return sig, leaves, f
+
+
+def _f_trace(f, prior, U: int):
+    """``info["trace"]["f"]``: the traced fits ``[S, C, R]`` as ``[chains, S, R]`` (``[chains, S, U, R]`` with
+    class utilities) float64, on the target's scale (regression) or the probit latent's."""
+    S, C, R = f.shape
+    f = f.double().cpu().reshape(S, C // U, U, R).permute(1, 0, 2, 3)
+    if prior.task == "regression":
+        f = prior.offset + prior.scale * f
+    return (f[:, :, 0] if U == 1 else f).numpy()
 
 
 def _may_sync(device: torch.device) -> bool:
@@ -573,27 +577,15 @@ def _pad(t: torch.Tensor, width: int, fill) -> torch.Tensor:
     return out
 
 
-def _gather(ctx, feat, cut, val, sig, leaves, counts, width):
-    """Every rank's kept sweeps, chains in global order (collective)."""
+def _gather(ctx, feat, cut, val, sig, leaves, f, counts, width):
+    """Every rank's kept sweeps and traces, chains in global order (collective)."""
     be = ctx.backend
     w = int(be.all_reduce(torch.tensor([width], dtype=torch.int64), "max").item())
     feat, cut, val = _pad(feat, w, ABSENT), _pad(cut, w, 0), _pad(val, w, 0)
 
-    feat = _cat_chains(be, feat.long()).to(torch.int16)
-    cut = _cat_chains(be, cut.long()).to(torch.int16)
-    val = _cat_chains(be, val.double()).to(val.dtype)
-    sig, leaves = _gather_traces(be, sig, leaves)
+    feat = cat_chains(be, feat.long()).to(torch.int16)
+    cut = cat_chains(be, cut.long()).to(torch.int16)
+    val = cat_chains(be, val.double()).to(val.dtype)
+    sig, leaves, f = gather_traces(be, sig, leaves, f)
     counts = be.all_reduce(counts.cpu(), "sum")
-    return feat, cut, val, sig, leaves, counts
-
-
-def _cat_chains(be, t: torch.Tensor) -> torch.Tensor:
-    """``[S, C, ...]`` on each rank -> ``[S, W*C, ...]``, chains in global order (collective)."""
-    g = be.all_gather(t.transpose(0, 1).contiguous().cpu())
-    return g.transpose(0, 1).contiguous().to(t.device)
-
-
-def _gather_traces(be, sig: torch.Tensor, leaves: torch.Tensor):
-    """Every rank's kept sigma draws ``[S, C]`` and mean-leaves traces ``[C, sweeps]``, chains in global order
-    (collective)."""
-    return _cat_chains(be, sig), be.all_gather(leaves.cpu().contiguous())
+    return feat, cut, val, sig, leaves, f, counts

@@ -92,6 +92,8 @@ class BARTState(SamplerState):
     kept: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # per kept sweep: [C, T, K'] trees
     kept_sigma: List[torch.Tensor]  # per kept sweep: [C]
     trace_leaves: List[torch.Tensor]  # per sweep: [C] mean leaves per tree
+    #: per kept sweep: ``[C, R]`` the fit at the traced training rows (:mod:`torchtree.samplers.bart.mixing`)
+    kept_f: List[torch.Tensor] = field(default_factory=list)
     #: ``forest_stats`` of the trees as they are (the last sweep's), where the compiled kernels computed them
     forest_stats: Optional[torch.Tensor] = field(default=None, metadata=TRANSIENT)
     #: :func:`pack_kept` of each trimmed group of ``COMPACT_EVERY`` kept sweeps, in order (a checkpoint's cache)
@@ -140,6 +142,8 @@ class BARTSetup:
     n_gfr : int, the grow-from-root sweeps opening them (0 where the compiled kernels do not run)
     graph : :class:`~torchtree.samplers.bart.graph.SweepGraph` or None, the sweeps' tree updates as a
         recorded CUDA graph (``compile="graph"``)
+    f_rows : LongTensor [R], the training rows whose fit the run traces
+        (:func:`~torchtree.samplers.bart.mixing.traced_rows`)
     """
 
     prior: Any
@@ -158,3 +162,4 @@ class BARTSetup:
     n_warmup: int = 0
     n_gfr: int = 0
     graph: Optional[Any] = None
+    f_rows: Optional[torch.Tensor] = None
