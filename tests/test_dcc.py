@@ -94,6 +94,8 @@ def test_soft_tree_evidence_matches_quadrature():
     post = NUTS(n_chains=8, n_samples=100, n_warmup=100, depth=1, sharpness=h, evidence=True, n_proposals=5,
                 max_tree_depth=5, dtype=torch.float64).run((X, y), seed=0)
     assert abs(post.log_evidence - log_z) < 0.05, (post.log_evidence, log_z)
+    # the draws are draw-major over the chains: 8 chains' rows of draw s, then draw s + 1 (info says how many)
+    assert post.info["n_chains"] == 8 and post.draws[0].shape[0] == 8 * 100
 
 
 # ----------------------------------------------------------------------------- utility

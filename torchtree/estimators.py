@@ -23,6 +23,7 @@ from torchtree.methods import (  # METHODS, register_method, get_method, model_s
 )
 from torchtree.model.data import Data
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
+from torchtree.model.inputs import check_no_missing_labels
 
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "DataConversionWarning",
            "register_method", "get_method",
@@ -202,6 +203,7 @@ class BayesianTreeRegressor(BayesianTreeBase):
         ``r2_score``."""
         self._check_fitted()
         yn = self._target(X, y).astype(np.float64)
+        check_no_missing_labels(yn, what="target")
         pred = self.predict(X)
         unit = float(np.abs(yn - yn.mean()).max()) or 1.0  # in units of y's spread: no square under- or overflows
         ss_res = float((((yn - pred) / unit) ** 2).sum())

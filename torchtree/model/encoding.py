@@ -87,6 +87,10 @@ def _raw_columns(X: Any, name: str = "X"):
         for j, dt in enumerate(X.dtypes):
             kind = _frame_dtype_kind(dt)
             s = X.iloc[:, j]
+            if getattr(dt, "kind", "O") in "cMm":  # the numeric path's refusal, whatever the other columns hold
+                raise ValueError(f"X must be numeric, got dtype {dt} in {column_label(j, names)}: dates, durations "
+                                 "and complex numbers have no order a split could use; convert them (e.g. dates to "
+                                 "seconds since an origin, with missing dates as NaN)")
             if kind in ("category", "ordered"):
                 cats = [label_of(c) for c in s.cat.categories]
                 codes = np.asarray(s.cat.codes)
@@ -300,10 +304,14 @@ class TableEncoder:
                          f"({', '.join(repr(t) for t in sorted(set(tokens))[:3])})", UserWarning)
                 out.append(cls._numeric(nums, where))
             elif kind == "ordered":
-                position = {v: i for i, v in enumerate(ordered_cats)}  # a dict: linear in the rows, not rows x levels
+                # the levels present in training, in the declared order (a declared level no row holds is unseen at
+                # prediction, as any other); a dict: linear in the rows, not rows x levels
+                position = {v: i for i, v in enumerate(ordered_cats)}
                 uniq, index, _ = distinct_cells(col.tolist())
-                codes = np.array([np.nan if is_missing_cell(v) else float(position[v]) for v in uniq])[index]
-                column = cls._numeric(codes, where, levels=list(ordered_cats), source="ordered")
+                present = sorted({position[v] for v in uniq if not is_missing_cell(v)})
+                rank = {p: r for r, p in enumerate(present)}
+                codes = np.array([np.nan if is_missing_cell(v) else float(rank[position[v]]) for v in uniq])[index]
+                column = cls._numeric(codes, where, levels=[ordered_cats[p] for p in present], source="ordered")
                 seen = codes[~np.isnan(codes)].astype(np.int64)
                 if seen.size:  # a rule-less missing or unseen level becomes the most frequent level, as unordered
                     column.fill_level = int(np.argmax(np.bincount(seen)))
@@ -336,9 +344,14 @@ class TableEncoder:
         for v in arr.tolist():
             if isinstance(v, str):
                 if fnames is None or v not in [str(c) for c in fnames]:
-                    raise ValueError(f"categorical_features names {v!r}, which is not a column of X")
+                    raise ValueError(f"categorical_features names {v!r}, which is not a column of X (the one text "
+                                     "value it takes is 'from_dtype'; otherwise column names or indices, a boolean "
+                                     "mask, or None)")
                 mask[[str(c) for c in fnames].index(v)] = True
             else:
+                if isinstance(v, (bool, np.bool_)) or not float(v).is_integer():
+                    raise ValueError(f"categorical_features holds {v!r}: give column indices (integers), column "
+                                     "names, a boolean mask, None or 'from_dtype'")
                 k = int(v)
                 if not -d <= k < d:
                     raise ValueError(f"categorical_features index {k} is out of range for {d} columns")
@@ -359,7 +372,9 @@ class TableEncoder:
         lo, hi, fill = float(obs[0]), float(obs[-1]), float(np.median(x[~miss]))
         if not miss.any():
             return _Column("numeric", 1, source=source, lo=lo, hi=hi, fill=fill, levels=kind_levels)
-        delta = (hi - lo) / (len(obs) - 1) if len(obs) > 1 else 1.0
+        # the mean gap between observed values; one value: a unit, or a millionth of its magnitude where a unit
+        # is below its float32 (and float64) resolution
+        delta = (hi - lo) / (len(obs) - 1) if len(obs) > 1 else max(1.0, 1e-6 * abs(hi))
         with np.errstate(over="ignore"):
             if not np.isfinite([hi - lo, hi + delta, lo - delta]).all():  # the missing values' stand-ins
                 raise ValueError(f"X {where} spans more than float64 can hold with its missing values placed beyond "

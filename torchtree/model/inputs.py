@@ -25,7 +25,9 @@ def to_numpy(obj: Any, name: str) -> np.ndarray:
             raise InputTypeError(f"{name}: sparse input is not supported; use {name}.to_dense()")
         return obj.detach().cpu().numpy()
     if hasattr(obj, "toarray") and hasattr(obj, "nnz"):  # scipy.sparse matrices and arrays
-        raise InputTypeError(f"{name}: sparse input is not supported; use {name}.toarray()")
+        raise InputTypeError(f"{name}: sparse input is not supported; use {name}.toarray() (in a Pipeline, make the "
+                             "step before dense: OneHotEncoder(sparse_output=False), or no encoder at all, since text "
+                             "columns are categorical here)")
     if obj is None:
         raise ValueError(f"this estimator requires {name} to be passed, but the target {name} is None"
                          if name == "y" else f"{name} is None; expected an array-like")
@@ -122,7 +124,7 @@ def check_no_missing_labels(yn: np.ndarray, name: str = "y", what: str = "label"
         return
     if len(bad):
         raise ValueError(f"{name} has {len(bad)} missing {what}(s) (None / NaN); the first is at row {int(bad[0])}. "
-                         "Drop those rows: a model cannot learn from a row without its target")
+                         "Drop those rows: a row without its target can be neither fitted nor scored")
     if yn.dtype.kind == "f" and not np.isfinite(yn).all():
         inf = np.flatnonzero(~np.isfinite(yn))
         raise ValueError(f"{name} has {len(inf)} infinite {what}(s); the first is at row {int(inf[0])}")

@@ -13,6 +13,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
+from torchtree.model.inputs import check_no_missing_labels
+
 __all__ = ["Posterior"]
 
 
@@ -106,7 +108,9 @@ class Posterior:
         if yn.ndim != 1 or yn.shape[0] != M:
             raise ValueError(f"y must be 1-D with {M} entries, got shape {yn.shape}")
         if self.task == "regression":
-            return torch.as_tensor(yn.astype(np.float64))
+            yf = yn.astype(np.float64)
+            check_no_missing_labels(yf, what="target")
+            return torch.as_tensor(yf)
         if self.classes_ is None:
             return torch.as_tensor(yn.astype(np.int64))
         lookup = {c: i for i, c in enumerate(self.classes_.tolist())}

@@ -47,7 +47,10 @@ class SoftTreePosterior(Posterior):
     sharpness : float, split sharpness ``h`` used for prediction
     topologies : sequence of Topology, length M
     draws : sequence of Tensor [S_m, P_m]
-        Compact unconstrained draws of each topology (see ``ParamLayout.compact_index``).
+        Compact unconstrained draws of each topology (see ``ParamLayout.compact_index``). A NUTS run's
+        draws are draw-major over its chains: row ``s * C + c`` is chain ``c``'s ``s``-th kept draw, with
+        ``C = info["n_chains"]`` (``draws[0].view(-1, C, P).transpose(0, 1)`` gives ``[chains, draws, P]``
+        for R-hat and ESS).
     log_evidence_m : Tensor [M], optional
         ``log Z_m``; ``None`` gives equal weight to every topology.
     log_prior_m : Tensor [M], optional, ``log p(m)`` (zeros if omitted)

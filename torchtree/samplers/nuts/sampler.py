@@ -258,6 +258,7 @@ class NUTS(SamplerBase):
             "step_size": float(state.chains.step_size.mean()),
             "mean_tree_depth": float(trace.tree_depth.float().mean()),
             "grad_evals": int(trace.n_steps.sum()),
+            "n_chains": int(samples.shape[1]),  # draws are draw-major: row s * n_chains + c is chain c's s-th
         }
         return SoftTreePosterior(model.data, model.hyper, c.sharpness, [self.topology], [draws], log_z, None, info)
 
