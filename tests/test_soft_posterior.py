@@ -97,3 +97,42 @@ def test_interval_of_a_row_does_not_depend_on_the_other_rows(monkeypatch):
     monkeypatch.setattr(soft_posterior, "INTERVAL_BLOCK", 7)  # six blocks
     assert np.allclose(post.predict_interval(X, n_draws=500, seed=2), ref, rtol=0, atol=1e-5 * width.max())
     assert not np.allclose(post.predict_interval(X, n_draws=500, seed=3), ref, rtol=0, atol=1e-3 * width.max())
+
+
+def test_nuts_chain_draws_go_to_arviz_and_the_summary_by_chain():
+    """A NUTS posterior's draws per chain (draw-major rows ``s C + c``) on the parameters' own scales: planting
+    chain ``c``'s threshold coordinate at ``c - 1`` in every one of its rows gives ``sigmoid(c - 1)`` throughout
+    chain ``c`` (the layout), the summary's worst R-hat sees chains set apart, ArviZ gets the same arrays, and
+    the chains' mean equals the posterior-mean gates. A DCC posterior (several topologies) has none."""
+    from torchtree.model.diagnostics import to_arviz
+    from torchtree.soft import NUTS
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(60, 2))
+    y = 2 * (X[:, 0] > 0.5) + 0.1 * rng.normal(size=60)
+    post = NUTS(n_chains=3, n_samples=12, n_warmup=12, depth=1).run(X, y, seed=0)
+    ch = post.chain_draws()
+    assert {k: v.shape for k, v in ch.items()} == {"thresholds": (3, 12, 1), "split_weights": (3, 12, 1, 2),
+                                                    "leaf_means": (3, 12, 2), "sigma2": (3, 12)}
+    g = post.gates()
+    np.testing.assert_allclose(ch["thresholds"].mean((0, 1)), g["thresholds"][:1].double().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(ch["split_weights"].mean((0, 1)), g["weights"][:1].double().numpy(), rtol=1e-6)
+    pytest.importorskip("arviz")
+    idata = to_arviz(post)
+    np.testing.assert_array_equal(idata.posterior["leaf_means"].values, ch["leaf_means"])
+    # the threshold's unconstrained coordinate: the first after the split weights' D - 1
+    model = post._model(0, 1)
+    u = int(model.layout.u_offset)
+    col = int((model.compact_index(0) == u).nonzero())
+    planted = post.draws[0].clone()
+    planted[:, col] = (torch.arange(planted.shape[0]) % 3 - 1).to(planted)
+    post.draws[0] = planted
+    th = post.chain_draws()["thresholds"][..., 0]
+    np.testing.assert_allclose(th, np.broadcast_to(1 / (1 + np.exp(-np.array([-1.0, 0.0, 1.0])))[:, None], (3, 12)),
+                               rtol=1e-6)
+    shifted = planted.clone()
+    shifted[:, col] = 3.0 * planted[:, col] + 0.1 * torch.randn(planted.shape[0], generator=torch.Generator().manual_seed(1))
+    post.draws[0] = shifted  # chains apart, each varying
+    assert post.summary()["rhat_max"] > 1.5
+    dcc = DCC(n_iterations=2, n_chains=2, n_samples=5, n_warmup=5, max_depth=1).run(X, y, seed=0)
+    assert dcc.chain_draws() is None and "rhat_max" not in dcc.summary()

@@ -183,8 +183,11 @@ def tree_sizes(posterior) -> Dict[str, np.ndarray]:
 
 
 def posterior_traces(posterior) -> Optional[Dict[str, np.ndarray]]:
-    """Per-chain traces ``{name: [chains, draws]}`` from ``posterior.info["trace"]``, or None."""
+    """Per-chain traces ``{name: [chains, draws, ...]}`` from ``posterior.info["trace"]`` (MCMC, BART), or a
+    soft-tree posterior's :meth:`~torchtree.soft.SoftTreePosterior.chain_draws` (NUTS), or None."""
     trace = getattr(posterior, "info", {}).get("trace")
+    if (not isinstance(trace, dict) or not trace) and callable(getattr(posterior, "chain_draws", None)):
+        trace = posterior.chain_draws()
     if not isinstance(trace, dict) or not trace:
         return None
     out = {}

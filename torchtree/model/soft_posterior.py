@@ -375,6 +375,15 @@ class SoftTreePosterior(Posterior):
         from torchtree.model.posterior import PosteriorSummary
 
         names = getattr(self, "feature_names", None)
+        mixing = {}
+        chains = self.chain_draws()
+        if chains is not None:  # every parameter's split-R-hat and ESS over the chains: the worst of each
+            from torchtree.model.diagnostics import ess_columns, rhat_columns
+
+            flat = np.concatenate([v.reshape(v.shape[0], v.shape[1], -1) for v in chains.values()], 2)
+            r, e = rhat_columns(flat), ess_columns(flat)
+            mixing = {"rhat_max": float(np.nanmax(r)) if np.isfinite(r).any() else float("nan"),
+                      "ess_min": float(np.nanmin(e)) if np.isfinite(e).any() else float("nan")}
         return PosteriorSummary({
             "n_topologies": len(self.topologies),
             "log_evidence": self.log_evidence,
@@ -383,7 +392,40 @@ class SoftTreePosterior(Posterior):
             "feature_usage_top": usage.tolist(),
             "feature_names": list(names) if names is not None and len(names) == len(usage) else [f"x{d}" for d in range(len(usage))],
             **{k: v for k, v in self.info.items() if isinstance(v, (int, float, str))},
+            **mixing,
         })
+
+    def chain_draws(self) -> Optional[Dict[str, np.ndarray]]:
+        """Per-chain draws of a one-topology posterior sampled by several chains (NUTS), on the parameters'
+        own scales, ``{name: float64 [chains, draws, ...]}``: ``thresholds [C, S, I]`` and ``split_weights
+        [C, S, I, D']`` of the topology's internal nodes (in heap order), and of its leaves (heap order)
+        ``leaf_means [C, S, L]`` and ``sigma2 [C, S]`` (regression) or the leaves' predictive class
+        probabilities ``leaf_class_probs [C, S, L, K]``. None for a posterior over several topologies (DCC)
+        or one whose ``info`` does not say its ``n_chains``. :func:`~torchtree.model.diagnostics.to_arviz`
+        exports them, :meth:`summary` reports their worst R-hat and ESS."""
+        C = self.info.get("n_chains")
+        d = self.draws[0]
+        if len(self.topologies) != 1 or not isinstance(C, int) or C < 1 or d.shape[0] < C or d.shape[0] % C:
+            return None
+        S = d.shape[0] // C
+        model = self._model(0, d.shape[0])
+        theta = torch.zeros(d.shape[0], model.n_params, dtype=model.X.dtype)
+        theta[:, model.compact_index(0)] = d.to(theta)
+        t = self.topologies[0]
+        internal, leaves = list(t.internal), [leaf_slot(l, model.depth) for l in t.leaves]
+
+        def per_chain(x: torch.Tensor) -> np.ndarray:  # draw-major rows -> [C, S, ...]
+            return x.reshape(S, C, *x.shape[1:]).transpose(0, 1).double().cpu().numpy()
+
+        with torch.no_grad():
+            c = model.constrain(theta)
+            out = {"thresholds": per_chain(c["thresholds"][:, internal]),
+                   "split_weights": per_chain(c["weights"][:, internal])}
+            if self.task == "regression":
+                out["leaf_means"], out["sigma2"] = per_chain(c["mu"][:, leaves]), per_chain(c["sigma2"])
+            else:
+                out["leaf_class_probs"] = per_chain(model.leaf_class_probs(theta)[:, leaves])
+        return out
 
     def _topology_index(self, i: int) -> int:
         """``i`` checked against the topologies (no wrap-around of negative indices)."""
