@@ -61,14 +61,15 @@ def rhat(draws) -> float:
 
 def rhat_columns(draws) -> np.ndarray:
     """:func:`rhat` of each column of ``draws [chains, n, P]``: ``[P]`` float64 (``nan`` where a column is
-    constant or the chains hold fewer than 4 draws)."""
-    a = np.asarray(draws, dtype=np.float64)
-    n = a.shape[1] // 2
+    constant or the chains hold fewer than 4 draws). Each column's arithmetic is :func:`rhat`'s, in the same
+    order (the reductions run over contiguous rows), so the values are the same to the last bit."""
+    a = np.ascontiguousarray(np.moveaxis(np.asarray(draws, dtype=np.float64), 2, 0))  # [P, chains, n]
+    n = a.shape[2] // 2
     if n < 2:
-        return np.full(a.shape[2], np.nan)
-    s = np.concatenate([a[:, :n], a[:, a.shape[1] - n:]], 0)  # [2 chains, n, P]
-    w = s.var(1, ddof=1).mean(0)
-    b = n * s.mean(1).var(0, ddof=1)
+        return np.full(a.shape[0], np.nan)
+    s = np.concatenate([a[:, :, :n], a[:, :, a.shape[2] - n:]], 1)  # [P, 2 chains, n]
+    w = s.var(2, ddof=1).mean(1)
+    b = n * s.mean(2).var(1, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.sqrt(((n - 1) / n * w + b / n) / w)
     return np.where(w > 0, out, np.nan)
@@ -125,29 +126,35 @@ def chain_ess(draws) -> float:
 
 def ess_columns(draws) -> np.ndarray:
     """:func:`chain_ess` of each column of ``draws [chains, n, P]``: ``[P]`` float64 (``nan`` where a column
-    is constant or the chains hold fewer than 4 draws)."""
-    a = np.asarray(draws, dtype=np.float64)
-    m, n, P = a.shape
+    is constant or the chains hold fewer than 4 draws). Each column's arithmetic is :func:`chain_ess`'s, in the
+    same order (reductions over contiguous rows; the truncated sums taken per truncation length), so the
+    values are the same to the last bit."""
+    a = np.ascontiguousarray(np.moveaxis(np.asarray(draws, dtype=np.float64), 2, 0))  # [P, m, n]
+    P, m, n = a.shape
     if n < 4:
         return np.full(P, np.nan)
-    x = a - a.mean(1, keepdims=True)
+    x = a - a.mean(2, keepdims=True)
     nfft = 1 << (2 * n - 1).bit_length()
-    f = np.fft.rfft(x, nfft, axis=1)
-    acov = np.fft.irfft(f * np.conj(f), nfft, axis=1)[:, :n] / n  # [m, n, P]
-    w = (acov[:, 0] * n / (n - 1)).mean(0)  # [P]
-    var_hat = (n - 1) / n * w + (a.mean(1).var(0, ddof=1) if m > 1 else 0.0)
+    f = np.fft.rfft(x, nfft, axis=2)
+    acov = np.fft.irfft(f * np.conj(f), nfft, axis=2)[:, :, :n] / n  # [P, m, n]
+    w = (acov[:, :, 0] * n / (n - 1)).mean(1)  # [P]
+    var_hat = (n - 1) / n * w + (a.mean(2).var(1, ddof=1) if m > 1 else 0.0)
     ok = var_hat > 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        rho = 1.0 - (w - acov.mean(0)) / var_hat  # [n, P]
-    rho[0] = 1.0
+        rho = 1.0 - (w[:, None] - acov.mean(1)) / var_hat[:, None]  # [P, n]
+    rho[:, 0] = 1.0
     npair = n // 2
-    pairs = rho[: 2 * npair].reshape(npair, 2, P).sum(1)  # [npair, P]
+    pairs = rho[:, : 2 * npair].reshape(P, npair, 2).sum(2)  # [P, npair]
     # Geyer: the pairs before the first non-positive one, made monotone non-increasing
-    first = np.where((pairs <= 0).any(0), (pairs <= 0).argmax(0), npair)
-    pairs = np.minimum.accumulate(pairs, 0)
-    kept = np.arange(npair)[:, None] < first[None, :]
-    tau = np.maximum(-1.0 + 2.0 * np.where(kept, pairs, 0.0).sum(0), 1.0 / math.log10(max(m * n, 10)))
-    return np.where(ok, m * n / tau, np.nan)
+    first = np.where((pairs <= 0).any(1), (pairs <= 0).argmax(1), npair)
+    pairs = np.minimum.accumulate(pairs, 1)
+    total = np.zeros(P)
+    for k in np.unique(first):  # one sum per truncation length, as chain_ess sums its k pairs
+        cols = first == k
+        total[cols] = pairs[cols, :k].sum(1)
+    tau = np.maximum(-1.0 + 2.0 * total, 1.0 / math.log10(max(m * n, 10)))
+    with np.errstate(invalid="ignore"):
+        return np.where(ok, m * n / tau, np.nan)
 
 
 def weighted_ess(weights) -> float:
