@@ -155,11 +155,79 @@ def test_resume_on_other_world_size_is_a_clear_error(tmp_path):
         Checkpointer(path).load()  # a single process
 
 
-def test_incomplete_multi_rank_checkpoint_detected(tmp_path):
+class _Killed(BaseException):
+    pass
+
+
+class _KilledAt:
+    """One rank's backend whose ``k``-th barrier never returns: the process was killed there (each rank's save of
+    :func:`save_rank_checkpoint` passes barrier 1 after writing ``.new``, 2 after moving it into place, 3 after
+    rank 0 wrote the manifest)."""
+
+    def __init__(self, rank, world_size, k):
+        self.rank, self.world_size, self.k, self.n = rank, world_size, k, 0
+
+    def barrier(self):
+        self.n += 1
+        if self.n == self.k:
+            raise _Killed
+
+
+@pytest.mark.parametrize("kills,resumes", [
+    ((1, 1), 1),  # both wrote .new: the files of step 1 are in place
+    ((2, 1), 1),  # rank 0 moved step 2 in (step 1 kept as .prev), rank 1 did not
+    ((2, 2), 1),  # both moved in, the manifest not written: step 1 from .prev
+    ((3, 3), 2),  # the manifest names step 2; rank 1 died before dropping its .prev
+    ((None, None), 2),  # a complete save
+])
+def test_a_kill_at_any_point_of_a_multi_rank_save_resumes_a_complete_step(tmp_path, kills, resumes):
+    """A kill anywhere in the save of step 2 leaves every rank the file of the manifest's step: the ranks resume
+    step 1 or step 2 alike, never a mixture and never a refusal (a QA pass lost every step when rank files were
+    replaced before the manifest: 2 kills in 14)."""
     path = str(tmp_path / "run.ckpt")
     _save_ranks(path, 2, step=1)
-    # Rank 1 wrote step 2, then the run died before rank 0 and the manifest.
-    save_rank_checkpoint(_state(21), path, rank=1, world_size=2, step=2)
+    for r, k in enumerate(kills):  # rank 0's save, then rank 1's, each stopped at its barrier k
+        try:
+            save_rank_checkpoint(_state(20 + r), path, backend=_KilledAt(r, 2, k or 0), step=2)
+        except _Killed:
+            pass
+    assert read_manifest(path)["step"] == resumes
+    for r in range(2):
+        _same(load_rank_checkpoint(path, rank=r, world_size=2), _state(10 * resumes + r))
+    if kills == (None, None):
+        assert not [p for p in os.listdir(tmp_path) if p.endswith((".prev", ".new"))]
+
+
+def test_a_kill_between_a_ranks_two_renames_resumes_the_previous_step(tmp_path):
+    """Rank 0's step-1 file moved to .prev, its step-2 file not yet moved in (no ``path.rank0`` at all)."""
+    path = str(tmp_path / "run.ckpt")
+    _save_ranks(path, 2, step=1)
+    for r in range(2):
+        try:
+            save_rank_checkpoint(_state(20 + r), path, backend=_KilledAt(r, 2, 1), step=2)
+        except _Killed:
+            pass
+    os.replace(rank_path(path, 0), rank_path(path, 0) + ".prev")
+    assert not os.path.exists(rank_path(path, 0))
+    for r in range(2):
+        _same(load_rank_checkpoint(path, rank=r, world_size=2), _state(10 + r))
+
+
+def test_rank_files_without_their_manifest_are_not_overwritten(tmp_path):
+    """A distributed run whose manifest is gone refuses to start afresh over the rank files (it overwrote them)."""
+    path = str(tmp_path / "run.ckpt")
+    _save_ranks(path, 2, step=1)
+    os.remove(manifest_path(path))
+    c = Checkpointer(path, backend=_KilledAt(1, 2, 0))
+    with pytest.raises(CheckpointError, match="exists but .*manifest.json does not"):
+        c._load()
+
+
+def test_incomplete_multi_rank_checkpoint_detected(tmp_path):
+    """A rank file of another step than the manifest's, with no file of the manifest's step beside it, is refused."""
+    path = str(tmp_path / "run.ckpt")
+    _save_ranks(path, 2, step=1)
+    save_rank_checkpoint(_state(21), path, rank=1, world_size=2, step=2)  # alone, no barrier: its .prev is gone
     _same(load_rank_checkpoint(path, rank=0, world_size=2), _state(10))
     with pytest.raises(CheckpointError, match="holds step 2 but the manifest says step 1"):
         load_rank_checkpoint(path, rank=1, world_size=2)

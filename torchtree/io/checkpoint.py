@@ -8,11 +8,14 @@
   process does not depend on).
 * :func:`load_checkpoint` reads with ``torch.load(weights_only=True)``: plain
   tensors, numbers, strings, lists and dicts only; no pickled code runs.
-* Multi-rank runs: every rank writes ``path.rank{r}``; after a barrier rank 0
-  writes ``path.manifest.json`` (world size, step, files). Each rank file records
-  its rank, world size and step, so a run that crashed between ranks' writes is
-  detected (steps disagree) instead of resuming from a mixture, and resuming with
-  a different world size raises a clear error.
+* Multi-rank runs: every rank writes ``path.rank{r}.new``; after a barrier each rank
+  moves its previous ``path.rank{r}`` (the step the manifest names) to ``path.rank{r}.prev``
+  and the new file into its place; after another barrier rank 0 writes
+  ``path.manifest.json`` (world size, step, files), and then each rank drops its
+  ``.prev``. Each rank file records its rank, world size and step. A kill at any moment
+  leaves every rank a file of the manifest's step (``path.rank{r}`` or its ``.prev``), so
+  the run resumes from the last complete checkpoint; loading never mixes steps, and
+  resuming with a different world size raises a clear error.
 * :class:`Checkpointer` bundles this for samplers (``checkpoint=path,
   checkpoint_every=k``), and skips saves that would cost more than a small share
   of the run's time (see its ``min_seconds``).
@@ -239,7 +242,14 @@ def save_rank_checkpoint(state: Any, path: str, *, rank: int = 0, world_size: in
     rank, world_size = int(rank), int(world_size)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, {world_size})")
-    atomic_save(seal({"format": FORMAT, "rank": rank, "world_size": world_size, "step": step, "state": state}), rank_path(path, rank))
+    mine = rank_path(path, rank)
+    atomic_save(seal({"format": FORMAT, "rank": rank, "world_size": world_size, "step": step, "state": state}),
+                mine + ".new")
+    _barrier(backend)
+    # the manifest's step stays on disk as .prev until the new manifest names the new files
+    if os.path.exists(mine):
+        os.replace(mine, mine + ".prev")
+    os.replace(mine + ".new", mine)
     _barrier(backend)
     if rank == 0:
         manifest = {
@@ -253,6 +263,8 @@ def save_rank_checkpoint(state: Any, path: str, *, rank: int = 0, world_size: in
             manifest.update(extra)
         atomic_write_text(json.dumps(manifest, indent=1) + "\n", manifest_path(path))
     _barrier(backend)
+    if os.path.exists(mine + ".prev"):
+        os.remove(mine + ".prev")
 
 
 def read_manifest(path: str) -> Dict[str, Any]:
@@ -294,17 +306,22 @@ def load_rank_checkpoint(path: str, *, rank: int = 0, world_size: int = 1, backe
             f"{path}: checkpoint was written by {saved} rank(s) but this run has {world_size}; "
             f"resume with the same world size ({saved} process{'es' if saved != 1 else ''}), or start afresh without the checkpoint"
         )
-    payload = load_checkpoint(rank_path(path, rank), map_location=map_location)
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(f"{rank_path(path, rank)}: not a torchtree rank checkpoint")
-    if int(payload["rank"]) != int(rank) or int(payload["world_size"]) != saved:
-        raise CheckpointError(f"{rank_path(path, rank)}: written by rank {payload['rank']} of {payload['world_size']}, expected rank {rank} of {saved}")
-    if payload.get("step") != manifest.get("step"):
-        raise CheckpointError(
-            f"{rank_path(path, rank)}: holds step {payload.get('step')} but the manifest says step {manifest.get('step')} "
-            "(the run stopped while writing a checkpoint); delete the checkpoint files to start afresh"
-        )
-    return payload["state"]
+    mine = rank_path(path, rank)
+    steps = []
+    # the rank's file, or (a save stopped before its manifest) the previous one the manifest still names
+    for candidate in [c for c in (mine, mine + ".prev") if os.path.exists(c)] or [mine]:
+        payload = load_checkpoint(candidate, map_location=map_location)
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+            raise CheckpointError(f"{candidate}: not a torchtree rank checkpoint")
+        if int(payload["rank"]) != int(rank) or int(payload["world_size"]) != saved:
+            raise CheckpointError(f"{candidate}: written by rank {payload['rank']} of {payload['world_size']}, expected "
+                                  f"rank {rank} of {saved}")
+        if payload.get("step") == manifest.get("step"):
+            return payload["state"]
+        steps.append(payload.get("step"))
+    raise CheckpointError(
+        f"{mine}: holds step {' / '.join(str(s) for s in steps)} but the manifest says step {manifest.get('step')}; "
+        "delete the checkpoint files to start afresh")
 
 
 def _min_seconds_from_env() -> Optional[float]:
@@ -488,6 +505,11 @@ class Checkpointer:
             return None
         if os.path.exists(manifest_path(self.path)):
             state = load_rank_checkpoint(self.path, rank=self.rank, world_size=self.world_size, map_location=map_location)
+        elif self.distributed and os.path.exists(rank_path(self.path, self.rank)):
+            raise CheckpointError(
+                f"{rank_path(self.path, self.rank)} exists but {manifest_path(self.path)} does not: the manifest was "
+                "removed, or the run stopped during its first checkpoint. Restore the manifest to resume, or delete "
+                f"{self.path}.rank* to start afresh (a new run would overwrite them)")
         elif not os.path.exists(self.path):
             return None
         else:

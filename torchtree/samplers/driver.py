@@ -238,6 +238,38 @@ def _agree(sampler, data: Data, settings: Dict[str, Any], ctx: RunContext) -> in
     return int(table[0, 0])
 
 
+#: bytes of a refusal's message that :func:`_agreed_setup` shares with the other ranks
+_REFUSAL_BYTES = 400
+
+
+def _agreed_setup(sampler, ctx: RunContext):
+    """``sampler.setup(ctx)``; on several ranks, a refusal on one rank is every rank's.
+
+    A set-up that raises on some ranks only (a memory check where ranks see different free memory) left
+    the others waiting in the run's first collective until its timeout. Every rank now sets up, then one
+    ``all_gather`` shares whether (and why) each refused: a rank that refused raises its own error, the
+    others a ``ValueError`` naming the first refusing rank and its message."""
+    if ctx.world_size == 1:
+        return sampler.setup(ctx)
+    try:
+        setup, error = sampler.setup(ctx), None
+    except Exception as exc:  # noqa: BLE001 - shared with the peers, then raised again below
+        setup, error = None, exc
+    text = b"" if error is None else f"{type(error).__name__}: {error}".encode("utf-8", "replace")[:_REFUSAL_BYTES]
+    mine = torch.zeros(1, _REFUSAL_BYTES + 1, dtype=torch.int64)
+    mine[0, 0] = int(error is not None)
+    mine[0, 1:1 + len(text)] = torch.tensor(list(text), dtype=torch.int64)
+    table = ctx.backend.all_gather(mine).view(ctx.world_size, -1)
+    if error is not None:
+        raise error
+    refused = (table[:, 0] != 0).nonzero().flatten().tolist()
+    if refused:
+        r = refused[0]
+        said = bytes(v for v in table[r, 1:].tolist() if v).decode("utf-8", "replace")
+        raise ValueError(f"rank {r} refused the run before it started ({said}); every rank stops with it")
+    return setup
+
+
 def _over_budget(ctx: RunContext, budget: float) -> bool:
     """Whether the time budget is spent; on several ranks the slowest rank's clock decides for all,
     so that every rank stops after the same step."""
@@ -352,7 +384,7 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
 def _run_loop(sampler, ctx: RunContext, seed):
     """:func:`run` after the set-up of its data, backend and threads."""
     cfg, data, be = sampler.config, ctx.data, ctx.backend
-    ctx.setup = sampler.setup(ctx)
+    ctx.setup = _agreed_setup(sampler, ctx)
     settings = sampler.settings(ctx)
     ck = checkpointer(sampler, data, settings, seed_key(seed), be)
     ctx.checkpoint_every = ck.every if ck.enabled else None

@@ -173,9 +173,9 @@ class SMCSampler(SamplerBase):
             raise ValueError(f"n_particles ({c.n_particles}) must be divisible by the number of ranks ({W})")
         lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
         n = c.n_particles // W
-        if W == 1:  # one rank alone would refuse while the others wait in a collective
-            check_tree_memory("SMCSampler", n, ctx.data, "n_particles",
-                              per_tree=2 * hard_tree_bytes(ctx.data.n, ctx.data.n_classes or 3))
+        # on several ranks a refusal here is every rank's (the driver's agreed set-up)
+        check_tree_memory("SMCSampler", n, ctx.data, "n_particles",
+                          per_tree=2 * hard_tree_bytes(ctx.data.n, ctx.data.n_classes or 3))
         return SMCSamplerSetup(likelihood=lik, model=TreeModel(self.prior, lik, ctx.data, c.use_likelihood, c.max_bins),
                                # the exact reductions run through a backend also on one process
                                backend=ctx.backend if ctx.backend is not None else LocalBackend(),

@@ -1,0 +1,61 @@
+"""A set-up that refuses on one rank only (a memory check where ranks see different free memory) stops every
+rank at once, naming the refusing rank, instead of leaving the others in a collective until its timeout."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from torchtree import BART, MCMC, Data, SMCSampler
+
+sys.path.insert(0, str(Path(__file__).parent / "_dist_workers"))
+from thread_backend import run_threads  # noqa: E402
+
+
+def _refusing(cls):
+    class Refusing(cls):
+        def setup(self, ctx):
+            if ctx.rank == 1:
+                raise ValueError("MCMC needs 2 GiB but 1 MiB is available on this rank")
+            return super().setup(ctx)
+    return Refusing
+
+
+@pytest.mark.parametrize("cls,kw", [(MCMC, dict(n_chains=2, n_samples=5, n_warmup=5)),
+                                    (BART, dict(n_trees=4, n_chains=2, n_samples=4, n_warmup=4)),
+                                    (SMCSampler, dict(n_particles=8, n_iterations=2))])
+def test_a_refusal_on_one_rank_stops_every_rank_at_once(cls, kw):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(40, 2))
+    data = Data(X, (X[:, 0] > 0.5).astype(int), task="classification")
+    sampler = _refusing(cls)
+
+    def rank(be):
+        try:
+            sampler(**kw, backend=be).run(data, seed=0)
+        except Exception as exc:  # noqa: BLE001 - each rank's outcome is the test's subject
+            return exc
+        return None
+
+    got = run_threads(2, rank, timeout=20)  # a rank left waiting would raise the backend's timeout instead
+    assert isinstance(got[1], ValueError) and "1 MiB is available on this rank" in str(got[1])
+    assert isinstance(got[0], ValueError), got[0]
+    assert str(got[0]).startswith("rank 1 refused the run before it started (ValueError: MCMC needs 2 GiB")
+
+
+def test_smc_with_moves_checks_its_memory_on_several_ranks_too(monkeypatch):
+    """It skipped the check on several ranks (one rank refusing alone would have hung the others)."""
+    monkeypatch.setenv("TORCHTREE_MEMORY_LIMIT", "1M")
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(40, 2))
+    data = Data(X, (X[:, 0] > 0.5).astype(int), task="classification")
+
+    def rank(be):
+        try:
+            SMCSampler(n_particles=256, n_iterations=2, backend=be).run(data, seed=0)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    got = run_threads(2, rank, timeout=20)
+    assert all(g is not None and "SMCSampler" in g and "memory" in g for g in got), got
