@@ -38,12 +38,13 @@ def traced_rows(n: int, device=None) -> torch.Tensor:
     return torch.linspace(0, n - 1, F_ROWS, dtype=torch.float64, device=device).round().long()
 
 
-def traced_f(target: torch.Tensor, latent: torch.Tensor, resid: torch.Tensor, rows: torch.Tensor,
-             regression: bool) -> torch.Tensor:
-    """The forests' fit at ``rows``, ``[C, R]``: ``target - resid`` (regression, on the standardised scale) or
-    ``latent - resid`` (probit: the latent's mean, offset included). No host read."""
-    if regression:
-        return target.index_select(0, rows)[None, :].to(resid.dtype) - resid.index_select(1, rows)
+def traced_f(setup, latent: torch.Tensor, resid: torch.Tensor) -> torch.Tensor:
+    """The forests' fit at the run's traced rows (``setup.f_rows`` of a
+    :class:`~torchtree.samplers.bart.state.BARTSetup`), ``[C, R]``: ``target - resid`` (regression, on the
+    standardised scale) or ``latent - resid`` (probit: the latent's mean, offset included). No host read."""
+    rows = setup.f_rows
+    if setup.prior.task == "regression":
+        return setup.target.index_select(0, rows)[None, :].to(resid.dtype) - resid.index_select(1, rows)
     return latent.index_select(1, rows) - resid.index_select(1, rows)
 
 

@@ -346,7 +346,7 @@ class BART(SamplerBase):
             width = (1 << (int(stats[-1]) + 1)) - 1 if stats is not None else None
             state.kept.append(_kept(feature, cut, value, width))
             state.kept_sigma.append(sigma2.clone())
-            state.kept_f.append(traced_f(ctx.setup.target, latent, resid, ctx.setup.f_rows, prior.task == "regression"))
+            state.kept_f.append(traced_f(ctx.setup, latent, resid))
             if len(state.kept) % COMPACT_EVERY == 0:
                 _compact(state.kept, len(state.kept) - COMPACT_EVERY)
         state.done = self.finished(state, ctx, keep)
@@ -376,8 +376,7 @@ class BART(SamplerBase):
         if in_warmup:  # a time budget ended the run in warm-up: keep the last sweep, and say so
             state.kept.append(_kept(state.feature, state.cut, state.value))
             state.kept_sigma.append(state.sigma2.clone())
-            state.kept_f.append(traced_f(ctx.setup.target, state.latent, state.resid, ctx.setup.f_rows,
-                                         prior.task == "regression"))
+            state.kept_f.append(traced_f(ctx.setup, state.latent, state.resid))
             S = 1
             warn(f"BART: max_seconds={c.max_seconds:g} ran out in warm-up, after {int(state.step)} of "
                  f"{ctx.setup.n_warmup} warm-up sweeps: the posterior is each chain's last sweep, which has not "
