@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from torchtree import (BayesianTreeClassifier, BayesianTreeRegressor, ChipmanPrior, Data, DirichletMultinomial,
                        PoissonPrior, TopDownSMC)
@@ -118,13 +119,14 @@ def test_smc_moves_takes_a_backend_name_and_checks_redistribution_against_the_ra
     b = SMCSampler(n_particles=16, n_iterations=2).run(Data(X, y), seed=0)
     np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
 
-    class TwoRanks:  # fails the run before any collective is called
+    class TwoRanks:  # fails the run at its set-up, whose refusal the ranks share in one all_gather
         rank, world_size = 0, 2
 
         def all_reduce(self, t):
-            raise AssertionError("no collective expected")
+            raise AssertionError("no collective expected but the set-up's")
 
-        all_gather = all_reduce
+        def all_gather(self, t):  # the other rank refused alike
+            return torch.cat([t, t])
 
     for method in ("gather", "sequential"):
         with pytest.raises(ValueError, match=f"redistribution='{method}' runs on one rank; this run has 2"):
