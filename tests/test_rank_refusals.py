@@ -59,3 +59,12 @@ def test_smc_with_moves_checks_its_memory_on_several_ranks_too(monkeypatch):
 
     got = run_threads(2, rank, timeout=20)
     assert all(g is not None and "SMCSampler" in g and "memory" in g for g in got), got
+
+
+def test_a_method_without_ranks_says_so_for_backend():
+    """``method="dcc"`` with ``backend=`` listed forty options it takes instead of saying why."""
+    from torchtree import BayesianTreeClassifier
+
+    X = np.random.default_rng(0).uniform(size=(30, 2))
+    with pytest.raises(ValueError, match="method 'dcc' runs in one process and takes no backend="):
+        BayesianTreeClassifier(method="dcc", backend="local").fit(X, (X[:, 0] > 0.5).astype(int))

@@ -305,6 +305,9 @@ class BayesianTreeBase:
         kwargs = dict(self._sampler_options)
         unknown = [k for k in kwargs if k not in accepted]
         if unknown:
+            if "backend" in unknown:  # a method without ranks (dcc): say so before the list
+                raise ValueError(f"method {self.method!r} runs in one process and takes no backend= (ranks); "
+                                 "drop backend=, or use a method that runs across ranks (smc, smc-moves, mcmc, bart)")
             raise ValueError(f"invalid parameter(s) {', '.join(map(repr, unknown))} for {type(self).__name__}: method "
                              f"{self.method!r} does not take them; it takes {sorted(accepted - {'prior', 'likelihood'})}")
         # Hyperparameters the estimator owns go to samplers that take them by name
