@@ -66,11 +66,15 @@ class MPIBackend:
         Communicator (default ``MPI.COMM_WORLD``); it is duplicated (a collective call).
     timeout : float or timedelta
         Seconds any single operation may wait (default 300).
+    abort_on_error : bool
+        When a run (``torchtree.samplers.driver.run``) fails on this rank after the ranks agreed to start,
+        :meth:`abort` ends every rank of the job at once (default True): ``mpiexec`` does not stop the others
+        when one rank raises, so they would wait in their next collective until ``timeout``.
     """
 
     _TAG = 4242
 
-    def __init__(self, comm=None, timeout: float | timedelta = DEFAULT_TIMEOUT):
+    def __init__(self, comm=None, timeout: float | timedelta = DEFAULT_TIMEOUT, abort_on_error: bool = True):
         MPI = _import_mpi()
         self._MPI = MPI
         base = MPI.COMM_WORLD if comm is None else comm
@@ -79,6 +83,7 @@ class MPIBackend:
         self.rank = self.comm.Get_rank()
         self.world_size = self.comm.Get_size()
         self.timeout = timeout_seconds(timeout)
+        self.abort_on_error = bool(abort_on_error)
         self._row_types: dict[int, object] = {}
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
@@ -242,6 +247,19 @@ class MPIBackend:
     def close(self) -> None:
         """Wait for every rank (MPI itself is finalised by mpi4py at exit)."""
         self.barrier()
+
+    def abort(self, message: str, code: int = 1) -> None:
+        """With ``abort_on_error``, write ``message`` and the traceback being handled to stderr, then end every
+        rank of the communicator's job (``MPI_Abort``); otherwise nothing."""
+        if not self.abort_on_error:
+            return
+        import sys
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.write(f"{message}; aborting every rank of the job (MPIBackend(abort_on_error=False) leaves them)\n")
+        sys.stderr.flush()
+        self.comm.Abort(code)
 
 
 def _cumsum(xs):

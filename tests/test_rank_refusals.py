@@ -68,3 +68,29 @@ def test_a_method_without_ranks_says_so_for_backend():
     X = np.random.default_rng(0).uniform(size=(30, 2))
     with pytest.raises(ValueError, match="method 'dcc' runs in one process and takes no backend="):
         BayesianTreeClassifier(method="dcc", backend="local").fit(X, (X[:, 0] > 0.5).astype(int))
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("mode", ["abort", "wait"])
+def test_a_rank_failing_mid_run_under_mpiexec_ends_the_job_at_once(mode):
+    """``mpiexec`` does not stop the other ranks when one raises: with MPIBackend's ``abort_on_error`` (the default)
+    the failing rank ends the job at once, its message on stderr; with it off, the other rank waits for the
+    backend's timeout (20 s here) and reports it."""
+    import importlib.util
+    import os
+    import subprocess
+    import time
+
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    if importlib.util.find_spec("mpi4py") is None or not mpiexec.exists():
+        pytest.skip("needs mpi4py and its mpiexec")
+    t0 = time.monotonic()
+    out = subprocess.run([str(mpiexec), "-n", "2", sys.executable, "step_failure_worker.py", "20", mode],
+                         cwd=Path(__file__).parent / "_dist_workers", capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    took, said = time.monotonic() - t0, out.stdout + out.stderr
+    assert out.returncode != 0 and "rank 1 failed mid-run on purpose" in said and "finished" not in said
+    if mode == "abort":
+        assert took < 15 and "aborting every rank" in said, (took, said[-2000:])
+    else:
+        assert took >= 20 and "did not complete within 20 s" in said, (took, said[-2000:])

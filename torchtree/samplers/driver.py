@@ -403,7 +403,33 @@ def _run_loop(sampler, ctx: RunContext, seed):
         start["resumed_at_step"] = ctx.resumed_at
     mon = ctx.monitor
     mon.on_start(start)
-    budget = getattr(cfg, "max_seconds", None)
+    state = _steps(sampler, ctx, state, ck, getattr(cfg, "max_seconds", None))
+    with _peers_stop_with_me(ctx):
+        post = sampler.finalize(state, ctx)
+    if getattr(ctx.data, "encoder", None) is not None and hasattr(post, "encoder"):
+        post.encoder = ctx.data.encoder  # predictions take the raw table, coded as in training
+    end = {"seconds": ctx.seconds(), "posterior": post, **sampler.end_info(post)}
+    mon.on_end(end)
+    return post
+
+
+@contextlib.contextmanager
+def _peers_stop_with_me(ctx: RunContext):
+    """Around a sampler's own work (``step``, ``finalize``; not the monitors', which the caller may raise from on
+    purpose): an exception on this rank alone leaves the other ranks waiting in their next exchange, so a backend
+    that can end the whole job (``MPIBackend.abort``; ``torchrun`` stops a gloo job itself) is asked to."""
+    try:
+        yield
+    except Exception as exc:
+        abort = getattr(ctx.backend, "abort", None)
+        if ctx.world_size > 1 and callable(abort):
+            abort(f"rank {ctx.rank}: the run failed ({type(exc).__name__}: {exc})")
+        raise
+
+
+def _steps(sampler, ctx: RunContext, state, ck, budget):
+    """The step loop of :func:`_run_loop`, and the save of a run its budget stopped; the last state."""
+    mon = ctx.monitor
     payload = lambda: {"seed": ctx.seed, "state": state.state_dict()}  # noqa: E731 (reads the current state)
     last_saved = None if ctx.resumed_at is None else ctx.resumed_at - 1
     stopped, stepped = False, False
@@ -415,7 +441,8 @@ def _run_loop(sampler, ctx: RunContext, seed):
             break
         stepped = True
         step = int(state.step)
-        state, info = sampler.step(state, ctx)
+        with _peers_stop_with_me(ctx):
+            state, info = sampler.step(state, ctx)
         # A step may run several transitions (``state.step`` counts them): its report and
         # its checkpoint belong to the last one it ran.
         step = max(step, int(state.step) - 1)
@@ -428,9 +455,4 @@ def _run_loop(sampler, ctx: RunContext, seed):
         # the budget ended the run between two saves: keep its last step
         ck.save(int(state.step) - 1, payload())
         notify_checkpoint(mon, int(state.step) - 1)
-    post = sampler.finalize(state, ctx)
-    if getattr(ctx.data, "encoder", None) is not None and hasattr(post, "encoder"):
-        post.encoder = ctx.data.encoder  # predictions take the raw table, coded as in training
-    end = {"seconds": ctx.seconds(), "posterior": post, **sampler.end_info(post)}
-    mon.on_end(end)
-    return post
+    return state
