@@ -135,3 +135,27 @@ def test_arviz_gets_f_at_the_traced_rows_and_the_kept_draws_apart_from_the_warm_
     post.info.update(n_warmup=20, n_samples=35, thin=2)  # the same 90 sweeps read as 20 + 35 x 2 (sigma's 60
     # draws then pad the leaves' 35 with NaN)
     np.testing.assert_array_equal(to_arviz(post).posterior["leaves_mean"].values[:, :35], leaves[:, 21::2])
+
+
+def test_three_classes_export_one_row_per_chain_and_judge_each_utility_apart():
+    """With class utilities every trace has one row per chain (the leaf count ``[chains, sweeps, utilities]``; no
+    sigma, fixed at 1 in a probit), so ArviZ sees 3 chains with no NaN padding (it padded f to 6 "chains", one
+    per forest); the leaf count's R-hat is the worst utility's over its chains, not one over all forests."""
+    from torchtree.model.diagnostics import rhat_columns
+    from torchtree.samplers.bart.mixing import diagnostics
+
+    post, _ = _three_classes()
+    tr = post.info["trace"]
+    assert "sigma" not in tr and tr["leaves_mean"].shape == (3, 22, 2) and tr["f"].shape == (3, 12, 2, 100)
+    kept = tr["leaves_mean"][:, 10:]
+    assert post.info["rhat_leaves"] == pytest.approx(np.nanmax(rhat_columns(kept)), rel=1e-12)
+    leaves = torch.as_tensor(tr["leaves_mean"].transpose(0, 2, 1).reshape(6, 22))  # forests, utility fastest
+    swapped = torch.as_tensor(np.ascontiguousarray(tr["leaves_mean"][:, :, ::-1].transpose(0, 2, 1)).reshape(6, 22))
+    d = diagnostics(torch.ones(12, 6), leaves, torch.zeros(0, 6, 0), 10, False, 2)
+    assert d["rhat_leaves"] == diagnostics(torch.ones(12, 6), swapped, torch.zeros(0, 6, 0), 10, False, 2)["rhat_leaves"]
+    pytest.importorskip("arviz")
+    from torchtree.model.diagnostics import to_arviz
+
+    idata = to_arviz(post)
+    assert idata.posterior["f"].shape == (3, 12, 2, 100) and not np.isnan(idata.posterior["f"].values).any()
+    assert idata.posterior["leaves_mean"].shape[:2] == (3, 12)

@@ -64,13 +64,18 @@ def diagnostics(sig: torch.Tensor, leaves: torch.Tensor, f: torch.Tensor, n_warm
 
     Returns
     -------
-    dict: ``rhat_sigma``, ``ess_sigma``, ``rhat_leaves``, ``ess_leaves``, ``rhat_f``, ``ess_f``
+    dict: ``rhat_sigma``, ``ess_sigma``, ``rhat_leaves``, ``ess_leaves``, ``rhat_f``, ``ess_f``; with several
+    class utilities, the leaf count's worst R-hat and ESS over the utilities (each over its chains)
     """
-    sig_trace = sig.sqrt().T.cpu().numpy()  # [C, S] (sigma: a chain per forest; classification has none)
+    sig_trace = sig.sqrt().T.cpu().numpy()  # [C, S] (regression: one forest per chain; classification has none)
     kept = (leaves[:, n_warmup:] if leaves.shape[1] > n_warmup else leaves).cpu().numpy()
+    U = n_utilities
+    per_utility = kept.reshape(kept.shape[0] // U, U, -1).transpose(0, 2, 1)  # [chains, sweeps, U]: a utility's
+    r_leaves, e_leaves = rhat_columns(per_utility), ess_columns(per_utility)  # forests are not each other's chains
     out = {"rhat_sigma": rhat(sig_trace) if regression else float("nan"),
            "ess_sigma": chain_ess(sig_trace) if regression else float("nan"),
-           "rhat_leaves": rhat(kept), "ess_leaves": chain_ess(kept)}
+           "rhat_leaves": float(np.nanmax(r_leaves)) if np.isfinite(r_leaves).any() else float("nan"),
+           "ess_leaves": float(np.nanmin(e_leaves)) if np.isfinite(e_leaves).any() else float("nan")}
     out["rhat_f"], out["ess_f"] = float("nan"), float("nan")
     if f.shape[0] == sig.shape[0] and f.shape[0] >= 4 and f.numel():
         S, C, R = f.shape

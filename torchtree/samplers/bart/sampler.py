@@ -410,8 +410,7 @@ class BART(SamplerBase):
                 "n_samples": S, "n_warmup": n_warmup, "n_gfr": ctx.setup.n_gfr, "thin": c.thin,
                 "world_size": ctx.world_size, "sweeps": int(state.step), "seconds": ctx.seconds(),
                 "prior": prior.to_dict(), **mixing,
-                "trace": {"sigma": sig.sqrt().T.cpu().numpy() * prior.scale, "leaves_mean": leaves.cpu().numpy(),
-                          "f": _f_trace(f_rows, prior, U)},
+                "trace": _traces_out(sig, leaves, f_rows, prior, U),
                 "f_rows": ctx.setup.f_rows.tolist()}
         if c.bart_sampler == "mcmc":
             info.update({f"accept/{m}": (a / p if p else float("nan")) for m, p, a in zip(("grow", "prune", "change"), pr, ac)})
@@ -447,6 +446,17 @@ def _traces(state: BARTState):
     traced = len(state.kept_f) == len(state.kept_sigma)
     f = torch.stack(state.kept_f) if traced and state.kept_f else torch.zeros(0, C, 0, dtype=sig.dtype, device=sig.device)
     return sig, leaves, f
+
+
+def _traces_out(sig, leaves, f, prior, U: int) -> Dict[str, Any]:
+    """``info["trace"]``, one row per chain: ``sigma`` ``[chains, S]`` (regression), ``leaves_mean`` ``[chains,
+    sweeps]`` (``[chains, sweeps, U]`` with class utilities) and ``f`` (:func:`_f_trace`)."""
+    lv = leaves.cpu().numpy()
+    out = {"leaves_mean": lv if U == 1 else lv.reshape(lv.shape[0] // U, U, -1).transpose(0, 2, 1)}
+    if prior.task == "regression":
+        out["sigma"] = sig.sqrt().T.cpu().numpy() * prior.scale
+    out["f"] = _f_trace(f, prior, U)
+    return out
 
 
 def _f_trace(f, prior, U: int):
