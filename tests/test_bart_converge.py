@@ -119,6 +119,11 @@ def test_the_cap_ends_the_run_with_a_warning_and_fixed_runs_are_unchanged():
     assert BARTConfig(n_samples=7, min_ess=50.0).kept_cap() == 7 * CONVERGE_CAP
     assert BARTConfig(n_samples=7).kept_cap() == 7
     assert BARTConfig(n_samples=7, min_ess=50.0, max_samples=3).kept_cap() == 7  # never below n_samples
+    # a cap that is not a multiple of n_samples stops the run there (it went on to the next block: 45 of 40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        capped = BART(**{**KW, "n_samples": 15}, min_ess=1000.0, max_samples=40).run(data, seed=0)
+    assert capped.info["sweeps"] == 10 + 40 and capped.info["converged"] is False
 
 
 def test_memory_is_checked_for_the_cap(monkeypatch):

@@ -220,7 +220,7 @@ class BART(SamplerBase):
         if c.min_ess is None:
             return True
         S = len(state.kept)
-        if not kept_now or S % c.n_samples:
+        if not kept_now or (S % c.n_samples and S < c.kept_cap()):  # a cap off the blocks stops there too
             return False
         if S >= c.kept_cap():
             return True
