@@ -23,6 +23,7 @@ from torchtree.core.threads import resolve_threads, using_threads
 from torchtree.core.validate import check_backend
 from torchtree.core.work import work_seconds
 from torchtree.io.checkpoint import Checkpointer, fingerprint, fingerprint_parts
+from torchtree.io.lock import run_lock
 from torchtree.model.data import Data, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoint, progress_monitor
@@ -242,17 +243,23 @@ def _agree(sampler, data: Data, settings: Dict[str, Any], ctx: RunContext) -> in
 _REFUSAL_BYTES = 400
 
 
-def _agreed_setup(sampler, ctx: RunContext):
-    """``sampler.setup(ctx)``; on several ranks, a refusal on one rank is every rank's.
+def _agreed_setup(sampler, ctx: RunContext, lock: contextlib.ExitStack):
+    """Rank 0 takes the checkpoint's lock into ``lock`` (:func:`~torchtree.io.lock.run_lock`: one run per
+    checkpoint path), then ``sampler.setup(ctx)``; on several ranks, a refusal on one rank is every rank's.
 
     A set-up that raises on some ranks only (a memory check where ranks see different free memory) left
     the others waiting in the run's first collective until its timeout. Every rank now sets up, then one
     ``all_gather`` shares whether (and why) each refused: a rank that refused raises its own error, the
     others a ``ValueError`` naming the first refusing rank and its message."""
-    if ctx.world_size == 1:
+    def lock_and_setup():
+        if ctx.rank == 0:
+            lock.enter_context(run_lock(getattr(sampler.config, "checkpoint", None)))
         return sampler.setup(ctx)
+
+    if ctx.world_size == 1:
+        return lock_and_setup()
     try:
-        setup, error = sampler.setup(ctx), None
+        setup, error = lock_and_setup(), None
     except Exception as exc:  # noqa: BLE001 - shared with the peers, then raised again below
         setup, error = None, exc
     text = b"" if error is None else f"{type(error).__name__}: {error}".encode("utf-8", "replace")[:_REFUSAL_BYTES]
@@ -383,8 +390,14 @@ def run(sampler, data, *, seed=None, monitor=None, backend=None):
 
 def _run_loop(sampler, ctx: RunContext, seed):
     """:func:`run` after the set-up of its data, backend and threads."""
+    with contextlib.ExitStack() as lock:
+        ctx.setup = _agreed_setup(sampler, ctx, lock)
+        return _locked_run(sampler, ctx, seed)
+
+
+def _locked_run(sampler, ctx: RunContext, seed):
+    """:func:`_run_loop` after the set-up, holding the checkpoint's lock."""
     cfg, data, be = sampler.config, ctx.data, ctx.backend
-    ctx.setup = _agreed_setup(sampler, ctx)
     settings = sampler.settings(ctx)
     ck = checkpointer(sampler, data, settings, seed_key(seed), be)
     ctx.checkpoint_every = ck.every if ck.enabled else None
