@@ -363,6 +363,9 @@ class Checkpointer:
     writer : str, optional
         What writes the checkpoint (a sampler's name); stored with every save, and named by
         :meth:`load` when a checkpoint of another writer is refused.
+    accept : sequence of str
+        Further fingerprints :meth:`load` takes as this run's (those an earlier version gave the same
+        run); saves store ``fingerprint``.
     min_seconds : float or None
         Least time between the end of one save and the start of the next:
         ``0`` saves at every due step; a number skips due saves sooner than
@@ -389,7 +392,7 @@ class Checkpointer:
 
     def __init__(self, path: Optional[str], every: int = 1, backend=None, fingerprint: Optional[str] = None,
                  min_seconds: Optional[float] = None, writer: Optional[str] = None,
-                 parts: Optional[Dict[str, Any]] = None) -> None:
+                 parts: Optional[Dict[str, Any]] = None, accept: Sequence[str] = ()) -> None:
         if path is not None and int(every) < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {every}")
         if path is not None and not os.fspath(path):
@@ -403,6 +406,7 @@ class Checkpointer:
         self.fingerprint = fingerprint
         self.writer = writer
         self.parts = parts
+        self.accept = tuple(accept)
         if min_seconds is None:
             min_seconds = _min_seconds_from_env()
         elif not (isinstance(min_seconds, (int, float)) and min_seconds >= 0):
@@ -529,7 +533,7 @@ class Checkpointer:
         if self.fingerprint is not None and self.writer and theirs and theirs != self.writer:
             raise CheckpointError(f"{self.path}: this checkpoint was written by {theirs}, not by this run's "
                                   f"{self.writer}; delete it or choose another checkpoint path to start afresh")
-        if self.fingerprint is not None and state.get("fingerprint") != self.fingerprint:
+        if self.fingerprint is not None and state.get("fingerprint") not in (self.fingerprint, *self.accept):
             what = differing_parts(state.get("fingerprint_parts"), self.parts)
             raise CheckpointError(
                 f"{self.path}: this checkpoint belongs to a different run ("

@@ -45,6 +45,12 @@ class SamplerBase(SettingsAsAttributes):
         """What besides ``config.result_settings()`` decides the result (the prior, the likelihood, ...)."""
         return {}
 
+    def growable_settings(self) -> Tuple[str, ...]:
+        """Settings a checkpoint's run may be resumed with larger values of (more draws from a finished run):
+        left out of the checkpoint's fingerprint; :meth:`restore` then continues the state to the new end.
+        Default: none."""
+        return ()
+
     def init(self, ctx) -> SamplerState:
         """The starting state (``ctx.seed`` is known)."""
         raise NotImplementedError(f"{type(self).__name__} must define init(ctx)")

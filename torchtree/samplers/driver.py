@@ -205,20 +205,26 @@ class RunContext:
 def checkpointer(sampler, data: Data, settings: Dict[str, Any], key, backend) -> Checkpointer:
     """The run's :class:`~torchtree.io.checkpoint.Checkpointer` (disabled without a path).
 
-    Its fingerprint hashes the sampler's name, the config's result settings, ``settings``
-    (what else decides the result: the prior, the likelihood, ...), the seed key, the data and
-    the number of ranks: a checkpoint of any other run is refused.
+    Its fingerprint hashes the sampler's name, the config's result settings but the sampler's
+    ``growable_settings()``, ``settings`` (what else decides the result: the prior, the likelihood,
+    ...), the seed key, the data and the number of ranks: a checkpoint of any other run is refused.
     """
     cfg = sampler.config
     path = getattr(cfg, "checkpoint", None)
     fp = parts = None
+    accept = ()
     if path is not None:
         world = 1 if backend is None else int(backend.world_size)
-        fp = fingerprint(sampler.name, {"config": cfg.result_settings(), **settings}, key, data.X, data.y, world)
+        every = cfg.result_settings()
+        grow = tuple(getattr(sampler, "growable_settings", tuple)())
+        result = {k: v for k, v in every.items() if k not in grow}
+        fp = fingerprint(sampler.name, {"config": result, **settings}, key, data.X, data.y, world)
+        if grow:  # a checkpoint written before these settings could grow hashed them all
+            accept = (fingerprint(sampler.name, {"config": every, **settings}, key, data.X, data.y, world),)
         # what a refusal names: the parts that differ (the whole fingerprint alone decides)
-        parts = fingerprint_parts({**cfg.result_settings(), **settings}, key, (data.X, data.y), world)
+        parts = fingerprint_parts({**result, **settings}, key, (data.X, data.y), world)
     return Checkpointer(path, getattr(cfg, "checkpoint_every", 1), backend=backend, fingerprint=fp, writer=sampler.name,
-                        parts=parts)
+                        parts=parts, accept=accept)
 
 
 def _agree(sampler, data: Data, settings: Dict[str, Any], ctx: RunContext) -> int:

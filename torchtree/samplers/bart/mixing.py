@@ -15,14 +15,15 @@ rule of :func:`window` read every ``rhat_*`` and ``ess_*`` entry.
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Any, Dict, Tuple
 
 import numpy as np
 import torch
 
 from torchtree.model.diagnostics import chain_ess, ess_columns, rhat, rhat_columns, unconverged
 
-__all__ = ["F_ROWS", "F_QUANTILE", "traced_rows", "traced_f", "diagnostics", "window", "cat_chains", "gather_traces"]
+__all__ = ["F_ROWS", "F_QUANTILE", "traced_rows", "traced_f", "diagnostics", "window", "cat_chains", "gather_traces",
+           "run_traces", "traces_out", "f_trace"]
 
 #: training rows whose ``f`` the run traces
 F_ROWS = 100
@@ -122,3 +123,35 @@ def gather_traces(be, sig: torch.Tensor, leaves: torch.Tensor, f: torch.Tensor):
     """Every rank's kept sigma draws ``[S, C]``, mean-leaves traces ``[C, sweeps]`` and traced fits
     ``[S, C, R]``, chains in global order (collective)."""
     return cat_chains(be, sig), be.all_gather(leaves.cpu().contiguous()), cat_chains(be, f)
+
+
+def run_traces(state):
+    """A ``BARTState``'s traces: kept sigma^2 ``[S, C]``, mean leaves ``[C, sweeps]``, traced fits ``[S, C, R]`` (no
+    sweeps where a resumed checkpoint predates them)."""
+    sig = torch.stack(state.kept_sigma)
+    C = sig.shape[1]
+    leaves = torch.stack(state.trace_leaves, 1) if state.trace_leaves else torch.zeros(C, 0)
+    traced = len(state.kept_f) == len(state.kept_sigma)
+    f = torch.stack(state.kept_f) if traced and state.kept_f else torch.zeros(0, C, 0, dtype=sig.dtype, device=sig.device)
+    return sig, leaves, f
+
+
+def traces_out(sig, leaves, f, prior, U: int) -> Dict[str, Any]:
+    """``info["trace"]``, one row per chain: ``sigma`` ``[chains, S]`` (regression), ``leaves_mean`` ``[chains,
+    sweeps]`` (``[chains, sweeps, U]`` with class utilities) and ``f`` (:func:`f_trace`)."""
+    lv = leaves.cpu().numpy()
+    out = {"leaves_mean": lv if U == 1 else lv.reshape(lv.shape[0] // U, U, -1).transpose(0, 2, 1)}
+    if prior.task == "regression":
+        out["sigma"] = sig.sqrt().T.cpu().numpy() * prior.scale
+    out["f"] = f_trace(f, prior, U)
+    return out
+
+
+def f_trace(f, prior, U: int):
+    """``info["trace"]["f"]``: the traced fits ``[S, C, R]`` as ``[chains, S, R]`` (``[chains, S, U, R]`` with
+    class utilities) float64, on the target's scale (regression) or the probit latent's."""
+    S, C, R = f.shape
+    f = f.double().cpu().reshape(S, C // U, U, R).permute(1, 0, 2, 3)
+    if prior.task == "regression":
+        f = prior.offset + prior.scale * f
+    return (f[:, :, 0] if U == 1 else f).numpy()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -20,7 +20,8 @@ from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities,
                                        tree_update, tree_update_native, warm_tables)
 
 import torchtree.samplers.bart.graph as sweep_graph
-from torchtree.samplers.bart.mixing import cat_chains, diagnostics, gather_traces, traced_f, traced_rows, window
+from torchtree.samplers.bart.mixing import (cat_chains, diagnostics, gather_traces, run_traces, traced_f, traced_rows,
+                                            traces_out, window)
 from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream, default_gfr_sweeps
 from torchtree.samplers.bart.state import COMPACT_EVERY, BARTSetup, BARTState
 from torchtree.core.warn import warn
@@ -224,7 +225,7 @@ class BART(SamplerBase):
             return False
         if S >= c.kept_cap():
             return True
-        sig, leaves, f = _traces(state)
+        sig, leaves, f = run_traces(state)
         if ctx.world_size > 1:
             sig, leaves, f = gather_traces(ctx.backend, sig, leaves, f)
         return self._window(ctx, sig, leaves, f)[2]
@@ -265,8 +266,21 @@ class BART(SamplerBase):
                          latent=latent, counts=torch.zeros(2, 3, dtype=torch.long, device=dev), kept=[], kept_sigma=[],
                          trace_leaves=[], kept_f=[])
 
+    def growable_settings(self) -> Tuple[str, ...]:
+        """``n_samples`` (without ``min_ess``, whose decisions fall every ``n_samples`` kept sweeps): a checkpoint's
+        run, finished or not, resumes with a larger one, and its kept sweeps are those of one run of that length
+        (a sweep's random numbers depend on its index alone)."""
+        return ("n_samples",) if self.config.min_ess is None else ()
+
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> BARTState:
         state = BARTState.from_state_dict(saved, ctx.device)
+        c = self.config
+        if c.min_ess is None:  # n_samples may have grown (growable_settings); it may not shrink
+            if len(state.kept) > c.n_samples:
+                raise ValueError(f"{c.checkpoint}: this run has kept {len(state.kept)} sweeps per chain, more than "
+                                 f"n_samples={c.n_samples}; a run resumes with as many kept sweeps or more "
+                                 f"(n_samples >= {len(state.kept)}), or give another checkpoint path")
+            state.done = state.step >= self.n_iterations(ctx)
         dev = ctx.device
         state.kept = [tuple(t.to(dev) for t in k) for k in state.kept]
         state.kept_sigma = [s.to(dev) for s in state.kept_sigma]
@@ -389,7 +403,7 @@ class BART(SamplerBase):
         feat = torch.stack([_pad(k[0], width, ABSENT) for k in state.kept])  # [S, C, T, K']
         cut = torch.stack([_pad(k[1], width, 0) for k in state.kept])
         val = torch.stack([_pad(k[2], width, 0) for k in state.kept])
-        sig, leaves, f_rows = _traces(state)  # [S, C], [C, sweeps], [S, C, R]
+        sig, leaves, f_rows = run_traces(state)  # [S, C], [C, sweeps], [S, C, R]
         counts = state.counts
         if ctx.world_size > 1:
             feat, cut, val, sig, leaves, f_rows, counts = _gather(ctx, feat, cut, val, sig, leaves, f_rows, counts, width)
@@ -410,7 +424,7 @@ class BART(SamplerBase):
                 "n_samples": S, "n_warmup": n_warmup, "n_gfr": ctx.setup.n_gfr, "thin": c.thin,
                 "world_size": ctx.world_size, "sweeps": int(state.step), "seconds": ctx.seconds(),
                 "prior": prior.to_dict(), **mixing,
-                "trace": _traces_out(sig, leaves, f_rows, prior, U),
+                "trace": traces_out(sig, leaves, f_rows, prior, U),
                 "f_rows": ctx.setup.f_rows.tolist()}
         if c.bart_sampler == "mcmc":
             info.update({f"accept/{m}": (a / p if p else float("nan")) for m, p, a in zip(("grow", "prune", "change"), pr, ac)})
@@ -435,38 +449,6 @@ class BART(SamplerBase):
 
     def end_info(self, post: BARTPosterior) -> Dict[str, Any]:
         return {k: v for k, v in post.info.items() if k.startswith(("accept", "rhat", "ess"))}
-
-
-def _traces(state: BARTState):
-    """The run's traces: kept sigma^2 ``[S, C]``, mean leaves ``[C, sweeps]``, traced fits ``[S, C, R]`` (no
-    sweeps where a resumed checkpoint predates them)."""
-    sig = torch.stack(state.kept_sigma)
-    C = sig.shape[1]
-    leaves = torch.stack(state.trace_leaves, 1) if state.trace_leaves else torch.zeros(C, 0)
-    traced = len(state.kept_f) == len(state.kept_sigma)
-    f = torch.stack(state.kept_f) if traced and state.kept_f else torch.zeros(0, C, 0, dtype=sig.dtype, device=sig.device)
-    return sig, leaves, f
-
-
-def _traces_out(sig, leaves, f, prior, U: int) -> Dict[str, Any]:
-    """``info["trace"]``, one row per chain: ``sigma`` ``[chains, S]`` (regression), ``leaves_mean`` ``[chains,
-    sweeps]`` (``[chains, sweeps, U]`` with class utilities) and ``f`` (:func:`_f_trace`)."""
-    lv = leaves.cpu().numpy()
-    out = {"leaves_mean": lv if U == 1 else lv.reshape(lv.shape[0] // U, U, -1).transpose(0, 2, 1)}
-    if prior.task == "regression":
-        out["sigma"] = sig.sqrt().T.cpu().numpy() * prior.scale
-    out["f"] = _f_trace(f, prior, U)
-    return out
-
-
-def _f_trace(f, prior, U: int):
-    """``info["trace"]["f"]``: the traced fits ``[S, C, R]`` as ``[chains, S, R]`` (``[chains, S, U, R]`` with
-    class utilities) float64, on the target's scale (regression) or the probit latent's."""
-    S, C, R = f.shape
-    f = f.double().cpu().reshape(S, C // U, U, R).permute(1, 0, 2, 3)
-    if prior.task == "regression":
-        f = prior.offset + prior.scale * f
-    return (f[:, :, 0] if U == 1 else f).numpy()
 
 
 def _may_sync(device: torch.device) -> bool:
