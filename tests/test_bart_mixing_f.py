@@ -100,7 +100,7 @@ def test_the_until_converged_rule_and_the_warning_read_f():
     assert unconverged(d, 1.05, 100.0) == [f"rhat_f {d['rhat_f']:.2f}", f"ess_f {d['ess_f']:.1f}"]  # f's alone
     drop, d, within = window(sig, leaves, f_iid, *args)
     assert within and drop == 0 and abs(d["rhat_f"] - 1) < 0.02 and d["ess_f"] > 1000
-    old = diagnostics(sig, leaves, torch.zeros(0, C, 0, dtype=torch.float64), 10, True, 1)
+    old = diagnostics(sig, leaves, torch.zeros(0, C, 0, dtype=torch.float64), np.arange(10, 10 + S), True, 1)
     assert np.isnan(old["rhat_f"]) and np.isnan(old["ess_f"]) and not unconverged(old, 1.05, 100.0)
 
 
@@ -132,8 +132,9 @@ def test_arviz_gets_f_at_the_traced_rows_and_the_kept_draws_apart_from_the_warm_
     assert leaves.shape == (4, 90)
     np.testing.assert_array_equal(idata.posterior["leaves_mean"].values, leaves[:, 30:])
     np.testing.assert_array_equal(idata.warmup_posterior["leaves_mean"].values, leaves[:, :30])
-    post.info.update(n_warmup=20, n_samples=35, thin=2)  # the same 90 sweeps read as 20 + 35 x 2 (sigma's 60
-    # draws then pad the leaves' 35 with NaN)
+    assert post.info["kept_sweeps"] == list(range(30, 90))
+    post.info.pop("kept_sweeps")  # a posterior saved before the entry: the same 90 sweeps read as 20 + 35 x 2
+    post.info.update(n_warmup=20, n_samples=35, thin=2)  # (sigma's 60 draws then pad the leaves' 35 with NaN)
     np.testing.assert_array_equal(to_arviz(post).posterior["leaves_mean"].values[:, :35], leaves[:, 21::2])
 
 
@@ -151,11 +152,50 @@ def test_three_classes_export_one_row_per_chain_and_judge_each_utility_apart():
     assert post.info["rhat_leaves"] == pytest.approx(np.nanmax(rhat_columns(kept)), rel=1e-12)
     leaves = torch.as_tensor(tr["leaves_mean"].transpose(0, 2, 1).reshape(6, 22))  # forests, utility fastest
     swapped = torch.as_tensor(np.ascontiguousarray(tr["leaves_mean"][:, :, ::-1].transpose(0, 2, 1)).reshape(6, 22))
-    d = diagnostics(torch.ones(12, 6), leaves, torch.zeros(0, 6, 0), 10, False, 2)
-    assert d["rhat_leaves"] == diagnostics(torch.ones(12, 6), swapped, torch.zeros(0, 6, 0), 10, False, 2)["rhat_leaves"]
+    at = np.arange(10, 22)
+    d = diagnostics(torch.ones(12, 6), leaves, torch.zeros(0, 6, 0), at, False, 2)
+    assert d["rhat_leaves"] == diagnostics(torch.ones(12, 6), swapped, torch.zeros(0, 6, 0), at, False, 2)["rhat_leaves"]
     pytest.importorskip("arviz")
     from torchtree.model.diagnostics import to_arviz
 
     idata = to_arviz(post)
     assert idata.posterior["f"].shape == (3, 12, 2, 100) and not np.isnan(idata.posterior["f"].values).any()
     assert idata.posterior["leaves_mean"].shape[:2] == (3, 12)
+
+
+@pytest.mark.parametrize("stop_after", [26, 6])  # 10 + 3 x 5 sweeps and one unkept after them; in warm-up
+def test_a_budget_stop_exports_and_judges_the_kept_sweeps_alone(monkeypatch, stop_after):
+    """With ``thin`` the leaf count's diagnostics read the kept sweeps only (they read every sweep after the
+    warm-up, so they disagreed with ArviZ on the exported draws), and a run its budget stopped exports its kept
+    draws and its warm-up apart: a stop a sweep past a kept one, or in warm-up, left ``to_arviz`` treating the
+    whole leaf-count trace as draws and padding sigma and f with NaN. The budget's clock is a step counter."""
+    from torchtree.model.diagnostics import rhat, rhat_columns
+    from torchtree.monitor import CallbackMonitor
+    from torchtree.samplers import driver
+
+    now = [0.0]
+    monkeypatch.setitem(driver.CLOCKS, "wall", lambda: now[0])  # BART's budget is wall time
+
+    def on_step(step, info):
+        now[0] = step + 1.0
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(120, 2))
+    data = Data(X, np.sin(4 * X[:, 0]) + 0.2 * rng.normal(size=120), task="regression")
+    with pytest.warns(UserWarning):
+        post = BART(n_trees=5, n_chains=4, n_warmup=10, n_samples=50, thin=3, max_seconds=stop_after - 0.5,
+                    monitor_every=1).run(data, seed=1, monitor=CallbackMonitor(on_step=on_step))
+    info, tr = post.info, post.info["trace"]
+    assert info["sweeps"] == stop_after and tr["leaves_mean"].shape == (4, stop_after)
+    kept = [12, 15, 18, 21, 24] if stop_after == 26 else [5]
+    assert info["kept_sweeps"] == kept and tr["sigma"].shape == (4, len(kept))
+    if len(kept) >= 4:
+        assert info["rhat_leaves"] == pytest.approx(float(rhat_columns(tr["leaves_mean"][:, kept, None])[0]), rel=1e-12)
+        assert info["rhat_sigma"] == pytest.approx(rhat(tr["sigma"]), rel=1e-9)
+    pytest.importorskip("arviz")
+    from torchtree.model.diagnostics import to_arviz
+
+    idata = to_arviz(post)
+    np.testing.assert_array_equal(idata.posterior["leaves_mean"].values, tr["leaves_mean"][:, kept])
+    np.testing.assert_array_equal(idata.warmup_posterior["leaves_mean"].values, tr["leaves_mean"][:, :min(10, kept[0])])
+    assert idata.posterior["sigma"].shape == (4, len(kept)) and not np.isnan(idata.posterior["sigma"].values).any()

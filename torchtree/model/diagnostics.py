@@ -233,14 +233,23 @@ def _attrs(posterior) -> Dict[str, Any]:
 
 def _kept_draws(posterior, traces: Dict[str, np.ndarray]):
     """``(kept, warmup)``: each trace at the kept draws, and the warm-up of the traces that record every sweep
-    (BART's mean leaf count: ``n_warmup + n_samples * thin`` sweeps per chain, of which every ``thin``-th after
-    the warm-up is kept); traces of the kept draws only pass as they are."""
+    (BART's mean leaf count: the sweeps ``info["kept_sweeps"]`` are kept, those before ``n_warmup`` are the
+    warm-up; a posterior saved before that entry: ``n_warmup + n_samples * thin`` sweeps per chain, of which
+    every ``thin``-th after the warm-up is kept); traces of the kept draws only pass as they are."""
     info = getattr(posterior, "info", {}) or {}
     S, W, thin = info.get("n_samples"), info.get("n_warmup"), info.get("thin", 1)
     every_sweep = all(isinstance(v, int) for v in (S, W, thin)) and (W > 0 or thin > 1)
+    at = info.get("kept_sweeps")
     kept, warmup = {}, {}
     for k, a in traces.items():
-        if every_sweep and a.shape[1] == W + S * thin:
+        if at is not None and isinstance(W, int) and a.ndim >= 2 and a.shape[1] > max(at, default=-1) and \
+                a.shape[1] != len(at):
+            at = np.asarray(at, dtype=np.int64)
+            kept[k] = a[:, at]
+            first = min(W, int(at[0])) if at.size else W  # a run stopped in warm-up keeps its last sweep
+            if first:
+                warmup[k] = a[:, :first]
+        elif every_sweep and a.shape[1] == W + S * thin:
             kept[k] = a[:, W + thin - 1::thin]
             if W:
                 warmup[k] = a[:, :W]

@@ -22,7 +22,7 @@ import torch
 
 from torchtree.model.diagnostics import chain_ess, ess_columns, rhat, rhat_columns, unconverged
 
-__all__ = ["F_ROWS", "F_QUANTILE", "traced_rows", "traced_f", "diagnostics", "window", "cat_chains", "gather_traces",
+__all__ = ["F_ROWS", "F_QUANTILE", "traced_rows", "traced_f", "kept_sweeps", "diagnostics", "window", "cat_chains", "gather_traces",
            "run_traces", "traces_out", "f_trace"]
 
 #: training rows whose ``f`` the run traces
@@ -49,17 +49,24 @@ def traced_f(setup, latent: torch.Tensor, resid: torch.Tensor) -> torch.Tensor:
     return latent.index_select(1, rows) - resid.index_select(1, rows)
 
 
-def diagnostics(sig: torch.Tensor, leaves: torch.Tensor, f: torch.Tensor, n_warmup: int, regression: bool,
+def kept_sweeps(n_warmup: int, thin: int, n_kept: int) -> np.ndarray:
+    """The indices of the kept sweeps among all of a run's: every ``thin``-th after ``n_warmup``,
+    ``n_warmup + thin - 1 + thin * j`` for ``j < n_kept`` (int64)."""
+    return n_warmup + thin - 1 + thin * np.arange(int(n_kept), dtype=np.int64)
+
+
+def diagnostics(sig: torch.Tensor, leaves: torch.Tensor, f: torch.Tensor, kept: np.ndarray, regression: bool,
                 n_utilities: int) -> Dict[str, float]:
-    """Split-R-hat and ESS of the run's traces, every chain's.
+    """Split-R-hat and ESS of the run's traces at its kept sweeps, every chain's.
 
     Parameters
     ----------
     sig : Tensor [S, C], the kept sweeps' noise variances (standardised scale)
-    leaves : Tensor [C, sweeps], mean leaves per tree at every sweep; the sweeps after ``n_warmup`` count
+    leaves : Tensor [C, sweeps], mean leaves per tree at every sweep; the sweeps ``kept`` count (those a
+        checkpoint written before the trace lacks are left out)
     f : Tensor [S, C, R], the kept sweeps' :func:`traced_f`, or one with no sweeps (a checkpoint written
         before ``f`` was traced): then ``rhat_f`` and ``ess_f`` are NaN
-    n_warmup : int
+    kept : int array [S], the kept sweeps' indices (:func:`kept_sweeps`)
     regression : bool, sigma's entries are NaN otherwise
     n_utilities : int, forests per chain (``C`` = chains x utilities, utility fastest)
 
@@ -69,7 +76,8 @@ def diagnostics(sig: torch.Tensor, leaves: torch.Tensor, f: torch.Tensor, n_warm
     class utilities, the leaf count's worst R-hat and ESS over the utilities (each over its chains)
     """
     sig_trace = sig.sqrt().T.cpu().numpy()  # [C, S] (regression: one forest per chain; classification has none)
-    kept = (leaves[:, n_warmup:] if leaves.shape[1] > n_warmup else leaves).cpu().numpy()
+    kept = np.asarray(kept, dtype=np.int64)
+    kept = leaves.cpu().numpy()[:, kept[kept < leaves.shape[1]]]
     U = n_utilities
     per_utility = kept.reshape(kept.shape[0] // U, U, -1).transpose(0, 2, 1)  # [chains, sweeps, U]: a utility's
     r_leaves, e_leaves = rhat_columns(per_utility), ess_columns(per_utility)  # forests are not each other's chains
@@ -103,8 +111,9 @@ def window(sig: torch.Tensor, leaves: torch.Tensor, f: torch.Tensor, n_warmup: i
     """
     S = sig.shape[0]
     tried = []
+    kept = kept_sweeps(n_warmup, thin, S)
     for drop in (0, S // 2) if S > n_samples else (0,):
-        d = diagnostics(sig[drop:], leaves, f[drop:], n_warmup + drop * thin, regression, n_utilities)
+        d = diagnostics(sig[drop:], leaves, f[drop:], kept[drop:], regression, n_utilities)
         if S - drop >= 4 and not unconverged(d, max_rhat, min_ess):
             return drop, d, True
         worst = max((v for k, v in d.items() if k.startswith("rhat_") and v == v), default=float("inf"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Dict, Optional, Tuple
 
+import numpy as np
 import torch
 
 from torchtree.core.memory import check_memory
@@ -20,8 +21,8 @@ from torchtree.steps.bart_moves import (draw_latent, draw_sigma, draw_utilities,
                                        tree_update, tree_update_native, warm_tables)
 
 import torchtree.samplers.bart.graph as sweep_graph
-from torchtree.samplers.bart.mixing import (cat_chains, diagnostics, gather_traces, run_traces, traced_f, traced_rows,
-                                            traces_out, window)
+from torchtree.samplers.bart.mixing import (cat_chains, diagnostics, gather_traces, kept_sweeps, run_traces, traced_f,
+                                            traced_rows, traces_out, window)
 from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream, default_gfr_sweeps
 from torchtree.samplers.bart.state import COMPACT_EVERY, BARTSetup, BARTState
 from torchtree.core.warn import warn
@@ -408,13 +409,15 @@ class BART(SamplerBase):
         if ctx.world_size > 1:
             feat, cut, val, sig, leaves, f_rows, counts = _gather(ctx, feat, cut, val, sig, leaves, f_rows, counts, width)
         n_warmup, converged = (int(state.step) if in_warmup else ctx.setup.n_warmup), None
+        # the sweeps kept (a budget's stop can leave a few unkept ones after the last; in warm-up, the last sweep)
+        kept = np.array([int(state.step) - 1]) if in_warmup else kept_sweeps(n_warmup, c.thin, S)
         U = ctx.setup.n_utilities
         if c.min_ess is not None:  # the window the run was judged on: its first kept sweeps may join the warm-up
             drop, mixing, converged = self._window(ctx, sig, leaves, f_rows)
             feat, cut, val, sig, f_rows = feat[drop:], cut[drop:], val[drop:], sig[drop:], f_rows[drop:]
-            S, n_warmup = S - drop, n_warmup + drop * c.thin
+            S, n_warmup, kept = S - drop, n_warmup + drop * c.thin, kept[drop:]
         else:
-            mixing = diagnostics(sig, leaves, f_rows, n_warmup, prior.task == "regression", U)
+            mixing = diagnostics(sig, leaves, f_rows, kept, prior.task == "regression", U)
         Cg = feat.shape[1]
         feat = feat.reshape(S * Cg, T, -1)
         cut, val = cut.reshape(S * Cg, T, -1), val.reshape(S * Cg, T, -1)
@@ -424,7 +427,7 @@ class BART(SamplerBase):
                 "n_samples": S, "n_warmup": n_warmup, "n_gfr": ctx.setup.n_gfr, "thin": c.thin,
                 "world_size": ctx.world_size, "sweeps": int(state.step), "seconds": ctx.seconds(),
                 "prior": prior.to_dict(), **mixing,
-                "trace": traces_out(sig, leaves, f_rows, prior, U),
+                "trace": traces_out(sig, leaves, f_rows, prior, U), "kept_sweeps": kept.tolist(),
                 "f_rows": ctx.setup.f_rows.tolist()}
         if c.bart_sampler == "mcmc":
             info.update({f"accept/{m}": (a / p if p else float("nan")) for m, p, a in zip(("grow", "prune", "change"), pr, ac)})
