@@ -258,7 +258,7 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
     elif isinstance(ess, (int, float)) and n_part:
         if "n_distinct" in sizes and hasattr(post, "weights"):  # and how many distinct trees carry the weight
             w = post.weights.double()
-            distinct = f" ({sizes['n_distinct']} distinct trees, {float(1.0 / (w * w).sum()):.1f} effective)"
+            distinct = f" ({sizes['n_distinct']} distinct trees, ESS {float(1.0 / (w * w).sum()):.1f} over them)"
         rows.append(("ESS", f"{ess:.1f} of {n_part} particles{distinct}"))
     rows += chain_rows(info)
     schema = {

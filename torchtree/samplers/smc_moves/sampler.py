@@ -344,6 +344,7 @@ class SMCSampler(SamplerBase):
         post = TreePosterior(trees, lw_d, ctx.setup.likelihood, data.d, classes=data.classes_,
                              log_evidence=st.log_z, info=info, dedupe=False)
         post.n_particles = P
+        post.ess = float(final_ess)  # Kish's over the particles, resampled copies apart (ess_distinct merges them)
         return post
 
     def end_info(self, post: TreePosterior) -> Dict[str, Any]:
