@@ -263,14 +263,20 @@ class NUTS(SamplerBase):
         return SoftTreePosterior(model.data, model.hyper, c.sharpness, [self.topology], [draws], log_z, None, info)
 
     def end_info(self, post: SoftTreePosterior) -> Dict[str, Any]:
-        return {"hmc/accept": post.info["accept"], "hmc/divergences": post.info["divergences"],
-                "hmc/step_size": post.info["step_size"]}
+        return _end_values(post.info["accept"], post.info["divergences"], post.info["step_size"])
+
+
+def _end_values(accept: float, divergences: int, step_size: float) -> Dict[str, float]:
+    """What ``Monitor.on_end`` receives: the sampling phase's mean acceptance probability, its divergent
+    transitions in all and the final mean step size, under names of their own (the ``hmc/...`` tags are per
+    iteration: a run's mean and total written there made one step show two values, and a total a spike)."""
+    return {"accept": accept, "divergences": divergences, "step_size": step_size}
 
 
 def _summary(trace: SampleTrace, chains: ChainState) -> Dict[str, float]:
-    """The end-of-run monitor values of a sampling phase."""
-    return {"hmc/accept": float(trace.accept_prob.mean()) if trace.accept_prob.numel() else float("nan"),
-            "hmc/divergences": int(trace.is_divergent.sum()), "hmc/step_size": float(chains.step_size.mean())}
+    """The end-of-run monitor values of a sampling phase (:func:`_end_values`)."""
+    return _end_values(float(trace.accept_prob.mean()) if trace.accept_prob.numel() else float("nan"),
+                       int(trace.is_divergent.sum()), float(chains.step_size.mean()))
 
 
 class HMC(NUTS):
