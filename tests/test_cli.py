@@ -241,8 +241,17 @@ def test_predict_by_column_count_unnamed(files, fitted, tmp_path, capsys):
     # Different column names: the count decides; 4 columns = features + target (last).
     X, lab = files["X"][:4], files["labels"][:4]
     path = _write(tmp_path / "other.csv", ["u", "v", "w", "label"], [[*x, l] for x, l in zip(X, lab)])
-    assert main(["predict", str(fitted["cls"]), str(path)]) == 0
-    assert len(_lines(capsys.readouterr().out)) == 5
+    assert main(["predict", str(fitted["cls"]), str(path), "-q"]) == 0
+    got = capsys.readouterr()
+    assert len(_lines(got.out)) == 5
+    # columns taken by position are said, -q or not (they were taken in silence: a QA pass)
+    assert re.search(r"warning: none of .*other\.csv's columns \(u, v, w\) is named as a training feature "
+                     r"\(.+\): its columns are taken in their order", got.err), got.err
+
+
+def test_predict_by_name_says_nothing_of_positions(files, fitted, capsys):
+    assert main(["predict", str(fitted["cls"]), str(files["cls"])]) == 0
+    assert "taken in their order" not in capsys.readouterr().err
 
 
 def test_predict_regression_interval(files, fitted, capsys):

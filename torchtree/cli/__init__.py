@@ -258,11 +258,11 @@ def _close_flags(parser, flags: List[str]) -> str:
     import difflib
 
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["fit"]
-    known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
-    for f in flags:
-        close = difflib.get_close_matches(f, known, n=1, cutoff=0.6)
+    known = [o[2:] for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    for f in flags:  # compared without the dashes, which made --mu0 look like --out
+        close = difflib.get_close_matches(f.lstrip("-"), known, n=1, cutoff=0.6)
         if close:
-            return f" (did you mean {close[0]}?)"
+            return f" (did you mean --{close[0]}?)"
     return ""
 
 

@@ -394,6 +394,12 @@ def _check_cells(table, encoder) -> None:
                                  f"{what}; {why}")
 
 
+def _names(names, k: int = 6) -> str:
+    """The first ``k`` of ``names``, comma separated, and how many more."""
+    names = list(names)
+    return ", ".join(names[:k]) + (f", ... ({len(names) - k} more)" if len(names) > k else "")
+
+
 def cmd_predict(args) -> int:
     from torchtree.io.csv import parse_target, write_csv
     from torchtree.io.features import read_features
@@ -403,6 +409,11 @@ def cmd_predict(args) -> int:
     D = n_features_of(post)
     table = read_features(args.data, D, schema.get("features"), schema.get("target"))
     X = table.X
+    if table.by_position:  # a warning, -q or not: predictions from misplaced columns look like any others
+        cols = [h for h in table.header if h != table.target_name] or table.header
+        print(f"torchtree predict: warning: none of {args.data}'s columns ({_names(cols)}) is named as a training "
+              f"feature ({_names(table.by_position)}): its columns are taken in their order as those features",
+              file=sys.stderr)
     if X.dtype == object:  # empty or text cells
         _check_cells(table, getattr(post, "encoder", None))
     task = post.task

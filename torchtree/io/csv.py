@@ -79,6 +79,9 @@ class Table:
     #: numeric feature columns with cells spelling a missing value (``n/a``, ``?``, ... :
     #: ``torchtree.io.cells.MISSING_TOKENS``), read as NaN: name -> (the first such cell, its line, how many)
     missing_tokens: dict = field(default_factory=dict)
+    #: :func:`torchtree.io.features.read_features`: the model's feature names, when none of them is in the file
+    #: and its columns were taken by position instead (else None)
+    by_position: Optional[List[str]] = None
 
     @property
     def n_rows(self) -> int:

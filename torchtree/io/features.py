@@ -23,7 +23,8 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
     anything); an error when it has only some of them; when it has none of them, by count:
     ``n_features`` columns are all features, ``n_features + 1`` columns are the
     features and the target (the column named ``target_name``, else the last).
-    When the target column is present, ``Table.y`` holds it (as strings).
+    When the target column is present, ``Table.y`` holds it (as strings). A file read by count where the
+    model has feature names sets ``Table.by_position`` to them.
 
     Raises
     ------
@@ -78,10 +79,14 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
                          f"{',...' if D > 4 else ''}): the first line must be a header row naming the columns; add "
                          f"one (the model takes {', '.join(map(repr, names))})")
     if D == n_features:
-        return read_csv(path, has_target=False)
-    if D == n_features + 1:
-        target = target_name if target_name in header else D - 1
-        return read_csv(path, target=target)
+        table = read_csv(path, has_target=False)
+    elif D == n_features + 1:
+        table = read_csv(path, target=target_name if target_name in header else D - 1)
+    else:
+        table = None
+    if table is not None:
+        table.by_position = names  # the caller says so: a file of other names in another order reads wrong
+        return table
     expect = f" ({', '.join(names)})" if names else ""
     raise ValueError(
         f"{path}: has {D} columns but the model takes {n_features} features{expect}, "

@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
+from torchtree.core.warn import warn
 from torchtree.model.inputs import check_no_missing_labels
 
 __all__ = ["Posterior"]
@@ -88,13 +89,23 @@ class Posterior:
 
     # ------------------------------------------------------- written once for both
     def accuracy(self, X, y) -> float:
-        """Fraction of test points whose predicted class equals ``y``."""
+        """Fraction of test points whose predicted class equals ``y``. Rows whose label was not seen in training
+        (not among ``classes_``; without ``classes_``, not a class index the model predicts) count as errors,
+        with a warning naming the labels, as the estimators' ``score``."""
         if self.task != "classification":
             raise ValueError("accuracy applies to classification")
         pred = self.predict(X)
         yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
         if yn.shape[0] != pred.shape[0]:
             raise ValueError(f"X has {pred.shape[0]} rows but y has {yn.shape[0]}")
+        if self.classes_ is not None:
+            known = set(self.classes_.tolist())
+        else:
+            known = set(range(int(self.predict_proba(X[:1] if hasattr(X, "__getitem__") else X).shape[1])))
+        unseen = sorted({v for v in yn.tolist() if v not in known}, key=str)
+        if unseen:
+            warn(f"y holds label(s) {unseen[:5]} not seen in training (classes: {sorted(known, key=str)}): their "
+                 "rows count as errors", UserWarning)
         return float(np.mean(pred == yn))
 
     def rmse(self, X, y) -> float:
