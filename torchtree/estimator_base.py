@@ -390,6 +390,7 @@ class BayesianTreeBase:
                 raise ValueError(f"X has duplicate column names {dup}; columns are matched by name at prediction, "
                                  "so give every column its own name")
         check_threads(self.n_threads)
+        as_monitor(self.monitor)  # a wrong monitor= is said now, not after the evidence pilots
         if self.device is not None:
             resolve_device(self.device)  # an unavailable device is refused now, not after the evidence pilots
         y_shape = shape_of(y)
@@ -414,7 +415,9 @@ class BayesianTreeBase:
             self._tuned = dict(search.chosen) if search is not None else {}
             sampler = self._build_sampler(data, checked=True)
             self.sampler_config_ = getattr(sampler, "config", None)
-            monitor = self.monitor if self.monitor is not None else progress_monitor(f"torchtree {self.method}")
+            bar = progress_monitor(f"torchtree {self.method}")  # None unless verbose asks for bars
+            mine = list(self.monitor) if isinstance(self.monitor, (list, tuple)) else [self.monitor]
+            monitor = self.monitor if bar is None else bar if self.monitor is None else [*mine, bar]
             if "n_threads" in accepted_settings(type(sampler)):
                 self.posterior_ = sampler.run(data, seed=self._seed_, monitor=monitor)
             else:  # a registered sampler outside the protocol: the estimator applies the setting

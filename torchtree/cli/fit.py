@@ -202,7 +202,10 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
         smp_kw["backend"] = backend
     monitors: List[Any] = [ProgressMonitor(desc=f"torchtree fit [{args.method}]", disable=True if quiet else None)]
     if args.logdir:
-        monitors.append(TensorBoardMonitor(args.logdir))
+        try:
+            monitors.append(TensorBoardMonitor(args.logdir))
+        except ValueError as exc:
+            raise ValueError(f"--logdir {args.logdir}: {str(exc).split(' ', 1)[1]}") from None
     Est = BayesianTreeClassifier if task == "classification" else BayesianTreeRegressor
     model = Est(args.method, random_state=args.seed, device=device, monitor=monitors, n_threads=args.threads,
                 categorical_features=categorical, verbose=0 if quiet else 1, **est_kw, **smp_kw)

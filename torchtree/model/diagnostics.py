@@ -120,6 +120,8 @@ def chain_ess(draws) -> float:
 
     Multi-chain autocorrelation (Stan's estimator) truncated with Geyer's initial
     monotone positive-pair sequence; ``nan`` for fewer than 4 draws or constant draws.
+    The chains are not split (ArviZ's ``az.ess(method="mean")`` splits them; on short chains the two
+    differ by tens of percent), while :func:`rhat` is split-R-hat (``az.rhat(method="split")``).
     """
     return float(ess_columns(_as_draws(draws)[:, :, None])[0])
 

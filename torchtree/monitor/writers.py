@@ -19,6 +19,24 @@ __all__ = ["TensorBoardMonitor", "ProgressMonitor", "DEFAULT_PROGRESS_KEYS"]
 # ----------------------------------------------------------------------------
 
 
+def _unwritable_dir(path: str) -> str:
+    """Why the directory ``path`` cannot be used or created (``""`` when it can): a file in its place or on its
+    way, or no write permission where it would be created. Nothing is created."""
+    here = os.path.abspath(path)
+    while not os.path.exists(here):
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    if not os.path.isdir(here):
+        return f"cannot be created: {here!r} is a file" if here != os.path.abspath(path) else "is a file"
+    if here != os.path.abspath(path) and not os.access(here, os.W_OK | os.X_OK):
+        return f"cannot be created: no permission to write in {here!r}"
+    if here == os.path.abspath(path) and not os.access(here, os.W_OK | os.X_OK):
+        return "is not writable"
+    return ""
+
+
 class TensorBoardMonitor(Monitor):
     """Write a run to TensorBoard event files.
 
@@ -47,6 +65,11 @@ class TensorBoardMonitor(Monitor):
         How often the writer flushes to disk.
     all_ranks : bool
         Write on every rank, not only on rank 0.
+
+    Raises
+    ------
+    ValueError
+        ``logdir`` is a file, or a file stands on its path, or it cannot be created or written there.
     """
 
     def __init__(
@@ -60,6 +83,10 @@ class TensorBoardMonitor(Monitor):
     ) -> None:
         super().__init__(all_ranks=all_ranks)
         self.logdir = os.fspath(logdir)
+        problem = _unwritable_dir(self.logdir)
+        if problem:  # said now, not when the first event is written (after an estimator's evidence pilots)
+            raise ValueError(f"TensorBoardMonitor: log directory {self.logdir!r} {problem}; give a directory path "
+                             "in a writable place")
         self.prefix = prefix.strip("/") if prefix else None
         self.histograms = bool(histograms)
         self.flush_secs = flush_secs

@@ -352,10 +352,13 @@ class MCMC(SamplerBase):
             leaves, lp = leaves.cpu().numpy(), lp.cpu().numpy()
         trees = ctx.setup.model.on_grid(trees)  # max_bins: thresholds onto the grid
         elapsed, total = ctx.seconds(), self.n_iterations
+        ran = total - (ctx.resumed_at or 0)  # this segment's iterations: a resumed run's seconds are its own
         info = {"sampler": self.name, "engine": "host" if ctx.setup.host else "batched", "n_chains": c.n_chains,
                 "world_size": ctx.world_size, "n_samples": c.n_samples, "n_warmup": self.n_warmup, "thin": c.thin, "keep": c.keep,
                 "n_iterations": total, "prior": repr(self.prior), "move_probs": list(c.move_probs),
-                "seconds": elapsed, "iterations_per_second": total / max(elapsed, 1e-12)}
+                "seconds": elapsed, "iterations_per_second": ran / max(elapsed, 1e-12)}
+        if ctx.resumed_at is not None:  # seconds and iterations_per_second are this segment's
+            info["resumed_at_iteration"] = ctx.resumed_at
         info.update(_accept_info(proposed, accepted))
         info.update(rhat_leaves=rhat(leaves), ess_leaves=chain_ess(leaves),
                     rhat_log_posterior=rhat(lp), ess_log_posterior=chain_ess(lp),
