@@ -53,15 +53,17 @@ def rhat(draws) -> float:
     """Split R-hat (Gelman et al., BDA3 sec. 11.4) of ``draws [chains, n]`` (or ``[n]``).
 
     Each chain is split in halves, so one chain gives a usable value. ``nan`` for
-    fewer than 4 draws per chain or constant draws. Values above about 1.01 say the
-    chains have not mixed.
+    fewer than 4 draws per chain or constant draws; ``inf`` for half-chains each constant
+    but not all at one value (no within-chain variance: chains stuck apart, as ArviZ says).
+    Values above about 1.01 say the chains have not mixed.
     """
     return float(rhat_columns(_as_draws(draws)[:, :, None])[0])
 
 
 def rhat_columns(draws) -> np.ndarray:
     """:func:`rhat` of each column of ``draws [chains, n, P]``: ``[P]`` float64 (``nan`` where a column is
-    constant or the chains hold fewer than 4 draws). Each column's arithmetic is :func:`rhat`'s, in the same
+    constant or the chains hold fewer than 4 draws, ``inf`` where its half-chains are each constant, not all
+    alike). Each column's arithmetic is :func:`rhat`'s, in the same
     order (the reductions run over contiguous rows), so the values are the same to the last bit."""
     a = np.ascontiguousarray(np.moveaxis(np.asarray(draws, dtype=np.float64), 2, 0))  # [P, chains, n]
     n = a.shape[2] // 2
@@ -72,7 +74,7 @@ def rhat_columns(draws) -> np.ndarray:
     b = n * s.mean(2).var(1, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.sqrt(((n - 1) / n * w + b / n) / w)
-    return np.where(w > 0, out, np.nan)
+    return np.where(w > 0, out, np.where(b > 0, np.inf, np.nan))
 
 
 #: convergence limits of :func:`warn_if_unconverged`: split-R-hat above RHAT_LIMIT, or an effective
@@ -82,7 +84,7 @@ RHAT_LIMIT, ESS_LIMIT = 1.1, 100.0
 
 def unconverged(info: Dict[str, Any], rhat_limit: float = RHAT_LIMIT, ess_limit: float = ESS_LIMIT) -> List[str]:
     """The diagnostics of a run's ``info`` outside their limits, as ``"<key> <value>"`` strings: every
-    finite ``rhat_*`` above ``rhat_limit`` and every finite ``ess_*`` below ``ess_limit`` (empty: all
+    ``rhat_*`` above ``rhat_limit`` (``inf`` included) and every finite ``ess_*`` below ``ess_limit`` (empty: all
     within; NaN entries, e.g. sigma's in classification, are skipped).
 
     Parameters
@@ -93,7 +95,10 @@ def unconverged(info: Dict[str, Any], rhat_limit: float = RHAT_LIMIT, ess_limit:
     def finite(k):
         return isinstance(info.get(k), (int, float)) and np.isfinite(info[k])
 
-    bad = [f"{k} {info[k]:.2f}" for k in info if k.startswith("rhat_") and finite(k) and info[k] > rhat_limit]
+    def number(k):  # an infinite R-hat: chains stuck apart, the worst case, not a missing value
+        return isinstance(info.get(k), (int, float)) and not np.isnan(info[k])
+
+    bad = [f"{k} {info[k]:.2f}" for k in info if k.startswith("rhat_") and number(k) and info[k] > rhat_limit]
     return bad + [f"{k} {info[k]:.1f}" for k in info if k.startswith("ess_") and finite(k) and info[k] < ess_limit]
 
 

@@ -382,7 +382,7 @@ class SoftTreePosterior(Posterior):
 
             flat = np.concatenate([v.reshape(v.shape[0], v.shape[1], -1) for v in chains.values()], 2)
             r, e = rhat_columns(flat), ess_columns(flat)
-            mixing = {"rhat_max": float(np.nanmax(r)) if np.isfinite(r).any() else float("nan"),
+            mixing = {"rhat_max": float(np.nanmax(r)) if (~np.isnan(r)).any() else float("nan"),
                       "ess_min": float(np.nanmin(e)) if np.isfinite(e).any() else float("nan")}
         return PosteriorSummary({
             "n_topologies": len(self.topologies),

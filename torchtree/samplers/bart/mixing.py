@@ -83,7 +83,7 @@ def diagnostics(sig: torch.Tensor, leaves: torch.Tensor, f: torch.Tensor, kept: 
     r_leaves, e_leaves = rhat_columns(per_utility), ess_columns(per_utility)  # forests are not each other's chains
     out = {"rhat_sigma": rhat(sig_trace) if regression else float("nan"),
            "ess_sigma": chain_ess(sig_trace) if regression else float("nan"),
-           "rhat_leaves": float(np.nanmax(r_leaves)) if np.isfinite(r_leaves).any() else float("nan"),
+           "rhat_leaves": float(np.nanmax(r_leaves)) if (~np.isnan(r_leaves)).any() else float("nan"),
            "ess_leaves": float(np.nanmin(e_leaves)) if np.isfinite(e_leaves).any() else float("nan")}
     out["rhat_f"], out["ess_f"] = float("nan"), float("nan")
     if f.shape[0] == sig.shape[0] and f.shape[0] >= 4 and f.numel():
@@ -91,8 +91,10 @@ def diagnostics(sig: torch.Tensor, leaves: torch.Tensor, f: torch.Tensor, kept: 
         U = n_utilities
         per = f.double().cpu().numpy().reshape(S, C // U, U * R).transpose(1, 0, 2)  # [chains, S, U R]
         rh, es = rhat_columns(per), ess_columns(per)
-        if np.isfinite(rh).any():
-            out["rhat_f"] = float(np.nanquantile(rh, 1.0 - F_QUANTILE))
+        if (~np.isnan(rh)).any():  # an inf R-hat (rows whose chains are stuck apart) stays inf in the quantile
+            big = np.finfo(np.float64).max  # (numpy's interpolation would turn inf x 0 into NaN)
+            q = float(np.nanquantile(np.where(np.isinf(rh), big, rh), 1.0 - F_QUANTILE))
+            out["rhat_f"] = float("inf") if q > big / 4 else q
         if np.isfinite(es).any():
             out["ess_f"] = float(np.nanquantile(es, F_QUANTILE))
     return out
