@@ -39,7 +39,8 @@ class SMCSamplerState(SamplerState):
     logw : float64 Tensor [n], log-weights
     ll : float64 Tensor [n] or None, each tree's log-likelihood (tempering only)
     log_z : float, log evidence so far; phi : float, the likelihood power (1 without tempering)
-    n_resample : int, resampling steps so far
+    n_resample : int, resampling steps so far (with ``mh_step=True``, the resampling of the initial importance
+        sample included, which no step reports as ``smc/resampled``)
     moved, ess, phis : lists of floats, per iteration: fraction of particles moved, ESS
         (and the initial ESS first, without tempering), likelihood power
     """
