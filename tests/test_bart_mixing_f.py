@@ -128,6 +128,12 @@ def test_arviz_gets_f_at_the_traced_rows_and_the_kept_draws_apart_from_the_warm_
     idata = to_arviz(post)
     assert idata.posterior["f"].shape == (4, 60, 100) and idata.posterior["sigma"].shape == (4, 60)
     np.testing.assert_array_equal(idata.posterior["f"].values, post.info["trace"]["f"])
+    # f's last axis is labelled by the training rows traced (it was f_dim_0 = 0, 1, 2, ...: a QA pass)
+    assert idata.posterior["f"].dims == ("chain", "draw", "f_row")
+    np.testing.assert_array_equal(idata.posterior["f"].coords["f_row"].values, post.info["f_rows"])
+    # sigma's trace is in y's units, as noise_sd (the posterior's sigma is on the scaled target)
+    np.testing.assert_allclose(np.sort(post.noise_sd.numpy()), np.sort(post.info["trace"]["sigma"].T.reshape(-1)),
+                               rtol=1e-12)
     leaves = post.info["trace"]["leaves_mean"]
     assert leaves.shape == (4, 90)
     np.testing.assert_array_equal(idata.posterior["leaves_mean"].values, leaves[:, 30:])

@@ -98,10 +98,12 @@ def fingerprint(*parts: Any) -> str:
 
 def fingerprint_parts(settings: Dict[str, Any], seed_key: Any, data: Sequence[Any], world_size: int) -> Dict[str, Any]:
     """Fingerprints of a run's parts, stored beside its whole :func:`fingerprint` so that a refused
-    checkpoint can say what differs: ``{"settings": {name: fingerprint}, "seed": ..., "data": ...,
-    "ranks": world_size}``."""
-    return {"settings": {str(k): fingerprint(v) for k, v in settings.items()}, "seed": fingerprint(seed_key),
-            "data": fingerprint(*data), "ranks": int(world_size)}
+    checkpoint can say what differs: ``{"settings": {name: fingerprint}, "values": {name: value}, "seed": ...,
+    "data": ..., "ranks": world_size}`` (``values``: the settings that are plain numbers, strings or None, which
+    a refusal shows)."""
+    plain = {str(k): v for k, v in settings.items() if v is None or isinstance(v, (bool, int, float, str))}
+    return {"settings": {str(k): fingerprint(v) for k, v in settings.items()}, "values": plain,
+            "seed": fingerprint(seed_key), "data": fingerprint(*data), "ranks": int(world_size)}
 
 
 def differing_parts(saved: Any, mine: Any) -> str:
@@ -120,7 +122,10 @@ def differing_parts(saved: Any, mine: Any) -> str:
     if not out:
         return ""
     plural = len(out) > 1 or out[0].startswith("the settings ")
-    return " and ".join(out) + (" differ" if plural else " differs")
+    va, vb = saved.get("values") or {}, mine.get("values") or {}
+    values = "; ".join(f"{k} {va[k]!r} in the checkpoint, {vb[k]!r} in this run" for k in changed[:6]
+                       if k in va and k in vb)
+    return " and ".join(out) + (" differ" if plural else " differs") + (f": {values}" if values else "")
 
 
 def _fsync_dir(directory: str) -> None:
@@ -538,7 +543,8 @@ class Checkpointer:
             raise CheckpointError(
                 f"{self.path}: this checkpoint belongs to a different run ("
                 + (what or "its data, settings or seed differ")
-                + f": fingerprint {state.get('fingerprint')} != {self.fingerprint}); delete it or choose another "
+                + ("; " if ":" in what else ": ")
+                + f"fingerprint {state.get('fingerprint')} != {self.fingerprint}); delete it or choose another "
                 "checkpoint path to start afresh"
             )
         return state["sampler_state"]

@@ -134,7 +134,13 @@ class BartPrior:
         elif sigma_hat is None:
             N, D = X.shape
             if N > D + 1:
-                A = torch.cat([X.double().cpu(), torch.ones(N, 1, dtype=torch.float64)], 1)
+                # columns standardised first: the residuals are the same in exact arithmetic, but a column far
+                # from 0 next to its spread (seconds since 1970 within a month) is nearly collinear with the
+                # intercept, and gelsd's rank cut dropped it (sigma_hat twice the linear fit's residual sd)
+                Z = X.double().cpu()
+                sd = Z.std(0) if N > 1 else torch.ones(D, dtype=torch.float64)
+                Z = (Z - Z.mean(0)) / torch.where((sd > 0) & torch.isfinite(sd), sd, torch.ones_like(sd))
+                A = torch.cat([Z, torch.ones(N, 1, dtype=torch.float64)], 1)
                 coef = torch.linalg.lstsq(A, ys[:, None], driver="gelsd").solution
                 res = ys - (A @ coef)[:, 0]
                 sigma_hat = float(torch.sqrt((res ** 2).sum() / (N - D - 1)))

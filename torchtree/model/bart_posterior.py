@@ -93,7 +93,8 @@ class BARTPosterior(Posterior):
     prior : BartPrior; grid : CutGrid
     feature, cut : Int16Tensor [S, T, K]; value : Tensor [S, T, K]   (scaled response): the trees,
         dense (they are stored compactly, module notes); or the main block when ``deep`` is given
-    sigma : Tensor [S] float64, noise sd per draw (scaled; 1 for probit)
+    sigma : Tensor [S] float64, noise sd per draw on the scaled target ``(y - prior.offset) / prior.scale``
+        (midrange and range of the training ``y``; 1 for probit); :attr:`noise_sd` is it in ``y``'s units
     chain_of : LongTensor [S], the global chain of each draw
     n_features : int; classes : the class labels, in code order (classification)
     info : dict of run facts and diagnostics
@@ -179,6 +180,12 @@ class BARTPosterior(Posterior):
     @property
     def task(self) -> str:
         return self.prior.task
+
+    @property
+    def noise_sd(self) -> torch.Tensor:
+        """The noise sd of each draw in ``y``'s units, ``sigma * prior.scale``, [S] float64 (regression; the
+        probit's fixed 1 for classifiers)."""
+        return self.sigma * self.prior.scale if self.task == "regression" else self.sigma
 
     @property
     def weights(self) -> torch.Tensor:

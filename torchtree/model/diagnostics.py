@@ -265,13 +265,25 @@ def _kept_draws(posterior, traces: Dict[str, np.ndarray]):
     return kept, warmup
 
 
-def _from_dict(az, groups: Dict[str, Dict[str, np.ndarray]], attrs: Dict[str, Any]):
+def _f_labels(posterior, kept: Dict[str, np.ndarray]) -> Dict[str, Any]:
+    """ArviZ ``dims`` / ``coords`` naming the training rows of BART's traced ``f`` (``info["f_rows"]``), and its
+    class utilities; empty for other traces."""
+    rows = (getattr(posterior, "info", {}) or {}).get("f_rows")
+    f = kept.get("f")
+    if rows is None or f is None or f.shape[-1] != len(rows):
+        return {}
+    dims = ["f_row"] if f.ndim == 3 else ["utility", "f_row"]
+    return {"dims": {"f": dims}, "coords": {"f_row": np.asarray(rows, dtype=np.int64)}}
+
+
+def _from_dict(az, groups: Dict[str, Dict[str, np.ndarray]], attrs: Dict[str, Any], labels=None):
     params = inspect.signature(az.from_dict).parameters
+    labels = labels or {}
     if "posterior" in params:  # ArviZ 0.x: one keyword per group
         warm = {"save_warmup": True} if "warmup_posterior" in groups and "save_warmup" in params else {}
-        return az.from_dict(**groups, attrs=attrs, **warm)
+        return az.from_dict(**groups, attrs=attrs, **warm, **labels)
     # ArviZ >= 1.0: a dict of groups, returns an xarray DataTree
-    return az.from_dict(groups, attrs=attrs)  # pragma: no cover - depends on the installed ArviZ
+    return az.from_dict(groups, attrs=attrs, **labels)  # pragma: no cover - depends on the installed ArviZ
 
 
 def to_arviz(posterior):
@@ -304,7 +316,7 @@ def to_arviz(posterior):
         if "log_posterior" in traces:
             groups["sample_stats"] = {"lp": traces["log_posterior"]}
         attrs["weighted"] = 0
-        return _from_dict(az, groups, attrs)
+        return _from_dict(az, groups, attrs, _f_labels(posterior, kept))
     sizes = tree_sizes(posterior)
     w = sizes["weight"]
     with np.errstate(divide="ignore"):

@@ -42,7 +42,7 @@ def traced_rows(n: int, device=None) -> torch.Tensor:
 def traced_f(setup, latent: torch.Tensor, resid: torch.Tensor) -> torch.Tensor:
     """The forests' fit at the run's traced rows (``setup.f_rows`` of a
     :class:`~torchtree.samplers.bart.state.BARTSetup`), ``[C, R]``: ``target - resid`` (regression, on the
-    standardised scale) or ``latent - resid`` (probit: the latent's mean, offset included). No host read."""
+    range-scaled target) or ``latent - resid`` (probit: the latent's mean, offset included). No host read."""
     rows = setup.f_rows
     if setup.prior.task == "regression":
         return setup.target.index_select(0, rows)[None, :].to(resid.dtype) - resid.index_select(1, rows)
@@ -61,7 +61,7 @@ def diagnostics(sig: torch.Tensor, leaves: torch.Tensor, f: torch.Tensor, kept: 
 
     Parameters
     ----------
-    sig : Tensor [S, C], the kept sweeps' noise variances (standardised scale)
+    sig : Tensor [S, C], the kept sweeps' noise variances (range-scaled target)
     leaves : Tensor [C, sweeps], mean leaves per tree at every sweep; the sweeps ``kept`` count (those a
         checkpoint written before the trace lacks are left out)
     f : Tensor [S, C, R], the kept sweeps' :func:`traced_f`, or one with no sweeps (a checkpoint written
