@@ -188,10 +188,15 @@ def test_a_budget_stop_exports_and_judges_the_kept_sweeps_alone(monkeypatch, sto
     rng = np.random.default_rng(0)
     X = rng.uniform(size=(120, 2))
     data = Data(X, np.sin(4 * X[:, 0]) + 0.2 * rng.normal(size=120), task="regression")
-    with pytest.warns(UserWarning):
+    with pytest.warns(UserWarning) as said:
         post = BART(n_trees=5, n_chains=4, n_warmup=10, n_samples=50, thin=3, max_seconds=stop_after - 0.5,
                     monitor_every=1).run(data, seed=1, monitor=CallbackMonitor(on_step=on_step))
     info, tr = post.info, post.info["trace"]
+    # the budget's stop is said and recorded (5 of 50 kept sweeps had come with no word but the usual
+    # convergence warning: a QA pass)
+    assert info["stopped_by"] == "max_seconds"
+    want = "ran out after 5 of n_samples=50 kept sweeps" if stop_after == 26 else "ran out in warm-up"
+    assert any(want in str(w.message) for w in said), [str(w.message) for w in said]
     assert info["sweeps"] == stop_after and tr["leaves_mean"].shape == (4, stop_after)
     kept = [12, 15, 18, 21, 24] if stop_after == 26 else [5]
     assert info["kept_sweeps"] == kept and tr["sigma"].shape == (4, len(kept))

@@ -78,6 +78,14 @@ def split_deep(feature, cut, value):
     return mf, mc, mv, df, dc, dv, ds, dt
 
 
+def draw_mean(t: torch.Tensor) -> torch.Tensor:
+    """``t.mean(0)`` summed within each point's own row of draws (``[S, ...]`` made ``[..., S]`` contiguous): a
+    reduction over the leading dimension of ``[S, M]`` adds in an order that depends on ``M``, so a point's
+    prediction moved in its last bit with the block of points around it (the memory budget, the rows
+    predicted with it); the inner reduction's order depends on the point's draws alone."""
+    return t.movedim(0, -1).contiguous().mean(-1)
+
+
 class BARTPosterior(Posterior):
     """Draws of a BART model: the kept sweeps of a run, each a sum of trees and a noise sd.
 
@@ -265,7 +273,7 @@ class BARTPosterior(Posterior):
     def _p1(self, Xb: torch.Tensor) -> torch.Tensor:
         out = torch.empty(Xb.shape[1], dtype=torch.float64, device=Xb.device)
         for sl, f in self._blocks(Xb):
-            out[sl] = torch.special.ndtr(self.prior.offset + f).mean(0)
+            out[sl] = draw_mean(torch.special.ndtr(self.prior.offset + f))
         return out
 
     def class_probability_draws(self, X) -> torch.Tensor:
@@ -306,7 +314,7 @@ class BARTPosterior(Posterior):
             Xb = self._bins(X)
             out = torch.empty(Xb.shape[1], self.n_utilities + 1, dtype=torch.float64, device=Xb.device)
             for sl, f in self._blocks(Xb, self._quadrature_bytes(), "predict_proba"):
-                out[sl] = self._class_probs(f).mean(0).T
+                out[sl] = draw_mean(self._class_probs(f)).T
             return out.cpu().numpy()
         p1 = self._p1(self._bins(X))
         return torch.stack([1 - p1, p1], 1).cpu().numpy()
@@ -330,7 +338,7 @@ class BARTPosterior(Posterior):
         Xb = self._bins(X)
         out = torch.empty(Xb.shape[1], dtype=torch.float64, device=Xb.device)
         for sl, f in self._blocks(Xb):
-            out[sl] = self.prior.offset + self.prior.scale * f.mean(0)
+            out[sl] = self.prior.offset + self.prior.scale * draw_mean(f)
         return out.cpu().numpy()
 
     def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:

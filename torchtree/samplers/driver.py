@@ -163,6 +163,8 @@ class RunContext:
     thread_setting : ``"auto"`` or int, the config's ``n_threads`` (what a sub-run inherits)
     sub_runs : list of dict, the nested runs :func:`sub_run` made (recorded in the posterior's
         ``info["sub_runs"]``)
+    stopped_by_budget : bool, whether ``max_seconds`` ended the step loop (known to ``finalize``; the
+        posterior's ``info["stopped_by"]`` is then ``"max_seconds"``)
     """
 
     data: Data
@@ -180,6 +182,7 @@ class RunContext:
     n_threads: int = 1
     thread_setting: Any = "auto"
     sub_runs: list = field(default_factory=list)
+    stopped_by_budget: bool = False
 
     @property
     def rank(self) -> int:
@@ -425,6 +428,8 @@ def _locked_run(sampler, ctx: RunContext, seed):
     state = _steps(sampler, ctx, state, ck, getattr(cfg, "max_seconds", None))
     with _peers_stop_with_me(ctx):
         post = sampler.finalize(state, ctx)
+    if ctx.stopped_by_budget and isinstance(getattr(post, "info", None), dict):
+        post.info["stopped_by"] = "max_seconds"
     if getattr(ctx.data, "encoder", None) is not None and hasattr(post, "encoder"):
         post.encoder = ctx.data.encoder  # predictions take the raw table, coded as in training
     end = {"seconds": ctx.seconds(), "posterior": post, **sampler.end_info(post)}
@@ -470,6 +475,7 @@ def _steps(sampler, ctx: RunContext, state, ck, budget):
         if ck.enabled and ck.maybe_save(step, payload, last=state.done):
             last_saved = step
             notify_checkpoint(mon, step)
+    ctx.stopped_by_budget = stopped
     if stopped and ck.enabled and int(state.step) > 0 and last_saved != int(state.step) - 1:
         # the budget ended the run between two saves: keep its last step
         ck.save(int(state.step) - 1, payload())

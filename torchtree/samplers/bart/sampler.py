@@ -399,6 +399,10 @@ class BART(SamplerBase):
         elif S < 4 and c.max_seconds is not None and S < c.kept_cap():
             warn(f"BART: max_seconds={c.max_seconds:g} ran out after {S} kept sweep(s) per chain, too few to judge "
                  "convergence; raise max_seconds", UserWarning)
+        elif ctx.stopped_by_budget and c.min_ess is None and S < c.n_samples:
+            warn(f"BART: max_seconds={c.max_seconds:g} ran out after {S} of n_samples={c.n_samples} kept sweeps per "
+                 "chain: the posterior holds those (info['stopped_by']). Raise max_seconds, or resume from a "
+                 "checkpoint", UserWarning)
         _compact(state.kept, S - S % COMPACT_EVERY)  # the last, incomplete group
         width = max(k[0].shape[-1] for k in state.kept)
         feat = torch.stack([_pad(k[0], width, ABSENT) for k in state.kept])  # [S, C, T, K']
