@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from torchtree.core.memory import format_bytes
 from torchtree.kernels.node_points import gather_lists, partition_points
 from torchtree.kernels.segments import exclusive_cumsum
 from torchtree.model.trees import OPEN
@@ -68,6 +69,8 @@ class NodeTable:
         self.n_uids = 1
         self.live_after_gc = n_points
         self.limit_bytes: Optional[int] = None
+        #: what set ``limit_bytes`` and how to raise it, as a refusal names it
+        self.limit_source: str = "raise max_memory_bytes"
         self.native = False
 
     # ------------------------------------------------------------ checkpoints
@@ -123,9 +126,9 @@ class NodeTable:
             peak = (cap + new) * self.row_bytes() + self.buf.numel() * self.buf.element_size()
             if peak > self.limit_bytes:
                 raise MemoryError(
-                    f"the node table would need {peak / 2**30:.2f} GiB for {new} nodes of {self.row_bytes()} bytes "
-                    f"each ({self.stats.shape[1]} statistics per node; limit {self.limit_bytes / 2**30:.2f} GiB): "
-                    "reduce n_particles, use more islands or ranks, or raise max_memory_bytes")
+                    f"the node table would need {format_bytes(peak)} for {new} nodes of {self.row_bytes()} bytes "
+                    f"each ({self.stats.shape[1]} statistics per node; limit {format_bytes(self.limit_bytes)}): "
+                    f"reduce n_particles, use more islands or ranks, or {self.limit_source}")
         for name, (dt, fill) in self._RECORDS.items():
             old = getattr(self, name)
             setattr(self, name, torch.cat([old, torch.full((new - cap,), fill, dtype=dt, device=self.device)]))
@@ -148,9 +151,9 @@ class NodeTable:
                 new = need
                 if new * self.buf.element_size() > self.limit_bytes:
                     raise MemoryError(
-                        f"the node-data pool would need {new * 4 / 2**30:.2f} GiB (limit "
-                        f"{self.limit_bytes / 2**30:.2f} GiB): too many distinct particles x data points; "
-                        "reduce n_particles, use more islands or ranks, or raise max_memory_bytes"
+                        f"the node-data pool would need {format_bytes(new * self.buf.element_size())} (limit "
+                        f"{format_bytes(self.limit_bytes)}): too many distinct particles x data points; "
+                        f"reduce n_particles, use more islands or ranks, or {self.limit_source}"
                     )
             buf = torch.empty(new, dtype=self.buf.dtype, device=self.device)
             buf[: self.size] = self.buf[: self.size]

@@ -158,6 +158,10 @@ class TopDownSMC(SamplerBase):
         avail = available_bytes(ctx.device)  # TORCHTREE_MEMORY_LIMIT caps it too; the run needs the rest
         grower.table.limit_bytes = c.max_memory_bytes or int(min(default_memory_limit(ctx.device),
                                                                  0.75 * avail if avail is not None else float("inf")))
+        if not c.max_memory_bytes:
+            grower.table.limit_source = ("give max_memory_bytes (the default limit is the smaller of half the "
+                                         "machine's memory and 3/4 of the available memory, which "
+                                         "TORCHTREE_MEMORY_LIMIT caps)")
         return grower
 
     def _weights_shape(self, ctx: driver.RunContext) -> Tuple[int, int]:
