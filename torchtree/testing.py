@@ -213,7 +213,8 @@ def exact_prior_depth(data, prior) -> np.ndarray:
     return _prior_dist(data, prior, "depth")
 
 
-def exact_bart_tree(bins: np.ndarray, n_cuts, prior, resid=None, sigma2: float = 1.0, groups=None):
+def exact_bart_tree(bins: np.ndarray, n_cuts, prior, resid=None, sigma2: float = 1.0, groups=None,
+                    evidence: bool = False):
     """Exact posterior (or prior) of ONE BART tree on a cut grid, by enumeration.
 
     The tree prior is BART's (:class:`torchtree.model.bart.BartPrior`): a node splits with
@@ -233,10 +234,15 @@ def exact_bart_tree(bins: np.ndarray, n_cuts, prior, resid=None, sigma2: float =
         feature is then an input column uniform among those with a cut left, then a feature of
         it uniform among its features with a cut left
 
+    evidence : bool, also return ``log p(resid | sigma2)``, the tree and its leaves integrated out
+        (``-N/2 log(2 pi sigma2) - sum(resid^2) / (2 sigma2)`` plus the log of the prior-weighted sum of
+        :func:`~torchtree.steps.bart_moves.log_marginal` over the trees), for integrating ``sigma2`` out
+
     Returns
     -------
     leaves : numpy.ndarray [L], entry ``m`` is P(tree has m leaves)
     mean : numpy.ndarray [N], the posterior mean of the tree's value at each point
+    log_evidence : float, with ``evidence=True``
     """
     from torchtree.steps.bart_moves import log_marginal
 
@@ -250,9 +256,13 @@ def exact_bart_tree(bins: np.ndarray, n_cuts, prior, resid=None, sigma2: float =
     def node(ranges: Tuple[Tuple[int, int], ...], q: int):
         inside = np.all([(bins[:, d] >= lo) & (bins[:, d] <= hi) for d, (lo, hi) in enumerate(ranges)], axis=0)
         n, s = float(inside.sum()), float(r[inside].sum())
+        # with ``evidence`` each leaf's factor carries its points' exp(-r^2 / (2 sigma2)), which bounds it (so a
+        # small sigma2 does not overflow) and makes the trees' sum the evidence up to the Gaussian's constant
+        shift = float((r[inside] ** 2).sum()) / (2 * sigma2) if evidence else 0.0
         w = 1.0 if resid is None else math.exp(float(log_marginal(torch.tensor(n, dtype=torch.float64),
                                                                      torch.tensor(s, dtype=torch.float64),
-                                                                     torch.tensor(sigma2, dtype=torch.float64), tau2)))
+                                                                     torch.tensor(sigma2, dtype=torch.float64),
+                                                                     tau2)) - shift)
         m = tau2 * s / (sigma2 + n * tau2)
         avail = [d for d, (lo, hi) in enumerate(ranges) if hi > lo]
         p = float(prior.split_prob(torch.tensor(q))) if avail else 0.0
@@ -275,7 +285,12 @@ def exact_bart_tree(bins: np.ndarray, n_cuts, prior, resid=None, sigma2: float =
 
     dist, mean = node(tuple((0, int(c)) for c in n_cuts), 0)
     z = dist.sum()
-    return dist / z, mean / z
+    if not evidence:
+        return dist / z, mean / z
+    if z == 0.0:  # every tree's factor underflowed: the evidence is negligible at this sigma2
+        return dist, mean, -math.inf
+    log_ev = math.log(z) - 0.5 * N * math.log(2 * math.pi * sigma2)  # the leaves' shifts hold -sum(r^2) / (2 sigma2)
+    return dist / z, mean / z, log_ev
 
 
 class _TableEnumerator(_Enumerator):
