@@ -381,24 +381,63 @@ class BARTPosterior(Posterior):
         """
         Xb = self._bins(X)
         S, M = self.n_particles, Xb.shape[1]
-        yt = self._encode_y(y, M).to(Xb.device)
         total = 0.0
+        for _, lp in self._log_lik_blocks(Xb, self._encode_y(y, M).to(Xb.device), "log_predictive"):
+            total += float((torch.logsumexp(lp, 0) - np.log(S)).sum())
+        return total / max(M, 1)
+
+    def _log_lik_blocks(self, Xb: torch.Tensor, yt: torch.Tensor, what: str):
+        """``(rows, lp)`` per block of points: ``lp [S, b]`` float64, ``log p(y | x, draw s)`` (see
+        :meth:`log_predictive`)."""
+        S = self.n_particles
         if self.n_utilities > 1:
-            for sl, f in self._blocks(Xb, 16.0 * S + self._quadrature_bytes(), "log_predictive"):
+            for sl, f in self._blocks(Xb, 16.0 * S + self._quadrature_bytes(), what):
                 p = self._class_probs(f)  # [S, K, b]
-                py = p.gather(1, yt[sl].to(p.device)[None, None, :].expand(S, 1, -1))[:, 0]
-                total += float((torch.logsumexp(torch.log(py), 0) - np.log(S)).sum())
-            return total / max(M, 1)
-        for sl, f in self._blocks(Xb, 16.0 * S):
+                yield sl, torch.log(p.gather(1, yt[sl].to(p.device)[None, None, :].expand(S, 1, -1))[:, 0])
+            return
+        for sl, f in self._blocks(Xb, 16.0 * S, what):
             f = self.prior.offset + self.prior.scale * f
             if self.task == "classification":
                 sign = torch.where(yt[sl] == 1, 1.0, -1.0).to(f)
-                lp = torch.special.log_ndtr(sign * f)
+                yield sl, torch.special.log_ndtr(sign * f)
             else:
                 sd = (self.sigma.to(f.device) * self.prior.scale)[:, None]
-                lp = -0.5 * ((yt[sl].double()[None, :] - f) / sd) ** 2 - torch.log(sd) - 0.5 * np.log(2 * np.pi)
-            total += float((torch.logsumexp(lp, 0) - np.log(S)).sum())
-        return total / max(M, 1)
+                yield sl, -0.5 * ((yt[sl].double()[None, :] - f) / sd) ** 2 - torch.log(sd) - 0.5 * np.log(2 * np.pi)
+
+    def log_likelihood_draws(self, X, y) -> torch.Tensor:
+        """``log p(y_m | x_m, draw s)`` per draw and point, ``[S, M]`` float64 (the terms :meth:`log_predictive`
+        averages; draws in the order of the kept sweeps, then the chains): what PSIS-LOO and WAIC read
+        (``to_arviz(posterior, X, y)`` exports them as the ``log_likelihood`` group). Holds all ``S M`` values.
+
+        Raises
+        ------
+        ValueError
+            A label not seen in training, or ``S M`` values beyond the memory budget.
+        """
+        Xb = self._bins(X)
+        M = Xb.shape[1]
+        rows_per_chunk(8.0 * self.n_particles, "log_likelihood_draws", rows_at_once=max(1, M), device=self.device,
+                       also=" (or pass fewer rows)")
+        out = [lp for _, lp in self._log_lik_blocks(Xb, self._encode_y(y, M).to(Xb.device), "log_likelihood_draws")]
+        return torch.cat(out, 1) if out else torch.zeros(self.n_particles, 0, dtype=torch.float64)
+
+    def predictive_draws(self, X, seed: int = 0) -> np.ndarray:
+        """One draw of ``y`` per posterior draw and point, ``[S, M]``: ``f_s(x) + sigma_s e`` in ``y``'s units
+        (regression), or a label drawn from the draw's class probabilities (classification, the original
+        labels). The random numbers are keyed by ``seed``, the draw and the point's row in ``X``, so a row's
+        draws do not depend on the other rows. Holds all ``S M`` values."""
+        Xb = self._bins(X)
+        S, M = self.n_particles, Xb.shape[1]
+        rows_per_chunk(8.0 * S, "predictive_draws", rows_at_once=max(1, M), device=self.device,
+                       also=" (or pass fewer rows)")
+        key = torch.arange(S, device=Xb.device)[:, None] * M + torch.arange(M, device=Xb.device)[None, :]
+        u = keyed_uniform(seed, 2, key)  # [S, M]
+        if self.task == "regression":
+            f = self.latent_draws(X)
+            return (f + self.noise_sd.to(f.device)[:, None] * torch.special.ndtri(u.to(f))).cpu().numpy()
+        p = self.class_probability_draws(X)  # [S, K, M]
+        codes = (p.cumsum(1) < u.to(p)[:, None, :]).sum(1).clamp(max=p.shape[1] - 1).cpu().numpy()
+        return np.asarray(self.classes_)[codes] if self.classes_ is not None else codes
 
     # ----------------------------------------------------------- summaries
     def summary(self) -> PosteriorSummary:

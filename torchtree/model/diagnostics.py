@@ -286,12 +286,41 @@ def _from_dict(az, groups: Dict[str, Dict[str, np.ndarray]], attrs: Dict[str, An
     return az.from_dict(groups, attrs=attrs, **labels)  # pragma: no cover - depends on the installed ArviZ
 
 
-def to_arviz(posterior):
+def _per_chain(posterior, a: np.ndarray) -> np.ndarray:
+    """``[S, ...]`` draw-major rows (draw ``s`` of chain ``c`` at row ``s C + c``) as ``[chains, draws, ...]``."""
+    C = int(posterior.chain_of.max()) + 1
+    return a.reshape(a.shape[0] // C, C, *a.shape[1:]).swapaxes(0, 1)
+
+
+def _data_groups(posterior, X, y) -> Dict[str, Dict[str, np.ndarray]]:
+    """``observed_data``, ``log_likelihood`` and ``posterior_predictive`` of ``(X, y)`` (BART posteriors)."""
+    if not (hasattr(posterior, "log_likelihood_draws") and hasattr(posterior, "chain_of")):
+        raise TypeError(f"to_arviz(posterior, X, y) needs a posterior of equally weighted draws in chains (BART); "
+                        f"a {type(posterior).__name__} has weighted or collapsed draws that PSIS-LOO and WAIC "
+                        "cannot read")
+    lp = posterior.log_likelihood_draws(X, y).cpu().numpy()
+    obs = np.asarray(y)
+    draws = posterior.predictive_draws(X)
+    if posterior.task == "classification":  # labels as class codes, so that ArviZ gets numbers
+        codes = {c: i for i, c in enumerate(np.asarray(posterior.classes_).tolist())} \
+            if posterior.classes_ is not None else None
+        if codes is not None:
+            obs = np.asarray([codes[v] for v in obs.tolist()])
+            draws = np.vectorize(codes.__getitem__, otypes=[np.int64])(draws)
+    return {"observed_data": {"y": obs}, "log_likelihood": {"y": _per_chain(posterior, lp)},
+            "posterior_predictive": {"y": _per_chain(posterior, np.asarray(draws))}}
+
+
+def to_arviz(posterior, X=None, y=None):
     """The posterior as an ArviZ ``InferenceData`` (see the module docstring for the layout).
 
     Parameters
     ----------
     posterior : TreePosterior or SoftTreePosterior
+    X, y : array-like [M, D] and [M], optional (BART posteriors): also the groups ``observed_data`` (``y``; class
+        codes for a classifier), ``log_likelihood`` (``log p(y_m | x_m, draw)``, ``[chains, draws, M]``, what
+        ``az.loo`` and ``az.waic`` read) and ``posterior_predictive`` (one ``y`` per draw, seed 0:
+        :meth:`~torchtree.model.bart_posterior.BARTPosterior.predictive_draws`)
 
     Returns
     -------
@@ -313,10 +342,16 @@ def to_arviz(posterior):
         groups: Dict[str, Dict[str, np.ndarray]] = {"posterior": kept}
         if warmup:
             groups["warmup_posterior"] = warmup
+        if X is not None or y is not None:
+            if X is None or y is None:
+                raise ValueError("to_arviz takes X and y together (the data of the log-likelihood)")
+            groups.update(_data_groups(posterior, X, y))
         if "log_posterior" in traces:
             groups["sample_stats"] = {"lp": traces["log_posterior"]}
         attrs["weighted"] = 0
         return _from_dict(az, groups, attrs, _f_labels(posterior, kept))
+    if X is not None or y is not None:
+        _data_groups(posterior, X, y)  # refuses: a weighted posterior
     sizes = tree_sizes(posterior)
     w = sizes["weight"]
     with np.errstate(divide="ignore"):
