@@ -223,8 +223,24 @@ class MCMC(SamplerBase):
                                   f"run uses the {'host' if ctx.setup.host else 'batched'} engine; pass the engine "
                                   "that wrote it (engine=) or delete the file")
         if not ctx.setup.host:
-            return MCMCState.from_state_dict(saved, ctx.device)
-        return HostMCMCState.from_state_dict(saved, lambda: HostChain(ctx.setup.model, self.config.move_probs))
+            state = MCMCState.from_state_dict(saved, ctx.device)
+        else:
+            state = HostMCMCState.from_state_dict(saved, lambda: HostChain(ctx.setup.model, self.config.move_probs))
+        if self.growable_settings():  # n_samples may have grown; it may not shrink
+            c = self.config
+            kept = max(0, (int(state.step) - self.n_warmup) // c.thin)
+            if kept > c.n_samples:
+                raise ValueError(f"{c.checkpoint}: this run has kept {kept} draws per chain, more than n_samples="
+                                 f"{c.n_samples}; a run resumes with as many draws or more (n_samples >= {kept}), "
+                                 "or give another checkpoint path")
+            state.done = int(state.step) >= self.n_iterations
+        return state
+
+    def growable_settings(self) -> Tuple[str, ...]:
+        """``n_samples`` where ``n_warmup`` is given (its default, ``n_samples * thin``, grows with it): a
+        checkpoint's run, finished or not, resumes with a larger one, and its draws are those of one run of that
+        length (an iteration's uniforms are keyed by the seed, the chain and the iteration alone)."""
+        return ("n_samples",) if self.config.n_warmup is not None else ()
 
     def step(self, state, ctx: driver.RunContext) -> Tuple[Any, Optional[dict]]:
         """The iterations up to the next monitor report or checkpoint (or the end)."""
