@@ -479,11 +479,49 @@ class BayesianTreeBase:
         ``fit`` does; anything else is an error rather than a silent broadcast)."""
         yn = np.asarray(y)
         if yn.ndim == 2 and yn.shape[1] == 1:
+            warn(f"A column-vector y was passed when a 1d array was expected; it is flattened to shape "
+                 f"({yn.shape[0]},)", sklearn_flavoured(DataConversionWarning, "DataConversionWarning"))
             yn = yn[:, 0]
         n = len(X)
         if yn.ndim != 1 or len(yn) != n:
             raise ValueError(f"y must have shape [{n}] (or [{n}, 1]) to match X, got {tuple(np.shape(y))}")
         return yn
+
+    @staticmethod
+    def _score_weights(sample_weight, n: int):
+        """``score``'s ``sample_weight`` as float64 [n] (None stays None); refused when not 1-D of ``n``
+        finite non-negative numbers with a positive sum."""
+        if sample_weight is None:
+            return None
+        w = np.asarray(sample_weight, dtype=np.float64)
+        if w.ndim != 1 or len(w) != n:
+            raise ValueError(f"sample_weight must have shape [{n}] to match y, got {tuple(w.shape)}")
+        if not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
+            raise ValueError("sample_weight must be finite and non-negative with a positive sum")
+        return w
+
+    def get_metadata_routing(self):
+        """scikit-learn's metadata routing (``sklearn.set_config(enable_metadata_routing=True)``): ``score`` takes
+        ``sample_weight``, not requested unless :meth:`set_score_request` asks; ``fit`` takes no metadata."""
+        from sklearn.utils.metadata_routing import MetadataRequest
+
+        req = getattr(self, "_metadata_request", None)
+        if req is None:
+            req = MetadataRequest(owner=type(self).__name__)
+            req.score.add_request(param="sample_weight", alias=None)
+        return req
+
+    def set_score_request(self, *, sample_weight=None):
+        """Whether a meta-estimator routes ``sample_weight`` to :meth:`score` (``True``, ``False``, ``None``: not
+        requested, or an alias), as scikit-learn's ``set_score_request``; returns ``self``."""
+        req = self.get_metadata_routing()
+        req.score.add_request(param="sample_weight", alias=sample_weight)
+        self._metadata_request = req  # the attribute scikit-learn's clone copies
+        return self
+
+    def __sklearn_is_fitted__(self) -> bool:
+        """Fitted once ``fit`` has succeeded (``posterior_`` set): what scikit-learn's ``check_is_fitted`` asks."""
+        return hasattr(self, "posterior_")
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "posterior_"):

@@ -129,20 +129,31 @@ class BayesianTreeClassifier(BayesianTreeBase):
         self._check_fitted()
         return self.posterior_.predict_proba(self._check_columns(X))
 
-    def score(self, X, y) -> float:
+    def predict_log_proba(self, X) -> np.ndarray:
+        """``log(predict_proba(X))`` ``[M, K]`` (``-inf`` where a probability is 0)."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def score(self, X, y, sample_weight=None) -> float:
         """Accuracy on ``(X, y)``: the share of rows whose predicted label is ``y``'s, as scikit-learn's
-        ``accuracy_score(y, predict(X))``. Rows whose label was not seen at ``fit`` count as errors (the model
-        gives them probability 0), with a warning naming the labels."""
+        ``accuracy_score(y, predict(X), sample_weight=sample_weight)`` (``sample_weight`` [M] non-negative:
+        a weighted share; ``fit`` takes no weights). Rows whose label was not seen at ``fit`` count as errors
+        (the model gives them probability 0), with a warning naming the labels."""
         self._check_fitted()
         yn = self._target(X, y)
+        w = self._score_weights(sample_weight, len(yn))
         known = set(self.classes_.tolist())
         unseen = sorted({v for v in yn.tolist() if v not in known}, key=str)
         if unseen:
             warn(f"y holds label(s) {unseen[:5]} not seen at fit (classes_: {self.classes_.tolist()}): their rows "
                  "count as errors", UserWarning)
             pred = np.asarray(self.predict(X), dtype=object)
-            return float(np.mean([p == t for p, t in zip(pred.tolist(), yn.tolist())]))
-        return self.posterior_.accuracy(self._check_columns(X), yn)
+            right = np.array([p == t for p, t in zip(pred.tolist(), yn.tolist())], dtype=np.float64)
+            return float(np.average(right, weights=w)) if len(right) else float("nan")
+        if w is None:
+            return self.posterior_.accuracy(self._check_columns(X), yn)
+        right = np.asarray(self.predict(X) == yn, dtype=np.float64)
+        return float(np.average(right, weights=w))
 
 
 class BayesianTreeRegressor(BayesianTreeBase):
@@ -197,17 +208,21 @@ class BayesianTreeRegressor(BayesianTreeBase):
         return self.posterior_.predict_interval(self._check_columns(X), level=level, n_draws=n_draws,
                                                 seed=seed_to_int(s))
 
-    def score(self, X, y) -> float:
-        """Coefficient of determination R^2 of the predictive mean. For a constant ``y`` (no variance
-        to explain) it is 1.0 where the predictions equal ``y`` and 0.0 otherwise, as scikit-learn's
-        ``r2_score``."""
+    def score(self, X, y, sample_weight=None) -> float:
+        """Coefficient of determination R^2 of the predictive mean, as scikit-learn's ``r2_score(y, predict(X),
+        sample_weight=sample_weight)`` (``sample_weight`` [M] non-negative: weighted sums of squares about the
+        weighted mean; ``fit`` takes no weights). For a constant ``y`` (no variance to explain) it is 1.0 where
+        the predictions equal ``y`` and 0.0 otherwise."""
         self._check_fitted()
         yn = self._target(X, y).astype(np.float64)
         check_no_missing_labels(yn, what="target")
+        w = self._score_weights(sample_weight, len(yn))
+        w = np.ones_like(yn) if w is None else w
         pred = self.predict(X)
-        unit = float(np.abs(yn - yn.mean()).max()) or 1.0  # in units of y's spread: no square under- or overflows
-        ss_res = float((((yn - pred) / unit) ** 2).sum())
-        ss_tot = float((((yn - yn.mean()) / unit) ** 2).sum())
+        mean = float(np.average(yn, weights=w)) if w.sum() > 0 else float(yn.mean())
+        unit = float(np.abs(yn - mean).max()) or 1.0  # in units of y's spread: no square under- or overflows
+        ss_res = float((w * ((yn - pred) / unit) ** 2).sum())
+        ss_tot = float((w * ((yn - mean) / unit) ** 2).sum())
         if ss_tot > 0:
             return 1.0 - ss_res / ss_tot
         return 1.0 if ss_res == 0 else 0.0

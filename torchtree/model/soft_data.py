@@ -198,7 +198,7 @@ def as_soft_data(
     fmin = fmax = classes = None
     if getattr(data, "encoder", None) is not None and data.encoder.is_coded:
         raise ValueError(
-            f"X has missing values or categorical columns (coded as {data.encoder!r}), and soft trees take "
+            f"X has missing values (NaN) or categorical columns (coded as {data.encoder!r}), and soft trees take "
             "numeric tables without missing values. Use a hard-tree method ('smc', 'mcmc', 'smc-moves', "
             "'bart'), which model missing values and split categories by subsets of their levels, or impute "
             "and one-hot encode the table first")

@@ -90,7 +90,8 @@ class DCCConfig(SamplerConfig):
                                   "weight, NUTS draws weighted per chain by its evidence, or plain draws",
                                   choices=LOCAL_POSTERIORS)
     warm_start: bool = option(False, help="start a new topology's chains from those of the topology that proposed "
-                              "it, with the shorter warm-up n_warmup_warm (not in the paper)")
+                              "it, with the shorter warm-up n_warmup_warm (not in the paper; not scikit-learn's "
+                              "warm_start: every fit starts afresh)")
     compile: bool = option(False, help="run each NUTS leapfrog step as one torch.compile-d call (faster "
                            "steps after a compilation once per process and tree depth)")
     n_warmup_warm: Optional[int] = option(None, help="warm-up iterations of a warm-started topology "
