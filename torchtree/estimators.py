@@ -103,6 +103,11 @@ class BayesianTreeClassifier(BayesianTreeBase):
     hyper_search_ : EvidenceSearch or None, what ``hyper="evidence"`` chose
     log_evidence_, n_features_in_, feature_names_in_, classes_ : as in :meth:`fit`
 
+    Notes
+    -----
+    A DataFrame fit with string column names is read at prediction by those names, in any order (scikit-learn
+    refuses reordered columns); other inputs are read by position.
+
     Examples
     --------
     >>> clf = BayesianTreeClassifier(n_particles=500, n_islands=5).fit(X, y)  # doctest: +SKIP
@@ -174,7 +179,7 @@ class BayesianTreeRegressor(BayesianTreeBase):
         ``hyper="fixed"``, half the targets' variance times ``max(a0 - 1, 0.5)``
         (``NormalInverseGamma.default_for``).
     **kwargs
-        As for :class:`BayesianTreeClassifier`.
+        As for :class:`BayesianTreeClassifier` (and its notes on a DataFrame's columns).
     """
 
     _task = "regression"
