@@ -60,8 +60,10 @@ class BayesianTreeClassifier(BayesianTreeBase):
         ``"fixed"``: the defaults above. A ``SoftTreeHyper`` is passed to ``dcc`` as its
         hyperparameters.
     random_state : int, numpy RandomState or Generator, optional
-        Seed of the sampler, an int in ``[0, 2**63 - 1]`` (default 0); None draws a fresh seed for every fit; a numpy
-        ``RandomState`` / ``Generator`` gives one draw per fit, as in scikit-learn.
+        Seed of the sampler, an int in ``[0, 2**63 - 1]`` (default 0); None draws a fresh seed for every fit from
+        torch's default generator (``posterior_.info["seed"]`` records it; after ``torch.manual_seed`` the draws
+        repeat, as scikit-learn's None follows ``numpy.random.seed``); a numpy ``RandomState`` / ``Generator``
+        gives one draw per fit, as in scikit-learn. An int leaves torch's and numpy's global generators alone.
     device : str, optional
         ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA if present). None (default): the
         data's device, as for every sampler (the CPU for numpy input).

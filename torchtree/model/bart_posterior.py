@@ -424,14 +424,15 @@ class BARTPosterior(Posterior):
     def predictive_draws(self, X, seed: int = 0) -> np.ndarray:
         """One draw of ``y`` per posterior draw and point, ``[S, M]``: ``f_s(x) + sigma_s e`` in ``y``'s units
         (regression), or a label drawn from the draw's class probabilities (classification, the original
-        labels). The random numbers are keyed by ``seed``, the draw and the point's row in ``X``, so a row's
-        draws do not depend on the other rows. Holds all ``S M`` values."""
+        labels). The random numbers are keyed by ``seed``, the draw and the point's position in ``X`` (independent
+        between rows, as a replicate data set's noise is), so a row's draws depend on its position, not on the
+        rows after it or their number. Holds all ``S M`` values."""
         Xb = self._bins(X)
         S, M = self.n_particles, Xb.shape[1]
         rows_per_chunk(8.0 * S, "predictive_draws", rows_at_once=max(1, M), device=self.device,
                        also=" (or pass fewer rows)")
-        key = torch.arange(S, device=Xb.device)[:, None] * M + torch.arange(M, device=Xb.device)[None, :]
-        u = keyed_uniform(seed, 2, key)  # [S, M]
+        u = keyed_uniform(seed, 2, torch.arange(S, device=Xb.device)[:, None],
+                          torch.arange(M, device=Xb.device)[None, :])  # [S, M]: index the draw, slot the row
         if self.task == "regression":
             f = self.latent_draws(X)
             return (f + self.noise_sd.to(f.device)[:, None] * torch.special.ndtri(u.to(f))).cpu().numpy()

@@ -527,11 +527,11 @@ class TreePosterior(Posterior):
             kind = str(payload.get("format")) if isinstance(payload, dict) else ""  # another kind: name its reader
             raise ValueError(f"{path} is not a torchtree posterior file of hard trees" + (
                 f": it holds a {kind} (torchtree.load_posterior reads every kind)" if kind.startswith("torchtree.") else ""))
-        trees = _checked_trees(payload, path)
-        obj = cls(trees, payload["log_weights"], likelihood_from_config(payload["likelihood"]), payload["n_features"],
+        obj = cls(_checked_trees(payload, path), payload["log_weights"], likelihood_from_config(payload["likelihood"]), payload["n_features"],
                   classes=None if payload["classes"] is None else np.asarray(payload["classes"]),
                   log_evidence=payload["log_evidence"], info=payload["info"], dedupe=False)
         obj.n_particles, obj.ess = payload["n_particles"], payload["ess"]
+        obj.log_weights = torch.as_tensor(payload["log_weights"]).double()  # as saved: normalising again moved bits
         if payload.get("encoder") is not None:
             obj.encoder = TableEncoder.from_state(payload["encoder"])
         names = payload.get("feature_names")

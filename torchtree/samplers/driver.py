@@ -412,6 +412,8 @@ def _locked_run(sampler, ctx: RunContext, seed):
     ctx.checkpoint_every = ck.every if ck.enabled else None
     saved = ck.load() if ck.enabled else None
     ctx.seed = int(saved["seed"]) if saved is not None else seed_to_int(seed)
+    if saved is not None:
+        ctx.sub_runs = list(saved.get("sub_runs") or [])
     if ctx.world_size > 1:
         ctx.seed = _agree(sampler, data, settings, ctx)
     if saved is None:
@@ -454,7 +456,8 @@ def _peers_stop_with_me(ctx: RunContext):
 def _steps(sampler, ctx: RunContext, state, ck, budget):
     """The step loop of :func:`_run_loop`, and the save of a run its budget stopped; the last state."""
     mon = ctx.monitor
-    payload = lambda: {"seed": ctx.seed, "state": state.state_dict()}  # noqa: E731 (reads the current state)
+    # the nested runs made by init (a top-down start) go with the state: a resumed run reports them too
+    payload = lambda: {"seed": ctx.seed, "state": state.state_dict(), "sub_runs": list(ctx.sub_runs)}  # noqa: E731
     last_saved = None if ctx.resumed_at is None else ctx.resumed_at - 1
     stopped, stepped = False, False
     while not state.done:
