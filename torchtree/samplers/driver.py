@@ -87,8 +87,10 @@ def on_device(data: Data, device) -> Data:
 
 @contextlib.contextmanager
 def opened_backend(backend) -> Iterator[Any]:
-    """The run's backend: ``None`` stays None, a name is opened here and closed on exit
-    (``torchtree.distributed.get_backend``), a Backend object is used as it is."""
+    """The run's backend: ``None`` stays None, a name is opened here (``torchtree.distributed.get_backend``), a
+    Backend object is used as it is. A torch process group that the name opened is kept for the next run by
+    name and destroyed when the interpreter exits: one rendezvous per process (opening and destroying it at
+    every fit failed by the third or fourth fit, gloo's connections refused); other backends are closed."""
     check_backend(backend)
     if not isinstance(backend, str):
         yield backend
@@ -99,7 +101,32 @@ def opened_backend(backend) -> Iterator[Any]:
     try:
         yield opened
     finally:
-        opened.close()  # destroys only a process group that get_backend opened
+        if getattr(opened, "_owns_process_group", False):
+            _keep_until_exit(opened)
+        else:
+            opened.close()
+
+
+_KEPT: list = []
+
+
+def _keep_until_exit(backend) -> None:
+    """Keep ``backend``'s process group open; the first one kept registers its destruction at exit."""
+    if not _KEPT:
+        import atexit
+
+        atexit.register(_destroy_kept)
+    _KEPT.append(backend)
+
+
+def _destroy_kept() -> None:
+    """At exit: destroy the process group the runs by name opened (no barrier: a rank that failed must not hold
+    the others' exit until the timeout)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    _KEPT.clear()
 
 
 def work_size(config, n_rows: int, world_size: int = 1, device=None) -> int:
