@@ -75,3 +75,12 @@ def test_score_warns_of_a_column_vector_y():
     c = BayesianTreeClassifier(n_particles=10, hyper="fixed", random_state=0).fit(X, yc)
     with pytest.warns(DataConversionWarning, match="column-vector y"):
         assert c.score(X, yc[:, None]) == c.score(X, yc)
+
+
+def test_tags_declare_the_tables_the_hard_trees_take():
+    """The hard-tree methods and BART take text, categorical columns and missing values; the soft trees none."""
+    for method in ("smc", "bart"):
+        tags = BayesianTreeClassifier(method=method).__sklearn_tags__().input_tags
+        assert tags.string and tags.categorical and tags.allow_nan
+    tags = BayesianTreeClassifier(method="dcc").__sklearn_tags__().input_tags
+    assert not (tags.string or tags.categorical or tags.allow_nan)

@@ -213,7 +213,7 @@ class BayesianTreeBase:
         clf = self._task == "classification"
         soft = self.method == "dcc"  # soft trees: no model of missing values (torchtree.model.encoding)
         return Tags(estimator_type=self._estimator_type, target_tags=TargetTags(required=True),
-                    input_tags=InputTags(allow_nan=not soft),
+                    input_tags=InputTags(allow_nan=not soft, categorical=not soft, string=not soft),
                     classifier_tags=ClassifierTags() if clf else None, regressor_tags=None if clf else RegressorTags())
 
     # ---------------------------------------------------------------- fitting
