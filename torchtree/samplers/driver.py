@@ -107,16 +107,16 @@ def opened_backend(backend) -> Iterator[Any]:
             opened.close()
 
 
-_KEPT: list = []
+_DESTROY_AT_EXIT = [False]  # whether _destroy_kept is registered with atexit
 
 
 def _keep_until_exit(backend) -> None:
-    """Keep ``backend``'s process group open; the first one kept registers its destruction at exit."""
-    if not _KEPT:
+    """Keep ``backend``'s process group open (it lives in ``torch.distributed``); destroy it at exit."""
+    if not _DESTROY_AT_EXIT[0]:
         import atexit
 
         atexit.register(_destroy_kept)
-    _KEPT.append(backend)
+        _DESTROY_AT_EXIT[0] = True
 
 
 def _destroy_kept() -> None:
@@ -126,7 +126,6 @@ def _destroy_kept() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    _KEPT.clear()
 
 
 def work_size(config, n_rows: int, world_size: int = 1, device=None) -> int:
