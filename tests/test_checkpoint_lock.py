@@ -127,3 +127,50 @@ def test_on_several_ranks_rank_zeros_refusal_stops_every_rank(tmp_path, holder):
     assert isinstance(got[0], CheckpointInUse), got[0]
     assert isinstance(got[1], ValueError) and "rank 0 refused the run before it started (CheckpointInUse" in str(got[1])
     assert not any(n.startswith("run.ckpt.rank") for n in os.listdir(tmp_path))
+
+
+@pytest.fixture
+def read_only_dir(monkeypatch):
+    """The checkpoint's directory refuses new files as a read-only mount does (``EROFS`` on the lock
+    file; the tests run as root, whom ``chmod`` does not stop)."""
+    import errno
+
+    import torchtree.io.lock as lock_module
+
+    real_open = os.open
+
+    def no_new_files(name, flags, *args):
+        if str(name).endswith(".lock"):
+            raise OSError(errno.EROFS, "Read-only file system", str(name))
+        return real_open(name, flags, *args)
+
+    def refuse():
+        monkeypatch.setattr(lock_module.os, "open", no_new_files)
+
+    return refuse
+
+
+def test_a_finished_checkpoint_in_a_read_only_directory_is_read_back(tmp_path, read_only_dir):
+    path = tmp_path / "run.ckpt"
+    a = MCMC(n_chains=2, n_samples=5, n_warmup=5, checkpoint=str(path)).run(_data(), seed=0)
+    before = path.read_bytes()
+    read_only_dir()
+    b = MCMC(n_chains=2, n_samples=5, n_warmup=5, checkpoint=str(path)).run(_data(), seed=0)
+    assert np.array_equal(np.asarray(a.info["trace"]["log_posterior"]), np.asarray(b.info["trace"]["log_posterior"]))
+    assert np.array_equal(a.predict_proba(_data().X), b.predict_proba(_data().X))
+    assert path.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["run.ckpt"]
+
+
+def test_a_read_only_checkpoint_that_would_be_written_is_refused_before_any_step(tmp_path, read_only_dir):
+    path = tmp_path / "run.ckpt"
+    MCMC(n_chains=2, n_samples=5, n_warmup=5, checkpoint=str(path)).run(_data(), seed=0)
+    before = path.read_bytes()
+    read_only_dir()
+    # extending the finished run (more samples) would write the checkpoint
+    with pytest.raises(PermissionError, match=r"run\.ckpt: its directory cannot be written, and the run it holds "
+                                              r"is not finished with these settings"):
+        MCMC(n_chains=2, n_samples=9, n_warmup=5, checkpoint=str(path)).run(_data(), seed=0)
+    assert path.read_bytes() == before
+    # no checkpoint there at all: refused at the start, as before
+    with pytest.raises(PermissionError, match=r"other\.ckpt: cannot write in .*Read-only file system"):
+        MCMC(n_chains=2, n_samples=5, n_warmup=5, checkpoint=str(tmp_path / "other.ckpt")).run(_data(), seed=0)

@@ -8,7 +8,10 @@ there. :func:`run_lock` makes the second run refuse at its start instead.
 
 The lock is ``flock`` on ``<path>.lock`` (POSIX; released by the kernel when its process ends, so a
 crashed or killed run never leaves a stale lock). The file holds the holder's host name and process
-id, which the refusal names, and is removed when the run ends. On a platform without ``fcntl``
+id, which the refusal names, and is removed when the run ends. A checkpoint in a directory this process
+cannot write (a read-only mount, a shared results folder) can still be read: when the caller says the
+checkpoint exists, the run goes on without the lock and is told it must not write (a finished run is
+then only read back). On a platform without ``fcntl``
 (Windows) no lock is taken. File systems that do not support ``flock`` (some network mounts) make
 the lock a no-op there as well; the run goes on.
 """
@@ -18,7 +21,7 @@ import contextlib
 import errno
 import os
 import socket
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from torchtree.io.integrity import CheckpointError
 
@@ -47,8 +50,17 @@ def _holder(fd: int) -> str:
     return text or "a process that has not written its id yet"
 
 
-def _open_locked(path: str) -> Optional[int]:
-    """A descriptor of ``<path>.lock`` holding its exclusive lock, or None where locks are unsupported."""
+#: what :func:`_open_locked` returns for a directory the run may only read
+_READ_ONLY = -1
+
+
+def _cannot_write(exc: OSError) -> bool:
+    return isinstance(exc, PermissionError) or exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _open_locked(path: str, readable: Callable[[], bool]) -> Optional[int]:
+    """A descriptor of ``<path>.lock`` holding its exclusive lock, None where locks are unsupported, or
+    ``_READ_ONLY`` where the directory cannot be written and ``readable()`` says the checkpoint is there."""
     name = lock_path(path)
     directory = os.path.dirname(os.path.abspath(name))
     if not os.path.isdir(directory):
@@ -56,7 +68,11 @@ def _open_locked(path: str) -> Optional[int]:
     while True:
         try:
             fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o644)
-        except PermissionError as exc:
+        except OSError as exc:
+            if not _cannot_write(exc):
+                raise
+            if readable():
+                return _READ_ONLY
             raise PermissionError(f"checkpoint {path}: cannot write in {directory} ({exc.strerror}); give a "
                                   "checkpoint path in a writable directory") from None
         try:
@@ -86,27 +102,32 @@ def _open_locked(path: str) -> Optional[int]:
 
 
 @contextlib.contextmanager
-def run_lock(path: Optional[str]) -> Iterator[None]:
+def run_lock(path: Optional[str], readable: Callable[[], bool] = lambda: False) -> Iterator[bool]:
     """Hold ``<path>.lock`` exclusively while the block runs (``path`` None: no lock).
+
+    Yields whether the run may write its checkpoint: True, except where the directory cannot be
+    written and ``readable()`` (asked only then) says the checkpoint exists; then no lock is taken
+    and the block gets False (it may read the checkpoint, and must refuse to write it).
 
     Raises
     ------
     CheckpointInUse
         Another live process holds it: a second run on the same checkpoint path.
     FileNotFoundError, PermissionError
-        The checkpoint's directory does not exist or is not writable (said now, not at the first save).
+        The checkpoint's directory does not exist, or is not writable and ``readable()`` is False (said
+        now, not at the first save).
     """
     if path is None or fcntl is None:
-        yield
+        yield True
         return
-    fd = _open_locked(os.fspath(path))
-    if fd is None:
-        yield
+    fd = _open_locked(os.fspath(path), readable)
+    if fd is None or fd == _READ_ONLY:
+        yield fd is None
         return
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"process {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
-        yield
+        yield True
     finally:
         try:
             os.unlink(lock_path(path))  # while still locked, so no one holds a lock on the removed file for long

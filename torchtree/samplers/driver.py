@@ -191,6 +191,8 @@ class RunContext:
         ``info["sub_runs"]``)
     stopped_by_budget : bool, whether ``max_seconds`` ended the step loop (known to ``finalize``; the
         posterior's ``info["stopped_by"]`` is then ``"max_seconds"``)
+    checkpoint_writable : bool, False when the checkpoint exists in a directory the run cannot write: it
+        is then read only (a finished run's posterior), and a run that would write it is refused
     """
 
     data: Data
@@ -209,6 +211,7 @@ class RunContext:
     thread_setting: Any = "auto"
     sub_runs: list = field(default_factory=list)
     stopped_by_budget: bool = False
+    checkpoint_writable: bool = True
 
     @property
     def rank(self) -> int:
@@ -288,7 +291,10 @@ def _agreed_setup(sampler, ctx: RunContext, lock: contextlib.ExitStack):
     others a ``ValueError`` naming the first refusing rank and its message."""
     def lock_and_setup():
         if ctx.rank == 0:
-            lock.enter_context(run_lock(getattr(sampler.config, "checkpoint", None)))
+            path = getattr(sampler.config, "checkpoint", None)
+            # one process may read a finished checkpoint in a read-only directory (ranks would not agree)
+            readable = lambda: ctx.world_size == 1 and os.path.isfile(os.fspath(path))  # noqa: E731
+            ctx.checkpoint_writable = lock.enter_context(run_lock(path, readable))
         return sampler.setup(ctx)
 
     if ctx.world_size == 1:
@@ -448,6 +454,10 @@ def _locked_run(sampler, ctx: RunContext, seed):
         state = sampler.restore(saved["state"], ctx)
         ctx.resumed_at = int(state.step)
         ctx.budget_before = float(getattr(state, "elapsed_budget", 0.0))
+    if not ctx.checkpoint_writable and not (saved is not None and state.done):
+        raise PermissionError(
+            f"checkpoint {cfg.checkpoint}: its directory cannot be written, and the run it holds is not finished with "
+            "these settings, so going on would write it; copy it to a writable directory and give that path")
     start = {"sampler": sampler.name, **sampler.start_info(ctx), "n_threads": ctx.n_threads}
     if ctx.resumed_at is not None:
         start["resumed_at_step"] = ctx.resumed_at
