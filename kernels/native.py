@@ -19,6 +19,8 @@ growth stage (:mod:`torchtree.kernels.node_points` documents them and holds thei
 (:mod:`torchtree.kernels.bitsets`).
 ``keyed_uniforms``: the counter-based uniforms of several streams in one pass (:func:`torchtree.core.random.keyed_uniforms`
 is its reference).
+``tree_leaves``: the leaf each point reaches in each tree of a batch (:func:`torchtree.kernels.traversal.leaf_index`
+routes by the reference instead where the kernels are unavailable or off the CPU).
 ``bart_sweep_blocks``: the CUDA sweep's code (``csrc/bart_block.h``) on the CPU, host threads standing in for a
 block's (what tests that code without a GPU).
 
@@ -55,7 +57,7 @@ __all__ = ["op", "available", "usable", "cuda_op", "cuda_available", "SOURCES", 
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = [CSRC / name for name in ("bart_update.cpp", "bart_gfr.cpp", "bart_block.cpp", "bart_predict.cpp", "node_points.cpp", "bitsets.cpp",
-                                    "keyed.cpp")]
+                                    "keyed.cpp", "traversal.cpp")]
 #: every file the build reads (the sources and their headers): the build folder is named by their content
 BUILD_INPUTS = SOURCES + [CSRC / name for name in ("bart_common.h", "bart_core.h", "bart_block.h", "bart_block_args.h",
                                              "bart_gfr_block.h", "bart_grid_block.h", "keyed.h")]
@@ -69,7 +71,7 @@ CUDA_OPERATORS = ("bart_sweep", "bart_gfr_blocks")
 OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
 FLAGS = ["-O3", "-ffp-contract=off"] + OPENMP
 OPERATORS = ("bart_tree_update", "bart_sweep", "bart_sweep_blocks", "bart_gfr_sweep", "bart_gfr_blocks", "forest_sum", "forest_stats", "node_extents", "split_counts", "split_intervals", "all_intervals", "split_sums", "split_sum_intervals", "partition_points",
-             "bitset_counts", "split_bits", "extent_ranks", "keyed_uniforms")
+             "bitset_counts", "split_bits", "extent_ranks", "keyed_uniforms", "tree_leaves")
 _STATE: dict = {}
 _LOCK = threading.Lock()
 

@@ -1,6 +1,8 @@
 """Batched traversal of padded pointer trees: which leaf each point falls in.
 
-The reference loops over depth levels (not over trees or points); each level is
+On the CPU with the compiled kernels, :func:`leaf_index` is one pass of the ``tree_leaves`` kernel
+(``csrc/traversal.cpp``), each (tree, point) pair walking its tree; elsewhere it runs the torch code
+below. The reference loops over depth levels (not over trees or points); each level is
 a handful of gathers over the pairs (tree, point) that have not reached a leaf
 yet. Pairs that arrive at a leaf are dropped from the working set, so the cost
 is the sum over pairs of their path lengths, not ``P * M * max_depth``.
@@ -8,6 +10,8 @@ is the sum over pairs of their path lengths, not ``P * M * max_depth``.
 from __future__ import annotations
 
 import torch
+
+from . import native as _native
 
 __all__ = ["leaf_index", "leaf_index_reference"]
 
@@ -78,6 +82,9 @@ def leaf_index(
     P, C = feature.shape
     M, D = X.shape
     dev = X.device
+    if X.dtype in (torch.float32, torch.float64) and _native.usable(dev):
+        i32 = lambda a: a.to(device=dev, dtype=torch.int32)  # noqa: E731
+        return _native.op("tree_leaves")(i32(feature), threshold.to(device=dev, dtype=X.dtype), i32(left), i32(right), X)
     # Pack (feature, left, right) per node so each level needs two gathers:
     # one int64 row for the pointers and one for the threshold.
     f_flat = feature.reshape(-1).long()

@@ -284,13 +284,25 @@ def with_region_stats(t: HardTrees, X: torch.Tensor, y: torch.Tensor, K: int) ->
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("xdtype", [torch.float32, torch.float64])
-def test_leaf_index_matches_reference(seed, xdtype):
+@pytest.mark.parametrize("route", ["compiled", "torch"])
+def test_leaf_index_matches_reference(seed, xdtype, route, monkeypatch):
+    """Both routes of ``leaf_index`` (the ``tree_leaves`` kernel, the torch working set) equal the plain
+    per-level reference, with ties, float64 cuts met by float32 points (the cut rounded to
+    float32 first, as the reference does), and enough points for several of the kernel's blocks of 256."""
+    from torchtree.kernels import native
+    if route == "torch":
+        monkeypatch.setenv("TORCHTREE_NATIVE", "0")
+    elif not native.available():
+        pytest.skip("the compiled kernels are unavailable here")
     t = random_trees(30, 4, seed)
-    X = torch.randn(45, 4, generator=gen(seed), dtype=xdtype)
+    t.threshold = t.threshold.double() + 1e-12  # a float32 point equal to the rounded cut ties only after rounding
+    X = torch.randn(600, 4, generator=gen(seed), dtype=xdtype)
     X[:6, :] = t.threshold[0, 0].to(xdtype)  # ties with a cut go left
     ref = leaf_index_reference(t.feature, t.threshold, t.left, t.right, X)
     out = leaf_index(t.feature, t.threshold, t.left, t.right, X)
     assert torch.equal(out, ref)
+    X = X[:45]
+    ref = ref[:, :45]
     # the reference itself against a plain Python walk
     for p in range(0, 30, 5):
         for m in range(0, 45, 4):

@@ -26,7 +26,7 @@ from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum, h
 from torchtree.model.data import as_feature_matrix
 from torchtree.model.inputs import in_training_order
 from torchtree.core.budget import rows_per_chunk
-from torchtree.model.interval import check_interval, equal_tailed
+from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed
 from torchtree.model.posterior import PosteriorSummary, to_plain
 from torchtree.model.posterior_base import Posterior, dot_text
 
@@ -356,8 +356,9 @@ class BARTPosterior(Posterior):
         out = np.empty((M, 2))
         for sl, f in self._blocks(Xb, 24.0 * n_draws, f"predict_interval with n_draws={n_draws}",
                                   ", or lower n_draws"):
-            draws = self.prior.offset + self.prior.scale * f[pick] + noise
-            out[sl] = equal_tailed(draws, level)
+            for j in range(0, f.shape[1], INTERVAL_BLOCK):  # the draws' arrays stay small (see INTERVAL_BLOCK)
+                draws = self.prior.offset + self.prior.scale * f[:, j : j + INTERVAL_BLOCK][pick] + noise
+                out[sl.start + j : sl.start + j + draws.shape[1]] = equal_tailed(draws, level)
         return out
 
     def log_predictive(self, X, y) -> float:

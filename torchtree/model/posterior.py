@@ -384,7 +384,7 @@ class TreePosterior(Posterior):
             del df, scale, loc
             out[s : s + block] = equal_tailed(y, level)
             del y
-            release_freed_memory()
+        release_freed_memory()  # once: between blocks the heap reuses the same pages
         return out
 
     def log_predictive(self, X, y) -> float:
