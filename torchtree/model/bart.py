@@ -26,10 +26,14 @@ from typing import Optional
 import numpy as np
 import torch
 
+from torchtree.core.warn import warn
 from torchtree.kernels import native
 
 __all__ = ["BartPrior", "CutGrid", "chi2_quantile", "heap_depth", "forest_sum", "ABSENT", "LEAF", "mnp_offsets",
            "mnp_probabilities", "GL_NODES"]
+
+#: scaled noise sd below which a linear fit counts as exact (``BartPrior.from_data``), and the floor of ``sigma_hat``
+_EXACT_FIT = 1e-6
 
 ABSENT, LEAF = -2, -1
 
@@ -106,7 +110,8 @@ class BartPrior:
 
         Regression: ``y`` is scaled to ``[-0.5, 0.5]`` by its range; ``tau = 0.5 / (k sqrt(m))``;
         ``sigma_hat`` (scaled) is the residual sd of a least-squares linear fit (the sd of ``y``
-        when ``N <= D + 1``) and ``lam`` puts the ``q`` quantile of the prior of ``sigma`` at it.
+        when ``N <= D + 1``, or, with a warning, when that fit is exact: residual sd under ``1e-6``)
+        and ``lam`` puts the ``q`` quantile of the prior of ``sigma`` at it.
         Targets with no spread (one row, or all equal) calibrate nothing: their magnitude ``max|y|``
         (1 for targets all 0) is the scale and ``sigma_hat`` half of it, so that rescaling ``y`` rescales
         the fit.
@@ -144,11 +149,18 @@ class BartPrior:
                 coef = torch.linalg.lstsq(A, ys[:, None], driver="gelsd").solution
                 res = ys - (A @ coef)[:, 0]
                 sigma_hat = float(torch.sqrt((res ** 2).sum() / (N - D - 1)))
+                if sigma_hat < _EXACT_FIT:
+                    # y is (to rounding) linear in X: the residuals say nothing of the noise, and a noise prior
+                    # at the floor let the trees interpolate the training points with intervals of no width
+                    warn(f"BART: y is a linear function of X to {sigma_hat:.1e} of its range (no noise the linear fit "
+                         f"can see), so the noise prior is calibrated on the sd of y instead; pass sigma_hat= to "
+                         "choose it")
+                    sigma_hat = float(ys.std())
             else:
                 sigma_hat = float(ys.std()) if N > 1 else 1.0
         else:
             sigma_hat = float(sigma_hat) / scale
-        sigma_hat = max(sigma_hat, 1e-6)
+        sigma_hat = max(sigma_hat, _EXACT_FIT)
         lam = sigma_hat ** 2 * chi2_quantile(1.0 - q, nu) / nu
         return cls(task, m, float(alpha_split), float(beta_split), int(max_depth), 0.5 / (k * math.sqrt(m)),
                    float(nu), float(lam), float(scale), float(offset), float(sigma_hat))

@@ -150,7 +150,8 @@ class BARTConfig(SamplerConfig):
     q: float = option(0.9, help="noise prior: P(sigma < sigma_hat) (calibrates lambda)", low=0.0, high=1.0,
                       low_open=True, high_open=True)
     sigma_hat: Optional[float] = option(None, help="rough noise sd for the noise prior (default: residual sd of a "
-                                        "linear fit)", low=0.0, low_open=True)
+                                        "linear fit; the sd of y, with a warning, where that fit is exact)",
+                                        low=0.0, low_open=True)
     max_depth: int = option(8, help="deepest leaf (split probability 0 there)", low=1, high=14)
     max_cuts: int = option(100, help="cut points per feature (quantiles when a feature has more values)", low=1,
                            high=32000)
