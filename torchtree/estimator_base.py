@@ -496,9 +496,10 @@ class BayesianTreeBase:
         w = np.asarray(sample_weight, dtype=np.float64)
         if w.ndim != 1 or len(w) != n:
             raise ValueError(f"sample_weight must have shape [{n}] to match y, got {tuple(w.shape)}")
-        if not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
+        if not (np.isfinite(w).all() and (w >= 0).all() and w.max(initial=0.0) > 0):
             raise ValueError("sample_weight must be finite and non-negative with a positive sum")
-        return w
+        # only the weights' ratios matter: weights whose sum (or weighted squares) would overflow are scaled down
+        return w / w.max() if w.max() > 1e300 / max(n, 1) else w
 
     def get_metadata_routing(self):
         """scikit-learn's metadata routing (``sklearn.set_config(enable_metadata_routing=True)``): ``score`` takes

@@ -61,6 +61,8 @@ def check_real(name: str, value, low: Optional[float] = None, high: Optional[flo
     float
     """
     try:
+        if isinstance(value, (str, bytes)):  # float("0.9") would parse it; the integer checks refuse text too
+            raise TypeError
         v = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a real number, got {value!r}") from None

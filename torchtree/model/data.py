@@ -174,7 +174,7 @@ class Data:
         if task is not None:
             check_choice("task", task, _TASKS)
         encode = needs_encoding(X, categorical_features)
-        Xn = None if encode else as_feature_matrix(X, name="X")
+        Xn = None if encode else as_feature_matrix(X, name="X", training=True)
         n_rows = Xn.shape[0] if Xn is not None else len(X)
         yn = to_numpy(y, "y")
         if yn.ndim == 2 and yn.shape[1] == 1:

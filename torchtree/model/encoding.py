@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from torchtree.io.cells import is_missing_token
-from torchtree.model.inputs import InputTypeError, column_label, frame_columns, is_missing_cell, to_numpy
+from torchtree.model.inputs import InputTypeError, check_integer_precision, column_label, frame_columns, is_missing_cell, to_numpy
 from torchtree.model.levels import (MAX_SUBSET_LEVELS, distinct_cells, find_levels, first_text, label_of,
                                     level_order, text_numbers, warn_mostly_numbers)
 from torchtree.core.warn import warn
@@ -79,7 +79,7 @@ def _frame_dtype_kind(dt) -> str:
     return "numeric"
 
 
-def _raw_columns(X: Any, name: str = "X"):
+def _raw_columns(X: Any, name: str = "X", training: bool = False):
     """The table's columns as a list of 1-D numpy arrays, their dtype kinds and names."""
     names = frame_columns(X)
     if names is not None:
@@ -101,6 +101,8 @@ def _raw_columns(X: Any, name: str = "X"):
             elif kind == "object":
                 cols.append((np.asarray(s.to_numpy(dtype=object), dtype=object), None))
             else:
+                if training and getattr(dt, "kind", "") in "iu":
+                    check_integer_precision(np.asarray(s.dropna().to_numpy()), f"{name} {column_label(j, names)}")
                 cols.append((np.asarray(s.to_numpy(dtype=np.float64, na_value=np.nan)), None))
             kinds.append(kind)
         return cols, kinds, names
@@ -110,6 +112,8 @@ def _raw_columns(X: Any, name: str = "X"):
     cols, kinds = [], []
     for j in range(arr.shape[1]):
         c = arr[:, j]
+        if training:
+            check_integer_precision(c, f"{name} {column_label(j, None)}")
         if c.dtype.kind in "biuf":
             cols.append((c.astype(np.float64), None))
             kinds.append("numeric")
@@ -272,7 +276,7 @@ class TableEncoder:
             Categorical columns with at most this many levels (the missing level included) get
             exact subset splits; larger ones an ordinal column of levels ordered by mean response.
         """
-        cols, kinds, fnames = _raw_columns(X)
+        cols, kinds, fnames = _raw_columns(X, training=True)
         if not cols:
             raise ValueError("X has zero features: 0 feature(s) while a minimum of 1 is required.")
         n = len(cols[0][0])

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-__all__ = ["InputTypeError", "is_missing_cell", "as_feature_matrix", "encode_class_labels", "check_class_count", "check_no_missing_labels",
+__all__ = ["InputTypeError", "is_missing_cell", "check_integer_precision", "as_feature_matrix", "encode_class_labels", "check_class_count", "check_no_missing_labels",
            "in_training_order"]
 
 
@@ -23,7 +23,10 @@ def to_numpy(obj: Any, name: str) -> np.ndarray:
     if isinstance(obj, torch.Tensor):
         if obj.layout != torch.strided:
             raise InputTypeError(f"{name}: sparse input is not supported; use {name}.to_dense()")
-        return obj.detach().cpu().numpy()
+        obj = obj.detach().cpu()
+        if obj.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds every value exactly
+            obj = obj.float()
+        return obj.numpy()
     if hasattr(obj, "toarray") and hasattr(obj, "nnz"):  # scipy.sparse matrices and arrays
         raise InputTypeError(f"{name}: sparse input is not supported; use {name}.toarray() (in a Pipeline, make the "
                              "step before dense: OneHotEncoder(sparse_output=False), or no encoder at all, since text "
@@ -31,6 +34,13 @@ def to_numpy(obj: Any, name: str) -> np.ndarray:
     if obj is None:
         raise ValueError(f"this estimator requires {name} to be passed, but the target {name} is None"
                          if name == "y" else f"{name} is None; expected an array-like")
+    if isinstance(obj, np.ma.MaskedArray):
+        # masked cells are missing values (np.asarray would read the values under the mask)
+        if not np.ma.getmaskarray(obj).any():
+            return np.asarray(obj.data)
+        if obj.dtype.kind in "biuf":
+            return obj.astype(np.float64).filled(np.nan)
+        return obj.astype(object).filled(None)
     try:
         arr = np.asarray(obj)
     except Exception as exc:  # pragma: no cover - exotic inputs
@@ -177,8 +187,8 @@ def encode_class_labels(yn: np.ndarray, n_classes: Optional[int] = None, classes
     check_class_count(len(classes_arr), len(yn))
     if len(classes_arr) < 2:
         raise ValueError(
-            "y has a single class (1 class); pass n_classes (or classes) to fit a classifier anyway, "
-            "e.g. torchtree.Data(X, y, n_classes=K) to a sampler's run()"
+            f"y has a single class (1 class: {classes_arr.tolist()[0]!r}); a classifier needs at least two. (A sampler's run() "
+            "fits one anyway from torchtree.Data(X, y, n_classes=K), which declares the classes not seen.)"
         )
     return codes.astype(np.int64), classes_arr
 
@@ -254,7 +264,24 @@ def _first_non_number(arr: np.ndarray, names: Optional[Sequence] = None) -> str:
     return ""
 
 
-def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X") -> np.ndarray:
+def check_integer_precision(values: np.ndarray, where: str) -> None:
+    """Refuse a training column of 64-bit integers (1-D ``values``) whose distinct values float64, what the trees
+    compare, cannot tell apart: integers beyond 2^53, such as IDs or nanosecond stamps, can round to one value,
+    and no split could then separate them. ``where`` names the column (``X column 3 ('id')``)."""
+    if values.dtype.kind not in "iu" or values.dtype.itemsize < 8 or values.size == 0:
+        return
+    if not (np.abs(values.astype(np.float64)) > 2.0 ** 53).any():
+        return
+    u = np.unique(values)
+    f = np.unique(u.astype(np.float64))
+    if len(f) < len(u):
+        raise ValueError(
+            f"{where} has {len(u)} distinct integers but only {len(f)} remain in float64, the precision the trees "
+            "compare features in (integers beyond 2^53 round); subtract a base value from the column (e.g. its "
+            f"minimum, {int(u[0])}) before fitting, or pass it as text to make it categorical")
+
+
+def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X", training: bool = False) -> np.ndarray:
     """Validate a feature matrix and return it as a float64 numpy array.
 
     Parameters
@@ -265,12 +292,20 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X")
         If given, ``D`` must equal it (test data vs. training data).
     name : str
         Name used in error messages.
+    training : bool
+        Training data: a 64-bit integer column whose distinct values float64 cannot tell apart is
+        refused (at prediction such values are only compared with the cuts).
 
     Returns
     -------
     numpy.ndarray [N, D], float64
     """
     _check_no_categoricals(X, name)
+    names = frame_columns(X)
+    if training and names is not None:  # a frame's integer columns, before numpy makes one float array of them
+        for j, dt in enumerate(X.dtypes):
+            if getattr(dt, "kind", "") in "iu":
+                check_integer_precision(np.asarray(X.iloc[:, j].to_numpy()), f"{name} {column_label(j, names)}")
     arr = to_numpy(X, name)
     if arr.dtype == object or arr.dtype.kind in "US":
         try:
@@ -293,6 +328,9 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X")
     if arr.shape[1] == 0:
         raise ValueError(f"{name} has zero features: 0 feature(s) (shape={tuple(arr.shape)}) while a minimum of 1 is "
                          "required.")
+    if training and arr.dtype.kind in "iu":
+        for j in range(arr.shape[1]):
+            check_integer_precision(arr[:, j], f"{name} {column_label(j, names)}")
     arr = arr.astype(np.float64, copy=False)
     if not arr.flags.writeable or any(st < 0 for st in arr.strides):
         # a pandas frame's values may be read-only (torch warns about, and would share, them); a reversed view

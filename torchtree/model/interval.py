@@ -8,12 +8,14 @@ errors of different rows are correlated, which keeps interval curves smooth in `
 """
 from __future__ import annotations
 
+import math
 from typing import Tuple
 
 import numpy as np
 import torch
 
 from torchtree.core.validate import check_int, check_real
+from torchtree.core.warn import warn
 
 __all__ = ["INTERVAL_BLOCK", "check_interval", "equal_tailed", "polar_pairs", "polar_normal", "polar_student_t"]
 
@@ -28,7 +30,13 @@ def check_interval(task: str, level, n_draws) -> tuple:
     """The arguments of a ``predict_interval``, checked: ``(level, n_draws)``."""
     if task != "regression":
         raise ValueError("predict_interval applies to regression")
-    return check_real("level", level, 0.0, 1.0, high_open=True), check_int("n_draws", n_draws, 1)
+    level, n_draws = check_real("level", level, 0.0, 1.0, high_open=True), check_int("n_draws", n_draws, 1)
+    tail = (1.0 - level) / 2 * n_draws
+    if tail < 1.0:
+        warn(f"predict_interval: level={level!r} leaves {tail:.2g} of the n_draws={n_draws} Monte Carlo draws in "
+             f"each tail, so the bounds are about the smallest and largest draws, not the level's quantiles; raise "
+             f"n_draws to at least {math.ceil(round(20 / (1.0 - level), 6)):,} for 10 draws per tail", UserWarning)
+    return level, n_draws
 
 
 def polar_pairs(generator: torch.Generator, n: int) -> Tuple[torch.Tensor, torch.Tensor]:
