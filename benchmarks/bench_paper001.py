@@ -26,6 +26,9 @@ import torch
 from torchtree.cli.options import parse_threads
 from torchtree.datasets import load_table
 
+# smoke-expect: ^magic04\s+0 SMC prior \[node\]\s+20\s
+# smoke-expect: ^wrote \S+\.json
+
 
 
 def _load(name: str):

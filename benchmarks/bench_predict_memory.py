@@ -9,6 +9,7 @@ the call. The N query rows cycle through the 4177 abalone rows.
     python benchmarks/bench_predict_memory.py                      # this checkout
     python benchmarks/bench_predict_memory.py --root /tmp/main     # another checkout's code
     python benchmarks/bench_predict_memory.py --rows 2000,20000 --ops interval
+    python benchmarks/bench_predict_memory.py --smoke --out rows.json   # seconds, for the test-suite
 
 ``--root`` runs the code of another source tree (e.g. ``git archive main | tar -x -C
 /tmp/main``) on the same posterior file; ``--as-limit`` caps each subprocess's address
@@ -25,6 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+# smoke-expect: ^\{"op": "predict", "rows": 200, "peak_rss_mib"
+# smoke-expect: ^\{"op": "interval", "rows": 200, "peak_rss_mib"
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "abalone.csv.gz")
 
@@ -58,11 +62,11 @@ def _abalone():
     return arr[:, :-1], arr[:, -1]
 
 
-def fit(path: str) -> None:
+def fit(path: str, smoke: bool = False) -> None:
     import torchtree
 
     X, y = _abalone()
-    reg = torchtree.BayesianTreeRegressor().fit(X[::40], y[::40])
+    reg = torchtree.BayesianTreeRegressor(**({"n_particles": 50} if smoke else {})).fit(X[::40], y[::40])
     reg.posterior_.save(path)
     print(f"fitted: {reg.posterior_!r}", flush=True)
 
@@ -92,8 +96,12 @@ def main() -> None:
     ap.add_argument("--ops", default="predict,interval")
     ap.add_argument("--posterior", help="posterior file to use (fitted and written there if absent)")
     ap.add_argument("--as-limit", default="12", help="address-space cap of each case, GiB")
+    ap.add_argument("--smoke", action="store_true", help="tiny run for the test-suite: 200 rows, a 50-particle fit")
+    ap.add_argument("--out", help="also write the rows as a JSON list to this file")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.smoke:
+        a.rows = "200"
     if a.root:
         _use_root(os.path.abspath(a.root))
     if a.child:
@@ -102,8 +110,9 @@ def main() -> None:
     tmp = tempfile.mkdtemp()
     path = a.posterior or os.path.join(tmp, "posterior.pt")
     if not os.path.exists(path):
-        fit(path)
+        fit(path, smoke=a.smoke)
     cap = int(float(a.as_limit) * (1 << 30))
+    rows = []
     for op in a.ops.split(","):
         for n in [int(v) for v in a.rows.split(",")]:
             cmd = [sys.executable, os.path.abspath(__file__)] + (["--root", a.root] if a.root else []) + \
@@ -111,10 +120,16 @@ def main() -> None:
             p = subprocess.run(cmd, capture_output=True, text=True,
                                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
             if p.returncode == 0:
-                print(p.stdout.strip().splitlines()[-1], flush=True)
+                line = p.stdout.strip().splitlines()[-1]
             else:
                 last = (p.stderr.strip().splitlines() or ["?"])[-1]
-                print(json.dumps({"op": op, "rows": n, "failed": f"exit {p.returncode}: {last[:200]}"}), flush=True)
+                line = json.dumps({"op": op, "rows": n, "failed": f"exit {p.returncode}: {last[:200]}"})
+            print(line, flush=True)
+            rows.append(json.loads(line))
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump(rows, fh, indent=1)
+        print(f"wrote {a.out}")
 
 
 if __name__ == "__main__":

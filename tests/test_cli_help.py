@@ -65,3 +65,41 @@ def test_options_do_not_share_one_text(method, capsys):
         if key and not flags.startswith("-h"):
             assert key not in seen, f"{flags} and {seen.get(key)} share the help text {key!r}"
             seen[key] = flags
+
+
+def _command_parser(name):
+    import argparse
+
+    from torchtree.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+def _own_flags(parser):
+    """The long options of a command's own group (not the generated model and sampler options)."""
+    own = next(g for g in parser._action_groups if g.title in ("options", "optional arguments"))
+    return [o for a in own._group_actions for o in a.option_strings
+            if o.startswith("--") and o not in ("--help", "--quiet", "--debug")]
+
+
+def test_fit_usage_line_names_every_option_of_its_own(capsys):
+    """The usage line is written by hand; every option of fit's own group must be in it."""
+    p = _command_parser("fit")
+    usage = p.format_usage()
+    missing = [f for f in _own_flags(p) if f not in usage]
+    assert not missing, f"fit's usage line omits {missing}:\n{usage}"
+
+
+@pytest.mark.parametrize("command", ["fit", "predict", "summary", "report", "demo", "bench"])
+def test_the_cli_page_names_every_option_of_each_command(command):
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    missing = [f for f in _own_flags(_command_parser(command)) if not re.search(re.escape(f) + r"\b", page)]
+    assert not missing, f"docs/cli.md does not mention torchtree {command} {missing}"
+
+
+def test_demo_help_says_what_the_demo_runs(capsys):
+    text = _render(["demo", "--help"], capsys)
+    assert "each method" not in text and "three top-down SMC configurations" in text

@@ -49,6 +49,11 @@ def test_examples_are_discovered():
                  "examples/paper001_reproduction.py", "benchmarks/bench_paper001.py", "benchmarks/headline.py"):
         if (ROOT / name).exists():
             assert name in found, f"{name} has no --smoke option"
+    # every runnable script: each example and each benchmark behind `torchtree bench NAME` (helper modules aside)
+    for path in sorted(EXAMPLES.glob("*.py")) + sorted(BENCHMARKS.glob("bench_*.py")):
+        name = path.relative_to(ROOT).as_posix()
+        assert path in SMOKE, f"{name} has no --smoke option"
+        assert _expectations(path), f"{name} has no '# smoke-expect: REGEX' line checking its --smoke output"
     assert len({p.stem for p in SMOKE}) == len(SMOKE), "two smoke scripts share a name (the test ids)"
     for p in SMOKE:
         for rx in _expectations(p):

@@ -6,7 +6,7 @@ Subcommands::
                   [--task classification|regression] [--test-size 0.3 | --test TEST.csv]
                   [--device auto] [--threads auto|N] [--logdir DIR] [--out posterior.pt] [--seed N]
                   [--backend auto|local|gloo|nccl|mpi]  (under torchrun / mpiexec: one job over the ranks)
-    torchtree predict posterior.pt DATA.csv [--proba] [--level 0.9] [--out preds.csv]
+    torchtree predict posterior.pt DATA.csv|- [--proba] [--level 0.9 | --no-interval] [--out preds.csv|-]
     torchtree summary posterior.pt [--dot [--tree I]]
     torchtree report posterior.pt [--plots DIR [--data DATA.csv [--target COL]]]
     torchtree demo [--seed N]
@@ -68,8 +68,9 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
     p = sub.add_parser(
         "fit", parents=[common], formatter_class=_Formatter, allow_abbrev=False,
         usage="torchtree fit DATA.csv [--target COL] [--method METHOD] [--task TASK] [--test-size FRAC | --test TEST.csv]\n"
-              "                     [--device DEVICE] [--threads N] [--logdir DIR] [--out FILE] [--seed N]\n"
-              "                     [--checkpoint FILE] [--backend NAME] [model and sampler options]",
+              "                     [--categorical COLS] [--device DEVICE] [--threads N] [--logdir DIR] [--out FILE]\n"
+              "                     [--seed N] [--checkpoint FILE [--checkpoint-every K]] [--backend NAME]\n"
+              "                     [--timeout SECONDS] [model and sampler options]",
         help="sample a posterior over trees from a CSV file and save it",
         description=(
             "Sample a posterior over decision trees from DATA.csv, print a short report and save\n"
@@ -151,13 +152,14 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("posterior", metavar="POSTERIOR.pt")
-    p.add_argument("data", metavar="DATA.csv")
+    p.add_argument("data", metavar="DATA.csv", help="rows to predict (a pipe such as /dev/stdin works; - reads "
+                   "standard input)")
     p.add_argument("--proba", action="store_true", help="classification: one probability column per class")
     p.add_argument("--level", type=float, default=None, help="regression: credible level of the interval (default: 0.9)")
     p.add_argument("--no-interval", action="store_true",
                    help="regression: the mean only (an interval costs about 100 times the mean: it draws from the "
                         "predictive of every row)")
-    p.add_argument("--out", metavar="FILE", help="write CSV here (default: standard output)")
+    p.add_argument("--out", metavar="FILE", help="write CSV here (default, or -: standard output)")
     p.set_defaults(func=cmd_predict)
 
     # -------------------------------------------------------------- summary
@@ -200,8 +202,9 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
         "demo", parents=[common], formatter_class=_Formatter,
         help="fit the embedded demo dataset and print a comparison table",
         description=(
-            "Fit the embedded demo data (no files needed) with each method at small settings and\n"
-            "print accuracy, log predictive density and seconds beside a single CART tree."
+            "Fit the embedded demo data (no files needed) with three top-down SMC configurations\n"
+            "(100 and 1000 particles with the prior proposal, 100 with the optimal one) and print\n"
+            "accuracy, log predictive density and seconds beside a single CART tree."
         ),
     )
     p.add_argument("--seed", type=parse_seed, default=0, metavar="N", help="seed of the samplers and of the split (default: 0)")

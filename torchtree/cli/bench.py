@@ -126,19 +126,47 @@ def _first_doc_line(path: Path) -> str:
     return (doc or "").strip().splitlines()[0] if doc else ""
 
 
+def takes_option(path: Path, flag: str) -> bool:
+    """Whether the benchmark script at ``path`` defines the option ``flag`` (``add_argument("--out", ...)``)."""
+    import re
+
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return re.search(r"""add_argument\(\s*(?:["']-[\w-]+["']\s*,\s*)*["']""" + re.escape(flag) + r"""["']""", text) is not None
+
+
+def _value_of(extra: List[str], flag: str):
+    """The value of ``flag`` among a script's arguments (``--out F`` or ``--out=F``), else None."""
+    for i, a in enumerate(extra):
+        if a == flag and i + 1 < len(extra):
+            return extra[i + 1]
+        if a.startswith(flag + "="):
+            return a[len(flag) + 1:]
+    return None
+
+
+def _list(found: Dict[str, Path], out) -> None:
+    width = max(len(n) for n in found)
+    print(f"benchmarks in {benchmarks_dir()}:", file=out)
+    for name, path in found.items():
+        print(f"  {name:<{width}}  {_first_doc_line(path)}", file=out)
+
+
 def cmd_bench(args) -> int:
+    from torchtree.cli.common import check_writable
+
     found = benchmarks()
     extra = list(getattr(args, "_extra", []))
     if args.list or not args.name:
+        out = sys.stdout if args.list else sys.stderr  # without NAME the list is an error's explanation
         if not found:
-            print(f"no benchmarks found (no bench_*.py in {benchmarks_dir()})")
+            print(f"no benchmarks found (no bench_*.py in {benchmarks_dir()})", file=out)
             return 0 if args.list else 2
-        width = max(len(n) for n in found)
-        print(f"benchmarks in {benchmarks_dir()}:")
-        for name, path in found.items():
-            print(f"  {name:<{width}}  {_first_doc_line(path)}")
+        _list(found, out)
         if not args.list:
-            print("usage: torchtree bench NAME [--out FILE.json] [script options]")
+            print("usage: torchtree bench NAME [--out FILE.json] [script options]", file=sys.stderr)
             return 2
         return 0
     name = args.name[len("bench_"):] if args.name.startswith("bench_") else args.name
@@ -146,12 +174,26 @@ def cmd_bench(args) -> int:
     if name not in found:
         avail = ", ".join(found) or "none"
         raise ValueError(f"no benchmark named {args.name!r}; available: {avail} (torchtree bench --list)")
-    cmd = [sys.executable, str(found[name])]
+    script = found[name]
+    for flag in ("-q", "--quiet", "--debug"):  # torchtree's own options, unless the script has them too
+        if flag in extra and not takes_option(script, flag):
+            extra.remove(flag)
+            if flag != "--debug":
+                args.quiet = True
+    out = args.out or _value_of(extra, "--out")
+    if out is not None:
+        if not takes_option(script, "--out"):
+            writers = [n for n, p in found.items() if takes_option(p, "--out")]
+            json_flag = " (it writes JSON with --json FILE)" if takes_option(script, "--json") else ""
+            raise ValueError(f"benchmark {name!r} takes no --out{json_flag}; those that write their results with "
+                             f"--out FILE.json: {', '.join(writers) or 'none'}")
+        check_writable(out, "--out")
+    cmd = [sys.executable, str(script)]
     if args.out:
         cmd += ["--out", args.out]
     cmd += extra
     say(args, "torchtree bench: " + " ".join(cmd))
     rc = subprocess.call(cmd)
-    if rc == 0 and args.out and os.path.exists(args.out):
-        say(args, f"torchtree bench: wrote {args.out}")
+    if rc == 0 and out and os.path.exists(out):
+        say(args, f"torchtree bench: wrote {out}")
     return rc

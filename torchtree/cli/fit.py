@@ -15,7 +15,8 @@ from torchtree.io.cells import is_missing_token
 from torchtree.model.data import ASK_CLASSES  # an integer target with more values needs --task
 from torchtree.model.encoding import MAX_SUBSET_LEVELS
 from torchtree.model.posterior import attach_feature_names
-from torchtree.cli.common import chain_rows, fmt, option_flag, resolve_device_option, say
+from torchtree.cli.common import (chain_rows, check_writable, class_labels, fmt, option_flag, resolve_device_option,
+                                  same_file, say, warn_by_position)
 from torchtree.cli.report import cli_schema, load_posterior, n_features_of, size_summary
 
 def _split(y: np.ndarray, test_size: float, seed: int, stratify: bool) -> Tuple[np.ndarray, np.ndarray]:
@@ -103,8 +104,12 @@ def _categorical_columns(args, table):
                 hint = (f"; its cells look like numbers written with a decimal comma ({cell!r}): the decimal mark "
                         "read is '.', so convert the file first (e.g. pandas.read_csv(path, sep=';', decimal=',')"
                         ".to_csv(new_path, index=False))")
-            say(args, f"torchtree fit: column {name!r} holds text ({cell!r} at line {line}): categorical, {levels} "
+            notice = (f"torchtree fit: column {name!r} holds text ({cell!r} at line {line}): categorical, {levels} "
                       f"levels (--categorical to name categorical columns yourself){hint}")
+            if comma * 2 > len(present):  # -q or not: numbers read as labels fit a different model in silence
+                print(notice, file=sys.stderr)
+            else:
+                say(args, notice)
     names = set(forced) | set(table.text_columns)  # from the whole file: a test split may hold a column's text
     return [j for j, n in enumerate(table.feature_names) if n in names] if names else "from_dtype"
 
@@ -144,6 +149,7 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
 
     quiet = getattr(args, "quiet", False)
     rank = 0 if backend is None else backend.rank
+    _check_outputs(args)
     target = args.target
     table = read_csv(args.data, target=target)
     task = args.task or infer_task(table.y)
@@ -189,9 +195,6 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
             raise ValueError(f"--method {args.method} ({cls.__name__}) cannot checkpoint; drop --checkpoint")
         if args.checkpoint_every < 1:
             raise ValueError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
-        if os.path.abspath(args.checkpoint) == os.path.abspath(args.out):
-            raise ValueError(f"--checkpoint {args.checkpoint} is the --out file: the posterior would replace the "
-                             "checkpoint, so the same command could not resume or rerun; give them two paths")
         ck_dir = os.path.dirname(os.path.abspath(args.checkpoint))
         if not os.path.isdir(ck_dir):
             raise FileNotFoundError(f"--checkpoint {args.checkpoint}: directory {ck_dir} does not exist")
@@ -209,15 +212,14 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
     Est = BayesianTreeClassifier if task == "classification" else BayesianTreeRegressor
     model = Est(args.method, random_state=args.seed, device=device, monitor=monitors, n_threads=args.threads,
                 categorical_features=categorical, verbose=0 if quiet else 1, **est_kw, **smp_kw)
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    if not os.path.isdir(out_dir):
-        raise FileNotFoundError(f"--out {args.out}: directory {out_dir} does not exist")
-    _check_writable(args.out, "--out")
-
     n_cls = ""
+    labels = {}
     if task == "classification":
+        labels = _label_texts(table.y, y)
+        if args.test:
+            labels = {**_label_texts(test.y, yte), **labels}
         classes = np.unique(ytr)
-        shown = ", ".join(map(str, classes[:8])) + (", ..." if len(classes) > 8 else "")
+        shown = ", ".join(labels.get(c, str(c)) for c in classes[:8].tolist()) + (", ..." if len(classes) > 8 else "")
         n_cls = f", {len(classes)} classes: {shown}"
     opts = " ".join(f"{k}={v}" for k, v in {**est_kw, **smp_kw}.items() if k != "backend")
     ranks = "" if backend is None else f", {backend.world_size} ranks ({backend_name})"
@@ -273,6 +275,9 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
                     for k, v in {**est_kw, **smp_kw}.items() if k != "backend"},
         "data": os.path.basename(args.data),
     }
+    if task == "classification" and getattr(post, "classes_", None) is not None:
+        # the labels as the file wrote them (007, 1e3, 1.0), which predict and summary write back
+        schema["class_labels"] = [labels.get(c, str(c)) for c in np.asarray(post.classes_).tolist()]
     post.info["cli"] = json.dumps(schema)
     attach_feature_names(post, None, table.feature_names)
     if getattr(post, "encoder", None) is not None and post.encoder.frame_names is None:
@@ -289,26 +294,31 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
     return status
 
 
-def _check_writable(path: str, option: str) -> None:
-    """Refuse, before any work, an output path that cannot be written.
+def _check_outputs(args) -> None:
+    """Refuse, before reading and fitting, output paths that cannot be written or that would overwrite an
+    input or one another."""
+    outputs = [("--out", args.out)] + ([("--checkpoint", args.checkpoint)] if args.checkpoint else [])
+    inputs = [("the training data", args.data)] + ([("the --test file", args.test)] if args.test else [])
+    for option, path in outputs:
+        for what, source in inputs:
+            if same_file(path, source):
+                raise ValueError(f"{option} {path} is {what} ({source}): writing it would destroy the data; give "
+                                 "another path")
+    if args.checkpoint and same_file(args.checkpoint, args.out):
+        raise ValueError(f"--checkpoint {args.checkpoint} is the --out file: the posterior would replace the "
+                         "checkpoint, so the same command could not resume or rerun; give them two paths")
+    check_writable(args.out, "--out")
+    if args.checkpoint and args.checkpoint.endswith(("/", os.sep)):
+        raise ValueError(f"--checkpoint {args.checkpoint}: names a directory; give a file name")
 
-    Creating (and removing) a file in the directory is the only test that holds
-    everywhere: permission bits say nothing of read-only mounts, ACLs, or root.
-    """
-    import tempfile
 
-    if os.path.isdir(path):
-        raise ValueError(f"{option} {path}: is a directory; give a file name")
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".torchtree-write-test-", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ValueError(f"{option} {path}: cannot write in directory {directory} ({exc.strerror or exc}); "
-                         "choose another path") from None
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise ValueError(f"{option} {path}: the file exists and cannot be overwritten; choose another path")
+def _label_texts(raw, y: np.ndarray) -> dict:
+    """Each class of ``y`` (the parsed target) -> its text in the file (``raw``, the cells as read): the first
+    spelling of a class written two ways (``1`` and ``1.0``, one class)."""
+    if raw is None or len(y) == 0:
+        return {}
+    classes, first = np.unique(y, return_index=True)
+    return {c: str(raw[i]).strip() for c, i in zip(classes.tolist(), first.tolist())}
 
 
 def _save_or_rescue(post, path: str) -> Tuple[str, int]:
@@ -389,7 +399,8 @@ def _check_cells(table, encoder) -> None:
     for i, row in enumerate(table.X.tolist()):
         for j, v in enumerate(row):
             text = isinstance(v, str)
-            if (text and numeric[j]) or (encoder is None and not text and v != v):
+            # a cell spelling a missing value (n/a) is one among numbers: the column's real culprit is its text
+            if (text and numeric[j] and not is_missing_token(v)) or (encoder is None and not text and v != v):
                 what = f"{v!r} is not a number" if text else "is empty (missing value)"
                 why = ("the column held numbers in training" if encoder is not None else
                        "the model was fitted on a table of numbers only")
@@ -397,26 +408,23 @@ def _check_cells(table, encoder) -> None:
                                  f"{what}; {why}")
 
 
-def _names(names, k: int = 6) -> str:
-    """The first ``k`` of ``names``, comma separated, and how many more."""
-    names = list(names)
-    return ", ".join(names[:k]) + (f", ... ({len(names) - k} more)" if len(names) > k else "")
-
-
 def cmd_predict(args) -> int:
-    from torchtree.io.csv import parse_target, write_csv
+    from torchtree.io.csv import InputBytes, parse_target, write_csv
     from torchtree.io.features import read_features
 
+    out = None if args.out in (None, "-") else args.out
+    if out is not None:
+        check_writable(out, "--out")
+        for source in (args.data, args.posterior):
+            if args.data != "-" and same_file(out, source):
+                raise ValueError(f"--out {out} is the input {source}: writing it would destroy it; give another path")
     post = load_posterior(args.posterior)
     schema = cli_schema(post)
     D = n_features_of(post)
-    table = read_features(args.data, D, schema.get("features"), schema.get("target"))
+    data = InputBytes("<stdin>", sys.stdin.buffer.read()) if args.data == "-" else args.data
+    table = read_features(data, D, schema.get("features"), schema.get("target"))
     X = table.X
-    if table.by_position:  # a warning, -q or not: predictions from misplaced columns look like any others
-        cols = [h for h in table.header if h != table.target_name] or table.header
-        print(f"torchtree predict: warning: none of {args.data}'s columns ({_names(cols)}) is named as a training "
-              f"feature ({_names(table.by_position)}): its columns are taken in their order as those features",
-              file=sys.stderr)
+    warn_by_position(table, "predict")
     if X.dtype == object:  # empty or text cells
         _check_cells(table, getattr(post, "encoder", None))
     task = post.task
@@ -426,14 +434,15 @@ def cmd_predict(args) -> int:
         proba = post.predict_proba(X)
         classes = post.classes_ if getattr(post, "classes_", None) is not None else np.arange(proba.shape[1])
         classes = np.asarray(classes)
+        texts = np.asarray(class_labels(post, schema) or [str(c) for c in classes.tolist()], dtype=object)
         codes = proba.argmax(1)
         pred = classes[codes]
         if args.proba:
-            header = ["prediction"] + [f"p_{c}" for c in classes.tolist()]
-            cols = [pred.tolist()] + [proba[:, k] for k in range(proba.shape[1])]
+            header = ["prediction"] + [f"p_{c}" for c in texts.tolist()]
+            cols = [texts[codes].tolist()] + [proba[:, k] for k in range(proba.shape[1])]
         else:
             header = ["prediction", "probability"]
-            cols = [pred.tolist(), proba[np.arange(len(codes)), codes]]
+            cols = [texts[codes].tolist(), proba[np.arange(len(codes)), codes]]
     else:
         if args.proba:
             say(args, "torchtree predict: --proba applies to classification; writing the mean and interval")
@@ -449,14 +458,14 @@ def cmd_predict(args) -> int:
             pct = f"{100 * args.level:g}"
             header = ["mean", f"lower_{pct}", f"upper_{pct}"]
             cols = [mean, iv[:, 0], iv[:, 1]]
-    write_csv(args.out, header, cols, out=sys.stdout)
+    write_csv(out, header, cols, out=sys.stdout)
     if table.y is not None and not getattr(args, "quiet", False):
         try:
             y = parse_target(table.y, task, table.lines, table.path)
             if task == "classification":
                 unseen = ~np.isin(y.astype(str), classes.astype(str))
                 if unseen.any():
-                    labels = ", ".join(map(repr, sorted(set(y[unseen].astype(str).tolist()))[:5]))
+                    labels = ", ".join(map(repr, sorted({str(v).strip() for v in table.y[unseen].tolist()})[:5]))
                     say(args, f"torchtree predict: {int(unseen.sum())} rows have labels not seen in training "
                               f"({labels}); the accuracy counts them as errors")
                 msg = f"accuracy {float(np.mean(pred.astype(str) == y.astype(str))):.4f}"
@@ -465,6 +474,6 @@ def cmd_predict(args) -> int:
             print(f"torchtree predict: {len(X)} rows; target column {table.target_name!r} ignored for prediction; {msg}", file=sys.stderr)
         except ValueError:
             pass
-    if args.out:
-        say(args, f"torchtree predict: wrote {len(X)} rows to {args.out}")
+    if out:
+        say(args, f"torchtree predict: wrote {len(X)} rows to {out}")
     return 0

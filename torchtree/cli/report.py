@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from torchtree.cli.common import chain_rows, fmt
+from torchtree.cli.common import chain_rows, check_writable_dir, class_labels, fmt, warn_by_position
 from torchtree.model.loading import load_posterior
 
 def size_summary(post) -> Dict[str, float]:
@@ -75,7 +74,7 @@ def _class_leaf(p, classes) -> str:
     return f"{lab} (p={float(p[k]):.2f}) [" + ", ".join(f"{float(v):.2f}" for v in p) + "]"
 
 
-def _soft_tree_text(post, i: int, names: Sequence[str], shown: int = 3) -> List[str]:
+def _soft_tree_text(post, i: int, names: Sequence[str], labels, shown: int = 3) -> List[str]:
     """Soft tree ``i`` (a topology of a DCC posterior) as indented text: each gate's heaviest ``shown``
     posterior-mean weights and its threshold, on the inputs scaled to [0, 1] by the training ranges."""
     g = post.gates(i, feature_names=names)
@@ -90,14 +89,14 @@ def _soft_tree_text(post, i: int, names: Sequence[str], shown: int = 3) -> List[
 
     def leaf(n: int) -> str:
         v = g["leaves"][n]
-        return "leaf: " + (_class_leaf(v, post.classes_) if post.task == "classification" else f"mean {float(v):.4g}")
+        return "leaf: " + (_class_leaf(v, labels) if post.task == "classification" else f"mean {float(v):.4g}")
 
     head = ("soft oblique splits on the inputs scaled to [0, 1] by the training ranges: a point goes to 'yes' "
             "with probability above 1/2 where the weighted sum of its scaled inputs is at most the threshold")
     return [head] + _indented(lambda n: (2 * n + 1, 2 * n + 2) if n in t.internal else None, gate, leaf)
 
 
-def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:
+def _tree_text(post, i: int, names: Sequence[str], labels) -> List[str]:
     """The hard tree ``i`` as indented text."""
     from torchtree.model.encoding import rule_text
     from torchtree.model.trees import INTERNAL
@@ -108,7 +107,7 @@ def _tree_text(post, i: int, names: Sequence[str]) -> List[str]:
 
     def leaf(node: int) -> str:
         if post.task == "classification":
-            return f"leaf n={int(t.stats[i, node].sum())}: " + _class_leaf(table[node], post.classes_)
+            return f"leaf n={int(t.stats[i, node].sum())}: " + _class_leaf(table[node], labels)
         return f"leaf n={int(t.stats[i, node, 0])}: mean {float(table[node, 1]):.4g}"
 
     def rule(node: int) -> str:
@@ -140,9 +139,9 @@ def cmd_summary(args) -> int:
     info = getattr(post, "info", {}) or {}
     task = post.task
     head = f"{args.posterior}: {task}"
-    classes = getattr(post, "classes_", None)
-    if task == "classification" and classes is not None:
-        cl = [str(c) for c in np.asarray(classes).tolist()]
+    labels = class_labels(post, schema) or None
+    if task == "classification" and labels is not None:
+        cl = labels
         head += f", {len(cl)} classes ({', '.join(cl[:10])}{', ...' if len(cl) > 10 else ''})"
     head += f", {D} features"
     if schema.get("target"):
@@ -201,9 +200,9 @@ def cmd_summary(args) -> int:
     i = int(np.argmax(np.asarray(w.detach().cpu() if hasattr(w, "detach") else w)))
     print(f"MAP tree (tree {i} of {len(w)}, weight {float(w[i]):.3f}):")
     if hasattr(post, "trees") and hasattr(post.trees, "n_nodes"):
-        print("\n".join(_tree_text(post, i, names)))
+        print("\n".join(_tree_text(post, i, names, labels)))
     else:
-        print("\n".join(_soft_tree_text(post, i, names)))
+        print("\n".join(_soft_tree_text(post, i, names, labels)))
     return 0
 
 
@@ -215,6 +214,7 @@ def _report_data(post, args):
 
     schema = cli_schema(post)
     table = read_features(args.data, n_features_of(post), schema.get("features"), args.target or schema.get("target"))
+    warn_by_position(table, "report")
     if args.target and table.y is None:
         raise ValueError(f"--target {args.target}: {args.data} has no such column")
     # class labels stay as read (text): the calibration plot matches them to the model's labels as text
@@ -230,6 +230,8 @@ def cmd_report(args) -> int:
         raise ValueError("--target applies with --data")
     if args.data and not args.plots:
         raise ValueError("--data applies with --plots DIR (the data feed the plots)")
+    if args.plots:
+        check_writable_dir(args.plots, "--plots")
     status = cmd_summary(Namespace(posterior=args.posterior, dot=False, tree=None))
     if not args.plots:
         return status
@@ -246,8 +248,6 @@ def cmd_report(args) -> int:
         X, y, names = _report_data(post, args)
         if getattr(post, "feature_names", None) is not None:
             names = None  # the names the posterior keeps from its training table
-    if os.path.exists(args.plots) and not os.path.isdir(args.plots):
-        raise ValueError(f"--plots {args.plots}: is a file; give a directory")
     written, skipped = write_plots(post, args.plots, X, y, feature_names=names)
     for path, what in written:
         print(f"wrote {path}: {what}")

@@ -35,6 +35,7 @@ import io
 import math
 import os
 import re
+import stat
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
@@ -44,7 +45,8 @@ import numpy as np
 from torchtree.core.warn import warn
 from torchtree.io.cells import is_missing_token, is_number
 
-__all__ = ["Table", "read_csv", "read_header", "parse_target", "infer_task", "write_csv", "all_numbers"]
+__all__ = ["Table", "read_csv", "read_header", "parse_target", "infer_task", "write_csv", "all_numbers", "read_once",
+           "InputBytes"]
 
 #: How many malformed rows one error message lists.
 MAX_REPORTED = 10
@@ -94,7 +96,40 @@ class Table:
         return int(self.X.shape[1])
 
 
+class InputBytes(str):
+    """The name of an input (a pipe, standard input) whose content was read once into memory: the
+    readers of this module open the bytes (a pipe cannot be read twice) and name the input in messages."""
+
+    data: bytes = b""
+
+    def __new__(cls, name: str, data: bytes) -> "InputBytes":
+        self = super().__new__(cls, name)
+        self.data = data
+        return self
+
+
+def read_once(path: str) -> str:
+    """``path`` unchanged when it names a regular file (or nothing: the readers then say so); the content
+    of anything else (a pipe such as ``/dev/stdin`` fed by ``cat``, a FIFO) read once, as
+    :class:`InputBytes`, since the readers look at a file more than once."""
+    if isinstance(path, InputBytes):
+        return path
+    path = os.fspath(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return path
+    with open(path, "rb") as fh:
+        return InputBytes(path, fh.read())
+
+
 def _open_text(path: str):
+    if isinstance(path, InputBytes):
+        raw = io.BytesIO(path.data)
+        return io.TextIOWrapper(gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw, encoding="utf-8-sig",
+                                newline="")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -268,7 +303,7 @@ def read_csv(
         rows (wrong number of fields, an infinite feature value, an empty target),
         each listed with its line number.
     """
-    path = os.fspath(path)
+    path = read_once(path)
     it = _rows(path)
     _, header = next(it)
     if not any(header):
@@ -306,7 +341,7 @@ def read_csv(
         it.close()
         X, y, lines = plain
         return Table(X=X, y=y, feature_names=[header[j] for j in f_idx],
-                     target_name=header[t_idx] if t_idx is not None else None, lines=lines, path=path, header=header)
+                     target_name=header[t_idx] if t_idx is not None else None, lines=lines, path=str(path), header=header)
     errors: List[str] = []
     n_errors = 0
     coded = False  # a missing cell or a text cell: X is then an object array
@@ -377,7 +412,7 @@ def read_csv(
         feature_names=[header[j] for j in f_idx],
         target_name=header[t_idx] if t_idx is not None else None,
         lines=np.asarray(lines, dtype=np.int64),
-        path=path,
+        path=str(path),
         header=header,
         text_columns=text,
         missing_tokens=tokens,
@@ -473,7 +508,7 @@ def parse_target(y: np.ndarray, task: str, lines: Optional[np.ndarray] = None, p
 
 def read_header(path: str) -> List[str]:
     """The column names of a CSV file (its first non-blank row)."""
-    it = _rows(os.fspath(path))
+    it = _rows(read_once(path))
     try:
         _, header = next(it)
     finally:
@@ -482,17 +517,20 @@ def read_header(path: str) -> List[str]:
 
 
 def write_csv(path: Optional[str], header: Sequence[str], columns: Sequence[Sequence], out=None) -> None:
-    """Write columns to ``path`` (or to the stream ``out`` when ``path`` is None).
+    """Write columns to ``path`` (or to the stream ``out`` when ``path`` is None or ``"-"``).
 
-    Floats are written with up to 6 significant digits.
+    Floats are written at full precision, as the shortest text that reads back to the same
+    number (``repr``; a float32 value as the shortest text of the float32).
     """
     def fmt(v) -> str:
-        if isinstance(v, (float, np.floating)):
-            return f"{float(v):.6g}"
+        if isinstance(v, np.floating):
+            return str(v)  # numpy's shortest round-trip text of the value in its own precision
+        if isinstance(v, float):
+            return repr(v)
         return str(v)
 
     rows = zip(*columns)
-    if path is None:
+    if path is None or path == "-":
         w = csv.writer(out, lineterminator="\n")
         w.writerow(header)
         for r in rows:

@@ -6,10 +6,9 @@ data row would be taken for the names, is refused.
 """
 from __future__ import annotations
 
-import os
 from typing import Optional, Sequence
 
-from torchtree.io.csv import Table, all_numbers, read_csv, read_header
+from torchtree.io.csv import Table, all_numbers, read_csv, read_header, read_once
 
 __all__ = ["read_features"]
 
@@ -31,7 +30,7 @@ def read_features(path: str, n_features: int, feature_names: Optional[Sequence[s
     ValueError
         The columns match neither by name nor by count, or rows are malformed.
     """
-    path = os.fspath(path)
+    path = read_once(path)
     header = read_header(path)
     dup = sorted({h for h in header if header.count(h) > 1})
     if dup:  # before matching names: a duplicate would read as a missing feature column
