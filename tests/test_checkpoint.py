@@ -51,6 +51,25 @@ def test_roundtrip(tmp_path):
     assert _stray(tmp_path) == []
 
 
+def test_written_files_get_the_usual_mode_and_keep_a_replaced_files_mode(tmp_path):
+    """A new file gets 0o666 less the umask, as open() gives (the temporary file's 0600 leaked through);
+    a file replaced keeps its mode."""
+    from torchtree.io.checkpoint import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_save(_state(1), tmp_path / "new.ckpt")
+        assert (tmp_path / "new.ckpt").stat().st_mode & 0o777 == 0o644
+        os.umask(0o027)
+        atomic_write_text("x", str(tmp_path / "new.json"))
+        assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o640
+        os.chmod(tmp_path / "new.ckpt", 0o664)
+        atomic_save(_state(2), tmp_path / "new.ckpt")
+        assert (tmp_path / "new.ckpt").stat().st_mode & 0o777 == 0o664
+    finally:
+        os.umask(old)
+
+
 def test_crash_between_write_and_rename_keeps_previous(tmp_path, monkeypatch):
     path = tmp_path / "run.ckpt"
     atomic_save(_state(1), path)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import time
 from typing import Any, Callable, Dict, Optional, Sequence
@@ -142,6 +143,29 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process's umask (read from /proc where it is shown, else set and restored)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _file_mode(path: str) -> int:
+    """The permission bits a file written at ``path`` gets: those of the file it replaces, else those
+    ``open`` gives a new file (0o666 less the umask). A temporary file alone would be 0600."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 def _atomic_write(path: str, write: Callable[[Any], None], mode: str) -> None:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -150,6 +174,10 @@ def _atomic_write(path: str, write: Callable[[Any], None], mode: str) -> None:
     with sigint_deferred():
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
         try:
+            try:
+                os.fchmod(fd, _file_mode(path))
+            except OSError:  # a file system without modes: keep what it gave
+                pass
             with os.fdopen(fd, mode) as fh:
                 write(fh)
                 fh.flush()
