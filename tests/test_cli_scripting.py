@@ -255,3 +255,51 @@ def test_bench_without_a_name_lists_on_standard_error(benches, capsys):
     assert main(["bench"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "printer" in err and "usage: torchtree bench NAME" in err
+
+
+def test_sigterm_during_a_checkpointed_fit_stops_as_ctrl_c_does(tmp_path):
+    """SIGTERM (cron, systemd, Kubernetes) killed the process in silence and left the checkpoint's lock file;
+    now it stops the run as Ctrl-C does: the write in progress completes, the lock is released, a message
+    names the checkpoint, exit status 143. The signal is sent from inside the checkpoint's torch.save."""
+    import textwrap
+
+    data = _write(tmp_path / "d.csv", "x,z,label", _three_classes(("a", "b", "c")))
+    ck = str(tmp_path / "run.ckpt")
+    code = textwrap.dedent(f"""
+        import os, signal, sys, torch
+        from torchtree.cli import main
+        real, writes = torch.save, []
+
+        class Terminating:
+            def __init__(self, fh):
+                self.fh = fh
+            def write(self, b):
+                writes.append(1)
+                if len(writes) == 3:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return self.fh.write(b)
+            def flush(self):
+                self.fh.flush()
+
+        torch.save = lambda obj, f, *a, **k: real(obj, Terminating(f) if hasattr(f, "write") else f, *a, **k)
+        sys.exit(main(["fit", {data!r}, "--method", "mcmc", "--n-chains", "1", "--n-samples", "20", "--n-warmup", "5",
+                       "--checkpoint", {ck!r}, "--quiet", "--out", {str(tmp_path / "p.pt")!r}]))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "TORCHTREE_CHECKPOINT_MIN_SECONDS": "0"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 143, (r.returncode, r.stderr[-2000:])
+    assert f"torchtree: terminated; {ck} holds the run so far: the same command resumes it" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not os.path.exists(ck + ".lock") and not (tmp_path / "p.pt").exists()
+    from torchtree.io.checkpoint import load_checkpoint
+
+    assert load_checkpoint(ck)  # the write the signal landed in was completed
+
+
+def test_the_cli_puts_back_the_sigterm_handler_it_found(tmp_path, capsys):
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["summary", str(tmp_path / "none.pt")]) == 2
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -269,10 +271,36 @@ def _close_flags(parser, flags: List[str]) -> str:
     return ""
 
 
+def _terminate_as_interrupt(terminated: List[int]):
+    """A SIGTERM handler that stops the command as Ctrl-C does: through the SIGINT handler in place (which
+    holds the signal back while a checkpoint or posterior is being written), so that the run unwinds,
+    releases its checkpoint's lock and exits with a message. Returns the previous handler, or None where
+    SIGTERM is not ours to take (another thread, or a handler someone else installed)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return None
+    except (ValueError, OSError, AttributeError):
+        return None
+
+    def on_term(signum, frame):
+        terminated.append(signum)
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)  # Python's raises KeyboardInterrupt; a write in progress holds it
+        else:
+            raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, on_term)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the ``torchtree`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    terminated: List[int] = []
+    previous_term = _terminate_as_interrupt(terminated)
     shown = warnings.formatwarning
     if not debug:  # "torchtree: warning: ..." rather than Python's file:line: Category: form
         warnings.formatwarning = lambda message, category, *a, **k: f"torchtree: warning: {message}\n"
@@ -311,12 +339,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise
         from torchtree.io.checkpoint import Checkpointer
 
+        what, status = ("terminated", 143) if terminated else ("interrupted", 130)  # 128 + SIGTERM, 128 + SIGINT
         ck = getattr(args, "checkpoint", None) if "args" in locals() else None
         if ck and Checkpointer(ck).exists():  # one file, or a multi-rank run's manifest
-            print(f"torchtree: interrupted; {ck} holds the run so far: the same command resumes it", file=sys.stderr)
+            print(f"torchtree: {what}; {ck} holds the run so far: the same command resumes it", file=sys.stderr)
         else:
-            print("torchtree: interrupted", file=sys.stderr)
-        return 130
+            print(f"torchtree: {what}", file=sys.stderr)
+        return status
     except USER_ERRORS as exc:
         if debug:
             raise
@@ -329,6 +358,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     finally:
         warnings.formatwarning = shown
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
 
 
 if __name__ == "__main__":  # pragma: no cover
