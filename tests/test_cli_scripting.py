@@ -74,7 +74,7 @@ def test_predictions_are_written_at_full_precision(tmp_path, capsys):
     capsys.readouterr()
     assert main(["predict", str(tmp_path / "c.pt"), cls, "--proba", "-q"]) == 0
     rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))[1:]
-    Xc = np.array([[float(r[0]), float(r[1])] for r in csv.reader(open(cls)) if r[0] != "x"])
+    Xc = np.loadtxt(cls, delimiter=",", skiprows=1, usecols=(0, 1))
     assert np.array_equal(np.array([[float(v) for v in r[1:]] for r in rows]), load_posterior(str(tmp_path / "c.pt")).predict_proba(Xc))
 
 
