@@ -144,7 +144,8 @@ def test_bare_labels_are_coded_like_torchtree_data(separable):
 
 @pytest.mark.parametrize("X_bad, match", [
     (np.zeros((4, 5)), "5 features, but the model is expecting 3"),
-    (np.array([[np.nan, 0.1, 0.2]]), "non-finite"),
+    (np.array([[np.nan, 0.1, 0.2]]), r"missing value\(s\) \(NaN.*Use a hard-tree method"),
+    (np.array([[np.inf, 0.1, 0.2]]), "non-finite"),
     (np.zeros(3), "2-D"),
     (np.zeros((0, 3)), "zero rows"),
 ])

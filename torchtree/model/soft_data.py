@@ -15,7 +15,8 @@ weights alone only reach directions with non-negative coefficients.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -25,7 +26,7 @@ from torchtree.model.data import as_feature_matrix, encode_class_labels, resolve
 from torchtree.core.validate import check_choice
 
 __all__ = ["SoftData", "as_soft_data", "mirror_columns", "scale_inputs", "FLOAT_DTYPES", "FLOAT32_TARGET_LIMIT",
-           "run_dtype"]
+           "run_dtype", "target_standardization", "squeezed_columns"]
 
 # the float dtypes the soft-tree kernels and samplers run in
 FLOAT_DTYPES = (torch.float32, torch.float64)
@@ -35,6 +36,12 @@ FLOAT_DTYPES = (torch.float32, torch.float64)
 #: float32 overflows beyond 3.4e38 (a 1e39 target, or the prior variance of a 1e150 one).
 #: Below it (every ordinary data set) nothing changes.
 FLOAT32_TARGET_LIMIT = 1e15
+
+
+#: why soft trees refuse missing values and categories, and what to do instead (fit and predict say it)
+_NUMERIC_ONLY = ("soft trees take numeric tables without missing values. Use a hard-tree method ('smc', 'mcmc', "
+                 "'smc-moves', 'bart'), which model missing values and split categories by subsets of their levels, "
+                 "or impute and one-hot encode the table first")
 
 
 def run_dtype(y: torch.Tensor, task: str, dtype: torch.dtype) -> torch.dtype:
@@ -60,6 +67,10 @@ class SoftData:
     feature_min, feature_max : Tensor [D]
     classes : numpy array [K] or None, original labels of codes 0..K-1 (from ``Data``)
     signed : bool, whether ``X`` carries the mirrored columns (signed splits)
+    y_offset, y_scale : float
+        Regression: ``y`` holds the standardised targets ``(y_raw - y_offset) / y_scale``
+        (``as_soft_data(..., standardize=True)``); the defaults 0 and 1 mean ``y`` is the
+        raw target. A posterior maps its outputs back with ``y_offset + y_scale * value``.
     """
 
     X: torch.Tensor
@@ -70,6 +81,19 @@ class SoftData:
     feature_max: torch.Tensor
     classes: Optional[Any] = None
     signed: bool = False
+    y_offset: float = 0.0
+    y_scale: float = 1.0
+
+    @property
+    def standardized(self) -> bool:
+        """Whether ``y`` holds standardised targets (``y_offset != 0`` or ``y_scale != 1``)."""
+        return self.y_offset != 0.0 or self.y_scale != 1.0
+
+    @property
+    def target_log_jacobian(self) -> float:
+        """``-N log(y_scale)``: ``log p(y_raw) = log p(y) + target_log_jacobian`` for a density
+        of the ``N`` targets (0 when ``y`` is the raw target)."""
+        return -int(self.y.shape[0]) * math.log(self.y_scale) if self.standardized else 0.0
 
     @property
     def device(self) -> torch.device:
@@ -96,11 +120,25 @@ class SoftData:
         Returns
         -------
         Tensor [M, D] (raw, not scaled)
+
+        Raises
+        ------
+        ValueError
+            Missing values (NaN; the message says what to do instead), other non-finite or
+            non-numeric values, or another number of columns.
         """
         D = self.n_input_features
         if isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[1] == D:
             if X.is_floating_point() and torch.isfinite(X).all():
                 return X
+        try:
+            values = np.asarray(X.cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
+        except (TypeError, ValueError):  # text and the like: as_feature_matrix says what is wrong
+            values = None
+        if values is not None and values.ndim == 2 and np.isnan(values).any():
+            r, c = (int(v[0]) for v in np.nonzero(np.isnan(values)))
+            raise ValueError(f"X has {int(np.isnan(values).sum())} missing value(s) (NaN; the first at row {r}, "
+                             f"column {c}), and {_NUMERIC_ONLY}")
         return torch.as_tensor(as_feature_matrix(X.cpu() if isinstance(X, torch.Tensor) else X, D))
 
     def scale(self, X: torch.Tensor) -> torch.Tensor:
@@ -133,6 +171,65 @@ def scale_inputs(
     return Xs.to(dtype)
 
 
+def target_standardization(y: torch.Tensor) -> Tuple[torch.Tensor, float, float]:
+    """Standardise regression targets: ``z = (y - offset) / scale`` with the mean and the
+    (unbiased) standard deviation of ``y``.
+
+    Computed on ``y / u`` with ``u`` the power of two at or below ``max |y|`` (an exact
+    scaling), so that targets of any magnitude (1e-300 as 1e300) give the same ``z``, up to
+    rounding, as ``y`` itself. A constant target (or one value) has ``scale = |offset|``
+    (1 when it is 0) and ``z = 0``.
+
+    Parameters
+    ----------
+    y : Tensor [N] float, finite
+
+    Returns
+    -------
+    (z : Tensor [N] float64, offset : float, scale : float > 0)
+    """
+    y = y.to(torch.float64)
+    c = float(y.abs().max()) if y.numel() else 0.0
+    if c == 0.0:
+        return y.clone(), 0.0, 1.0
+    u = math.ldexp(1.0, math.frexp(c)[1] - 1)
+    v = y / u
+    m = float(v.mean())
+    sd = float(v.std()) if v.numel() > 1 else 0.0
+    if not sd > 0.0:
+        sd = abs(m) if m != 0.0 else 1.0
+    return (v - m) / sd, m * u, sd * u
+
+
+def squeezed_columns(data: SoftData, width: float) -> list:
+    """Input columns whose training range is set by a few extreme values: the central 98% of the
+    values (all but the ``max(1, N // 100)`` smallest and largest) span less than ``width`` of
+    the [0, 1]-scaled range, yet more than 0 (not all equal).
+
+    With ``width`` the soft gate's transition width (``4 h``: the gate goes from 0.12 to 0.88
+    over it), such a column's bulk sits inside one split's soft transition, so splits barely
+    separate its values.
+
+    Parameters
+    ----------
+    data : SoftData (at least 4 rows to look at)
+    width : float in (0, 1]
+
+    Returns
+    -------
+    list of (column index, central span as a fraction of the range), in column order
+    """
+    X = data.X[:, : data.n_input_features]
+    n = int(X.shape[0])
+    k = max(1, n // 100)
+    if n < 2 * k + 2:
+        return []
+    xs = X.to(torch.float64).sort(0).values
+    span = (xs[n - 1 - k] - xs[k]).cpu()
+    ranged = (data.feature_max - data.feature_min).cpu() > 0
+    return [(j, float(span[j])) for j in range(span.numel()) if ranged[j] and 0 < float(span[j]) < width]
+
+
 def mirror_columns(Xs: torch.Tensor) -> torch.Tensor:
     """``[Xs, 1 - Xs]``: scaled inputs [M, D] and their mirror images, [M, 2 D]."""
     return torch.cat([Xs, 1 - Xs], dim=1)
@@ -153,6 +250,7 @@ def as_soft_data(
     dtype: torch.dtype = torch.float32,
     device: Optional[torch.device] = None,
     signed: bool = False,
+    standardize: bool = False,
 ) -> SoftData:
     """Coerce ``data`` (and ``y``) into :class:`SoftData`.
 
@@ -177,6 +275,10 @@ def as_soft_data(
     signed : bool
         Append the mirrored columns ``1 - x`` for signed splits (see the module
         docstring).
+    standardize : bool
+        Regression: store the standardised targets ``(y - mean) / sd`` (computed in float64
+        from the targets as given, :func:`target_standardization`) with their ``y_offset`` and
+        ``y_scale``; a ``SoftData`` already standardised is kept. No effect on classification.
 
     Returns
     -------
@@ -194,14 +296,15 @@ def as_soft_data(
         if data.signed != bool(signed):
             raise ValueError(f"this SoftData was prepared with signed={data.signed}, the model asks for "
                              f"signed_splits={bool(signed)}")
+        if standardize and data.task == "regression" and not data.standardized:
+            z, offset, scale = target_standardization(data.y)
+            return replace(data, y=z.to(data.y.dtype), y_offset=offset, y_scale=scale)
         return data
     fmin = fmax = classes = None
+    y_offset, y_scale = 0.0, 1.0
     if getattr(data, "encoder", None) is not None and data.encoder.is_coded:
         raise ValueError(
-            f"X has missing values (NaN) or categorical columns (coded as {data.encoder!r}), and soft trees take "
-            "numeric tables without missing values. Use a hard-tree method ('smc', 'mcmc', 'smc-moves', "
-            "'bart'), which model missing values and split categories by subsets of their levels, or impute "
-            "and one-hot encode the table first")
+            f"X has missing values (NaN) or categorical columns (coded as {data.encoder!r}), and {_NUMERIC_ONLY}")
     if hasattr(data, "X") and hasattr(data, "y"):
         classes = getattr(data, "classes_", None)
         X, yy = data.X, data.y
@@ -252,7 +355,12 @@ def as_soft_data(
             raise ValueError("class labels must be codes 0..K-1")
         n_classes = int(n_classes) if n_classes else int(yy.max().item()) + 1
     else:
-        yy = yy.to(torch.float64 if yy.dtype == torch.float64 else dtype)
+        y_dtype = torch.float64 if yy.dtype == torch.float64 else dtype
+        if standardize:
+            if not torch.isfinite(yy.to(torch.float64)).all():
+                raise ValueError("y contains NaN or infinite values")
+            yy, y_offset, y_scale = target_standardization(yy)
+        yy = yy.to(y_dtype)
         if not torch.isfinite(yy).all():
             raise ValueError("y contains NaN or infinite values")
         n_classes = None
@@ -272,6 +380,8 @@ def as_soft_data(
         feature_max=fmax,
         classes=classes,
         signed=bool(signed),
+        y_offset=y_offset,
+        y_scale=y_scale,
     )
 
 

@@ -73,6 +73,25 @@ class SoftTreeHyper:
         given = {k: (v if k == "signed_splits" else float(v)) for k, v in overrides.items() if v is not None}
         return replace(hyper or cls(), **given)
 
+    def in_target_units(self, data: SoftData) -> "SoftTreeHyper":
+        """The regression prior given in the raw target's units, expressed in the units of
+        ``data.y`` when ``data`` holds standardised targets (:attr:`SoftData.standardized`):
+        ``mu_mean -> (mu_mean - y_offset) / y_scale``, ``mu_var -> mu_var / y_scale**2``,
+        ``sigma_scale -> sigma_scale / y_scale**2``; ``None`` (data-dependent) values stay
+        ``None``. Unchanged for classification or raw targets. Apply it once, before
+        :meth:`resolve`."""
+        if data.task != "regression" or not data.standardized:
+            return self
+        s2 = data.y_scale ** 2
+        given = {}
+        if self.mu_mean is not None:
+            given["mu_mean"] = (self.mu_mean - data.y_offset) / data.y_scale
+        if self.mu_var is not None:
+            given["mu_var"] = self.mu_var / s2
+        if self.sigma_scale is not None:
+            given["sigma_scale"] = self.sigma_scale / s2
+        return replace(self, **given)
+
     def resolve(self, data: SoftData) -> "SoftTreeHyper":
         """Fill the data-dependent defaults from ``data``."""
         h = self

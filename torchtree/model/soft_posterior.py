@@ -52,7 +52,11 @@ class SoftTreePosterior(Posterior):
         ``C = info["n_chains"]`` (``draws[0].view(-1, C, P).transpose(0, 1)`` gives ``[chains, draws, P]``
         for R-hat and ESS).
     log_evidence_m : Tensor [M], optional
-        ``log Z_m``; ``None`` gives equal weight to every topology.
+        ``log Z_m`` of ``data.y``; ``None`` gives equal weight to every topology.
+
+    Regression on standardised targets (``data.y_offset``, ``data.y_scale``, as DCC runs): the
+    draws and ``hyper`` are in the units of ``data.y``; every output (predictions, intervals,
+    ``log_predictive``, the evidence, leaf means and variances) is in the raw target's units.
     log_prior_m : Tensor [M], optional, ``log p(m)`` (zeros if omitted)
     info : dict, optional, run diagnostics kept for :meth:`summary`
     """
@@ -108,7 +112,7 @@ class SoftTreePosterior(Posterior):
         """``log Z_m`` per topology, Tensor [M] float64 (NaN when not estimated)."""
         if self._log_z is None:
             return torch.full((len(self.topologies),), float("nan"), dtype=torch.float64)
-        return self._log_z
+        return self._log_z + self.data.target_log_jacobian
 
     @property
     def log_weights(self) -> torch.Tensor:
@@ -129,7 +133,16 @@ class SoftTreePosterior(Posterior):
         """``log sum_m Z_m p(m)`` over the topologies found (None without evidence)."""
         if self._log_z is None:
             return None
-        return float(torch.logsumexp(torch.nan_to_num(self._log_z + self.log_prior_m, nan=-float("inf")), 0))
+        lz = torch.logsumexp(torch.nan_to_num(self._log_z + self.log_prior_m, nan=-float("inf")), 0)
+        return float(lz) + self.data.target_log_jacobian
+
+    def _raw_units(self, t):
+        """Regression values in ``data.y``'s units mapped to the raw target's, ``y_offset + y_scale t``
+        (float64; ``t`` itself for raw targets). Tensor or numpy array."""
+        d = self.data
+        if not d.standardized:
+            return t
+        return d.y_offset + d.y_scale * (t.astype(np.float64) if isinstance(t, np.ndarray) else t.to(torch.float64))
 
     # ----------------------------------------------------------------- prediction
     def inputs(self, X) -> torch.Tensor:
@@ -172,9 +185,9 @@ class SoftTreePosterior(Posterior):
 
         Returns
         -------
-        Tensor [S, N, C] class probabilities or [S, N] regression means.
+        Tensor [S, N, C] class probabilities or [S, N] regression means (in the target's units).
         """
-        return self._topology_prediction(self._topology_index(topology), self.inputs(X), max_draws)
+        return self._raw_units(self._topology_prediction(self._topology_index(topology), self.inputs(X), max_draws))
 
     def _row_bytes(self, max_draws: Optional[int], extra_per_draw: int = 0) -> float:
         """Bytes per input row of predicting with every topology's (thinned) draws: the
@@ -244,7 +257,7 @@ class SoftTreePosterior(Posterior):
         if self.task == "classification":
             codes = self._proba_t(X, max_draws).argmax(-1).cpu().numpy()
             return self.classes_[codes] if self.classes_ is not None else codes
-        return self._mixture(X, max_draws).cpu().numpy()
+        return self._raw_units(self._mixture(X, max_draws)).cpu().numpy()
 
     def _draw_set_weights(self):
         """(weight, topology index) of the topologies :meth:`_draw_sets` yields, in order."""
@@ -252,7 +265,7 @@ class SoftTreePosterior(Posterior):
         return [(w[m], m) for m in range(len(self.topologies)) if self.draws[m].shape[0] and w[m] != 0]
 
     def _draw_sets(self, X, max_draws):
-        """(weight, mean [S, M], variance [S, 1]) per topology (regression)."""
+        """(weight, mean [S, M], variance [S, 1]) per topology (regression), in ``data.y``'s units."""
         X = self.inputs(X)
         w = self.weights
         for m in range(len(self.topologies)):
@@ -309,7 +322,7 @@ class SoftTreePosterior(Posterior):
                 if j is not None:
                     out.append(mean[j] + var[j].sqrt() * z)
             res.append(equal_tailed(torch.cat(out), level))
-        return np.concatenate(res)
+        return self._raw_units(np.concatenate(res))
 
     def log_predictive(self, X, y, max_draws: Optional[int] = 200) -> float:
         """Mean over points of the log posterior predictive density of ``y`` at ``X``.
@@ -342,6 +355,8 @@ class SoftTreePosterior(Posterior):
             p = self._proba_t(X, max_draws)
             return float(torch.log(p[torch.arange(len(yt)), yt.long()].clamp_min(1e-300)).mean())
         per_row = []
+        # standardised targets: the density of y is that of (y - y_offset) / y_scale over y_scale
+        yt = (yt.to(torch.float64) - self.data.y_offset) / self.data.y_scale if self.data.standardized else yt
         _, parts = self._chunks(X, max_draws, "soft-tree log_predictive")
         for part in parts:
             logs = []
@@ -349,7 +364,7 @@ class SoftTreePosterior(Posterior):
                 lp = -0.5 * torch.log(2 * math.pi * var) - 0.5 * (yt[part].to(torch.float64) - mean) ** 2 / var
                 logs.append(torch.logsumexp(lp, 0) - math.log(lp.shape[0]) + torch.log(wm))
             per_row.append(torch.logsumexp(torch.stack(logs), 0))
-        return float(torch.cat(per_row).mean())
+        return float(torch.cat(per_row).mean()) - math.log(self.data.y_scale)
 
     # ----------------------------------------------------------------- reporting
     def summary(self) -> Dict:
@@ -422,7 +437,8 @@ class SoftTreePosterior(Posterior):
             out = {"thresholds": per_chain(c["thresholds"][:, internal]),
                    "split_weights": per_chain(c["weights"][:, internal])}
             if self.task == "regression":
-                out["leaf_means"], out["sigma2"] = per_chain(c["mu"][:, leaves]), per_chain(c["sigma2"])
+                out["leaf_means"] = per_chain(self._raw_units(c["mu"][:, leaves]))
+                out["sigma2"] = per_chain(c["sigma2"].to(torch.float64) * self.data.y_scale ** 2)
             else:
                 out["leaf_class_probs"] = per_chain(model.leaf_class_probs(theta)[:, leaves])
         return out
@@ -475,7 +491,8 @@ class SoftTreePosterior(Posterior):
             theta[:, model.compact_index(0)] = d.to(theta)
         c = model.constrain(theta)
         with torch.no_grad():
-            values = (model.leaf_class_probs(theta) if self.task == "classification" else c["mu"]).mean(0)
+            values = (model.leaf_class_probs(theta) if self.task == "classification" else
+                      self._raw_units(c["mu"].mean(0)))
         leaves = {l: values[leaf_slot(l, model.depth)] for l in t.leaves}
         return {"index": i, "topology": t, "names": names, "weights": c["weights"].mean(0),
                 "thresholds": c["thresholds"].mean(0), "leaves": leaves}
@@ -515,7 +532,7 @@ class SoftTreePosterior(Posterior):
                     "X": d.X.cpu(), "y": d.y.cpu(), "task": d.task, "n_classes": d.n_classes,
                     "feature_min": d.feature_min.cpu(), "feature_max": d.feature_max.cpu(),
                     "classes": None if d.classes is None else np.asarray(d.classes).tolist(),
-                    "signed": d.signed,
+                    "signed": d.signed, "y_offset": d.y_offset, "y_scale": d.y_scale,
                 },
                 "hyper": to_plain(asdict(self.hyper)),
                 "sharpness": self.sharpness,

@@ -12,8 +12,8 @@ from typing import Optional, Tuple, Union
 
 import torch
 
-from torchtree.core.validate import check_float_dtype, check_probabilities
-from torchtree.model.soft_data import FLOAT_DTYPES
+from torchtree.core.validate import check_float_dtype, check_int, check_probabilities
+from torchtree.model.soft_data import FLOAT_DTYPES, SoftData
 from torchtree.model.soft_trees import SoftTreeHyper
 from torchtree.samplers.dcc.rows import BUDGET_SHARE, check_max_rows
 from torchtree.samplers.presets import Preset, always
@@ -21,13 +21,26 @@ from torchtree.samplers.nuts.config import soft_tree_option
 from torchtree.samplers.protocol import SamplerConfig, option
 from torchtree.steps.soft_init import INIT_MODES
 
-__all__ = ["DCCConfig", "LOCAL_POSTERIORS", "LAIS_FORMS", "CLOCK_NAMES"]
+__all__ = ["DCCConfig", "LOCAL_POSTERIORS", "LAIS_FORMS", "CLOCK_NAMES", "MIN_DRAWS"]
+
+#: Draws per chain a visit needs to count (and the least ``n_samples``): LAIS builds each chain's
+#: proposal covariance from its draws, and one draw has none.
+MIN_DRAWS = 2
 
 LOCAL_POSTERIORS = ("weighted", "chains", "draws")
 #: the "bounded-fit" preset's budget (seconds of ``clock``)
 BOUNDED_FIT_SECONDS = 60.0
 LAIS_FORMS = ("spatial", "basic")
 CLOCK_NAMES = ("wall", "cpu", "work")
+
+
+def _check_n_samples(name: str, value) -> int:
+    value = check_int(name, value, 1)
+    if value < MIN_DRAWS:
+        raise ValueError(f"DCC needs {name} >= {MIN_DRAWS}, got {value}: LAIS estimates each topology's evidence "
+                         "with proposals whose covariance comes from each chain's draws at a visit, and one draw has "
+                         "none, so no topology could ever finish")
+    return value
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,9 @@ class DCCConfig(SamplerConfig):
     n_iterations: int = option(60, help="T, DCC iterations (paper: 500)", low=1, result=False)
     n_initial: int = option(100, help="T0, topologies drawn from the Chipman prior at the start", low=1)
     n_chains: int = option(8, help="N_c, NUTS chains per topology (paper code: 16)", low=1)
-    n_samples: int = option(20, help="N_s, NUTS draws per chain at each visit of a topology (paper: 100)", low=1)
+    n_samples: int = option(20, help=f"N_s, NUTS draws per chain at each visit of a topology (paper: 100; at least "
+                            f"{MIN_DRAWS}: LAIS builds each chain's proposal covariance from them)", low=MIN_DRAWS,
+                            check=_check_n_samples)
     n_warmup: int = option(150, help="N_init, warm-up iterations of a newly active topology (paper: 1000-5000)",
                            low=0)
     activation_threshold: int = option(5, help="C0, proposals a topology needs to become active", low=1)
@@ -143,3 +158,8 @@ class DCCConfig(SamplerConfig):
         """``hyper`` with the ``alpha`` / ``split_concentration`` / ``signed_splits`` overrides."""
         return SoftTreeHyper.with_overrides(self.hyper, alpha=self.alpha, split_concentration=self.split_concentration,
                                             signed_splits=self.signed_splits)
+
+    def resolved_hyper(self, data: SoftData) -> SoftTreeHyper:
+        """:meth:`soft_hyper` for a run on ``data``: a given regression prior converted into the
+        units of its (standardised) targets, then the data-dependent defaults filled in."""
+        return self.soft_hyper().in_target_units(data).resolve(data)

@@ -280,7 +280,7 @@ def use_rows(config, ctx, records: Iterable, min_draws: int, saved: Optional[int
         chosen["warm_schedule"] = sharpness_schedule(chosen["n_warmup_warm"], h_start, config.h_final)
     if m is not None:
         ctx.data = subset_soft_data(ctx.data, dcc_row_subset(n, m, ctx.seed))
-        chosen["hyper"] = config.soft_hyper().resolve(ctx.data)
+        chosen["hyper"] = config.resolved_hyper(ctx.data)
         if config.n_threads == "auto":  # as many threads as a run on the subset itself would take
             ctx.n_threads = min(ctx.n_threads, resolve_threads("auto", work_size(config, m)))
             torch.set_num_threads(ctx.n_threads)  # the driver restores the caller's count afterwards

@@ -37,12 +37,12 @@ import torch
 
 from torchtree.core.memory import check_memory
 
-from torchtree.model.soft_data import SoftData, as_soft_data
+from torchtree.model.soft_data import SoftData, as_soft_data, squeezed_columns
 from torchtree.model.soft_posterior import SoftTreePosterior
 from torchtree.model.soft_trees import SoftTreeHyper, SoftTrees
 from torchtree.model.topology import Topology, propose_topology, sample_prior_topologies
 from torchtree.samplers import driver
-from torchtree.samplers.dcc.config import DCCConfig
+from torchtree.samplers.dcc.config import MIN_DRAWS, DCCConfig
 from torchtree.samplers.dcc.lais import EvidenceAccumulator, lais_log_weights, lais_memory_bytes
 from torchtree.samplers.dcc.records import (
     Record,
@@ -68,9 +68,6 @@ from torchtree.core.warn import warn
 
 __all__ = ["DCC", "DCCConfig", "DCCState", "MIN_DRAWS"]
 
-#: Draws per chain a visit needs to count when a time budget cuts its sampling: LAIS builds
-#: each chain's proposal covariance from its draws, and one draw has none.
-MIN_DRAWS = 2
 #: Pseudo-samples LAIS evaluates per call when a budget may cut it (a few leapfrog steps' work)
 LAIS_CHUNK = 64
 
@@ -181,8 +178,23 @@ class DCC(SamplerBase):
 
     # ------------------------------------------------------------ protocol
     def prepare(self, data, device) -> SoftData:
-        """``data`` as SoftData (inputs scaled to [0, 1]) on ``device`` (None: the data's own)."""
-        return as_soft_data(data, dtype=self.config.dtype, device=device, signed=self.hyper.signed_splits)
+        """``data`` as SoftData (inputs scaled to [0, 1], a regression target standardised) on ``device``
+        (None: the data's own); warns about columns whose range a few extreme values set
+        (:func:`~torchtree.model.soft_data.squeezed_columns`)."""
+        sd = as_soft_data(data, dtype=self.config.dtype, device=device, signed=self.hyper.signed_splits,
+                          standardize=True)
+        width = 4 * self.config.h_final  # a gate's transition (sigmoid 0.12 to 0.88) on the scaled inputs
+        squeezed = squeezed_columns(sd, width)
+        if squeezed:
+            cols = ", ".join(f"column {j} ({100 * f:.2g}%)" for j, f in squeezed[:5])
+            more = f" and {len(squeezed) - 5} more" if len(squeezed) > 5 else ""
+            warn(f"DCC: a few extreme values set the range of X's {cols}{more}: the central 98% of the values span "
+                 "that share of the range. Soft splits act on inputs min-max scaled to [0, 1] by the training range, "
+                 f"so these values sit within one split's soft transition ({width:g} of the range at h_final="
+                 f"{self.config.h_final:g}) and the splits can hardly separate them. Transform the column(s) (clip, "
+                 "log or rank them) or use a hard-tree method ('smc', 'mcmc', 'smc-moves', 'bart'), which is "
+                 "invariant to monotone transforms of the inputs", UserWarning)
+        return sd
 
     def setup(self, ctx: driver.RunContext) -> DCCSetup:
         """The run's resolved hyperparameters and warm-up schedules (the rows and warm-up length
@@ -196,7 +208,7 @@ class DCC(SamplerBase):
         # a data-informed start is already a sharp partition: no annealing
         h_start = c.h_final if informed else c.h_init
         n = int(ctx.data.X.shape[0])
-        return DCCSetup(hyper=self.hyper.resolve(ctx.data), informed=informed, h_start=h_start,
+        return DCCSetup(hyper=c.resolved_hyper(ctx.data), informed=informed, h_start=h_start,
                         cpu0=time.process_time(), before=(0.0, 0.0),
                         schedule=sharpness_schedule(c.n_warmup, h_start, c.h_final),
                         warm_schedule=sharpness_schedule(c.warmup_warm, h_start, c.h_final),
@@ -310,6 +322,7 @@ class DCC(SamplerBase):
         if not ctx.watch:
             return state, None
         lz = acc.log_evidence[slots]
+        jac = ctx.data.target_log_jacobian  # the evidence of the targets in their own units
         lp = torch.tensor([r.log_prior for r in active], dtype=torch.float64)
         return state, {
             "dcc/n_active": len(active),
@@ -317,8 +330,8 @@ class DCC(SamplerBase):
             "dcc/selected": ",".join(r.topology.key() for r in chosen),
             "dcc/utility_max": float(util.max()),
             "dcc/utilities": util.clone(),
-            "dcc/topology_log_evidence": lz.clone(),
-            "dcc/log_evidence": float(torch.logsumexp(lz + lp, 0)),
+            "dcc/topology_log_evidence": lz + jac,
+            "dcc/log_evidence": float(torch.logsumexp(lz + lp, 0)) + jac,
             # summaries of this iteration's local inference (per-NUTS-iteration values go
             # out under hmc/... with the NUTS iteration as step)
             "dcc/step_size": float(chains.step_size.mean()),
@@ -558,6 +571,6 @@ class DCC(SamplerBase):
         info["selected_counts"] = ",".join(f"{r.topology.key()}:{r.selected}" for r in active)
         info["local_posterior"] = c.local_posterior
         return SoftTreePosterior(
-            sd, self.hyper.resolve(sd), c.h_final, tops, draws,
+            sd, c.resolved_hyper(sd), c.h_final, tops, draws,
             acc.log_evidence[slots], torch.tensor([r.log_prior for r in active], dtype=torch.float64), info,
         )
