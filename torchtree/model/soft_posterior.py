@@ -38,6 +38,10 @@ __all__ = ["SoftTreePosterior"]
 class SoftTreePosterior(Posterior):
     """Weighted set of soft-tree posterior draws over one or more topologies.
 
+    Regression on standardised targets (``data.y_offset``, ``data.y_scale``, as DCC runs): the
+    draws and ``hyper`` are in the units of ``data.y``; every output (predictions, intervals,
+    ``log_predictive``, the evidence, leaf means and variances) is in the raw target's units.
+
     Parameters
     ----------
     data : SoftData
@@ -54,9 +58,6 @@ class SoftTreePosterior(Posterior):
     log_evidence_m : Tensor [M], optional
         ``log Z_m`` of ``data.y``; ``None`` gives equal weight to every topology.
 
-    Regression on standardised targets (``data.y_offset``, ``data.y_scale``, as DCC runs): the
-    draws and ``hyper`` are in the units of ``data.y``; every output (predictions, intervals,
-    ``log_predictive``, the evidence, leaf means and variances) is in the raw target's units.
     log_prior_m : Tensor [M], optional, ``log p(m)`` (zeros if omitted)
     info : dict, optional, run diagnostics kept for :meth:`summary`
     """
