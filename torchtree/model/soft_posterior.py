@@ -492,7 +492,7 @@ class SoftTreePosterior(Posterior):
             theta[:, model.compact_index(0)] = d.to(theta)
         c = model.constrain(theta)
         with torch.no_grad():
-            values = (model.leaf_class_probs(theta) if self.task == "classification" else
+            values = (model.leaf_class_probs(theta).mean(0) if self.task == "classification" else
                       self._raw_units(c["mu"].mean(0)))
         leaves = {l: values[leaf_slot(l, model.depth)] for l in t.leaves}
         return {"index": i, "topology": t, "names": names, "weights": c["weights"].mean(0),
