@@ -264,3 +264,48 @@ def test_regression_calibration_reads_the_pit_of_a_seeded_subset_of_rows():
     rows = np.sort(np.random.default_rng(3).choice(300, 100, replace=False))
     counts = np.histogram(tp.predictive_cdf(reg, X[rows], y[rows]), np.linspace(0, 1, 11))[0]
     np.testing.assert_allclose([p.get_height() for p in a.patches], counts * 10 / 100)
+
+
+def test_a_frame_in_another_column_order_labels_the_plots_in_the_training_order(tmp_path):
+    """write_plots labelled the MAP tree's rules and the importance bars with the names of X's columns in X's order,
+    while the values are in the training order: a reordered frame (read by name everywhere) put each bar under
+    another column's name (a QA pass as an analyst)."""
+    import pandas as pd
+
+    from torchtree import BayesianTreeRegressor
+    from torchtree.plot.common import input_names
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"ä b": rng.normal(size=120), "colour": rng.normal(size=120), "β": rng.normal(size=120)})
+    y = 3 * df["β"].to_numpy() + 0.1 * rng.normal(size=120)
+    est = BayesianTreeRegressor(n_particles=40, n_islands=1, random_state=0).fit(df, y)
+    shuffled = df[["β", "ä b", "colour"]]
+    assert input_names(est.posterior_, shuffled) == ["ä b", "colour", "β"]
+    ax = tp.plot_importance(est, feature_names=input_names(est.posterior_, shuffled))
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    share = tp.feature_importance(est)["value"]
+    assert labels[int(np.argmax([share[["ä b", "colour", "β"].index(n)] for n in labels]))] == "β"
+    files, _ = tp.write_plots(est, tmp_path, shuffled, y)
+    from pathlib import Path
+    assert {Path(f).stem for f, _ in files} >= {"tree", "importance"}
+
+
+def test_a_printed_cut_reads_back_to_the_stored_cut():
+    """Cuts were printed with six significant digits: a cut at 1,600,000,382.55 on Unix seconds read
+    `x0 <= 1.6e+09`, and routing the training rows by the printed rule sent 37.5% of them the other way."""
+    from torchtree.model.encoding import cut_text
+
+    for v in (1600000382.55, 0.1 + 0.2, 1e-300, -2.5, 1234567.0, 0.5022480487823486):
+        assert float(cut_text(v)) == v or np.float32(float(cut_text(v))) == np.float32(v)
+    assert cut_text(0.25) == "0.25" and cut_text(1600000382.55) == "1600000382.55"
+    assert cut_text(float(np.float32(0.502248))) == "0.502248"  # a float32 cut keeps its short form
+    rng = np.random.default_rng(1)
+    X = np.c_[1.6e9 + rng.uniform(0, 1000, 200), rng.uniform(size=200)]
+    y = (X[:, 0] > 1.6e9 + 500).astype(int)
+    clf = BayesianTreeClassifier(n_particles=30, random_state=0).fit(X, y)
+    t = clf.posterior_.trees
+    i = int(torch.argmax(clf.posterior_.weights))
+    root_cut = float(t.threshold[i, 0])
+    rule = [ln for ln in clf.posterior_.to_dot().splitlines() if " <= " in ln][0]
+    printed = float(rule.split(" <= ")[1].split('"')[0])
+    assert np.array_equal(X[:, 0] <= printed, X[:, 0] <= root_cut)

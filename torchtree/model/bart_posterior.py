@@ -346,7 +346,7 @@ class BARTPosterior(Posterior):
         ``f_s(x) + sigma_s e`` with ``s`` uniform over the kept draws and ``e ~ N(0, 1)``
         (``e`` keyed by the draw only and shared by all rows, so a row's interval depends on the
         row, ``level``, ``n_draws`` and ``seed`` only)."""
-        level, n_draws = check_interval(self.task, level, n_draws)
+        level, n_draws = check_interval(self.task, level, n_draws, seed)
         Xb = self._bins(X)
         S, M = self.n_particles, Xb.shape[1]
         dev = self.device

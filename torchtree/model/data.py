@@ -190,7 +190,7 @@ class Data:
                      "classification); for a quantity (a count, an age) pass Data(X, y, task='regression')",
                      UserWarning)
         self.task = task
-        dev = torch.device(device) if device is not None else None
+        dev = resolve_device(device) if device is not None else None
         if task == "classification":
             codes, self.classes_ = encode_class_labels(yn, n_classes, classes)
             self.n_classes = len(self.classes_)

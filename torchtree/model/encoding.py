@@ -60,7 +60,7 @@ from torchtree.model.levels import (MAX_SUBSET_LEVELS, distinct_cells, find_leve
                                     level_order, text_numbers, warn_mostly_numbers)
 from torchtree.core.warn import warn
 
-__all__ = ["TableEncoder", "needs_encoding", "rule_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
+__all__ = ["TableEncoder", "needs_encoding", "rule_text", "cut_text", "MAX_SUBSET_LEVELS", "MAX_ENCODED_COLUMNS"]
 
 #: more encoded columns than this is refused (the samplers' per-node work is linear in columns)
 MAX_ENCODED_COLUMNS = 4096
@@ -479,7 +479,7 @@ class TableEncoder:
         c, k = self.columns[j], column - int(self.offsets[j])
         name = str(names[j]) if names is not None else self.names[j]
         if c.source == "numeric" and c.kind in ("numeric", "constant"):
-            return f"{name} <= {threshold:.6g}"
+            return f"{name} <= {cut_text(threshold)}"
         if c.kind == "subsets":
             L = len(c.levels)
             s = [0] + [i + 1 for i in range(L - 1) if (k >> i) & 1]
@@ -492,7 +492,7 @@ class TableEncoder:
             top = int(math.floor(threshold))
             base = f"{name} <= {_level_text(c.levels[min(max(top, 0), len(c.levels) - 1)])}"
         else:
-            base = f"{name} <= {threshold:.6g}"
+            base = f"{name} <= {cut_text(threshold)}"
         if c.kind == "numeric":
             return base
         if k == 0:
@@ -549,9 +549,23 @@ def _level_text(v) -> str:
 
 
 
+def cut_text(threshold: float) -> str:
+    """A cut as text that reads back to the stored cut: six significant digits where they do (in float32 for a
+    cut float32 holds, as the trees store most), else the shortest text that does (``1600000382.55``, not
+    ``1.6e+09``, whose rule would send rows to the other side)."""
+    v = float(threshold)
+    short = f"{v:.6g}"
+    if float(short) == v:
+        return short
+    single = np.float32(v)
+    if np.isfinite(single) and float(single) == v:  # a float32 cut
+        return short if np.float32(float(short)) == single else str(single)
+    return repr(v)
+
+
 def rule_text(encoder: Optional[TableEncoder], names: Optional[Sequence[str]], column: int, threshold: float) -> str:
     """A split rule's left branch for summaries and DOT files: ``name <= t`` on a numeric table, else
     :meth:`TableEncoder.describe` (``names``: input column names, or None for the defaults)."""
     if encoder is not None:
         return encoder.describe(column, threshold, names)
-    return f"{names[column] if names is not None else f'x{column}'} <= {threshold:.6g}"
+    return f"{names[column] if names is not None else f'x{column}'} <= {cut_text(threshold)}"

@@ -26,8 +26,10 @@ __all__ = ["INTERVAL_BLOCK", "check_interval", "equal_tailed", "polar_pairs", "p
 INTERVAL_BLOCK = 256
 
 
-def check_interval(task: str, level, n_draws) -> tuple:
-    """The arguments of a ``predict_interval``, checked: ``(level, n_draws)``."""
+def check_interval(task: str, level, n_draws, seed=0) -> tuple:
+    """The arguments of a ``predict_interval``, checked: ``(level, n_draws)`` (``seed``: an integer in
+    ``[0, 2^63)``, else ``ValueError``)."""
+    check_int("seed", seed, 0, (1 << 63) - 1)
     if task != "regression":
         raise ValueError("predict_interval applies to regression")
     level, n_draws = check_real("level", level, 0.0, 1.0, high_open=True), check_int("n_draws", n_draws, 1)

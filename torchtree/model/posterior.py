@@ -361,7 +361,7 @@ class TreePosterior(Posterior):
         ValueError
             A classification posterior, ``level`` or ``n_draws`` out of range, or one block of ``n_draws`` draws that does not fit the memory budget.
         """
-        level, n_draws = check_interval(self.task, level, n_draws)
+        level, n_draws = check_interval(self.task, level, n_draws, seed)
         Xt = self.inputs(X)
         M = Xt.shape[0]
         g = torch.Generator(device="cpu").manual_seed(seed)

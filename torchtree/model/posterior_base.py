@@ -109,7 +109,10 @@ class Posterior:
         return float(np.mean(pred == yn))
 
     def rmse(self, X, y) -> float:
-        """Root mean squared error of the posterior predictive mean (regression)."""
+        """Root mean squared error of the posterior predictive mean (regression; a classification
+        posterior raises ``ValueError``, as :meth:`accuracy` does for regression)."""
+        if self.task != "regression":
+            raise ValueError("rmse applies to regression; use accuracy (or log_predictive) for classification")
         pred = self.predict(X)
         yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y, dtype=np.float64)
         return float(np.sqrt(np.mean((pred - yn) ** 2)))

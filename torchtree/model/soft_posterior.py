@@ -300,7 +300,7 @@ class SoftTreePosterior(Posterior):
         ValueError
             A classification posterior, or ``level`` or ``n_draws`` out of range.
         """
-        level, n_draws = check_interval(self.task, level, n_draws)
+        level, n_draws = check_interval(self.task, level, n_draws, seed)
         X = self.inputs(X)
         g = torch.Generator().manual_seed(int(seed))
         sets = self._draw_set_weights()

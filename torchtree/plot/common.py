@@ -65,21 +65,24 @@ def n_inputs(post: Posterior) -> int:
 
 
 def input_names(post: Posterior, X: Any = None, feature_names: Optional[Sequence[str]] = None) -> List[str]:
-    """Names of the input columns: ``feature_names`` when given (ValueError unless one per input),
-    else ``X``'s string column names when it is a table that has them, else the names the posterior
-    keeps (training table, command line), else ``x0, x1, ...``."""
+    """Names of the input columns, in the training order: ``feature_names`` when given (ValueError unless
+    one per input), else the names the posterior keeps when ``X`` is a table of those columns in any order
+    (it is read by name), else ``X``'s string column names when it is a table that has them, else the names
+    the posterior keeps (training table, command line), else ``x0, x1, ...``."""
     n = n_inputs(post)
     if feature_names is not None:
         names = [str(v) for v in feature_names]
         if len(names) != n:
             raise ValueError(f"feature_names has {len(names)} names; the posterior takes {n} input columns")
         return names
+    kept = getattr(post, "feature_names", None)
     cols = getattr(X, "columns", None)
     if cols is not None:
         names = list(cols)
         if len(names) == n and all(isinstance(c, str) for c in names):
+            if kept is not None and sorted(str(v) for v in kept) == sorted(names):
+                return [str(v) for v in kept]  # a frame is taken by name: its columns in the training order
             return names
-    kept = getattr(post, "feature_names", None)
     if kept is not None and len(kept) == n:
         return [str(v) for v in kept]
     enc = getattr(post, "encoder", None)
@@ -140,13 +143,21 @@ def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[flo
 
 def wilson_interval(p: np.ndarray, n: np.ndarray, lo: float, hi: float) -> Tuple[np.ndarray, np.ndarray]:
     """The Wilson score interval of proportions ``p`` out of ``n`` trials, between the quantiles
-    ``lo`` and ``hi`` of its normal approximation (``(0.05, 0.95)``: a 90% interval)."""
+    ``lo`` and ``hi`` of its normal approximation (``(0.05, 0.95)``: a 90% interval): each bound is
+    Wilson's with its own ``z`` (``z = Phi^{-1}(1 - lo)`` below, ``Phi^{-1}(hi)`` above), so an
+    asymmetric pair gives its one-sided bounds. A NaN ``n`` (the ESS of traces that never moved)
+    counts as one trial."""
     p = np.asarray(p, dtype=np.float64)
-    n = np.maximum(np.asarray(n, dtype=np.float64), 1e-12)
-    z = float(torch.special.ndtri(torch.tensor((hi - lo + 1) / 2, dtype=torch.float64)))
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * np.sqrt(np.maximum(p * (1 - p) / n + z * z / (4 * n * n), 0.0))
-    return np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1)
+    n = np.asarray(n, dtype=np.float64)
+    n = np.maximum(np.where(np.isnan(n), 1.0, n), 1e-12)
+
+    def bound(q: float, sign: float) -> np.ndarray:
+        z = float(torch.special.ndtri(torch.tensor(q, dtype=torch.float64)))
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * np.sqrt(np.maximum(p * (1 - p) / n + z * z / (4 * n * n), 0.0))
+        return np.clip(centre + sign * half, 0, 1)
+
+    return bound(1.0 - lo, -1.0), bound(hi, 1.0)
 
 
 def new_axes(ax: Any, n: int, figsize: Optional[Tuple[float, float]] = None):

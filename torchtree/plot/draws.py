@@ -14,6 +14,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 import torch
 
+from torchtree.core.validate import check_int
 from torchtree.model.bart import mnp_probabilities
 from torchtree.model.posterior_base import Posterior
 from torchtree.model.trees import INTERNAL
@@ -69,7 +70,7 @@ def prediction_draws(post: Posterior, X: Any, target_class: Any = None,
     target_class : label, optional
         Classification: the class whose probability is returned (default: the last class, the
         positive class of a binary task).
-    max_draws : int or None
+    max_draws : int >= 1 or None
         At most this many draws: a systematic resample by weight of a hard-tree posterior's trees,
         evenly spaced BART sweeps, at most this many draws per soft-tree topology (evenly thinned,
         as the soft posterior's ``predict`` does). None: every draw.
@@ -83,6 +84,8 @@ def prediction_draws(post: Posterior, X: Any, target_class: Any = None,
         Their weighted sum over draws is the posterior predictive mean (``predict`` for regression,
         a column of ``predict_proba`` for classification).
     """
+    if max_draws is not None:
+        max_draws = check_int("max_draws", max_draws, 1)
     kind, task = kind_of(post), post.task
     k = class_index(post, target_class, _n_classes(post)) if task == "classification" else None
     if kind == "hard":

@@ -61,9 +61,11 @@ def feature_importance(posterior: Any, metric: str = "share", interval: Any = (0
     per = (counts > 0).astype(np.float64)
     value = w @ per
     if kind_of(post) == "hard":
-        n_eff = np.full_like(value, max(float(getattr(post, "ess", 0.0)), 1.0))
+        ess = float(getattr(post, "ess", 0.0))
+        n_eff = np.full_like(value, max(ess, 1.0) if np.isfinite(ess) else 1.0)  # NaN: traces that never moved
     else:
-        n_eff = _chain_ess_per_column(per, post.chain_of.cpu().numpy())
+        chain_of = post.chain_of.cpu().numpy()  # [S U] with U class utilities: a draw's forests are consecutive
+        n_eff = _chain_ess_per_column(per, chain_of.reshape(per.shape[0], -1)[:, 0])
     lower, upper = wilson_interval(value, n_eff, lo, hi)
     return {"value": value, "lower": lower, "upper": upper, "per_draw": per, "weights": w}
 
