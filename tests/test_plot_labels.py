@@ -309,3 +309,13 @@ def test_a_printed_cut_reads_back_to_the_stored_cut():
     rule = [ln for ln in clf.posterior_.to_dot().splitlines() if " <= " in ln][0]
     printed = float(rule.split(" <= ")[1].split('"')[0])
     assert np.array_equal(X[:, 0] <= printed, X[:, 0] <= root_cut)
+
+
+def test_write_plots_refuses_a_feature_out_of_range_before_writing(tmp_path, table):
+    """feature=9 of a 3-column table raised a bare IndexError after tree.png, importance.png and the other plots
+    were written."""
+    X, y, clf = table
+    for bad in (9, -1, True, 0.7):
+        with pytest.raises(ValueError, match=r"feature must be a column name or an index in 0\.\.2"):
+            tp.write_plots(clf, tmp_path / "p", X, y, feature=bad)
+    assert not (tmp_path / "p").exists() or not any((tmp_path / "p").iterdir())

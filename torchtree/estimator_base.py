@@ -534,7 +534,8 @@ class BayesianTreeBase:
         """Posterior share of the splits that use each feature ``[n_features_in_]`` (sums to 1; all
         zeros when the posterior's trees have no split): the weighted mean number of splits on a
         feature over the trees (hard trees), over draws and trees (BART), or in the heaviest
-        topology (soft trees, DCC), divided by their sum. A count of use, not of gain."""
+        topology (soft trees, DCC), divided by their sum. A count of use, not of gain (and not
+        :func:`torchtree.plot.feature_importance`'s ``"share"``, the mean of each draw's shares)."""
         self._check_fitted()
         post = self.posterior_
         if hasattr(post, "variable_importance"):  # BART

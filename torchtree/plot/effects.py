@@ -30,7 +30,10 @@ def feature_importance(posterior: Any, metric: str = "share", interval: Any = (0
     posterior : a posterior or a fitted estimator
     metric : {"share", "inclusion"}
         ``"share"``: each draw's share of its splits that use the feature; the value is the posterior
-        mean share and the interval the weighted quantiles of the per-draw shares. For soft trees a
+        mean share and the interval the weighted quantiles of the per-draw shares. A draw without
+        splits (a single leaf) has a share of 0 for every feature, so the values sum to the posterior
+        probability of a split, not to 1. (The estimators' ``feature_importances_`` is another
+        estimator: the ratio of the mean numbers of splits, which sums to 1.) For soft trees a
         draw here is a topology (its share of the mean gate weight, the topologies weighted as in the
         posterior). ``"inclusion"``: the posterior probability that a draw splits on the feature
         at all (hard trees and BART); its interval is the Wilson score interval of that probability

@@ -85,6 +85,11 @@ def write_plots(posterior: Any, directory: str, X: Any = None, y: Any = None, *,
     d = tree_drawing(post)
     which = {"hard": "the MAP tree", "bart": "tree 0 of the last draw", "soft": "the heaviest soft topology"}[kind_of(post)]
     names = input_names(post, X, feature_names)
+    if feature is not None and not isinstance(feature, str) and not (
+            isinstance(feature, (int, np.integer)) and not isinstance(feature, bool) and 0 <= feature < len(names)):
+        raise ValueError(f"feature must be a column name or an index in 0..{len(names) - 1}, got {feature!r}")
+    if isinstance(feature, str) and feature not in names:
+        raise ValueError(f"feature {feature!r} is not one of the features {names}")
     shown = None
     if _depth(d) > TREE_DEPTH or len(d.leaves) > TREE_LEAVES:  # a readable picture: the top levels
         shown = next(k for k in range(TREE_DEPTH, -1, -1) if len(collapse(d, k).leaves) <= TREE_LEAVES)
@@ -111,8 +116,6 @@ def write_plots(posterior: Any, directory: str, X: Any = None, y: Any = None, *,
         chosen = "" if feature is not None else " (the feature the prediction moves most with)"
         if feature is None:
             feature = int(np.argmax(partial_dependence_importance(post, X, feature_names=names)["value"]))
-        if isinstance(feature, str) and feature not in names:
-            raise ValueError(f"feature {feature!r} is not one of the features {names}")
         name = names[feature] if not isinstance(feature, str) else feature
         save("pdp", lambda ax: plot_pdp(post, X, feature, feature_names=names, ax=ax),
              what=f"partial dependence on {name}{chosen}, with a 90% credible band")
