@@ -76,18 +76,31 @@ def _type_name(tp: Any) -> str:
     return re.sub(r"\btyping\.", "", str(tp)).replace("NoneType", "None")
 
 
-def _allowed(opt) -> str:
+def _allowed(opt, low_open: bool = False, high_open: bool = False) -> str:
+    """The "allowed" cell: the choices, or the bounds of a number, each end closed or open.
+
+    ``low_open`` / ``high_open`` are the :func:`~torchtree.samplers.protocol.option` flags of the
+    field (the bound itself refused): ``> 0`` rather than ``>= 0``, ``(0, 1)`` rather than ``[0, 1]``.
+    """
     if opt.choices is not None:
         return ", ".join(f"`{c!r}`" for c in opt.choices)
     lo = "" if opt.low is None else f"{opt.low:g}"
     hi = "" if opt.high is None else f"{opt.high:g}"
     if lo and hi:
-        return f"{lo} to {hi}"
+        return f"{'(' if low_open else '['}{lo}, {hi}{')' if high_open else ']'}"
     if lo:
-        return f">= {lo}"
+        return f"{'>' if low_open else '>='} {lo}"
     if hi:
-        return f"<= {hi}"
+        return f"{'<' if high_open else '<='} {hi}"
     return ""
+
+
+def _open_ends(cls) -> Dict[str, tuple]:
+    """Field name -> (low_open, high_open), read from the dataclass fields' :func:`option` metadata."""
+    import dataclasses
+
+    return {f.name: (bool((f.metadata or {}).get("low_open")), bool((f.metadata or {}).get("high_open")))
+            for f in dataclasses.fields(cls)}
 
 
 def option_table(dotted: str) -> str:
@@ -96,9 +109,11 @@ def option_table(dotted: str) -> str:
     cls = getattr(importlib.import_module(module), name)
     rows = ["| setting | default | type | allowed | decides the result | `\"auto\"` presets | meaning |",
             "|---|---|---|---|---|---|---|"]
+    open_ends = _open_ends(cls)
     for opt in cls.options():
         presets = "; ".join(f"`{p.name}`: {p.why}" for p in opt.presets)
-        rows.append(f"| `{opt.name}` | `{opt.default!r}` | {_cell(_type_name(opt.type))} | {_cell(_allowed(opt))} | "
+        allowed = _allowed(opt, *open_ends.get(opt.name, (False, False)))
+        rows.append(f"| `{opt.name}` | `{opt.default!r}` | {_cell(_type_name(opt.type))} | {_cell(allowed)} | "
                     f"{'yes' if opt.result else 'no'} | {_cell(presets)} | {_cell(opt.help)} |")
     note = (f"*Settings of `{name}`, generated from the dataclass `{dotted}`. A setting with presets may be "
             "given as `\"auto\"`: the first preset whose condition holds on the data chooses its value "

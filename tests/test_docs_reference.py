@@ -149,3 +149,58 @@ def test_readme_is_short_and_its_snippets_compile():
     assert len(blocks) >= 3, "README.md: the classification, regression and BART examples"
     for code in blocks:
         ast.parse(code)
+
+
+def _hooks():
+    """docs/hooks.py, the MkDocs hook module (it imports no MkDocs at module level)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("torchtree_docs_hooks", ROOT / "docs" / "hooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _allowed_cells(hooks, dotted: str) -> dict:
+    cells = {}
+    for line in hooks.option_table(dotted).splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) > 4 and parts[1].startswith("`"):
+            cells[parts[1].strip("`")] = parts[4]
+    return cells
+
+
+def test_option_tables_render_open_bounds_as_open():
+    """An ``option(low=..., low_open=True)`` refuses the bound itself: the "allowed" cell says ``> 0``, not ``>= 0``."""
+    hooks = _hooks()
+    bart = _allowed_cells(hooks, "torchtree.samplers.bart.config.BARTConfig")
+    assert bart["k"] == "> 0" and bart["nu"] == "> 0" and bart["sigma_hat"] == "> 0"
+    assert bart["max_rhat"] == "> 1"
+    assert bart["alpha_split"] == "(0, 1)" and bart["q"] == "(0, 1)"
+    assert bart["max_depth"] == "[1, 14]" and bart["n_trees"] == ">= 1" and bart["beta_split"] == ">= 0"
+    nuts = _allowed_cells(hooks, "torchtree.samplers.nuts.config.NUTSConfig")
+    assert nuts["sharpness"] == "> 0" and nuts["target_accept"] == "(0, 1)"
+
+
+def test_every_option_table_cell_matches_the_fields_bounds():
+    """For every table in docs/reference: open ends render as ``>`` / ``(`` / ``)``, closed ones as ``>=`` / ``[`` / ``]``."""
+    import dataclasses
+
+    hooks = _hooks()
+    tables = {arg for kind, arg in MARKER.findall(_reference_text()) if kind == "options"}
+    for path in sorted(tables):
+        module, _, name = path.rpartition(".")
+        cells = _allowed_cells(hooks, path)
+        for f in dataclasses.fields(getattr(importlib.import_module(module), name)):
+            meta = f.metadata or {}
+            if meta.get("choices") is not None:
+                continue
+            lo, hi = meta.get("low"), meta.get("high")
+            lo_open, hi_open = bool(meta.get("low_open")), bool(meta.get("high_open"))
+            cell = cells[f.name]
+            if lo is not None and hi is not None:
+                assert cell == f"{'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}", (path, f.name, cell)
+            elif lo is not None:
+                assert cell == f"{'>' if lo_open else '>='} {lo:g}", (path, f.name, cell)
+            elif hi is not None:
+                assert cell == f"{'<' if hi_open else '<='} {hi:g}", (path, f.name, cell)
