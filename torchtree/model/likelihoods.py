@@ -178,8 +178,8 @@ class NormalInverseGamma:
         ``noise_fraction * var(y)`` (``b0 = max(a0 - 1, 0.5) * noise_fraction * var(y)``).
 
         When the targets say nothing about their spread (one row, or all equal), ``var(y)``
-        is replaced by ``max(max|y|^2, 1)``, the scale of their magnitude: a prior
-        calibrated on such data must not claim a noise level the data never showed.
+        is replaced by ``max|y|^2``, the scale of their magnitude (by 1 only when every target is
+        0), so that rescaling ``y`` rescales the prior (``torchtree.model.likelihoods.target_scale``).
 
         Parameters
         ----------
