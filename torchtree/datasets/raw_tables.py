@@ -108,6 +108,11 @@ def _folders() -> List[Path]:
 def raw_table_path(name: str) -> Path:
     """Path of a raw table's file (``NAME.csv.gz`` or ``NAME.csv``), in lookup order.
 
+    Parameters
+    ----------
+    name : str
+        A key of :data:`RAW_TABLES` (a ``.csv`` / ``.csv.gz`` suffix is accepted).
+
     Raises
     ------
     ValueError
@@ -124,10 +129,18 @@ def raw_table_path(name: str) -> Path:
 def read_raw_table_text(name: str) -> str:
     """The CSV text of a raw table, after checking its SHA-256.
 
+    Parameters
+    ----------
+    name : str
+        A key of :data:`RAW_TABLES` (a ``.csv`` / ``.csv.gz`` suffix is accepted).
+
     Raises
     ------
     ValueError
-        The file's content is not the recorded one.
+        ``name`` is not a key of :data:`RAW_TABLES` ("unknown raw table ..."), or the file's
+        content is not the recorded one.
+    FileNotFoundError
+        The file is in none of the folders searched (see :func:`raw_table_path`).
     """
     stem = _known(name)
     return checked_text(raw_table_path(stem), RAW_TABLES[stem][0])

@@ -131,8 +131,15 @@ def checked_text(path: Path, sha256: str) -> str:
 def table_path(name: str) -> Path:
     """Path of a table's file (``NAME.csv.gz`` or ``NAME.csv``), in lookup order.
 
+    Parameters
+    ----------
+    name : str
+        A key of :data:`TABLES` (a ``.csv`` / ``.csv.gz`` suffix is accepted).
+
     Raises
     ------
+    ValueError
+        ``name`` is not a key of :data:`TABLES` ("unknown table ..."; the message lists the tables).
     FileNotFoundError
         In neither folder, with the folders searched and what to do.
     """
@@ -149,10 +156,18 @@ def table_path(name: str) -> Path:
 def read_table_text(name: str) -> str:
     """The CSV text of a table, after checking its SHA-256.
 
+    Parameters
+    ----------
+    name : str
+        A key of :data:`TABLES` (a ``.csv`` / ``.csv.gz`` suffix is accepted).
+
     Raises
     ------
     ValueError
-        The file's content is not the recorded one.
+        ``name`` is not a key of :data:`TABLES` ("unknown table ..."), or the file's content is
+        not the recorded one.
+    FileNotFoundError
+        The file is in none of the folders searched (see :func:`table_path`).
     """
     stem = _known(name)
     return checked_text(table_path(stem), TABLES[stem][0])
@@ -172,6 +187,14 @@ def load_table(name: str) -> Table:
     Table
         ``X [n, d]`` float64; ``y [n]`` int64 for classification tables, float64 for
         regression (``abalone``: the ring count); column names from the header.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not a key of :data:`TABLES` ("unknown table ..."), or the file's content is
+        not the recorded one.
+    FileNotFoundError
+        The file is in none of the folders searched (see :func:`table_path`).
     """
     stem = _known(name)
     text = read_table_text(stem)
