@@ -15,7 +15,9 @@ What goes where in :func:`to_arviz`:
 * a posterior whose ``info["trace"]`` holds per-chain traces (MCMC:
   ``{"n_leaves": [chains, draws], "log_posterior": [chains, draws], ...}``) gives
   them as the ``posterior`` group, ``log_posterior`` also as ``sample_stats.lp``;
-  R-hat / ESS / trace plots then work as for any MCMC run;
+  R-hat / ESS / trace plots then work as for any MCMC run; a BART posterior so too
+  (``leaves_mean``, ``sigma``, ``f``), with ``observed_data``, ``log_likelihood`` and
+  ``posterior_predictive`` when ``X, y`` are given;
 * a weighted posterior (SMC, DCC) gives one chain over its distinct trees (or
   topologies): ``posterior.n_leaves`` and ``posterior.depth`` with
   ``sample_stats.weight`` / ``sample_stats.log_weight`` (normalised). ArviZ's
@@ -316,7 +318,7 @@ def to_arviz(posterior, X=None, y=None):
 
     Parameters
     ----------
-    posterior : TreePosterior or SoftTreePosterior
+    posterior : TreePosterior, BARTPosterior or SoftTreePosterior
     X, y : array-like [M, D] and [M], optional (BART posteriors): also the groups ``observed_data`` (``y``; class
         codes for a classifier), ``log_likelihood`` (``log p(y_m | x_m, draw)``, ``[chains, draws, M]``, what
         ``az.loo`` and ``az.waic`` read) and ``posterior_predictive`` (one ``y`` per draw, seed 0:
@@ -325,11 +327,23 @@ def to_arviz(posterior, X=None, y=None):
     Returns
     -------
     arviz.InferenceData (an ``xarray.DataTree`` with ArviZ >= 1.0)
+        A posterior with per-chain traces (:func:`posterior_traces`: MCMC, BART, NUTS): ``posterior`` (the
+        traces at the kept draws, ``[chain, draw, ...]``; for BART ``leaves_mean``, ``sigma`` (regression) and
+        ``f``, the fit at the traced training rows, ``[chain, draw, f_row]``, ``[chain, draw, utility, f_row]``
+        with ``K >= 3`` classes), ``warmup_posterior`` (the warm-up sweeps of the traces that record every
+        sweep), ``sample_stats.lp`` (when ``log_posterior`` is traced) and, with ``X, y``, the three groups
+        above. A weighted posterior (SMC, DCC): ``posterior.n_leaves`` / ``posterior.depth`` and
+        ``sample_stats.weight`` / ``sample_stats.log_weight``, one chain over its distinct trees.
 
     Raises
     ------
     ImportError
         ArviZ is not installed.
+    ValueError
+        Only one of ``X`` and ``y`` is given.
+    TypeError
+        ``X, y`` are given with a posterior other than BART's (weighted or collapsed draws, which PSIS-LOO
+        and WAIC cannot read).
     """
     try:
         import arviz as az
