@@ -96,20 +96,43 @@ class BARTPosterior(Posterior):
     ``K - 1`` forests per draw. Chipman, George & McCulloch (2010), "BART: Bayesian additive
     regression trees", Annals of Applied Statistics 4(1).
 
+    Shapes: ``S`` draws of ``T`` trees in heaps of ``K`` slots, ``U = n_utilities`` forests per draw. The
+    per-forest arrays (``feature``, ``cut``, ``value``, ``sigma``, ``chain_of``) have ``S * U`` rows: ``[S]``
+    / ``[S, T, K]`` for regression and binary classification (``U = 1``), ``[S * U]`` / ``[S * U, T, K]``
+    for three or more classes (``U`` = classes - 1; row ``s U + u`` is utility ``u + 1`` of draw ``s``).
+    :attr:`weights` is ``[S]`` in both cases.
+
     Parameters
     ----------
-    prior : BartPrior; grid : CutGrid
-    feature, cut : Int16Tensor [S, T, K]; value : Tensor [S, T, K]   (scaled response): the trees,
-        dense (they are stored compactly, module notes); or the main block when ``deep`` is given
-    sigma : Tensor [S] float64, noise sd per draw on the scaled target ``(y - prior.offset) / prior.scale``
-        (midrange and range of the training ``y``; 1 for probit); :attr:`noise_sd` is it in ``y``'s units
-    chain_of : LongTensor [S], the global chain of each draw
-    n_features : int; classes : the class labels, in code order (classification)
-    info : dict of run facts and diagnostics
-    deep : tuple, optional; the deep trees (feature, cut, value, draw, tree) of a compact form
-    n_utilities : int, forests per draw: 1, or ``K - 1`` for ``K >= 3`` classes (multinomial probit:
-        forest ``s U + u`` is utility ``u + 1`` of draw ``s``, see :func:`~torchtree.model.bart.mnp_probabilities`)
-    offsets : Tensor [n_utilities] float64, the utilities' offsets (multinomial probit only)
+    prior : BartPrior
+        The prior and the target's scaling (``offset``, ``scale``).
+    grid : CutGrid
+        The cut points of each feature (``cut`` indexes them).
+    feature : Int16Tensor [S * U, T, K]
+        The trees' heap features, dense (they are stored compactly, module notes); or the main block
+        when ``deep`` is given.
+    cut : Int16Tensor [S * U, T, K]
+        Cut indices into ``grid``, as ``feature``.
+    value : Tensor [S * U, T, K]
+        Leaf values (scaled response), as ``feature``.
+    sigma : Tensor [S * U] float64
+        Noise sd per forest on the scaled target ``(y - prior.offset) / prior.scale`` (midrange and
+        range of the training ``y``; 1 for probit); :attr:`noise_sd` is it in ``y``'s units.
+    chain_of : LongTensor [S * U]
+        The global chain of each forest (the ``U`` forests of a draw share their chain).
+    n_features : int
+        Columns of ``X``.
+    classes : array-like, optional
+        The class labels, in code order (classification).
+    info : dict, optional
+        Run facts and diagnostics.
+    deep : tuple, optional
+        The deep trees ``(feature, cut, value, draw, tree)`` of a compact form.
+    n_utilities : int
+        ``U``, forests per draw: 1, or classes - 1 for three or more classes (multinomial probit: forest
+        ``s U + u`` is utility ``u + 1`` of draw ``s``, see :func:`~torchtree.model.bart.mnp_probabilities`).
+    offsets : Tensor [n_utilities] float64, optional
+        The utilities' offsets (multinomial probit only).
     """
 
     FORMAT = "torchtree.BARTPosterior/2"
@@ -139,6 +162,7 @@ class BARTPosterior(Posterior):
     # ----------------------------------------------------------- the trees
     @property
     def device(self) -> torch.device:
+        """The device the trees are on."""
         return self._main[0].device
 
     def _dense(self, i: int, fill) -> torch.Tensor:
@@ -187,6 +211,7 @@ class BARTPosterior(Posterior):
 
     @property
     def task(self) -> str:
+        """``"regression"`` or ``"classification"`` (the prior's task)."""
         return self.prior.task
 
     @property
