@@ -134,10 +134,13 @@ def exact_log_evidence(data, prior, likelihood) -> float:
 
 
 def exact_predictive(data, prior, likelihood, X_query) -> np.ndarray:
-    """Exact posterior predictive at query points.
+    """Exact posterior predictive at query points, by enumerating every tree on the data.
 
     Parameters
     ----------
+    data : Data (N <= 16; exponential cost)
+    prior : ChipmanPrior
+    likelihood : DirichletMultinomial or NormalInverseGamma
     X_query : array [M, D]
 
     Returns
@@ -414,13 +417,20 @@ def exact_table(X, y, prior, likelihood, categorical=(), n_classes=None, X_query
     ----------
     X : array-like [N, D] (object): numbers, NaN / None for missing, any labels in ``categorical`` columns
     y : array-like [N]: class codes ``0..K-1`` (with ``n_classes``) or float targets
-    prior : ChipmanPrior; likelihood : DirichletMultinomial or NormalInverseGamma
-    categorical : column indices that are categorical
-    X_query : array-like [M, D] (object), optional
+    prior : ChipmanPrior
+    likelihood : DirichletMultinomial or NormalInverseGamma
+    categorical : sequence of int, the column indices that are categorical (default none)
+    n_classes : int, optional; the number of classes ``K`` of a classification ``y``
+    X_query : array-like [M, D] (object), optional; the points of the predictive (None: evidence only)
 
     Returns
     -------
     (log evidence float, predictive numpy.ndarray [M, K] or [M, 1] (regression mean), or None)
+
+    Raises
+    ------
+    ValueError
+        More than 16 rows (the enumeration's cost is exponential in N).
     """
     e = _TableEnumerator(X, y, prior, likelihood, set(categorical), n_classes)
     full = (1 << e.N) - 1
