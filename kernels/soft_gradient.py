@@ -33,7 +33,8 @@ def potential_and_grad_core(theta, X, target, nm, cmf, node_mask, h, consts):
     theta : Tensor [B, P]
     X : Tensor [N, D] scaled inputs
     target : Tensor [N, C] one-hot labels or [N] regression targets
-    nm : Tensor [B, I] float node mask; cmf : Tensor [B, P] float coordinate mask
+    nm : Tensor [B, I] float node mask
+    cmf : Tensor [B, P] float coordinate mask
     node_mask : BoolTensor [B, I]
     h : Tensor [] or [B], sharpness
     consts : (hyper, layout, task, n_classes, include_likelihood)

@@ -204,3 +204,17 @@ def test_every_option_table_cell_matches_the_fields_bounds():
                 assert cell == f"{'>' if lo_open else '>='} {lo:g}", (path, f.name, cell)
             elif hi is not None:
                 assert cell == f"{'<' if hi_open else '<='} {hi:g}", (path, f.name, cell)
+
+
+def test_no_semicolon_joined_parameter_entries():
+    """``a : T; b : U`` on one line of a numpy-style section renders as one entry (griffe reads ``b`` as part
+    of ``a``'s type): one entry per line."""
+    joined = re.compile(r"^ +[A-Za-z_][A-Za-z_0-9, *]* : [^;\n]*; [A-Za-z_][A-Za-z_0-9, ]* : ", re.M)
+    bad = []
+    for folder in ("torchtree", "kernels", "distributed"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.is_symlink() or any(p.is_symlink() for p in path.parents if ROOT in p.parents):
+                continue
+            for m in joined.finditer(path.read_text(encoding="utf-8")):
+                bad.append(f"{path.relative_to(ROOT)}: {m.group(0).strip()}")
+    assert not bad, "Parameters entries joined by ';':\n" + "\n".join(bad)

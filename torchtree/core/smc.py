@@ -144,9 +144,12 @@ def global_ncopies(logw: torch.Tensor, backend, scheme: str, generator: torch.Ge
 
     Parameters
     ----------
-    logw : float64 Tensor [n_local]; backend : Backend; scheme : a ``torchtree.core.resampling`` name
+    logw : float64 Tensor [n_local]
+    backend : Backend
+    scheme : a ``torchtree.core.resampling`` name
     generator : torch.Generator (CPU), the same on every rank
-    n_total : int, particles over all ranks; rank : int, this rank
+    n_total : int, particles over all ranks
+    rank : int, this rank
 
     Returns
     -------
@@ -171,7 +174,9 @@ def conditional_ancestors(logw: torch.Tensor, u: torch.Tensor, active: torch.Ten
 
     Parameters
     ----------
-    logw : Tensor [C, P] log-weights; u : Tensor [C, P] uniforms in [0, 1); active : BoolTensor [C]
+    logw : Tensor [C, P] log-weights
+    u : Tensor [C, P] uniforms in [0, 1)
+    active : BoolTensor [C]
 
     Returns
     -------

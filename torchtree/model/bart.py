@@ -119,7 +119,8 @@ class BartPrior:
 
         Parameters
         ----------
-        X : Tensor [N, D]; y : Tensor [N] (float targets, or 0/1 labels)
+        X : Tensor [N, D]
+        y : Tensor [N] (float targets, or 0/1 labels)
         """
         m = int(n_trees)
         if task == "classification":
@@ -253,7 +254,8 @@ def forest_sum(feature: torch.Tensor, cut: torch.Tensor, value: torch.Tensor, Xb
 
     Parameters
     ----------
-    feature, cut : Int16/LongTensor [S, T, K]; value : Tensor [S, T, K] (heap trees, module notes)
+    feature, cut : Int16/LongTensor [S, T, K] (heap trees, module notes)
+    value : Tensor [S, T, K], their leaf values
     Xb : Int16Tensor [D, M] bins of the points (:meth:`CutGrid.bins`)
     max_elements : int, (split node, point) pairs per temporary (at least twice a tree's split nodes)
     use_native : bool or None, the compiled kernel (True), the plain-torch route (False), or the kernel
@@ -376,7 +378,8 @@ def mnp_offsets(codes: torch.Tensor, n_classes: int) -> torch.Tensor:
 
     Parameters
     ----------
-    codes : LongTensor [N] class codes ``0 .. K-1``; n_classes : int K
+    codes : LongTensor [N] class codes ``0 .. K-1``
+    n_classes : int K
     """
     n = torch.bincount(codes.long().cpu(), minlength=n_classes).double()
     p = (n[1:] / (n[1:] + n[0]).clamp(min=1.0)).clamp(1e-6, 1 - 1e-6)

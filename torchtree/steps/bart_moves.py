@@ -41,7 +41,8 @@ def log_marginal(n: torch.Tensor, s: torch.Tensor, sigma2: torch.Tensor, tau2: f
 
     Parameters
     ----------
-    n, s : Tensor [...] count and sum of the residuals; sigma2 : Tensor broadcastable
+    n, s : Tensor [...] count and sum of the residuals
+    sigma2 : Tensor broadcastable
     """
     v = sigma2 + n * tau2
     return -0.5 * torch.log(v / sigma2) + 0.5 * tau2 * s * s / (sigma2 * v)
@@ -75,7 +76,8 @@ def leaf_ranges(feature: torch.Tensor, cut: torch.Tensor, node: torch.Tensor, de
     Parameters
     ----------
     feature, cut : LongTensor [C, K] one heap tree per chain
-    node, depth : LongTensor [C]; n_cuts : LongTensor [D]
+    node, depth : LongTensor [C]
+    n_cuts : LongTensor [D]
 
     Returns
     -------
@@ -150,10 +152,12 @@ def tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, valu
     Parameters
     ----------
     prior : BartPrior
-    feature, cut : LongTensor [C, K]; value : Tensor [C, K]   the tree in each chain (heap)
+    feature, cut : LongTensor [C, K]   the tree in each chain (heap)
+    value : Tensor [C, K]   its leaf values
     leaf_of : LongTensor [C, N]   each point's leaf in this tree
     resid : Tensor [C, N]   response minus the whole sum of trees
-    Xb : Int16Tensor [D, N] bins; n_cuts : LongTensor [D]
+    Xb : Int16Tensor [D, N] bins
+    n_cuts : LongTensor [D]
     sigma2 : Tensor [C] float64 noise variance
     u : Tensor [C, 5] uniforms (move type, node, feature, cut, acceptance)
     z_leaf : Tensor [C, K] standard normals for the leaf values
@@ -410,7 +414,8 @@ def draw_sigma(prior: BartPrior, resid: torch.Tensor, u: torch.Tensor) -> torch.
 
     Parameters
     ----------
-    resid : Tensor [C, N]; u : Tensor [C, J, 2] uniforms (:func:`gamma_from_uniforms`)
+    resid : Tensor [C, N]
+    u : Tensor [C, J, 2] uniforms (:func:`gamma_from_uniforms`)
 
     Returns
     -------
@@ -429,7 +434,9 @@ def draw_latent(fit: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Te
 
     Parameters
     ----------
-    fit : Tensor [C, N] the sum of trees plus offset; y : BoolTensor [N]; u : Tensor [C, N] uniforms
+    fit : Tensor [C, N] the sum of trees plus offset
+    y : BoolTensor [N]
+    u : Tensor [C, N] uniforms
     """
     f = fit.double()
     # y = 1: e = -Phi^{-1}(u Phi(f)) > -f;  y = 0: e = Phi^{-1}(u Phi(-f)) < -f
@@ -461,7 +468,8 @@ def draw_utilities(fit: torch.Tensor, latent: torch.Tensor, y: torch.Tensor, u: 
     Parameters
     ----------
     fit : Tensor [C, K-1, N], the utilities' means (offsets plus sums of trees)
-    latent : Tensor [C, K-1, N], the current utilities; y : LongTensor [N] class codes
+    latent : Tensor [C, K-1, N], the current utilities
+    y : LongTensor [N] class codes
     u : Tensor [C, K-1, N] uniforms
 
     Returns

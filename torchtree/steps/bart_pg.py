@@ -125,13 +125,17 @@ def pg_tree_update(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, v
     Parameters
     ----------
     prior : BartPrior
-    feature, cut : LongTensor [C, K]; value : Tensor [C, K]   the current tree per chain (heap)
+    feature, cut : LongTensor [C, K]   the current tree per chain (heap)
+    value : Tensor [C, K]   its leaf values
     leaf_of : LongTensor [C, N]   each point's leaf in it
     resid : Tensor [C, N]   response minus the whole sum of trees
-    Xb : Int16Tensor [D, N] bins; n_cuts : LongTensor [D]
-    sigma2 : Tensor [C] float64; z_leaf : Tensor [C, K] standard normals for the leaf values
+    Xb : Int16Tensor [D, N] bins
+    n_cuts : LongTensor [D]
+    sigma2 : Tensor [C] float64
+    z_leaf : Tensor [C, K] standard normals for the leaf values
     n_particles : int, P >= 2 (the current tree included)
-    seed, stream : the keyed random stream of this sweep; keys : LongTensor [C] global
+    seed, stream : the keyed random stream of this sweep
+    keys : LongTensor [C] global
         (tree, chain) keys, so each chain's numbers do not depend on the others
     use_likelihood : bool, False samples the prior
     level_fn : callable ``d -> `` a compiled :func:`pg_level` for level ``d``, or None (eager)

@@ -95,10 +95,13 @@ def _cut_probabilities(Xd, bins, per_point, w, tau, node_mask, i: int, depth: in
 
     Parameters
     ----------
-    Xd : Tensor [N, D] scaled inputs; bins : LongTensor [N, D] their grid cells
+    Xd : Tensor [N, D] scaled inputs
+    bins : LongTensor [N, D] their grid cells
     per_point : Tensor [N, S] sufficient statistics of each point
     w : Tensor [R, I, D], tau : Tensor [R, I], node_mask : BoolTensor [R, I]
-    i : int, the node; depth : padded depth; G : number of grid cells
+    i : int, the node
+    depth : padded depth
+    G : number of grid cells
 
     Returns
     -------

@@ -487,9 +487,12 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
 
     Parameters
     ----------
-    feature, cut : Int16Tensor [T, C, K]; value : Tensor [T, C, K]; leaf_of : Int16Tensor [T, C, N]
+    feature, cut : Int16Tensor [T, C, K]
+    value : Tensor [T, C, K]
+    leaf_of : Int16Tensor [T, C, N]
         the chains' trees, updated in place
-    resid : Tensor [C, N] the response minus the sum of trees; sigma2 : Tensor [C] float64
+    resid : Tensor [C, N] the response minus the sum of trees
+    sigma2 : Tensor [C] float64
     seed, base : the keyed random streams of this sweep (``base + Stream.MOVES`` moves, ``base + Stream.LEAVES`` leaves)
     tree_chain : LongTensor [T, C] global (tree, chain) keys
     update : the tree update (:func:`~torchtree.steps.bart_moves.tree_update` or its compiled form)
@@ -500,7 +503,8 @@ def backfit_sweep(prior: BartPrior, feature, cut, value, leaf_of, resid, Xb, n_c
 
     Returns
     -------
-    resid : Tensor [C, N]; moves : LongTensor [2, 3] proposed / accepted grow, prune, change.
+    resid : Tensor [C, N]
+    moves : LongTensor [2, 3] proposed / accepted grow, prune, change.
     """
     T, C, K = feature.shape
     dev = resid.device

@@ -124,9 +124,12 @@ class BARTSetup:
 
     Attributes
     ----------
-    prior : BartPrior, calibrated on the data; grid : CutGrid, the cut grid
-    Xb : int Tensor [N, D], each point's bin per feature; n_cuts : LongTensor [D], cuts per feature
-    dt : torch.dtype of the leaf values and residuals; target : Tensor [N], the standardised
+    prior : BartPrior, calibrated on the data
+    grid : CutGrid, the cut grid
+    Xb : int Tensor [N, D], each point's bin per feature
+    n_cuts : LongTensor [D], cuts per feature
+    dt : torch.dtype of the leaf values and residuals
+    target : Tensor [N], the standardised
         response (regression) or the labels (classification)
     chains : LongTensor [n_local], this rank's global chain indices
     n_utilities : int, forests per chain: 1 (regression, two classes), or ``K - 1`` for ``K >= 3``
@@ -135,7 +138,8 @@ class BARTSetup:
         (``chain * n_utilities + utility``; the chains themselves when ``n_utilities == 1``): the
         chain axis of the trees, residuals and latents, and the keys of their random draws
     offsets : Tensor [n_utilities] float64, the utilities' offsets (multinomial probit), or None
-    update_fn : the tree update (``tree_update``, or its compiled form); pg_level_fn : the Particle
+    update_fn : the tree update (``tree_update``, or its compiled form)
+    pg_level_fn : the Particle
         Gibbs level update's compiled form, or None (eager)
     groups : LongTensor [D] or None, the input column of each feature of a coded table
     n_warmup : int, burn-in sweeps per chain (``BARTConfig.n_warmup`` as resolved for the run)

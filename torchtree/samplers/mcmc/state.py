@@ -97,10 +97,13 @@ class HostRecord:
     ----------
     chain : HostChain (its arrays are the state; ``chain.state_dict()``)
     proposed, accepted : int64 ndarray [4], moves per type
-    snaps : list of snapshot tuples, the distinct consecutive kept trees; counts : list of
+    snaps : list of snapshot tuples, the distinct consecutive kept trees
+    counts : list of
         int, how many kept iterations each stands for
-    trace_leaves : list of int; trace_lp : list of float (one per recorded draw)
-    version : int, accepted moves so far; snap_version : int, ``version`` of the last snapshot
+    trace_leaves : list of int
+    trace_lp : list of float (one per recorded draw)
+    version : int, accepted moves so far
+    snap_version : int, ``version`` of the last snapshot
     """
 
     chain: HostChain
@@ -143,7 +146,8 @@ class HostMCMCState(SamplerState):
 
     Attributes
     ----------
-    step : int, the next iteration; done : bool
+    step : int, the next iteration
+    done : bool
     chains : list of HostRecord, this rank's chains in order
     """
 

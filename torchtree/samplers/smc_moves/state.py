@@ -34,11 +34,13 @@ class SMCSamplerState(SamplerState):
 
     Attributes
     ----------
-    step : int, the next iteration; done : bool, all ``n_iterations`` ran
+    step : int, the next iteration
+    done : bool, all ``n_iterations`` ran
     particles : TreeState [n] (this rank's ``n = n_particles / world_size`` trees with their caches)
     logw : float64 Tensor [n], log-weights
     ll : float64 Tensor [n] or None, each tree's log-likelihood (tempering only)
-    log_z : float, log evidence so far; phi : float, the likelihood power (1 without tempering)
+    log_z : float, log evidence so far
+    phi : float, the likelihood power (1 without tempering)
     n_resample : int, resampling steps so far (with ``mh_step=True``, the resampling of the initial importance
         sample included, which no step reports as ``smc/resampled``)
     moved, ess, phis : lists of floats, per iteration: fraction of particles moved, ESS
