@@ -59,14 +59,12 @@ def dedupe_trees(trees: HardTrees, log_weights: torch.Tensor):
     return trees.take(first), agg.log() + mx, inv
 
 
-# Bytes per (point, node) pair of one level of the forest routing, and per (draw, point) of a
-# predictive interval; measured peaks stay below these (tests/test_predict_memory.py).
+# bytes per (point, node) pair of a routing level, per (draw, point) of an interval: over the peaks measured
 _PAIR_BYTES = 200
-# /2 stores the trees compactly (torchtree.model.tree_storage); /1 files still load.
-POSTERIOR_FORMAT = "torchtree.TreePosterior/2"
+POSTERIOR_FORMAT = "torchtree.TreePosterior/2"  # /2: trees stored compactly (torchtree.model.tree_storage)
 #: the format tags :meth:`TreePosterior.load` reads (files of version 1 load too)
 READ_FORMATS = (POSTERIOR_FORMAT, "torchtree.TreePosterior/1")
-_DRAW_BYTES = 120
+_DRAW_BYTES = 120  # both checked by tests/test_predict_memory.py
 class PosteriorSummary(dict):
     """The dict of :meth:`TreePosterior.summary` with a readable ``repr``.
 
@@ -337,13 +335,12 @@ class TreePosterior(Posterior):
     def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval (regression).
 
-        Monte Carlo over the mixture of leaf Student-t predictives: ``n_draws`` trees
-        are drawn by weight, then for each drawn tree one ``y`` per row from the
-        Student-t of the row's leaf. Both the trees and the t-variates' random numbers
-        (one polar pair per draw, :func:`~torchtree.model.interval.polar_student_t`)
-        are shared by all rows, so a row's interval depends on the row, ``level``,
-        ``n_draws`` and ``seed`` only. Rows go in blocks of at most :data:`INTERVAL_BLOCK`,
-        fewer where the memory budget asks, so peak memory is that of one block.
+        Monte Carlo over the mixture of leaf Student-t predictives: ``n_draws`` trees are drawn by weight, then
+        for each drawn tree one ``y`` per row from the Student-t of the row's leaf. Both the trees and the
+        t-variates' random numbers (one polar pair per draw, :func:`~torchtree.model.interval.polar_student_t`)
+        are shared by all rows, so a row's interval depends on the row, ``level``, ``n_draws`` and ``seed``
+        only. Rows go in blocks of at most :data:`INTERVAL_BLOCK`, fewer where the memory budget asks, so peak
+        memory is that of one block.
 
         Parameters
         ----------
@@ -373,8 +370,7 @@ class TreePosterior(Posterior):
         block = min(M, INTERVAL_BLOCK, rows_per_chunk(per_row, f"predict_interval with n_draws={n_draws}",
                                                       device=Xt.device, also=", or lower n_draws"))
         sub = self.trees.take(uniq)
-        # one output array, filled block by block: small arrays kept between the blocks'
-        # large temporaries would fragment the heap and let its size grow with M
+        # one output array filled block by block (small arrays kept between large temporaries fragment the heap)
         out = np.empty((M, 2))
         for s in range(0, M, block):
             rows = sub.predict(Xt[s : s + block], self.likelihood)  # [distinct, m, 3]
@@ -398,6 +394,11 @@ class TreePosterior(Posterior):
         Returns
         -------
         float
+
+        Raises
+        ------
+        ValueError
+            A label not seen in training, a missing or infinite target, or ``y`` not 1-D of length ``M``.
         """
         Xt = self.inputs(X)
         yt = self._encode_y(y, Xt.shape[0]).to(Xt.device)
@@ -411,14 +412,13 @@ class TreePosterior(Posterior):
 
         Returns
         -------
-        PosteriorSummary (a dict; printing it shows a table) with ``n_particles``,
-        ``n_distinct_trees``, ``ess`` (SMC: Kish's ESS of the particle weights, resampled copies counted
-        apart; MCMC: the chains' autocorrelation ESS), ``ess_distinct`` (Kish's ESS over the distinct
-        trees: how many trees carry the posterior), ``log_evidence``, ``leaves_mean``, ``leaves_max``,
-        ``depth_mean``, ``depth_max``, ``feature_usage`` (weighted mean number of splits
-        per feature, an array), ``feature_names`` (its labels: the training table's
-        column names, else ``x0, x1, ...``), ``map_tree`` (index of the heaviest tree)
-        and the sampler's ``info``.
+        PosteriorSummary (a dict; printing it shows a table) with ``n_particles``, ``n_distinct_trees``, ``ess``
+        (SMC: Kish's ESS of the particle weights, resampled copies counted apart; MCMC: the chains'
+        autocorrelation ESS), ``ess_distinct`` (Kish's ESS over the distinct trees: how many trees carry the
+        posterior), ``log_evidence``, ``leaves_mean``, ``leaves_max``, ``depth_mean``, ``depth_max``,
+        ``feature_usage`` (weighted mean number of splits per feature, an array), ``feature_names`` (its labels:
+        the training table's column names, else ``x0, x1, ...``), ``map_tree`` (index of the heaviest tree) and
+        the sampler's ``info``.
         """
         w = self.weights
         leaves = self.trees.n_leaves().double()

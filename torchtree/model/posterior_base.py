@@ -47,6 +47,7 @@ class Posterior:
     # ------------------------------------------------------------- the protocol
     @property
     def task(self) -> str:
+        """``"classification"`` or ``"regression"``."""
         raise NotImplementedError
 
     def predict_proba(self, X) -> np.ndarray:

@@ -71,6 +71,7 @@ class NUTS(SamplerBase):
 
     @property
     def name(self) -> str:
+        """The class name (``"NUTS"``, ``"HMC"``): the sampler's name in checkpoints and messages."""
         return type(self).__name__
 
     @property

@@ -119,6 +119,8 @@ class TopDownSMC(SamplerBase):
 
     @property
     def backend(self):
+        """The default backend of :meth:`run` (a ``torchtree.distributed.Backend``, a name, or None);
+        setting it checks it (``TypeError`` for an object without the collective operations)."""
         return self.__dict__.get("_backend")
 
     @backend.setter
