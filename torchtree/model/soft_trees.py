@@ -278,8 +278,8 @@ class SoftTrees(nn.Module):
 
         Returns
         -------
-        Tensor [B]; only active coordinates contribute. The topology prior
-        ``log p(m)`` is *not* included (see :meth:`Topology.log_prior`).
+        Tensor [B], or [R] with ``rows`` (one value per row of ``theta``); only active coordinates
+        contribute. The topology prior ``log p(m)`` is *not* included (see :meth:`Topology.log_prior`).
         """
         hp, lay = self.hyper, self.layout
         node_mask, coord_mask, _ = self._rows(rows)
@@ -344,12 +344,12 @@ class SoftTrees(nn.Module):
 
         Parameters
         ----------
-        theta : Tensor [B, P]
+        theta : Tensor [B, P] (or [R, P] with ``rows``)
         rows : LongTensor [R], optional, see :meth:`log_prior`
 
         Returns
         -------
-        Tensor [B] (zeros when ``include_likelihood`` is False)
+        Tensor [B], or [R] with ``rows`` (zeros when ``include_likelihood`` is False)
         """
         if not self.include_likelihood:
             return torch.zeros(theta.shape[0], dtype=theta.dtype, device=theta.device)
@@ -362,7 +362,8 @@ class SoftTrees(nn.Module):
 
     def log_density(self, theta: torch.Tensor, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Unnormalised log posterior of ``theta`` given its topology, [B] (one evaluation on the
-        work clock, :mod:`torchtree.core.work`)."""
+        work clock, :mod:`torchtree.core.work`); with ``rows`` (see :meth:`log_prior`) ``theta`` is
+        [R, P] and the result [R]."""
         self._count(rows, gradient=False)
         return self.log_likelihood(theta, rows) + self.log_prior(theta, rows)
 
@@ -372,7 +373,7 @@ class SoftTrees(nn.Module):
         add_work(evaluation_cost(n, int(self.X.shape[0]), self.layout.n_internal, int(self.X.shape[1]), gradient))
 
     def potential(self, theta: torch.Tensor, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """HMC potential ``U(theta) = -log_density(theta)``, [B]."""
+        """HMC potential ``U(theta) = -log_density(theta)``, [B] ([R] with ``rows``)."""
         return -self.log_density(theta, rows)
 
     def potential_and_grad(self, theta: torch.Tensor, rows: Optional[torch.Tensor] = None):

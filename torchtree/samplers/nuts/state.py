@@ -22,7 +22,9 @@ class MCMCResult(NamedTuple):
     samples : Tensor [S, B, P], kept draws (``S = n_samples``)
     trace : SampleTrace, per-draw diagnostics
     chains : ChainState, final state with adapted step sizes and inverse masses
-    warmup_stats : dict, ``accept_prob [B]`` and ``divergences [B]`` of warm-up
+    warmup_stats : dict, of warm-up: ``accept_prob`` (Tensor [B], mean over the terminal buffer),
+        ``divergences`` (LongTensor [B]), ``iterations`` (int, iterations run) and ``completed``
+        (bool, all ``n_warmup`` ran; False when a time budget cut it)
     seconds : float, wall time
     """
 
@@ -43,7 +45,8 @@ class NUTSState(SamplerState):
     generator : torch.Generator on the run's device
     position : Tensor [C, P], the starting positions (before warm-up)
     chains : ChainState or None, the adapted chains (after warm-up)
-    warmup_stats : dict or None, ``accept_prob [C]`` and ``divergences [C]`` of warm-up
+    warmup_stats : dict or None, of warm-up: ``accept_prob [C]``, ``divergences [C]``, ``iterations``
+        (int) and ``completed`` (bool), as :attr:`MCMCResult.warmup_stats`
     trace : SampleTrace or None, the kept draws ``[S, C, P]`` (after sampling)
     """
 
