@@ -67,7 +67,13 @@ class Monitor:
 
 
 class NullMonitor(Monitor):
-    """A monitor that does nothing (what ``as_monitor(None)`` returns)."""
+    """A monitor that does nothing (what ``as_monitor(None)`` returns).
+
+    Parameters
+    ----------
+    all_ranks : bool
+        As for :class:`Monitor` (no effect: every hook is a no-op).
+    """
 
     def __repr__(self) -> str:
         return "NullMonitor()"
@@ -176,9 +182,11 @@ class TraceMonitor(Monitor):
         self.end_info: dict | None = None
 
     def on_start(self, info: Mapping[str, Any]) -> None:
+        """Keep a copy of the run configuration as :attr:`start_info`."""
         self.start_info = {k: _copy_value(v) for k, v in info.items()}
 
     def on_step(self, step: int, info: Mapping[str, Any]) -> None:
+        """Append each flattened tag's value (detached, on the CPU) to :attr:`trace`, and ``step`` to :attr:`steps`."""
         step = int(step)
         self.steps.append(step)
         for tag, value in flatten_info(info):
@@ -186,6 +194,7 @@ class TraceMonitor(Monitor):
             self.trace_steps.setdefault(tag, []).append(step)
 
     def on_end(self, info: Mapping[str, Any]) -> None:
+        """Keep a copy of the run's results as :attr:`end_info`."""
         self.end_info = {k: _copy_value(v) for k, v in info.items()}
 
     def as_arrays(self) -> dict[str, np.ndarray]:
@@ -241,18 +250,22 @@ class CallbackMonitor(Monitor):
         self.wants_steps = on_step is not None
 
     def on_start(self, info: Mapping[str, Any]) -> None:
+        """Call the ``on_start`` function, if given, with ``info``."""
         if self._fns["on_start"] is not None:
             self._fns["on_start"](info)
 
     def on_step(self, step: int, info: Mapping[str, Any]) -> None:
+        """Call the ``on_step`` function, if given, with ``step`` and ``info``."""
         if self._fns["on_step"] is not None:
             self._fns["on_step"](step, info)
 
     def on_end(self, info: Mapping[str, Any]) -> None:
+        """Call the ``on_end`` function, if given, with ``info``."""
         if self._fns["on_end"] is not None:
             self._fns["on_end"](info)
 
     def on_checkpoint(self, step: int) -> None:
+        """Call the ``on_checkpoint`` function, if given, with ``step``."""
         if self._fns["on_checkpoint"] is not None:
             self._fns["on_checkpoint"](step)
 
@@ -302,24 +315,29 @@ class MonitorList(Monitor):
             self.monitors.append(m)
 
     def on_start(self, info: Mapping[str, Any]) -> None:
+        """Call every member's ``on_start``, in order."""
         for m in self.monitors:
             m.on_start(info)
 
     def on_step(self, step: int, info: Mapping[str, Any]) -> None:
+        """Call every member's ``on_step``, in order."""
         for m in self.monitors:
             m.on_step(step, info)
 
     def on_end(self, info: Mapping[str, Any]) -> None:
+        """Call every member's ``on_end``, in order."""
         for m in self.monitors:
             m.on_end(info)
 
     def on_checkpoint(self, step: int) -> None:
+        """Call ``on_checkpoint`` of every member that has that (optional) hook, in order."""
         for m in self.monitors:
             hook = getattr(m, "on_checkpoint", None)
             if callable(hook):
                 hook(step)
 
     def close(self) -> None:
+        """Close every member that has a ``close``, in order."""
         for m in self.monitors:
             close = getattr(m, "close", None)
             if callable(close):

@@ -133,6 +133,7 @@ class TensorBoardMonitor(Monitor):
                     w.add_histogram(self._tag(tag), arr, global_step=step)
 
     def on_start(self, info: Mapping[str, Any]) -> None:
+        """Write the run configuration as a text table under ``start`` (its 1-D values as histograms, step 0)."""
         items = list(flatten_info(info))
         self.writer.add_text(self._tag("start"), markdown_table(items), global_step=0)
         vectors = [(t, v) for t, v in items if is_vector(v)]
@@ -140,10 +141,12 @@ class TensorBoardMonitor(Monitor):
             self._write(vectors, 0)
 
     def on_step(self, step: int, info: Mapping[str, Any]) -> None:
+        """Write the report at ``step``: scalars (NaN left out), strings as text, 1-D values as histograms."""
         self._last_step = int(step)
         self._write(list(flatten_info(info)), self._last_step)
 
     def on_end(self, info: Mapping[str, Any]) -> None:
+        """Write the results at the last step, as values and as a text table under ``summary``; flush."""
         items = list(flatten_info(info))
         self._write(items, self._last_step)
         self.writer.add_text(self._tag("summary"), markdown_table(items), global_step=self._last_step)
@@ -304,6 +307,7 @@ class ProgressMonitor(Monitor):
         return {t.rsplit("/", 1)[-1]: f"{v:.4g}" for t, v in scalar_values(picked).items()}
 
     def on_start(self, info: Mapping[str, Any]) -> None:
+        """Open the tqdm bar (total: ``total``, else ``info["total"]`` or ``info["n_steps"]``)."""
         from tqdm.auto import tqdm
 
         total = self.total if self.total is not None else info.get("total", info.get("n_steps"))
@@ -322,6 +326,7 @@ class ProgressMonitor(Monitor):
         self._last_postfix = -math.inf
 
     def on_step(self, step: int, info: Mapping[str, Any]) -> None:
+        """Advance the bar to ``step + 1`` (by one without a total) and show the chosen scalars as its postfix."""
         if self.bar is None:
             self.on_start({})
         if self.disable:
@@ -337,6 +342,7 @@ class ProgressMonitor(Monitor):
             self.bar.update(max(0, min(int(step) + 1, self._total) - self.bar.n))
 
     def on_end(self, info: Mapping[str, Any]) -> None:
+        """Show the results' chosen scalars as the postfix, then close the bar."""
         if self.bar is not None and not self.disable:
             post = self._postfix(list(flatten_info(info)))
             if post:
@@ -344,6 +350,7 @@ class ProgressMonitor(Monitor):
         self.close()
 
     def close(self) -> None:
+        """Close the bar (a later ``on_step`` opens a new one); safe to call more than once."""
         if self.bar is not None:
             self.bar.close()
             self.bar = None
