@@ -539,7 +539,7 @@ def test_posterior_storage_follows_the_trees_it_holds(tmp_path):
     back = BARTPosterior.load(str(tmp_path / "b.pt"))
     np.testing.assert_array_equal(back.predict(X[:50]), deep.predict(X[:50]))
     assert back.summary()["leaves_mean"] == deep.summary()["leaves_mean"]
-    assert "n0 -> n1" in deep.to_dot(0, tree=0) and deep.to_dot(0, tree=0).count("->") == 14
+    assert 'n0 -> n1 [label="yes"]' in deep.to_dot(0, tree=0) and deep.to_dot(0, tree=0).count("->") == 14
 
 
 @pytest.mark.slow

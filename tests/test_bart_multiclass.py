@@ -198,3 +198,22 @@ def test_particle_gibbs_fits_three_classes():
     p = clf.predict_proba(X[150:])
     assert p.shape == (50, 3) and np.allclose(p.sum(1), 1.0)
     assert float((clf.predict(X[150:]) == y[150:]).mean()) > 0.85
+
+
+def test_to_dot_and_plot_tree_show_the_same_tree_by_default():
+    """With three or more classes BART's to_dot showed the last forest (the last utility) and plot_tree utility 0
+    of the last draw; both now show the latter, with yes/no edges as a hard tree's DOT (a QA pass)."""
+    import re
+
+    from torchtree.plot.tree import tree_drawing
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(90, 2))
+    y = np.digitize(X[:, 0], [-0.5, 0.5])
+    post = BART(n_trees=5, n_chains=1, n_samples=4, n_warmup=4).run((X, y), seed=0)
+    dot = post.to_dot()
+    assert dot == post.to_dot((post.n_particles - 1) * post.n_utilities)
+    assert f"tree 0 of draw {post.n_particles - 1}: utility of class 1" in dot
+    drawing = tree_drawing(post)
+    assert "utility of class 1" in drawing.title
+    assert all(re.search(r'\[label="(yes|no)"\]', ln) for ln in dot.splitlines() if "->" in ln)

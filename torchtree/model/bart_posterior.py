@@ -494,9 +494,10 @@ class BARTPosterior(Posterior):
         return np.asarray(self.summary()["split_share"])
 
     def to_dot(self, i: Optional[int] = None, feature_names=None, tree: int = 0) -> str:
-        """Graphviz DOT text of tree ``tree`` of forest ``i`` (default: the last; with ``K >= 3`` classes
-        forest ``s U + u`` is utility ``u + 1`` of draw ``s``)."""
-        s = self.n_forests - 1 if i is None else int(i)
+        """Graphviz DOT text of tree ``tree`` of forest ``i`` (default: the last draw's first forest, as
+        :func:`torchtree.plot.plot_tree` draws; with ``K >= 3`` classes forest ``s U + u`` is utility
+        ``u + 1`` of draw ``s``); edges ``yes`` (the rule holds) and ``no``, as a hard tree's."""
+        s = (self.n_particles - 1) * self.n_utilities if i is None else int(i)
         names = feature_names or self.feature_names
         f, c, v = self._tree(s, tree)
         lines = ["digraph tree {"]
@@ -508,8 +509,8 @@ class BARTPosterior(Posterior):
             if fj >= 0:
                 rule = rule_text(self.encoder, names, int(fj), float(self.grid.cuts[fj, c[j]]))
                 lines.append(f'  n{j} [label="{dot_text(rule)}"];')
-                lines.append(f"  n{j} -> n{2 * j + 1};")
-                lines.append(f"  n{j} -> n{2 * j + 2};")
+                lines.append(f'  n{j} -> n{2 * j + 1} [label="yes"];')
+                lines.append(f'  n{j} -> n{2 * j + 2} [label="no"];')
             elif fj == LEAF:
                 lines.append(f'  n{j} [label="{self.prior.scale * v[j]:.4g}", shape=box];')
         lines.append("}")

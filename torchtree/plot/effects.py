@@ -254,6 +254,11 @@ def partial_dependence(posterior: Any, X: Any, feature: Any, *, grid: Optional[S
     rows, Xs = _averaged_rows(X, max_rows, seed)
     if grid is None:
         values, categorical = _grid_of(_column(Xs, j), int(grid_size))
+        enc = getattr(post, "encoder", None)
+        column = enc.columns[j] if enc is not None and categorical else None
+        if column is not None and column.source == "ordered":  # an ordered category keeps its declared order
+            at = {str(v): k for k, v in enumerate(column.levels)}
+            values = np.asarray(sorted(values, key=lambda v: at.get(str(v), len(at))), dtype=object)
     else:
         values = np.asarray(list(grid), dtype=object)
         try:

@@ -113,6 +113,12 @@ def _soft(post, draw: Optional[int], names: Sequence[str]) -> TreeDrawing:
         if m:
             d.labels[int(m.group(1))] = m.group(2).replace("\\n", "\n")
     d.children = {a: (b[0], b[1]) for a, b in kids.items() if len(b) == 2}
+    # the leaves' posterior-mean values (SoftTreePosterior.gates): a mean of y, or class probabilities
+    for leaf, value in post.gates(i)["leaves"].items():
+        if leaf in d.labels:
+            v = value.reshape(-1).tolist()
+            d.labels[leaf] += (f"\nmean {v[0]:.4g}" if post.task == "regression"
+                               else "\np=[" + ", ".join(f"{p:.2f}" for p in v) + "]")
     return d
 
 
