@@ -217,3 +217,5 @@ def test_to_dot_and_plot_tree_show_the_same_tree_by_default():
     drawing = tree_drawing(post)
     assert "utility of class 1" in drawing.title
     assert all(re.search(r'\[label="(yes|no)"\]', ln) for ln in dot.splitlines() if "->" in ln)
+    with pytest.raises(ValueError, match="tree must be"):  # was: a bare IndexError
+        post.to_dot(tree=99)

@@ -26,6 +26,7 @@ from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum, h
 from torchtree.model.data import as_feature_matrix
 from torchtree.model.inputs import in_training_order
 from torchtree.core.budget import rows_per_chunk
+from torchtree.core.validate import check_int
 from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed
 from torchtree.model.posterior import PosteriorSummary, to_plain
 from torchtree.model.posterior_base import Posterior, dot_text
@@ -497,7 +498,8 @@ class BARTPosterior(Posterior):
         """Graphviz DOT text of tree ``tree`` of forest ``i`` (default: the last draw's first forest, as
         :func:`torchtree.plot.plot_tree` draws; with ``K >= 3`` classes forest ``s U + u`` is utility
         ``u + 1`` of draw ``s``); edges ``yes`` (the rule holds) and ``no``, as a hard tree's."""
-        s = (self.n_particles - 1) * self.n_utilities if i is None else int(i)
+        s = (self.n_particles - 1) * self.n_utilities if i is None else check_int("i", i, 0, self.n_forests - 1)
+        tree = check_int("tree", tree, 0, self.n_trees - 1)
         names = feature_names or self.feature_names
         f, c, v = self._tree(s, tree)
         lines = ["digraph tree {"]
