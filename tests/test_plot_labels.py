@@ -359,3 +359,29 @@ def test_partial_dependence_on_an_ordered_category_keeps_its_declared_order():
     plain = df.assign(k=df["k"].astype(str).astype("category"))  # unordered: the levels sorted as before
     est2 = BayesianTreeRegressor(n_particles=30, n_islands=1, random_state=0).fit(plain, y)
     assert list(tp.partial_dependence(est2, plain, "k")["grid"]) == ["high", "low", "medium"]
+
+
+def test_partial_dependence_names_an_empty_grid_and_zero_rows(table):
+    """grid=[] and grid_size=0 said "X has zero rows: 0 sample(s)", max_rows=0 "the feature has no observed
+    values": none named the argument at fault."""
+    X, _, clf = table
+    with pytest.raises(ValueError, match="grid is empty"):
+        tp.partial_dependence(clf, X, 0, grid=[])
+    with pytest.raises(ValueError, match="grid_size must be >= 1, got 0"):
+        tp.partial_dependence(clf, X, 0, grid_size=0)
+    with pytest.raises(ValueError, match="max_rows must be >= 1, got 0"):
+        tp.partial_dependence(clf, X, 0, max_rows=0)
+
+
+def test_a_long_tree_title_is_wrapped_to_the_figure():
+    """BART's tree title (the offset, the number of trees, the class utility) ran past a small tree's figure and was
+    cut off in write_plots' tree.png."""
+    import torchtree
+    from torchtree import BART
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    post = BART(n_trees=200, n_chains=1, n_samples=2, n_warmup=2, alpha_split=1e-6).run(torchtree.Data(X, X[:, 0], task="regression"), seed=0)
+    ax = tp.plot_tree(post)
+    fig_chars = ax.figure.get_size_inches()[0] * 72 / (0.6 * 9.0)
+    assert "\n" in ax.get_title() and max(len(ln) for ln in ax.get_title().split("\n")) <= max(30, fig_chars)

@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from torchtree.core.validate import check_int
 from torchtree.model.diagnostics import ess_columns
 from torchtree.model.encoding import is_missing_cell
 from torchtree.plot.common import (as_numpy, band_quantiles, class_index, input_names, kind_of, new_axes, posterior_of,
@@ -150,6 +151,8 @@ def _averaged_rows(X: Any, max_rows: Optional[int], seed: int):
     M = len(X) if hasattr(X, "iloc") else as_numpy(X).shape[0]
     if M == 0:
         raise ValueError("X has no rows to average over")
+    if max_rows is not None:
+        max_rows = check_int("max_rows", max_rows, 1)
     rows = np.arange(M)
     if max_rows is not None and M > int(max_rows):
         rows = np.sort(np.random.default_rng(seed).choice(M, int(max_rows), replace=False))
@@ -253,7 +256,7 @@ def partial_dependence(posterior: Any, X: Any, feature: Any, *, grid: Optional[S
     name = input_names(post, X, feature_names)[j]
     rows, Xs = _averaged_rows(X, max_rows, seed)
     if grid is None:
-        values, categorical = _grid_of(_column(Xs, j), int(grid_size))
+        values, categorical = _grid_of(_column(Xs, j), check_int("grid_size", grid_size, 1))
         enc = getattr(post, "encoder", None)
         column = enc.columns[j] if enc is not None and categorical else None
         if column is not None and column.source == "ordered":  # an ordered category keeps its declared order
@@ -261,6 +264,8 @@ def partial_dependence(posterior: Any, X: Any, feature: Any, *, grid: Optional[S
             values = np.asarray(sorted(values, key=lambda v: at.get(str(v), len(at))), dtype=object)
     else:
         values = np.asarray(list(grid), dtype=object)
+        if values.size == 0:
+            raise ValueError("grid is empty; give the feature values to evaluate at, or leave it None")
         try:
             values, categorical = values.astype(np.float64), False
         except (TypeError, ValueError):

@@ -3,6 +3,7 @@ values or class probabilities in the leaves."""
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -255,5 +256,8 @@ def plot_tree(posterior: Any, draw: Optional[int] = None, *, tree: int = 0, util
     ax.set_xlim(-0.7, n_leaves - 0.3)
     ax.set_ylim(-depth - 0.6, 0.6)
     ax.set_axis_off()
-    ax.set_title(d.title, fontsize=max(fs, 8.0))
+    # a title wider than the axes (BART's on a small tree) is wrapped, not cut at the figure's edge
+    width = ax.figure.get_size_inches()[0] * ax.get_position().width * 72 / (0.6 * max(fs, 8.0))
+    ax.set_title("\n".join(textwrap.fill(line, max(30, int(width))) for line in d.title.split("\n")),
+                 fontsize=max(fs, 8.0))
     return ax
