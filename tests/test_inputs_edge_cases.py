@@ -96,3 +96,18 @@ def test_a_level_the_draws_cannot_resolve_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         reg.predict_interval(X[:2], level=0.99)  # 20 draws per tail: no warning
+
+
+def test_a_sampler_setting_it_does_not_have_is_named_with_the_closest_one():
+    """TopDownSMC(n_particle=1) said `TopDownConfig.__init__() got an unexpected keyword argument 'n_particle'`."""
+    import torchtree
+    from torchtree.soft import NUTS
+
+    with pytest.raises(TypeError, match=r"TopDownSMC has no setting 'n_particle'; did you mean 'n_particles'\?"):
+        torchtree.TopDownSMC(n_particle=1)
+    for cls, bad in [(torchtree.MCMC, "n_chain"), (torchtree.SMCSampler, "n_iteration"), (torchtree.BART, "n_tree"),
+                     (NUTS, "target_acept")]:
+        with pytest.raises(TypeError, match=rf"has no setting '{bad}'; did you mean"):
+            cls(**{bad: 1})
+    with pytest.raises(TypeError, match=r"has no setting 'bogus' \(its settings: .*n_particles"):
+        torchtree.TopDownSMC(bogus=1)

@@ -17,6 +17,7 @@ through a toy method.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -100,6 +101,18 @@ class SamplerConfig:
     n_threads: Union[str, int] = option("auto", help="torch intra-op threads: 'auto' (1 for small work; cores / "
                                         "local ranks for large) or an integer >= 1", result=False, cli=False,
                                         check=lambda name, v: check_threads(v, name), kw_only=True)
+
+    @classmethod
+    def of(cls, owner: str, **settings: Any) -> "SamplerConfig":
+        """``cls(**settings)``, a setting it does not have refused with a ``TypeError`` that names
+        ``owner`` (the sampler), the closest setting it has and all of them."""
+        names = sorted(f.name for f in fields(cls))
+        unknown = [k for k in settings if k not in names]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], names, 1)
+            raise TypeError(f"{owner} has no setting {unknown[0]!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                            + f" (its settings: {', '.join(names)})")
+        return cls(**settings)
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))

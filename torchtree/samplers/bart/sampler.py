@@ -109,7 +109,7 @@ class BART(SamplerBase):
     config_class = BARTConfig
 
     def __init__(self, *, backend=None, **settings: Any) -> None:
-        self.config = BARTConfig(**settings)
+        self.config = BARTConfig.of(self.name, **settings)
         self.backend = backend
 
     def run(self, data, *, seed=None, monitor=None, backend=None) -> BARTPosterior:

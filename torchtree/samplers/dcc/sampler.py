@@ -143,7 +143,7 @@ class DCC(SamplerBase):
     config_class = DCCConfig
 
     def __init__(self, **settings: Any) -> None:
-        self.config = DCCConfig(**settings)
+        self.config = DCCConfig.of(self.name, **settings)
         _ = self.hyper  # the overrides are checked now, not at the first run
 
     @property

@@ -108,7 +108,7 @@ class MCMC(SamplerBase):
 
     def __init__(self, prior=None, likelihood=None, *, alpha_split: float = ALPHA_SPLIT,
                  beta_split: float = BETA_SPLIT, poisson_lambda: float = POISSON_LAMBDA, backend=None, **settings: Any) -> None:
-        self.config = MCMCConfig(**settings)
+        self.config = MCMCConfig.of(self.name, **settings)
         driver.check_backend(backend)
         self.backend = backend
         self.prior = make_prior(prior, alpha_split, beta_split, poisson_lambda)

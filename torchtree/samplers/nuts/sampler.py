@@ -66,7 +66,7 @@ class NUTS(SamplerBase):
 
     def __init__(self, n_chains: int = 4, n_samples: int = 500, n_warmup: int = 500, thin: int = 1,
                  **settings: Any) -> None:
-        self.config = NUTSConfig(n_chains=n_chains, n_samples=n_samples, n_warmup=n_warmup, thin=thin, **settings)
+        self.config = NUTSConfig.of(self.name, n_chains=n_chains, n_samples=n_samples, n_warmup=n_warmup, thin=thin, **settings)
         _ = self.hyper  # the overrides are checked now, not at the first run
 
     @property

@@ -101,7 +101,7 @@ class SMCSampler(SamplerBase):
 
     def __init__(self, prior=None, likelihood=None, *, alpha_split: float = ALPHA_SPLIT,
                  beta_split: float = BETA_SPLIT, poisson_lambda: float = POISSON_LAMBDA, backend=None, **settings: Any) -> None:
-        self.config = SMCSamplerConfig(**settings)
+        self.config = SMCSamplerConfig.of(self.name, **settings)
         driver.check_backend(backend)
         if backend is not None and not isinstance(backend, str):  # a name is resolved in run()
             if self.config.n_particles % int(backend.world_size):

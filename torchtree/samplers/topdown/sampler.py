@@ -84,7 +84,7 @@ class TopDownSMC(SamplerBase):
     _variants = None
 
     def __init__(self, prior=None, likelihood=None, *, backend=None, **settings: Any) -> None:
-        self.config = TopDownConfig(**settings)
+        self.config = TopDownConfig.of(self.name, **settings)
         self.backend = backend
         self.prior = make_prior(prior)
         if not hasattr(self.prior, "split_prob"):
