@@ -214,3 +214,57 @@ def test_a_tree_called_inside_the_data_plate_warns():
 
         out = Predictive(model, num_samples=30, parallel=True, return_sites=["f"])(X)["f"]
         assert out.shape == (30, 30)
+
+
+def test_the_docstring_models_group_term_gives_the_sequential_elbo_vectorized():
+    """SoftTreeFunction's docstring example drew its group offsets as one site with an event dim: under
+    vectorized particles ``offset[..., group]`` was [P, 1, N] against the tree's [P, N], broadcast to [P, P, N],
+    and the ELBO was some 300 times too large (a QA pass as a Pyro user). Drawn in a plate, as the docstring now
+    says, 4 vectorized point-mass particles give the ELBO of 4 sequential ones."""
+    X, y = _data()
+    group = torch.arange(X.shape[0]) % 3
+    tree = SoftTreeFunction(2, topology=1)
+
+    def model(X, group, y=None):
+        with pyro.plate("groups", 3):
+            offset = pyro.sample("offset", dist.Normal(torch.tensor(0.0, dtype=torch.float64), 1.0))
+        mean = tree(X) + offset[..., group]
+        with pyro.plate("data", X.shape[0]):
+            pyro.sample("y", dist.Normal(mean, 0.1), obs=y)
+
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    guide = AutoDelta(model)
+    guide(X, group, y)
+    losses = [Trace_ELBO(num_particles=4, vectorize_particles=v, max_plate_nesting=1).loss(model, guide, X, group, y)
+              for v in (False, True)]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6)
+
+
+def test_leaf_probabilities_called_alone_are_sample_sites_pyro_sees():
+    """``leaf_probabilities`` outside the module's call drew its splits afresh on every access, recorded nowhere:
+    condition, replay, NUTS and SVI ignored them."""
+    from pyro import poutine
+
+    X, _ = _data(20)
+    tree = SoftTreeFunction(2, topology=1)
+    tr = poutine.trace(lambda: tree.leaf_probabilities(X)).get_trace()
+    sites = [n for n, s in tr.nodes.items() if s["type"] == "sample"]
+    assert set(sites) == {"thresholds", "split_weights"}
+    replayed = poutine.replay(lambda: tree.leaf_probabilities(X), trace=tr)
+    assert torch.equal(replayed(), tr.nodes["_RETURN"]["value"]) and torch.equal(replayed(), replayed())
+    fixed = {"thresholds": torch.tensor([0.3]), "split_weights": torch.tensor([[1.0, 0.0]])}
+    phi = poutine.condition(lambda: tree.leaf_probabilities(X), data=fixed)()
+    assert torch.allclose(phi, poutine.condition(lambda: tree.leaf_probabilities(X), data=fixed)())
+
+
+def test_bart_function_refuses_targets_and_scales_of_another_shape():
+    """A [2, N/2] target was read row by row and a short y_scale blamed "y ... labels" (a QA pass)."""
+    X, y = _data()
+    b = BARTFunction(X, y_scale=y, n_trees=5, seed=0)
+    with pytest.raises(ValueError, match=r"target must be 1-D \[60\], got shape \(2, 30\)"):
+        b.gibbs_step(y.reshape(2, -1), 0.2)
+    with pytest.raises(ValueError, match=r"target must be 1-D \[60\], got shape \(60, 1\)"):
+        b.gibbs_step(y[:, None], 0.2)
+    with pytest.raises(ValueError, match=r"y_scale must be 1-D with one value per row of X \(60\), got shape \(5,\)"):
+        BARTFunction(X, y_scale=y[:5])

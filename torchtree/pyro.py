@@ -32,6 +32,7 @@ import torch
 import pyro
 import pyro.distributions as dist
 from pyro.nn import PyroModule, PyroSample
+from pyro.nn.module import pyro_method
 
 from torchtree.kernels.soft_routing import dirichlet_multinomial_loglik, soft_class_counts, soft_routing
 from torchtree.core.validate import check_bool, check_int, check_real
@@ -124,8 +125,10 @@ class _SoftTreeBase(PyroModule):
         Xs = (X - self.feature_min.to(X)) * self._inv_span.to(X) + self._offset.to(X)
         return mirror_columns(Xs) if self.signed_splits else Xs
 
+    @pyro_method
     def leaf_probabilities(self, X: torch.Tensor) -> torch.Tensor:
-        """Leaf probabilities of the real leaves, [..., N, n_leaves] (samples the splits)."""
+        """Leaf probabilities of the real leaves, [..., N, n_leaves] (samples the splits as the module's
+        sample sites, as a call of the module does: recorded, conditioned and replayed by Pyro)."""
         X = _as_float(X)
         if X.dim() != 2 or X.shape[1] != self.n_features:
             raise ValueError(f"X must have shape [N, {self.n_features}], got {tuple(X.shape)}")
@@ -196,10 +199,16 @@ class SoftTreeFunction(_SoftTreeBase):
 
         tree = SoftTreeFunction(D, topology=2)
         def model(X, group, y=None):
-            offset = pyro.sample("offset", dist.Normal(0., 1.).expand([G]).to_event(1))
-            mean = tree(X) + offset[..., group]  # [..., N]: batch dimensions of vectorised runs kept
+            with pyro.plate("groups", G):  # [..., G]: a particle dim left of it when vectorised
+                offset = pyro.sample("offset", dist.Normal(0., 1.))
+            mean = tree(X) + offset[..., group]  # [..., N], as the tree's output
             with pyro.plate("data", len(X)):
                 pyro.sample("y", dist.Normal(mean, 0.1), obs=y)
+
+    A group term drawn as one site with an event dim (``.expand([G]).to_event(1)``) has shape
+    ``[P, 1, G]`` under vectorised particles, and ``offset[..., group]`` is then ``[P, 1, N]``,
+    which broadcasts against the tree's ``[P, N]`` to ``[P, P, N]``: draw such terms in a plate,
+    as above.
     """
 
     def __init__(self, n_features: int, topology=2, sharpness: float = 0.05, split_concentration: float = 1.0,

@@ -12,6 +12,11 @@ own: its trees are redrawn by the BART sampler, not by Pyro's inference, in a Gi
 
 ``examples/pyro_bart.py`` runs this for a partially linear model
 ``y = x_lin . beta + f(x) + e``.
+
+As ``f`` is no sample site, Pyro's ``Predictive`` and the kernel's stored samples hold no draws of
+it: a posterior predictive built from them reads the last sweep's ``f`` for every draw. Keep each
+Gibbs step's ``f`` (or its prediction at new inputs, ``module(X_new)``) beside the other draws, as
+the example does.
 """
 from __future__ import annotations
 
@@ -77,6 +82,9 @@ class BARTFunction(PyroModule):
         if Xt.dim() != 2 or Xt.shape[0] == 0:
             raise ValueError(f"X must be 2-D [rows, features] with at least one row, got shape {tuple(Xt.shape)}")
         y = torch.zeros(Xt.shape[0], dtype=torch.float64) if y_scale is None else torch.as_tensor(y_scale).double()
+        if y_scale is not None and tuple(y.shape) != (Xt.shape[0],):
+            raise ValueError(f"y_scale must be 1-D with one value per row of X ({Xt.shape[0]}), got shape "
+                             f"{tuple(y.shape)}")
         data = Data(Xt, y if y_scale is not None else torch.linspace(0, 1, Xt.shape[0], dtype=torch.float64),
                     task="regression")
         self.prior = BartPrior.from_data(data.X, data.y, "regression", n_trees, alpha_split=alpha_split,
@@ -137,7 +145,9 @@ class BARTFunction(PyroModule):
             finite positive number, or ``n_sweeps`` below 0.
         """
         sc = self.prior.scale
-        t = torch.as_tensor(target).detach().to(torch.float64).reshape(-1)
+        t = torch.as_tensor(target).detach().to(torch.float64)
+        if t.dim() != 1:  # a [N, 1] column or a [2, N / 2] block would be read in some order in silence
+            raise ValueError(f"target must be 1-D [{self.f.numel()}], got shape {tuple(t.shape)}")
         if t.numel() != self.f.numel() or not bool(torch.isfinite(t).all()):
             raise ValueError(f"target must hold {self.f.numel()} finite values (one per training input), got "
                              f"{t.numel()}{'' if bool(torch.isfinite(t).all()) else ' with NaN or infinite ones'}")
