@@ -20,7 +20,7 @@ import torch
 from .hashing import GOLDEN, mix as _mix
 from .segments import exclusive_cumsum, ragged_arange
 
-__all__ = ["node_region_keys", "forest_plan", "mixture_with_plan", "mixture_over_leaves"]
+__all__ = ["node_region_keys", "forest_plan", "plan_width", "mixture_with_plan", "mixture_over_leaves"]
 
 _GOLD = GOLDEN
 
@@ -129,6 +129,12 @@ def forest_plan(
         level.update(node_key=key[ip, ic], feature=feature[ip, ic].long(), threshold=threshold[ip, ic],
                      child_key=ckey[korder], child_order=korder)
     return plan
+
+
+def plan_width(plan: List[Dict[str, torch.Tensor]]) -> int:
+    """The most (point, item) pairs one row can make at a level of a :func:`forest_plan`: the level's
+    distinct leaf regions plus its distinct (region, rule) nodes (a row lies in at most all of them)."""
+    return max((sum(int(level[k].numel()) for k in ("leaf_key", "node_key") if k in level) for level in plan), default=0)
 
 
 def mixture_with_plan(

@@ -8,7 +8,7 @@ import torch
 
 from torchtree.model.encoding import TableEncoder, needs_encoding, rule_text
 from torchtree.model.inputs import as_feature_matrix, in_training_order
-from torchtree.kernels.forest import forest_plan, mixture_with_plan, node_region_keys, rule_hash, threshold_bits
+from torchtree.kernels.forest import forest_plan, mixture_with_plan, node_region_keys, plan_width, rule_hash, threshold_bits
 from torchtree.core.budget import memory_budget, release_freed_memory, rows_per_chunk
 from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
@@ -275,9 +275,9 @@ class TreePosterior(Posterior):
             self._used = t.status != 0
             self._plan = forest_plan(t.feature, t.threshold, t.left, t.right, t.depth, self._used, self.weights,
                                      self._table)
-        if chunk_points is None and X.shape[0] * (_PAIR_BYTES * (int(self._used.sum()) + out_dim)
+        if chunk_points is None and X.shape[0] * (_PAIR_BYTES * (plan_width(self._plan) + out_dim)
                                                   + 8 * (X.shape[1] + out_dim)) <= min(memory_budget(), 64 << 20):
-            chunk_points = max(X.shape[0], 1)  # every row even at a pair per stored node fits: no estimate
+            chunk_points = max(X.shape[0], 1)  # every row even at a pair per distinct node of a level fits: no estimate
         if chunk_points is None:
             # about 25 int64 / float64 temporaries per (point, node) pair of a level
             per_row = _PAIR_BYTES * (self._pairs_per_row() + out_dim) + 8 * (X.shape[1] + out_dim)
@@ -370,10 +370,10 @@ class TreePosterior(Posterior):
         block = min(M, INTERVAL_BLOCK, rows_per_chunk(per_row, f"predict_interval with n_draws={n_draws}",
                                                       device=Xt.device, also=", or lower n_draws"))
         sub = self.trees.take(uniq)
-        # one output array filled block by block (small arrays kept between large temporaries fragment the heap)
-        out = np.empty((M, 2))
+        table = self.likelihood.predictive_table(sub.stats)  # once: the blocks differ in their rows only
+        out = np.empty((M, 2))  # filled block by block (small arrays kept between large temporaries fragment the heap)
         for s in range(0, M, block):
-            rows = sub.predict(Xt[s : s + block], self.likelihood)  # [distinct, m, 3]
+            rows = sub.predict(Xt[s : s + block], self.likelihood, table)  # [distinct, m, 3]
             df, loc, scale = (rows[..., j].double()[inv] for j in range(3))  # [n_draws, m] each
             del rows
             y = polar_student_t(u, w, df).mul_(scale).add_(loc)

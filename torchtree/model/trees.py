@@ -316,20 +316,22 @@ class HardTrees:
             ]
         )
 
-    def predict(self, X: torch.Tensor, likelihood) -> torch.Tensor:
+    def predict(self, X: torch.Tensor, likelihood, table: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Per-tree posterior predictive at ``X``.
 
         Parameters
         ----------
         X : Tensor [M, D]
         likelihood : a likelihood with ``predictive_table(stats)`` (e.g. DirichletMultinomial)
+        table : Tensor [P, C, K], optional, ``likelihood.predictive_table(self.stats)`` when already made
+            (a caller predicting several blocks of rows builds it once)
 
         Returns
         -------
         Tensor [P, M, K] (class probabilities) or [P, M, 3] (Student-t df, loc, scale).
         """
         leaves = self.leaf_index(X)
-        table = likelihood.predictive_table(self.stats)  # [P, C, K]
+        table = likelihood.predictive_table(self.stats) if table is None else table  # [P, C, K]
         return torch.gather(table, 1, leaves[:, :, None].expand(-1, -1, table.shape[-1]))
 
     def route_counts(self, X: torch.Tensor) -> torch.Tensor:
