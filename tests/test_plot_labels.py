@@ -273,15 +273,16 @@ def test_a_frame_in_another_column_order_labels_the_plots_in_the_training_order(
     import pandas as pd
 
     from torchtree import BayesianTreeRegressor
-    from torchtree.plot.common import input_names
+    from torchtree.plot.common import input_names, training_names
 
     rng = np.random.default_rng(0)
     df = pd.DataFrame({"ä b": rng.normal(size=120), "colour": rng.normal(size=120), "β": rng.normal(size=120)})
     y = 3 * df["β"].to_numpy() + 0.1 * rng.normal(size=120)
     est = BayesianTreeRegressor(n_particles=40, n_islands=1, random_state=0).fit(df, y)
     shuffled = df[["β", "ä b", "colour"]]
-    assert input_names(est.posterior_, shuffled) == ["ä b", "colour", "β"]
-    ax = tp.plot_importance(est, feature_names=input_names(est.posterior_, shuffled))
+    assert training_names(est.posterior_, shuffled) == ["ä b", "colour", "β"]
+    assert input_names(est.posterior_, shuffled) == ["β", "ä b", "colour"]  # partial dependence indexes X's order
+    ax = tp.plot_importance(est, feature_names=training_names(est.posterior_, shuffled))
     labels = [t.get_text() for t in ax.get_yticklabels()]
     share = tp.feature_importance(est)["value"]
     assert labels[int(np.argmax([share[["ä b", "colour", "β"].index(n)] for n in labels]))] == "β"

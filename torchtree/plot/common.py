@@ -65,30 +65,38 @@ def n_inputs(post: Posterior) -> int:
 
 
 def input_names(post: Posterior, X: Any = None, feature_names: Optional[Sequence[str]] = None) -> List[str]:
-    """Names of the input columns, in the training order: ``feature_names`` when given (ValueError unless
-    one per input), else the names the posterior keeps when ``X`` is a table of those columns in any order
-    (it is read by name), else ``X``'s string column names when it is a table that has them, else the names
-    the posterior keeps (training table, command line), else ``x0, x1, ...``."""
+    """Names of ``X``'s input columns, in ``X``'s order (what partial dependence and ICE index): ``feature_names``
+    when given (ValueError unless one per input), else ``X``'s string column names when it is a table that has
+    them, else the names the posterior keeps (training table, command line), else ``x0, x1, ...``."""
     n = n_inputs(post)
     if feature_names is not None:
         names = [str(v) for v in feature_names]
         if len(names) != n:
             raise ValueError(f"feature_names has {len(names)} names; the posterior takes {n} input columns")
         return names
-    kept = getattr(post, "feature_names", None)
     cols = getattr(X, "columns", None)
     if cols is not None:
         names = list(cols)
         if len(names) == n and all(isinstance(c, str) for c in names):
-            if kept is not None and sorted(str(v) for v in kept) == sorted(names):
-                return [str(v) for v in kept]  # a frame is taken by name: its columns in the training order
             return names
+    kept = getattr(post, "feature_names", None)
     if kept is not None and len(kept) == n:
         return [str(v) for v in kept]
     enc = getattr(post, "encoder", None)
     if enc is not None:
         return [str(v) for v in enc.names]
     return [f"x{d}" for d in range(n)]
+
+
+def training_names(post: Posterior, X: Any = None, feature_names: Optional[Sequence[str]] = None) -> List[str]:
+    """Names of the input columns in the training order (what a tree's splits and the importances index):
+    :func:`input_names`, except that a table holding the posterior's kept names in another order (read by
+    name) gives them in the training order."""
+    names = input_names(post, X, feature_names)
+    kept = getattr(post, "feature_names", None)
+    if feature_names is None and kept is not None and sorted(str(v) for v in kept) == sorted(names):
+        return [str(v) for v in kept]
+    return names
 
 
 def class_index(post: Posterior, target_class: Any, n_classes: int) -> int:

@@ -9,7 +9,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from torchtree.plot.checks import evidence_curves, plot_calibration, plot_evidence, plot_trace, trace_quantities
-from torchtree.plot.common import input_names, kind_of, posterior_of, require_matplotlib
+from torchtree.plot.common import input_names, kind_of, posterior_of, require_matplotlib, training_names
 from torchtree.plot.effects import partial_dependence_importance, plot_ice, plot_importance, plot_pdp
 from torchtree.plot.tree import collapse, plot_tree, tree_drawing
 
@@ -96,9 +96,10 @@ def write_plots(posterior: Any, directory: str, X: Any = None, y: Any = None, *,
         d = collapse(d, shown)
         which += f", down to depth {shown}"
     n_leaves, depth = max(1, len(d.leaves)), _depth(d)
-    save("tree", lambda ax: plot_tree(post, feature_names=names, max_depth=shown, ax=ax), 1,
+    trained = training_names(post, X, feature_names)  # the tree's splits and the importances in the training order
+    save("tree", lambda ax: plot_tree(post, feature_names=trained, max_depth=shown, ax=ax), 1,
          (max(4.0, 1.9 * n_leaves), max(2.8, 1.4 * (depth + 1))), which)
-    save("importance", lambda ax: plot_importance(post, feature_names=names, ax=ax), 1, (5.5, 0.35 * len(names) + 1.8))
+    save("importance", lambda ax: plot_importance(post, feature_names=trained, ax=ax), 1, (5.5, 0.35 * len(names) + 1.8))
     quantities = trace_quantities(post)
     if quantities:
         save("trace", lambda axes: plot_trace(post, ax=axes), len(quantities))
