@@ -190,11 +190,8 @@ def load_table(name: str) -> Table:
 
     Raises
     ------
-    ValueError
-        ``name`` is not a key of :data:`TABLES` ("unknown table ..."), or the file's content is
-        not the recorded one.
-    FileNotFoundError
-        The file is in none of the folders searched (see :func:`table_path`).
+    ValueError, FileNotFoundError
+        As :func:`read_table_text`: an unknown name or altered content; a file in none of the folders.
     """
     stem = _known(name)
     text = read_table_text(stem)
