@@ -25,6 +25,9 @@ namespace {
 
 constexpr int64_t ROW_BLOCK = 2048;
 constexpr int CODE_BITS = 8;
+// Below this many points a tree's code table (and the allocations of its plan) costs more than walking the
+// points through it: every tree is walked (the same leaves, added in the same order, so the same sums).
+constexpr int64_t CODED_MIN_POINTS = 64;
 
 // code[m] |= (x[m] > c) << bit for m < n: one split node's rule on a block of points. On x86-64 with GCC it is
 // built for AVX-512, AVX2 and the baseline, the widest the CPU has chosen when the library loads.
@@ -45,6 +48,14 @@ struct TreePlan {
   std::vector<double> table;          // coded: leaf value per code
   bool coded = false;
 };
+
+// The number of levels a walk through the tree takes: the depth of its deepest split node, plus one (0: a lone leaf)
+inline int64_t walk_levels(const int32_t* f, int64_t K) {
+  int64_t deepest = -1;
+  for (int64_t k = 0; 2 * k + 2 < K; ++k)
+    if (f[k] >= 0) deepest = k;
+  return deepest < 0 ? 0 : torchtree_bart::heap_depth(deepest) + 1;
+}
 
 template <typename scalar_t>
 TreePlan plan_tree(const int32_t* f, const scalar_t* v, int64_t K) {
@@ -70,9 +81,32 @@ TreePlan plan_tree(const int32_t* f, const scalar_t* v, int64_t K) {
   return p;
 }
 
+// A tree walked point by point for ``levels`` levels: out[m] += its leaf value at point m, for m in [m0, m1)
+template <typename scalar_t>
+inline void walk_tree(const int32_t* f, const int32_t* c, const scalar_t* v, int64_t K, int64_t levels,
+                      const int16_t* Xb, int64_t M, int64_t m0, int64_t m1, double* out) {
+  for (int64_t m = m0; m < m1; ++m) {
+    int64_t k = 0;
+    for (int64_t l = 0; l < levels; ++l) {
+      const int32_t fk = f[k];
+      const bool split = fk >= 0 && 2 * k + 2 < K;
+      const int64_t x = Xb[static_cast<int64_t>(std::max(fk, 0)) * M + m];
+      const int64_t next = 2 * k + 1 + (x > c[k] ? 1 : 0);
+      k = split ? next : k;
+    }
+    out[m] += static_cast<double>(v[k]);
+  }
+}
+
 template <typename scalar_t>
 void sum_draw(const int32_t* feat, const int32_t* cut, const scalar_t* value, int64_t T, int64_t K, const int16_t* Xb,
               int64_t M, double* out) {
+  if (M < CODED_MIN_POINTS) {  // few points: walk every tree, no plans
+    std::fill(out, out + M, 0.0);
+    for (int64_t t = 0; t < T; ++t)
+      walk_tree(feat + t * K, cut + t * K, value + t * K, K, walk_levels(feat + t * K, K), Xb, M, 0, M, out);
+    return;
+  }
   std::vector<TreePlan> plans;
   plans.reserve(T);
   for (int64_t t = 0; t < T; ++t) plans.push_back(plan_tree(feat + t * K, value + t * K, K));
@@ -98,18 +132,7 @@ void sum_draw(const int32_t* feat, const int32_t* cut, const scalar_t* value, in
         for (int64_t m = 0; m < n; ++m) o[m] += tab[code[m]];
         continue;
       }
-      const int64_t L = p.levels;
-      for (int64_t m = m0; m < m1; ++m) {
-        int64_t k = 0;
-        for (int64_t l = 0; l < L; ++l) {
-          const int32_t fk = f[k];
-          const bool split = fk >= 0 && 2 * k + 2 < K;
-          const int64_t x = Xb[static_cast<int64_t>(std::max(fk, 0)) * M + m];
-          const int64_t next = 2 * k + 1 + (x > c[k] ? 1 : 0);
-          k = split ? next : k;
-        }
-        out[m] += static_cast<double>(v[k]);
-      }
+      walk_tree(f, c, v, K, p.levels, Xb, M, m0, m1, out);
     }
   }
 }
