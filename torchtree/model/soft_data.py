@@ -132,14 +132,17 @@ class SoftData:
             if X.is_floating_point() and torch.isfinite(X).all():
                 return X
         try:
-            values = np.asarray(X.cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
-        except (TypeError, ValueError):  # text and the like: as_feature_matrix says what is wrong
-            values = None
-        if values is not None and values.ndim == 2 and np.isnan(values).any():
-            r, c = (int(v[0]) for v in np.nonzero(np.isnan(values)))
-            raise ValueError(f"X has {int(np.isnan(values).sum())} missing value(s) (NaN; the first at row {r}, "
-                             f"column {c}), and {_NUMERIC_ONLY}")
-        return torch.as_tensor(as_feature_matrix(X.cpu() if isinstance(X, torch.Tensor) else X, D))
+            return torch.as_tensor(as_feature_matrix(X.cpu() if isinstance(X, torch.Tensor) else X, D))
+        except ValueError as refused:  # for missing values, say what to do instead
+            try:
+                values = np.asarray(X.cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
+            except (TypeError, ValueError):  # text and the like: as_feature_matrix's message stands
+                values = None
+            if values is not None and values.ndim == 2 and np.isnan(values).any():
+                r, c = (int(v[0]) for v in np.nonzero(np.isnan(values)))
+                raise ValueError(f"X has {int(np.isnan(values).sum())} missing value(s) (NaN; the first at row {r}, "
+                                 f"column {c}), and {_NUMERIC_ONLY}") from None
+            raise refused
 
     def scale(self, X: torch.Tensor) -> torch.Tensor:
         """Scale new raw inputs [M, D] with the training ranges, [M, D']."""
