@@ -392,6 +392,52 @@ def test_levels_are_found_as_text_or_number_and_mostly_unseen_levels_warn():
         num.predict_proba(df.assign(code=df.code + 10))
 
 
+
+def test_text_levels_are_found_from_numeric_and_bool_columns():
+    """A text column made categorical by one word ("1", "2", "3", "unknown"), given at prediction as an int64
+    column (as read_csv reads a file without the word), finds its levels: "1" for 1 (which arrives as 1.0); a
+    "true" / "false" column finds its levels from a bool column. The old lookup sent every such cell to the most
+    frequent level (probabilities 0.002 for the class that level "2" predicts at 0.99)."""
+    import warnings
+
+    from torchtree.model.levels import find_level
+
+    rng = np.random.default_rng(0)
+    grade = rng.choice(["1", "2", "3", "unknown"], 200)
+    df = pd.DataFrame({"grade": grade, "noise": rng.normal(size=200)})
+    clf = tt.BayesianTreeClassifier(n_particles=30, random_state=0).fit(df, (grade == "2").astype(int))
+    new = pd.DataFrame({"grade": [1, 2, 3], "noise": 0.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every level found: no unseen-level warning
+        np.testing.assert_array_equal(clf.predict_proba(new), clf.predict_proba(new.astype({"grade": str})))
+    assert clf.predict_proba(new)[1, 1] > 0.9 > 0.1 > clf.predict_proba(new)[0, 1]
+    flag = rng.choice(["true", "false"], 200)
+    clf = tt.BayesianTreeClassifier(n_particles=30, random_state=0).fit(
+        pd.DataFrame({"flag": flag, "other": rng.choice(list("ab"), 200)}), (flag == "true").astype(int))
+    both = pd.DataFrame({"flag": [True, False], "other": ["a", "a"]})
+    np.testing.assert_array_equal(clf.predict_proba(both), clf.predict_proba(both.astype({"flag": str})))
+    assert clf.predict_proba(both)[0, 1] > 0.9 > 0.1 > clf.predict_proba(both)[1, 1]
+    # the lookup itself: a level that is the number wins over a truth value; text is not a number's level
+    assert find_level({"1": 0, "true": 1}, 1.0) == 0 and find_level({"TRUE": 4, "false": 5}, 1.0) == 4
+    assert find_level({"1.5": 2}, 1.5) == 2 and find_level({"x": 0}, 2.0) is None
+
+
+def test_many_subset_columns_become_ordinal_to_fit_the_column_cap():
+    """33 columns of 8 levels would need 33 x 127 = 4191 subset columns (over MAX_ENCODED_COLUMNS = 4096): the
+    columns with the most levels become ordinal, one at a time, until the table fits, with a warning naming
+    them, instead of a refusal whose advice (a setting no estimator takes) could not be followed."""
+    from torchtree.model.encoding import MAX_ENCODED_COLUMNS
+
+    rng = np.random.default_rng(0)
+    levels = list("abcdefgh")
+    df = pd.DataFrame({f"q{j}": rng.choice(levels[:7] if j == 5 else levels, 300) for j in range(33)})
+    with pytest.warns(UserWarning, match=r"subset splits of 1 categorical column\(s\) \(column 0 \('q0'\)\)"):
+        enc = TableEncoder.fit(df, rng.integers(0, 2, 300))
+    kinds = [c.kind for c in enc.columns]
+    assert kinds == ["ordinal"] + ["subsets"] * 32 and enc.n_columns == 1 + 31 * 127 + 63 <= MAX_ENCODED_COLUMNS
+    with pytest.raises(ValueError, match=r"X codes to 4100 split columns \(over 4096"):
+        TableEncoder.fit(np.zeros((3, 4100)))
+
 def test_levels_are_coded_once_per_distinct_cell(monkeypatch):
     """Coding a categorical column looks each distinct cell up once (work grows with the levels, not the
     rows), and gives every cell the code a per-cell lookup gives: text, None, NaN, pandas categories with

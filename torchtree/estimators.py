@@ -145,9 +145,11 @@ class BayesianTreeClassifier(BayesianTreeBase):
         """Accuracy on ``(X, y)``: the share of rows whose predicted label is ``y``'s, as scikit-learn's
         ``accuracy_score(y, predict(X), sample_weight=sample_weight)`` (``sample_weight`` [M] non-negative:
         a weighted share; ``fit`` takes no weights). Rows whose label was not seen at ``fit`` count as errors
-        (the model gives them probability 0), with a warning naming the labels."""
+        (the model gives them probability 0), with a warning naming the labels; a missing label (None, NaN,
+        ``pd.NA``) is refused (``ValueError``), as ``fit`` refuses it."""
         self._check_fitted()
         yn = self._target(X, y)
+        check_no_missing_labels(yn)
         w = self._score_weights(sample_weight, len(yn))
         known = set(self.classes_.tolist())
         unseen = sorted({v for v in yn.tolist() if v not in known}, key=str)

@@ -285,6 +285,7 @@ class TableEncoder:
         names = [str(v) for v in fnames] if fnames is not None else [f"x{j}" for j in range(len(cols))]
         declared = cls._declared(categorical_features, len(cols), fnames)
         out = []
+        raw: dict = {}  # unordered categorical columns: their cells and label, for _fit_column_cap
         for j, ((col, ordered_cats), kind) in enumerate(zip(cols, kinds)):
             where = column_label(j, fnames)
             tokens: list = []
@@ -325,11 +326,34 @@ class TableEncoder:
                 if declared is None and kind == "object":
                     warn_mostly_numbers(col, where)
                 out.append(cls._categorical(col, y, max_subset_levels, where))
-        total = sum(c.n_out for c in out)
-        if total > MAX_ENCODED_COLUMNS:
-            raise ValueError(f"the categorical columns' subset splits need {total} split columns (over "
-                             f"{MAX_ENCODED_COLUMNS}); lower max_subset_levels")
+                raw[j] = (col, where)
+        cls._fit_column_cap(out, raw, y)
         return cls(out, names, fnames)
+
+    @classmethod
+    def _fit_column_cap(cls, out: list, raw: dict, y: Optional[np.ndarray]) -> None:
+        """Keep the coded table within ``MAX_ENCODED_COLUMNS`` columns: the subset-split columns with the most
+        levels become ordinal columns, one at a time, until it fits (with a warning naming them); a table that
+        still does not fit is refused."""
+        total = sum(c.n_out for c in out)
+        widest = sorted((j for j in raw if out[j].kind == "subsets"), key=lambda j: (-out[j].n_out, j))
+        recoded = []
+        for j in widest:
+            if total <= MAX_ENCODED_COLUMNS:
+                break
+            col, where = raw[j]
+            before = out[j].n_out
+            out[j] = cls._categorical(col, y, 0, where)
+            total += out[j].n_out - before
+            recoded.append(where)
+        if recoded:
+            warn(f"the subset splits of {len(recoded)} categorical column(s) ({', '.join(recoded[:3])}"
+                 f"{', ...' if len(recoded) > 3 else ''}) would make the coded table wider than "
+                 f"{MAX_ENCODED_COLUMNS} columns: those columns are ordinal instead (levels ordered by mean "
+                 "response, as columns of many levels are)", UserWarning)
+        if total > MAX_ENCODED_COLUMNS:
+            raise ValueError(f"X codes to {total} split columns (over {MAX_ENCODED_COLUMNS}; a categorical column "
+                             "counts once): the samplers' work per node grows with the columns; select fewer")
 
     @staticmethod
     def _declared(spec, d: int, fnames) -> Optional[np.ndarray]:

@@ -48,19 +48,37 @@ def label_of(v):
 
 
 def find_level(lookup: dict, v) -> Optional[int]:
-    """The code of label ``v``: itself, else its text (``1`` for ``"1"``), its number (``"1"`` for ``1.0``)
-    or its truth value (``"True"`` for ``True``, as a CSV read as text spells it)."""
+    """The code of label ``v``: itself, else its text (``1`` for ``"1"``; an integral float, as a numeric
+    column of a table arrives, also as its integer's text: ``1.0`` for ``"1"``), its number (``"1"`` for
+    ``1.0``) or its truth value (``"True"`` for ``True``, as a CSV read as text spells it; ``True``, ``1`` or
+    ``1.0``, or ``"True"``, for a level spelt ``true`` in any case, where no level is the number itself)."""
     k = lookup.get(v)
     if k is not None:
         return k
     if not isinstance(v, str):
-        return lookup.get(str(v))
+        k = lookup.get(str(v))
+        if k is None and isinstance(v, (float, np.floating)) and math.isfinite(v) and float(v).is_integer():
+            k = lookup.get(str(int(v)))
+        if k is None and isinstance(v, (bool, np.bool_, int, np.integer, float, np.floating)) and v in (0, 1):
+            k = _truth_level(lookup, bool(v))
+        return k
     if is_number(v):
         return lookup.get(float(v))
     t = v.strip().lower()
     if t in ("true", "false"):
         k = lookup.get(t == "true")
-        return k if k is not None and any(isinstance(u, (bool, np.bool_)) for u in lookup) else None
+        if k is not None and any(isinstance(u, (bool, np.bool_)) for u in lookup):
+            return k
+        return _truth_level(lookup, t == "true")
+    return None
+
+
+def _truth_level(lookup: dict, b: bool) -> Optional[int]:
+    """The code of the level spelt ``true`` (``b``) or ``false`` in any case, if there is one."""
+    want = "true" if b else "false"
+    for key, code in lookup.items():
+        if isinstance(key, str) and key.strip().lower() == want:
+            return code
     return None
 
 

@@ -92,13 +92,14 @@ class Posterior:
     def accuracy(self, X, y) -> float:
         """Fraction of test points whose predicted class equals ``y``. Rows whose label was not seen in training
         (not among ``classes_``; without ``classes_``, not a class index the model predicts) count as errors,
-        with a warning naming the labels, as the estimators' ``score``."""
+        with a warning naming the labels, as the estimators' ``score``; a missing label is refused (``ValueError``)."""
         if self.task != "classification":
             raise ValueError("accuracy applies to classification")
         pred = self.predict(X)
         yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y)
         if yn.shape[0] != pred.shape[0]:
             raise ValueError(f"X has {pred.shape[0]} rows but y has {yn.shape[0]}")
+        check_no_missing_labels(yn)
         if self.classes_ is not None:
             known = set(self.classes_.tolist())
         else:
@@ -116,6 +117,7 @@ class Posterior:
             raise ValueError("rmse applies to regression; use accuracy (or log_predictive) for classification")
         pred = self.predict(X)
         yn = np.asarray(y.cpu() if isinstance(y, torch.Tensor) else y, dtype=np.float64)
+        check_no_missing_labels(yn, what="target")
         return float(np.sqrt(np.mean((pred - yn) ** 2)))
 
     def _encode_y(self, y, M: int) -> torch.Tensor:
@@ -126,6 +128,7 @@ class Posterior:
             yf = yn.astype(np.float64)
             check_no_missing_labels(yf, what="target")
             return torch.as_tensor(yf)
+        check_no_missing_labels(yn)
         if self.classes_ is None:
             return torch.as_tensor(yn.astype(np.int64))
         lookup = {c: i for i, c in enumerate(self.classes_.tolist())}
