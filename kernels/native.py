@@ -48,6 +48,7 @@ import os
 import sys
 import threading
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -103,30 +104,57 @@ def _load_built(lib: Path) -> bool:
     return True
 
 
-def _build() -> bool:
-    folder = build_directory()
-    lib = folder / "torchtree_native.so"
-    if not (lib.is_file() and _load_built(lib)):
-        from torch.utils.cpp_extension import load
+@contextmanager
+def _build_lock(folder: Path):
+    """Hold the build of ``folder`` for this process: an ``fcntl`` lock on ``folder/torchtree.lock``, which the
+    system releases when the process ends however it ends. Holding it, no other torchtree process is building
+    there, so torch's own lock file (``folder/lock``, left behind when a build is killed by a signal or a time
+    limit, after which every later build waits on it for ever) is removed. Without ``fcntl`` (Windows) torch's
+    lock alone serialises builds."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(folder / "torchtree.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            (folder / "lock").unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
-        folder.mkdir(parents=True, exist_ok=True)
-        print(f"torchtree: building the compiled CPU kernels once, into {folder} (about a minute)", file=sys.stderr,
-              flush=True)
-        load(name="torchtree_native", sources=[str(p) for p in SOURCES], extra_cflags=FLAGS, extra_ldflags=OPENMP,
-             build_directory=str(folder), is_python_module=False, verbose=False)
+
+def _build_once(folder: Path, lib: Path, what: str, build: Callable[[], None]) -> None:
+    """Load ``lib`` if it is built, else build it (``build()``) under :func:`_build_lock`; a process that waited
+    for another's build loads that build."""
+    if lib.is_file() and _load_built(lib):
+        return
+    with _build_lock(folder):
+        if lib.is_file() and _load_built(lib):
+            return
+        print(f"torchtree: building the {what} once, into {folder} (about a minute)", file=sys.stderr, flush=True)
+        build()
+
+
+def _build() -> bool:
+    from torch.utils.cpp_extension import load
+
+    folder = build_directory()
+    _build_once(folder, folder / "torchtree_native.so", "compiled CPU kernels", lambda: load(
+        name="torchtree_native", sources=[str(p) for p in SOURCES], extra_cflags=FLAGS, extra_ldflags=OPENMP,
+        build_directory=str(folder), is_python_module=False, verbose=False))
     return all(hasattr(torch.ops.torchtree, name) for name in OPERATORS)
 
 
 def _build_cuda() -> bool:
-    folder = cuda_build_directory()
-    lib = folder / "torchtree_cuda.so"
-    if not (lib.is_file() and _load_built(lib)):
-        from torch.utils.cpp_extension import load
+    from torch.utils.cpp_extension import load
 
-        folder.mkdir(parents=True, exist_ok=True)
-        print(f"torchtree: building the CUDA kernels once, into {folder} (about a minute)", file=sys.stderr, flush=True)
-        load(name="torchtree_cuda", sources=[str(p) for p in CUDA_SOURCES], extra_cuda_cflags=CUDA_FLAGS,
-             build_directory=str(folder), is_python_module=False, verbose=False)
+    folder = cuda_build_directory()
+    _build_once(folder, folder / "torchtree_cuda.so", "CUDA kernels", lambda: load(
+        name="torchtree_cuda", sources=[str(p) for p in CUDA_SOURCES], extra_cuda_cflags=CUDA_FLAGS,
+        build_directory=str(folder), is_python_module=False, verbose=False))
     return all(torch._C._dispatch_has_kernel_for_dispatch_key(f"torchtree::{name}", "CUDA") for name in CUDA_OPERATORS)
 
 

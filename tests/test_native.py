@@ -144,6 +144,38 @@ def test_a_library_that_does_not_load_is_rebuilt_not_fatal(tmp_path):
         assert native._load_built(native.build_directory() / "torchtree_native.so") is True
 
 
+def test_a_build_killed_midway_does_not_block_the_next(tmp_path):
+    """torch's build lock file left by a build killed by a signal (a time limit) is removed by the next build,
+    which holds torchtree's own lock (released by the system with its process), instead of waiting on it for ever;
+    a build that finds the library loads it without building; a second process waits for the first's lock."""
+    import subprocess
+    import sys
+    import textwrap
+
+    folder, lib = tmp_path / "build", tmp_path / "build" / "torchtree_native.so"
+    folder.mkdir()
+    (folder / "lock").write_text("")  # what a killed torch build leaves
+    seen = []
+    native._build_once(folder, lib, "test kernels", lambda: seen.append((folder / "lock").exists()))
+    assert seen == [False]  # built once, with the stale lock gone
+    if native.available():  # a library that loads: no build
+        built = native.build_directory() / "torchtree_native.so"
+        native._build_once(built.parent, built, "test kernels", lambda: seen.append("built again"))
+        assert seen == [False]
+    # the lock serialises processes: a child cannot take it while this process holds it
+    child = textwrap.dedent(f"""
+        import fcntl, sys
+        with open({str(folder / "torchtree.lock")!r}, "a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                sys.exit(3)
+    """)
+    with native._build_lock(folder):
+        assert subprocess.run([sys.executable, "-c", child]).returncode == 3
+    assert subprocess.run([sys.executable, "-c", child]).returncode == 0
+
+
 def test_grow_from_root_without_likelihood_draws_the_prior():
     """With the likelihood off, the grow-from-root proposal is the BART tree prior itself: 4000 trees
     regrown once have the leaf-count distribution of exact enumeration (chi-square, alpha = 1e-3);

@@ -7,6 +7,7 @@
 #include "bart_grid_block.h"
 
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 namespace torchtree_bart {
@@ -87,6 +88,13 @@ inline void check_state(const char* name, const at::Tensor& feature, const at::T
   TORCH_CHECK(value.scalar_type() == resid.scalar_type(), name, ": value and resid must share a dtype");
 }
 
+// every input holding data is on the state's device (the kernels read their data pointers there)
+inline void check_devices(const char* name, const at::Tensor& feature, std::initializer_list<at::Tensor> inputs) {
+  for (const at::Tensor& t : inputs)
+    TORCH_CHECK(!t.defined() || t.numel() == 0 || t.device() == feature.device(), name,
+                ": every non-empty input must be on the trees' device (", feature.device(), "), one is on ", t.device());
+}
+
 inline BlockSweepInputs block_inputs(const char* name, const at::Tensor& feature, const at::Tensor& cut,
                                      const at::Tensor& value, const at::Tensor& leaf_of, const at::Tensor& resid,
                                      const at::Tensor& Xb, const at::Tensor& n_cuts, const at::Tensor& sigma2,
@@ -94,6 +102,7 @@ inline BlockSweepInputs block_inputs(const char* name, const at::Tensor& feature
                                      const at::Tensor& ps_lut, const at::Tensor& log1m_ps, int64_t leaves_base,
                                      const at::Tensor& keys, int64_t kz) {
   check_state(name, feature, cut, value, leaf_of, resid);
+  check_devices(name, feature, {cut, value, leaf_of, resid, Xb, n_cuts, sigma2, u, z, groups, ps_lut, log1m_ps, keys});
   const bool keyed = z.numel() == 0;  // keyed draws (keys [T, C], slots < kz) instead of a z tensor
   TORCH_CHECK(keyed ? keys.numel() == feature.size(0) * feature.size(1)
                     : z.dim() == 3 && z.size(0) == feature.size(0) && z.size(1) == feature.size(1),
@@ -145,6 +154,7 @@ inline GfrBlockInputs gfr_block_inputs(const char* name, const at::Tensor& featu
                                        const at::Tensor& ps_lut, int64_t u_base, int64_t leaves_base,
                                        const at::Tensor& keys, int64_t max_bins) {
   check_state(name, feature, cut, value, leaf_of, resid);
+  check_devices(name, feature, {cut, value, leaf_of, resid, Xb, n_cuts, sigma2, u, z, groups, ps_lut, keys});
   const int64_t T = feature.size(0), C = feature.size(1), K = feature.size(2), N = resid.size(1), D = Xb.size(0);
   const bool keyed = u.numel() == 0;  // keyed draws (keys [T, C]) instead of u and z tensors [T, C, K]
   TORCH_CHECK(keyed ? keys.numel() == T * C : u.numel() == T * C * K && z.numel() == T * C * K,

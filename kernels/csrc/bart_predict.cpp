@@ -41,12 +41,23 @@ void set_bits(const int16_t* x, int16_t c, uint16_t* code, int64_t n, int bit) {
   for (int64_t m = 0; m < n; ++m) code[m] |= static_cast<uint16_t>(static_cast<uint16_t>(x[m] > c) << bit);
 }
 
-// One tree in a form ready for a block of points: its split nodes (coded trees) or its depth (walked ones)
-struct TreePlan {
-  int64_t levels = 0;                 // 0: a lone leaf
-  std::vector<int64_t> split_nodes;   // coded: the split nodes, bit i = node split_nodes[i]
-  std::vector<double> table;          // coded: leaf value per code
-  bool coded = false;
+// A draw's trees in a form ready for a block of points, in flat arrays reused from draw to draw (no allocation
+// per tree): tree t's depth (levels[t], 0 for a lone leaf) and, for a coded tree, its split nodes
+// nodes[node_at[t] ...] (bit i = the i-th of them) and its leaf value per code table[table_at[t] ...]
+// (table_at[t] < 0: walked).
+struct DrawPlan {
+  std::vector<int64_t> levels, node_at, table_at, nodes;
+  std::vector<double> table;
+  std::vector<int> bit_of;  // per heap slot: the bit of a split node while its tree's table is built, else -1
+
+  void reset(int64_t T, int64_t K) {
+    levels.resize(T);
+    node_at.resize(T);
+    table_at.resize(T);
+    nodes.clear();
+    table.clear();
+    if (static_cast<int64_t>(bit_of.size()) != K) bit_of.assign(K, -1);
+  }
 };
 
 // The number of levels a walk through the tree takes: the depth of its deepest split node, plus one (0: a lone leaf)
@@ -58,27 +69,36 @@ inline int64_t walk_levels(const int32_t* f, int64_t K) {
 }
 
 template <typename scalar_t>
-TreePlan plan_tree(const int32_t* f, const scalar_t* v, int64_t K) {
-  TreePlan p;
-  int64_t deepest = -1;
-  for (int64_t k = 0; 2 * k + 2 < K; ++k)
-    if (f[k] >= 0) {
-      deepest = k;
-      p.split_nodes.push_back(k);
+void plan_draw(const int32_t* feat, const scalar_t* value, int64_t T, int64_t K, DrawPlan& p) {
+  p.reset(T, K);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t* f = feat + t * K;
+    const scalar_t* v = value + t * K;
+    const int64_t first = static_cast<int64_t>(p.nodes.size());
+    int64_t deepest = -1;
+    for (int64_t k = 0; 2 * k + 2 < K; ++k)
+      if (f[k] >= 0) {
+        deepest = k;
+        p.nodes.push_back(k);
+      }
+    p.levels[t] = deepest < 0 ? 0 : torchtree_bart::heap_depth(deepest) + 1;
+    p.node_at[t] = first;
+    const int64_t ns = static_cast<int64_t>(p.nodes.size()) - first;
+    if (ns > CODE_BITS) {
+      p.table_at[t] = -1;
+      continue;
     }
-  p.levels = deepest < 0 ? 0 : torchtree_bart::heap_depth(deepest) + 1;
-  const int64_t ns = static_cast<int64_t>(p.split_nodes.size());
-  if (ns > CODE_BITS) return p;
-  p.coded = true;
-  std::vector<int> bit_of(K, -1);
-  for (int64_t i = 0; i < ns; ++i) bit_of[p.split_nodes[i]] = static_cast<int>(i);
-  p.table.resize(static_cast<size_t>(1) << ns);
-  for (int64_t code = 0; code < (int64_t(1) << ns); ++code) {
-    int64_t k = 0;
-    while (2 * k + 2 < K && f[k] >= 0) k = 2 * k + 1 + ((code >> bit_of[k]) & 1);
-    p.table[code] = static_cast<double>(v[k]);
+    for (int64_t i = 0; i < ns; ++i) p.bit_of[p.nodes[first + i]] = static_cast<int>(i);
+    const int64_t at = static_cast<int64_t>(p.table.size());
+    p.table_at[t] = at;
+    p.table.resize(at + (int64_t(1) << ns));
+    for (int64_t code = 0; code < (int64_t(1) << ns); ++code) {
+      int64_t k = 0;
+      while (2 * k + 2 < K && f[k] >= 0) k = 2 * k + 1 + ((code >> p.bit_of[k]) & 1);
+      p.table[at + code] = static_cast<double>(v[k]);
+    }
+    for (int64_t i = 0; i < ns; ++i) p.bit_of[p.nodes[first + i]] = -1;
   }
-  return p;
 }
 
 // A tree walked point by point for ``levels`` levels: out[m] += its leaf value at point m, for m in [m0, m1)
@@ -100,39 +120,37 @@ inline void walk_tree(const int32_t* f, const int32_t* c, const scalar_t* v, int
 
 template <typename scalar_t>
 void sum_draw(const int32_t* feat, const int32_t* cut, const scalar_t* value, int64_t T, int64_t K, const int16_t* Xb,
-              int64_t M, double* out) {
+              int64_t M, double* out, DrawPlan& plan, std::vector<uint16_t>& code) {
+  std::fill(out, out + M, 0.0);
   if (M < CODED_MIN_POINTS) {  // few points: walk every tree, no plans
-    std::fill(out, out + M, 0.0);
     for (int64_t t = 0; t < T; ++t)
       walk_tree(feat + t * K, cut + t * K, value + t * K, K, walk_levels(feat + t * K, K), Xb, M, 0, M, out);
     return;
   }
-  std::vector<TreePlan> plans;
-  plans.reserve(T);
-  for (int64_t t = 0; t < T; ++t) plans.push_back(plan_tree(feat + t * K, value + t * K, K));
-  std::vector<uint16_t> code(ROW_BLOCK);
-  std::fill(out, out + M, 0.0);
+  plan_draw(feat, value, T, K, plan);
+  code.resize(ROW_BLOCK);
   for (int64_t m0 = 0; m0 < M; m0 += ROW_BLOCK) {
     const int64_t m1 = std::min(M, m0 + ROW_BLOCK), n = m1 - m0;
     for (int64_t t = 0; t < T; ++t) {
       const int32_t* f = feat + t * K;
       const int32_t* c = cut + t * K;
-      const scalar_t* v = value + t * K;
-      const TreePlan& p = plans[t];
       double* o = out + m0;
-      if (p.coded) {
+      const int64_t at = plan.table_at[t];
+      if (at >= 0) {
+        const int64_t first = plan.node_at[t];
+        const int64_t ns = (t + 1 < T ? plan.node_at[t + 1] : static_cast<int64_t>(plan.nodes.size())) - first;
         std::fill(code.begin(), code.begin() + n, uint16_t(0));
-        for (size_t i = 0; i < p.split_nodes.size(); ++i) {
-          const int64_t k = p.split_nodes[i];
+        for (int64_t i = 0; i < ns; ++i) {
+          const int64_t k = plan.nodes[first + i];
           // bins are int16 and cut indices non-negative: clamping the cut keeps every comparison
           const int16_t ck = static_cast<int16_t>(std::min<int32_t>(c[k], 32767));
           set_bits(Xb + static_cast<int64_t>(f[k]) * M + m0, ck, code.data(), n, static_cast<int>(i));
         }
-        const double* tab = p.table.data();
+        const double* tab = plan.table.data() + at;
         for (int64_t m = 0; m < n; ++m) o[m] += tab[code[m]];
         continue;
       }
-      walk_tree(f, c, v, K, p.levels, Xb, M, m0, m1, out);
+      walk_tree(f, c, value + t * K, K, plan.levels[t], Xb, M, m0, m1, out);
     }
   }
 }
@@ -152,10 +170,12 @@ at::Tensor forest_sum(at::Tensor feature, at::Tensor cut, at::Tensor value, at::
   auto out = at::empty({S, M}, value.options().dtype(at::kDouble));
   AT_DISPATCH_FLOATING_TYPES(v.scalar_type(), "forest_sum", [&] {
     at::parallel_for(0, S, 1, [&](int64_t s0, int64_t s1) {
+      DrawPlan plan;  // one per thread's range of draws, reused draw to draw
+      std::vector<uint16_t> code;
       for (int64_t s = s0; s < s1; ++s)
         sum_draw<scalar_t>(f.data_ptr<int32_t>() + s * T * K, c.data_ptr<int32_t>() + s * T * K,
                            v.data_ptr<scalar_t>() + s * T * K, T, K, x.data_ptr<int16_t>(), M,
-                           out.data_ptr<double>() + s * M);
+                           out.data_ptr<double>() + s * M, plan, code);
     });
   });
   return out;

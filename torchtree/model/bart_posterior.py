@@ -237,16 +237,19 @@ class BARTPosterior(Posterior):
     def _blocks(self, Xb: torch.Tensor, per_row_extra: float = 0.0, what: str = "prediction", also: str = ""):
         """``(rows, f)`` per block of test points: ``f`` ``[S, b]`` float64 on the scaled
         response; the block size keeps ``b (8 S + per_row_extra)`` bytes within the memory
-        budget (:func:`torchtree.core.budget.rows_per_chunk`)."""
+        budget (:func:`torchtree.core.budget.rows_per_chunk`), ``b (16 S + per_row_extra)`` where deep
+        trees are kept apart (their sums, ``S`` trees at a time, are added to their draws)."""
         M = Xb.shape[1]
-        per_row = 8.0 * self.n_forests + per_row_extra
-        rows = min(_ROWS, rows_per_chunk(per_row, what, device=self.device, also=also))
         df, dc, dv, ds, _ = self._deep
+        S = max(1, self.n_forests)
+        per_row = 8.0 * S * (2 if ds.numel() else 1) + per_row_extra
+        rows = min(_ROWS, rows_per_chunk(per_row, what, device=self.device, also=also))
         for m0 in range(0, M, rows):
             sl = slice(m0, min(M, m0 + rows))
             f = forest_sum(*self._main, Xb[:, sl])
-            if ds.numel():  # the deep trees, each a forest of one, added to their draws
-                f.index_add_(0, ds, forest_sum(df[:, None, :], dc[:, None, :], dv[:, None, :], Xb[:, sl]))
+            for d0 in range(0, ds.numel(), S):  # the deep trees, each a forest of one, added to their draws
+                d = slice(d0, d0 + S)
+                f.index_add_(0, ds[d], forest_sum(df[d, None, :], dc[d, None, :], dv[d, None, :], Xb[:, sl]))
             yield sl, f
 
     def latent_draws(self, X) -> torch.Tensor:

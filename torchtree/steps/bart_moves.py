@@ -328,7 +328,7 @@ def sweep_native(prior: BartPrior, feature: torch.Tensor, cut: torch.Tensor, val
         return None
     _, ps_lut, log1m_ps = prior_tables(prior, feature.shape[-1], resid.device)
     pg, pp, _ = MOVE_PROBS
-    empty = torch.empty(0, dtype=torch.long)
+    empty = torch.empty(0, dtype=torch.long, device=resid.device)
     base, keys, kz = keyed_leaves if Z is None else (0, empty, 0)
     return kernel(feature, cut, value, leaf_of, resid, Xb, n_cuts, sigma2, U, empty.double() if Z is None else Z,
                   empty if groups is None else groups, ps_lut, log1m_ps, float(prior.tau ** 2), float(pg), float(pp),
