@@ -531,10 +531,16 @@ def compare(got, want, path="", rtol=0.0, atol=0.0) -> list:
 
 
 # ----------------------------------------------------------------------------- main
+def cpu_capability() -> str:
+    """The instruction set torch's CPU kernels use here (``AVX512``, ``AVX2``, ...): results differ between
+    them in the last bits, so records are kept per capability."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def environment() -> dict:
     return {"torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "torch_threads": torch.get_num_threads(),
-            "torchtree": getattr(torchtree, "__version__", None)}
+            "torchtree": getattr(torchtree, "__version__", None), "cpu_capability": cpu_capability()}
 
 
 def record(names=None, check=False, repeat=1) -> int:
@@ -570,6 +576,18 @@ def record(names=None, check=False, repeat=1) -> int:
             print(f"  [{rep}] {case['name']:<40s} {dt:6.2f} s  {status}", flush=True)
     if check:
         return 1 if bad else 0
+    cap = cpu_capability()
+    by_cap = dict(old.get("by_capability", {})) if old else {}
+    if old is not None and old["recorded_with"].get("cpu_capability", cap) != cap:
+        # another CPU capability than the main records': these outputs are kept apart for it (by_capability)
+        by_cap[cap] = dict(by_cap.get(cap, {}), **{r["name"]: r["outputs"] for r in records})
+        doc = dict(old, by_capability=by_cap)
+        GOLDEN.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {GOLDEN} ({len(records)} cases for {cap} CPUs, apart from the main {old['recorded_with']} ones)")
+        return 0
+    for other in by_cap.values():  # main records that move leave other CPUs' records of them stale: dropped
+        for r in records:
+            other.pop(r["name"], None)
     if names is not None and old is not None:  # re-record some cases only: keep the others
         merged = {c["name"]: c for c in old["cases"]}
         merged.update({r["name"]: r for r in records})
@@ -578,6 +596,8 @@ def record(names=None, check=False, repeat=1) -> int:
            "note": "Re-record with tests/golden/record_golden.py only when the numbers are meant to move; "
                    "say so in the commit message.",
            "cases": records}
+    if any(by_cap.values()):
+        doc["by_capability"] = {k: v for k, v in by_cap.items() if v}
     GOLDEN.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {GOLDEN} ({len(records)} cases)")
     return 0
