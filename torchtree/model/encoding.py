@@ -55,7 +55,8 @@ import numpy as np
 import torch
 
 from torchtree.io.cells import is_missing_token
-from torchtree.model.inputs import InputTypeError, check_integer_precision, column_label, frame_columns, is_missing_cell, to_numpy
+from torchtree.model.inputs import (InputTypeError, check_integer_precision, column_label, frame_columns, is_missing_cell,
+                                    refuse_unordered_dtype, to_numpy)
 from torchtree.model.levels import (MAX_SUBSET_LEVELS, distinct_cells, find_levels, first_text, label_of,
                                     level_order, text_numbers, warn_mostly_numbers)
 from torchtree.core.warn import warn
@@ -87,10 +88,7 @@ def _raw_columns(X: Any, name: str = "X", training: bool = False):
         for j, dt in enumerate(X.dtypes):
             kind = _frame_dtype_kind(dt)
             s = X.iloc[:, j]
-            if getattr(dt, "kind", "O") in "cMm":  # the numeric path's refusal, whatever the other columns hold
-                raise ValueError(f"X must be numeric, got dtype {dt} in {column_label(j, names)}: dates, durations "
-                                 "and complex numbers have no order a split could use; convert them (e.g. dates to "
-                                 "seconds since an origin, with missing dates as NaN)")
+            refuse_unordered_dtype(dt, column_label(j, names), name)  # as the numeric path refuses them
             if kind in ("category", "ordered"):
                 cats = [label_of(c) for c in s.cat.categories]
                 codes = np.asarray(s.cat.codes)
@@ -123,8 +121,6 @@ def _raw_columns(X: Any, name: str = "X", training: bool = False):
     return cols, kinds, None
 
 
-
-
 def _as_numbers(col: np.ndarray, tokens: Optional[list] = None):
     """float64 of an object column, or None when some present cell is not a number. Cells spelling a missing
     value (``MISSING_TOKENS``: ``"n/a"``, ``"?"``, ...) are NaN, and are appended to ``tokens`` when given."""
@@ -144,6 +140,9 @@ def _as_numbers(col: np.ndarray, tokens: Optional[list] = None):
             out[i] = np.nan
             if tokens is not None:
                 tokens.append(v)
+            continue
+        if tokens is not None and isinstance(v, str) and out[i] != out[i]:  # "nan", "NaN": a token float() reads
+            tokens.append(v)
     return out
 
 
@@ -289,7 +288,8 @@ class TableEncoder:
         for j, ((col, ordered_cats), kind) in enumerate(zip(cols, kinds)):
             where = column_label(j, fnames)
             tokens: list = []
-            nums = col if kind == "numeric" else (_as_numbers(col, tokens) if kind == "object" else None)
+            nums = col if kind == "numeric" else (_as_numbers(col, tokens) if kind == "object" or
+                                                  (declared is not None and not declared[j]) else None)
             if nums is not None and kind == "object" and declared is None:
                 code, text = text_numbers(col)
                 if code is not None:
@@ -302,8 +302,10 @@ class TableEncoder:
             is_cat = declared[j] if declared is not None else (kind in ("category", "ordered") or nums is None)
             if not is_cat:
                 if nums is None:
-                    raise ValueError(f"X {where} holds text ({first_text(col)!r}) but categorical_features does "
-                                     "not name it; list it in categorical_features, or use the default 'from_dtype'")
+                    held = (f"holds text ({first_text(col)!r})" if kind == "object" or first_text(col) is not None
+                            else f"is a pandas {kind} column")
+                    raise ValueError(f"X {where} {held} but categorical_features does not name it; list it in "
+                                     "categorical_features, or use the default 'from_dtype'")
                 if tokens:
                     warn(f"X {where}: {len(tokens)} text cell(s) among numbers read as missing values "
                          f"({', '.join(repr(t) for t in sorted(set(tokens))[:3])})", UserWarning)
@@ -396,6 +398,8 @@ class TableEncoder:
         obs = np.unique(x[~miss])
         kind_levels = list(levels) if levels is not None else []
         if len(obs) == 0:
+            if len(x):
+                warn(f"X {where} holds no value in training (every cell is missing): it is never split on", UserWarning)
             return _Column("constant", 1, source=source, levels=kind_levels)
         lo, hi, fill = float(obs[0]), float(obs[-1]), float(np.median(x[~miss]))
         if not miss.any():
@@ -425,6 +429,10 @@ class TableEncoder:
                                      "text label or a missing value (float()'s argument must be a string or a real "
                                      "number)")
         labels = _sorted_levels([v for v, m in zip(uniq, miss) if not m])
+        if labels and all(isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 53 for v in labels):
+            labels = [int(v) for v in labels]  # a numeric column's levels read as written: 3, not 3.0
+        elif not labels and len(cells):
+            warn(f"X {where} holds no value in training (every cell is missing): it is never split on", UserWarning)
         levels = labels + ([None] if any(miss) else [])
         code = {v: i for i, v in enumerate(labels)}
         codes = np.array([len(labels) if m else code[v] for v, m in zip(uniq, miss)], dtype=np.int64)[index]
@@ -559,18 +567,8 @@ class TableEncoder:
         return f"TableEncoder({self.n_inputs} inputs -> {self.n_columns} split columns: {parts})"
 
 
-
-
-
-
 def _level_text(v) -> str:
     return "missing" if v is None else str(v)
-
-
-
-
-
-
 
 
 def cut_text(threshold: float) -> str:

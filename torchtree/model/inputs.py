@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-__all__ = ["InputTypeError", "is_missing_cell", "check_integer_precision", "as_feature_matrix", "encode_class_labels", "check_class_count", "check_no_missing_labels",
+__all__ = ["InputTypeError", "is_missing_cell", "refuse_unordered_dtype", "check_integer_precision", "as_feature_matrix", "encode_class_labels", "check_class_count", "check_no_missing_labels",
            "in_training_order"]
 
 
@@ -41,6 +41,11 @@ def to_numpy(obj: Any, name: str) -> np.ndarray:
         if obj.dtype.kind in "biuf":
             return obj.astype(np.float64).filled(np.nan)
         return obj.astype(object).filled(None)
+    dtypes = list(getattr(obj, "dtypes", [])) if frame_columns(obj) is not None else []
+    if dtypes and all(getattr(dt, "kind", "O") in "biuf" for dt in dtypes) and \
+            any(not isinstance(dt, np.dtype) for dt in dtypes):
+        # pandas' nullable numbers (Float64, Int64, boolean): pd.NA is a missing value, as NaN is
+        return obj.to_numpy(dtype=np.float64, na_value=np.nan)
     try:
         arr = np.asarray(obj)
     except Exception as exc:  # pragma: no cover - exotic inputs
@@ -84,6 +89,15 @@ def in_training_order(X: Any, fitted: Optional[Sequence[str]]) -> Any:
             + (f"; unknown: {unknown}" if unknown else "") + (f"; missing: {missing}" if missing else "")
             + (f"; duplicated: {dup}" if dup else "") + f" (fitted on {fitted})")
     return X[fitted]
+
+
+def refuse_unordered_dtype(dt, where: str, name: str = "X") -> None:
+    """ValueError for a frame column of dates, durations or complex numbers (``dt.kind`` in ``cMm``): no order a
+    split could use, and what to convert them to."""
+    if getattr(dt, "kind", "O") in "cMm":
+        raise ValueError(f"{name} must be numeric, got dtype {dt} in {where}: dates, durations and complex numbers "
+                         "have no order a split could use; convert them (e.g. dates to seconds since an origin, "
+                         "with missing dates as NaN)")
 
 
 def column_label(j: int, names: Optional[Sequence] = None) -> str:
@@ -302,6 +316,8 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X",
     """
     _check_no_categoricals(X, name)
     names = frame_columns(X)
+    for j, dt in enumerate(X.dtypes if names is not None else []):
+        refuse_unordered_dtype(dt, column_label(j, names), name)
     if training and names is not None:  # a frame's integer columns, before numpy makes one float array of them
         for j, dt in enumerate(X.dtypes):
             if getattr(dt, "kind", "") in "iu":
@@ -341,7 +357,8 @@ def as_feature_matrix(X: Any, n_features: Optional[int] = None, name: str = "X",
         r, c = np.argwhere(bad)[0]
         kind = "NaN" if np.isnan(arr[r, c]) else "infinite"
         raise ValueError(
-            f"{name} contains {int(bad.sum())} non-finite value(s); first is {kind} at row {r}, column {c}"
+            f"{name} contains {int(bad.sum())} non-finite value(s); first is {kind} at row {r}, "
+            f"{column_label(int(c), names)}"
         )
     if n_features is not None and arr.shape[1] != n_features:
         raise ValueError(f"{name} has {arr.shape[1]} features, but the model is expecting {n_features} features as "

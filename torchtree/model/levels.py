@@ -87,6 +87,8 @@ def warn_unseen(where: str, unseen: int, present: int, first, levels: list, has_
     if unseen * 2 <= present:
         return
     seen = ", ".join(repr(v) for v in levels[:5] if v is not None) + (", ..." if len(levels) > 5 else "")
+    if isinstance(first, float) and first.is_integer():  # a numeric column's cell, as it was written: 7, not 7.0
+        first = int(first)
     warn(f"X {where}: {unseen} of {present} cells hold levels not seen in fit (such as {first!r}; fit "
          f"saw {seen}); they predict as {'missing values' if has_missing else 'the most frequent level'}",
          UserWarning)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from torchtree.model.data import as_feature_matrix, encode_class_labels, resolve_device
+from torchtree.model.inputs import to_numpy
 from torchtree.core.validate import check_choice
 
 __all__ = ["SoftData", "as_soft_data", "mirror_columns", "scale_inputs", "FLOAT_DTYPES", "FLOAT32_TARGET_LIMIT",
@@ -135,7 +136,7 @@ class SoftData:
             return torch.as_tensor(as_feature_matrix(X.cpu() if isinstance(X, torch.Tensor) else X, D))
         except ValueError as refused:  # for missing values, say what to do instead
             try:
-                values = np.asarray(X.cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
+                values = np.asarray(to_numpy(X, "X"), dtype=np.float64)  # pandas' pd.NA as NaN
             except (TypeError, ValueError):  # text and the like: as_feature_matrix's message stands
                 values = None
             if values is not None and values.ndim == 2 and np.isnan(values).any():
