@@ -1,5 +1,6 @@
-"""Calibration where it is known to fail: predictive intervals and class probabilities on generated data that
-chose no default (the project's tables chose them), in the four situations a QA pass found.
+"""Calibration where it is known to fail: predictive intervals and class probabilities, on generated data.
+
+The data chose no default (the project's tables chose them); the four situations are those a QA pass found.
 
 * ``extrapolation``: ``y = 2 x0 + N(0, 0.3^2)``, training rows with ``x0 < 0.5``, test rows anywhere in
   ``[-1, 1]^3``: 90% coverage and mean width inside the training range, beyond it, and at ``x0 > 0.75``.
