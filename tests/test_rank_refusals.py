@@ -61,6 +61,36 @@ def test_smc_with_moves_checks_its_memory_on_several_ranks_too(monkeypatch):
     assert all(g is not None and "SMCSampler" in g and "memory" in g for g in got), got
 
 
+def test_top_down_smc_refusing_its_memory_on_one_rank_stops_every_rank(monkeypatch):
+    """Its memory check ran in ``init``, outside the agreed set-up: rank 1 refused alone and rank 0 was left in its
+    first exchange (the thread ranks' broken barrier here; under torchrun, the backend's timeout)."""
+    import threading
+
+    import torchtree.core.memory as memory
+    from torchtree import TopDownSMC
+
+    ranks = {}
+    real = memory.available_bytes
+    monkeypatch.setattr(memory, "available_bytes",
+                        lambda device=None: 1024 if ranks.get(threading.get_ident()) == 1 else real(device))
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(40, 2))
+    data = Data(X, (X[:, 0] > 0.5).astype(int), task="classification")
+
+    def rank(be):
+        ranks[threading.get_ident()] = be.rank
+        try:
+            TopDownSMC(n_particles=64, backend=be).run(data, seed=0)
+        except Exception as exc:  # noqa: BLE001 - each rank's outcome is the test's subject
+            return exc
+        return None
+
+    got = run_threads(2, rank, timeout=20)
+    assert isinstance(got[1], ValueError) and str(got[1]).startswith("TopDownSMC (32 x"), got[1]
+    assert isinstance(got[0], ValueError), got[0]
+    assert str(got[0]).startswith("rank 1 refused the run before it started (ValueError: TopDownSMC (32 x"), got[0]
+
+
 def test_a_method_without_ranks_says_so_for_backend():
     """``method="dcc"`` with ``backend=`` listed forty options it takes instead of saying why."""
     from torchtree import BayesianTreeClassifier

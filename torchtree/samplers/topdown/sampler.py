@@ -130,13 +130,17 @@ class TopDownSMC(SamplerBase):
 
     # ------------------------------------------------------------ protocol
     def setup(self, ctx: driver.RunContext) -> "TopDownSetup":
-        """The likelihood for the data (default: :func:`default_likelihood`) and the rank layout."""
+        """The likelihood for the data (default: :func:`default_likelihood`) and the rank layout; refuses
+        (``ValueError``) particles that cannot fit in this rank's memory."""
         lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
         if lik.task != ctx.data.task:
             raise ValueError(f"likelihood {lik!r} is for {lik.task} but the data is {ctx.data.task}")
         c = self.config
         # every rank checks divisibility alike, so all of them raise the same error
         layout = "single" if ctx.world_size == 1 else layout_for(c.n_particles, c.n_islands, ctx.world_size)
+        # on several ranks a refusal here is every rank's (the driver's agreed set-up)
+        check_tree_memory("TopDownSMC", c.n_particles // ctx.world_size, ctx.data, "n_particles", capacity=0,
+                          caches=False, per_tree=2 * 4 * 32 + 80)
         return TopDownSetup(likelihood=lik, layout=layout)
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
@@ -180,7 +184,6 @@ class TopDownSMC(SamplerBase):
         c, dev = self.config, ctx.device
         grower = self._grower(ctx)
         n_local = c.n_particles // ctx.world_size
-        check_tree_memory("TopDownSMC", n_local, ctx.data, "n_particles", capacity=0, caches=False, per_tree=2 * 4 * 32 + 80)
         liks = [ctx.setup.likelihood] if self._variants is None else [lik for _, lik in self._variants]
         root_ll = [float(lik.log_marginal(grower.table.stats[0])) if c.use_likelihood else 0.0 for lik in liks]
         n_w, n_isl = self._weights_shape(ctx)
