@@ -195,8 +195,16 @@ class Backend(Protocol):
         """Block until every rank has arrived (with the timeout)."""
         ...
 
-    def close(self) -> None:
-        """Wait for every rank and release what the backend set up (call before exiting)."""
+    def close(self, wait: bool = True) -> None:
+        """Release what the backend set up (call before exiting).
+
+        Parameters
+        ----------
+        wait : bool
+            First wait for every rank (a barrier, with the timeout). ``False`` releases at once: for a rank
+            leaving on an exception or an interrupt, whose peers may be in another collective and never
+            reach the barrier (they then fail in theirs as soon as this rank's connections close).
+        """
         ...
 
 
@@ -255,5 +263,5 @@ class LocalBackend:
     def barrier(self) -> None:
         return None
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         return None

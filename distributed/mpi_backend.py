@@ -244,9 +244,10 @@ class MPIBackend:
     def barrier(self) -> None:
         self._wait([self.comm.Ibarrier()], "barrier")
 
-    def close(self) -> None:
-        """Wait for every rank (MPI itself is finalised by mpi4py at exit)."""
-        self.barrier()
+    def close(self, wait: bool = True) -> None:
+        """Wait for every rank, or nothing with ``wait=False`` (MPI itself is finalised by mpi4py at exit)."""
+        if wait:
+            self.barrier()
 
     def abort(self, message: str, code: int = 1) -> None:
         """With ``abort_on_error``, write ``message`` and the traceback being handled to stderr, then end every

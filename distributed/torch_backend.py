@@ -241,11 +241,13 @@ class TorchDistBackend:
         # on every transport.
         self.all_reduce(torch.zeros(1, dtype=torch.int32))
 
-    def close(self) -> None:
-        """Wait for every rank, then destroy the default process group if :meth:`from_env`
-        created it. Call it before a script exits: gloo's threads can otherwise outlive the
-        interpreter and abort it (SIGABRT, "terminate called without an active exception")."""
-        self.barrier()
+    def close(self, wait: bool = True) -> None:
+        """Wait for every rank (``wait=False``: do not; see the protocol), then destroy the default
+        process group if :meth:`from_env` created it. Call it before a script exits: gloo's threads
+        can otherwise outlive the interpreter and abort it (SIGABRT, "terminate called without an
+        active exception")."""
+        if wait:
+            self.barrier()
         if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
             self._owns_process_group = False

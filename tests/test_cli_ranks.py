@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import sys
+import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -11,7 +14,7 @@ import pytest
 from torchtree.cli import main
 from torchtree.distributed import launcher, launcher_backend
 
-from _launch import torchrun
+from _launch import free_port, torchrun
 
 DATA = str(Path(__file__).resolve().parents[1] / "data" / "iris.csv.gz")
 
@@ -88,3 +91,68 @@ def test_a_method_that_runs_in_one_process_is_refused_under_torchrun(tmp_path):
     assert proc.returncode != 0
     assert "--method dcc (DCC) runs in one process, not across the 2 ranks" in proc.stderr
     assert not (tmp_path / "p.pt").exists()
+
+
+def _no_torchtree_traceback(said: str) -> bool:
+    """Whether no traceback through torchtree's code was printed (torchrun prints its own on a failed job)."""
+    return re.search(r'File "[^"]*/torchtree/', said) is None
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_rank_failing_mid_run_ends_the_job_with_its_error(tmp_path):
+    """Rank 1's node table outgrows its memory limit mid-run: it prints its error and leaves at once, and rank 0's
+    exchange fails then. The failing rank's barrier in closing the backend held it (and its message) until the
+    timeout, then printed tracebacks ending in a CollectiveTimeout."""
+    wrapper = tmp_path / "rank1_limited.sh"
+    wrapper.write_text(f'#!/bin/sh\n[ "$RANK" = 1 ] && export TORCHTREE_MEMORY_LIMIT=40K\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    pima = str(Path(DATA).with_name("pima_diabetes.csv.gz"))
+    proc = torchrun(["--no-python", str(wrapper), "-m", "torchtree", "fit", pima, "--method", "smc", "--n-particles",
+                     "64", "--seed", "1", "--hyper", "fixed", "--out", str(tmp_path / "p.pt"), "--timeout", "30"],
+                    tmp_path, timeout=120)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "torchtree: error: out of memory: the node-data pool would need" in said, said[-3000:]
+    assert "did not complete within" not in said and _no_torchtree_traceback(said), said[-3000:]
+    assert not (tmp_path / "p.pt").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize("method", [["--method", "smc", "--n-particles", "256"],
+                                    ["--method", "smc-moves", "--n-particles", "64", "--n-iterations", "100000"]])
+def test_ctrl_c_stops_every_rank_with_its_checkpoint_kept(tmp_path, method):
+    """Ctrl-C on a 2-rank run (torchrun passes SIGINT to every rank) after its first checkpoint: each rank says
+    ``torchtree: interrupted`` and leaves, and the checkpoint is complete. The barrier in closing the backend met
+    the other rank inside another exchange: tracebacks, and top-down SMC's ranks killed 30 s later by torchrun."""
+    import signal
+    import subprocess
+
+    exe = Path(sys.executable).parent / "torchrun"
+    if not exe.exists():
+        pytest.skip("torchrun not found next to the interpreter")
+    magic = str(Path(DATA).with_name("magic04.csv.gz"))
+    ck = tmp_path / "ck.pt"
+    proc = subprocess.Popen([str(exe), "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "torchtree",
+                             "fit", magic, *method, "--seed", "3", "-q", "--out", str(tmp_path / "p.pt"),
+                             "--checkpoint", str(ck), "--timeout", "60"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", TORCHTREE_CHECKPOINT_MIN_SECONDS="0"))
+    try:
+        deadline = time.monotonic() + 150
+        while not (tmp_path / "ck.pt.manifest.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before its first checkpoint"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    said = out + err
+    assert said.count(f"torchtree: interrupted; {ck} holds the run so far") == 2, said[-3000:]
+    assert _no_torchtree_traceback(said) and "forcefully exiting" not in said, said[-3000:]
+    assert not (tmp_path / "p.pt").exists()
+    files = {p.name for p in tmp_path.iterdir() if p.name.startswith("ck.pt")}
+    assert {"ck.pt.manifest.json", "ck.pt.rank0", "ck.pt.rank1"} <= files, files

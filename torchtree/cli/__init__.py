@@ -33,7 +33,7 @@ import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchtree.cli.bench import cmd_bench, cmd_demo, demo
-from torchtree.distributed.backend import DEFAULT_TIMEOUT
+from torchtree.distributed.backend import DEFAULT_TIMEOUT, CollectiveError
 from torchtree.cli.common import USER_ERRORS, option_flag
 from torchtree.cli.fit import cmd_fit, cmd_predict
 from torchtree.cli.options import estimator_options, parse_seed, parse_threads, parse_timeout, peek_option, sampler_options
@@ -295,6 +295,30 @@ def _terminate_as_interrupt(terminated: List[int]):
     return signal.signal(signal.SIGTERM, on_term)
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a ``KeyboardInterrupt`` unwound (its causes and contexts)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _stopped(args, terminated: List[int]) -> int:
+    """Say that the command was interrupted (or terminated) and where its checkpoint is; the exit status."""
+    from torchtree.io.checkpoint import Checkpointer
+
+    what, status = ("terminated", 143) if terminated else ("interrupted", 130)  # 128 + SIGTERM, 128 + SIGINT
+    ck = getattr(args, "checkpoint", None)
+    if ck and Checkpointer(ck).exists():  # one file, or a multi-rank run's manifest
+        print(f"torchtree: {what}; {ck} holds the run so far: the same command resumes it", file=sys.stderr)
+    else:
+        print(f"torchtree: {what}", file=sys.stderr)
+    return status
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the ``torchtree`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -337,15 +361,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         if debug:
             raise
-        from torchtree.io.checkpoint import Checkpointer
-
-        what, status = ("terminated", 143) if terminated else ("interrupted", 130)  # 128 + SIGTERM, 128 + SIGINT
-        ck = getattr(args, "checkpoint", None) if "args" in locals() else None
-        if ck and Checkpointer(ck).exists():  # one file, or a multi-rank run's manifest
-            print(f"torchtree: {what}; {ck} holds the run so far: the same command resumes it", file=sys.stderr)
-        else:
-            print(f"torchtree: {what}", file=sys.stderr)
-        return status
+        return _stopped(args if "args" in locals() else None, terminated)
+    except CollectiveError as exc:
+        # another rank left: interrupted as this one was (the launcher signals every rank), or it failed and
+        # prints its own error
+        if debug:
+            raise
+        if terminated or _interrupted(exc):
+            return _stopped(args if "args" in locals() else None, terminated)
+        print(f"torchtree: error: {exc}", file=sys.stderr)
+        return 1
     except USER_ERRORS as exc:
         if debug:
             raise

@@ -132,13 +132,19 @@ def cmd_fit(args) -> int:
                              f"{backend.world_size} ranks of this launch: start it without torchrun / mpiexec, or "
                              "give --backend local to run it on every rank alone")
         if backend.rank == 0:
-            return _fit(args, cls, device, backend if backend.world_size > 1 else None, name)
-        args.quiet = True  # rank 0 speaks for the job: its notices, warnings, progress and report
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return _fit(args, cls, device, backend, name)
-    finally:
-        backend.close()
+            status = _fit(args, cls, device, backend if backend.world_size > 1 else None, name)
+        else:
+            args.quiet = True  # rank 0 speaks for the job: its notices, warnings, progress and report
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                status = _fit(args, cls, device, backend, name)
+    except BaseException:
+        # no barrier: the other ranks may be in another exchange (a failure or an interrupt here), and a barrier
+        # would hold this rank, and its message, until the timeout; they fail in theirs when this rank leaves
+        backend.close(wait=False)
+        raise
+    backend.close()
+    return status
 
 
 def _fit(args, cls, device, backend, backend_name: str) -> int:
