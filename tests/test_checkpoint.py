@@ -217,6 +217,36 @@ def test_a_kill_at_any_point_of_a_multi_rank_save_resumes_a_complete_step(tmp_pa
         assert not [p for p in os.listdir(tmp_path) if p.endswith((".prev", ".new"))]
 
 
+class _StoppedAt(_KilledAt):
+    """A rank whose ``k``-th barrier raises ``KeyboardInterrupt`` (a handled Ctrl-C or SIGTERM, or a peer that left
+    there, which raises ``CollectiveError``): the save unwinds instead of dying."""
+
+    def barrier(self):
+        self.n += 1
+        if self.n == self.k:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("stops,resumes,left", [
+    ((1, 1), 1, set()),  # both wrote .new, which nothing reads
+    ((2, 1), 1, {"run.ckpt.rank0.prev"}),  # the manifest still names step 1, which rank 0 holds as .prev only
+    ((2, 2), 1, {"run.ckpt.rank0.prev", "run.ckpt.rank1.prev"}),  # likewise for both ranks
+    ((3, 3), 2, set()),  # the manifest names step 2: the .prev files are stale
+])
+def test_a_stopped_multi_rank_save_leaves_only_the_files_a_resume_reads(tmp_path, stops, resumes, left):
+    """A handled interrupt during a save left ``.new`` files (the size of the state) and stale ``.prev`` files
+    next to the checkpoint until a resume removed them."""
+    path = str(tmp_path / "run.ckpt")
+    _save_ranks(path, 2, step=1)
+    for r, k in enumerate(stops):
+        with pytest.raises(KeyboardInterrupt):
+            save_rank_checkpoint(_state(20 + r), path, backend=_StoppedAt(r, 2, k), step=2)
+    assert read_manifest(path)["step"] == resumes
+    for r in range(2):
+        _same(load_rank_checkpoint(path, rank=r, world_size=2), _state(10 * resumes + r))
+    assert {p for p in os.listdir(tmp_path) if p.endswith((".prev", ".new"))} == left
+
+
 def test_a_kill_between_a_ranks_two_renames_resumes_the_previous_step(tmp_path):
     """Rank 0's step-1 file moved to .prev, its step-2 file not yet moved in (no ``path.rank0`` at all)."""
     path = str(tmp_path / "run.ckpt")

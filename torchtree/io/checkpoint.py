@@ -15,7 +15,9 @@
   ``.prev``. Each rank file records its rank, world size and step. A kill at any moment
   leaves every rank a file of the manifest's step (``path.rank{r}`` or its ``.prev``), so
   the run resumes from the last complete checkpoint; loading never mixes steps, and
-  resuming with a different world size raises a clear error.
+  resuming with a different world size raises a clear error. A save stopped part way by
+  an exception (an interrupt, a peer that left) removes its ``.new`` files, and the
+  ``.prev`` files unless the manifest still names their step (a resume then reads them).
 * :class:`Checkpointer` bundles this for samplers (``checkpoint=path,
   checkpoint_every=k``), and skips saves that would cost more than a small share
   of the run's time (see its ``min_seconds``).
@@ -47,6 +49,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 
+from torchtree.io.fingerprint import differing_parts, fingerprint, fingerprint_parts
 from torchtree.io.integrity import (CHECKSUM_KEY, CheckpointError, content_checksum, feed_hash, sigint_deferred,  # noqa: F401
                                     read_payload, seal, verify_checksum)
 
@@ -72,61 +75,6 @@ __all__ = [
 
 FORMAT = "torchtree.io.checkpoint/1"
 MANIFEST_FORMAT = "torchtree.io.checkpoint-manifest/1"
-
-
-def fingerprint(*parts: Any) -> str:
-    """A short hash identifying a run: its data, settings and seed.
-
-    A sampler stores it in its checkpoints and refuses to resume from a checkpoint
-    whose fingerprint differs (resuming another run's state would silently mix
-    two runs).
-
-    Parameters
-    ----------
-    *parts : tensors, numpy arrays, numbers, strings, and (nested) lists, tuples, dicts
-
-    Returns
-    -------
-    str, 16 hex digits
-    """
-    import hashlib
-
-    h = hashlib.sha256()
-    for p in parts:
-        feed_hash(h, p)
-    return h.hexdigest()[:16]
-
-
-def fingerprint_parts(settings: Dict[str, Any], seed_key: Any, data: Sequence[Any], world_size: int) -> Dict[str, Any]:
-    """Fingerprints of a run's parts, stored beside its whole :func:`fingerprint` so that a refused
-    checkpoint can say what differs: ``{"settings": {name: fingerprint}, "values": {name: value}, "seed": ...,
-    "data": ..., "ranks": world_size}`` (``values``: the settings that are plain numbers, strings or None, which
-    a refusal shows)."""
-    plain = {str(k): v for k, v in settings.items() if v is None or isinstance(v, (bool, int, float, str))}
-    return {"settings": {str(k): fingerprint(v) for k, v in settings.items()}, "values": plain,
-            "seed": fingerprint(seed_key), "data": fingerprint(*data), "ranks": int(world_size)}
-
-
-def differing_parts(saved: Any, mine: Any) -> str:
-    """What differs between two :func:`fingerprint_parts`, with its verb (``"the seed differs"``, ``"the seed
-    and the setting n_warmup differ"``), or ``""`` when either is missing (a checkpoint of an earlier
-    version) or nothing differs."""
-    if not (isinstance(saved, dict) and isinstance(mine, dict)):
-        return ""
-    out = [f"the {label}" for key, label in (("data", "training data"), ("seed", "seed"), ("ranks", "number of ranks"))
-           if saved.get(key) != mine.get(key)]
-    a, b = saved.get("settings") or {}, mine.get("settings") or {}
-    changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-    if changed:
-        shown = ", ".join(changed[:6]) + (", ..." if len(changed) > 6 else "")
-        out.append(f"the setting{'s' if len(changed) > 1 else ''} {shown}")
-    if not out:
-        return ""
-    plural = len(out) > 1 or out[0].startswith("the settings ")
-    va, vb = saved.get("values") or {}, mine.get("values") or {}
-    values = "; ".join(f"{k} {va[k]!r} in the checkpoint, {vb[k]!r} in this run" for k in changed[:6]
-                       if k in va and k in vb)
-    return " and ".join(out) + (" differ" if plural else " differs") + (f": {values}" if values else "")
 
 
 def _fsync_dir(directory: str) -> None:
@@ -276,28 +224,55 @@ def save_rank_checkpoint(state: Any, path: str, *, rank: int = 0, world_size: in
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in [0, {world_size})")
     mine = rank_path(path, rank)
-    atomic_save(seal({"format": FORMAT, "rank": rank, "world_size": world_size, "step": step, "state": state}),
-                mine + ".new")
-    _barrier(backend)
-    # the manifest's step stays on disk as .prev until the new manifest names the new files
-    if os.path.exists(mine):
-        os.replace(mine, mine + ".prev")
-    os.replace(mine + ".new", mine)
-    _barrier(backend)
-    if rank == 0:
-        manifest = {
-            "format": MANIFEST_FORMAT,
-            "world_size": world_size,
-            "step": step,
-            "files": [os.path.basename(rank_path(path, r)) for r in range(world_size)],
-            "time": time.time(),
-        }
-        if extra:
-            manifest.update(extra)
-        atomic_write_text(json.dumps(manifest, indent=1) + "\n", manifest_path(path))
-    _barrier(backend)
+    placed = synced = False  # this rank's new file is in place; every rank's is
+    try:
+        atomic_save(seal({"format": FORMAT, "rank": rank, "world_size": world_size, "step": step, "state": state}),
+                    mine + ".new")
+        _barrier(backend)
+        # the manifest's step stays on disk as .prev until the new manifest names the new files
+        if os.path.exists(mine):
+            os.replace(mine, mine + ".prev")
+        os.replace(mine + ".new", mine)
+        placed = True
+        _barrier(backend)
+        synced = True
+        if rank == 0:
+            manifest = {
+                "format": MANIFEST_FORMAT,
+                "world_size": world_size,
+                "step": step,
+                "files": [os.path.basename(rank_path(path, r)) for r in range(world_size)],
+                "time": time.time(),
+            }
+            if extra:
+                manifest.update(extra)
+            atomic_write_text(json.dumps(manifest, indent=1) + "\n", manifest_path(path))
+        _barrier(backend)
+    except BaseException:  # an interrupt, or a peer that left: keep only the files a resume reads
+        _tidy_stopped_save(path, rank, world_size, step, placed, synced)
+        raise
     if os.path.exists(mine + ".prev"):
         os.remove(mine + ".prev")
+
+
+def _tidy_stopped_save(path: str, rank: int, world_size: int, step: Optional[int], placed: bool, synced: bool) -> None:
+    """After a save stopped part way: drop this rank's ``.new`` (never read), and the ``.prev`` files once the
+    manifest on disk names ``step`` (the rank files in place hold it): this rank's own when its new file is in
+    place, every rank's on rank 0 when every rank's is. A ``.prev`` the manifest still needs stays."""
+    mine = rank_path(path, rank)
+    stale = [mine + ".new"]
+    try:
+        current = placed and read_manifest(path).get("step") == step
+    except (OSError, ValueError, CheckpointError):
+        current = False
+    if current:
+        ranks = range(world_size) if rank == 0 and synced else [rank]
+        stale += [rank_path(path, r) + ".prev" for r in ranks]
+    for name in stale:
+        try:
+            os.remove(name)
+        except OSError:
+            pass
 
 
 def read_manifest(path: str) -> Dict[str, Any]:
