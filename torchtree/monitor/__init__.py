@@ -19,7 +19,9 @@ not keep references to tensors they are given (the sampler may reuse them):
 In a multi-rank run only rank 0's monitors act, unless a monitor was created
 with ``all_ranks=True``: ``as_monitor(obj, rank=r)`` replaces the others with a
 no-op on ranks ``r != 0``. Files and bars are opened lazily on the first hook,
-so a gated monitor never creates an event file or a progress bar.
+so a gated monitor never creates an event file or a progress bar. An exception raised
+by a monitor to stop a multi-rank run stops only the ranks it is raised on: it must be
+raised on every rank (``all_ranks=True``) after the same step.
 """
 from torchtree.monitor.base import (CallbackMonitor, Monitor, MonitorList, NullMonitor, TraceMonitor, as_monitor,
                                     notify_checkpoint)

@@ -239,7 +239,10 @@ class CallbackMonitor(Monitor):
         Called after each checkpoint is on disk; raising there stops the run with that
         checkpoint intact.
     all_ranks : bool
-        Call the functions on every rank of a multi-rank run, not only on rank 0.
+        Call the functions on every rank of a multi-rank run, not only on rank 0. A function
+        that raises to stop a multi-rank run needs it, and must raise on every rank after the
+        same step: a raise on some ranks ends their runs only, and the others wait in their
+        next exchange until the backend's timeout.
     """
 
     def __init__(self, *, on_start: Optional[Callable] = None, on_step: Optional[Callable] = None,
