@@ -116,3 +116,25 @@ def test_the_summary_of_a_soft_tree_posterior_is_text(model, capsys):
     weights = [float(w) for w in __import__("re").findall(r"(\d\.\d\d) (?:[abc]|\()", gate)]
     assert weights and abs(sum(weights) - 1.0) < 0.03  # a gate's weights sum to one (rounded to 2 places)
     assert "leaf: hi" in text or "leaf: lo" in text
+
+
+def test_a_posterior_saved_from_python_reads_the_file_by_its_column_names(tmp_path, capsys):
+    """A posterior fitted on a DataFrame in Python and saved keeps ``feature_names``; ``torchtree predict`` read the
+    file by position instead (wrong predictions, exit 0, no warning, on a file with the columns reordered) and
+    ``summary`` printed x0, x1, ... Now both use the saved names, as Python's predict does."""
+    import pandas as pd
+
+    from torchtree import BayesianTreeRegressor
+
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({"w": rng.uniform(size=120), "v": rng.uniform(size=120), "u": rng.uniform(size=120)})
+    est = BayesianTreeRegressor(n_particles=30, random_state=0).fit(frame, 10 * frame.w + rng.normal(size=120) * 0.1)
+    est.posterior_.save(tmp_path / "py.pt")
+    test = frame.iloc[:6][["u", "w", "v"]]  # reordered columns
+    f = _write(tmp_path / "new.csv", list(test.columns), test.to_numpy().tolist())
+    assert main(["predict", str(tmp_path / "py.pt"), str(f)]) == 0
+    got = np.array([float(v.split(",")[0]) for v in _predictions(capsys)])
+    np.testing.assert_allclose(got, est.predict(test), rtol=1e-12)
+    assert main(["summary", str(tmp_path / "py.pt")]) == 0
+    text = capsys.readouterr().out
+    assert "w <= " in text and "x0" not in text

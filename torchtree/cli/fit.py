@@ -17,7 +17,7 @@ from torchtree.model.encoding import MAX_SUBSET_LEVELS
 from torchtree.model.posterior import attach_feature_names
 from torchtree.cli.common import (chain_rows, check_writable, class_labels, fmt, option_flag, resolve_device_option,
                                   same_file, say, warn_by_position)
-from torchtree.cli.report import cli_schema, load_posterior, n_features_of, size_summary
+from torchtree.cli.report import cli_schema, feature_names_of, load_posterior, n_features_of, size_summary
 
 def _split(y: np.ndarray, test_size: float, seed: int, stratify: bool) -> Tuple[np.ndarray, np.ndarray]:
     """Train / test indices: a seeded random split, per class for classification
@@ -428,7 +428,7 @@ def cmd_predict(args) -> int:
     schema = cli_schema(post)
     D = n_features_of(post)
     data = InputBytes("<stdin>", sys.stdin.buffer.read()) if args.data == "-" else args.data
-    table = read_features(data, D, schema.get("features"), schema.get("target"))
+    table = read_features(data, D, feature_names_of(post, schema), schema.get("target"))
     X = table.X
     warn_by_position(table, "predict")
     if X.dtype == object:  # empty or text cells

@@ -38,6 +38,13 @@ def cli_schema(post) -> Dict[str, Any]:
     return {}
 
 
+def feature_names_of(post, schema: Dict[str, Any]) -> Optional[list]:
+    """The input columns' names a posterior was fitted with: those ``torchtree fit`` recorded, else a Python fit's
+    (a DataFrame's column names, ``feature_names``), else None (columns by position)."""
+    names = schema.get("features") or getattr(post, "feature_names", None)
+    return [str(v) for v in names] if names is not None else None
+
+
 def n_features_of(post) -> int:
     """Input columns a posterior takes (a coded table's input columns, not its split columns)."""
     if getattr(post, "encoder", None) is not None:
@@ -123,7 +130,7 @@ def cmd_summary(args) -> int:
     post = load_posterior(args.posterior)
     schema = cli_schema(post)
     D = n_features_of(post)
-    names = schema.get("features") or [f"x{d}" for d in range(D)]
+    names = feature_names_of(post, schema) or [f"x{d}" for d in range(D)]
     if len(names) != D:
         names = [f"x{d}" for d in range(D)]
     if args.tree is not None and not args.dot:
@@ -213,7 +220,8 @@ def _report_data(post, args):
     from torchtree.io.features import read_features
 
     schema = cli_schema(post)
-    table = read_features(args.data, n_features_of(post), schema.get("features"), args.target or schema.get("target"))
+    table = read_features(args.data, n_features_of(post), feature_names_of(post, schema),
+                          args.target or schema.get("target"))
     warn_by_position(table, "report")
     if args.target and table.y is None:
         raise ValueError(f"--target {args.target}: {args.data} has no such column")
