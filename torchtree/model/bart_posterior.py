@@ -137,7 +137,7 @@ class BARTPosterior(Posterior):
     """
 
     FORMAT = "torchtree.BARTPosterior/2"
-    _FORMATS = ("torchtree.BARTPosterior/1", FORMAT)  # /1: dense [S, T, K] trees
+    READ_FORMATS = ("torchtree.BARTPosterior/1", FORMAT)  # /1: dense [S, T, K] trees
 
     def __init__(self, prior: BartPrior, grid: CutGrid, feature, cut, value, sigma, chain_of, n_features: int,
                  classes=None, info: Optional[Dict[str, Any]] = None, deep=None, n_utilities: int = 1,
@@ -551,15 +551,22 @@ class BARTPosterior(Posterior):
         from torchtree.io.checkpoint import read_payload
 
         p = read_payload(path, "torchtree posterior file", device or "cpu")
-        if not isinstance(p, dict) or p.get("format") not in cls._FORMATS:
-            raise ValueError(f"{path} is not a torchtree BART posterior file")
-        obj = cls(BartPrior(**p["prior"]), CutGrid(p["cuts"], p["n_cuts"]), p["feature"], p["cut"], p["value"],
-                  p["sigma"], p["chain_of"], p["n_features"],
-                  classes=None if p["classes"] is None else np.asarray(p["classes"]), info=p["info"],
-                  deep=p.get("deep"), n_utilities=int(p.get("n_utilities", 1)), offsets=p.get("offsets"))
-        obj.feature_names = p.get("feature_names")
-        if p.get("encoder") is not None:
-            obj.encoder = TableEncoder.from_state(p["encoder"])
+        if not isinstance(p, dict) or p.get("format") not in cls.READ_FORMATS:
+            held = p.get("format") if isinstance(p, dict) else None
+            raise ValueError(f"{path} is not a torchtree BART posterior file"
+                             + (f" (it holds {held})" if isinstance(held, str) else ""))
+        try:
+            obj = cls(BartPrior(**p["prior"]), CutGrid(p["cuts"], p["n_cuts"]), p["feature"], p["cut"], p["value"],
+                      p["sigma"], p["chain_of"], p["n_features"],
+                      classes=None if p["classes"] is None else np.asarray(p["classes"]), info=p["info"],
+                      deep=p.get("deep"), n_utilities=int(p.get("n_utilities", 1)), offsets=p.get("offsets"))
+            obj.feature_names = p.get("feature_names")
+            if p.get("encoder") is not None:
+                obj.encoder = TableEncoder.from_state(p["encoder"])
+            _check_loaded(obj)
+        except (KeyError, TypeError, IndexError, RuntimeError, ValueError) as exc:
+            raise ValueError(f"{path}: not a readable torchtree BART posterior file: its fields do not fit together "
+                             f"(damaged or edited: {type(exc).__name__}: {str(exc)[:200]})") from None
         return obj
 
     def __repr__(self) -> str:
@@ -567,4 +574,17 @@ class BARTPosterior(Posterior):
                 f"leaves_mean={float(self._leaves().double().mean()):.2f})")
 
 
+def _check_loaded(post: "BARTPosterior") -> None:
+    """ValueError where a read posterior's trees point outside its grid (an edit that recomputed the checksum):
+    the compiled kernels index the bins and cuts with them unchecked."""
+    D, width = post.grid.cuts.shape
+    if post.grid.n_cuts.shape != (D,) or int(post.n_features) < 1:
+        raise ValueError(f"the cut grid is [{D}, {width}] with {tuple(post.grid.n_cuts.shape)} cut counts")
+    for feature, cut in ((post._main[0], post._main[1]), (post._deep[0], post._deep[1])):
+        split = feature >= 0
+        if bool((feature[split] >= D).any()) or bool((cut[split] < 0).any()) or \
+                bool((cut[split] >= post.grid.n_cuts.to(cut.device)[feature[split].long()]).any()):
+            raise ValueError(f"a tree splits on a column or cut outside the grid ({D} columns)")
+    if post.sigma.numel() not in (0, post.n_particles) and post.task == "regression":
+        raise ValueError(f"{post.sigma.numel()} noise draws for {post.n_particles} draws")
 

@@ -50,7 +50,7 @@ def load_posterior(path: str, device=None):
         return TreePosterior.load(path, **kw)
     from torchtree.model.bart_posterior import BARTPosterior
 
-    if fmt == BARTPosterior.FORMAT:
+    if fmt in BARTPosterior.READ_FORMATS:
         return BARTPosterior.load(path, **kw)
     if isinstance(payload, dict) and "topologies" in payload and "draws" in payload:
         from torchtree.model.soft_posterior import SoftTreePosterior
@@ -59,4 +59,7 @@ def load_posterior(path: str, device=None):
     if isinstance(fmt, str) and "checkpoint" in fmt:
         raise ValueError(f"{path}: a run's checkpoint ({fmt}), not a posterior file: rerun the fit with it as "
                          "--checkpoint to finish the run; its --out file is the posterior")
+    if isinstance(fmt, str) and fmt.startswith("torchtree.") and "Posterior/" in fmt:
+        raise ValueError(f"{path}: a torchtree posterior file of a format this version does not read ({fmt}): "
+                         "written by a newer torchtree? Load it with that version")
     raise ValueError(f"{path}: not a torchtree posterior file" + (f" (it holds {fmt})" if isinstance(fmt, str) else ""))
