@@ -64,3 +64,25 @@ def test_a_posterior_file_of_a_newer_format_says_so(bart_file, tmp_path):
         torchtree.load_posterior(new)
     with pytest.raises(ValueError, match=r"not a torchtree BART posterior file \(it holds torchtree.BARTPosterior/9\)"):
         BARTPosterior.load(new)
+
+
+@pytest.mark.parametrize("drop", ["seed", "state"])
+def test_a_checkpoint_lacking_its_sampler_state_fields_is_refused(tmp_path, drop):
+    """A checkpoint edited (checksum recomputed) to lack the sampler state's seed or state raised a bare KeyError
+    in the driver; now a CheckpointError naming what is missing."""
+    from torchtree import BayesianTreeClassifier
+    from torchtree.io.integrity import CheckpointError
+
+    rng = np.random.default_rng(1)
+    X = rng.uniform(size=(60, 2))
+    y = (X[:, 0] > 0.5).astype(int)
+    ck = tmp_path / "run.ckpt"
+    kw = dict(method="smc", n_particles=20, random_state=0, checkpoint=ck, checkpoint_every=1)
+    BayesianTreeClassifier(**kw).fit(X, y)
+
+    def edit(p):
+        p["state"] = dict(p["state"], sampler_state={k: v for k, v in p["state"]["sampler_state"].items() if k != drop})
+
+    _edited(ck, ck, edit)
+    with pytest.raises(CheckpointError, match=rf"not a checkpoint this run can resume: its sampler state lacks {drop}"):
+        BayesianTreeClassifier(**kw).fit(X, y)

@@ -23,6 +23,7 @@ from torchtree.core.threads import resolve_threads, using_threads
 from torchtree.core.validate import check_backend
 from torchtree.core.work import work_seconds
 from torchtree.io.checkpoint import Checkpointer, fingerprint, fingerprint_parts
+from torchtree.io.integrity import CheckpointError
 from torchtree.io.lock import run_lock
 from torchtree.model.data import Data, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
@@ -443,6 +444,10 @@ def _locked_run(sampler, ctx: RunContext, seed):
     ck = checkpointer(sampler, data, settings, seed_key(seed), be)
     ctx.checkpoint_every = ck.every if ck.enabled else None
     saved = ck.load() if ck.enabled else None
+    lacking = [k for k in ("seed", "state") if saved is not None and not (isinstance(saved, dict) and k in saved)]
+    if lacking:  # an edit that recomputed the checksum
+        raise CheckpointError(f"{cfg.checkpoint}: not a checkpoint this run can resume: its sampler state lacks "
+                              f"{' and '.join(lacking)}; start afresh without it")
     ctx.seed = int(saved["seed"]) if saved is not None else seed_to_int(seed)
     if saved is not None:
         ctx.sub_runs = list(saved.get("sub_runs") or [])
