@@ -86,3 +86,13 @@ def test_a_checkpoint_lacking_its_sampler_state_fields_is_refused(tmp_path, drop
     _edited(ck, ck, edit)
     with pytest.raises(CheckpointError, match=rf"not a checkpoint this run can resume: its sampler state lacks {drop}"):
         BayesianTreeClassifier(**kw).fit(X, y)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_loading_onto_a_device_this_machine_lacks_names_the_device(bart_file):
+    """It said the intact file was damaged or truncated."""
+    path, _, _ = bart_file
+    for device, match in (("cuda", r"device 'cuda': CUDA is not available on this machine"),
+                          ("bogus", r"device 'bogus' is not a device torch knows")):
+        with pytest.raises(ValueError, match=match):
+            torchtree.load_posterior(path, device=device)

@@ -189,12 +189,15 @@ def read_payload(path: str, what: str = "checkpoint", map_location: Any = "cpu")
         Empty, truncated or damaged file, a file not written by ``torch.save``, one
         holding objects other than tensors and plain containers, or one whose content
         does not match its checksum.
+    ValueError
+        ``map_location`` names no device, or a CUDA device on a machine without CUDA (the file is not read).
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such {what}")
     if os.path.isfile(path) and os.path.getsize(path) == 0:
         raise CheckpointError(f"{path}: not a readable {what}: the file is empty (damaged or truncated)")
+    _check_device(map_location)
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, OSError, ...
@@ -204,3 +207,17 @@ def read_payload(path: str, what: str = "checkpoint", map_location: Any = "cpu")
         ) from None
     verify_checksum(payload, path, what)
     return payload
+
+
+def _check_device(device: Any) -> None:
+    """ValueError naming ``device`` where tensors cannot be placed on it here (not a file's fault)."""
+    if device is None or callable(device) or isinstance(device, dict):
+        return
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device {device!r} is not a device torch knows ({exc}); use 'cpu' or 'cuda'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: CUDA is not available on this machine (torch {torch.__version__}); "
+                         "load onto the CPU, the default")
+
