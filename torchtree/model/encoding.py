@@ -399,7 +399,7 @@ class TableEncoder:
         kind_levels = list(levels) if levels is not None else []
         if len(obs) == 0:
             if len(x):
-                warn(f"X {where} holds no value in training (every cell is missing): it is never split on", UserWarning)
+                _warn_never_split(where)
             return _Column("constant", 1, source=source, levels=kind_levels)
         lo, hi, fill = float(obs[0]), float(obs[-1]), float(np.median(x[~miss]))
         if not miss.any():
@@ -432,7 +432,7 @@ class TableEncoder:
         if labels and all(isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 53 for v in labels):
             labels = [int(v) for v in labels]  # a numeric column's levels read as written: 3, not 3.0
         elif not labels and len(cells):
-            warn(f"X {where} holds no value in training (every cell is missing): it is never split on", UserWarning)
+            _warn_never_split(where)
         levels = labels + ([None] if any(miss) else [])
         code = {v: i for i, v in enumerate(labels)}
         codes = np.array([len(labels) if m else code[v] for v, m in zip(uniq, miss)], dtype=np.int64)[index]
@@ -565,6 +565,10 @@ class TableEncoder:
         kinds = {k: sum(c.kind == k for c in self.columns) for k in _KINDS}
         parts = ", ".join(f"{v} {k}" for k, v in kinds.items() if v)
         return f"TableEncoder({self.n_inputs} inputs -> {self.n_columns} split columns: {parts})"
+
+
+def _warn_never_split(where: str) -> None:
+    warn(f"X {where} holds no value in training (every cell is missing): it is never split on", UserWarning)
 
 
 def _level_text(v) -> str:
