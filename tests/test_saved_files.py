@@ -96,3 +96,14 @@ def test_loading_onto_a_device_this_machine_lacks_names_the_device(bart_file):
                           ("bogus", r"device 'bogus' is not a device torch knows")):
         with pytest.raises(ValueError, match=match):
             torchtree.load_posterior(path, device=device)
+
+
+def test_saving_to_a_directory_names_the_users_path(bart_file, tmp_path):
+    """It raised from the rename, naming the hidden temporary file it had written beside the folder."""
+    _, X, _ = bart_file
+    post = torchtree.load_posterior(bart_file[0])
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError, match=f"{folder}: is a directory; give the path of the file to write"):
+        post.save(folder)
+    assert list(tmp_path.iterdir()) == [folder] and list(folder.iterdir()) == []  # no temporary file left

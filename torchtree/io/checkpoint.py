@@ -119,6 +119,8 @@ def _atomic_write(path: str, write: Callable[[Any], None], mode: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"{path}: directory {directory} does not exist")
+    if os.path.isdir(path):  # say so about the user's path, not the temporary file's rename
+        raise IsADirectoryError(f"{path}: is a directory; give the path of the file to write")
     with sigint_deferred():
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
         try:
