@@ -72,6 +72,32 @@ def test_the_pickle_holds_the_model_not_the_training_data():
     np.testing.assert_array_equal(pickle.loads(blob).predict_proba(X[:50]), est.predict_proba(X[:50]))
 
 
+def test_a_pickle_records_the_version_and_another_versions_pickle_warns():
+    """As scikit-learn's estimators record theirs: a pickle of another torchtree version (or of none recorded,
+    as before versions were recorded) loads with an InconsistentVersionWarning; one of this version silently."""
+    import copy
+    import warnings
+
+    from torchtree import InconsistentVersionWarning, __version__
+
+    X, y, _ = _data()
+    est = BayesianTreeClassifier(n_particles=20).fit(X, y)
+    assert est.__getstate__()["_torchtree_version"] == __version__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same = pickle.loads(pickle.dumps(est))
+        copy.deepcopy(est)
+    assert "_torchtree_version" not in vars(same)
+    for made_by, said in (("0.0.9", "pickled by torchtree 0.0.9"), (None, "did not record itself")):
+        state = {k: v for k, v in est.__getstate__().items() if k != "_torchtree_version" or made_by}
+        if made_by:
+            state["_torchtree_version"] = made_by
+        other = BayesianTreeClassifier.__new__(BayesianTreeClassifier)
+        with pytest.warns(InconsistentVersionWarning, match=f"{said} and is loaded by torchtree {__version__}"):
+            other.__setstate__(state)
+        np.testing.assert_array_equal(other.predict_proba(X[:20]), est.predict_proba(X[:20]))
+
+
 def test_score_counts_labels_not_seen_at_fit_as_errors():
     """As scikit-learn's accuracy_score(y, predict(X)): a row of an unseen label is an error (a cross-validation
     fold missing a class scores a number, not NaN), with a warning naming the label."""

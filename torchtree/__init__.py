@@ -39,6 +39,7 @@ from torchtree.samplers.smc_moves import SMCSampler
 from torchtree.estimators import BayesianTreeClassifier, BayesianTreeRegressor, register_method
 from torchtree.core.budget import memory_budget, set_memory_budget
 from torchtree.core.warn import ConvergenceWarning
+from torchtree._sklearn import InconsistentVersionWarning
 
 # The soft-tree family is imported on first use (it is the heaviest part).
 _LAZY = {
@@ -96,4 +97,5 @@ __all__ = [
     "residual",
     "ess",
     "ConvergenceWarning",
+    "InconsistentVersionWarning",
 ]

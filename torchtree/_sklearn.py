@@ -6,7 +6,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-__all__ = ["NotFittedError", "DataConversionWarning"]
+__all__ = ["NotFittedError", "DataConversionWarning", "InconsistentVersionWarning"]
 
 
 class NotFittedError(RuntimeError, ValueError, AttributeError):
@@ -19,6 +19,36 @@ class NotFittedError(RuntimeError, ValueError, AttributeError):
 class DataConversionWarning(UserWarning):
     """A column-vector ``y`` ``[N, 1]`` was flattened to ``[N]``. When scikit-learn is loaded, the
     warning is also an ``sklearn.exceptions.DataConversionWarning``."""
+
+
+class InconsistentVersionWarning(UserWarning):
+    """An estimator unpickled by another torchtree version than the one that pickled it (as scikit-learn
+    warns of its own versions). Its fitted attributes may not work in this version: refit it, or keep
+    posteriors in :meth:`~torchtree.Posterior.save` files, whose format this version reads or refuses by name."""
+
+
+class PickledWithVersion:
+    """Pickles (and deep copies) that record the torchtree version they were made by, under
+    ``_torchtree_version``; unpickling one of another version, or of none recorded, warns with
+    :class:`InconsistentVersionWarning` and loads it."""
+
+    def __getstate__(self) -> dict:
+        from torchtree._version import __version__
+
+        return {**self.__dict__, "_torchtree_version": __version__}
+
+    def __setstate__(self, state: dict) -> None:
+        from torchtree._version import __version__
+        from torchtree.core.warn import warn
+
+        state = dict(state)
+        made_by = state.pop("_torchtree_version", None)
+        if made_by != __version__:
+            made = f"torchtree {made_by}" if made_by else "a torchtree version that did not record itself"
+            warn(f"this {type(self).__name__} was pickled by {made} and is loaded by torchtree {__version__}: "
+                 f"its fitted attributes may not work here; refit it, or keep posteriors in save() files",
+                 InconsistentVersionWarning)
+        self.__dict__.update(state)
 
 
 _WITH_SKLEARN: Dict[type, type] = {}

@@ -18,7 +18,8 @@ import numpy as np
 from torchtree.core.random import seed_to_int
 from torchtree.io.checkpoint import Checkpointer
 from torchtree.core.threads import check_threads, resolve_threads, using_threads
-from torchtree._sklearn import DataConversionWarning, NotFittedError, seed_from_random_state, shape_of, sklearn_flavoured
+from torchtree._sklearn import (DataConversionWarning, NotFittedError, PickledWithVersion, seed_from_random_state, shape_of,
+                               sklearn_flavoured)
 from torchtree.methods import (HYPER_MODES, LIKELIHOOD_SETTINGS, METHODS, PRIOR_SETTINGS, accepted_settings, all_settings,
                                get_method, model_settings)
 from torchtree.model.data import Data, resolve_device
@@ -62,7 +63,7 @@ def _write_curves(monitor, search, rank: Optional[int] = None) -> None:
                 m.add_curve(f"hyper/{name}_log_evidence", [x for x, _ in curve], [lz for _, lz in curve])
 
 
-class BayesianTreeBase:
+class BayesianTreeBase(PickledWithVersion):
     """Shared estimator logic (see the two public subclasses)."""
 
     _task = "classification"
