@@ -2,7 +2,7 @@
 classes when the user has loaded it, seeds from its ``random_state`` objects, shapes of array-likes."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -92,3 +92,17 @@ def seed_from_random_state(random_state, name: str = "random_state") -> Optional
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(2**31 - 1))
     raise ValueError(f"{name} must be None, an int, a numpy RandomState or Generator, got {random_state!r}")
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` in at most about ``limit`` characters, as an estimator's ``repr`` shows its parameters:
+    long arrays and lists by their ends (as numpy summarises), anything else cut in the middle."""
+    if isinstance(value, np.ndarray):
+        with np.printoptions(threshold=8, edgeitems=3):
+            text = repr(value)
+    elif isinstance(value, (list, tuple)) and len(value) > 8:
+        ends = ", ".join(map(repr, value[:3])) + ", ..., " + ", ".join(map(repr, value[-3:]))
+        text = f"[{ends}]" if isinstance(value, list) else f"({ends})"
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit // 2]}...{text[-(limit // 2 - 3):]}"

@@ -19,7 +19,7 @@ from torchtree.core.random import seed_to_int
 from torchtree.io.checkpoint import Checkpointer
 from torchtree.core.threads import check_threads, resolve_threads, using_threads
 from torchtree._sklearn import (DataConversionWarning, NotFittedError, PickledWithVersion, seed_from_random_state, shape_of,
-                               sklearn_flavoured)
+                               short_repr, sklearn_flavoured)
 from torchtree.methods import (HYPER_MODES, LIKELIHOOD_SETTINGS, METHODS, PRIOR_SETTINGS, accepted_settings, all_settings,
                                get_method, model_settings)
 from torchtree.model.data import Data, resolve_device
@@ -201,7 +201,7 @@ class BayesianTreeBase(PickledWithVersion):
             except Exception:  # values that do not compare to one truth value (arrays)
                 return True
 
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items() if changed(k, v))
+        args = ", ".join(f"{k}={short_repr(v)}" for k, v in self.get_params().items() if changed(k, v))
         return f"{type(self).__name__}({args})"
 
     def __sklearn_tags__(self):
@@ -415,7 +415,6 @@ class BayesianTreeBase(PickledWithVersion):
             search = self._search_hyperparameters(cls, data)
             self._tuned = dict(search.chosen) if search is not None else {}
             sampler = self._build_sampler(data, checked=True)
-            self.sampler_config_ = getattr(sampler, "config", None)
             bar = progress_monitor(f"torchtree {self.method}")  # None unless verbose asks for bars
             mine = list(self.monitor) if isinstance(self.monitor, (list, tuple)) else [self.monitor]
             monitor = self.monitor if bar is None else bar if self.monitor is None else [*mine, bar]
@@ -424,6 +423,7 @@ class BayesianTreeBase(PickledWithVersion):
             else:  # a registered sampler outside the protocol: the estimator applies the setting
                 with using_threads(resolve_threads(self.n_threads, data.n)):
                     self.posterior_ = sampler.run(data, seed=self._seed_, monitor=monitor)
+        self.sampler_config_ = getattr(sampler, "config", None)  # with the posterior: a failed fit leaves the last fit's
         self.hyper_search_ = search
         if search is not None and isinstance(getattr(self.posterior_, "info", None), dict):
             chosen = ", ".join(f"{k}={v:.4g}" for k, v in search.chosen.items()) or "nothing left to choose"

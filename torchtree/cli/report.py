@@ -10,6 +10,7 @@ import numpy as np
 
 from torchtree.cli.common import chain_rows, check_writable_dir, class_labels, fmt, warn_by_position
 from torchtree.model.loading import load_posterior
+from torchtree.model.summary import SHOWN_FEATURES
 
 def size_summary(post) -> Dict[str, float]:
     from torchtree.model.diagnostics import tree_sizes
@@ -187,7 +188,7 @@ def cmd_summary(args) -> int:
         top = max(float(u.max()), 1e-12)
         nw = max(len(str(n)) for n in names)
         print(label)
-        shown = [j for j in order if u[j] > 0][:15]
+        shown = [j for j in order if u[j] > 0][:SHOWN_FEATURES]
         for j in shown:
             print(f"  {names[j]:<{nw}}  {u[j]:7.3f}  {'#' * max(1, int(round(20 * u[j] / top)))}")
         rest = int((u > 0).sum()) - len(shown)

@@ -19,7 +19,15 @@ class ConvergenceWarning(UserWarning):
     as before; its own category lets a search over many short fits silence it alone::
 
         warnings.filterwarnings("ignore", category=torchtree.ConvergenceWarning)
+
+    Each fit whose chains look unconverged warns, a re-run of the same line included (importing torchtree
+    appends an ``"always"`` filter for this category; Python's default shows a warning once per text and
+    line, so a notebook cell run again with the same seed would stay silent). Filters the user sets, or
+    ``-W``, come before it and win.
     """
+
+
+warnings.filterwarnings("always", category=ConvergenceWarning, append=True)
 
 
 def _ours(frame) -> bool:

@@ -15,6 +15,7 @@ from torchtree.model.trees import INTERNAL, HardTrees
 from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
 from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed, polar_pairs, polar_student_t
 from torchtree.model.posterior_base import Posterior, dot_text
+from torchtree.model.summary import PosteriorSummary
 
 __all__ = ["TreePosterior", "PosteriorSummary", "dedupe_trees", "attach_feature_names"]
 
@@ -65,56 +66,6 @@ POSTERIOR_FORMAT = "torchtree.TreePosterior/2"  # /2: trees stored compactly (to
 #: the format tags :meth:`TreePosterior.load` reads (files of version 1 load too)
 READ_FORMATS = (POSTERIOR_FORMAT, "torchtree.TreePosterior/1")
 _DRAW_BYTES = 120  # both checked by tests/test_predict_memory.py
-class PosteriorSummary(dict):
-    """The dict of :meth:`TreePosterior.summary` with a readable ``repr``.
-
-    Dict access is unchanged (``s["feature_usage"]`` is the array it always was);
-    ``s["feature_names"]`` labels its entries, and printing the summary shows the
-    scalars and the feature usage as a table, as ``torchtree summary`` does.
-    """
-
-    def __repr__(self) -> str:
-        rows, tables = [], []
-        for k, v in self.items():
-            if k == "feature_names":
-                continue
-            if isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) and (k.startswith("feature_usage") or k == "split_share"):
-                tables.append((k, np.asarray(v.cpu() if isinstance(v, torch.Tensor) else v, dtype=np.float64)))
-            elif isinstance(v, float):
-                rows.append((k, f"{v:.6g}"))
-            elif isinstance(v, (int, str, bool, type(None))):
-                text = str(v)
-                rows.append((k, text if len(text) <= 60 else text[:57] + "..."))
-            elif isinstance(v, dict) and v and all(isinstance(e, str) for e in v.values()):
-                # e.g. "settings": what each preset chose and why, one line each
-                rows.extend((f"{k}.{name}", text if len(text) <= 100 else text[:97] + "...") for name, text in v.items())
-            elif isinstance(v, dict) and v and all(isinstance(e, (int, float, str, bool, type(None))) for e in v.values()):
-                text = ", ".join(f"{n}={e:.6g}" if isinstance(e, float) else f"{n}={e}" for n, e in v.items())
-                rows.append((k, text if len(text) <= 100 else text[:97] + "..."))
-            elif isinstance(v, (list, tuple)) and 0 < len(v) <= 6 and all(isinstance(e, (int, float)) for e in v):
-                rows.append((k, "[" + ", ".join(f"{e:.6g}" for e in v) + "]"))
-            elif isinstance(v, (list, tuple)):
-                rows.append((k, f"[{len(v)} entries]" + (f" first: {v[0]}" if v and len(str(v[0])) <= 100 else "")))
-            else:
-                rows.append((k, f"<{type(v).__name__}>"))
-        width = max((len(k) for k, _ in rows), default=0)
-        lines = [f"{type(self).__name__}:"] + [f"  {k:<{width}}  {v}" for k, v in rows]
-        for key, u in tables:
-            names = self.get("feature_names")
-            if names is None or len(names) != len(u):
-                names = [f"x{d}" for d in range(len(u))]
-            names = [str(n) for n in names]
-            nw = max((len(n) for n in names), default=1)
-            top = max(float(u.max()) if u.size else 0.0, 1e-12)
-            lines.append(f"  {key} (per feature, most used first):")
-            for j in np.argsort(-u, kind="stable"):
-                lines.append(f"    {names[j]:<{nw}}  {u[j]:8.3f}  {'#' * int(round(20 * u[j] / top))}")
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, p, cycle) -> None:  # IPython / Jupyter
-        p.text(repr(self))
-
-
 def _names_of(X) -> Optional[list]:
     """Column names of a table (pandas DataFrame or anything with string ``columns``)."""
     cols = getattr(X, "columns", None)

@@ -24,10 +24,10 @@ by a monitor to stop a multi-rank run stops only the ranks it is raised on: it m
 raised on every rank (``all_ranks=True``) after the same step.
 """
 from torchtree.monitor.base import (CallbackMonitor, Monitor, MonitorList, NullMonitor, TraceMonitor, as_monitor,
-                                    notify_checkpoint)
+                                    closed_on_error, notify_checkpoint)
 from torchtree.monitor.writers import DEFAULT_PROGRESS_KEYS, ProgressMonitor, TensorBoardMonitor
 from torchtree.monitor.progress import PROGRESS_DELAY, progress_bars, progress_monitor
 
 __all__ = ["Monitor", "NullMonitor", "TraceMonitor", "TensorBoardMonitor", "ProgressMonitor", "MonitorList",
-           "CallbackMonitor", "as_monitor", "notify_checkpoint", "DEFAULT_PROGRESS_KEYS", "PROGRESS_DELAY",
+           "CallbackMonitor", "as_monitor", "closed_on_error", "notify_checkpoint", "DEFAULT_PROGRESS_KEYS", "PROGRESS_DELAY",
            "progress_bars", "progress_monitor"]

@@ -1,6 +1,7 @@
 """The monitor protocol, its combinators (lists, callbacks, rank gating) and TraceMonitor."""
 from __future__ import annotations
 
+import contextlib
 import numbers
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
@@ -15,6 +16,7 @@ __all__ = [
     "MonitorList",
     "CallbackMonitor",
     "as_monitor",
+    "closed_on_error",
     "notify_checkpoint",
 ]
 
@@ -357,6 +359,22 @@ class MonitorList(Monitor):
 
     def __repr__(self) -> str:
         return f"MonitorList({self.monitors!r})"
+
+
+@contextlib.contextmanager
+def closed_on_error(monitor):
+    """Call ``monitor.close()`` (when it has one) if the block raises anything, KeyboardInterrupt included, then
+    re-raise: a progress bar left open would stay registered with tqdm and garble every later bar."""
+    try:
+        yield
+    except BaseException:
+        close = getattr(monitor, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # the run's own error is the one to report
+                pass
+        raise
 
 
 def as_monitor(obj: Any, rank: int | None = None) -> Monitor:

@@ -307,7 +307,10 @@ class ProgressMonitor(Monitor):
         return {t.rsplit("/", 1)[-1]: f"{v:.4g}" for t, v in scalar_values(picked).items()}
 
     def on_start(self, info: Mapping[str, Any]) -> None:
-        """Open the tqdm bar (total: ``total``, else ``info["total"]`` or ``info["n_steps"]``)."""
+        """Open the tqdm bar (total: ``total``, else ``info["total"]`` or ``info["n_steps"]``); a disabled bar
+        opens nothing (and needs no tqdm)."""
+        if self.disable:
+            return
         from tqdm.auto import tqdm
 
         total = self.total if self.total is not None else info.get("total", info.get("n_steps"))
@@ -327,10 +330,10 @@ class ProgressMonitor(Monitor):
 
     def on_step(self, step: int, info: Mapping[str, Any]) -> None:
         """Advance the bar to ``step + 1`` (by one without a total) and show the chosen scalars as its postfix."""
-        if self.bar is None:
-            self.on_start({})
         if self.disable:
             return
+        if self.bar is None:
+            self.on_start({})
         now = time.monotonic()
         if now - self._last_postfix >= self.mininterval:
             self._last_postfix = now

@@ -27,7 +27,7 @@ from torchtree.io.integrity import CheckpointError
 from torchtree.io.lock import run_lock
 from torchtree.model.data import Data, resolve_device
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
-from torchtree.monitor import Monitor, NullMonitor, as_monitor, notify_checkpoint, progress_monitor
+from torchtree.monitor import Monitor, NullMonitor, as_monitor, closed_on_error, notify_checkpoint, progress_monitor
 from torchtree.samplers.presets import RunShape, describe_resolution
 from torchtree.samplers.protocol import HOOKS
 
@@ -468,9 +468,10 @@ def _locked_run(sampler, ctx: RunContext, seed):
         start["resumed_at_step"] = ctx.resumed_at
     mon = ctx.monitor
     mon.on_start(start)
-    state = _steps(sampler, ctx, state, ck, getattr(cfg, "max_seconds", None))
-    with _peers_stop_with_me(ctx):
-        post = sampler.finalize(state, ctx)
+    with closed_on_error(mon):  # an interrupted run's bars and files are released, as a finished run's are
+        state = _steps(sampler, ctx, state, ck, getattr(cfg, "max_seconds", None))
+        with _peers_stop_with_me(ctx):
+            post = sampler.finalize(state, ctx)
     if ctx.stopped_by_budget and isinstance(getattr(post, "info", None), dict):
         post.info["stopped_by"] = "max_seconds"
     if getattr(ctx.data, "encoder", None) is not None and hasattr(post, "encoder"):

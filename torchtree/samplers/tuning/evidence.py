@@ -30,7 +30,7 @@ import torch
 from torchtree.model.data import Data
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma, target_scale
 from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, ChipmanPrior
-from torchtree.monitor import progress_monitor
+from torchtree.monitor import closed_on_error, progress_monitor
 
 __all__ = ["EvidenceSearch", "choose_by_evidence", "ALPHA_GRID", "NOISE_GRID", "BETA_SPLIT_GRID"]
 
@@ -165,21 +165,22 @@ def choose_by_evidence(data: Data, *, fixed: Dict[str, Any], a0: float = 2.0, ka
             done[0] += 1
         return out
 
-    if given is None:
-        curve = list(zip(grid, evidences([(ChipmanPrior(alpha_split, beta), leaf(v)) for v in grid])))
-        search.curves[name] = curve
-        best_leaf = max(curve, key=lambda p: p[1])[0]
-        search.chosen[name] = best_leaf
-    else:
-        best_leaf = float(given)
-    if search_split:
-        known = {b: lz for b in beta_split_grid if b == beta
-                 for v, lz in search.curves.get(name, []) if v == best_leaf}
-        todo = [b for b in beta_split_grid if b not in known]
-        known.update(zip(todo, evidences([(ChipmanPrior(alpha_split, b), leaf(best_leaf)) for b in todo])))
-        curve = [(b, known[b]) for b in beta_split_grid]
-        search.curves["beta_split"] = curve
-        search.chosen["beta_split"] = max(curve, key=lambda p: p[1])[0]
+    with closed_on_error(bar):  # an interrupted search closes its bar
+        if given is None:
+            curve = list(zip(grid, evidences([(ChipmanPrior(alpha_split, beta), leaf(v)) for v in grid])))
+            search.curves[name] = curve
+            best_leaf = max(curve, key=lambda p: p[1])[0]
+            search.chosen[name] = best_leaf
+        else:
+            best_leaf = float(given)
+        if search_split:
+            known = {b: lz for b in beta_split_grid if b == beta
+                     for v, lz in search.curves.get(name, []) if v == best_leaf}
+            todo = [b for b in beta_split_grid if b not in known]
+            known.update(zip(todo, evidences([(ChipmanPrior(alpha_split, b), leaf(best_leaf)) for b in todo])))
+            curve = [(b, known[b]) for b in beta_split_grid]
+            search.curves["beta_split"] = curve
+            search.chosen["beta_split"] = max(curve, key=lambda p: p[1])[0]
     if bar is not None:
         bar.on_end({})
     search.seconds = time.perf_counter() - t0
