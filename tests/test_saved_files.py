@@ -45,6 +45,8 @@ def test_a_bart_file_of_the_earlier_format_is_read_by_load_posterior(bart_file, 
     (lambda p: p.pop("prior"), "KeyError: 'prior'"),
     (lambda p: p["prior"].update(bogus=1), "TypeError"),
     (lambda p: p.update(sigma=p["sigma"][:3]), "3 noise draws for"),
+    (lambda p: p["n_cuts"].fill_(2**31 - 1), "a column's cut count is outside"),
+    (lambda p: p["value"].fill_(float("nan")), "a leaf value or noise draw is not finite"),
 ])
 def test_an_edited_bart_file_is_refused_not_crashing(bart_file, tmp_path, edit, match):
     """Trees pointing outside the grid segfaulted (or read memory beyond it) in the compiled prediction; a missing

@@ -97,15 +97,13 @@ def cmd_demo(args) -> int:
 
 
 def benchmarks_dir() -> Path:
-    """Where benchmark scripts live: ``$TORCHTREE_BENCHMARKS``, else the repository's
-    ``benchmarks/``, else ``./benchmarks``."""
+    """Where benchmark scripts live: ``$TORCHTREE_BENCHMARKS``, else the repository's ``benchmarks/`` (an
+    installed package has none: then nothing is listed or run). Never the current folder, whose scripts
+    anyone who can write there could have put."""
     env = os.environ.get("TORCHTREE_BENCHMARKS")
     if env:
         return Path(env)
-    repo = Path(__file__).resolve().parents[2] / "benchmarks"
-    if repo.is_dir():
-        return repo
-    return Path.cwd() / "benchmarks"
+    return Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def benchmarks() -> Dict[str, Path]:
@@ -162,7 +160,8 @@ def cmd_bench(args) -> int:
     if args.list or not args.name:
         out = sys.stdout if args.list else sys.stderr  # without NAME the list is an error's explanation
         if not found:
-            print(f"no benchmarks found (no bench_*.py in {benchmarks_dir()})", file=out)
+            print(f"no benchmarks found (no bench_*.py in {benchmarks_dir()}): the scripts come with a checkout "
+                  "of the repository, not with an installed package; set TORCHTREE_BENCHMARKS to their folder", file=out)
             return 0 if args.list else 2
         _list(found, out)
         if not args.list:

@@ -38,6 +38,16 @@ def resolve_device_option(device: str) -> str:
     return str(dev)
 
 
+def printable(text: Any) -> str:
+    """``str(text)`` with every control or format character (newlines, terminal escape sequences, bidirectional
+    overrides) written as its Python escape: names and labels read from a file cannot move the cursor, recolour
+    the terminal or fake lines of the output."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def fmt(v: Any, spec: str = ".4f") -> str:
     if v is None:
         return "n/a"

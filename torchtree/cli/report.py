@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from torchtree.cli.common import chain_rows, check_writable_dir, class_labels, fmt, warn_by_position
+from torchtree.cli.common import chain_rows, check_writable_dir, class_labels, fmt, printable, warn_by_position
 from torchtree.model.loading import load_posterior
 from torchtree.model.summary import SHOWN_FEATURES
 
@@ -131,7 +131,7 @@ def cmd_summary(args) -> int:
     post = load_posterior(args.posterior)
     schema = cli_schema(post)
     D = n_features_of(post)
-    names = feature_names_of(post, schema) or [f"x{d}" for d in range(D)]
+    names = [printable(n) for n in feature_names_of(post, schema) or [f"x{d}" for d in range(D)]]  # names from the file
     if len(names) != D:
         names = [f"x{d}" for d in range(D)]
     if args.tree is not None and not args.dot:
@@ -147,15 +147,15 @@ def cmd_summary(args) -> int:
     info = getattr(post, "info", {}) or {}
     task = post.task
     head = f"{args.posterior}: {task}"
-    labels = class_labels(post, schema) or None
+    labels = [printable(v) for v in class_labels(post, schema)] or None
     if task == "classification" and labels is not None:
         cl = labels
         head += f", {len(cl)} classes ({', '.join(cl[:10])}{', ...' if len(cl) > 10 else ''})"
     head += f", {D} features"
     if schema.get("target"):
-        head += f", target {schema['target']!r}"
+        head += f", target {printable(repr(schema['target']))}"
     print(head)
-    sampler = info.get("sampler") or type(post).__name__
+    sampler = printable(info.get("sampler") or type(post).__name__)
     rows: List[Tuple[str, str]] = []
     sizes = size_summary(post)
     if "n_particles" in s:
@@ -208,9 +208,9 @@ def cmd_summary(args) -> int:
     i = int(np.argmax(np.asarray(w.detach().cpu() if hasattr(w, "detach") else w)))
     print(f"MAP tree (tree {i} of {len(w)}, weight {float(w[i]):.3f}):")
     if hasattr(post, "trees") and hasattr(post.trees, "n_nodes"):
-        print("\n".join(_tree_text(post, i, names, labels)))
+        print("\n".join(map(printable, _tree_text(post, i, names, labels))))  # level names from the file too
     else:
-        print("\n".join(_soft_tree_text(post, i, names, labels)))
+        print("\n".join(map(printable, _soft_tree_text(post, i, names, labels))))
     return 0
 
 

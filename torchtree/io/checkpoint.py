@@ -54,6 +54,7 @@ from torchtree.io.integrity import (CHECKSUM_KEY, CheckpointError, content_check
                                     read_payload, seal, verify_checksum)
 
 __all__ = [
+    "atomic_write",
     "atomic_save",
     "atomic_write_text",
     "load_checkpoint",
@@ -114,7 +115,11 @@ def _file_mode(path: str) -> int:
         return 0o666 & ~_umask()
 
 
-def _atomic_write(path: str, write: Callable[[Any], None], mode: str) -> None:
+def atomic_write(path: str, write: Callable[[Any], None], mode: str = "w", **open_args: Any) -> None:
+    """Write ``path`` atomically: ``write(fh)`` into a new temporary file of an unpredictable name in the same
+    directory (``mkstemp``: created exclusively, never through a link), fsync, then rename over ``path``. The
+    file keeps the mode of the file it replaces (else 0o666 less the umask); a failed write leaves nothing.
+    ``mode`` and ``open_args`` are given to ``os.fdopen``."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
@@ -128,7 +133,7 @@ def _atomic_write(path: str, write: Callable[[Any], None], mode: str) -> None:
                 os.fchmod(fd, _file_mode(path))
             except OSError:  # a file system without modes: keep what it gave
                 pass
-            with os.fdopen(fd, mode) as fh:
+            with os.fdopen(fd, mode, **open_args) as fh:
                 write(fh)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -153,12 +158,12 @@ def atomic_save(obj: Any, path: str) -> None:
     path : str or os.PathLike
         Its directory must exist.
     """
-    _atomic_write(path, lambda fh: torch.save(obj, fh), "wb")
+    atomic_write(path, lambda fh: torch.save(obj, fh), "wb")
 
 
 def atomic_write_text(text: str, path: str) -> None:
     """Write ``text`` to ``path`` atomically (temporary file + fsync + rename)."""
-    _atomic_write(path, lambda fh: fh.write(text), "w")
+    atomic_write(path, lambda fh: fh.write(text), "w")
 
 
 def load_checkpoint(path: str, map_location: Any = "cpu") -> Any:

@@ -44,6 +44,7 @@ import numpy as np
 
 from torchtree.core.warn import warn
 from torchtree.io.cells import is_missing_token, is_number
+from torchtree.io.checkpoint import atomic_write
 
 __all__ = ["Table", "read_csv", "read_header", "parse_target", "infer_task", "write_csv", "all_numbers", "read_once",
            "InputBytes"]
@@ -529,26 +530,19 @@ def write_csv(path: Optional[str], header: Sequence[str], columns: Sequence[Sequ
             return repr(v)
         return str(v)
 
-    rows = zip(*columns)
-    if path is None or path == "-":
-        w = csv.writer(out, lineterminator="\n")
+    def write(fh) -> None:
+        w = csv.writer(fh, lineterminator="\n")
         w.writerow(header)
-        for r in rows:
+        for r in zip(*columns):
             w.writerow([fmt(v) for v in r])
+
+    if path is None or path == "-":
+        write(out)
         return
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):  # say so about the user's path, not the temporary file's
         raise FileNotFoundError(f"{path}: directory {folder} does not exist")
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path}: is a directory; give the path of the CSV file to write")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", newline="") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(header)
-            for r in rows:
-                w.writerow([fmt(v) for v in r])
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):  # a failed write leaves nothing behind
-            os.remove(tmp)
+    # an unpredictable temporary name, created exclusively: not one a planted link can wait at
+    atomic_write(path, write, "w", newline="")

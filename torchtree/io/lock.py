@@ -67,8 +67,12 @@ def _open_locked(path: str, readable: Callable[[], bool]) -> Optional[int]:
         raise FileNotFoundError(f"checkpoint {path}: directory {directory} does not exist")
     while True:
         try:
-            fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o644)
+            # never through a symbolic link: one planted at the lock's name would have the run truncate its target
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP or os.path.islink(name):
+                raise PermissionError(f"checkpoint {path}: its lock file {name} is a symbolic link, which torchtree "
+                                      "does not follow (it would overwrite the link's target); remove it") from None
             if not _cannot_write(exc):
                 raise
             if readable():

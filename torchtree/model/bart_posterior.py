@@ -562,7 +562,7 @@ class BARTPosterior(Posterior):
                       deep=p.get("deep"), n_utilities=int(p.get("n_utilities", 1)), offsets=p.get("offsets"))
             obj.feature_names = p.get("feature_names")
             if p.get("encoder") is not None:
-                obj.encoder = TableEncoder.from_state(p["encoder"])
+                obj.encoder = TableEncoder.from_state(p["encoder"], n_columns=obj.n_features)
             _check_loaded(obj)
         except (KeyError, TypeError, IndexError, RuntimeError, ValueError) as exc:
             raise ValueError(f"{path}: not a readable torchtree BART posterior file: its fields do not fit together "
@@ -580,6 +580,10 @@ def _check_loaded(post: "BARTPosterior") -> None:
     D, width = post.grid.cuts.shape
     if post.grid.n_cuts.shape != (D,) or int(post.n_features) < 1:
         raise ValueError(f"the cut grid is [{D}, {width}] with {tuple(post.grid.n_cuts.shape)} cut counts")
+    if bool(((post.grid.n_cuts < 0) | (post.grid.n_cuts > width)).any()):
+        raise ValueError(f"a column's cut count is outside [0, {width}], the grid's width")
+    if not all(bool(torch.isfinite(v).all()) for v in (post._main[2], post._deep[2], post.sigma)):
+        raise ValueError("a leaf value or noise draw is not finite")
     for feature, cut in ((post._main[0], post._main[1]), (post._deep[0], post._deep[1])):
         split = feature >= 0
         if bool((feature[split] >= D).any()) or bool((cut[split] < 0).any()) or \

@@ -554,12 +554,14 @@ class TableEncoder:
                 "frame_names": None if self.frame_names is None else [str(v) for v in self.frame_names]}
 
     @classmethod
-    def from_state(cls, state: dict) -> "TableEncoder":
-        cols = [_Column(**c) for c in state["columns"]]
-        for c in cols:
-            if c.kind not in _KINDS:
-                raise ValueError(f"unknown column coding {c.kind!r}")
-        return cls(cols, list(state["names"]), state.get("frame_names"))
+    def from_state(cls, state: dict, n_columns: Optional[int] = None) -> "TableEncoder":
+        try:  # ValueError for a malformed coding, or one not of ``n_columns`` split columns (the trees' features)
+            enc = cls([_Column(**c) for c in state["columns"]], list(state["names"]), state.get("frame_names"))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"a malformed table coding ({type(exc).__name__}: {exc})") from None
+        if any(c.kind not in _KINDS for c in enc.columns) or n_columns not in (None, enc.n_columns):
+            raise ValueError(f"a table coding of unknown kinds or of {enc.n_columns} split columns for {n_columns}")
+        return enc
 
     def __repr__(self) -> str:
         kinds = {k: sum(c.kind == k for c in self.columns) for k in _KINDS}

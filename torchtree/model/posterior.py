@@ -471,7 +471,7 @@ class TreePosterior(Posterior):
             (``torchtree.io.checkpoint.CheckpointError``) an empty, truncated or damaged
             file, a file of another kind, or one whose content was edited.
         """
-        from torchtree.io.checkpoint import read_payload
+        from torchtree.io.checkpoint import CheckpointError, read_payload
 
         payload = read_payload(path, "torchtree posterior file", device or "cpu")
         if not isinstance(payload, dict) or payload.get("format") not in READ_FORMATS:
@@ -484,7 +484,10 @@ class TreePosterior(Posterior):
         obj.n_particles, obj.ess = payload["n_particles"], payload["ess"]
         obj.log_weights = torch.as_tensor(payload["log_weights"]).double()  # as saved: normalising again moved bits
         if payload.get("encoder") is not None:
-            obj.encoder = TableEncoder.from_state(payload["encoder"])
+            try:
+                obj.encoder = TableEncoder.from_state(payload["encoder"], n_columns=obj.n_features)
+            except ValueError as exc:
+                raise CheckpointError(f"{path}: this posterior file is damaged or edited: {exc}") from None
         names = payload.get("feature_names")
         if isinstance(names, list) and len(names) == len(obj._input_names()):
             obj.feature_names = [str(v) for v in names]

@@ -21,6 +21,7 @@ from typing import Any, Dict
 
 import torch
 
+from torchtree.core.memory import available_bytes, format_bytes
 from torchtree.model.trees import INTERNAL, NODE_FIELDS, NODE_FILL, HardTrees
 
 __all__ = ["COMPACT_FORMAT", "compact_trees", "expand_trees", "is_compact"]
@@ -139,6 +140,18 @@ def compact_trees(trees: HardTrees, stride: int = 0) -> Dict[str, Any]:
     return out
 
 
+def _check_expansion(n_trees: int, capacity: int, dtypes: Dict[str, torch.dtype], n_stats: int) -> None:
+    """Refuse padded arrays of ``n_trees`` x ``capacity`` slots that would not fit in the memory available: a
+    file of a few hundred kB can declare any capacity (an edit that recomputed the checksum)."""
+    per_slot = sum(torch.empty((), dtype=dtypes[k]).element_size() for k in NODE_FIELDS if k in dtypes and k != "stats")
+    per_slot += n_stats * torch.empty((), dtype=dtypes["stats"]).element_size()
+    need = 2 * n_trees * capacity * per_slot  # the arrays and the temporaries that fill them
+    have = available_bytes()
+    if have is not None and need > have:
+        raise ValueError(f"{n_trees} trees of capacity {capacity} would take {format_bytes(need)} to load, more than "
+                         f"the {format_bytes(have)} available")
+
+
 def expand_trees(d: Dict[str, Any]) -> HardTrees:
     """Inverse of :func:`compact_trees`: the stored trees, on the CPU.
 
@@ -158,6 +171,7 @@ def expand_trees(d: Dict[str, Any]) -> HardTrees:
         Q = n_nodes.shape[0]
         if bool((n_nodes < 1).any() or (n_nodes > C).any()):
             raise ValueError("node counts out of range")
+        _check_expansion(max(Q, int(d["index"].numel()) if "index" in d else 0), C, dt, int(d["stats"].shape[-1]))
         used = torch.arange(C)[None] < n_nodes[:, None]
         status = torch.zeros(Q, C, dtype=dt["status"])
         status[used] = d["status"].to(dt["status"])
