@@ -101,7 +101,7 @@ def test_a_missing_directory_is_said_at_the_start(tmp_path):
 def test_the_lock_is_exclusive_within_one_process_too(tmp_path):
     path = str(tmp_path / "run.ckpt")
     with run_lock(path):
-        with pytest.raises(CheckpointInUse):
+        with pytest.raises(CheckpointInUse, match="in use by another run in this process"):  # not "stop process N"
             with run_lock(path):
                 pass
     with run_lock(path):  # released

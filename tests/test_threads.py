@@ -370,3 +370,40 @@ def test_cli_fit_passes_threads(tmp_path, capsys, monkeypatch):
     # the fits (10 particles; the hyperparameter pilots before each run with the same setting)
     assert [t for n, t in seen if n == 10] == [2, "auto"]
     assert {t for n, t in seen if n != 10} == {2, "auto"}
+
+
+def test_a_fit_in_a_child_forked_after_threads_runs_on_one_thread_instead_of_hanging():
+    """GNU OpenMP deadlocks in a forked child at its first parallel region of more than one thread when the parent
+    had run one: a fit in a default multiprocessing Pool on Linux (fork) after a fit on 2 threads never returned
+    (a QA pass). The child now runs on one thread, and warns where more were asked for. Run in a subprocess with a
+    time limit, so a regression fails rather than hangs the suite."""
+    import textwrap
+
+    code = textwrap.dedent("""
+        import os, warnings, numpy as np, torch
+        from torchtree import BayesianTreeRegressor
+        from torchtree.core.threads import forked_after_threads
+        g = np.random.default_rng(0)
+        X = g.normal(size=(300, 3)); y = X[:, 0] + g.normal(size=300)
+        fit = lambda n: BayesianTreeRegressor(method="bart", n_trees=10, n_samples=20, n_warmup=20, n_threads=n,
+                                              verbose=0).fit(X, y)
+        torch.set_num_threads(2)
+        fit(2)
+        torch.ones(4_000_000).exp().sum()  # a parallel region of torch's own, on 2 threads
+        assert not forked_after_threads()
+        pid = os.fork()
+        if pid == 0:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                fit(2); fit("auto")
+                torch.ones(4_000_000).exp().sum()
+            ok = forked_after_threads() and torch.get_num_threads() == 1 and \\
+                sum("forked from one that ran torch on several threads" in str(w.message) for w in seen) == 1
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status), "threads", torch.get_num_threads())
+        """)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "child 0 threads 2" in out.stdout, out.stdout + out.stderr

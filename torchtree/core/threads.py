@@ -27,8 +27,10 @@ from typing import Iterator, Mapping, Optional, Union
 
 import torch
 
+from torchtree.core.warn import warn
+
 __all__ = ["AUTO", "WORK_PER_THREAD", "LOCAL_SIZE_VARS", "check_threads", "available_cpus", "local_world_size",
-           "env_thread_cap", "choose_threads", "resolve_threads", "using_threads"]
+           "env_thread_cap", "choose_threads", "resolve_threads", "using_threads", "forked_after_threads"]
 
 AUTO = "auto"
 
@@ -162,13 +164,43 @@ def resolve_threads(setting: ThreadSetting, work_size: int, world_size: int = 1)
     return choose_threads(setting, work_size, local, available_cpus(), min(caps) if caps else None, load)
 
 
+#: set when this process has run torch on more than one thread (an OpenMP team may exist), and in a child
+#: forked from such a process: :func:`forked_after_threads`
+_THREADED = {"here": torch.get_num_threads() > 1, "forked_after": False}
+
+
+def forked_after_threads() -> bool:
+    """Whether this process was forked (``os.fork``, ``multiprocessing``'s default start method on Linux) from
+    one that ran torch on several threads. GNU OpenMP, torch's thread pool on Linux, deadlocks in such a child
+    at its first parallel region of more than one thread, so there torch is set to one thread at the fork and
+    :func:`using_threads` runs every block on one thread (with a warning where more were asked for)."""
+    return _THREADED["forked_after"]
+
+
+def _after_fork_in_child() -> None:
+    if _THREADED["here"] or torch.get_num_threads() > 1:
+        _THREADED["forked_after"] = True
+        torch.set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @contextlib.contextmanager
 def using_threads(n: int) -> Iterator[int]:
     """Run the block with ``torch.set_num_threads(n)``; the previous count is restored on exit,
-    on an exception too."""
+    on an exception too. In a child forked after threads (:func:`forked_after_threads`) the block runs on
+    one thread."""
     n = check_threads(n)
     if n == AUTO:
         raise ValueError("using_threads takes a thread count; resolve 'auto' with resolve_threads first")
+    if n > 1 and _THREADED["forked_after"]:
+        warn(f"this process was forked from one that ran torch on several threads, and GNU OpenMP deadlocks in "
+             f"such a child at its first parallel region: this run uses 1 thread, not {n}; start worker processes "
+             "with the 'spawn' or 'forkserver' method (multiprocessing.get_context) to use more", RuntimeWarning)
+        n = 1
+    _THREADED["here"] = _THREADED["here"] or n > 1
     before = torch.get_num_threads()
     if n != before:
         torch.set_num_threads(n)

@@ -85,6 +85,9 @@ def _open_locked(path: str, readable: Callable[[], bool]) -> Optional[int]:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 who = _holder(fd)
                 os.close(fd)
+                if who == f"process {os.getpid()} on host {socket.gethostname()}":  # a thread of this very process
+                    raise CheckpointInUse(f"checkpoint {path} is in use by another run in this process (another "
+                                          "thread's fit); give each concurrent fit its own checkpoint path") from None
                 raise CheckpointInUse(
                     f"checkpoint {path} is in use by another run ({who}); wait for it to end or stop it, or give "
                     "this run another checkpoint path. (Workers of a launcher killed with SIGKILL may still be "

@@ -153,8 +153,8 @@ def run_threads(config, n_rows: int, world_size: int = 1, device=None) -> Iterat
     ``device``), set for the block and restored after it (on an exception too). Yields the thread count."""
     n = resolve_threads(getattr(config, "n_threads", "auto"), work_size(config, n_rows, world_size, device),
                         world_size)
-    with using_threads(n):
-        yield n
+    with using_threads(n) as used:  # fewer in a child forked after threads (core.threads.forked_after_threads)
+        yield used
 
 
 #: What a config's ``clock`` setting may name: the clock its ``max_seconds`` budget reads.
