@@ -34,7 +34,7 @@ from torchtree.soft import NUTS as BatchedNUTS
 from torchtree.soft import SoftTreeHyper
 
 
-def regression(n_samples: int, n_warmup: int) -> None:
+def regression(n_samples: int, n_warmup: int, max_tree_depth: int = 8) -> None:
     X, y, Xte, yte = wu(seed=0)
     X, y, Xte, yte = X.float(), y.float(), Xte.float(), yte.float()
     hp = dict(mu_mean=float(y.mean()), mu_var=float(y.var()), sigma_shape=1.5, sigma_scale=0.15 * float(y.var()))
@@ -42,7 +42,8 @@ def regression(n_samples: int, n_warmup: int) -> None:
                               feature_max=X.max(0).values, **hp)
     pyro.set_rng_seed(0)
     t0 = time.perf_counter()
-    mcmc = MCMC(NUTS(model, max_tree_depth=8), num_samples=n_samples, warmup_steps=n_warmup, disable_progbar=True)
+    mcmc = MCMC(NUTS(model, max_tree_depth=max_tree_depth), num_samples=n_samples, warmup_steps=n_warmup,
+                disable_progbar=True)
     mcmc.run(X, y)
     t_pyro = time.perf_counter() - t0
     samples = mcmc.get_samples()
@@ -52,14 +53,14 @@ def regression(n_samples: int, n_warmup: int) -> None:
 
     t0 = time.perf_counter()
     post = BatchedNUTS(n_chains=32, n_samples=n_samples, n_warmup=n_warmup, depth=2, sharpness=0.05,
-                       hyper=SoftTreeHyper(**hp), max_tree_depth=8).run((X, y), seed=0)
+                       hyper=SoftTreeHyper(**hp), max_tree_depth=max_tree_depth).run((X, y), seed=0)
     t_ours = time.perf_counter() - t0
     mse = float(((torch.as_tensor(post.predict(Xte)) - yte) ** 2).mean())
     print(f"[batched NUTS] 32 chains, {n_warmup}+{n_samples} iterations in {t_ours:.1f} s; test MSE {mse:.4f}; "
           f"{32 * (n_samples + n_warmup) / t_ours / ((n_samples + n_warmup) / t_pyro):.0f}x the chain-iterations/s")
 
 
-def hierarchical(n_samples: int, n_warmup: int) -> None:
+def hierarchical(n_samples: int, n_warmup: int, max_tree_depth: int = 7) -> None:
     g = torch.Generator().manual_seed(1)
     N, G = 120, 4
     X = torch.rand(N, 2, generator=g)
@@ -77,7 +78,8 @@ def hierarchical(n_samples: int, n_warmup: int) -> None:
             pyro.sample("y", dist.Normal(mean, noise.unsqueeze(-1)), obs=y)
 
     pyro.set_rng_seed(2)
-    mcmc = MCMC(NUTS(model, max_tree_depth=7), num_samples=n_samples, warmup_steps=n_warmup, disable_progbar=True)
+    mcmc = MCMC(NUTS(model, max_tree_depth=max_tree_depth), num_samples=n_samples, warmup_steps=n_warmup,
+                disable_progbar=True)
     mcmc.run(X, group, y)
     s = mcmc.get_samples()
     off = (s["offset"] * s["group_scale"].unsqueeze(-1)).mean(0)
@@ -87,13 +89,14 @@ def hierarchical(n_samples: int, n_warmup: int) -> None:
           "(true", [round(v, 2) for v in (true_offset - true_offset.mean()).tolist()], ")")
 
 
-def classification(n_samples: int, n_warmup: int) -> None:
+def classification(n_samples: int, n_warmup: int, max_tree_depth: int = 7) -> None:
     g = torch.Generator().manual_seed(3)
     X = torch.rand(200, 2, generator=g)
     y = (X[:, 0] > 0.4).long() + ((X[:, 0] > 0.4) & (X[:, 1] > 0.6)).long()
     model = SoftTreeClassifier(2, 3, topology=2, sharpness=0.05)
     pyro.set_rng_seed(4)
-    mcmc = MCMC(NUTS(model, max_tree_depth=7), num_samples=n_samples, warmup_steps=n_warmup, disable_progbar=True)
+    mcmc = MCMC(NUTS(model, max_tree_depth=max_tree_depth), num_samples=n_samples, warmup_steps=n_warmup,
+                disable_progbar=True)
     mcmc.run(X, y)
     s = mcmc.get_samples()
     X_new = torch.rand(500, 2, generator=g)
@@ -107,13 +110,15 @@ def classification(n_samples: int, n_warmup: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--long", action="store_true")
-    ap.add_argument("--smoke", action="store_true", help="tiny run (15 warm-up + 15 draws) for the example tests")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny run (10 warm-up + 10 draws, NUTS trees of depth 5 at most) for the example tests")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    n, w = (500, 300) if args.long else (15, 15) if args.smoke else (100, 100)
-    regression(n, w)
-    hierarchical(n, w)
-    classification(n, w)
+    n, w = (500, 300) if args.long else (10, 10) if args.smoke else (100, 100)
+    depth = {"max_tree_depth": 5} if args.smoke else {}
+    regression(n, w, **depth)
+    hierarchical(n, w, **depth)
+    classification(n, w, **depth)
 
 
 if __name__ == "__main__":
