@@ -24,6 +24,7 @@ import torchtree.samplers.bart.graph as sweep_graph
 from torchtree.samplers.bart.mixing import (cat_chains, diagnostics, gather_traces, kept_sweeps, run_traces, traced_f,
                                             traced_rows, traces_out, window)
 from torchtree.samplers.bart.config import GFR_WARMUP, ROOT_WARMUP, BARTConfig, Stream, default_gfr_sweeps
+from torchtree.samplers.bart.checks import restored_state
 from torchtree.samplers.bart.state import COMPACT_EVERY, BARTSetup, BARTState
 from torchtree.core.warn import warn
 
@@ -274,7 +275,7 @@ class BART(SamplerBase):
         return ("n_samples",) if self.config.min_ess is None else ()
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> BARTState:
-        state = BARTState.from_state_dict(saved, ctx.device)
+        state = restored_state(saved, ctx, self.config)  # checked against the run: the kernels index with it
         c = self.config
         if c.min_ess is None:  # n_samples may have grown (growable_settings); it may not shrink
             if len(state.kept) > c.n_samples:

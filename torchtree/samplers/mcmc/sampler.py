@@ -24,6 +24,7 @@ from torchtree.steps.moves import (MOVES, N_SLOTS, TreeModel, TreeState, draw_mo
 
 from torchtree.io.checkpoint import CheckpointError
 from torchtree.samplers.mcmc.config import MCMCConfig, Stream, host_is_cheaper
+from torchtree.samplers.mcmc.checks import restored_state
 from torchtree.samplers.mcmc.state import MCMCSetup, MCMCState, HostMCMCState, HostRecord
 
 __all__ = ["MCMC"]
@@ -218,14 +219,13 @@ class MCMC(SamplerBase):
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext):
         """The state a checkpoint holds (refused when another engine wrote it)."""
-        if ctx.setup.host != ("chains" in saved or "chain" in saved):
-            raise CheckpointError(f"the checkpoint holds {'batched' if ctx.setup.host else 'host'} chains and this "
-                                  f"run uses the {'host' if ctx.setup.host else 'batched'} engine; pass the engine "
-                                  "that wrote it (engine=) or delete the file")
-        if not ctx.setup.host:
-            state = MCMCState.from_state_dict(saved, ctx.device)
-        else:
-            state = HostMCMCState.from_state_dict(saved, lambda: HostChain(ctx.setup.model, self.config.move_probs))
+        host, path = ctx.setup.host, self.config.checkpoint
+        if host != ("chains" in saved or "chain" in saved):
+            raise CheckpointError(f"{path}: the checkpoint holds {'batched' if host else 'host'} chains and this run "
+                                  f"uses the {'host' if host else 'batched'} engine; pass the engine that wrote it "
+                                  "(engine=) or delete the file")
+        # checked against the run field by field: the moves and the compiled traversal index with the trees
+        state = restored_state(saved, ctx, path, lambda: HostChain(ctx.setup.model, self.config.move_probs))
         if self.growable_settings():  # n_samples may have grown; it may not shrink
             c = self.config
             kept = max(0, (int(state.step) - self.n_warmup) // c.thin)

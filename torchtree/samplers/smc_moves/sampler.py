@@ -21,6 +21,7 @@ from torchtree.core.smc import exact_weights_step, global_ncopies, next_temperat
 from torchtree.samplers.base import SamplerBase
 from torchtree.steps.moves import (N_SLOTS, TreeModel, TreeState, draw_moves, propose, sample_prior_state, snapshot_trees)
 from torchtree.samplers.smc_moves.config import SMCSamplerConfig, Stream
+from torchtree.samplers.smc_moves.checks import restored_state
 from torchtree.samplers.smc_moves.state import SMCSamplerSetup, SMCSamplerState
 
 __all__ = ["SMCSampler", "per_particle_accuracy"]
@@ -228,11 +229,8 @@ class SMCSampler(SamplerBase):
 
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> SMCSamplerState:
         """The state a checkpoint holds (this rank's file)."""
-        st = SMCSamplerState.from_state_dict(saved, ctx.device)
-        if st.particles.n_trees != ctx.setup.n_local:
-            raise ValueError(f"checkpoint holds {st.particles.n_trees} particles on this rank, expected "
-                             f"{ctx.setup.n_local}")
-        return st
+        # checked against the run field by field (particle count included): the moves index with the trees
+        return restored_state(saved, ctx, self.config.checkpoint)
 
     def _resample(self, st: SMCSamplerState, ctx: driver.RunContext, step: int) -> None:
         """Resample by ``st.logw`` (in place); copies in canonical order, the same on any number of ranks."""

@@ -21,6 +21,7 @@ from torchtree.core.smc import island_ancestors, island_weights_step, islands_es
 from torchtree.steps.growth import Grower
 
 from torchtree.samplers.topdown.config import TopDownConfig
+from torchtree.samplers.topdown.checks import restored_particles
 from torchtree.samplers.topdown.state import TopDownSetup, TopDownState
 
 __all__ = ["TopDownSMC", "island_posterior", "variant_log_evidences"]
@@ -196,7 +197,9 @@ class TopDownSMC(SamplerBase):
     def restore(self, saved: Dict[str, Any], ctx: driver.RunContext) -> TopDownState:
         """The state a checkpoint holds (on several ranks: this rank's file)."""
         grower = self._grower(ctx)
-        particles = grower.load_state_dict(saved["growth"])
+        # checked against the run field by field: the compiled passes index the data with the node table
+        particles = restored_particles(saved, grower, self.config.n_particles // ctx.world_size,
+                                       self._weights_shape(ctx), self.config.checkpoint)
         return TopDownState(step=int(saved["stage"]), done=bool(saved["done"]), particles=particles,
                             logw=saved["logw"].to(ctx.device), logz=saved["logz"].to(ctx.device),
                             n_resample=int(saved["n_resample"]), resample_steps=int(saved["resample_steps"]),
