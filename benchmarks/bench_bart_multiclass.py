@@ -57,10 +57,14 @@ def _fit(method: str, Xtr, ytr, Xte, smoke: bool):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tables", nargs="+", default=list(TABLES))
-    ap.add_argument("--splits", type=int, default=3)
-    ap.add_argument("--smoke", action="store_true", help="tiny runs (the test suite)")
+    ap.add_argument("--tables", nargs="+", default=None, help=f"default: {' '.join(TABLES)} (iris with --smoke)")
+    ap.add_argument("--splits", type=int, default=None, help="default: 3 (1 with --smoke)")
+    ap.add_argument("--smoke", action="store_true", help="tiny runs on one split of iris (the test suite)")
     args = ap.parse_args(argv)
+    if args.tables is None:
+        args.tables = ["iris"] if args.smoke else list(TABLES)
+    if args.splits is None:
+        args.splits = 1 if args.smoke else 3
     from torchtree.datasets import load_table
 
     torch.set_num_threads(1)

@@ -28,7 +28,7 @@ inside, as bart_competitors measures it); torchtree first makes a tiny fit in th
 that loading the C++ extension is not timed (``load`` column). ``proc CPU s`` is the whole child
 process (interpreter, imports, data) from ``getrusage(RUSAGE_CHILDREN)``. Before any timing the
 parent makes one torchtree warm-up process, which builds the extension if its cache is stale.
-``--smoke`` runs a tiny grid (10 trees, a few sweeps, friedman1_1000).
+``--smoke`` runs a tiny grid once (10 trees, a few sweeps, friedman1_1000).
 """
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default=None, help="write the report (command, versions, tables, raw records) here")
-    p.add_argument("--smoke", action="store_true", help="tiny runs: 10 trees, a few sweeps, friedman1_1000")
+    p.add_argument("--smoke", action="store_true", help="tiny runs: 10 trees, a few sweeps, friedman1_1000, once")
     p.add_argument("--worker", choices=["torchtree", "warmup"], help=argparse.SUPPRESS)
     p.add_argument("--case", default="defaults", help=argparse.SUPPRESS)
     p.add_argument("--data", default="friedman1_1000", help=argparse.SUPPRESS)
@@ -225,7 +225,7 @@ def main(argv=None) -> int:
         print(json.dumps(torchtree_worker(a.case, a.data, a.seed, a.threads, smoke)), flush=True)
         return 0
     if a.smoke:
-        a.datasets = ["friedman1_1000"]
+        a.datasets, a.repeats = ["friedman1_1000"], 1
     if not Path(a.peer_python).exists():
         print(f"no peer venv at {a.peer_python}: torchtree only (see the docstring to make it)", flush=True)
         a.libs = [lib for lib in a.libs if lib == "torchtree"]

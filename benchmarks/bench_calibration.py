@@ -125,8 +125,8 @@ def _quiet(fn):
 def run(seeds, small):
     lines = []
     out = lambda s="": (print(s, flush=True), lines.append(s))  # noqa: E731
-    kw = dict(n_particles=80) if small else {}
-    bkw = dict(n_samples=10, n_warmup=10, n_trees=20) if small else {}
+    kw = dict(n_particles=40, hyper="fixed") if small else {}
+    bkw = dict(n_samples=5, n_warmup=5, n_trees=10, n_chains=2) if small else {}
 
     out("## extrapolation: 90% coverage | mean width, by region of x0 (training rows have x0 < 0.5)")
     for name, est in [("smc", lambda s: BayesianTreeRegressor(random_state=s, **kw)),

@@ -126,7 +126,7 @@ def main() -> None:
             return done
         return units
 
-    bart_kw = dict(n_trees=20 if small else 200, n_chains=4, n_warmup=5 if small else 20, n_samples=5 if small else 20)
+    bart_kw = dict(n_trees=5 if small else 200, n_chains=4, n_warmup=3 if small else 20, n_samples=3 if small else 20)
     runs = [
         ("TopDownSMC", TopDownSMC, lambda: TopDownSMC(n_particles=50 if small else 500), one_per_step, "stage"),
         ("MCMC, batched", MCMC, lambda: MCMC(n_chains=4, n_samples=mcmc_its // 2, engine="batched"), iterations,

@@ -113,7 +113,7 @@ def separable():
 
 
 def _fit(X, y):
-    return NUTS(n_chains=2, n_samples=20, n_warmup=20, sharpness=0.05).run(X, y, seed=0)
+    return NUTS(n_chains=2, n_samples=20, n_warmup=20, sharpness=0.05, max_tree_depth=5).run(X, y, seed=0)
 
 
 @pytest.fixture(scope="module")
