@@ -23,10 +23,11 @@ demo: venv
 
 # Tests run torch single-threaded by default: they are dominated by small ops whose thread overhead
 # outweighs any parallel gain (set OMP_NUM_THREADS to override). The cores go to pytest-xdist workers
-# instead, one per core up to 4 (each worker holds its own torch, a few hundred MB): TEST_WORKERS=0
-# runs in one process. The 15 slowest tests are listed at the end, to keep the suite's time in view.
+# instead, one per core up to 4 (each worker holds its own torch, a few hundred MB), which steal queued tests
+# from each other (a minute-long test near the end leaves no worker idle): TEST_WORKERS=0 runs in one process.
+# The 15 slowest tests are listed at the end, to keep the suite's time in view.
 TEST_WORKERS ?= $(shell $(PY) -c "import os; print(min(4, len(os.sched_getaffinity(0))))" 2>/dev/null || echo 2)
-PYTEST := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
+PYTEST := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
 
 test: venv
 	$(PYTEST) $(PYTEST_ARGS)
