@@ -6,7 +6,7 @@ import torch
 
 import torchtree
 from torchtree import BART, Data
-from torchtree.io.integrity import seal
+from _edits import edited as _edited
 from torchtree.model.bart_posterior import BARTPosterior
 
 pytestmark = pytest.mark.filterwarnings("ignore:MCMC chains look unconverged")
@@ -21,14 +21,6 @@ def bart_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("bart") / "post.pt"
     post.save(path)
     return path, X, post.predict(X)
-
-
-def _edited(src, dst, edit):
-    p = dict(torch.load(src, weights_only=True))
-    p.pop("checksum")
-    edit(p)
-    torch.save(seal(p), dst)  # a valid checksum, as anyone can make one
-    return dst
 
 
 def test_a_bart_file_of_the_earlier_format_is_read_by_load_posterior(bart_file, tmp_path):

@@ -6,11 +6,10 @@ import os
 
 import numpy as np
 import pytest
-import torch
 
 import torchtree
 from torchtree import BayesianTreeClassifier
-from torchtree.io.integrity import seal
+from _edits import edited as _edited
 
 pytestmark = pytest.mark.filterwarnings("ignore:MCMC chains look unconverged")
 
@@ -19,14 +18,6 @@ def _data(n=120):
     g = np.random.default_rng(0)
     X = g.normal(size=(n, 3))
     return X, (X[:, 0] > 0).astype(int)
-
-
-def _edited(src, dst, edit):
-    p = dict(torch.load(src, weights_only=True))
-    p.pop("checksum")
-    edit(p)
-    torch.save(seal(p), dst)  # a valid checksum, as anyone can make one
-    return dst
 
 
 @pytest.fixture(scope="module")
