@@ -42,7 +42,7 @@ def ragged_arange(counts: torch.Tensor):
     start = exclusive_cumsum(counts)
     total = int(start[-1] + counts[-1]) if G else 0
     seg = torch.repeat_interleave(torch.arange(G, device=counts.device), counts, output_size=total)
-    pos = torch.arange(total, device=counts.device) - start[seg]
+    pos = torch.arange(total, device=counts.device) - start.index_select(0, seg)
     return seg, pos
 
 
