@@ -6,6 +6,9 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from torchtree._version import __version__
+from torchtree.core.warn import warn
+
 __all__ = ["NotFittedError", "DataConversionWarning", "InconsistentVersionWarning"]
 
 
@@ -33,14 +36,9 @@ class PickledWithVersion:
     :class:`InconsistentVersionWarning` and loads it."""
 
     def __getstate__(self) -> dict:
-        from torchtree._version import __version__
-
         return {**self.__dict__, "_torchtree_version": __version__}
 
     def __setstate__(self, state: dict) -> None:
-        from torchtree._version import __version__
-        from torchtree.core.warn import warn
-
         state = dict(state)
         made_by = state.pop("_torchtree_version", None)
         if made_by != __version__:

@@ -143,8 +143,8 @@ def compact_trees(trees: HardTrees, stride: int = 0) -> Dict[str, Any]:
 def _check_expansion(n_trees: int, capacity: int, dtypes: Dict[str, torch.dtype], n_stats: int) -> None:
     """Refuse padded arrays of ``n_trees`` x ``capacity`` slots that would not fit in the memory available: a
     file of a few hundred kB can declare any capacity (an edit that recomputed the checksum)."""
-    per_slot = sum(torch.empty((), dtype=dtypes[k]).element_size() for k in NODE_FIELDS if k in dtypes and k != "stats")
-    per_slot += n_stats * torch.empty((), dtype=dtypes["stats"]).element_size()
+    per_slot = sum(dtypes[k].itemsize for k in NODE_FIELDS if k in dtypes and k != "stats")
+    per_slot += n_stats * dtypes["stats"].itemsize
     need = 2 * n_trees * capacity * per_slot  # the arrays and the temporaries that fill them
     have = available_bytes()
     if have is not None and need > have:
