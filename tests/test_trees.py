@@ -328,18 +328,18 @@ def _add_orphan(t, p):
 @pytest.mark.parametrize(
     "corrupt, message",
     [
-        (lambda t, p: t.parent.__setitem__((p, int(t.left[p, 0])), 2 if int(t.left[p, 0]) != 2 else 1), "parent pointers"),
-        (lambda t, p: t.left.__setitem__((p, 0), int(t.n_nodes[p])), "children must be later used nodes"),
-        (lambda t, p: t.right.__setitem__((p, 0), 0), "children must be later used nodes"),
+        (lambda t, p: t.parent.__setitem__((p, int(t.left[p, 0])), 2 if int(t.left[p, 0]) != 2 else 1), "parent disagrees with the children"),
+        (lambda t, p: t.left.__setitem__((p, 0), int(t.n_nodes[p])), "(left|right) points a split node at a slot that is not a later node"),
+        (lambda t, p: t.right.__setitem__((p, 0), 0), "(left|right) points a split node at a slot that is not a later node"),
         (lambda t, p: t.left.__setitem__((p, 0), -1), "children exactly on internal nodes"),
-        (lambda t, p: t.stats.__setitem__((p, int(t.left[p, 0]), 0), t.stats[p, int(t.left[p, 0]), 0] + 1), "internal stats"),
+        (lambda t, p: t.stats.__setitem__((p, int(t.left[p, 0]), 0), t.stats[p, int(t.left[p, 0]), 0] + 1), "stats of a split node must equal the sum"),
         (lambda t, p: t.depth.__setitem__((p, int(t.left[p, 0])), 5), "depth"),
         (lambda t, p: t.feature.__setitem__((p, int(t.n_nodes[p]) - 1), 0), "feature >= 0 exactly on internal"),
         (lambda t, p: t.status.__setitem__((p, int(t.n_nodes[p])), LEAF) if int(t.n_nodes[p]) < t.capacity else t.n_nodes.__setitem__(p, 0), "UNUSED|n_nodes"),
         (lambda t, p: t.n_nodes.__setitem__(p, t.capacity + 1), "n_nodes out of range"),
-        (lambda t, p: t.parent.__setitem__((p, 0), 1), "root must have no parent"),
-        (lambda t, p: t.right.__setitem__((p, 0), int(t.left[p, 0])), "parent|internal stats"),
-        (_add_orphan, "each non-root node needs exactly one parent"),
+        (lambda t, p: t.parent.__setitem__((p, 0), 1), "parent gives a root a parent"),
+        (lambda t, p: t.right.__setitem__((p, 0), int(t.left[p, 0])), "right gives a split node the same child twice"),
+        (_add_orphan, "left leaves a node in use outside its tree"),
     ],
 )
 def test_validate_catches_corruption(corrupt, message):
@@ -363,7 +363,7 @@ def test_validate_against_data_catches_stats_that_do_not_match_routing(grown):
         t.stats[p, node, 0] += 1
         node = int(t.parent[p, node])
     t.validate()
-    with pytest.raises(AssertionError, match="leaf stats differ"):
+    with pytest.raises(AssertionError, match="stats at the leaves differ from the data"):
         t.validate(data, lik)
 
 
@@ -374,7 +374,7 @@ def test_validate_catches_a_leaf_without_training_data(grown):
     # move the root threshold beyond the data: the right subtree gets no points
     # (and stats mismatch). Either violation is reported.
     t.threshold[p, 0] = 1e9
-    with pytest.raises(AssertionError, match="leaf"):
+    with pytest.raises(AssertionError, match="stats (at the leaves differ|count a leaf that holds no)"):
         t.validate(data, lik)
 
 
@@ -383,3 +383,31 @@ def test_to_and_repr(grown):
     u = t.to("cpu")
     assert_trees_equal(u, t)
     assert f"P={t.n_trees}" in repr(t)
+
+
+def test_validate_checks_under_python_O():
+    """``validate`` (which the posterior loader relies on) raises explicitly: under ``python -O``, where
+    ``assert`` statements vanish, a corrupt tree is still refused."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import torch
+        from torchtree import HardTrees
+        from torchtree.model.trees import INTERNAL, LEAF
+        t = HardTrees.roots(1, torch.zeros(2), capacity=3)
+        t.feature[0, 0], t.threshold[0, 0], t.left[0, 0], t.right[0, 0] = 0, 0.5, 1, 2
+        t.status[0] = torch.tensor([INTERNAL, LEAF, LEAF], dtype=t.status.dtype)
+        t.parent[0, 1:], t.depth[0, 1:], t.n_nodes[0] = 0, 1, 3
+        t.stats[0] = torch.tensor([[2.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+        t.validate()
+        t.parent[0, 0] = 1
+        try:
+            t.validate()
+        except AssertionError as exc:
+            print("refused:", exc)
+    """)
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "refused: parent gives a root a parent"

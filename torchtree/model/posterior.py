@@ -534,6 +534,8 @@ def _checked_trees(payload: Dict[str, Any], path: str) -> HardTrees:
         raise bad(f"a split uses a feature index >= n_features ({n_features})")
     if bool(torch.isnan(trees.threshold[internal]).any()):
         raise bad("a split threshold is NaN")
+    if not bool(torch.isfinite(trees.stats).all()):
+        raise bad("a node's statistics are NaN or infinite")
     return trees
 
 

@@ -26,6 +26,7 @@ from typing import Dict, Optional
 import torch
 
 from torchtree.kernels.traversal import leaf_index as _leaf_index
+from torchtree.model.tree_checks import asserting, check_pointers
 
 __all__ = ["HardTrees", "UNUSED", "OPEN", "LEAF", "INTERNAL"]
 
@@ -355,46 +356,39 @@ class HardTrees:
         return counts
 
     def validate(self, data=None, likelihood=None) -> None:
-        """Check structural invariants; raise ``AssertionError`` naming the first violation.
+        """Check structural invariants; raise ``AssertionError`` naming the first violation (also under
+        ``python -O``: the checks are explicit).
+
+        The invariants are :func:`~torchtree.model.tree_checks.check_pointers`', plus: ``n_nodes`` in
+        ``[1, C]``, status ``UNUSED`` on exactly the slots past it, feature and children -1 there too, and a
+        split node's statistics the sum of its children's (to rounding relative to theirs: a centred sum can
+        cancel to about 0 while its parts are large).
 
         Parameters
         ----------
         data : Data, optional
-            With ``likelihood``, also check that every node's statistics equal those
-            recomputed by routing the training data through the tree.
+            With ``likelihood``, also check that every leaf's statistics equal those of the training data
+            routed to it, and that every leaf holds some.
         likelihood : likelihood object, optional
         """
         P, C = self.n_trees, self.capacity
-        ar = torch.arange(C, device=self.device)[None, :]
-        used = ar < self.n_nodes[:, None]
+        used = torch.arange(C, device=self.device)[None, :] < self.n_nodes[:, None]
         st = self.status
-        assert bool((self.n_nodes >= 1).all() and (self.n_nodes <= C).all()), "n_nodes out of range"
-        assert bool(((st != UNUSED) == used).all()), "status UNUSED must mark exactly the slots >= n_nodes"
+        asserting("n_nodes", (self.n_nodes >= 1) & (self.n_nodes <= C), "out of range")
+        asserting("status", (st != UNUSED) == used, "UNUSED must mark exactly the slots >= n_nodes")
         internal = st == INTERNAL
-        assert bool(((self.feature >= 0) == internal).all()), "feature >= 0 exactly on internal nodes"
-        assert bool(((self.left >= 0) == internal).all() and ((self.right >= 0) == internal).all()), "children exactly on internal nodes"
-        assert bool((self.parent[:, 0] == -1).all()), "root must have no parent"
-        assert bool((self.depth[:, 0] == 0).all()), "root depth must be 0"
+        asserting("feature", (self.feature >= 0) == internal, ">= 0 exactly on internal nodes")
+        asserting("left", (self.left >= 0) == internal, "children exactly on internal nodes")
+        asserting("right", (self.right >= 0) == internal, "children exactly on internal nodes")
+        check_pointers(asserting, self.feature, self.left, self.right, self.parent, self.depth, internal,
+                       self.n_nodes)
         pi, ni = internal.nonzero(as_tuple=True)
         if pi.numel():
-            lch, rch = self.left[pi, ni].long(), self.right[pi, ni].long()
-            assert bool(((lch > ni) & (rch > ni) & (lch < self.n_nodes[pi]) & (rch < self.n_nodes[pi])).all()), "children must be later used nodes"
-            assert bool((self.parent[pi, lch] == ni).all() and (self.parent[pi, rch] == ni).all()), "parent pointers disagree with children"
-            assert bool((self.depth[pi, lch] == self.depth[pi, ni] + 1).all() and (self.depth[pi, rch] == self.depth[pi, ni] + 1).all()), "child depth must be parent depth + 1"
             s = self.stats
-            sl, sr = s[pi, lch].double(), s[pi, rch].double()
-            # relative to the children's magnitudes: a parent's centred sum can cancel to ~0
-            # while its children's are large, and rounding is relative to those
+            sl, sr = s[pi, self.left[pi, ni].long()].double(), s[pi, self.right[pi, ni].long()].double()
             gap = (s[pi, ni].double() - (sl + sr)).abs()
-            assert bool((gap <= 1e-9 * (sl.abs() + sr.abs()) + 1e-6).all()), "internal stats must equal the sum of the children's"
-        # Every used non-root node is the child of exactly one internal node.
-        child_count = torch.zeros(P, C, dtype=torch.long, device=self.device)
-        if pi.numel():
-            child_count.index_put_((pi, self.left[pi, ni].long()), torch.ones_like(pi), accumulate=True)
-            child_count.index_put_((pi, self.right[pi, ni].long()), torch.ones_like(pi), accumulate=True)
-        nonroot = used.clone()
-        nonroot[:, 0] = False
-        assert bool((child_count[nonroot] == 1).all() and (child_count[~nonroot] == 0).all()), "each non-root node needs exactly one parent"
+            asserting("stats", gap <= 1e-9 * (sl.abs() + sr.abs()) + 1e-6, "of a split node must equal the sum of "
+                      "its children's")
         if data is not None and likelihood is not None:
             leaves = self.leaf_index(data.X)
             S = self.stats.shape[-1]
@@ -402,9 +396,10 @@ class HardTrees:
             rec = torch.zeros(P, C, S, dtype=self.stats.dtype, device=self.device)
             rec.scatter_add_(1, leaves[:, :, None].expand(-1, -1, S), pstats[None].expand(P, -1, -1).contiguous())
             lv = self.is_leaf()
-            assert torch.allclose(rec[lv].double(), self.stats[lv].double(), atol=1e-5, rtol=1e-7), "leaf stats differ from the data routed through the tree"
+            asserting("stats", torch.allclose(rec[lv].double(), self.stats[lv].double(), atol=1e-5, rtol=1e-7),
+                      "at the leaves differ from the data routed through the tree")
             n_at_leaf = torch.zeros(P, C, dtype=torch.long, device=self.device).scatter_add_(1, leaves, torch.ones_like(leaves))
-            assert bool((n_at_leaf[lv] > 0).all()), "a leaf holds no training data"
+            asserting("stats", n_at_leaf[lv] > 0, "count a leaf that holds no training data")
 
     def __repr__(self) -> str:
         return f"HardTrees(P={self.n_trees}, capacity={self.capacity}, max_nodes={int(self.n_nodes.max())}, device={self.device})"

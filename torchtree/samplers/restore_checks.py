@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from torchtree.io.integrity import CheckpointError
+from torchtree.model.tree_checks import check_pointers, holds
 from torchtree.model.trees import INTERNAL, UNUSED, HardTrees
 
 __all__ = ["StateFields", "rebuilding", "check_pointer_trees", "check_hard_trees", "check_tree_state"]
@@ -38,9 +39,7 @@ class StateFields:
 
     def require(self, name: str, ok, why: str) -> None:
         """Raise :meth:`error` unless ``ok`` (a bool or a bool tensor, all of whose elements must hold)."""
-        if isinstance(ok, torch.Tensor):
-            ok = bool(ok.all()) if ok.numel() else True
-        if not ok:
+        if not holds(ok):
             raise self.error(name, why)
 
     def tensor(self, name: str, value: Any, shape: Optional[Sequence[Optional[int]]] = None,
@@ -110,58 +109,17 @@ def check_pointer_trees(fields: StateFields, name: str, feature: torch.Tensor, l
                         right: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor, internal: torch.Tensor,
                         n_nodes: torch.Tensor, n_features: int, heap: Optional[torch.Tensor] = None,
                         threshold: Optional[torch.Tensor] = None, rename: Optional[dict] = None) -> None:
-    """Trees in padded pointer arrays ``[P, C]`` (:class:`~torchtree.model.trees.HardTrees`' layout) are trees:
-    slots ``[0, n_nodes)`` in use, a split node's (``internal``) feature in ``[0, n_features)`` and its children
-    later nodes in use whose parent it is, one level deeper (and, with ``heap``, whose heap codes are ``2h`` and
-    ``2h + 1``), every node in use but the root the child of exactly one split; a leaf has feature and children
-    ``-1``; thresholds (given) of split nodes finite. The slots past ``n_nodes`` are not read (see the caller).
-    Fields are named ``<name>.<field>`` (``rename``: field -> its name in the checkpoint, where they differ)."""
-    P, C = feature.shape
-    dev = feature.device
+    """Trees in padded pointer arrays ``[P, C]`` restored from a checkpoint are trees of a run on ``n_features``
+    columns: ``n_nodes`` integers in ``[1, C]``, then :func:`~torchtree.model.tree_checks.check_pointers`' invariants
+    (with ``heap``, the nodes' heap codes; with ``threshold``, finite split thresholds). Fields are named
+    ``<name>.<field>`` (``rename``: field -> its name in the checkpoint, where they differ)."""
+    C = feature.shape[1]
     key = {k: f"{name}.{k}" for k in ("n_nodes", "status", "feature", "left", "right", "parent", "depth", "heap",
                                        "threshold")}
     key.update({k: f"{name}.{v}" for k, v in (rename or {}).items()})
-    fields.tensor(key["n_nodes"], n_nodes, shape=[P], kind="int", low=1, high=C)
-    used = torch.arange(C, device=dev)[None, :] < n_nodes[:, None].to(dev)
-    fields.require(key["status"], ~internal | used, "marks split nodes past the trees' node counts")
-    leaf = used & ~internal
-    f = feature.long()
-    fields.require(key["feature"], ((f >= 0) & (f < n_features))[internal],
-                   f"holds split features outside [0, {n_features - 1}]")
-    fields.require(key["feature"], f[leaf] == -1, "holds a feature at a leaf")
-    for side, ch in (("left", left), ("right", right)):
-        fields.require(key[side], ch[leaf] == -1, "gives a leaf a child")
-    pi, ni = internal.nonzero(as_tuple=True)
-    lc, rc = left[pi, ni].long(), right[pi, ni].long()
-    last = n_nodes.to(dev)[pi]
-    for side, ch in (("left", lc), ("right", rc)):
-        fields.require(key[side], (ch > ni) & (ch < last), "points a split node at a slot that is not a later "
-                       "node of its tree")
-    fields.require(key["right"], lc != rc, "gives a split node the same child twice")
-    fields.require(key["parent"], parent[:, 0] == -1, "gives a root a parent")
-    count = torch.zeros(P * C, dtype=torch.long, device=dev)
-    if pi.numel():
-        fields.require(key["parent"], (parent[pi, lc] == ni) & (parent[pi, rc] == ni),
-                       "disagrees with the children of the split nodes")
-        count.index_add_(0, torch.cat([pi * C + lc, pi * C + rc]), torch.ones(2 * pi.numel(), dtype=torch.long,
-                                                                              device=dev))
-    nonroot = used.clone()
-    nonroot[:, 0] = False
-    fields.require(key["left"], count.view(P, C) == nonroot.long(), "leaves a node in use outside its tree, or "
-                   "shares one between two splits")
-    fields.require(key["depth"], depth[:, 0] == 0, "gives a root a depth")
-    if pi.numel():
-        d = depth[pi, ni]
-        fields.require(key["depth"], (depth[pi, lc] == d + 1) & (depth[pi, rc] == d + 1),
-                       "disagrees with the trees' levels")
-    if heap is not None:
-        fields.require(key["heap"], heap[:, 0] == 1, "gives a root a heap code other than 1")
-        if pi.numel():
-            h = heap[pi, ni]
-            fields.require(key["heap"], (heap[pi, lc] == 2 * h) & (heap[pi, rc] == 2 * h + 1),
-                           "disagrees with the trees' paths")
-    if threshold is not None:
-        fields.require(key["threshold"], torch.isfinite(threshold[internal]), "holds a NaN or infinite threshold")
+    fields.tensor(key["n_nodes"], n_nodes, shape=[feature.shape[0]], kind="int", low=1, high=C)
+    check_pointers(lambda field, ok, why: fields.require(key[field], ok, why), feature, left, right, parent, depth,
+                   internal, n_nodes, n_features, heap=heap, threshold=threshold)
 
 
 def check_hard_trees(fields: StateFields, name: str, trees: HardTrees, n_trees: Optional[int], n_features: int,
