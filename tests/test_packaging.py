@@ -3,7 +3,8 @@
 ``pyproject.toml`` lists packages explicitly (``kernels/`` and ``distributed/`` are
 mapped into ``torchtree``), so a new subpackage that is not listed works in the
 editable development install but is missing from wheels. One test finds every folder
-with Python files and checks that it is a listed package; another clones the repository
+with Python files and checks that it is a listed package; one that each package folder carries
+its PEP 561 ``py.typed`` marker and lists it as package data; another clones the repository
 into a folder of its own (no neighbouring folders: the repository must be self-contained),
 builds the wheel from the clone, installs it into a fresh virtual environment and runs
 examples there: one from outside the checkout, one on the clone's own data/ tables.
@@ -50,6 +51,16 @@ def test_every_source_folder_is_a_package():
             assert (sub / "__init__.py").exists(), f"{sub.relative_to(ROOT)} has Python files but no __init__.py"
 
 
+def test_every_package_folder_is_marked_typed():
+    """PEP 561: ``py.typed`` in each of the three folders and in pyproject's package-data, so that mypy and
+    pyright read the installed package's annotations (without it they treat every name as ``Any``)."""
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    data = cfg.get("package-data", {})
+    for pkg, folder in cfg["package-dir"].items():
+        assert (ROOT / folder / "py.typed").is_file(), f"{folder}/py.typed is missing"
+        assert "py.typed" in data.get(pkg, []), f"pyproject.toml [tool.setuptools.package-data] {pkg!r} lacks py.typed"
+
+
 @pytest.mark.slow
 def test_wheel_from_a_fresh_clone_installs_and_runs(tmp_path):
     """Clone the committed repository into a folder of its own, build the wheel from the clone,
@@ -73,6 +84,7 @@ def test_wheel_from_a_fresh_clone_installs_and_runs(tmp_path):
     ours = {str(p.relative_to(clone)) for d in ("torchtree",) for p in (clone / d).rglob("*.py")}
     ours |= {"torchtree/kernels/" + p.name for p in (clone / "kernels").glob("*.py")}
     ours |= {"torchtree/distributed/" + p.name for p in (clone / "distributed").glob("*.py")}
+    ours |= {"torchtree/py.typed", "torchtree/kernels/py.typed", "torchtree/distributed/py.typed"}  # PEP 561
     missing = sorted(f for f in ours if f not in names)
     assert not missing, f"the wheel lacks {missing}"
 
