@@ -2,14 +2,19 @@
 classes when the user has loaded it, seeds from its ``random_state`` objects, shapes of array-likes."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 import numpy as np
 
 from torchtree._version import __version__
 from torchtree.core.warn import warn
 
-__all__ = ["NotFittedError", "DataConversionWarning", "InconsistentVersionWarning"]
+__all__ = ["NotFittedError", "DataConversionWarning", "InconsistentVersionWarning", "RandomStateLike"]
+
+#: what ``random_state`` (and ``predict_interval``'s ``seed``) takes: an int in ``[0, 2**63 - 1]``, None for a
+#: fresh seed, a numpy ``RandomState`` or ``Generator`` (one draw from it). The numpy names are written as
+#: text so that importing torchtree does not import ``numpy.random`` (a fit that is given one imports it)
+RandomStateLike = Union[int, "np.integer[Any]", "np.random.RandomState", "np.random.Generator", None]
 
 
 class NotFittedError(RuntimeError, ValueError, AttributeError):
@@ -76,7 +81,7 @@ def shape_of(a) -> tuple:
     return tuple(int(v) for v in shape)
 
 
-def seed_from_random_state(random_state, name: str = "random_state") -> Optional[int]:
+def seed_from_random_state(random_state: RandomStateLike, name: str = "random_state") -> Optional[int]:
     """An int seed from ``random_state``: an int, None (a fresh seed per fit, drawn by the sampler),
     or a ``numpy.random.RandomState`` / ``Generator`` (one draw from it, as scikit-learn's
     estimators use such an object)."""

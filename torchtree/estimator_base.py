@@ -11,28 +11,35 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Self, Union
 
 import numpy as np
 
 from torchtree.core.random import seed_to_int
 from torchtree.io.checkpoint import Checkpointer
-from torchtree.core.threads import check_threads, resolve_threads, using_threads
-from torchtree._sklearn import (DataConversionWarning, NotFittedError, PickledWithVersion, seed_from_random_state, shape_of,
-                               short_repr, sklearn_flavoured)
+from torchtree.core.threads import ThreadSetting, check_threads, resolve_threads, using_threads
+from torchtree._sklearn import (DataConversionWarning, NotFittedError, PickledWithVersion, RandomStateLike,
+                               seed_from_random_state, shape_of, short_repr, sklearn_flavoured)
 from torchtree.methods import (HYPER_MODES, LIKELIHOOD_SETTINGS, METHODS, PRIOR_SETTINGS, accepted_settings, all_settings,
                                get_method, model_settings)
 from torchtree.model.data import Data, resolve_device
-from torchtree.model.inputs import frame_columns, in_training_order
+from torchtree.model.inputs import ArrayLike, check_name_types, frame_columns, in_training_order
 from torchtree.model.posterior import attach_feature_names
-from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, make_prior
+from torchtree.model.posterior_base import Posterior
+from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, ChipmanPrior, PoissonPrior, make_prior
 from torchtree.monitor import as_monitor, progress_bars, progress_monitor
 from torchtree.samplers.driver import DrawnSeed
 from torchtree.samplers.presets import AUTO, RunShape
-from torchtree.samplers.protocol import config_class_of
+from torchtree.samplers.protocol import SamplerConfig, config_class_of
 from torchtree.core.warn import warn
 
-__all__ = ["BayesianTreeBase"]
+if TYPE_CHECKING:
+    from torchtree.samplers.tuning.evidence import EvidenceSearch
+
+__all__ = ["BayesianTreeBase", "PriorSetting"]
+
+#: what ``prior=`` takes: ``"chipman"``, ``"poisson"`` or a prior object
+PriorSetting = Union[str, ChipmanPrior, PoissonPrior]
 
 
 def _process_rank(backend) -> Optional[int]:
@@ -67,20 +74,28 @@ class BayesianTreeBase(PickledWithVersion):
     """Shared estimator logic (see the two public subclasses)."""
 
     _task = "classification"
+    _estimator_type: str  # "classifier" or "regressor", set by each subclass
+    # the fitted attributes (set by fit; declared without a value, so that an unfitted estimator has none)
+    posterior_: Posterior
+    log_evidence_: Optional[float]
+    sampler_config_: Optional[SamplerConfig]
+    hyper_search_: Optional[EvidenceSearch]
+    n_features_in_: int
+    feature_names_in_: np.ndarray
 
     def __init__(
         self,
         method: str = "smc",
         *,
-        prior: str = "chipman",
+        prior: PriorSetting = "chipman",
         alpha_split: Optional[float] = None,
         beta_split: Optional[float] = None,
         poisson_lambda: Optional[float] = None,
-        random_state: Optional[int] = 0,
+        random_state: RandomStateLike = 0,
         device: Optional[str] = None,
         monitor: Any = None,
         hyper: Any = "evidence",
-        n_threads: Any = "auto",
+        n_threads: ThreadSetting = "auto",
         verbose: int = 1,
         categorical_features: Any = "from_dtype",
         **sampler_options: Any,
@@ -123,7 +138,7 @@ class BayesianTreeBase(PickledWithVersion):
             out["alpha"] = self.alpha
         return {k: v for k, v in out.items() if v is not None}
 
-    def set_params(self, **params: Any) -> "BayesianTreeBase":
+    def set_params(self, **params: Any) -> Self:
         """Set parameters, as scikit-learn's ``set_params`` does.
 
         Parameters
@@ -204,7 +219,7 @@ class BayesianTreeBase(PickledWithVersion):
         args = ", ".join(f"{k}={short_repr(v)}" for k, v in self.get_params().items() if changed(k, v))
         return f"{type(self).__name__}({args})"
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:
         """Estimator tags for scikit-learn >= 1.6 (``cross_val_score``, ``GridSearchCV``).
 
         scikit-learn is not a dependency: it calls this, so it is installed then.
@@ -354,7 +369,7 @@ class BayesianTreeBase(PickledWithVersion):
     def _make_data(self, X, y) -> Data:
         return Data(X, y, task=self._task, categorical_features=self.categorical_features)
 
-    def fit(self, X, y) -> "BayesianTreeBase":
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Sample the posterior over trees given training data.
 
         Parameters
@@ -384,7 +399,7 @@ class BayesianTreeBase(PickledWithVersion):
             fit; each message names what to change.
         """
         names = frame_columns(X)
-        _check_name_types(names)
+        check_name_types(names)
         if names is not None and all(isinstance(c, str) for c in names):
             dup = sorted({c for c in names if names.count(c) > 1})
             if dup:  # predict* takes a frame's columns by name: which of two 'a' columns is 'a'?
@@ -457,7 +472,7 @@ class BayesianTreeBase(PickledWithVersion):
         """
         fitted = getattr(self, "feature_names_in_", None)
         names = frame_columns(X)
-        _check_name_types(names)
+        check_name_types(names)
         if fitted is None or names is None or not all(isinstance(c, str) for c in names):
             x_shape = shape_of(X)
             if len(x_shape) == 2 and x_shape[1] != self.n_features_in_:
@@ -502,7 +517,7 @@ class BayesianTreeBase(PickledWithVersion):
         # only the weights' ratios matter: weights whose sum (or weighted squares) would overflow are scaled down
         return w / w.max() if w.max() > 1e300 / max(n, 1) else w
 
-    def get_metadata_routing(self):
+    def get_metadata_routing(self) -> Any:
         """scikit-learn's metadata routing (``sklearn.set_config(enable_metadata_routing=True)``): ``score`` takes
         ``sample_weight``, not requested unless :meth:`set_score_request` asks; ``fit`` takes no metadata."""
         from sklearn.utils.metadata_routing import MetadataRequest
@@ -513,7 +528,7 @@ class BayesianTreeBase(PickledWithVersion):
             req.score.add_request(param="sample_weight", alias=None)
         return req
 
-    def set_score_request(self, *, sample_weight=None):
+    def set_score_request(self, *, sample_weight: Union[bool, str, None] = None) -> Self:
         """Whether a meta-estimator routes ``sample_weight`` to :meth:`score` (``True``, ``False``, ``None``: not
         requested, or an alias), as scikit-learn's ``set_score_request``; returns ``self``."""
         req = self.get_metadata_routing()
@@ -548,7 +563,7 @@ class BayesianTreeBase(PickledWithVersion):
         total = usage.sum()
         return usage / total if total > 0 else np.zeros(self.n_features_in_)
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Predicted labels (classifier: the most probable class, as in ``classes_``) or posterior
         predictive means (regressor).
 
@@ -563,7 +578,7 @@ class BayesianTreeBase(PickledWithVersion):
         self._check_fitted()
         return self.posterior_.predict(self._check_columns(X))
 
-    def log_predictive(self, X, y) -> float:
+    def log_predictive(self, X: ArrayLike, y: ArrayLike) -> float:
         """Mean over rows of the log posterior predictive density (regression) or probability
         (classification) of ``y`` at ``X``: ``mean_m log p(y_m | x_m, training data)``.
 
@@ -579,14 +594,3 @@ class BayesianTreeBase(PickledWithVersion):
         self._check_fitted()
         return self.posterior_.log_predictive(self._check_columns(X), self._target(X, y))
 
-
-def _check_name_types(names) -> None:
-    """TypeError for a frame whose column names mix text and other types, as scikit-learn: such
-    columns could be matched neither by name (not all are names) nor safely by position."""
-    if names is None:
-        return
-    kinds = sorted({type(c).__name__ for c in names})
-    if len(kinds) > 1 and any(isinstance(c, str) for c in names):
-        raise TypeError(f"X's column names mix types {kinds}: columns are matched by name only when every name is "
-                        "text. Convert them, X.columns = X.columns.astype(str), or pass X.to_numpy() to match them by "
-                        "position")

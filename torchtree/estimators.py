@@ -11,10 +11,11 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from torchtree._sklearn import DataConversionWarning, NotFittedError, seed_from_random_state
+from torchtree._sklearn import DataConversionWarning, NotFittedError, RandomStateLike, seed_from_random_state
 from torchtree.core.random import seed_to_int
+from torchtree.core.threads import ThreadSetting
 from torchtree.core.warn import warn
-from torchtree.estimator_base import BayesianTreeBase
+from torchtree.estimator_base import BayesianTreeBase, PriorSetting
 from torchtree.methods import (  # METHODS, register_method, get_method, model_settings: re-exported
     METHODS,
     get_method,
@@ -23,7 +24,7 @@ from torchtree.methods import (  # METHODS, register_method, get_method, model_s
 )
 from torchtree.model.data import Data
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
-from torchtree.model.inputs import check_no_missing_labels
+from torchtree.model.inputs import ArrayLike, check_no_missing_labels
 
 __all__ = ["BayesianTreeClassifier", "BayesianTreeRegressor", "METHODS", "NotFittedError", "DataConversionWarning",
            "register_method", "get_method",
@@ -118,9 +119,19 @@ class BayesianTreeClassifier(BayesianTreeBase):
 
     _task = "classification"
     _estimator_type = "classifier"  # scikit-learn < 1.6 reads this attribute
+    classes_: np.ndarray  # fitted: the labels seen at fit, sorted
 
-    def __init__(self, method: str = "smc", *, alpha: Optional[float] = None, **kwargs: Any) -> None:
-        super().__init__(method, **kwargs)
+    # the base's parameters spelled out (same defaults), so that IDEs and type checkers see them
+    def __init__(self, method: str = "smc", *, alpha: Optional[float] = None, prior: PriorSetting = "chipman",
+                 alpha_split: Optional[float] = None, beta_split: Optional[float] = None,
+                 poisson_lambda: Optional[float] = None, random_state: RandomStateLike = 0,
+                 device: Optional[str] = None, monitor: Any = None, hyper: Any = "evidence",
+                 n_threads: ThreadSetting = "auto", verbose: int = 1, categorical_features: Any = "from_dtype",
+                 **sampler_options: Any) -> None:
+        super().__init__(method, prior=prior, alpha_split=alpha_split, beta_split=beta_split,
+                         poisson_lambda=poisson_lambda, random_state=random_state, device=device, monitor=monitor,
+                         hyper=hyper, n_threads=n_threads, verbose=verbose, categorical_features=categorical_features,
+                         **sampler_options)
         self.alpha = alpha
 
     def _extra_params(self) -> Dict[str, Any]:
@@ -131,17 +142,17 @@ class BayesianTreeClassifier(BayesianTreeBase):
         return DirichletMultinomial(5.0 if alpha is None else alpha)
 
 
-    def predict_proba(self, X) -> np.ndarray:
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Posterior predictive class probabilities ``[M, K]`` (columns follow ``classes_``)."""
         self._check_fitted()
         return self.posterior_.predict_proba(self._check_columns(X))
 
-    def predict_log_proba(self, X) -> np.ndarray:
+    def predict_log_proba(self, X: ArrayLike) -> np.ndarray:
         """``log(predict_proba(X))`` ``[M, K]`` (``-inf`` where a probability is 0)."""
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
-    def score(self, X, y, sample_weight=None) -> float:
+    def score(self, X: ArrayLike, y: ArrayLike, sample_weight: Optional[ArrayLike] = None) -> float:
         """Accuracy on ``(X, y)``: the share of rows whose predicted label is ``y``'s, as scikit-learn's
         ``accuracy_score(y, predict(X), sample_weight=sample_weight)`` (``sample_weight`` [M] non-negative:
         a weighted share; ``fit`` takes no weights). Rows whose label was not seen at ``fit`` count as errors
@@ -182,15 +193,30 @@ class BayesianTreeRegressor(BayesianTreeBase):
         Its scale. None (default): chosen by the evidence (``hyper="evidence"``); with
         ``hyper="fixed"``, half the targets' variance times ``max(a0 - 1, 0.5)``
         (``NormalInverseGamma.default_for``).
-    **kwargs
+    prior, alpha_split, beta_split, poisson_lambda, hyper, random_state, device, monitor, verbose, categorical_features, n_threads
         As for :class:`BayesianTreeClassifier` (and its notes on a DataFrame's columns).
+    **sampler_options
+        As for :class:`BayesianTreeClassifier`.
+
+    Attributes
+    ----------
+    posterior_, sampler_config_, hyper_search_, log_evidence_, n_features_in_, feature_names_in_
+        As for :class:`BayesianTreeClassifier` (no ``classes_``).
     """
 
     _task = "regression"
     _estimator_type = "regressor"
 
-    def __init__(self, method: str = "smc", *, mu0: Optional[float] = None, kappa0: float = 0.1, a0: float = 2.0, b0: Optional[float] = None, **kwargs: Any) -> None:
-        super().__init__(method, **kwargs)
+    def __init__(self, method: str = "smc", *, mu0: Optional[float] = None, kappa0: float = 0.1, a0: float = 2.0,
+                 b0: Optional[float] = None, prior: PriorSetting = "chipman", alpha_split: Optional[float] = None,
+                 beta_split: Optional[float] = None, poisson_lambda: Optional[float] = None,
+                 random_state: RandomStateLike = 0, device: Optional[str] = None, monitor: Any = None,
+                 hyper: Any = "evidence", n_threads: ThreadSetting = "auto", verbose: int = 1,
+                 categorical_features: Any = "from_dtype", **sampler_options: Any) -> None:
+        super().__init__(method, prior=prior, alpha_split=alpha_split, beta_split=beta_split,
+                         poisson_lambda=poisson_lambda, random_state=random_state, device=device, monitor=monitor,
+                         hyper=hyper, n_threads=n_threads, verbose=verbose, categorical_features=categorical_features,
+                         **sampler_options)
         self.mu0, self.kappa0, self.a0, self.b0 = mu0, kappa0, a0, b0
 
     def _extra_params(self) -> Dict[str, Any]:
@@ -205,7 +231,8 @@ class BayesianTreeRegressor(BayesianTreeBase):
             b0=default.b0 if self._tuned_value("b0") is None else self._tuned_value("b0"),
         )
 
-    def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
+    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000,
+                         seed: RandomStateLike = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval ``[M, 2]``: the ``(1 - level) / 2`` and
         ``(1 + level) / 2`` quantiles of ``n_draws`` Monte Carlo draws of each row's ``y`` from the
         posterior predictive, seeded by ``seed`` (the posterior's ``predict_interval``; what ``random_state``
@@ -217,7 +244,7 @@ class BayesianTreeRegressor(BayesianTreeBase):
         return self.posterior_.predict_interval(self._check_columns(X), level=level, n_draws=n_draws,
                                                 seed=seed_to_int(s))
 
-    def score(self, X, y, sample_weight=None) -> float:
+    def score(self, X: ArrayLike, y: ArrayLike, sample_weight: Optional[ArrayLike] = None) -> float:
         """Coefficient of determination R^2 of the predictive mean, as scikit-learn's ``r2_score(y, predict(X),
         sample_weight=sample_weight)`` (``sample_weight`` [M] non-negative: weighted sums of squares about the
         weighted mean; ``fit`` takes no weights). For a constant ``y`` (no variance to explain) it is 1.0 where

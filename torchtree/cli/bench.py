@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -62,7 +62,7 @@ def demo(seed: int = 0, out=sys.stdout) -> List[tuple]:
     Xtr, ytr, Xte, yte, name = _demo_data(seed)
     print(f"torchtree demo: {name}; train {len(ytr)}, test {len(yte)}", file=out)
     rows = []
-    configs = [
+    configs: List[Tuple[str, Dict[str, Any], str]] = [
         ("smc", dict(n_particles=100, n_islands=5, proposal="prior"), "top-down SMC, prior proposal"),
         ("smc", dict(n_particles=1000, n_islands=5, proposal="prior"), "top-down SMC, prior proposal"),
         ("smc", dict(n_particles=100, n_islands=5, proposal="optimal"), "top-down SMC, optimal proposal"),

@@ -7,7 +7,7 @@ import re
 import sys
 import time
 import warnings
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -188,11 +188,11 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
         split = f"train {len(tr)}, test {len(te)} (--test-size {args.test_size:g}, seed {args.seed})"
 
     given = vars(args)
-    est_kw = {k: given[k] for k in args._estimator_tasks if k in given}
+    est_kw: Dict[str, Any] = {k: given[k] for k in args._estimator_tasks if k in given}
     for k in est_kw:
         if args._estimator_tasks[k] and args._estimator_tasks[k] != task:
             raise ValueError(f"{option_flag(k)} applies to {args._estimator_tasks[k]} only; this is a {task} task")
-    smp_kw = {k: (tuple(given[k]) if isinstance(given[k], list) else given[k]) for k in args._sampler_names if k in given}
+    smp_kw: Dict[str, Any] = {k: (tuple(given[k]) if isinstance(given[k], list) else given[k]) for k in args._sampler_names if k in given}
     if args.checkpoint_every is not None and not args.checkpoint:
         raise ValueError("--checkpoint-every applies with --checkpoint FILE")
     if args.checkpoint:
@@ -286,8 +286,9 @@ def _fit(args, cls, device, backend, backend_name: str) -> int:
         schema["class_labels"] = [labels.get(c, str(c)) for c in np.asarray(post.classes_).tolist()]
     post.info["cli"] = json.dumps(schema)
     attach_feature_names(post, None, table.feature_names)
-    if getattr(post, "encoder", None) is not None and post.encoder.frame_names is None:
-        post.encoder.frame_names = list(table.feature_names)  # its messages name the file's columns
+    encoder = getattr(post, "encoder", None)  # hard trees and BART (soft trees take no categorical columns)
+    if encoder is not None and encoder.frame_names is None:
+        encoder.frame_names = list(table.feature_names)  # its messages name the file's columns
     saved_to, status = _save_or_rescue(post, args.out)
     if len(yte):
         rows.extend(_evaluate(post, task, Xte, yte, ytr, debug=getattr(args, "debug", False)))

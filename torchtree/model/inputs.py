@@ -10,7 +10,11 @@ import numpy as np
 import torch
 
 __all__ = ["InputTypeError", "is_missing_cell", "refuse_unordered_dtype", "check_integer_precision", "as_feature_matrix", "encode_class_labels", "check_class_count", "check_no_missing_labels",
-           "in_training_order"]
+           "in_training_order", "check_name_types", "ArrayLike"]
+
+#: what ``X`` and ``y`` may be: a numpy array, a pandas DataFrame or Series, a torch tensor, nested lists
+#: (``Any`` to type checkers: the checks at run time say what is refused, and why)
+ArrayLike = Any
 
 
 class InputTypeError(TypeError, ValueError):
@@ -62,6 +66,18 @@ def frame_columns(obj: Any) -> Optional[list]:
         return list(cols)
     except TypeError:  # pragma: no cover - exotic frames
         return None
+
+
+def check_name_types(names: Optional[Sequence[Any]]) -> None:
+    """TypeError for a frame whose column names mix text and other types, as scikit-learn: such
+    columns could be matched neither by name (not all are names) nor safely by position."""
+    if names is None:
+        return
+    kinds = sorted({type(c).__name__ for c in names})
+    if len(kinds) > 1 and any(isinstance(c, str) for c in names):
+        raise TypeError(f"X's column names mix types {kinds}: columns are matched by name only when every name is "
+                        "text. Convert them, X.columns = X.columns.astype(str), or pass X.to_numpy() to match them by "
+                        "position")
 
 
 def in_training_order(X: Any, fitted: Optional[Sequence[str]]) -> Any:
