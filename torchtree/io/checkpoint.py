@@ -115,7 +115,7 @@ def _file_mode(path: str) -> int:
         return 0o666 & ~_umask()
 
 
-def atomic_write(path: str, write: Callable[[Any], None], mode: str = "w", **open_args: Any) -> None:
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], None], mode: str = "w", **open_args: Any) -> None:
     """Write ``path`` atomically: ``write(fh)`` into a new temporary file of an unpredictable name in the same
     directory (``mkstemp``: created exclusively, never through a link), fsync, then rename over ``path``. The
     file keeps the mode of the file it replaces (else 0o666 less the umask); a failed write leaves nothing.
@@ -147,7 +147,7 @@ def atomic_write(path: str, write: Callable[[Any], None], mode: str = "w", **ope
         _fsync_dir(directory)
 
 
-def atomic_save(obj: Any, path: str) -> None:
+def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
     """``torch.save(obj)`` to ``path`` atomically.
 
     Parameters

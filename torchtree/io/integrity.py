@@ -166,7 +166,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def read_payload(path: str, what: str = "checkpoint", map_location: Any = "cpu") -> Any:
+def read_payload(path: str | os.PathLike[str], what: str = "checkpoint", map_location: Any = "cpu") -> Any:
     """``torch.load(path, weights_only=True)`` with errors that name the file, and the
     content checksum verified (:func:`verify_checksum`).
 

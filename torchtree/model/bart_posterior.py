@@ -15,7 +15,7 @@ width of the depth that makes the two together smallest. Prediction sums both
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -24,12 +24,12 @@ from torchtree.core.random import keyed_uniform
 from torchtree.model.encoding import TableEncoder, needs_encoding, rule_text
 from torchtree.model.bart import ABSENT, LEAF, BartPrior, CutGrid, forest_sum, heap_depth, mnp_probabilities, GL_NODES
 from torchtree.model.data import as_feature_matrix
-from torchtree.model.inputs import in_training_order
+from torchtree.model.inputs import ArrayLike, in_training_order
 from torchtree.core.budget import rows_per_chunk
 from torchtree.core.validate import check_int
 from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed
 from torchtree.model.posterior import PosteriorSummary, to_plain
-from torchtree.model.posterior_base import Posterior, dot_text
+from torchtree.model.posterior_base import Posterior, StrPath, dot_text
 
 __all__ = ["BARTPosterior"]
 
@@ -138,6 +138,7 @@ class BARTPosterior(Posterior):
 
     FORMAT = "torchtree.BARTPosterior/2"
     READ_FORMATS = ("torchtree.BARTPosterior/1", FORMAT)  # /1: dense [S, T, K] trees
+    log_evidence: Optional[float]  # None: BART estimates no evidence (read-only in the Posterior protocol)
 
     def __init__(self, prior: BartPrior, grid: CutGrid, feature, cut, value, sigma, chain_of, n_features: int,
                  classes=None, info: Optional[Dict[str, Any]] = None, deep=None, n_utilities: int = 1,
@@ -252,7 +253,7 @@ class BARTPosterior(Posterior):
                 f.index_add_(0, ds[d], forest_sum(df[d, None, :], dc[d, None, :], dv[d, None, :], Xb[:, sl]))
             yield sl, f
 
-    def latent_draws(self, X) -> torch.Tensor:
+    def latent_draws(self, X: ArrayLike) -> torch.Tensor:
         """``f_s(x)`` per draw and point, ``[S, M]`` float64 on the original scale (the probit
         latent's mean for classification); with ``K >= 3`` classes ``[S, K - 1, M]``, each utility's
         mean. Holds all of them: ``predict``, ``predict_proba``, ``predict_interval`` and
@@ -320,7 +321,7 @@ class BARTPosterior(Posterior):
                 out.append(torch.stack([1 - p1, p1], 1))
         return torch.cat(out, 2) if out else torch.zeros(self.n_particles, self.n_utilities + 1, 0)
 
-    def predict_proba(self, X) -> np.ndarray:
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Posterior predictive class probabilities: ``mean_s (1 - Phi(f_s(x)), Phi(f_s(x)))`` for two
         classes, the draws' mean of :func:`~torchtree.model.bart.mnp_probabilities` for more.
 
@@ -348,7 +349,7 @@ class BARTPosterior(Posterior):
         p1 = self._p1(self._bins(X))
         return torch.stack([1 - p1, p1], 1).cpu().numpy()
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """The most probable class (original labels), or the posterior mean ``mean_s f_s(x)``
         (regression).
 
@@ -370,7 +371,7 @@ class BARTPosterior(Posterior):
             out[sl] = self.prior.offset + self.prior.scale * draw_mean(f)
         return out.cpu().numpy()
 
-    def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
+    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval of ``y``, ``[M, 2]``: ``n_draws`` draws
         ``f_s(x) + sigma_s e`` with ``s`` uniform over the kept draws and ``e ~ N(0, 1)``
         (``e`` keyed by the draw only and shared by all rows, so a row's interval depends on the
@@ -390,7 +391,7 @@ class BARTPosterior(Posterior):
                 out[sl.start + j : sl.start + j + draws.shape[1]] = equal_tailed(draws, level)
         return out
 
-    def log_predictive(self, X, y) -> float:
+    def log_predictive(self, X: ArrayLike, y: ArrayLike) -> float:
         """Mean over points of ``log mean_s p(y | x, draw s)``: the Gaussian density
         ``N(y; f_s(x), sigma_s^2)`` (regression), ``Phi(+-f_s(x))`` (two classes) or the multinomial
         probit probability of ``y`` (more).
@@ -497,7 +498,7 @@ class BARTPosterior(Posterior):
         """Share of all splits, over draws and trees, that use each feature ``[D]``."""
         return np.asarray(self.summary()["split_share"])
 
-    def to_dot(self, i: Optional[int] = None, feature_names=None, tree: int = 0) -> str:
+    def to_dot(self, i: Optional[int] = None, feature_names: Optional[Sequence[str]] = None, tree: int = 0) -> str:
         """Graphviz DOT text of tree ``tree`` of forest ``i`` (default: the last draw's first forest, as
         :func:`torchtree.plot.plot_tree` draws; with ``K >= 3`` classes forest ``s U + u`` is utility
         ``u + 1`` of draw ``s``); edges ``yes`` (the rule holds) and ``no``, as a hard tree's."""
@@ -522,7 +523,7 @@ class BARTPosterior(Posterior):
         return "\n".join(lines)
 
     # ----------------------------------------------------------- files
-    def save(self, path: str) -> None:
+    def save(self, path: StrPath) -> None:
         """Write the posterior to ``path`` atomically, with a checksum (plain tensors, readable with
         ``torch.load(weights_only=True)``; the trees compact, as the class keeps them)."""
         from torchtree.io.checkpoint import atomic_save, seal
@@ -539,7 +540,7 @@ class BARTPosterior(Posterior):
         atomic_save(seal(payload), path)
 
     @classmethod
-    def load(cls, path: str, device=None) -> "BARTPosterior":
+    def load(cls, path: StrPath, device: str | torch.device | None = None) -> "BARTPosterior":
         """Read a posterior that :meth:`save` wrote (checksum verified), onto ``device`` (default the
         CPU).
 

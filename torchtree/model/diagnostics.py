@@ -36,6 +36,8 @@ import numpy as np
 import torch
 
 from torchtree.core.warn import ConvergenceWarning, warn
+from torchtree.model.inputs import ArrayLike
+from torchtree.model.posterior_base import Posterior
 
 __all__ = ["rhat", "chain_ess", "rhat_columns", "ess_columns", "unconverged", "warn_if_unconverged", "RHAT_LIMIT", "ESS_LIMIT", "weighted_ess", "tree_sizes", "posterior_traces", "to_arviz"]
 
@@ -51,7 +53,7 @@ def _as_draws(x) -> np.ndarray:
     return a
 
 
-def rhat(draws) -> float:
+def rhat(draws: ArrayLike) -> float:
     """Split R-hat (Gelman et al., BDA3 sec. 11.4) of ``draws [chains, n]`` (or ``[n]``).
 
     Each chain is split in halves, so one chain gives a usable value. ``nan`` for
@@ -62,7 +64,7 @@ def rhat(draws) -> float:
     return float(rhat_columns(_as_draws(draws)[:, :, None])[0])
 
 
-def rhat_columns(draws) -> np.ndarray:
+def rhat_columns(draws: ArrayLike) -> np.ndarray:
     """:func:`rhat` of each column of ``draws [chains, n, P]``: ``[P]`` float64 (``nan`` where a column is
     constant or the chains hold fewer than 4 draws, ``inf`` where its half-chains are each constant, not all
     alike). Each column's arithmetic is :func:`rhat`'s, in the same
@@ -122,7 +124,7 @@ def warn_if_unconverged(info: Dict[str, Any], draws_per_chain: int, advice: str,
              f"ESS >= {ess_limit:.0f}): predictions may depend on the seed. {advice}", ConvergenceWarning)
 
 
-def chain_ess(draws) -> float:
+def chain_ess(draws: ArrayLike) -> float:
     """Effective sample size of ``draws [chains, n]`` pooled over chains.
 
     Multi-chain autocorrelation (Stan's estimator) truncated with Geyer's initial
@@ -133,7 +135,7 @@ def chain_ess(draws) -> float:
     return float(ess_columns(_as_draws(draws)[:, :, None])[0])
 
 
-def ess_columns(draws) -> np.ndarray:
+def ess_columns(draws: ArrayLike) -> np.ndarray:
     """:func:`chain_ess` of each column of ``draws [chains, n, P]``: ``[P]`` float64 (``nan`` where a column
     is constant or the chains hold fewer than 4 draws). Each column's arithmetic is :func:`chain_ess`'s, in the
     same order (reductions over contiguous rows; the truncated sums taken per truncation length), so the
@@ -166,7 +168,7 @@ def ess_columns(draws) -> np.ndarray:
         return np.where(ok, m * n / tau, np.nan)
 
 
-def weighted_ess(weights) -> float:
+def weighted_ess(weights: ArrayLike) -> float:
     """Kish's effective sample size ``(sum w)^2 / sum w^2`` of non-negative weights."""
     w = np.asarray(weights.detach().cpu() if isinstance(weights, torch.Tensor) else weights, dtype=np.float64).reshape(-1)
     if w.size == 0 or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
@@ -198,12 +200,13 @@ def tree_sizes(posterior) -> Dict[str, np.ndarray]:
     return {"n_leaves": leaves, "depth": depth, "weight": w / w.sum()}
 
 
-def posterior_traces(posterior) -> Optional[Dict[str, np.ndarray]]:
+def posterior_traces(posterior: Posterior) -> Optional[Dict[str, np.ndarray]]:
     """Per-chain traces ``{name: [chains, draws, ...]}`` from ``posterior.info["trace"]`` (MCMC, BART), or a
     soft-tree posterior's :meth:`~torchtree.soft.SoftTreePosterior.chain_draws` (NUTS), or None."""
     trace = getattr(posterior, "info", {}).get("trace")
-    if (not isinstance(trace, dict) or not trace) and callable(getattr(posterior, "chain_draws", None)):
-        trace = posterior.chain_draws()
+    chain_draws = getattr(posterior, "chain_draws", None)  # soft-tree posteriors only
+    if (not isinstance(trace, dict) or not trace) and callable(chain_draws):
+        trace = chain_draws()
     if not isinstance(trace, dict) or not trace:
         return None
     out = {}
@@ -313,7 +316,7 @@ def _data_groups(posterior, X, y) -> Dict[str, Dict[str, np.ndarray]]:
             "posterior_predictive": {"y": _per_chain(posterior, np.asarray(draws))}}
 
 
-def to_arviz(posterior, X=None, y=None):
+def to_arviz(posterior: Posterior, X: Optional[ArrayLike] = None, y: Optional[ArrayLike] = None) -> Any:
     """The posterior as an ArviZ ``InferenceData`` (see the module docstring for the layout).
 
     Parameters

@@ -3,10 +3,22 @@ wrote it (:meth:`torchtree.Posterior.load`, ``torchtree report``, ``torchtree pr
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+from torchtree.model.posterior_base import StrPath
+
+if TYPE_CHECKING:
+    import torch
+
+    from torchtree.model.bart_posterior import BARTPosterior
+    from torchtree.model.posterior import TreePosterior
+    from torchtree.model.soft_posterior import SoftTreePosterior
 
 __all__ = ["load_posterior"]
 
-def load_posterior(path: str, device=None):
+
+def load_posterior(path: StrPath, device: str | torch.device | None = None
+                   ) -> TreePosterior | BARTPosterior | SoftTreePosterior:
     """Load a posterior saved by any torchtree sampler: hard trees (top-down SMC, MCMC, SMC with
     moves), BART or soft trees (NUTS, DCC), chosen by the file's format tag.
 
@@ -14,12 +26,13 @@ def load_posterior(path: str, device=None):
 
     Parameters
     ----------
-    path : str
+    path : str or os.PathLike (a ``pathlib.Path``)
     device : str or torch.device, optional, where to place the tensors (default: as saved, on the CPU)
 
     Returns
     -------
-    TreePosterior, BARTPosterior or SoftTreePosterior
+    TreePosterior, BARTPosterior or SoftTreePosterior (each a :class:`~torchtree.Posterior`; ``isinstance``
+    tells which, for the methods of one kind)
 
     Raises
     ------

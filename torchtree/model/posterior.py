@@ -1,20 +1,20 @@
 """``TreePosterior``: a weighted set of trees and everything a user asks of it."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import torch
 
 from torchtree.model.encoding import TableEncoder, needs_encoding, rule_text
-from torchtree.model.inputs import as_feature_matrix, in_training_order
+from torchtree.model.inputs import ArrayLike, as_feature_matrix, in_training_order
 from torchtree.kernels.forest import forest_plan, mixture_with_plan, node_region_keys, plan_width, rule_hash, threshold_bits
 from torchtree.core.budget import memory_budget, release_freed_memory, rows_per_chunk
 from torchtree.model.likelihoods import likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
 from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
 from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed, polar_pairs, polar_student_t
-from torchtree.model.posterior_base import Posterior, dot_text
+from torchtree.model.posterior_base import Posterior, StrPath, dot_text
 from torchtree.model.summary import PosteriorSummary
 
 __all__ = ["TreePosterior", "PosteriorSummary", "dedupe_trees", "attach_feature_names"]
@@ -114,6 +114,7 @@ class TreePosterior(Posterior):
     """
 
     FORMAT = POSTERIOR_FORMAT  # of the files :meth:`save` writes
+    log_evidence: Optional[float]  # an attribute here (read-only in the Posterior protocol)
 
     def __init__(
         self,
@@ -242,7 +243,7 @@ class TreePosterior(Posterior):
         return out
 
     # ------------------------------------------------------------ prediction
-    def predict_proba(self, X) -> np.ndarray:
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Posterior predictive class probabilities.
 
         Parameters
@@ -262,7 +263,7 @@ class TreePosterior(Posterior):
         K = int(self.trees.stats.shape[-1])
         return self._mixture(X, lambda rows, pts: rows, K)
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Predicted labels (classification: most probable class, in the original
         labels) or posterior predictive means (regression).
 
@@ -283,7 +284,7 @@ class TreePosterior(Posterior):
     def _mean(self, X: torch.Tensor) -> torch.Tensor:
         return self._mixture(X, lambda rows, pts: rows[:, 1:2], 1)[:, 0]
 
-    def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
+    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval (regression).
 
         Monte Carlo over the mixture of leaf Student-t predictives: ``n_draws`` trees are drawn by weight, then
@@ -334,7 +335,7 @@ class TreePosterior(Posterior):
         release_freed_memory()  # once: between blocks the heap reuses the same pages
         return out
 
-    def log_predictive(self, X, y) -> float:
+    def log_predictive(self, X: ArrayLike, y: ArrayLike) -> float:
         """Mean log posterior predictive density of test data, ``mean_n log p(y_n | x_n, D)``.
 
         Parameters
@@ -403,7 +404,7 @@ class TreePosterior(Posterior):
     def _per_input(self, per_column: np.ndarray) -> np.ndarray:
         return self.encoder.group_sums(per_column) if self.encoder is not None else per_column
 
-    def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
+    def to_dot(self, i: Optional[int] = None, feature_names: Optional[Sequence[str]] = None) -> str:
         """Graphviz DOT text of tree ``i`` (default: the heaviest tree); rules on a table with missing
         values or categories read as on the input (``x is missing``, ``c in {a, b}``)."""
         i = int(torch.argmax(self.weights)) if i is None else int(i)
@@ -434,7 +435,7 @@ class TreePosterior(Posterior):
         return "\n".join(lines)
 
     # --------------------------------------------------------------- save
-    def save(self, path: str) -> None:
+    def save(self, path: StrPath) -> None:
         """Write plain tensors and metadata (atomic: temporary file + rename)."""
         payload = {
             "format": POSTERIOR_FORMAT,
@@ -457,7 +458,7 @@ class TreePosterior(Posterior):
         atomic_save(seal(payload), path)
 
     @classmethod
-    def load(cls, path: str, device=None) -> "TreePosterior":
+    def load(cls, path: StrPath, device: str | torch.device | None = None) -> "TreePosterior":
         """Read a posterior written by :meth:`save` (``torch.load(weights_only=True)``).
 
         The content checksum written by :meth:`save` is verified and the trees' structure is validated
@@ -498,7 +499,7 @@ class TreePosterior(Posterior):
         return f"TreePosterior(task={self.task!r}, n_particles={self.n_particles}, distinct={self.trees.n_trees}, ess={self.ess:.1f}, log_evidence={ev})"
 
 
-def _checked_trees(payload: Dict[str, Any], path: str) -> HardTrees:
+def _checked_trees(payload: Dict[str, Any], path: StrPath) -> HardTrees:
     """The trees of a loaded posterior payload, refused unless well formed.
 
     The checksum catches damage and casual edits of files that have one; this catches

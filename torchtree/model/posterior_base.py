@@ -8,15 +8,19 @@ what both compute the same way (``accuracy``, ``rmse``, label coding) is written
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import os
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from torchtree.core.warn import warn
-from torchtree.model.inputs import check_no_missing_labels
+from torchtree.model.inputs import ArrayLike, check_no_missing_labels
 
-__all__ = ["Posterior"]
+__all__ = ["Posterior", "StrPath"]
+
+#: a file path: ``str`` or ``os.PathLike[str]`` (``pathlib.Path``), as every ``save`` / ``load`` takes
+StrPath = Union[str, os.PathLike[str]]
 
 
 def dot_text(s) -> str:
@@ -43,6 +47,16 @@ class Posterior:
     info: Dict[str, Any]
     n_features: int
     classes_: Optional[np.ndarray]
+    n_particles: int
+
+    if TYPE_CHECKING:  # read-only to users of the protocol: an attribute of some kinds, a property of others
+        @property
+        def weights(self) -> torch.Tensor:
+            """The normalised weights of the posterior's members, Tensor [P] float64."""
+
+        @property
+        def log_evidence(self) -> Optional[float]:
+            """The estimate of ``log p(y | X)``, or None where the method has none."""
 
     # ------------------------------------------------------------- the protocol
     @property
@@ -50,20 +64,20 @@ class Posterior:
         """``"classification"`` or ``"regression"``."""
         raise NotImplementedError
 
-    def predict_proba(self, X) -> np.ndarray:
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Posterior predictive class probabilities ``[M, K]`` (classification)."""
         raise NotImplementedError
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Most probable class (original labels) or predictive mean, ``[M]``."""
         raise NotImplementedError
 
-    def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
+    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval ``[M, 2]`` (regression), from ``n_draws`` Monte Carlo
         draws per row seeded by ``seed``."""
         raise NotImplementedError
 
-    def log_predictive(self, X, y) -> float:
+    def log_predictive(self, X: ArrayLike, y: ArrayLike) -> float:
         """Mean log posterior predictive density of ``(X, y)``."""
         raise NotImplementedError
 
@@ -71,17 +85,18 @@ class Posterior:
         """A dict of the posterior's statistics and the sampler's diagnostics."""
         raise NotImplementedError
 
-    def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
+    def to_dot(self, i: Optional[int] = None, feature_names: Optional[Sequence[str]] = None) -> str:
         """Graphviz DOT text of member ``i`` (default: the heaviest)."""
         raise NotImplementedError
 
-    def save(self, path: str) -> None:
-        """Write the posterior to ``path`` (checksummed, atomic)."""
+    def save(self, path: StrPath) -> None:
+        """Write the posterior to ``path`` (a ``str`` or ``os.PathLike``; checksummed, atomic)."""
         raise NotImplementedError
 
     @classmethod
-    def load(cls, path: str, device=None) -> "Posterior":
-        """Read a posterior that :meth:`save` wrote: each kind's class reads its own files
+    def load(cls, path: StrPath, device: Union[str, torch.device, None] = None) -> "Posterior":
+        """Read a posterior that :meth:`save` wrote (``path`` a ``str`` or ``os.PathLike``; ``device`` where
+        its tensors go, default the CPU): each kind's class reads its own files
         (``TreePosterior.load``, ``BARTPosterior.load``, ``SoftTreePosterior.load``);
         :func:`torchtree.load_posterior` reads a file of any kind."""
         raise NotImplementedError(f"{cls.__name__}.load: each kind of posterior reads its own files "
@@ -89,7 +104,7 @@ class Posterior:
                                   "torchtree.load_posterior(path) reads a file of any kind")
 
     # ------------------------------------------------------- written once for both
-    def accuracy(self, X, y) -> float:
+    def accuracy(self, X: ArrayLike, y: ArrayLike) -> float:
         """Fraction of test points whose predicted class equals ``y``. Rows whose label was not seen in training
         (not among ``classes_``; without ``classes_``, not a class index the model predicts) count as errors,
         with a warning naming the labels, as the estimators' ``score``; a missing label is refused (``ValueError``)."""
@@ -110,7 +125,7 @@ class Posterior:
                  "rows count as errors", UserWarning)
         return float(np.mean(pred == yn))
 
-    def rmse(self, X, y) -> float:
+    def rmse(self, X: ArrayLike, y: ArrayLike) -> float:
         """Root mean squared error of the posterior predictive mean (regression; a classification
         posterior raises ``ValueError``, as :meth:`accuracy` does for regression)."""
         if self.task != "regression":

@@ -22,9 +22,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from torchtree.model.posterior_base import Posterior, dot_text
+from torchtree.model.posterior_base import Posterior, StrPath, dot_text
 from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed
-from torchtree.model.inputs import in_training_order
+from torchtree.model.inputs import ArrayLike, in_training_order
 from torchtree.core.budget import rows_per_chunk
 from torchtree.core.validate import check_int
 
@@ -227,7 +227,7 @@ class SoftTreePosterior(Posterior):
             raise ValueError("predict_proba applies to classification; use predict / predict_interval")
         return self._mixture(X, max_draws)
 
-    def predict_proba(self, X, max_draws: Optional[int] = 200) -> np.ndarray:
+    def predict_proba(self, X: ArrayLike, max_draws: Optional[int] = 200) -> np.ndarray:
         """Posterior predictive class probabilities (classification).
 
         Parameters
@@ -241,7 +241,7 @@ class SoftTreePosterior(Posterior):
         """
         return self._proba_t(X, max_draws).cpu().numpy()
 
-    def predict(self, X, max_draws: Optional[int] = 200) -> np.ndarray:
+    def predict(self, X: ArrayLike, max_draws: Optional[int] = 200) -> np.ndarray:
         """Most probable class (original labels when known) or posterior-mean output: the mixture
         over topologies (by weight) of their draws' mean predictions.
 
@@ -276,7 +276,7 @@ class SoftTreePosterior(Posterior):
             var = torch.exp(self._thinned_draws(m, max_draws)[:, -1].to(torch.float64)).unsqueeze(-1)  # log variance is last
             yield w[m], mean, var
 
-    def predict_interval(self, X, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
+    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
         """Equal-tailed posterior predictive interval (regression), by Monte Carlo.
 
         Draws a topology by weight, one of its stored draws, then ``y`` from the
@@ -325,7 +325,7 @@ class SoftTreePosterior(Posterior):
             res.append(equal_tailed(torch.cat(out), level))
         return self._raw_units(np.concatenate(res))
 
-    def log_predictive(self, X, y, max_draws: Optional[int] = 200) -> float:
+    def log_predictive(self, X: ArrayLike, y: ArrayLike, max_draws: Optional[int] = 200) -> float:
         """Mean over points of the log posterior predictive density of ``y`` at ``X``.
 
         Classification: ``log p(y | x)`` of the mixture's class probabilities (:meth:`predict_proba`);
@@ -498,7 +498,7 @@ class SoftTreePosterior(Posterior):
         return {"index": i, "topology": t, "names": names, "weights": c["weights"].mean(0),
                 "thresholds": c["thresholds"].mean(0), "leaves": leaves}
 
-    def to_dot(self, i: Optional[int] = None, feature_names=None) -> str:
+    def to_dot(self, i: Optional[int] = None, feature_names: Optional[Sequence[str]] = None) -> str:
         """Graphviz DOT text of topology ``i`` (default: the heaviest) with posterior-mean
         thresholds (on the [0, 1]-scaled inputs) and each node's heaviest feature
         (``1-name`` for a mirrored column of signed splits), written as hard trees' rules are:
@@ -519,7 +519,7 @@ class SoftTreePosterior(Posterior):
 
     FORMAT = "torchtree.SoftTreePosterior/1"
 
-    def save(self, path: str) -> None:
+    def save(self, path: StrPath) -> None:
         """Write the posterior to ``path`` atomically (plain tensors, numbers, strings,
         lists and dicts, tagged with :attr:`FORMAT`; readable with ``weights_only=True``)."""
         from torchtree.io.checkpoint import atomic_save, seal
@@ -548,7 +548,7 @@ class SoftTreePosterior(Posterior):
         )
 
     @classmethod
-    def load(cls, path: str, device=None) -> "SoftTreePosterior":
+    def load(cls, path: StrPath, device: str | torch.device | None = None) -> "SoftTreePosterior":
         """Read a posterior written by :meth:`save` (``torch.load(weights_only=True)``).
 
         Raises

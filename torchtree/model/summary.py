@@ -1,6 +1,8 @@
 """``PosteriorSummary``: the dict every posterior's ``summary()`` returns, printed as a table."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -10,7 +12,7 @@ __all__ = ["PosteriorSummary", "SHOWN_FEATURES"]
 SHOWN_FEATURES = 15
 
 
-class PosteriorSummary(dict):
+class PosteriorSummary(dict[str, Any]):
     """The dict of :meth:`TreePosterior.summary` with a readable ``repr``.
 
     Dict access is unchanged (``s["feature_usage"]`` is the array it always was);
