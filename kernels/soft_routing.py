@@ -25,7 +25,7 @@ soft_routing_reference         per-leaf path products (plain reference for tests
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Optional, Tuple, Union, overload
 
 import torch
 
@@ -194,10 +194,24 @@ def routing_forward(
     return phi, right, left
 
 
+@overload
+def routing_backward(
+    grad_phi: torch.Tensor, phi: torch.Tensor, right: torch.Tensor, left: torch.Tensor, X: torch.Tensor, h,
+    weights: None = None,
+) -> Tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def routing_backward(
+    grad_phi: torch.Tensor, phi: torch.Tensor, right: torch.Tensor, left: torch.Tensor, X: torch.Tensor, h,
+    weights: torch.Tensor,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+
 def routing_backward(
     grad_phi: torch.Tensor, phi: torch.Tensor, right: torch.Tensor, left: torch.Tensor, X: torch.Tensor, h,
     weights: Optional[torch.Tensor] = None,
-) -> "tuple[torch.Tensor, torch.Tensor]":
+) -> Union[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Backward half of the fast path (node-major): gradients of split weights and thresholds.
 
     With ``G = dL/dphi`` and ``S = G * phi`` summed over the leaves below each child,

@@ -41,6 +41,13 @@ from torchtree.core.budget import memory_budget, set_memory_budget
 from torchtree.core.warn import ConvergenceWarning
 from torchtree._sklearn import InconsistentVersionWarning
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs (nothing is imported at run time)
+    from torchtree.soft import DCC, HMC, NUTS, SoftTreePosterior, SoftTrees
+    from torchtree.samplers.bart import BART
+    from torchtree.model.bart_posterior import BARTPosterior
+
 # The soft-tree family is imported on first use (it is the heaviest part).
 _LAZY = {
     "SoftTrees": "torchtree.soft",
@@ -53,7 +60,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 

@@ -20,7 +20,7 @@ from torchtree.kernels.hashing import srl as _srl
 from torchtree.kernels import native as _native
 
 
-def seed_to_int(seed) -> int:
+def seed_to_int(seed: int | torch.Generator | None) -> int:
     """Turn ``seed`` (int in ``[0, 2**63 - 1]``, None or a ``torch.Generator``) into a 63-bit int.
 
     Raises

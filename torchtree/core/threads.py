@@ -129,7 +129,7 @@ def choose_threads(setting: ThreadSetting, work_size: int, local_world_size: int
     int >= 1
     """
     setting = check_threads(setting)
-    if setting != AUTO:
+    if isinstance(setting, int):  # check_threads gives "auto" or an int >= 1
         return setting
     cores = int(cpu_count)
     if load is not None:
@@ -192,9 +192,10 @@ def using_threads(n: int) -> Iterator[int]:
     """Run the block with ``torch.set_num_threads(n)``; the previous count is restored on exit,
     on an exception too. In a child forked after threads (:func:`forked_after_threads`) the block runs on
     one thread."""
-    n = check_threads(n)
-    if n == AUTO:
+    checked = check_threads(n)
+    if not isinstance(checked, int):  # "auto"
         raise ValueError("using_threads takes a thread count; resolve 'auto' with resolve_threads first")
+    n = checked
     if n > 1 and _THREADED["forked_after"]:
         warn(f"this process was forked from one that ran torch on several threads, and GNU OpenMP deadlocks in "
              f"such a child at its first parallel region: this run uses 1 thread, not {n}; start worker processes "

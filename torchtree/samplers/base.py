@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
+import torch
+
 from torchtree.model.data import coerce_data
 from torchtree.samplers import driver
 from torchtree.samplers.protocol import SamplerConfig, SamplerState, SettingsAsAttributes
@@ -27,7 +29,8 @@ class SamplerBase(SettingsAsAttributes):
     config_class: type = SamplerConfig
     backend: Any = None
 
-    def run(self, data, *, seed=None, monitor=None, backend=None):
+    def run(self, data: Any, *, seed: int | torch.Generator | None = None, monitor: Any = None,
+            backend: Any = None) -> Any:
         """Run on ``data`` through :func:`torchtree.samplers.driver.run` (``backend``: default the
         one given at construction)."""
         return driver.run(self, data, seed=seed, monitor=monitor, backend=self.backend if backend is None else backend)
@@ -36,7 +39,7 @@ class SamplerBase(SettingsAsAttributes):
         """The run's data: ``data`` (a ``Data`` or a pair ``(X, y)``) on ``device`` (None: its own)."""
         return driver.on_device(coerce_data(data), device)
 
-    def setup(self, ctx) -> Any:
+    def setup(self, ctx: Any) -> Any:
         """The run objects that do not depend on the seed (the likelihood, the target, ...), as a frozen
         dataclass of the method; the driver keeps it as ``ctx.setup``. Default: None."""
         return None
@@ -63,11 +66,11 @@ class SamplerBase(SettingsAsAttributes):
         """What ``Monitor.on_start`` receives besides the sampler's name and threads."""
         return {}
 
-    def step(self, state: SamplerState, ctx) -> Tuple[SamplerState, Optional[Dict[str, Any]]]:
+    def step(self, state: Any, ctx: Any) -> Tuple[SamplerState, Optional[Dict[str, Any]]]:
         """One transition (or several, see the driver): the state after it and the monitors' scalars."""
         raise NotImplementedError(f"{type(self).__name__} must define step(state, ctx)")
 
-    def finalize(self, state: SamplerState, ctx) -> Any:
+    def finalize(self, state: Any, ctx: Any) -> Any:
         """The posterior of the final state."""
         raise NotImplementedError(f"{type(self).__name__} must define finalize(state, ctx)")
 

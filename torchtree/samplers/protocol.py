@@ -20,7 +20,7 @@ import dataclasses
 import difflib
 import typing
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Self, Sequence, Tuple, Union
 
 import torch
 
@@ -103,7 +103,7 @@ class SamplerConfig:
                                         check=lambda name, v: check_threads(v, name), kw_only=True)
 
     @classmethod
-    def of(cls, owner: str, **settings: Any) -> "SamplerConfig":
+    def of(cls, owner: str, **settings: Any) -> Self:
         """``cls(**settings)``, a setting it does not have refused with a ``TypeError`` that names
         ``owner`` (the sampler), the closest setting it has and all of them."""
         names = sorted(f.name for f in fields(cls))
@@ -145,7 +145,7 @@ class SamplerConfig:
         return [f.name for f in fields(self) if (f.metadata or {}).get("presets")
                 and isinstance(getattr(self, f.name), str) and getattr(self, f.name) == AUTO]
 
-    def resolve(self, shape: RunShape) -> "SamplerConfig":
+    def resolve(self, shape: RunShape) -> Self:
         """This config with every ``"auto"`` setting given its preset's value on ``shape``.
 
         Parameters
@@ -174,7 +174,7 @@ class SamplerConfig:
         """``{setting: Resolved}`` for the settings :meth:`resolve` chose (empty otherwise)."""
         return dict(getattr(self, "_resolution", {}))
 
-    def with_resolution_of(self, resolved: "SamplerConfig") -> "SamplerConfig":
+    def with_resolution_of(self, resolved: "SamplerConfig") -> Self:
         """This config, carrying the :attr:`resolution` record of ``resolved`` (a config with the same
         values, e.g. the one a sampler's constructor rebuilt from them)."""
         if any(getattr(self, k) != r.value for k, r in resolved.resolution.items()):
@@ -202,7 +202,7 @@ class SamplerConfig:
         """The settings that decide the result (what the checkpoint fingerprint hashes)."""
         return {o.name: getattr(self, o.name) for o in self.options() if o.result}
 
-    def replace(self, **changes: Any) -> "SamplerConfig":
+    def replace(self, **changes: Any) -> Self:
         """A copy with some settings changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -285,7 +285,7 @@ class SamplerState:
         return out
 
     @classmethod
-    def from_state_dict(cls, saved: Dict[str, Any], device: Optional[torch.device] = None) -> "SamplerState":
+    def from_state_dict(cls, saved: Dict[str, Any], device: Optional[torch.device] = None) -> Self:
         """Rebuild a state from :meth:`state_dict` (tensors moved to ``device``)."""
         hints = typing.get_type_hints(cls)
         kw = {}
@@ -316,20 +316,21 @@ class Sampler(typing.Protocol):
     name: str
     config: SamplerConfig
 
-    def prepare(self, data, device) -> Any: ...
+    def prepare(self, data: Any, device: Any) -> Any: ...
 
-    def setup(self, ctx) -> None: ...
+    def setup(self, ctx: Any) -> Any: ...
 
-    def settings(self, ctx) -> Dict[str, Any]: ...
+    def settings(self, ctx: Any) -> Dict[str, Any]: ...
 
-    def init(self, ctx) -> SamplerState: ...
+    def init(self, ctx: Any) -> SamplerState: ...
 
-    def restore(self, saved: Dict[str, Any], ctx) -> SamplerState: ...
+    def restore(self, saved: Dict[str, Any], ctx: Any) -> SamplerState: ...
 
-    def start_info(self, ctx) -> Dict[str, Any]: ...
+    def start_info(self, ctx: Any) -> Dict[str, Any]: ...
 
-    def step(self, state: SamplerState, ctx) -> Tuple[SamplerState, Optional[Dict[str, Any]]]: ...
+    # ``state``: the method's own SamplerState subclass (what its init returns)
+    def step(self, state: Any, ctx: Any) -> Tuple[SamplerState, Optional[Dict[str, Any]]]: ...
 
-    def finalize(self, state: SamplerState, ctx) -> Any: ...
+    def finalize(self, state: Any, ctx: Any) -> Any: ...
 
-    def end_info(self, posterior) -> Dict[str, Any]: ...
+    def end_info(self, posterior: Any) -> Dict[str, Any]: ...

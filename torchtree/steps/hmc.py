@@ -30,7 +30,10 @@ __all__ = [
     "leapfrog",
 ]
 
-PotentialAndGrad = Callable[[torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
+#: ``potential_and_grad(theta) -> (U, dU/dtheta)``; NUTS with row compaction (``compact > 0``) also calls it as
+#: ``potential_and_grad(theta_rows, rows)`` (``rows``: LongTensor [R] of batch rows, as
+#: :meth:`~torchtree.model.soft_trees.SoftTrees.potential_and_grad` takes), hence the open argument list
+PotentialAndGrad = Callable[..., Tuple[torch.Tensor, torch.Tensor]]
 
 
 class HMCState(NamedTuple):

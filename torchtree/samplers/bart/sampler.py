@@ -113,7 +113,8 @@ class BART(SamplerBase):
         self.config = BARTConfig.of(self.name, **settings)
         self.backend = backend
 
-    def run(self, data, *, seed=None, monitor=None, backend=None) -> BARTPosterior:
+    def run(self, data: Any, *, seed: int | torch.Generator | None = None, monitor: Any = None,
+            backend: Any = None) -> BARTPosterior:
         """Sample the posterior of the sum of trees.
 
         Parameters

@@ -153,16 +153,17 @@ class DCC(SamplerBase):
         return self.config.soft_hyper()
 
     # ------------------------------------------------------------------ run
-    def run(self, data, y=None, *, seed: Optional[int] = None, monitor=None) -> SoftTreePosterior:
+    def run(self, data: Any, y: Any = None, *, seed: int | torch.Generator | None = None, monitor: Any = None
+            ) -> SoftTreePosterior:
         """Run DCC-Tree on ``data`` (through :func:`torchtree.samplers.driver.run`).
 
         Parameters
         ----------
         data : torchtree.Data, (X, y), or Tensor X [N, D] (with ``y``)
         y : Tensor [N], optional
-        seed : int, optional
+        seed : int or torch.Generator, optional
             None (default) draws a fresh seed (kept in the checkpoint, so a resumed run
-            continues it); an int reproduces.
+            continues it); an int reproduces; a generator gives one draw.
         monitor : Monitor or list, optional
             Receives ``on_start``, ``on_step`` (tags ``dcc/...`` once per iteration and
             ``hmc/...`` per NUTS iteration, with the running NUTS iteration count as

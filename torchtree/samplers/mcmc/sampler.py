@@ -134,7 +134,8 @@ class MCMC(SamplerBase):
         """Iterations per chain: ``n_warmup + n_samples * thin``."""
         return self.n_warmup + self.config.n_samples * self.config.thin
 
-    def run(self, data, *, seed=None, monitor=None, backend=None) -> TreePosterior:
+    def run(self, data: Any, *, seed: int | torch.Generator | None = None, monitor: Any = None,
+            backend: Any = None) -> TreePosterior:
         """Run the chains on ``data``.
 
         Parameters

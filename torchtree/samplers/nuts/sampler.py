@@ -163,14 +163,15 @@ class NUTS(SamplerBase):
         too (that would cost a second compilation for a few calls per window)."""
         return self.config.compile and self.kind == "nuts" and not self.config.asynchronous
 
-    def run(self, data, y=None, *, seed: Optional[int] = None, monitor=None) -> SoftTreePosterior:
+    def run(self, data: Any, y: Any = None, *, seed: int | torch.Generator | None = None, monitor: Any = None
+            ) -> SoftTreePosterior:
         """Sample the soft tree of one topology on ``data`` (through :func:`torchtree.samplers.driver.run`).
 
         Parameters
         ----------
         data : torchtree.Data, (X, y), or Tensor X [N, D] (with ``y``)
         y : Tensor [N], optional
-        seed : int, optional; None (default) draws a fresh seed, an int reproduces
+        seed : int or torch.Generator, optional; None (default) draws a fresh seed, an int reproduces
         monitor : Monitor or list, optional
             Receives ``on_start``, ``on_step`` (``hmc/...`` tags every NUTS iteration,
             warm-up then sampling) and ``on_end``.

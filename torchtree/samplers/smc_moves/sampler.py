@@ -122,7 +122,8 @@ class SMCSampler(SamplerBase):
             return None
         return make_prior(ip) if isinstance(ip, str) else ip
 
-    def run(self, data, *, seed=None, monitor=None, backend=None) -> TreePosterior:
+    def run(self, data: Any, *, seed: int | torch.Generator | None = None, monitor: Any = None,
+            backend: Any = None) -> TreePosterior:
         """Run the sampler on ``data`` (on every rank, with the full data, in a multi-rank run).
 
         Parameters

@@ -97,7 +97,8 @@ class TopDownSMC(SamplerBase):
 
 
     # ------------------------------------------------------------------ run
-    def run(self, data, *, seed=None, monitor=None, backend=None) -> TreePosterior:
+    def run(self, data: Any, *, seed: int | torch.Generator | None = None, monitor: Any = None,
+            backend: Any = None) -> TreePosterior:
         """Run the particle filter on ``data``.
 
         Parameters
