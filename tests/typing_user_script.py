@@ -1,0 +1,108 @@
+"""Code a user who type-checks would write against torchtree: the README's snippets, the scikit-learn
+workflow, posterior files and the lazily exported classes.
+
+Never run (it would fit models): ``make typecheck`` checks it with ``mypy --strict``, so that what a type
+checker reads of the public API (return types, accepted argument types, attributes) keeps matching the
+documentation. Each ``assert_type`` fails the check when an annotation drifts (``fit`` typed as returning
+the base class, a lazily exported name seen as ``Any``, ...).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, assert_type
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from sklearn.base import clone  # type: ignore[import-untyped, unused-ignore]
+from sklearn.pipeline import Pipeline  # type: ignore[import-untyped, unused-ignore]
+from sklearn.preprocessing import StandardScaler  # type: ignore[import-untyped, unused-ignore]
+
+import torchtree
+from torchtree import (BART, BARTPosterior, BayesianTreeClassifier, BayesianTreeRegressor, ChipmanPrior, Data,
+                       Posterior, SoftTreePosterior, TopDownSMC, TreePosterior, load_posterior)
+from torchtree.datasets import load_table
+from torchtree.samplers.protocol import SamplerConfig
+
+
+def classification() -> None:
+    t = load_table("pima_diabetes")
+    idx = np.random.default_rng(0).permutation(len(t.y))
+    tr, te = idx[:600], idx[600:]
+    clf = BayesianTreeClassifier(method="smc", random_state=0).fit(t.X[tr], t.y[tr])
+    assert_type(clf, BayesianTreeClassifier)  # fit returns Self
+    acc: float = clf.score(t.X[te], t.y[te])
+    lp: float = clf.log_predictive(t.X[te], t.y[te])
+    proba: npt.NDArray[np.float64] = clf.predict_proba(t.X[te])
+    labels: npt.NDArray[Any] = clf.predict(t.X[te])
+    summary: dict[str, Any] = clf.posterior_.summary()
+    classes: npt.NDArray[Any] = clf.classes_
+    n_in: int = clf.n_features_in_
+    evidence: float | None = clf.log_evidence_
+    config: SamplerConfig | None = clf.sampler_config_
+    print(acc, lp, proba.shape, labels.shape, summary, classes, n_in, evidence, config)
+    # set_params keeps the concrete class; sampler options and the base parameters are keywords
+    assert_type(clf.set_params(n_particles=100, random_state=None), BayesianTreeClassifier)
+    assert_type(clf.set_score_request(sample_weight=True), BayesianTreeClassifier)
+    BayesianTreeClassifier(prior=ChipmanPrior(0.95, 0.5), random_state=np.random.default_rng(0), n_threads=2,
+                           categorical_features=[0, 2], verbose=0)
+
+
+def regression(path: Path) -> None:
+    a = load_table("abalone")
+    reg = BayesianTreeRegressor(random_state=np.random.RandomState(0), mu0=0.0, prior="poisson", n_particles=50)
+    reg = reg.fit(a.X, a.y)
+    assert_type(reg, BayesianTreeRegressor)
+    lo, hi = reg.predict_interval(a.X, level=0.9).T
+    reg.predict_interval(a.X, seed=None)
+    reg.predict_interval(a.X, seed=np.random.default_rng(1))
+    mean: npt.NDArray[np.float64] = reg.predict(a.X)
+    r2: float = reg.score(a.X, a.y)
+    print(lo, hi, mean, r2)
+    reg.posterior_.save(path)  # a Path, as every file API takes
+    reg.posterior_.save(str(path))
+
+
+def sklearn_workflow(X: npt.NDArray[np.float64], y: npt.NDArray[np.int64]) -> None:
+    est = BayesianTreeClassifier(n_particles=20, verbose=0)
+    params: dict[str, Any] = est.get_params()
+    twin = clone(est)
+    pipe = Pipeline([("scale", StandardScaler()), ("tree", BayesianTreeClassifier(verbose=0))])
+    pipe.fit(X, y)
+    print(params, twin)
+
+
+def posterior_files(path: Path) -> None:
+    post = load_posterior(path, device=torch.device("cpu"))
+    if isinstance(post, BARTPosterior):  # a lazily exported class narrows
+        assert_type(post, BARTPosterior)
+        draws: torch.Tensor = post.latent_draws(np.zeros((2, 3)))
+        print(draws.shape)
+    elif isinstance(post, SoftTreePosterior):
+        print(len(post.topologies))
+    else:
+        assert_type(post, TreePosterior)
+        print(post.to_dot())
+    again = TreePosterior.load(str(path), device="cpu")
+    print(describe(post), describe(again))
+
+
+def describe(p: Posterior) -> str:
+    """Every attribute the ``Posterior`` protocol documents, as one line."""
+    w: torch.Tensor = p.weights
+    n: int = p.n_particles
+    ev: float | None = p.log_evidence
+    task: str = p.task
+    info: dict[str, Any] = p.info
+    return f"{task} {p.n_features} {n} {ev} {float(w.sum())} {sorted(info)}"
+
+
+def samplers(X: npt.NDArray[np.float64], y: npt.NDArray[np.int64]) -> None:
+    smc = TopDownSMC(n_particles=50)
+    post = smc.run((X, y), seed=torch.Generator().manual_seed(0))
+    assert_type(post, TreePosterior)
+    bart = BART(n_trees=10, n_samples=20)
+    assert_type(bart, BART)
+    bpost = bart.run(Data(X, X[:, 0], task="regression"), seed=0)
+    assert_type(bpost, BARTPosterior)
+    assert_type(torchtree.NUTS(n_chains=2).run((X, y), seed=None), SoftTreePosterior)
