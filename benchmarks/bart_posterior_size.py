@@ -23,6 +23,7 @@ import warnings
 import torch
 
 # smoke-expect: ^nodes used
+# smoke-expect: slots stored
 # smoke-expect: ^bart_posterior_size: done
 
 

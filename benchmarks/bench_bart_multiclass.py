@@ -20,7 +20,9 @@ import time
 import numpy as np
 import torch
 
-# smoke-expect: ^iris\s+bart
+# smoke-expect: ^iris\s+hgb\s
+# smoke-expect: ^iris\s+smc\s
+# smoke-expect: ^iris\s+bart\s
 # smoke-expect: ^bench_bart_multiclass: done
 
 TABLES = ("iris", "wine", "heart_cleveland", "students_dropout")

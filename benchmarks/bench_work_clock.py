@@ -26,7 +26,7 @@ TABLES = ["iris", "pima_diabetes", "wine", "heart_statlog", "breast_cancer_wisco
           "magic04"]
 
 
-def run(name: str, budget: float, iterations: int):
+def run(name: str, budget: float, iterations: int, **settings):
     import torchtree.model.soft_trees as st
     from torchtree import BayesianTreeClassifier, BayesianTreeRegressor
     from torchtree.core.work import work_seconds
@@ -46,7 +46,7 @@ def run(name: str, budget: float, iterations: int):
     try:
         t = load_table(name)
         est = (BayesianTreeRegressor if t.task == "regression" else BayesianTreeClassifier)(
-            method="dcc", verbose=0, n_threads=1, hyper="fixed", max_seconds=budget, n_iterations=iterations)
+            method="dcc", verbose=0, n_threads=1, hyper="fixed", max_seconds=budget, n_iterations=iterations, **settings)
         c0, w0 = time.process_time(), work_seconds()
         est.fit(t.X, t.y)
         cpu, work = time.process_time() - c0, work_seconds() - w0
@@ -61,11 +61,12 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=20.0, help="max_seconds of each fit (work clock)")
     p.add_argument("--iterations", type=int, default=60, help="n_iterations of each fit")
     p.add_argument("--tables", nargs="+", default=TABLES)
-    p.add_argument("--smoke", action="store_true", help="one small fit (tests)")
+    p.add_argument("--smoke", action="store_true", help="one small fit (tests): iris, 2 chains, trees of depth 2, 4 s")
     a = p.parse_args()
     torch.set_num_threads(1)
     if a.smoke:
-        a.tables, a.budget, a.iterations = ["iris"], 12.0, 2
+        a.tables, a.budget, a.iterations = ["iris"], 4.0, 2
+    settings = dict(n_chains=2, max_tree_depth=2) if a.smoke else {}
     from torchtree.model.soft_trees import (DENSITY_CALL_S, DENSITY_ELEMENT_S, DENSITY_FEATURE_S, GRAD_CALL_S,
                                             GRAD_ELEMENT_S, GRAD_FEATURE_S)
 
@@ -75,7 +76,7 @@ def main() -> None:
     print("\n| table | rows used | CPU s | work s | CPU / work | gradient calls |\n|---|---|---|---|---|---|")
     out = []
     for name in a.tables:
-        r = run(name, a.budget, a.iterations)
+        r = run(name, a.budget, a.iterations, **settings)
         out.append(r)
         print(f"| {name} | {r['rows']} | {r['cpu']:.2f} | {r['work']:.2f} | {r['cpu'] / r['work']:.2f} | "
               f"{r['grad'][0]} |", flush=True)

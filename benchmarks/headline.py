@@ -36,6 +36,8 @@ HERE = Path(__file__).resolve().parent
 RECORD = HERE / "results" / "headline.json"
 
 # smoke-expect: ^figure\s+threads
+# smoke-expect: ^paper001/magic04/smc-prior-2000/fit\s+1\s
+# smoke-expect: ^bart/abalone/defaults/predict\s+1\s
 # smoke-expect: ^headline: done
 
 

@@ -106,13 +106,13 @@ def test_auto_fits_the_subset_its_cost_model_allows(monkeypatch):
     """40,000 rows whose measured cost (injected here: 0.27 ms + 2 us per row per gradient) puts the
     first warm-up on every row far past a quarter of 3 s: "auto" fits the largest subset the model
     allows, warns, and returns a posterior within the budget. The budget's clock is injected too
-    (0.5 ms per reading), so nothing depends on this machine's speed."""
+    (2 ms per reading), so nothing depends on this machine's speed."""
     X, y = interactions(40_000, 7, seed=2)
     kw = dict(n_iterations=1000, n_chains=4, n_warmup=20, n_samples=5, max_tree_depth=4, max_seconds=3.0,
               clock="cpu", n_threads=1)
     a, b = 2.7e-4, 2e-6
     monkeypatch.setattr(dcc_rows, "gradient_cost_model", lambda *args, **kwargs: (a, b))
-    tick = TickClock(0.0005)
+    tick = TickClock(0.002)
     monkeypatch.setitem(driver.CLOCKS, "cpu", tick)
     expected = dcc_rows.auto_rows(40_000, 3.0, 20 + MIN_DRAWS, 2**4 - 1, a, b)
     assert dcc_rows.MIN_AUTO_ROWS <= expected < 40_000
