@@ -127,8 +127,9 @@ def test_a_rank_failing_mid_run_ends_the_job_with_its_error(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.distributed
-@pytest.mark.parametrize("method", [["--method", "smc", "--n-particles", "256"],
-                                    ["--method", "smc-moves", "--n-particles", "64", "--n-iterations", "100000"]])
+@pytest.mark.parametrize("method", [["--method", "smc", "--n-particles", "256", "--hyper", "fixed"],
+                                    ["--method", "smc-moves", "--n-particles", "64", "--n-iterations", "100000",
+                                     "--hyper", "fixed"]])
 def test_ctrl_c_stops_every_rank_with_its_checkpoint_kept(tmp_path, method):
     """Ctrl-C on a 2-rank run (torchrun passes SIGINT to every rank) after its first checkpoint: each rank says
     ``torchtree: interrupted`` and leaves, and the checkpoint is complete. The barrier in closing the backend met
