@@ -136,3 +136,27 @@ def test_nuts_chain_draws_go_to_arviz_and_the_summary_by_chain():
     assert post.summary()["rhat_max"] > 1.5
     dcc = DCC(n_iterations=2, n_chains=2, n_samples=5, n_warmup=5, max_depth=1).run(X, y, seed=0)
     assert dcc.chain_draws() is None and "rhat_max" not in dcc.summary()
+
+
+def test_class_probabilities_sum_to_one_and_mix_only_topologies_with_draws():
+    """Each row of ``predict_proba`` sums to 1 to float64 rounding (the draws' softmax outputs are float32),
+    and the mixture is normalised by the weights of the topologies it mixes: one without draws (weighted, but
+    not predicting) leaves the others' mixture a distribution."""
+    rng = np.random.default_rng(0)
+    X = rng.random((60, 2))
+    y = np.where(X[:, 0] > 0.5, "yes", "no")
+    post = torchtree.BayesianTreeClassifier(method="dcc", n_iterations=4, n_initial=10, activation_threshold=1,
+                                            n_chains=2, n_samples=5, n_warmup=10, max_depth=2,
+                                            verbose=0).fit(X, y).posterior_
+    p = post.predict_proba(X)
+    assert np.abs(p.sum(1) - 1).max() < 1e-12
+    with_draws = [m for m in range(len(post.topologies)) if post.draws[m].shape[0] > 0]
+    assert len(with_draws) >= 2, "the fit needs two topologies with draws"
+    heaviest = max(with_draws, key=lambda m: float(post.weights[m]))
+    post.draws[heaviest] = post.draws[heaviest][:0]
+    q = post.predict_proba(X)
+    assert np.abs(q.sum(1) - 1).max() < 1e-12
+    for m in with_draws:
+        post.draws[m] = post.draws[m][:0]
+    with pytest.raises(ValueError, match="no topology with draws"):
+        post.predict_proba(X)

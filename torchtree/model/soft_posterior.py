@@ -214,18 +214,18 @@ class SoftTreePosterior(Posterior):
 
     def _mixture_rows(self, X, max_draws: Optional[int], min_weight: float = 1e-8) -> torch.Tensor:
         w = self.weights
-        out = None
-        for m in range(len(self.topologies)):
-            if w[m] < min_weight * w.max() or self.draws[m].shape[0] == 0:
-                continue
-            pm = self._topology_prediction(m, X, max_draws).to(torch.float64).mean(0) * w[m]
-            out = pm if out is None else out + pm
-        return out / w[w >= min_weight * w.max()].sum()
+        kept = [m for m in range(len(self.topologies))
+                if w[m] >= min_weight * w.max() and self.draws[m].shape[0] > 0]
+        if not kept:
+            raise ValueError("this posterior has no topology with draws to predict with")
+        out = sum(self._topology_prediction(m, X, max_draws).to(torch.float64).mean(0) * w[m] for m in kept)
+        return out / w[kept].sum()  # the weights of the topologies mixed, so a mixture of probabilities sums to 1
 
     def _proba_t(self, X, max_draws: Optional[int] = 200) -> torch.Tensor:
         if self.task != "classification":
             raise ValueError("predict_proba applies to classification; use predict / predict_interval")
-        return self._mixture(X, max_draws)
+        p = self._mixture(X, max_draws)
+        return p / p.sum(-1, keepdim=True)  # each draw's softmax sums to 1 only to float32 rounding
 
     def predict_proba(self, X: ArrayLike, max_draws: Optional[int] = 200) -> np.ndarray:
         """Posterior predictive class probabilities (classification).
