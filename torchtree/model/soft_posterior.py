@@ -224,8 +224,7 @@ class SoftTreePosterior(Posterior):
     def _proba_t(self, X, max_draws: Optional[int] = 200) -> torch.Tensor:
         if self.task != "classification":
             raise ValueError("predict_proba applies to classification; use predict / predict_interval")
-        p = self._mixture(X, max_draws)
-        return p / p.sum(-1, keepdim=True)  # each draw's softmax sums to 1 only to float32 rounding
+        return self._mixture(X, max_draws)
 
     def predict_proba(self, X: ArrayLike, max_draws: Optional[int] = 200) -> np.ndarray:
         """Posterior predictive class probabilities (classification).
@@ -239,7 +238,10 @@ class SoftTreePosterior(Posterior):
         -------
         numpy.ndarray [M, K]
         """
-        return self._proba_t(X, max_draws).cpu().numpy()
+        p = self._proba_t(X, max_draws)
+        # each draw's softmax sums to 1 only to float32 rounding (1e-7): the rows are made distributions here,
+        # while log_predictive reads the mixture as it is (the difference is that rounding)
+        return (p / p.sum(-1, keepdim=True)).cpu().numpy()
 
     def predict(self, X: ArrayLike, max_draws: Optional[int] = 200) -> np.ndarray:
         """Most probable class (original labels when known) or posterior-mean output: the mixture
