@@ -573,3 +573,27 @@ def test_many_class_levels_are_ordered_along_the_first_principal_component():
     score = dev @ pc
     by = sorted(range(20), key=lambda i: (round(score[i], 12), names[i]))  # ties in label order
     assert [rank[names[i]] for i in by] == list(range(20))
+
+
+def test_a_missing_cell_in_a_column_complete_in_training_warns_and_reads_the_median():
+    """Training saw no missing value in column 0, so no rule says where one goes: prediction reads the training
+    median there (the row predicts as at that value) and warns, naming the column and its count of missing
+    cells; a complete column predicts silently."""
+    import warnings
+
+    from torchtree import BayesianTreeRegressor
+
+    g = np.random.default_rng(0)
+    X = g.normal(size=(200, 3))
+    y = X[:, 0] + 0.1 * g.normal(size=200)
+    est = BayesianTreeRegressor(method="smc", n_particles=20, hyper="fixed", verbose=0).fit(X, y)
+    Xt = X[:5].copy()
+    Xt[1, 0] = Xt[2, 0] = np.nan
+    with pytest.warns(UserWarning, match=r"X column 0: 2 missing cell\(s\), none in training: read as the "
+                                         r"training median"):
+        got = est.predict(Xt)
+    at_median = X[:5].copy()
+    at_median[1:3, 0] = np.median(X[:, 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(got, est.predict(at_median))

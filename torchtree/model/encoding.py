@@ -35,15 +35,12 @@ no signal; :func:`~torchtree.model.levels.level_order`): an order drawn from a f
 made by those labels, and rules on it would fit their noise (the posterior takes the order as given). Ordered pandas categoricals
 are ordinal in their category order (with MIA for missing values).
 
-**Prediction.** Missing values follow the learnt rules as above; observed values beyond the
-training range of an MIA column are clipped to it (an "is missing" rule sends every observed value
-left). A value training gives no rule for (a missing value in a column that had none, a level not
-seen in training) is replaced by the training column's median (numeric) or most frequent level
-(categorical).
-
-Everything about a table's coding lives in the encoder and is saved with the posterior, so
-prediction takes the same raw frames as ``fit``; labels, not codes, define levels, so frames with
-the same labels in another category order give the same fit.
+**Prediction.** Missing values follow the learnt rules as above; observed values beyond the training range of an
+MIA column are clipped to it (an "is missing" rule sends every observed value left). A value training gives no
+rule for (a missing value in a column that had none, which warns; a level not seen in training) is replaced by
+the training column's median (numeric) or most frequent level (categorical). Everything about a table's coding
+lives in the encoder and is saved with the posterior, so prediction takes the same raw frames as ``fit``;
+labels, not codes, define levels, so frames with the same labels in another category order give the same fit.
 """
 from __future__ import annotations
 
@@ -487,6 +484,9 @@ class TableEncoder:
             return np.zeros((len(x), 1))
         miss = np.isnan(x)
         if c.kind == "numeric":
+            if miss.any():  # no missing cell in training: nothing learnt what one means
+                warn(f"X {where}: {int(miss.sum())} missing cell(s), none in training: read as the training median "
+                     f"({c.fill:g}), so those rows' predictions and intervals are the ones at that value", UserWarning)
             return np.where(miss, c.fill, x)[:, None]
         xc = np.clip(x, c.lo, c.hi)
         return np.stack([np.where(miss, c.hi + c.delta, xc), np.where(miss, c.lo - c.delta, xc)], 1)
