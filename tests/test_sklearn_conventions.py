@@ -304,3 +304,15 @@ def test_a_frame_given_to_an_estimator_fitted_without_names_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         est.predict(pd.DataFrame(X))  # integer column names: not feature names
+
+
+def test_r_bart_names_are_refused_with_the_name_used_here():
+    """R's BART / dbarts / bartMachine names (``ntree``, ``sigdf``, ...) are refused, at ``fit`` and at
+    ``set_params``, each with this estimator's name for it; another unknown name gets the closest one."""
+    X, _, y = _data(40)
+    with pytest.raises(ValueError, match=r"'ntree' \(R's name; here: n_trees\), 'sigdf' \(R's name; here: nu\)"):
+        BayesianTreeRegressor(method="bart", ntree=50, sigdf=3).fit(X, y)
+    with pytest.raises(ValueError, match=r"'n_tree' \(did you mean 'n_trees'\?\)"):
+        BayesianTreeRegressor(method="bart", n_tree=50).fit(X, y)
+    with pytest.raises(ValueError, match=r"'ndpost' \(R's name; here: n_samples \(per chain\)\)"):
+        BayesianTreeRegressor().set_params(ndpost=1000)

@@ -8,7 +8,6 @@ evidence search of ``hyper="evidence"``, building the sampler of ``method=`` fro
 """
 from __future__ import annotations
 
-import difflib
 import inspect
 import os
 from typing import TYPE_CHECKING, Any, Dict, Optional, Self, Union
@@ -21,7 +20,7 @@ from torchtree.core.threads import ThreadSetting, check_threads, resolve_threads
 from torchtree._sklearn import (DataConversionWarning, NotFittedError, PickledWithVersion, RandomStateLike,
                                seed_from_random_state, shape_of, short_repr, sklearn_flavoured)
 from torchtree.methods import (HYPER_MODES, LIKELIHOOD_SETTINGS, METHODS, PRIOR_SETTINGS, accepted_settings, all_settings,
-                               get_method, model_settings)
+                               get_method, model_settings, name_hint)
 from torchtree.model.data import Data, resolve_device
 from torchtree.model.inputs import ArrayLike, check_name_types, frame_columns, in_training_order
 from torchtree.model.posterior import attach_feature_names
@@ -168,8 +167,7 @@ class BayesianTreeBase(PickledWithVersion):
             def hint(k: str) -> str:
                 if "__" in k:
                     return f"{k!r} (nested names: {k.partition('__')[0]!r} has no parameters of its own)"
-                close = difflib.get_close_matches(k, sorted(known), n=1)
-                return f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                return name_hint(k, known)
             raise ValueError(f"invalid parameter(s) {', '.join(hint(k) for k in bad)} for {type(self).__name__}: "
                              "neither an estimator parameter nor an option of any method "
                              f"({sorted(METHODS)})")
@@ -324,7 +322,8 @@ class BayesianTreeBase(PickledWithVersion):
             if "backend" in unknown:  # a method without ranks (dcc): say so before the list
                 raise ValueError(f"method {self.method!r} runs in one process and takes no backend= (ranks); "
                                  "drop backend=, or use a method that runs across ranks (smc, smc-moves, mcmc, bart)")
-            raise ValueError(f"invalid parameter(s) {', '.join(map(repr, unknown))} for {type(self).__name__}: method "
+            raise ValueError(f"invalid parameter(s) {', '.join(name_hint(k, accepted) for k in unknown)} for "
+                             f"{type(self).__name__}: method "
                              f"{self.method!r} does not take them; it takes {sorted(accepted - {'prior', 'likelihood'})}")
         # Hyperparameters the estimator owns go to samplers that take them by name
         # (e.g. DCC builds its own soft-tree priors from alpha / alpha_split / beta_split).

@@ -3,14 +3,16 @@ class, imported lazily), the keyword options a sampler class takes, and how it u
 prior and leaf-model settings."""
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import inspect
-from typing import Any, Dict
+from typing import Any, Dict, Iterable
 
 from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA
 
-__all__ = ["METHODS", "register_method", "get_method", "model_settings", "MODEL_SETTINGS_HELP", "HYPER_MODES"]
+__all__ = ["METHODS", "register_method", "get_method", "model_settings", "MODEL_SETTINGS_HELP", "HYPER_MODES",
+           "R_BART_NAMES", "name_hint"]
 
 # name -> "module:Class" (imported lazily so optional samplers cost nothing) or a class.
 METHODS: Dict[str, Any] = {
@@ -131,3 +133,18 @@ def model_settings(cls) -> Dict[str, str]:
             elif name in accepted:
                 out[name] = "keyword"
     return out
+
+
+#: R's BART / dbarts / bartMachine argument names -> the estimators' (docs/guides/bart.md, "Coming from R's BART")
+R_BART_NAMES = {"ntree": "n_trees", "ndpost": "n_samples (per chain)", "nskip": "n_warmup", "keepevery": "thin",
+                "base": "alpha_split", "power": "beta_split", "sigdf": "nu", "sigquant": "q", "sigest": "sigma_hat",
+                "numcut": "max_cuts", "seed": "random_state", "num_trees": "n_trees", "num_burn_in": "n_warmup",
+                "num_iterations_after_burn_in": "n_samples (per chain)"}
+
+
+def name_hint(name: str, known: Iterable[str]) -> str:
+    """``name`` quoted, with what it is called here when it is an R BART name, else the closest of ``known``."""
+    if name in R_BART_NAMES:
+        return f"{name!r} (R's name; here: {R_BART_NAMES[name]})"
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")

@@ -257,7 +257,9 @@ class BARTPosterior(Posterior):
         """``f_s(x)`` per draw and point, ``[S, M]`` float64 on the original scale (the probit
         latent's mean for classification); with ``K >= 3`` classes ``[S, K - 1, M]``, each utility's
         mean. Holds all of them: ``predict``, ``predict_proba``, ``predict_interval`` and
-        ``log_predictive`` stream over rows instead."""
+        ``log_predictive`` stream over rows instead. Draws run sweep by sweep with the chains
+        interleaved (draw ``s`` is of chain ``chain_of[s * U]``: ``0, 1, ..., C - 1, 0, 1, ...``), so
+        ``reshape(-1, C, M)`` gives ``[sweeps, chains, M]``."""
         Xb = self._bins(X)
         rows_per_chunk(8.0 * self.n_particles, "latent_draws", rows_at_once=max(1, Xb.shape[1]),
                        device=self.device, also=" (or predict in smaller batches of rows)")

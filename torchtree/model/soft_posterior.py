@@ -214,8 +214,7 @@ class SoftTreePosterior(Posterior):
 
     def _mixture_rows(self, X, max_draws: Optional[int], min_weight: float = 1e-8) -> torch.Tensor:
         w = self.weights
-        kept = [m for m in range(len(self.topologies))
-                if w[m] >= min_weight * w.max() and self.draws[m].shape[0] > 0]
+        kept = [m for m in range(len(self.topologies)) if w[m] >= min_weight * w.max() and len(self.draws[m])]
         if not kept:
             raise ValueError("this posterior has no topology with draws to predict with")
         out = sum(self._topology_prediction(m, X, max_draws).to(torch.float64).mean(0) * w[m] for m in kept)
@@ -238,9 +237,7 @@ class SoftTreePosterior(Posterior):
         -------
         numpy.ndarray [M, K]
         """
-        p = self._proba_t(X, max_draws)
-        # each draw's softmax sums to 1 only to float32 rounding (1e-7): the rows are made distributions here,
-        # while log_predictive reads the mixture as it is (the difference is that rounding)
+        p = self._proba_t(X, max_draws)  # a draw's float32 softmax sums to 1 to 1e-7: rows made distributions here
         return (p / p.sum(-1, keepdim=True)).cpu().numpy()
 
     def predict(self, X: ArrayLike, max_draws: Optional[int] = 200) -> np.ndarray:
