@@ -13,6 +13,8 @@ floor), so a test fails when the sampler targets another distribution, not by ch
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -316,6 +318,24 @@ def test_prediction_blocks_and_monitor(monkeypatch, tmp_path):
     assert np.allclose(post.latent_draws(X).mean(0).numpy(), ref[0])
     assert {"bart/sigma", "bart/accept", "trees/leaves_mean", "bart/splits/x0"} <= set(mon.trace)
     assert mon.steps == [4, 9, 14]  # the 0-based index of the sweep reported
+
+
+def test_mean_interval_is_the_quantiles_of_the_function_draws():
+    """``kind="mean"`` resamples the kept draws ``f_s(x)`` (no noise): each bound is a quantile of
+    ``latent_draws`` at a probability within 4 binomial sd of ``(1 -+ level) / 2`` for ``n_draws``
+    Monte Carlo picks; the predictive interval, which adds ``sigma_s e``, holds it."""
+    X, y, _ = _friedman(120, 5)
+    post = BART(n_trees=10, n_chains=2, n_warmup=20, n_samples=100).run(Data(X, y, task="regression"), seed=0)
+    n_draws = 40000
+    mean = post.predict_interval(X[:30], level=0.9, n_draws=n_draws, kind="mean")
+    pred = post.predict_interval(X[:30], level=0.9, n_draws=n_draws)
+    f = np.sort(post.latent_draws(X[:30]).numpy(), axis=0)
+    eps = 4 * math.sqrt(0.05 * 0.95 / n_draws)
+    for k, p in ((0, 0.05), (1, 0.95)):
+        below = np.quantile(f, p - eps, axis=0, method="inverted_cdf")
+        above = np.quantile(f, p + eps, axis=0, method="inverted_cdf")
+        assert ((below <= mean[:, k]) & (mean[:, k] <= above)).all()
+    assert ((pred[:, 0] < mean[:, 0]) & (mean[:, 1] < pred[:, 1])).all()
 
 
 def test_prior_only_sigma_follows_its_calibrated_prior():

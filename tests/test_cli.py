@@ -265,6 +265,12 @@ def test_predict_regression_interval(files, fitted, capsys):
     lines = _lines(capsys.readouterr().out)
     assert lines[0] == "mean"
     np.testing.assert_array_equal(np.array(lines[1:], dtype=float), vals[:, 0])
+    assert main(["predict", str(fitted["reg"]), str(files["reg"]), "--level", "0.8", "--kind", "mean"]) == 0
+    lines = _lines(capsys.readouterr().out)
+    assert lines[0] == "mean,mean_lower_80,mean_upper_80"  # a credible interval of f: inside the predictive one
+    band = np.array([l.split(",") for l in lines[1:]], dtype=float)
+    np.testing.assert_array_equal(band[:, 0], vals[:, 0])
+    assert np.all(vals[:, 1] < band[:, 1]) and np.all(band[:, 2] < vals[:, 2])
 
 
 def test_predict_wrong_columns_is_a_user_error(fitted, tmp_path, capsys):

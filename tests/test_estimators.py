@@ -71,6 +71,18 @@ def test_regressor_mean_interval_and_score():
     assert iv.shape == (100, 2) and np.all(iv[:, 0] < iv[:, 1])
     coverage = np.mean((y[200:] >= iv[:, 0]) & (y[200:] <= iv[:, 1]))
     assert 0.8 < coverage <= 1.0
+    # kind="mean": a credible interval of f(x), inside the predictive one. Away from the step (where the
+    # trees' cut may fall) it holds the training mean of y on the row's side: ~100 rows with noise sd 0.2
+    # give a posterior sd ~0.02 about it, so the 90% band is ~0.07 wide, against ~0.7 for a new y.
+    band = reg.predict_interval(X[200:], level=0.9, kind="mean")
+    np.testing.assert_array_equal(band, reg.posterior_.predict_interval(X[200:], level=0.9, kind="mean"))
+    assert np.all(iv[:, 0] < band[:, 0]) and np.all(band[:, 1] < iv[:, 1])
+    right, away = X[200:, 0] > 0.5, np.abs(X[200:, 0] - 0.5) > 0.05
+    side_mean = np.where(right, y[:200][X[:200, 0] > 0.5].mean(), y[:200][X[:200, 0] <= 0.5].mean())
+    assert np.all(((band[:, 0] < side_mean) & (side_mean < band[:, 1]))[away])
+    assert np.median((band[:, 1] - band[:, 0])[away]) < 0.15
+    with pytest.raises(ValueError, match="one of 'predictive', 'mean'"):
+        reg.predict_interval(X[200:], kind="f")
 
 
 @pytest.mark.parametrize("method,opts", [

@@ -1,6 +1,8 @@
 """SoftTreePosterior: original label values and the save / load format."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -97,6 +99,32 @@ def test_interval_of_a_row_does_not_depend_on_the_other_rows(monkeypatch):
     monkeypatch.setattr(soft_posterior, "INTERVAL_BLOCK", 7)  # six blocks
     assert np.allclose(post.predict_interval(X, n_draws=500, seed=2), ref, rtol=0, atol=1e-5 * width.max())
     assert not np.allclose(post.predict_interval(X, n_draws=500, seed=3), ref, rtol=0, atol=1e-3 * width.max())
+
+
+def test_mean_interval_is_the_weighted_quantiles_of_the_draws_means():
+    """``kind="mean"`` bounds each row by quantiles of the draws' soft-tree means (weighted by their
+    topology's weight), within 4 binomial sd of ``(1 -+ level) / 2`` for ``n_draws`` Monte Carlo picks,
+    and inside the predictive interval, which adds each draw's noise."""
+    from torchtree.plot import prediction_draws
+
+    g = torch.Generator().manual_seed(1)
+    X = torch.rand(40, 2, generator=g)
+    y = (X[:, 0] > 0.5).float() + 0.1 * torch.randn(40, generator=g)
+    post = DCC(n_iterations=1, n_initial=3, n_chains=2, n_samples=30, n_warmup=20, max_depth=1).run((X, y), seed=0)
+    n_draws = 40000
+    mean = post.predict_interval(X, n_draws=n_draws, seed=4, kind="mean")
+    pred = post.predict_interval(X, n_draws=n_draws, seed=4)
+    values, weights = prediction_draws(post, X.numpy(), max_draws=None)
+    eps = 4 * math.sqrt(0.05 * 0.95 / n_draws)
+    for m in range(X.shape[0]):
+        order = np.argsort(values[:, m])
+        cdf = np.cumsum(weights[order])
+        v = values[order, m]
+        for k, p in ((0, 0.05), (1, 0.95)):
+            lo, hi = v[np.searchsorted(cdf, p - eps)], v[min(np.searchsorted(cdf, p + eps), len(v) - 1)]
+            tol = 1e-5 * (pred[m, 1] - pred[m, 0])  # float32 routing of the draws' means
+            assert lo - tol <= mean[m, k] <= hi + tol, (m, k)
+    assert ((pred[:, 0] < mean[:, 0]) & (mean[:, 1] < pred[:, 1])).all()
 
 
 def test_nuts_chain_draws_go_to_arviz_and_the_summary_by_chain():

@@ -232,17 +232,19 @@ class BayesianTreeRegressor(BayesianTreeBase):
         )
 
     def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000,
-                         seed: RandomStateLike = 0) -> np.ndarray:
-        """Equal-tailed posterior predictive interval ``[M, 2]``: the ``(1 - level) / 2`` and
-        ``(1 + level) / 2`` quantiles of ``n_draws`` Monte Carlo draws of each row's ``y`` from the
-        posterior predictive, seeded by ``seed`` (the posterior's ``predict_interval``; what ``random_state``
-        takes: an int, None for a fresh seed, a numpy ``RandomState`` or ``Generator``). A bound's Monte
-        Carlo error shrinks as ``1 / sqrt(n_draws)``. The random numbers are shared by all rows, so a
-        row's interval is the same alone as among other rows."""
+                         seed: RandomStateLike = 0, kind: str = "predictive") -> np.ndarray:
+        """Equal-tailed posterior interval ``[M, 2]``: the ``(1 - level) / 2`` and ``(1 + level) / 2``
+        quantiles of ``n_draws`` Monte Carlo draws per row, seeded by ``seed`` (the posterior's
+        ``predict_interval``; what ``random_state`` takes: an int, None for a fresh seed, a numpy
+        ``RandomState`` or ``Generator``). ``kind="predictive"`` (default) bounds a new observation ``y``
+        at the row (the posterior predictive: the function's uncertainty and the noise); ``kind="mean"``
+        bounds the regression function ``f(x) = E[y | x]`` (a credible interval of the mean, narrower).
+        A bound's Monte Carlo error shrinks as ``1 / sqrt(n_draws)``. The random numbers are shared by all
+        rows, so a row's interval is the same alone as among other rows."""
         self._check_fitted()
         s = seed_from_random_state(seed, "seed")
         return self.posterior_.predict_interval(self._check_columns(X), level=level, n_draws=n_draws,
-                                                seed=seed_to_int(s))
+                                                seed=seed_to_int(s), kind=kind)
 
     def score(self, X: ArrayLike, y: ArrayLike, sample_weight: Optional[ArrayLike] = None) -> float:
         """Coefficient of determination R^2 of the predictive mean, as scikit-learn's ``r2_score(y, predict(X),

@@ -6,7 +6,7 @@ Subcommands::
                   [--task classification|regression] [--test-size 0.3 | --test TEST.csv]
                   [--device auto] [--threads auto|N] [--logdir DIR] [--out posterior.pt] [--seed N]
                   [--backend auto|local|gloo|nccl|mpi]  (under torchrun / mpiexec: one job over the ranks)
-    torchtree predict posterior.pt DATA.csv|- [--proba] [--level 0.9 | --no-interval] [--out preds.csv|-]
+    torchtree predict posterior.pt DATA.csv|- [--proba] [--level 0.9] [--kind mean] [--no-interval] [--out preds.csv|-]
     torchtree summary posterior.pt [--dot [--tree I]]
     torchtree report posterior.pt [--plots DIR [--data DATA.csv [--target COL]]]
     torchtree demo [--seed N]
@@ -149,7 +149,8 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
         description=(
             "Predict for every row of DATA.csv. Classification: the most probable label and its\n"
             "probability (--proba: every class's probability). Regression: the posterior predictive\n"
-            "mean and an equal-tailed credible interval (--level, default 0.9).\n"
+            "mean and an equal-tailed interval (--level, default 0.9) of a new y (--kind predictive)\n"
+            "or of the regression function, the mean itself (--kind mean).\n"
             "A target column in DATA.csv is ignored (matched by name, or by the number of columns)."
         ),
     )
@@ -158,6 +159,9 @@ def build_parser(method: str = "smc") -> argparse.ArgumentParser:
                    "standard input)")
     p.add_argument("--proba", action="store_true", help="classification: one probability column per class")
     p.add_argument("--level", type=float, default=None, help="regression: credible level of the interval (default: 0.9)")
+    p.add_argument("--kind", choices=("predictive", "mean"), default="predictive",
+                   help="regression: the interval of a new y (predictive) or a credible interval of the mean "
+                        "function f(x) (mean; columns mean_lower_L, mean_upper_L)")
     p.add_argument("--no-interval", action="store_true",
                    help="regression: the mean only (an interval costs about 100 times the mean: it draws from the "
                         "predictive of every row)")

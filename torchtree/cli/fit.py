@@ -391,11 +391,11 @@ def _evaluate(post, task: str, Xte, yte, ytr, debug: bool = False) -> List[Tuple
     return rows
 
 
-def _intervals(post, X: np.ndarray, level: float) -> np.ndarray:
-    """Predictive intervals (the posterior works in blocks of rows within its memory budget)."""
+def _intervals(post, X: np.ndarray, level: float, kind: str = "predictive") -> np.ndarray:
+    """Intervals of ``kind`` (the posterior works in blocks of rows within its memory budget)."""
     if len(X) == 0:
         return np.zeros((0, 2))
-    return post.predict_interval(X, level=level)
+    return post.predict_interval(X, level=level, kind=kind)
 
 
 def _check_cells(table, encoder) -> None:
@@ -461,9 +461,10 @@ def cmd_predict(args) -> int:
         if getattr(args, "no_interval", False):
             header, cols = ["mean"], [mean]
         else:
-            iv = _intervals(post, X, args.level)
-            pct = f"{100 * args.level:g}"
-            header = ["mean", f"lower_{pct}", f"upper_{pct}"]
+            kind = getattr(args, "kind", "predictive")
+            iv = _intervals(post, X, args.level, kind)
+            pct, pre = f"{100 * args.level:g}", "mean_" if kind == "mean" else ""
+            header = ["mean", f"{pre}lower_{pct}", f"{pre}upper_{pct}"]
             cols = [mean, iv[:, 0], iv[:, 1]]
     write_csv(out, header, cols, out=sys.stdout)
     if table.y is not None and not getattr(args, "quiet", False):

@@ -373,18 +373,20 @@ class BARTPosterior(Posterior):
             out[sl] = self.prior.offset + self.prior.scale * draw_mean(f)
         return out.cpu().numpy()
 
-    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
-        """Equal-tailed posterior predictive interval of ``y``, ``[M, 2]``: ``n_draws`` draws
-        ``f_s(x) + sigma_s e`` with ``s`` uniform over the kept draws and ``e ~ N(0, 1)``
-        (``e`` keyed by the draw only and shared by all rows, so a row's interval depends on the
-        row, ``level``, ``n_draws`` and ``seed`` only)."""
-        level, n_draws = check_interval(self.task, level, n_draws, seed)
+    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0,
+                         kind: str = "predictive") -> np.ndarray:
+        """Equal-tailed posterior interval ``[M, 2]`` of a new ``y`` (``kind="predictive"``): ``n_draws``
+        draws ``f_s(x) + sigma_s e`` with ``s`` uniform over the kept draws and ``e ~ N(0, 1)`` (``e``
+        keyed by the draw only and shared by all rows, so a row's interval depends on the row,
+        ``level``, ``n_draws`` and ``seed`` only); of the function (``kind="mean"``): draws ``f_s(x)``."""
+        level, n_draws = check_interval(self.task, level, n_draws, seed, kind)
         Xb = self._bins(X)
         S, M = self.n_particles, Xb.shape[1]
         dev = self.device
         idx = torch.arange(n_draws, device=dev)
         pick = (keyed_uniform(seed, 0, idx) * S).long().clamp(max=S - 1)
         noise = (self.sigma.to(dev)[pick] * self.prior.scale * torch.special.ndtri(keyed_uniform(seed, 1, idx)))[:, None]
+        noise = noise if kind == "predictive" else torch.zeros_like(noise)
         out = np.empty((M, 2))
         for sl, f in self._blocks(Xb, 24.0 * n_draws, f"predict_interval with n_draws={n_draws}",
                                   ", or lower n_draws"):

@@ -17,7 +17,7 @@ import torch
 from torchtree.core.validate import check_int, check_real
 from torchtree.core.warn import warn
 
-__all__ = ["INTERVAL_BLOCK", "check_interval", "equal_tailed", "polar_pairs", "polar_normal", "polar_student_t"]
+__all__ = ["INTERVAL_BLOCK", "KINDS", "check_interval", "equal_tailed", "polar_pairs", "polar_normal", "polar_student_t"]
 
 # Rows of predict_interval computed at once (the memory of ``n_draws`` draws per row); the
 # random numbers do not depend on it. At the default 4000 draws a block's arrays are about 8 MB each,
@@ -25,11 +25,19 @@ __all__ = ["INTERVAL_BLOCK", "check_interval", "equal_tailed", "polar_pairs", "p
 # mapping fresh pages for each (1024 rows: 30-40% of the call went to page faults).
 INTERVAL_BLOCK = 256
 
+#: What ``predict_interval(kind=...)`` bounds: ``"predictive"``, a new observation ``y`` at ``x``
+#: (the posterior predictive: the function's uncertainty plus the noise); ``"mean"``, the regression
+#: function ``f(x) = E[y | x]`` itself (a credible interval of the function, narrower: no noise).
+KINDS = ("predictive", "mean")
 
-def check_interval(task: str, level, n_draws, seed=0) -> tuple:
+
+def check_interval(task: str, level, n_draws, seed=0, kind="predictive") -> tuple:
     """The arguments of a ``predict_interval``, checked: ``(level, n_draws)`` (``seed``: an integer in
-    ``[0, 2^63)``, else ``ValueError``)."""
+    ``[0, 2^63)``; ``kind``: one of :data:`KINDS`; else ``ValueError``)."""
     check_int("seed", seed, 0, (1 << 63) - 1)
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}: one of {', '.join(map(repr, KINDS))} (an interval of a new y, or of "
+                         f"the regression function f(x), its mean)")
     if task != "regression":
         raise ValueError("predict_interval applies to regression")
     level, n_draws = check_real("level", level, 0.0, 1.0, high_open=True), check_int("n_draws", n_draws, 1)

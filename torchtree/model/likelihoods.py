@@ -233,6 +233,13 @@ class NormalInverseGamma:
         _, s1, kn, an, bn = self._posterior(stats)
         return torch.stack([2 * an, self.mu0 + s1 / kn, (bn * (kn + 1) / (an * kn)).sqrt()], -1)
 
+    def mean_table(self, stats: torch.Tensor) -> torch.Tensor:
+        """Student-t posterior of the leaf mean per node, ``[..., 3] -> [..., 3]`` as (df, loc, scale):
+        ``mu | D ~ t_{2 a_n}(mu0 + s1 / kappa_n, sqrt(b_n / (a_n kappa_n)))``, the predictive's
+        location with its scale divided by ``sqrt(1 + 1 / kappa_n)`` (no noise of a new ``y``)."""
+        _, s1, kn, an, bn = self._posterior(stats)
+        return torch.stack([2 * an, self.mu0 + s1 / kn, (bn / (an * kn)).sqrt()], -1)
+
     def log_predictive_point(self, table_rows: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Student-t log density of ``y [M]`` under gathered rows ``[..., M, 3]``."""
         df, loc, scale = table_rows[..., 0].double(), table_rows[..., 1].double(), table_rows[..., 2].double()

@@ -284,11 +284,15 @@ class TreePosterior(Posterior):
     def _mean(self, X: torch.Tensor) -> torch.Tensor:
         return self._mixture(X, lambda rows, pts: rows[:, 1:2], 1)[:, 0]
 
-    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
-        """Equal-tailed posterior predictive interval (regression).
+    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0,
+                         kind: str = "predictive") -> np.ndarray:
+        """Equal-tailed posterior interval (regression) of a new ``y`` (``kind="predictive"``) or of the
+        regression function ``f(x)`` (``kind="mean"``, :data:`~torchtree.model.interval.KINDS`).
 
-        Monte Carlo over the mixture of leaf Student-t predictives: ``n_draws`` trees are drawn by weight, then
-        for each drawn tree one ``y`` per row from the Student-t of the row's leaf. Both the trees and the
+        Monte Carlo over the mixture of the leaves' Student-t distributions: ``n_draws`` trees are drawn by
+        weight, then for each drawn tree one value per row from the Student-t of the row's leaf, its
+        predictive of ``y`` (:meth:`NormalInverseGamma.predictive_table`) or its posterior of the leaf mean
+        (:meth:`NormalInverseGamma.mean_table`). Both the trees and the
         t-variates' random numbers (one polar pair per draw, :func:`~torchtree.model.interval.polar_student_t`)
         are shared by all rows, so a row's interval depends on the row, ``level``, ``n_draws`` and ``seed``
         only. Rows go in blocks of at most :data:`INTERVAL_BLOCK`, fewer where the memory budget asks, so peak
@@ -300,6 +304,7 @@ class TreePosterior(Posterior):
         level : float in [0, 1), the probability between the bounds (default 0.9)
         n_draws : int >= 1, Monte Carlo draws per row (default 4000)
         seed : int, of the random numbers (default 0)
+        kind : {"predictive", "mean"}, what the interval bounds (default "predictive")
 
         Returns
         -------
@@ -308,9 +313,9 @@ class TreePosterior(Posterior):
         Raises
         ------
         ValueError
-            A classification posterior, ``level`` or ``n_draws`` out of range, or one block of ``n_draws`` draws that does not fit the memory budget.
+            A classification posterior, ``level``, ``n_draws`` or ``kind`` out of range, or one block of ``n_draws`` draws that does not fit the memory budget.
         """
-        level, n_draws = check_interval(self.task, level, n_draws, seed)
+        level, n_draws = check_interval(self.task, level, n_draws, seed, kind)
         Xt = self.inputs(X)
         M = Xt.shape[0]
         g = torch.Generator(device="cpu").manual_seed(seed)
@@ -322,10 +327,11 @@ class TreePosterior(Posterior):
         block = min(M, INTERVAL_BLOCK, rows_per_chunk(per_row, f"predict_interval with n_draws={n_draws}",
                                                       device=Xt.device, also=", or lower n_draws"))
         sub = self.trees.take(uniq)
-        table = self.likelihood.predictive_table(sub.stats)  # once: the blocks differ in their rows only
+        lik = self.likelihood  # the table once: the blocks differ in their rows only
+        table = lik.predictive_table(sub.stats) if kind == "predictive" else lik.mean_table(sub.stats)
         out = np.empty((M, 2))  # filled block by block (small arrays kept between large temporaries fragment the heap)
         for s in range(0, M, block):
-            rows = sub.predict(Xt[s : s + block], self.likelihood, table)  # [distinct, m, 3]
+            rows = sub.predict(Xt[s : s + block], lik, table)  # [distinct, m, 3]
             df, loc, scale = (rows[..., j].double()[inv] for j in range(3))  # [n_draws, m] each
             del rows
             y = polar_student_t(u, w, df).mul_(scale).add_(loc)

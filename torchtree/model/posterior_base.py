@@ -72,9 +72,11 @@ class Posterior:
         """Most probable class (original labels) or predictive mean, ``[M]``."""
         raise NotImplementedError
 
-    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
-        """Equal-tailed posterior predictive interval ``[M, 2]`` (regression), from ``n_draws`` Monte Carlo
-        draws per row seeded by ``seed``."""
+    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0,
+                         kind: str = "predictive") -> np.ndarray:
+        """Equal-tailed posterior interval ``[M, 2]`` (regression) of a new ``y`` or, with ``kind="mean"``, of
+        the regression function ``f(x)`` (:data:`~torchtree.model.interval.KINDS`), from ``n_draws`` Monte
+        Carlo draws per row seeded by ``seed``."""
         raise NotImplementedError
 
     def log_predictive(self, X: ArrayLike, y: ArrayLike) -> float:

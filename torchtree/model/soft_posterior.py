@@ -6,11 +6,9 @@ MCMC draws. Predictions average the per-draw predictive over draws, then over
 topologies with these weights (Theorem 8). A single-topology HMC / NUTS run is the
 special case ``M = 1``.
 
-It implements the one :class:`~torchtree.model.posterior_base.Posterior` protocol, as
-``TreePosterior`` does (same methods and return types: numpy arrays from ``predict_proba`` /
-``predict`` / ``predict_interval``, mean ``log_predictive``, ``accuracy``, ``rmse``,
-``summary``, ``to_dot``, ``save`` / ``load``), but holds soft trees: ``weights`` are per
-topology, and draws replace hard trees.
+It implements the :class:`~torchtree.model.posterior_base.Posterior` protocol with the methods
+and return types of ``TreePosterior``, but holds soft trees: ``weights`` are per topology, and
+draws replace hard trees.
 """
 from __future__ import annotations
 
@@ -275,13 +273,14 @@ class SoftTreePosterior(Posterior):
             var = torch.exp(self._thinned_draws(m, max_draws)[:, -1].to(torch.float64)).unsqueeze(-1)  # log variance is last
             yield w[m], mean, var
 
-    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0) -> np.ndarray:
-        """Equal-tailed posterior predictive interval (regression), by Monte Carlo.
+    def predict_interval(self, X: ArrayLike, level: float = 0.9, n_draws: int = 4000, seed: int = 0,
+                         kind: str = "predictive") -> np.ndarray:
+        """Equal-tailed posterior interval (regression) of a new ``y`` (``kind="predictive"``) or of the
+        regression function ``f(x)`` (``kind="mean"``), by Monte Carlo.
 
-        Draws a topology by weight, one of its stored draws, then ``y`` from the
-        Gaussian with that draw's soft-tree mean and variance. The draws and their normal
-        variates are shared by all rows, so a row's interval depends on the row, ``level``,
-        ``n_draws`` and ``seed`` only.
+        Draws a topology by weight, one of its stored draws, then ``y`` from the Gaussian with that draw's
+        soft-tree mean and variance (``kind="mean"``: the draw's mean). The draws and their normal variates
+        are shared by all rows: a row's interval depends on the row, ``level``, ``n_draws`` and ``seed`` only.
 
         Parameters
         ----------
@@ -289,6 +288,7 @@ class SoftTreePosterior(Posterior):
         level : float in [0, 1), the probability between the bounds (default 0.9)
         n_draws : int >= 1, Monte Carlo draws per point (default 4000)
         seed : int, of the random numbers (default 0)
+        kind : {"predictive", "mean"} (:data:`~torchtree.model.interval.KINDS`; default "predictive")
 
         Returns
         -------
@@ -297,9 +297,9 @@ class SoftTreePosterior(Posterior):
         Raises
         ------
         ValueError
-            A classification posterior, or ``level`` or ``n_draws`` out of range.
+            A classification posterior, or ``level``, ``n_draws`` or ``kind`` out of range.
         """
-        level, n_draws = check_interval(self.task, level, n_draws, seed)
+        level, n_draws = check_interval(self.task, level, n_draws, seed, kind)
         X = self.inputs(X)
         g = torch.Generator().manual_seed(int(seed))
         sets = self._draw_set_weights()
@@ -320,7 +320,7 @@ class SoftTreePosterior(Posterior):
             out = []
             for (j, z), (_, mean, var) in zip(shared, self._draw_sets(X[s0 : s0 + block], None)):
                 if j is not None:
-                    out.append(mean[j] + var[j].sqrt() * z)
+                    out.append(mean[j] + var[j].sqrt() * z if kind == "predictive" else mean[j])
             res.append(equal_tailed(torch.cat(out), level))
         return self._raw_units(np.concatenate(res))
 
