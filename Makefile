@@ -36,9 +36,10 @@ test-fast: venv
 	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 # What a type checker reads of the API: mypy --strict on tests/typing_user_script.py (the README's snippets, the
-# scikit-learn workflow, posterior files, the lazily exported classes; tests/test_typing.py), installing the
-# `typecheck` extra when mypy is missing. About half a minute the first time; the cache (.mypy_cache) makes
-# the next runs take seconds. The test suite checks the same annotations at run time (typing.get_type_hints).
+# scikit-learn workflow, posterior files, the lazily exported classes, sampler options; tests/test_typing.py) and
+# on a misspelt sampler option (an error naming it), installing the `typecheck` extra when mypy is missing.
+# About half a minute the first time; the cache (.mypy_cache) makes the next runs take seconds. The test
+# suite checks the same annotations at run time (typing.get_type_hints).
 typecheck: venv
 	$(BIN)/python -c "import mypy" 2>/dev/null || $(BIN)/python -m pip install -q -e ".[typecheck]"
 	TORCHTREE_TYPECHECK=1 TORCHTREE_MYPY_CACHE=.mypy_cache $(BIN)/python -m pytest -q tests/test_typing.py -k mypy

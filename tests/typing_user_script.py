@@ -106,3 +106,22 @@ def samplers(X: npt.NDArray[np.float64], y: npt.NDArray[np.int64]) -> None:
     bpost = bart.run(Data(X, X[:, 0], task="regression"), seed=0)
     assert_type(bpost, BARTPosterior)
     assert_type(torchtree.NUTS(n_chains=2).run((X, y), seed=None), SoftTreePosterior)
+
+
+def sampler_options(path: Path, grid: dict[str, Any]) -> None:
+    """Sampler options as keywords: each method's own, with the types their configs take (``"auto"`` where a
+    setting has presets); a misspelt name or a wrong type is an error (tests/test_typing.py checks that)."""
+    BayesianTreeClassifier(method="smc", n_particles=500, n_islands=5, proposal="optimal", expansion="layer",
+                           resampling="systematic", ess_threshold=0.5, max_memory_bytes=None)
+    BayesianTreeClassifier(method="smc", n_particles="auto", checkpoint=str(path), checkpoint_every=10,
+                           likelihood=torchtree.DirichletMultinomial(2.0), backend="local")
+    BayesianTreeRegressor(method="mcmc", n_chains=4, n_samples=500, n_warmup=None, thin=2, init="topdown",
+                          move_probs=[0.4, 0.4, 0.2, 0.0], cut_proposal="prior", engine="host", max_bins=64)
+    BayesianTreeClassifier(method="smc-moves", n_particles=256, n_iterations=20, mh_step="auto", tempering=True,
+                           init_prior=ChipmanPrior(0.95, 0.5), redistribution="auto")
+    BayesianTreeRegressor(method="bart", n_trees=50, n_samples=200, n_chains="auto", k=2.0, nu=3.0, q=0.9,
+                          sigma_hat=None, dtype="float64", compile="auto", max_seconds=60.0, min_ess=100.0)
+    BayesianTreeRegressor(method="dcc", alpha=None, dtype=torch.float64, compile=False, max_rows="auto",
+                          signed_splits=True, max_seconds="auto", target_accept=0.9)
+    BayesianTreeClassifier(method="dcc", alpha=2.0, n_chains=4, max_seconds=30.0, clock="cpu", warm_start=True)
+    BayesianTreeRegressor(**grid)  # a dict[str, Any] of options (a registered method's own, say) is taken as is

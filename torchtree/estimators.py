@@ -7,7 +7,7 @@ without special cases.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Unpack
 
 import numpy as np
 
@@ -18,6 +18,8 @@ from torchtree.core.warn import warn
 from torchtree.estimator_base import BayesianTreeBase, PriorSetting
 from torchtree.methods import (  # METHODS, register_method, get_method, model_settings: re-exported
     METHODS,
+    RegressorSamplerOptions,
+    SamplerOptions,
     get_method,
     model_settings,
     register_method,
@@ -98,6 +100,8 @@ class BayesianTreeClassifier(BayesianTreeBase):
         the settings in each sampler's config, and ``torchtree fit --method M --help`` lists them).
         ``sampler_config_`` keeps the resolved config and ``posterior_.info["settings"]`` says which
         preset chose each value and why. A sampler called directly keeps its literal defaults.
+        Type checkers read the options of the built-in methods and their types from
+        :class:`~torchtree.methods.SamplerOptions` (a misspelt name is an error there too).
 
     Attributes
     ----------
@@ -127,7 +131,7 @@ class BayesianTreeClassifier(BayesianTreeBase):
                  poisson_lambda: Optional[float] = None, random_state: RandomStateLike = 0,
                  device: Optional[str] = None, monitor: Any = None, hyper: Any = "evidence",
                  n_threads: ThreadSetting = "auto", verbose: int = 1, categorical_features: Any = "from_dtype",
-                 **sampler_options: Any) -> None:
+                 **sampler_options: Unpack[SamplerOptions]) -> None:
         super().__init__(method, prior=prior, alpha_split=alpha_split, beta_split=beta_split,
                          poisson_lambda=poisson_lambda, random_state=random_state, device=device, monitor=monitor,
                          hyper=hyper, n_threads=n_threads, verbose=verbose, categorical_features=categorical_features,
@@ -196,7 +200,7 @@ class BayesianTreeRegressor(BayesianTreeBase):
     prior, alpha_split, beta_split, poisson_lambda, hyper, random_state, device, monitor, verbose, categorical_features, n_threads
         As for :class:`BayesianTreeClassifier` (and its notes on a DataFrame's columns).
     **sampler_options
-        As for :class:`BayesianTreeClassifier`.
+        As for :class:`BayesianTreeClassifier` (typed by :class:`~torchtree.methods.RegressorSamplerOptions`).
 
     Attributes
     ----------
@@ -212,7 +216,7 @@ class BayesianTreeRegressor(BayesianTreeBase):
                  beta_split: Optional[float] = None, poisson_lambda: Optional[float] = None,
                  random_state: RandomStateLike = 0, device: Optional[str] = None, monitor: Any = None,
                  hyper: Any = "evidence", n_threads: ThreadSetting = "auto", verbose: int = 1,
-                 categorical_features: Any = "from_dtype", **sampler_options: Any) -> None:
+                 categorical_features: Any = "from_dtype", **sampler_options: Unpack[RegressorSamplerOptions]) -> None:
         super().__init__(method, prior=prior, alpha_split=alpha_split, beta_split=beta_split,
                          poisson_lambda=poisson_lambda, random_state=random_state, device=device, monitor=monitor,
                          hyper=hyper, n_threads=n_threads, verbose=verbose, categorical_features=categorical_features,

@@ -1,18 +1,22 @@
 """The methods the estimators and the command line can run: the registry (``method=`` name -> sampler
-class, imported lazily), the keyword options a sampler class takes, and how it uses the estimators'
-prior and leaf-model settings."""
+class, imported lazily), the keyword options a sampler class takes (and their types for type checkers,
+:class:`SamplerOptions`), and how it uses the estimators' prior and leaf-model settings."""
 from __future__ import annotations
 
 import difflib
 import functools
 import importlib
 import inspect
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, Literal, Optional, Sequence, TypedDict, Union
 
-from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA
+import torch
+
+from torchtree.distributed.backend import Backend
+from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
+from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA, ChipmanPrior
 
 __all__ = ["METHODS", "register_method", "get_method", "model_settings", "MODEL_SETTINGS_HELP", "HYPER_MODES",
-           "R_BART_NAMES", "name_hint"]
+           "R_BART_NAMES", "name_hint", "SamplerOptions", "RegressorSamplerOptions"]
 
 # name -> "module:Class" (imported lazily so optional samplers cost nothing) or a class.
 METHODS: Dict[str, Any] = {
@@ -79,6 +83,99 @@ def all_settings() -> frozenset:
         except ValueError:
             continue
     return frozenset(out)
+
+
+#: ``"auto"``: what a setting with presets takes to be resolved from the training table (``SamplerConfig.resolve``)
+Auto = Literal["auto"]
+
+
+class SamplerOptions(TypedDict, total=False):
+    """The sampler options the estimators take by keyword (their ``**sampler_options``), for type checkers.
+
+    Every option of a built-in method (``smc``, ``mcmc``, ``smc-moves``, ``dcc``, ``bart``) that is not a
+    parameter of the estimators themselves, with the types its method's config accepts (the union where
+    methods differ); a setting with presets also takes ``"auto"``. Each method takes only its own options
+    (:func:`accepted_settings`): ``fit`` refuses the others by name, with the options of the chosen method.
+    The option tables of the samplers' configs describe each option.
+
+    The options of a method added with :func:`register_method` are not listed: pass them in a
+    ``dict[str, Any]`` (``**options``) or with ``set_params``.
+    """
+
+    activation_threshold: int
+    asynchronous: bool
+    backend: Union[str, Backend, None]
+    bart_sampler: str
+    checkpoint: Optional[str]
+    checkpoint_every: int
+    clock: str
+    compile: Union[bool, str]
+    cut_proposal: str
+    delta: float
+    dtype: Union[str, torch.dtype]
+    engine: str
+    ess_threshold: float
+    expansion: str
+    h_final: float
+    h_init: float
+    init: str
+    init_prior: Union[str, ChipmanPrior, None]
+    k: float
+    kappa: float
+    keep: str
+    lais_form: str
+    likelihood: Union[DirichletMultinomial, NormalInverseGamma, None]
+    local_posterior: str
+    look_ahead: float
+    max_bins: Optional[int]
+    max_cuts: int
+    max_depth: int
+    max_memory_bytes: Optional[int]
+    max_predict_draws: int
+    max_rhat: float
+    max_rows: Union[str, int, None]
+    max_samples: Optional[int]
+    max_seconds: Union[float, Auto, None]
+    max_stages: int
+    max_tree_depth: int
+    mh_step: Union[bool, Auto]
+    min_ess: Optional[float]
+    monitor_every: int
+    move_probs: Sequence[float]
+    n_chains: Union[int, Auto]
+    n_gfr: Optional[int]
+    n_initial: int
+    n_islands: Union[int, Auto]
+    n_iterations: int
+    n_parallel: int
+    n_particles: Union[int, Auto]
+    n_pg_particles: int
+    n_proposals: int
+    n_samples: Union[int, Auto]
+    n_trees: int
+    n_warmup: Optional[int]
+    n_warmup_warm: Optional[int]
+    nu: float
+    optimism: float
+    proposal: str
+    q: float
+    redistribution: str
+    resampling: str
+    sigma_hat: Optional[float]
+    signed_splits: Optional[bool]
+    split_concentration: Optional[float]
+    target_accept: Union[float, Auto]
+    tempering: bool
+    thin: Union[int, Auto]
+    use_likelihood: bool
+    warm_start: bool
+
+
+class RegressorSamplerOptions(SamplerOptions, total=False):
+    """:class:`SamplerOptions` and ``dcc``'s ``alpha``, which the regressor passes on by name (the
+    classifier's ``alpha`` is its own parameter)."""
+
+    alpha: Optional[float]
 
 
 # estimator-level model settings, and the object the estimator builds from them

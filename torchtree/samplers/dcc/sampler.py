@@ -153,8 +153,8 @@ class DCC(SamplerBase):
         return self.config.soft_hyper()
 
     # ------------------------------------------------------------------ run
-    def run(self, data: Any, y: Any = None, *, seed: int | torch.Generator | None = None, monitor: Any = None
-            ) -> SoftTreePosterior:
+    def run(self, data: Any, y: Any = None, *, seed: int | torch.Generator | None = None, monitor: Any = None,
+            backend: None = None) -> SoftTreePosterior:
         """Run DCC-Tree on ``data`` (through :func:`torchtree.samplers.driver.run`).
 
         Parameters
@@ -168,11 +168,15 @@ class DCC(SamplerBase):
             Receives ``on_start``, ``on_step`` (tags ``dcc/...`` once per iteration and
             ``hmc/...`` per NUTS iteration, with the running NUTS iteration count as
             step), ``on_checkpoint`` and ``on_end``.
+        backend : None
+            DCC runs in one process: a backend is refused (``TypeError``).
 
         Returns
         -------
         SoftTreePosterior over the active topologies, weighted by ``Z_m p(m)``.
         """
+        if backend is not None:
+            raise TypeError(f"{type(self).__name__} runs in one process: it takes no backend (ranks), got {backend!r}")
         if y is not None:
             data = (data, y)
         return driver.run(self, data, seed=seed, monitor=monitor)

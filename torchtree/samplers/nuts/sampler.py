@@ -163,8 +163,8 @@ class NUTS(SamplerBase):
         too (that would cost a second compilation for a few calls per window)."""
         return self.config.compile and self.kind == "nuts" and not self.config.asynchronous
 
-    def run(self, data: Any, y: Any = None, *, seed: int | torch.Generator | None = None, monitor: Any = None
-            ) -> SoftTreePosterior:
+    def run(self, data: Any, y: Any = None, *, seed: int | torch.Generator | None = None, monitor: Any = None,
+            backend: None = None) -> SoftTreePosterior:
         """Sample the soft tree of one topology on ``data`` (through :func:`torchtree.samplers.driver.run`).
 
         Parameters
@@ -175,12 +175,16 @@ class NUTS(SamplerBase):
         monitor : Monitor or list, optional
             Receives ``on_start``, ``on_step`` (``hmc/...`` tags every NUTS iteration,
             warm-up then sampling) and ``on_end``.
+        backend : None
+            The chains run in one process: a backend is refused (``TypeError``).
 
         Returns
         -------
         SoftTreePosterior with one topology (``n_chains * n_samples`` draws) and, with
         ``evidence=True``, its LAIS log evidence.
         """
+        if backend is not None:
+            raise TypeError(f"{type(self).__name__} runs in one process: it takes no backend (ranks), got {backend!r}")
         if y is not None:
             data = (data, y)
         return driver.run(self, data, seed=seed, monitor=monitor)
