@@ -42,8 +42,9 @@ def test_inclusion_of_a_multiclass_bart_posterior():
     post = torchtree.BART(n_trees=10, n_chains=2, n_samples=20, n_warmup=20).run((X, y3), seed=0)
     imp = tp.feature_importance(post, "inclusion")  # was: IndexError (chains of [S U] forests against S draws)
     S, U = post.n_particles, post.n_utilities
-    used = (post.feature.reshape(S, -1).long() >= 0)
-    per = np.stack([(post.feature.reshape(S, -1) == d).any(1).numpy() for d in range(3)], 1)
+    trees = post.feature.reshape(S, U * post.n_trees, -1)  # a draw's forests are consecutive
+    used = (trees.long() >= 0)
+    per = np.stack([(trees == d).any(2).double().mean(1).numpy() for d in range(3)], 1)  # share of the U T trees
     assert U == 2 and used.any() and np.allclose(imp["value"], per.mean(0))
     assert np.all(imp["lower"] <= imp["value"] + 1e-12) and np.all(imp["value"] <= imp["upper"] + 1e-12)
 
@@ -84,3 +85,36 @@ def test_max_draws_and_seed_must_be_counts_and_seeds(method):
         tp.partial_dependence(est, X, 0, max_draws=0)
     with pytest.raises(ValueError, match="seed must be an integer, got None"):  # was: a raw RuntimeError/TypeError
         est.posterior_.predict_interval(X[:2], seed=None)
+
+
+@pytest.mark.parametrize("method", ["smc", "bart"])
+def test_tree_inclusion_counts_a_column_of_several_split_columns_once_per_tree(method):
+    """A column with missing values in training splits on two split columns (value and missingness); a
+    tree that uses both counts once: ``tree_inclusion`` equals a brute-force count over the trees' nodes,
+    mapped to input columns by the encoder."""
+    import pandas as pd
+
+    from torchtree.model.trees import INTERNAL
+    from torchtree.plot.draws import tree_inclusion
+
+    rng = np.random.default_rng(3)
+    X = pd.DataFrame({"a": rng.normal(size=200), "b": rng.normal(size=200), "c": rng.choice(list("pqr"), 200)})
+    y = X["a"].to_numpy() + np.where(X["c"] == "p", 2.0, 0.0) + 0.1 * rng.normal(size=200)
+    X.loc[rng.random(200) < 0.3, "a"] = np.nan
+    opts = dict(n_trees=5, n_chains=2, n_samples=20, n_warmup=20) if method == "bart" else dict(n_particles=50)
+    post = BayesianTreeRegressor(method=method, random_state=0, **opts).fit(X, y).posterior_
+    groups = post.encoder.groups
+    assert len(groups) > 3  # some input column has several split columns
+    if method == "smc":
+        t = post.trees
+        nodes = [[int(t.feature[q, k]) for k in range(int(t.n_nodes[q])) if int(t.status[q, k]) == INTERNAL]
+                 for q in range(t.n_trees)]
+        brute = np.array([[float(any(groups[f] == d for f in nd)) for d in range(3)] for nd in nodes])
+    else:
+        feat = post.feature.numpy()
+        brute = np.array([[np.mean([d in {groups[f] for f in feat[s, t] if f >= 0} for t in range(feat.shape[1])])
+                           for d in range(3)] for s in range(feat.shape[0])])
+    per, w = tree_inclusion(post)
+    np.testing.assert_allclose(per, brute, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(tp.feature_importance(post, "inclusion")["value"], w @ brute, rtol=0, atol=1e-12)
+    assert per[:, 0].max() > 0  # column a is used

@@ -126,12 +126,13 @@ def test_a_bart_tree_says_what_its_leaf_values_add_up_to():
 
 
 def test_bart_inclusion_intervals_count_correlated_draws_by_their_ess():
-    """The Wilson interval of a BART inclusion probability uses the inclusion indicator's multi-chain
-    ESS, not the number of draws: with autocorrelated sweeps it is wider than the draws-as-independent
-    interval, and exactly that interval at the ESS (a constant indicator keeps every draw)."""
+    """A BART inclusion value is the mean share of a forest's trees that split on the feature (counted
+    by brute force here); its interval ``value -+ z sd / sqrt(ESS)`` uses the shares' multi-chain ESS, not
+    the number of draws: with autocorrelated sweeps it is wider than the draws-as-independent interval."""
+    from scipy.stats import norm
+
     from torchtree import BayesianTreeRegressor
     from torchtree.model.diagnostics import chain_ess
-    from torchtree.plot.common import wilson_interval
     from torchtree.plot.effects import feature_importance
 
     rng = np.random.default_rng(1)
@@ -142,15 +143,20 @@ def test_bart_inclusion_intervals_count_correlated_draws_by_their_ess():
     imp = feature_importance(post, "inclusion")
     per, chains = imp["per_draw"], post.chain_of.numpy()
     S = per.shape[0]
+    feat = post.feature.numpy()  # [S, T, K]: -1 at leaves and unused slots
+    brute = np.array([[np.mean([d in set(feat[s, t][feat[s, t] >= 0].tolist()) for t in range(feat.shape[1])])
+                       for d in range(4)] for s in range(S)])
+    np.testing.assert_allclose(per, brute, rtol=0, atol=1e-12)
+    z = norm.ppf(0.95)
     checked = 0
     for d in range(per.shape[1]):
         if per[:, d].min() == per[:, d].max():
             continue
-        ess = chain_ess(np.stack([per[chains == c, d] for c in np.unique(chains)]))
-        lo, hi = wilson_interval(imp["value"][d:d + 1], np.array([min(max(ess, 1.0), S)]), 0.05, 0.95)
-        assert imp["lower"][d] == pytest.approx(lo[0]) and imp["upper"][d] == pytest.approx(hi[0])
-        naive = wilson_interval(imp["value"][d:d + 1], np.array([float(S)]), 0.05, 0.95)
-        assert hi[0] - lo[0] >= naive[1][0] - naive[0][0] - 1e-12
+        ess = min(max(chain_ess(np.stack([per[chains == c, d] for c in np.unique(chains)])), 1.0), S)
+        half = z * per[:, d].std() / np.sqrt(ess)
+        v = imp["value"][d]
+        assert imp["lower"][d] == pytest.approx(max(v - half, 0.0)) and imp["upper"][d] == pytest.approx(min(v + half, 1.0))
+        assert half >= z * per[:, d].std() / np.sqrt(S) - 1e-12
         checked += 1
     assert checked >= 1
     assert "Monte Carlo" in tp.plot_importance(post, metric="inclusion").get_title()

@@ -25,11 +25,12 @@ several panels). matplotlib is imported when a function is called, so ``import t
 The numbers behind the plots are public too: :func:`partial_dependence`,
 :func:`feature_importance`, :func:`partial_dependence_importance` (the spread of each feature's
 partial dependence), :func:`predictive_cdf` (the PIT), :func:`prediction_draws` (each
-draw's prediction and weight) and :func:`evidence_curves`.
+draw's prediction and weight), :func:`split_counts` and :func:`tree_inclusion` (each draw's splits and
+trees per feature) and :func:`evidence_curves`.
 """
 from torchtree.plot.checks import evidence_curves, plot_calibration, plot_evidence, plot_trace, trace_quantities
 from torchtree.plot.common import MATPLOTLIB_MISSING
-from torchtree.plot.draws import prediction_draws, predictive_cdf, split_counts
+from torchtree.plot.draws import prediction_draws, predictive_cdf, split_counts, tree_inclusion
 from torchtree.plot.effects import (feature_importance, partial_dependence, partial_dependence_importance, plot_ice,
                                     plot_importance, plot_pdp)
 from torchtree.plot.files import PLOTS, write_plots
@@ -38,5 +39,5 @@ from torchtree.plot.tree import plot_tree
 __all__ = [
     "plot_tree", "plot_importance", "plot_pdp", "plot_ice", "plot_trace", "plot_calibration", "plot_evidence",
     "write_plots", "PLOTS", "partial_dependence", "partial_dependence_importance", "feature_importance",
-    "predictive_cdf", "prediction_draws", "split_counts", "evidence_curves", "trace_quantities", "MATPLOTLIB_MISSING",
+    "predictive_cdf", "prediction_draws", "split_counts", "tree_inclusion", "evidence_curves", "trace_quantities", "MATPLOTLIB_MISSING",
 ]

@@ -20,7 +20,7 @@ from torchtree.model.posterior_base import Posterior
 from torchtree.model.trees import INTERNAL
 from torchtree.plot.common import as_numpy, class_index, kind_of
 
-__all__ = ["prediction_draws", "split_counts", "predictive_cdf", "student_t_cdf", "tree_inputs", "thin_by_weight"]
+__all__ = ["prediction_draws", "split_counts", "tree_inclusion", "predictive_cdf", "student_t_cdf", "tree_inputs", "thin_by_weight"]
 
 #: Gauss-Legendre nodes of the Student-t CDF quadrature (exact to about 1e-12 for df >= 2)
 T_NODES = 48
@@ -147,6 +147,42 @@ def split_counts(post: Posterior) -> Tuple[np.ndarray, np.ndarray]:
     out = counts[:, :D].cpu().numpy()
     enc = getattr(post, "encoder", None)
     return (enc.group_sums(out) if enc is not None else out), w
+
+
+def tree_inclusion(post: Posterior) -> Tuple[np.ndarray, np.ndarray]:
+    """Each draw's share of its trees that split on each input column at least once, and the draws' weights.
+
+    Hard trees: 1 where the draw's tree splits on the column, else 0. BART: the share of the draw's
+    ``T`` trees (``U T`` with ``U`` class utilities) that use the column: a forest of many trees uses
+    nearly every column somewhere, so whether the draw uses it says little. A column split into several
+    split columns (a categorical or one with missing values) counts once per tree.
+
+    Returns
+    -------
+    shares : numpy.ndarray [S, D_in] float64 in [0, 1]
+    weights : numpy.ndarray [S] float64, summing to 1
+    """
+    kind = kind_of(post)
+    if kind == "soft":
+        raise ValueError("tree inclusion applies to hard trees and BART (a soft tree's gates use every feature)")
+    enc = getattr(post, "encoder", None)
+    if kind == "hard":
+        t = post.trees
+        f = torch.where(t.status == INTERNAL, t.feature.long(), torch.full_like(t.feature.long(), -1))[:, None, :]
+        w = post.weights.double().cpu().numpy()
+    else:
+        f = post.feature.long().reshape(post.n_particles, -1, post.feature.shape[-1])  # [S, U T, K]
+        w = np.full(post.n_particles, 1.0 / post.n_particles)
+    S, T, _ = f.shape
+    n_in = enc.n_inputs if enc is not None else post.n_features
+    if enc is not None:  # split column -> its input column
+        groups = torch.as_tensor(np.asarray(enc.groups), dtype=torch.long, device=f.device)
+        f = torch.where(f >= 0, groups[f.clamp(min=0)], f)
+    tree = torch.arange(S * T, device=f.device).view(S, T, 1).expand_as(f)
+    key = (tree * n_in + f)[f >= 0].unique()  # one key per (draw, tree, input column) used
+    counts = torch.zeros(S * n_in, dtype=torch.float64, device=f.device)
+    counts.index_add_(0, (key // n_in // T) * n_in + key % n_in, torch.ones_like(key, dtype=torch.float64))
+    return (counts.view(S, n_in) / T).cpu().numpy(), w
 
 
 def student_t_cdf(x: torch.Tensor, df: torch.Tensor) -> torch.Tensor:

@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
+import torch
 
 from torchtree.core.validate import check_int
 from torchtree.model.diagnostics import ess_columns
 from torchtree.model.encoding import is_missing_cell
 from torchtree.plot.common import (as_numpy, band_quantiles, class_index, input_names, kind_of, new_axes, posterior_of,
                                    require_matplotlib, weighted_quantiles, wilson_interval)
-from torchtree.plot.draws import prediction_draws, split_counts
+from torchtree.plot.draws import prediction_draws, split_counts, tree_inclusion
 
 __all__ = ["feature_importance", "plot_importance", "partial_dependence", "partial_dependence_importance", "plot_pdp",
            "plot_ice"]
@@ -36,11 +37,15 @@ def feature_importance(posterior: Any, metric: str = "share", interval: Any = (0
         probability of a split, not to 1. (The estimators' ``feature_importances_`` is another
         estimator: the ratio of the mean numbers of splits, which sums to 1.) For soft trees a
         draw here is a topology (its share of the mean gate weight, the topologies weighted as in the
-        posterior). ``"inclusion"``: the posterior probability that a draw splits on the feature
-        at all (hard trees and BART); its interval is the Wilson score interval of that probability
-        given the effective number of draws (the posterior's ESS for weighted trees; for BART the
-        multi-chain ESS of the feature's inclusion indicator, as correlated draws count for less),
-        i.e. the Monte Carlo uncertainty of the estimate, not a credible interval.
+        posterior). ``"inclusion"``: the posterior probability that a tree splits on the feature at
+        all (hard trees and BART, :func:`~torchtree.plot.draws.tree_inclusion`): for hard trees the
+        weight of the trees that use it; for BART the posterior mean share of a forest's trees that
+        use it (a forest of many trees splits on nearly every feature somewhere, so the probability
+        that a *draw* uses a feature is about 1 for all of them). Its interval is the Monte Carlo
+        uncertainty of the estimate, not a credible interval: for hard trees the Wilson score interval
+        of the probability given the posterior's ESS; for BART the normal interval
+        ``value -+ z sd / sqrt(ESS)`` of the per-draw shares, with their multi-chain ESS (correlated
+        sweeps count for less), clipped to [0, 1].
     interval : pair of quantiles or a central level, default ``(0.05, 0.95)``
 
     Returns
@@ -52,8 +57,8 @@ def feature_importance(posterior: Any, metric: str = "share", interval: Any = (0
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     lo, hi = band_quantiles(interval)
-    counts, w = split_counts(post)
     if metric == "share":
+        counts, w = split_counts(post)
         total = counts.sum(1, keepdims=True)
         per = np.divide(counts, total, out=np.zeros_like(counts), where=total > 0)
         value = w @ per
@@ -62,15 +67,18 @@ def feature_importance(posterior: Any, metric: str = "share", interval: Any = (0
     if kind_of(post) == "soft":
         raise ValueError("metric='inclusion' applies to hard trees and BART: a soft tree's gates give every feature "
                          "some weight; use metric='share'")
-    per = (counts > 0).astype(np.float64)
+    per, w = tree_inclusion(post)
     value = w @ per
     if kind_of(post) == "hard":
         ess = float(getattr(post, "ess", 0.0))
         n_eff = np.full_like(value, max(ess, 1.0) if np.isfinite(ess) else 1.0)  # NaN: traces that never moved
+        lower, upper = wilson_interval(value, n_eff, lo, hi)
     else:
         chain_of = post.chain_of.cpu().numpy()  # [S U] with U class utilities: a draw's forests are consecutive
         n_eff = _chain_ess_per_column(per, chain_of.reshape(per.shape[0], -1)[:, 0])
-    lower, upper = wilson_interval(value, n_eff, lo, hi)
+        se = per.std(0) / np.sqrt(n_eff)
+        z_lo, z_hi = (float(torch.special.ndtri(torch.tensor(q, dtype=torch.float64))) for q in (1.0 - lo, hi))
+        lower, upper = np.clip(value - z_lo * se, 0, 1), np.clip(value + z_hi * se, 0, 1)
     return {"value": value, "lower": lower, "upper": upper, "per_draw": per, "weights": w}
 
 
