@@ -378,6 +378,17 @@ def test_validate_catches_a_leaf_without_training_data(grown):
         t.validate(data, lik)
 
 
+def test_validate_against_data_with_a_class_no_label_holds():
+    """``Data(X, y, classes=[0, 1, 2])`` with labels 0 and 1 only: the trees' statistics have 3 columns, and
+    validate rebuilds the leaves' statistics with the data's 3 classes (not ``max(y) + 1``)."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(30, 2, generator=g)
+    data = Data(X, (X[:, 0] > 0.5).long(), classes=[0, 1, 2])
+    post = TopDownSMC(n_particles=8).run(data, seed=0)
+    assert post.trees.stats.shape[-1] == 3
+    post.trees.validate(data, post.likelihood)
+
+
 def test_to_and_repr(grown):
     t, _, _ = grown
     u = t.to("cpu")

@@ -392,7 +392,7 @@ class HardTrees:
         if data is not None and likelihood is not None:
             leaves = self.leaf_index(data.X)
             S = self.stats.shape[-1]
-            pstats = likelihood.point_stats(data.y).to(self.stats.dtype)  # [N, S]
+            pstats = likelihood.point_stats(data.y, data.n_classes).to(self.stats.dtype)  # [N, S]
             rec = torch.zeros(P, C, S, dtype=self.stats.dtype, device=self.device)
             rec.scatter_add_(1, leaves[:, :, None].expand(-1, -1, S), pstats[None].expand(P, -1, -1).contiguous())
             lv = self.is_leaf()
