@@ -100,7 +100,8 @@ class PriorStumps(SamplerBase):
         if self.config.batch_size % ctx.world_size:
             raise ValueError(f"batch_size ({self.config.batch_size}) must be divisible by the number of ranks "
                              f"({ctx.world_size})")
-        return StumpsSetup(likelihood=self.likelihood or driver.default_likelihood(ctx.data))
+        # the default for the data, or the given likelihood checked against the contract and the data's task
+        return StumpsSetup(likelihood=driver.leaf_likelihood(self.likelihood, ctx.data))
 
     def settings(self, ctx: driver.RunContext) -> Dict[str, Any]:
         return {"likelihood": driver.describe(ctx.setup.likelihood)}

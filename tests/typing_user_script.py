@@ -1,5 +1,5 @@
 """Code a user who type-checks would write against torchtree: the README's snippets, the scikit-learn
-workflow, posterior files and the lazily exported classes.
+workflow, posterior files, the lazily exported classes and a leaf likelihood of one's own.
 
 Never run (it would fit models): ``make typecheck`` checks it with ``mypy --strict``, so that what a type
 checker reads of the public API (return types, accepted argument types, attributes) keeps matching the
@@ -20,9 +20,11 @@ from sklearn.preprocessing import StandardScaler  # type: ignore[import-untyped,
 
 import torchtree
 from torchtree import (BART, BARTPosterior, BayesianTreeClassifier, BayesianTreeRegressor, ChipmanPrior, Data,
-                       Posterior, SoftTreePosterior, TopDownSMC, TreePosterior, load_posterior)
+                       DirichletMultinomial, LeafLikelihood, Posterior, SoftTreePosterior, TopDownSMC, TreePosterior,
+                       load_posterior, register_likelihood)
 from torchtree.datasets import load_table
 from torchtree.samplers.protocol import SamplerConfig
+from torchtree.testing import check_likelihood
 
 
 def classification() -> None:
@@ -125,3 +127,26 @@ def sampler_options(path: Path, grid: dict[str, Any]) -> None:
                           signed_splits=True, max_seconds="auto", target_accept=0.9)
     BayesianTreeClassifier(method="dcc", alpha=2.0, n_chains=4, max_seconds=30.0, clock="cpu", warm_start=True)
     BayesianTreeRegressor(**grid)  # a dict[str, Any] of options (a registered method's own, say) is taken as is
+
+
+def leaf_likelihood(X: npt.NDArray[np.float64], y: npt.NDArray[np.int64]) -> None:
+    @register_likelihood
+    class Tempered(DirichletMultinomial):
+        def log_marginal(self, stats: torch.Tensor) -> torch.Tensor:
+            return 0.5 * super().log_marginal(stats)
+
+        def config(self) -> dict[str, Any]:
+            return {**super().config(), "name": "Tempered"}
+
+    @register_likelihood(name="Tempered2")
+    class Tempered2(Tempered):
+        def config(self) -> dict[str, Any]:
+            return {**super().config(), "name": "Tempered2"}
+
+    lik = Tempered(2.0)
+    assert_type(lik, Tempered)  # the decorator keeps the class, with and without a name
+    assert_type(Tempered2(1.0), Tempered2)
+    check_likelihood(lik, n_classes=2)
+    ok: bool = isinstance(lik, LeafLikelihood)
+    post = TopDownSMC(likelihood=lik, n_particles=20).run((X, y), seed=0)
+    print(ok, post)

@@ -28,6 +28,7 @@ from torchtree.model.data import Data
 from torchtree.model.trees import HardTrees
 from torchtree.model.priors import ChipmanPrior, PoissonPrior
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
+from torchtree.model.likelihood_protocol import LeafLikelihood, register_likelihood
 from torchtree.model.posterior import TreePosterior
 from torchtree.model.posterior_base import Posterior
 from torchtree.model.loading import load_posterior
@@ -75,6 +76,8 @@ __all__ = [
     "PoissonPrior",
     "DirichletMultinomial",
     "NormalInverseGamma",
+    "LeafLikelihood",
+    "register_likelihood",
     "TreePosterior",
     "Posterior",
     "load_posterior",

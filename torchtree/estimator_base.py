@@ -258,7 +258,7 @@ class BayesianTreeBase(PickledWithVersion):
         if not isinstance(info, dict) or lik is None:
             return
         used = {k: v for k, v in self._make_prior().config().items() if k == "beta_split"}
-        used.update({k: v for k, v in lik.config().items() if k in ("alpha", "b0")})
+        used.update({k: v for k, v in lik.config().items() if k in ("alpha", "b0") and isinstance(v, (int, float))})
         info["hyper"] = "fixed: " + ", ".join(f"{k}={v:.4g}" for k, v in used.items())
 
     def _search_hyperparameters(self, cls, data: Data):

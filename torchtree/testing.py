@@ -10,6 +10,9 @@ where ``j`` runs over the intervals between consecutive distinct values of
 ``L_j``, ``R_j``), and ``Z(A, q) = l(Y_A)`` when no dimension varies. The
 recursion is memoised on (subset, depth); it is exponential in general, so
 keep N <= ~12.
+
+:func:`check_likelihood` checks a leaf likelihood of one's own against its contract
+(docs/writing_a_likelihood.md).
 """
 from __future__ import annotations
 
@@ -20,8 +23,10 @@ from typing import Dict, Tuple
 import numpy as np
 import torch
 
+from torchtree.model.likelihood_checks import check_likelihood
+
 __all__ = ["exact_log_evidence", "exact_predictive", "exact_prior_leaves", "exact_prior_depth", "exact_bart_tree",
-           "exact_table"]
+           "exact_table", "check_likelihood"]
 
 
 def _logaddexp(a: float, b: float) -> float:

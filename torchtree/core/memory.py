@@ -161,7 +161,7 @@ def hard_tree_bytes(n_points: int, n_stats: int, capacity: int = 16, caches: boo
     n_points : int
         Training points (the move caches hold a bit per point and node).
     n_stats : int
-        Statistics per node (classes; 3 for regression).
+        Statistics per node (the likelihood's ``n_stats``: classes, or 3 for regression).
     capacity : int
         Node slots (trees start with 16 or 32 and grow).
     caches : bool
@@ -208,7 +208,8 @@ def move_model_bytes(n_points: int, n_features: int, n_stats: int, table_bytes: 
 
 
 def check_tree_memory(what: str, n_trees: int, data, setting: str, *, capacity: int = 16, caches: bool = True,
-                      per_tree: int = 0, kept_per_tree: int = 0, limit: Optional[int] = None) -> None:
+                      per_tree: int = 0, kept_per_tree: int = 0, limit: Optional[int] = None,
+                      n_stats: Optional[int] = None) -> None:
     """:func:`check_memory` for a batch of ``n_trees`` hard trees fitted to ``data``.
 
     Parameters
@@ -227,8 +228,11 @@ def check_tree_memory(what: str, n_trees: int, data, setting: str, *, capacity: 
         Snapshots kept per tree (MCMC draws), each a tree without caches.
     limit : int, optional
         Bytes available (default: what the data's device has).
+    n_stats : int, optional
+        Statistics per node, the likelihood's ``n_stats(data)`` (default: the data's number of classes, 3 for
+        regression: the built-in likelihoods').
     """
-    n, s = int(data.n), int(getattr(data, "n_classes", 0) or 3)
+    n, s = int(data.n), int(n_stats if n_stats is not None else (getattr(data, "n_classes", 0) or 3))
     each = hard_tree_bytes(n, s, capacity, caches) + per_tree + kept_per_tree * hard_tree_bytes(n, s, 4, False)
     fixed = move_model_bytes(n, int(data.d), s) if caches else 0
     check_memory(f"{what} ({n_trees} x ~{format_bytes(each)})", float(n_trees) * each + fixed, setting, limit,

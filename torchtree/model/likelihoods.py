@@ -2,7 +2,10 @@
 
 Every likelihood works on per-node sufficient statistics ``stats [..., S]`` that are
 sums over the points in a node of ``point_stats(y) [N, S]``; all methods broadcast
-over leading dimensions, so a call scores every node of every particle at once.
+over leading dimensions, so a call scores every node of every particle at once. The
+contract a likelihood meets is :class:`~torchtree.model.likelihood_protocol.LeafLikelihood`;
+both classes here are registered (:func:`~torchtree.model.likelihood_protocol.register_likelihood`)
+under their class names, which their ``config()`` carries.
 """
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ from typing import Dict
 
 import torch
 
-__all__ = ["DirichletMultinomial", "NormalInverseGamma", "likelihood_from_config"]
+from torchtree.model.likelihood_protocol import likelihood_from_config, register_likelihood
+
+__all__ = ["DirichletMultinomial", "NormalInverseGamma", "likelihood_from_config", "register_likelihood"]
 
 
 def target_scale(y: torch.Tensor) -> float:
@@ -24,6 +29,7 @@ def target_scale(y: torch.Tensor) -> float:
     return (float(y.abs().max()) ** 2 or 1.0) if y.numel() else 1.0
 
 
+@register_likelihood
 class DirichletMultinomial:
     """Dirichlet-multinomial leaves (paper 001, eq. 3), symmetric prior ``alpha/K``.
 
@@ -138,6 +144,7 @@ class DirichletMultinomial:
         return f"DirichletMultinomial(alpha={self.alpha})"
 
 
+@register_likelihood
 class NormalInverseGamma:
     """Normal leaves with unknown mean and variance, Normal-inverse-gamma prior.
 
@@ -262,14 +269,3 @@ class NormalInverseGamma:
 
     def __repr__(self) -> str:
         return f"NormalInverseGamma(mu0={self.mu0:g}, kappa0={self.kappa0:g}, a0={self.a0:g}, b0={self.b0:g})"
-
-
-def likelihood_from_config(cfg: Dict):
-    """Inverse of ``likelihood.config()``."""
-    cfg = dict(cfg)
-    name = cfg.pop("name")
-    if name == "DirichletMultinomial":
-        return DirichletMultinomial(**cfg)
-    if name == "NormalInverseGamma":
-        return NormalInverseGamma(**cfg)
-    raise ValueError(f"unknown likelihood {name!r}")

@@ -10,7 +10,7 @@ from torchtree.model.encoding import TableEncoder, needs_encoding, rule_text
 from torchtree.model.inputs import ArrayLike, as_feature_matrix, in_training_order
 from torchtree.kernels.forest import forest_plan, mixture_with_plan, node_region_keys, plan_width, rule_hash, threshold_bits
 from torchtree.core.budget import memory_budget, release_freed_memory, rows_per_chunk
-from torchtree.model.likelihoods import likelihood_from_config
+from torchtree.model.likelihood_protocol import LIKELIHOODS, likelihood_from_config
 from torchtree.model.trees import INTERNAL, HardTrees
 from torchtree.model.tree_storage import compact_trees, expand_trees, is_compact
 from torchtree.model.interval import INTERVAL_BLOCK, check_interval, equal_tailed, polar_pairs, polar_student_t
@@ -100,7 +100,8 @@ class TreePosterior(Posterior):
     trees : HardTrees [P]
     log_weights : Tensor [P]
         Unnormalised log weights (normalised internally, float64).
-    likelihood : DirichletMultinomial or NormalInverseGamma
+    likelihood : DirichletMultinomial, NormalInverseGamma or another
+        :class:`~torchtree.model.likelihood_protocol.LeafLikelihood`
         Gives the leaf posterior predictive from the stored leaf statistics.
     n_features : int
     classes : numpy array [K] or None
@@ -313,9 +314,13 @@ class TreePosterior(Posterior):
         Raises
         ------
         ValueError
-            A classification posterior, ``level``, ``n_draws`` or ``kind`` out of range, or one block of ``n_draws`` draws that does not fit the memory budget.
+            A classification posterior, ``level``, ``n_draws`` or ``kind`` out of range, ``kind="mean"`` with a
+            likelihood without ``mean_table``, or one block of ``n_draws`` draws that does not fit the memory budget.
         """
         level, n_draws = check_interval(self.task, level, n_draws, seed, kind)
+        if kind == "mean" and not callable(getattr(self.likelihood, "mean_table", None)):
+            raise ValueError(f"kind='mean' needs the likelihood's optional mean_table hook, which "
+                             f"{type(self.likelihood).__qualname__} does not have; kind='predictive' works without it")
         Xt = self.inputs(X)
         M = Xt.shape[0]
         g = torch.Generator(device="cpu").manual_seed(seed)
@@ -442,12 +447,20 @@ class TreePosterior(Posterior):
 
     # --------------------------------------------------------------- save
     def save(self, path: StrPath) -> None:
-        """Write plain tensors and metadata (atomic: temporary file + rename)."""
+        """Write plain tensors and metadata (atomic: temporary file + rename).
+
+        Raises
+        ------
+        ValueError
+            The likelihood's ``config()`` does not name its class as registered
+            (:func:`~torchtree.model.likelihood_protocol.register_likelihood`): loading could not rebuild it,
+            so nothing is written.
+        """
         payload = {
             "format": POSTERIOR_FORMAT,
             "trees": compact_trees(self.trees),
             "log_weights": self.log_weights.cpu(),
-            "likelihood": self.likelihood.config(),
+            "likelihood": LIKELIHOODS.check_saveable(self.likelihood),  # refused unless loading can rebuild it
             "n_features": self.n_features,
             "classes": None if self.classes_ is None else self.classes_.tolist(),
             "log_evidence": self.log_evidence,

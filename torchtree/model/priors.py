@@ -15,11 +15,12 @@ normalised over tree shapes with the same number of leaves.
 from __future__ import annotations
 
 import math
-from typing import Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, overload
 
 import torch
 
 from torchtree.model.feature_groups import choice_count
+from torchtree.model.registry import ConfigRegistry
 
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, HardTrees
 from torchtree.core.validate import check_real
@@ -28,7 +29,34 @@ from torchtree.core.validate import check_real
 #: ``ALPHA_SPLIT (1 + depth)^-BETA_SPLIT``; and the Poisson prior's rate of leaves (paper 002)
 ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA = 0.95, 0.5, 5.0
 
-__all__ = ["ALPHA_SPLIT", "BETA_SPLIT", "POISSON_LAMBDA", "ChipmanPrior", "PoissonPrior", "check_split_prior", "node_ranges", "prior_from_config", "make_prior"]
+__all__ = ["ALPHA_SPLIT", "BETA_SPLIT", "POISSON_LAMBDA", "ChipmanPrior", "PoissonPrior", "check_split_prior", "node_ranges", "prior_from_config", "make_prior", "PRIORS", "register_prior"]
+
+#: the prior classes a saved description can name (``config()["name"]``)
+PRIORS = ConfigRegistry("prior", "torchtree.model.priors.register_prior")
+
+
+C = TypeVar("C", bound=type)
+
+
+@overload
+def register_prior(cls: C, *, name: Optional[str] = None) -> C: ...
+
+
+@overload
+def register_prior(cls: None = None, *, name: Optional[str] = None) -> Callable[[C], C]: ...
+
+
+def register_prior(cls: Optional[type] = None, *, name: Optional[str] = None) -> Any:
+    """Register a tree-prior class so that :func:`prior_from_config` rebuilds it from its ``config()``
+    (``{"name": NAME, **constructor keywords}``). A decorator (``@register_prior(name="chipman")``) or a call;
+    the name defaults to the class's ``__name__`` and must be what ``config()["name"]`` returns. (Posterior
+    files store no prior; a run's checkpoint fingerprint reads its ``config()``.)
+
+    Returns
+    -------
+    ``cls`` (or, without ``cls``, a decorator)
+    """
+    return PRIORS.register(cls, name=name)
 
 
 def node_ranges(trees: HardTrees, X: torch.Tensor, chunk_pairs: int = 1 << 22) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -87,6 +115,7 @@ def check_split_prior(alpha_split: float, beta_split: float) -> Tuple[float, flo
             check_real("beta_split", beta_split, 0.0, low_open=False))
 
 
+@register_prior(name="chipman")
 class ChipmanPrior:
     """Chipman et al. (1998) tree prior with data-dependent split support (paper 001 eq. 4-5).
 
@@ -167,6 +196,7 @@ class ChipmanPrior:
         return f"ChipmanPrior(alpha_split={self.alpha_split}, beta_split={self.beta_split})"
 
 
+@register_prior(name="poisson")
 class PoissonPrior:
     """Paper 002's prior: zero-truncated Poisson(``lam``) on the number of leaves (eq. 14).
 
@@ -210,14 +240,9 @@ class PoissonPrior:
 
 
 def prior_from_config(cfg: Dict):
-    """Inverse of ``prior.config()``."""
-    cfg = dict(cfg)
-    name = cfg.pop("name")
-    if name == "chipman":
-        return ChipmanPrior(**cfg)
-    if name == "poisson":
-        return PoissonPrior(**cfg)
-    raise ValueError(f"unknown prior {name!r}")
+    """Inverse of ``prior.config()``: the class registered (:func:`register_prior`) as ``cfg["name"]``, built
+    from the other keys (``ValueError`` listing the registered names for an unknown one)."""
+    return PRIORS.build(cfg)
 
 
 _SPLIT_DEFAULTS = {"alpha_split": ALPHA_SPLIT, "beta_split": BETA_SPLIT, "poisson_lambda": POISSON_LAMBDA}

@@ -26,13 +26,14 @@ from torchtree.io.checkpoint import Checkpointer, fingerprint, fingerprint_parts
 from torchtree.io.integrity import CheckpointError
 from torchtree.io.lock import run_lock
 from torchtree.model.data import Data, resolve_device
+from torchtree.model.likelihood_protocol import check_hooks
 from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
 from torchtree.monitor import Monitor, NullMonitor, as_monitor, closed_on_error, notify_checkpoint, progress_monitor
 from torchtree.samplers.presets import RunShape, describe_resolution
 from torchtree.samplers.protocol import HOOKS
 
-__all__ = ["run", "sub_run", "RunContext", "CLOCKS", "checkpointer", "default_likelihood", "seed_key", "DrawnSeed",
-           "describe", "default_memory_limit", "on_device", "opened_backend", "work_size", "run_threads"]
+__all__ = ["run", "sub_run", "RunContext", "CLOCKS", "checkpointer", "default_likelihood", "leaf_likelihood", "seed_key",
+           "DrawnSeed", "describe", "default_memory_limit", "on_device", "opened_backend", "work_size", "run_threads"]
 
 
 def default_likelihood(data: Data):
@@ -40,6 +41,26 @@ def default_likelihood(data: Data):
     if data.task == "classification":
         return DirichletMultinomial(5.0)
     return NormalInverseGamma.default_for(data.y)
+
+
+def leaf_likelihood(likelihood, data: Data):
+    """The leaf likelihood of a run on ``data``: :func:`default_likelihood` when ``likelihood`` is None, else
+    ``likelihood`` itself once it passes the contract's check at the run's start.
+
+    Raises
+    ------
+    TypeError
+        ``likelihood`` lacks a hook of :class:`~torchtree.model.likelihood_protocol.LeafLikelihood` (every
+        missing one is named) or has an unknown ``task``.
+    ValueError
+        Its ``task`` is not the data's.
+    """
+    if likelihood is None:
+        return default_likelihood(data)
+    check_hooks(likelihood)
+    if likelihood.task != data.task:
+        raise ValueError(f"likelihood {likelihood!r} is for {likelihood.task} but the data is {data.task}")
+    return likelihood
 
 
 class DrawnSeed(int):

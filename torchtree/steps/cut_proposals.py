@@ -24,6 +24,7 @@ import torch
 
 from torchtree.kernels import distinct as _distinct
 from torchtree.model.feature_groups import choose_column, choose_uniform
+from torchtree.model.likelihood_protocol import counts_hook
 
 __all__ = ["INFORMED_CELLS", "INFORMED_MIX", "CUT_PROPOSALS", "prior_cut", "draw_rule", "gap_cut", "log_gap_density",
            "informed_cell_logp", "informed_cut", "informed_log_density", "choose"]
@@ -163,10 +164,10 @@ def _informed_cell_logp_all(model, B, f, lo, hi):
     cum = hist.cumsum(1)
     s_left, s_node = cum[:, :G], cum[:, G:]
     s_right = s_node - s_left
-    if model.class_of_point is not None and hasattr(model.likelihood, "log_marginal_counts"):
+    lookup = counts_hook(model.likelihood) if model.class_of_point is not None else None
+    if lookup is not None:
         # integral counts: lgamma by table lookup (lgamma itself dominated the cost)
-        score = (model.likelihood.log_marginal_counts(s_left.long(), N)
-                 + model.likelihood.log_marginal_counts(s_right.long(), N))
+        score = lookup(s_left.long(), N) + lookup(s_right.long(), N)
     else:
         score = model.loglik(s_left.to(model.pstats.dtype)) + model.loglik(s_right.to(model.pstats.dtype))
     p = torch.softmax(score, 1) * (1.0 - INFORMED_MIX) + INFORMED_MIX / G

@@ -35,6 +35,7 @@ from torchtree.kernels.segments import exclusive_cumsum, grouped_searchsorted, r
 from torchtree.steps.node_table import NodeTable
 from torchtree.core.random import keyed_uniforms
 from torchtree.model.feature_groups import choose_column, column_log_probs
+from torchtree.model.likelihood_protocol import counts_hook
 from torchtree.model.trees import INTERNAL, LEAF, OPEN, HardTrees
 from torchtree.core.validate import check_choice
 
@@ -207,8 +208,9 @@ class Grower:
             self.variants[i][1], stats[rows], None if totals is None else totals[rows]))
 
     def _loglik_of(self, lik, stats: torch.Tensor, totals: Optional[torch.Tensor]) -> torch.Tensor:
-        if hasattr(lik, "log_marginal_counts"):  # integral counts: table lookup
-            return lik.log_marginal_counts(stats if stats.dtype in (torch.int32, torch.int64) else stats.long(), self.data.n, totals)
+        counts = counts_hook(lik)
+        if counts is not None:  # integral counts: table lookup
+            return counts(stats if stats.dtype in (torch.int32, torch.int64) else stats.long(), self.data.n, totals)
         return lik.log_marginal(stats)
 
     def _split_prob(self, depth: torch.Tensor, island: Optional[torch.Tensor]) -> torch.Tensor:

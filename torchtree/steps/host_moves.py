@@ -63,7 +63,9 @@ class HostChain:
         else:
             self.glob = np.zeros(self.N + 2)
         lik = model.likelihood
-        self.dm = isinstance(lik, DirichletMultinomial) and model.use_likelihood
+        # the Dirichlet-multinomial's formula by lookup: for it and for subclasses that keep its log_marginal
+        self.dm = (isinstance(lik, DirichletMultinomial) and type(lik).log_marginal is DirichletMultinomial.log_marginal
+                   and model.use_likelihood)
         if self.dm:
             K = self.S
             a = lik.alpha / K

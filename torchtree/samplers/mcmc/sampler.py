@@ -16,7 +16,7 @@ from torchtree.model.posterior import TreePosterior
 from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA, make_prior
 from torchtree.model.trees import HardTrees
 from torchtree.samplers import driver
-from torchtree.samplers.driver import default_likelihood, describe
+from torchtree.samplers.driver import describe, leaf_likelihood
 from torchtree.samplers.tuning.starts import topdown_draws
 from torchtree.samplers.base import SamplerBase
 from torchtree.steps.host_moves import HostChain, host_trees
@@ -40,8 +40,10 @@ class MCMC(SamplerBase):
     ----------
     prior : ChipmanPrior, PoissonPrior, "chipman" or "poisson", optional
         Default ``ChipmanPrior(alpha_split, beta_split)``.
-    likelihood : DirichletMultinomial or NormalInverseGamma, optional
+    likelihood : DirichletMultinomial, NormalInverseGamma or another leaf likelihood, optional
         Default from the data (Dirichlet-multinomial alpha=5, or data-scaled NIG).
+        Any object with the hooks of :class:`~torchtree.model.likelihood_protocol.LeafLikelihood`; a run
+        refuses one without them (``TypeError`` naming the missing hooks).
     alpha_split, beta_split, poisson_lambda : float
         Prior hyperparameters when ``prior`` is given by name.
     backend : torchtree.distributed.Backend or str, optional
@@ -161,7 +163,7 @@ class MCMC(SamplerBase):
     # ------------------------------------------------------------ protocol
     def setup(self, ctx: driver.RunContext) -> "MCMCSetup":
         """The likelihood (default from the data), the target and the engine of this run."""
-        lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
+        lik = leaf_likelihood(self.likelihood, ctx.data)
         model = TreeModel(self.prior, lik, ctx.data, self.config.use_likelihood, self.config.max_bins)
         W, n_chains = ctx.world_size, self.config.n_chains
         if n_chains % W:
@@ -176,7 +178,7 @@ class MCMC(SamplerBase):
                              "columns runs on engine='batched' (or 'auto')")
         host = model.groups is None and (self.engine == "host" or (self.engine == "auto" and (n_chains == 1 or (
             W == 1 and ctx.device.type == "cpu" and host_is_cheaper(n_chains, ctx.data.n)))))
-        check_tree_memory("MCMC", n_local, ctx.data, "n_chains (or n_samples)",
+        check_tree_memory("MCMC", n_local, ctx.data, "n_chains (or n_samples)", n_stats=lik.n_stats(ctx.data),
                           kept_per_tree=0 if host else self.config.n_samples,
                           per_tree=0 if host else min(_BLOCK, self.n_iterations) * N_SLOTS * 8)  # a block of uniforms
         return MCMCSetup(likelihood=lik, model=model, host=host,

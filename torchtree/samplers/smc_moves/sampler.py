@@ -16,7 +16,7 @@ from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA, Chip
 from torchtree.model.trees import HardTrees
 from torchtree.samplers import driver
 from torchtree.samplers.tuning.starts import topdown_draws
-from torchtree.samplers.driver import default_likelihood, describe
+from torchtree.samplers.driver import describe, leaf_likelihood
 from torchtree.core.smc import exact_weights_step, global_ncopies, next_temperature
 from torchtree.samplers.base import SamplerBase
 from torchtree.steps.moves import (N_SLOTS, TreeModel, TreeState, draw_moves, propose, sample_prior_state, snapshot_trees)
@@ -38,8 +38,10 @@ class SMCSampler(SamplerBase):
         Target prior (default ``ChipmanPrior(alpha_split, beta_split)``). The initial
         particles always come from the Chipman prior; with a Poisson target the
         initial weights correct for it.
-    likelihood : DirichletMultinomial or NormalInverseGamma, optional
+    likelihood : DirichletMultinomial, NormalInverseGamma or another leaf likelihood, optional
         Default from the data.
+        Any object with the hooks of :class:`~torchtree.model.likelihood_protocol.LeafLikelihood`; a run
+        refuses one without them (``TypeError`` naming the missing hooks).
     alpha_split, beta_split, poisson_lambda : float
         Prior hyperparameters when ``prior`` is given by name.
     backend : torchtree.distributed.Backend or its name, optional
@@ -173,11 +175,11 @@ class SMCSampler(SamplerBase):
                              "(use 'auto', 'alltoall' or 'rotational')")
         if c.n_particles % W:
             raise ValueError(f"n_particles ({c.n_particles}) must be divisible by the number of ranks ({W})")
-        lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
+        lik = leaf_likelihood(self.likelihood, ctx.data)
         n = c.n_particles // W
         # on several ranks a refusal here is every rank's (the driver's agreed set-up)
-        check_tree_memory("SMCSampler", n, ctx.data, "n_particles",
-                          per_tree=2 * hard_tree_bytes(ctx.data.n, ctx.data.n_classes or 3))
+        S = lik.n_stats(ctx.data)
+        check_tree_memory("SMCSampler", n, ctx.data, "n_particles", n_stats=S, per_tree=2 * hard_tree_bytes(ctx.data.n, S))
         return SMCSamplerSetup(likelihood=lik, model=TreeModel(self.prior, lik, ctx.data, c.use_likelihood, c.max_bins),
                                # the exact reductions run through a backend also on one process
                                backend=ctx.backend if ctx.backend is not None else LocalBackend(),

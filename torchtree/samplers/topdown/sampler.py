@@ -14,7 +14,7 @@ from torchtree.model.posterior import TreePosterior
 from torchtree.model.priors import make_prior
 from torchtree.model.trees import HardTrees
 from torchtree.samplers import driver
-from torchtree.samplers.driver import default_likelihood, default_memory_limit, describe
+from torchtree.samplers.driver import default_memory_limit, describe, leaf_likelihood
 from torchtree.samplers.base import SamplerBase
 from torchtree.samplers.topdown.particles import expansion_pairs, gather_trees, layout_for, move_particles, tree_report
 from torchtree.core.smc import island_ancestors, island_weights_step, islands_ess
@@ -34,8 +34,10 @@ class TopDownSMC(SamplerBase):
     ----------
     prior : ChipmanPrior or "chipman", optional
         Default ``ChipmanPrior(0.95, 0.5)``.
-    likelihood : DirichletMultinomial or NormalInverseGamma, optional
+    likelihood : DirichletMultinomial, NormalInverseGamma or another leaf likelihood, optional
         Default chosen from the data (see :func:`default_likelihood`).
+        Any object with the hooks of :class:`~torchtree.model.likelihood_protocol.LeafLikelihood`; a run
+        refuses one without them (``TypeError`` naming the missing hooks).
     backend : torchtree.distributed.Backend or str, optional
         Multi-rank runs (``"gloo"``/``"mpi"``/... resolve with
         ``torchtree.distributed.get_backend``). Each rank holds ``n_particles /
@@ -134,14 +136,13 @@ class TopDownSMC(SamplerBase):
     def setup(self, ctx: driver.RunContext) -> "TopDownSetup":
         """The likelihood for the data (default: :func:`default_likelihood`) and the rank layout; refuses
         (``ValueError``) particles that cannot fit in this rank's memory."""
-        lik = self.likelihood if self.likelihood is not None else default_likelihood(ctx.data)
-        if lik.task != ctx.data.task:
-            raise ValueError(f"likelihood {lik!r} is for {lik.task} but the data is {ctx.data.task}")
+        lik = leaf_likelihood(self.likelihood, ctx.data)
         c = self.config
         # every rank checks divisibility alike, so all of them raise the same error
         layout = "single" if ctx.world_size == 1 else layout_for(c.n_particles, c.n_islands, ctx.world_size)
         # on several ranks a refusal here is every rank's (the driver's agreed set-up)
         check_tree_memory("TopDownSMC", c.n_particles // ctx.world_size, ctx.data, "n_particles", capacity=0,
+                          n_stats=lik.n_stats(ctx.data),
                           caches=False, per_tree=2 * 4 * 32 + 80)
         return TopDownSetup(likelihood=lik, layout=layout)
 
