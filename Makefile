@@ -7,7 +7,17 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast typecheck bench docs clean
+.PHONY: help venv demo test test-fast typecheck bench docs clean
+
+help:
+	@echo "make venv       create .venv ($(TORCH_PIN) when no torch is installed) and install the package, editable, with its test extras"
+	@echo "make demo       venv, then fit the embedded demo and print a table"
+	@echo "make test       venv, then the whole test suite (PYTEST_ARGS=... adds pytest arguments, TEST_WORKERS=0: one process)"
+	@echo "make test-fast  the same without the tests marked slow (-m 'not slow')"
+	@echo "make typecheck  mypy --strict on tests/typing_user_script.py (installs the typecheck extra when missing)"
+	@echo "make bench      the headline timings against their record (BENCH_ARGS=--record writes a new one)"
+	@echo "make docs       the documentation site into site/, strictly (TORCHTREE_DOCS_GALLERY=off: without running the examples)"
+	@echo "make clean      remove .venv, build, site, *.egg-info and .mypy_cache"
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

@@ -48,7 +48,7 @@ from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 #: repository folders (and files) whose files pages may link to; copied into the site under ``repo/``
-LINKABLE = ("examples", "benchmarks", "data/README.md", "tests/golden/README.md", "kernels/csrc")
+LINKABLE = ("examples", "benchmarks", "data/README.md", "tests/golden/README.md", "kernels/csrc", "CONTRIBUTING.md")
 REPO_PREFIX = "repo"
 FIGURE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg")
 GALLERY_TIMEOUT = 900
