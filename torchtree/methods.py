@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterable, Literal, Optional, Sequence, TypedDict, 
 import torch
 
 from torchtree.distributed.backend import Backend
-from torchtree.model.likelihoods import DirichletMultinomial, NormalInverseGamma
+from torchtree.model.likelihood_protocol import LeafLikelihood
 from torchtree.model.priors import ALPHA_SPLIT, BETA_SPLIT, POISSON_LAMBDA, ChipmanPrior
 
 __all__ = ["METHODS", "register_method", "get_method", "model_settings", "MODEL_SETTINGS_HELP", "HYPER_MODES",
@@ -124,7 +124,7 @@ class SamplerOptions(TypedDict, total=False):
     kappa: float
     keep: str
     lais_form: str
-    likelihood: Union[DirichletMultinomial, NormalInverseGamma, None]
+    likelihood: Optional[LeafLikelihood]
     local_posterior: str
     look_ahead: float
     max_bins: Optional[int]
