@@ -14,9 +14,15 @@ the server's in anything read at import (thread counts, ``PYTHONPATH``, ``TORCH*
 variables, ``CUDA_VISIBLE_DEVICES``) runs as a plain subprocess instead, and so does every request when
 ``TORCHTREE_TEST_ZYGOTE=0``.
 
-Protocol: one JSON request per line on the server's stdin, ``{"argv", "cwd", "env", "out", "err"}``; the
-server answers ``{"pid": ...}`` when the child is forked and ``{"rc": ...}`` when it has exited (a negative
-code: killed by that signal).
+:func:`run` runs one script to its end, as :func:`subprocess.run` would; :func:`spawn` starts one and returns
+at once a handle with ``pid``, ``poll()``, ``wait(timeout)`` and ``returncode``, as :class:`subprocess.Popen`
+does (the rank processes of the multi-process tests: several at once). One server per import-time
+environment serves both.
+
+Protocol: one JSON request per line on the server's stdin, ``{"id", "argv", "cwd", "env", "out", "err",
+"session"}`` (``err`` equal to ``out``: one file for both; ``session``: the child leads a new session, as
+``start_new_session=True``); the server answers ``{"id", "pid"}`` when the child is forked and ``{"id",
+"rc"}`` when it has exited (a negative code: killed by that signal). Children run side by side.
 """
 from __future__ import annotations
 
@@ -44,11 +50,16 @@ def _child(req: dict) -> None:
     """In the forked child: become ``python argv[0] argv[1:]`` in ``cwd`` with ``env``, and exit with its code."""
     import types
 
+    if req.get("session"):
+        os.setsid()
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
     for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, req["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
                            (2, req["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+        if fd == 2 and path == req["out"]:
+            os.dup2(1, 2)  # one file, one offset: the lines of both streams in their order
+            continue
         f = os.open(path, mode, 0o644)
         os.dup2(f, fd)
         os.close(f)
@@ -74,19 +85,35 @@ def serve() -> None:
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # nothing the server or a child prints reaches the protocol's stream
-    for line in sys.stdin:
-        req = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            answers.close()
-            _child(req)
-            sys.exit(0)
-        answers.write(json.dumps({"pid": pid}) + "\n")
-        _, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        answers.write(json.dumps({"rc": code}) + "\n")
+    running: Dict[int, object] = {}  # pid -> request id
+    pending, open_ = b"", True
+    while open_ or running:
+        if open_ and select.select([0], [], [], 0.02)[0]:
+            chunk = os.read(0, 65536)
+            open_ = bool(chunk)
+            pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            req = json.loads(line)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                answers.close()
+                _child(req)
+                sys.exit(0)
+            running[pid] = req["id"]
+            answers.write(json.dumps({"id": req["id"], "pid": pid}) + "\n")
+        if not open_ and not running:
+            break
+        while running:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            if pid in running:
+                answers.write(json.dumps({"id": running.pop(pid), "rc": os.waitstatus_to_exitcode(status)}) + "\n")
+        if not open_ and running:
+            time.sleep(0.02)
 
 
 # ------------------------------------------------------------------------------------------------ client
@@ -97,40 +124,104 @@ class Result:
         self.args, self.returncode, self.stdout, self.stderr = args, returncode, stdout, stderr
 
 
-_SERVER: Optional[subprocess.Popen] = None
-_SERVER_ENV: Dict[str, str] = {}
-_PENDING = bytearray()  # what the server answered past the last line read
+class _Server:
+    """One server process, its import-time environment, and the answers read from it but not yet claimed."""
+
+    def __init__(self, env: Dict[str, str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=env, text=True, bufsize=1)
+        atexit.register(self.proc.kill)
+        self.buffer = bytearray()  # what the server answered past the last line read
+        self.answers: Dict[int, Dict[str, int]] = {}  # request id -> {"pid": ..., "rc": ...}
+        self.next_id = 0
+
+    def request(self, argv: List[str], cwd: Path, env: Dict[str, str], out: Path, err: Path, session: bool) -> int:
+        self.next_id += 1
+        self.proc.stdin.write(json.dumps({"id": self.next_id, "argv": [str(a) for a in argv], "cwd": str(cwd),
+                                          "env": env, "out": str(out), "err": str(err), "session": session}) + "\n")
+        self.proc.stdin.flush()
+        return self.next_id
+
+    def answer(self, rid: int, key: str, deadline: float) -> Optional[int]:
+        """Request ``rid``'s ``key`` (``"pid"`` or ``"rc"``), or None at ``deadline``. Answers to other requests
+        are kept for them (read from the pipe unbuffered: a buffered reader could hold several answers while
+        ``select`` waits for more)."""
+        fd = self.proc.stdout.fileno()
+        while key not in self.answers.get(rid, {}):
+            while b"\n" in self.buffer:
+                line, _, rest = bytes(self.buffer).partition(b"\n")
+                self.buffer[:] = rest
+                a = json.loads(line)
+                self.answers.setdefault(a.pop("id"), {}).update(a)
+            if key in self.answers.get(rid, {}):
+                break
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise RuntimeError("the zygote server died")
+            self.buffer.extend(chunk)
+        return self.answers[rid][key]
 
 
-def _server(env: Dict[str, str]) -> Optional[subprocess.Popen]:
-    global _SERVER, _SERVER_ENV
+_SERVERS: Dict[tuple, _Server] = {}
+
+
+def _server(env: Dict[str, str]) -> Optional[_Server]:
+    """The server of ``env``'s import-time variables (started on first use), or None where forking is off."""
     if os.environ.get("TORCHTREE_TEST_ZYGOTE", "1") == "0" or not hasattr(os, "fork"):
         return None
-    if _SERVER is not None and _SERVER.poll() is None:
-        return _SERVER if _import_time_env(env) == _SERVER_ENV else None
-    _PENDING.clear()
-    _SERVER = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                               text=True, bufsize=1)
-    _SERVER_ENV = _import_time_env(env)
-    atexit.register(_SERVER.kill)
-    return _SERVER
+    key = tuple(sorted(_import_time_env(env).items()))
+    server = _SERVERS.get(key)
+    if server is None or server.proc.poll() is not None:
+        server = _SERVERS[key] = _Server(env)
+    return server
 
 
-def _answer(server: subprocess.Popen, deadline: float) -> Optional[dict]:
-    """The server's next answer, or None at ``deadline`` (read from the pipe unbuffered: a buffered reader
-    could hold both answers while ``select`` waits for more)."""
-    fd = server.stdout.fileno()
-    while b"\n" not in _PENDING:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return None
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            raise RuntimeError("the zygote server died")
-        _PENDING.extend(chunk)
-    line, _, rest = bytes(_PENDING).partition(b"\n")
-    _PENDING[:] = rest
-    return json.loads(line)
+class Child:
+    """A script started by :func:`spawn`: ``pid``, ``returncode``, ``poll()``, ``wait(timeout)`` and ``kill()``,
+    as :class:`subprocess.Popen` has them."""
+
+    def __init__(self, server: _Server, rid: int, args: List[str]) -> None:
+        self.server, self.rid, self.args = server, rid, args
+        self.pid = server.answer(rid, "pid", time.monotonic() + 60)
+        if self.pid is None:
+            raise RuntimeError("the zygote server did not start the script")
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            self.returncode = self.server.answer(self.rid, "rc", time.monotonic())
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if self.returncode is None:
+            deadline = time.monotonic() + (1e9 if timeout is None else timeout)
+            self.returncode = self.server.answer(self.rid, "rc", deadline)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def spawn(argv: List[str], cwd: Path, env: Dict[str, str], log: Path, start_new_session: bool = False):
+    """Start ``python argv[0] argv[1:]`` in ``cwd`` with ``env``, both output streams to the file ``log``, and
+    return at once: a :class:`Child` forked from the server, or a :class:`subprocess.Popen` where forking is
+    off or the import-time environment differs."""
+    server = _server(env)
+    if server is None:
+        with open(log, "w") as fh:
+            return subprocess.Popen([sys.executable] + [str(a) for a in argv], cwd=cwd, env=env, stdout=fh,
+                                    stderr=subprocess.STDOUT, start_new_session=start_new_session)
+    rid = server.request(argv, cwd, env, log, log, start_new_session)
+    return Child(server, rid, [sys.executable] + [str(a) for a in argv])
 
 
 def run(argv: List[str], cwd: Path, env: Dict[str, str], timeout: float) -> Result:
@@ -142,20 +233,17 @@ def run(argv: List[str], cwd: Path, env: Dict[str, str], timeout: float) -> Resu
                            env=env)
         return Result(r.args, r.returncode, r.stdout, r.stderr)
     out, err = Path(cwd) / ".zygote.out", Path(cwd) / ".zygote.err"
-    server.stdin.write(json.dumps({"argv": [str(a) for a in argv], "cwd": str(cwd), "env": env, "out": str(out),
-                                   "err": str(err)}) + "\n")
-    server.stdin.flush()
-    deadline = time.monotonic() + timeout
-    pid = _answer(server, deadline + 30)["pid"]
-    done = _answer(server, deadline)
-    if done is None:
-        os.kill(pid, signal.SIGKILL)
-        _answer(server, time.monotonic() + 60)
+    child = Child(server, server.request(argv, cwd, env, out, err, False), [sys.executable] + argv)
+    try:
+        child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait(60)
         raise subprocess.TimeoutExpired([sys.executable] + argv, timeout, out.read_text(), err.read_text())
     stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
     out.unlink()
     err.unlink()
-    return Result([sys.executable] + argv, done["rc"], stdout, stderr)
+    return Result([sys.executable] + argv, child.returncode, stdout, stderr)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,8 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -37,7 +35,7 @@ import torchtree.distributed as td
 WORKERS = Path(__file__).parent / "_dist_workers"
 sys.path.insert(0, str(WORKERS))
 import dist_cases as dc  # noqa: E402
-from _launch import free_port, torchrun  # noqa: E402
+from _launch import Job, gloo_ranks, torchrun  # noqa: E402
 
 pytestmark = pytest.mark.distributed
 
@@ -60,45 +58,10 @@ def _is_hydra(mpiexec: str) -> bool:
     return "HYDRA" in out.stdout.upper()
 
 
-class Job:
-    """A launched group of rank processes and the directory they write to."""
-
-    def __init__(self, procs: list[subprocess.Popen], out_dir: Path):
-        self.procs = procs
-        self.out_dir = out_dir
-        self.started = time.monotonic()
-        self.elapsed = None
-        self.codes = None
-        self.logs = ""
-
-    def wait(self) -> "Job":
-        if self.codes is None:
-            deadline = self.started + JOB_DEADLINE
-            codes = []
-            for p in self.procs:
-                try:
-                    codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)  # our own process group, started below
-                    codes.append(p.wait())
-            self.elapsed = time.monotonic() - self.started
-            self.codes = codes
-            self.logs = "\n".join(f.read_text()[-3000:] for f in sorted(self.out_dir.glob("*.log")))
-        return self
-
-
 def _launch_gloo(out_dir: Path, nprocs: int, mode: str) -> Job:
-    port = free_port()
-    procs = []
-    for r in range(nprocs):
-        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(nprocs),
-                   LOCAL_WORLD_SIZE=str(nprocs), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   TT_TEST_TIMEOUT=str(KILL_TIMEOUT), OMP_NUM_THREADS="1")
-        log = open(out_dir / f"gloo{r}.log", "w")
-        procs.append(subprocess.Popen(
-            [sys.executable, "redistribution_worker.py", "gloo", str(out_dir), mode],
-            cwd=WORKERS, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-    return Job(procs, out_dir)
+    return gloo_ranks("redistribution_worker.py", ["gloo", out_dir, mode], nprocs, WORKERS, out_dir, JOB_DEADLINE,
+                      env=lambda r: dict(os.environ, TT_TEST_TIMEOUT=str(KILL_TIMEOUT), OMP_NUM_THREADS="1"),
+                      tail=3000)
 
 
 def _launch_mpi(out_dir: Path, nprocs: int, mode: str, extra: list[str]) -> Job:
@@ -108,7 +71,7 @@ def _launch_mpi(out_dir: Path, nprocs: int, mode: str, extra: list[str]) -> Job:
            str(out_dir), mode]
     proc = subprocess.Popen(cmd, cwd=WORKERS, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    return Job([proc], out_dir)
+    return Job([proc], out_dir, JOB_DEADLINE, tail=3000)
 
 
 @pytest.fixture(scope="module")

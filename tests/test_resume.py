@@ -35,7 +35,7 @@ import torch
 from torchtree import MCMC, BayesianTreeClassifier, Data, TopDownSMC, TraceMonitor
 from torchtree.samplers.mcmc import sampler as mcmc_module
 
-from _launch import free_port
+from _launch import gloo_ranks
 from torchtree.io.checkpoint import CheckpointError, load_checkpoint
 from torchtree.monitor import CallbackMonitor
 
@@ -390,24 +390,10 @@ def test_two_thread_ranks_that_would_not_resume_alike_raise(tmp_path):
 
 @pytest.mark.distributed
 def test_two_gloo_ranks_stop_and_resume(tmp_path):
-    port = free_port()
-    procs = []
-    for r in range(2):
-        env = dict(os.environ, OMP_NUM_THREADS="1", TT_TEST_TIMEOUT="60", RANK=str(r), LOCAL_RANK=str(r),
-                   WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
-        procs.append(subprocess.Popen([sys.executable, "resume_worker.py", str(tmp_path)], cwd=WORKERS, env=env,
-                                      stdout=open(tmp_path / f"rank{r}.log", "w"), stderr=subprocess.STDOUT,
-                                      start_new_session=True))
-    codes = []
-    for p in procs:
-        try:
-            codes.append(p.wait(timeout=180))
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)  # the process group we started above
-            codes.append(p.wait())
-    logs = "\n".join((tmp_path / f"rank{r}.log").read_text()[-3000:] for r in range(2))
-    assert codes == [0, 0], logs
+    env = dict(os.environ, OMP_NUM_THREADS="1", TT_TEST_TIMEOUT="60")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    job = gloo_ranks("resume_worker.py", [tmp_path], 2, WORKERS, tmp_path, 180.0, env=lambda r: env, tail=3000).wait()
+    assert job.codes == [0, 0], job.logs
     results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
     for name, kw in rc.DIST_CASES.items():
         ref = TopDownSMC(**kw).run(DATA, seed=rc.SEED)

@@ -21,11 +21,8 @@ import importlib.util
 import math
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(WORKERS))
 import topdown_cases as tc  # noqa: E402
 from thread_backend import run_threads  # noqa: E402
+from _launch import Job, gloo_ranks  # noqa: E402
 
 pytestmark = pytest.mark.distributed
 
@@ -55,33 +53,6 @@ def _mpiexec() -> str | None:
         return None
     local = Path(sys.executable).parent / "mpiexec"
     return str(local) if local.exists() else shutil.which("mpiexec")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Job:
-    def __init__(self, procs, out_dir: Path):
-        self.procs, self.out_dir = procs, out_dir
-        self.started = time.monotonic()
-        self.codes = None
-        self.logs = ""
-
-    def wait(self) -> "Job":
-        if self.codes is None:
-            codes = []
-            for p in self.procs:
-                try:
-                    codes.append(p.wait(timeout=max(1.0, self.started + JOB_DEADLINE - time.monotonic())))
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)  # our own process group, started below
-                    codes.append(p.wait())
-            self.codes = codes
-            self.logs = "\n".join(f.read_text()[-4000:] for f in sorted(self.out_dir.glob("*.log")))
-        return self
 
 
 def _env(**kw):
@@ -97,22 +68,15 @@ def launch_jobs(tmp_path_factory, worker: str, prefix: str, gloo_sizes: str, mpi
     ``extra(kind)`` gives more worker arguments. Returns ``{kind: Job}``."""
     started = {}
     out = tmp_path_factory.mktemp(f"{prefix}gloo")
-    port = _free_port()
-    procs = []
-    gloo_argv = [sys.executable, worker, "gloo", str(out), gloo_sizes] + extra("gloo")
-    for r in range(4):
-        env = _env(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="4", LOCAL_WORLD_SIZE="4",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(gloo_argv, cwd=WORKERS, env=env, stdout=open(out / f"gloo{r}.log", "w"),
-                                      stderr=subprocess.STDOUT, start_new_session=True))
-    started["gloo"] = Job(procs, out)
+    started["gloo"] = gloo_ranks(worker, ["gloo", out, gloo_sizes, *extra("gloo")], 4, WORKERS, out, JOB_DEADLINE,
+                                 env=lambda r: _env())
     mpiexec = _mpiexec()
     if mpiexec is not None:
         out = tmp_path_factory.mktemp(f"{prefix}mpi")
         started["mpi"] = Job([subprocess.Popen(
             [mpiexec, "-n", str(mpi_ranks), sys.executable, worker, "mpi", str(out), mpi_sizes] + extra("mpi"),
             cwd=WORKERS, env=_env(), stdout=open(out / "mpi.log", "w"), stderr=subprocess.STDOUT,
-            start_new_session=True)], out)
+            start_new_session=True)], out, JOB_DEADLINE)
     return started
 
 
