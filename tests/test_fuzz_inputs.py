@@ -40,6 +40,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _fuzz_cases  # noqa: E402
+import _zygote  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "_fuzz_worker.py"
 #: Address space a worker may map beyond what importing torch and torchtree mapped (a CUDA
@@ -93,20 +94,19 @@ def _run_batch(cases: List[_fuzz_cases.Case], tmp: Path, case_seconds: int = CAS
         attempt += 1
         pkl, res, log = tmp / f"batch{attempt}.pkl", tmp / f"batch{attempt}.jsonl", tmp / f"batch{attempt}.log"
         pkl.write_bytes(pickle.dumps(specs))
-        with open(log, "wb") as err:
-            proc = subprocess.Popen([sys.executable, str(WORKER), str(pkl), str(res), str(MEMORY_BYTES),
-                                     str(case_seconds)], stdout=err, stderr=subprocess.STDOUT, env=env, cwd=tmp)
-            killed = False
-            started_at, seen = time.monotonic(), 0
-            while proc.poll() is None:
-                time.sleep(0.05)
-                n = res.read_bytes().count(b"\n") if res.exists() else 0
-                if n != seen:
-                    started_at, seen = time.monotonic(), n
-                elif time.monotonic() - started_at > case_seconds + 30:  # stuck outside Python's reach
-                    proc.kill()
-                    proc.wait()
-                    killed = True
+        # forked from a pre-imported interpreter (_zygote.spawn; a fresh one where forking is off)
+        proc = _zygote.spawn([WORKER, pkl, res, MEMORY_BYTES, case_seconds], tmp, env, log)
+        killed = False
+        started_at, seen = time.monotonic(), 0
+        while proc.poll() is None:
+            time.sleep(0.05)
+            n = res.read_bytes().count(b"\n") if res.exists() else 0
+            if n != seen:
+                started_at, seen = time.monotonic(), n
+            elif time.monotonic() - started_at > case_seconds + 30:  # stuck outside Python's reach
+                proc.kill()
+                proc.wait()
+                killed = True
         lines = []
         for x in res.read_text().splitlines() if res.exists() else []:
             try:
