@@ -98,8 +98,8 @@ def missing_x0(seed, ntr=1000, nte=2000, rate=0.2):
     return X[:ntr], y[:ntr], X[ntr:], y[ntr:], f[ntr:]
 
 
-def heteroscedastic2000(seed):
-    return heteroscedastic(seed, ntr=2000)
+def heteroscedastic2000(seed, ntr=2000, nte=1000):
+    return heteroscedastic(seed, ntr=ntr, nte=nte)
 
 
 def xor(seed, ntr=600, nte=1000):
@@ -143,6 +143,8 @@ def run(seeds, small, only=None):
     out = lambda s="": (print(s, flush=True), lines.append(s))  # noqa: E731
     kw = dict(n_particles=40, hyper="fixed") if small else {}
     bkw = dict(n_samples=5, n_warmup=5, n_trees=10, n_chains=2) if small else {}
+    # small: every table at 200 training and 300 test rows (the intervals' cost grows with the test rows)
+    size = dict(ntr=200, nte=300) if small else {}
 
     if only in (None, "extrapolation"):
         out("## extrapolation: 90% coverage | mean width, by region of x0 (training rows have x0 < 0.5)")
@@ -150,7 +152,7 @@ def run(seeds, small, only=None):
                           ("bart", lambda s: BayesianTreeRegressor(method="bart", random_state=s, **bkw))]:
             cov, wid = {}, {}
             for s in seeds:
-                Xtr, ytr, Xte, yte, regions = extrapolation(s)
+                Xtr, ytr, Xte, yte, regions = extrapolation(s, **size)
                 inside, width = _coverage(_quiet(lambda: est(s).fit(Xtr, ytr)), Xte, yte)
                 for k, m in regions.items():
                     cov.setdefault(k, []).append(inside[m].mean())
@@ -163,7 +165,7 @@ def run(seeds, small, only=None):
                           ("bart", lambda s: BayesianTreeRegressor(method="bart", random_state=s, **bkw))]:
             cov, lpd = {}, []
             for s in seeds:
-                Xtr, ytr, Xte, yte, regions = heteroscedastic(s)
+                Xtr, ytr, Xte, yte, regions = heteroscedastic(s, **size)
                 reg = _quiet(lambda: est(s).fit(Xtr, ytr))
                 inside, _ = _coverage(reg, Xte, yte)
                 lpd.append(reg.log_predictive(Xte, yte))
@@ -178,7 +180,7 @@ def run(seeds, small, only=None):
             for label, extra in [("5 islands (default)", {}), ("n_islands=1", {"n_islands": 1})]:
                 cov = []
                 for s in seeds:
-                    Xtr, ytr, Xte, yte, _ = gen(s)
+                    Xtr, ytr, Xte, yte, _ = gen(s, **size)
                     cov.append(_coverage(_quiet(lambda: BayesianTreeRegressor(random_state=s, **kw, **extra).fit(Xtr, ytr)),
                                          Xte, yte)[0].mean())
                 row.append(f"{label}: {_fmt(cov)}")
@@ -190,7 +192,7 @@ def run(seeds, small, only=None):
                           ("bart", lambda s: BayesianTreeRegressor(method="bart", random_state=s, **bkw))]:
             cov = {"y complete": [], "y incomplete": [], "f complete": [], "rmse complete": [], "rmse incomplete": []}
             for s in seeds:
-                Xtr, ytr, Xte, yte, fte = missing_x0(s, *((200, 400) if small else ()))
+                Xtr, ytr, Xte, yte, fte = missing_x0(s, **size)
                 reg = _quiet(lambda: est(s).fit(Xtr, ytr))
                 inside, _ = _coverage(reg, Xte, yte)
                 band = reg.predict_interval(Xte, 0.9, kind="mean")
@@ -211,7 +213,7 @@ def run(seeds, small, only=None):
             for label, extra in settings:
                 gap, loss = [], []
                 for s in seeds:
-                    Xtr, ytr, Xte, yte = gen(s)
+                    Xtr, ytr, Xte, yte = gen(s, **size)
                     P = _quiet(lambda: BayesianTreeClassifier(random_state=s, **extra).fit(Xtr, ytr)).predict_proba(Xte)
                     gap.append(P.max(1).mean() - (P.argmax(1) == yte).mean())
                     loss.append(-np.mean(np.log(P[np.arange(len(yte)), yte])))

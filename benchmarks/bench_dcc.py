@@ -454,8 +454,8 @@ def print_throughput(t: dict) -> None:
           f"{t['speedup_total_cpu'] / 2:.1f}x")
 
 
-SMOKE_DCC = dict(n_iterations=3, n_initial=10, n_chains=2, n_samples=5, n_warmup=20, n_warmup_warm=10, n_parallel=2,
-                 max_depth=2, n_proposals=2)
+SMOKE_DCC = dict(n_iterations=3, n_initial=10, n_chains=2, n_samples=5, n_warmup=10, n_warmup_warm=5, n_parallel=2,
+                 max_depth=2, n_proposals=2, max_tree_depth=4)
 
 
 def _fmt_row(r: dict) -> str:
@@ -566,7 +566,7 @@ def main(argv=None) -> int:
         overrides = dict(SMOKE_DCC, **overrides)
         args.throughput_models = ["iris"]
         args.noise_floors = 50
-        tp = dict(n_chains=8, n_warmup=10, n_samples=10)
+        tp = dict(n_chains=4, n_warmup=5, n_samples=5, max_tree_depth=4)
     results = {"command": " ".join([sys.executable.split("/")[-1]] + sys.argv), "dcc": [], "baselines": [],
                "throughput": [], "noise_floors": []}
     for name in [d for d in args.datasets if d in ("cgm", "wu")] if args.noise_floors else []:

@@ -155,11 +155,18 @@ def fit_cart(task, seed, frame):
     return GridSearchCV(pipe, {"tree__min_samples_leaf": LEAF_GRID}, cv=cv, scoring=scoring, error_score=np.nan)
 
 
-def torchtree_estimator(task, method, seed, threads):
+#: ``--smoke``: each method at a tiny size (the full runs take the estimators' defaults); the ``imputed`` variant there
+#: also skips the evidence search, which the ``raw`` one runs
+SMOKE_OPTIONS = {"smc": {"n_particles": 50}, "mcmc": {"n_chains": 2, "n_samples": 20, "n_warmup": 20},
+                 "smc-moves": {"n_particles": 20, "n_iterations": 2}, "bart": {"n_trees": 10, "n_samples": 10,
+                                                                                "n_warmup": 10}}
+
+
+def torchtree_estimator(task, method, seed, threads, options=None):
     from torchtree import BayesianTreeClassifier, BayesianTreeRegressor
 
     cls = BayesianTreeClassifier if task == "classification" else BayesianTreeRegressor
-    kwargs = {"method": method, "random_state": seed, "n_threads": threads}
+    kwargs = {"method": method, "random_state": seed, "n_threads": threads, **(options or {})}
     if "categorical_features" in cls().get_params():  # the raw-frame API, once it exists
         kwargs["categorical_features"] = "from_dtype"
     return cls(**kwargs)
@@ -186,7 +193,8 @@ def one_fit(model_name, task, frame, cat_frame, y, train, test, args, seed, n_cl
         model, Xtr, Xte = fit_cart(task, seed, frame), frame.iloc[train], frame.iloc[test]
     else:
         method, variant = model_name.rsplit(":", 1)
-        model = torchtree_estimator(task, method, seed, args.threads)
+        smoke = dict(SMOKE_OPTIONS[method], **({"hyper": "fixed"} if variant == "imputed" else {}))
+        model = torchtree_estimator(task, method, seed, args.threads, smoke if args.smoke else None)
         if variant == "raw":
             src = cat_frame if args.raw_dtype == "category" else frame
             Xtr, Xte = src.iloc[train], src.iloc[test]
@@ -367,7 +375,8 @@ def parse(argv=None):
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     p.add_argument("--quick", action="store_true",
                    help=f"small run: {', '.join(QUICK_TABLES)}, 2 folds, at most 400 rows, synthetic n=400, smc")
-    p.add_argument("--smoke", action="store_true", help="tiny run for the test suite (one small table, smc)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny run for the test suite (one small table, smc at 50 particles: SMOKE_OPTIONS)")
     args = p.parse_args(argv)
     if args.smoke:
         args.quick = True

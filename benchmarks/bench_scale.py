@@ -10,7 +10,7 @@ Usage::
 
     python benchmarks/bench_scale.py                         # all methods, N = 1e4, 1e5, 1e6, 1 and 2 threads
     python benchmarks/bench_scale.py --methods smc --sizes 10000 100000 --threads 1
-    python benchmarks/bench_scale.py --smoke                 # tiny, for the test suite
+    python benchmarks/bench_scale.py --smoke                 # tiny, for the test suite (smc, N = 1000, 50 particles)
 
 The method settings are the issue's targets (``SETTINGS``); ``smc-defaults`` is the
 estimator as it comes. A case whose fit fails (an up-front refusal, say) is printed with its
@@ -42,11 +42,14 @@ SETTINGS = {
     "smc-moves": dict(method="smc-moves", n_particles=1024, n_iterations=10),
     "dcc": dict(method="dcc", max_seconds=300.0, clock="cpu"),
 }
+#: what ``--smoke`` (its one case: smc) changes in those settings: 50 particles, and no evidence search (about 2 CPU s
+#: of pilots at any size; the smoke runs of headline.py and the estimator tests run it)
+SMOKE_SETTINGS = {"smc": dict(n_particles=50, hyper="fixed")}
 #: largest N each method is run at by default (DCC's target is stated at 10^5 rows)
 MAX_N = {"dcc": 100_000}
 
 
-def _worker(method: str, n: int, d: int, threads: str, seed: int, device: str = "cpu") -> dict:
+def _worker(method: str, n: int, d: int, threads: str, seed: int, device: str = "cpu", smoke: bool = False) -> dict:
     """Fit one case in this process and return its numbers (run by the parent in a subprocess)."""
     import numpy as np
     import torch
@@ -54,7 +57,7 @@ def _worker(method: str, n: int, d: int, threads: str, seed: int, device: str = 
     from torchtree import BayesianTreeClassifier
     from torchtree.datasets.scale import interactions
 
-    kw = dict(SETTINGS[method])
+    kw = dict(SETTINGS[method], **(SMOKE_SETTINGS.get(method, {}) if smoke else {}))
     if device != "cpu":
         kw["device"] = device
     if threads != "auto":
@@ -115,8 +118,11 @@ def _baselines(n: int, d: int, seed: int, forest_max_n: int, max_n: float = floa
     return out
 
 
-def _run_case(method: str, n: int, d: int, threads: str, seed: int, timeout: float, device: str = "cpu") -> dict:
+def _run_case(method: str, n: int, d: int, threads: str, seed: int, timeout: float, device: str = "cpu",
+              smoke: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--worker", method, str(n), str(d), threads, str(seed), device]
+    if smoke:
+        cmd.append("--smoke")
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if threads != "auto":
         env["OMP_NUM_THREADS"] = threads
@@ -163,7 +169,7 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     if a.worker:
         method, n, d, threads, seed, device = a.worker
-        print(json.dumps(_worker(method, int(n), int(d), threads, int(seed), device)))
+        print(json.dumps(_worker(method, int(n), int(d), threads, int(seed), device, a.smoke)))
         return
     if a.smoke:
         a.methods, a.sizes, a.threads, a.wide = ["smc"], [1000], ["1"], False
@@ -183,7 +189,7 @@ def main(argv=None) -> None:
             if t != "1" and n > a.multi_thread_max_n:
                 continue
             for dev in a.devices:
-                r = _run_case(m, n, d, t, a.seed, a.timeout, dev)
+                r = _run_case(m, n, d, t, a.seed, a.timeout, dev, a.smoke)
                 if dev == "cpu":
                     results[(m, n, d, t)] = r
                 fmt = lambda v, p=4: "-" if v is None else f"{v:.{p}f}"  # noqa: E731

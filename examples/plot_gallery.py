@@ -79,7 +79,8 @@ def main(argv=None) -> int:
     save(plot.plot_calibration(smc, Xte, yte), "smc_calibration", "reliability diagram")
     save(plot.plot_evidence(smc), "smc_evidence", "the evidence search's curves")
 
-    mcmc = BayesianTreeClassifier("mcmc", random_state=0, **(dict(n_chains=2, n_samples=20, n_warmup=20)
+    # (--smoke: no evidence search here; the smc fit above runs it, for its plot)
+    mcmc = BayesianTreeClassifier("mcmc", random_state=0, **(dict(n_chains=2, n_samples=20, n_warmup=20, hyper="fixed")
                                                             if a.smoke else {})).fit(Xtr, ytr)
     save(plot.plot_trace(mcmc), "mcmc_trace", "MCMC traces per chain, R-hat and ESS")
 

@@ -111,11 +111,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--long", action="store_true")
     ap.add_argument("--smoke", action="store_true",
-                    help="tiny run (10 warm-up + 10 draws, NUTS trees of depth 5 at most) for the example tests")
+                    help="tiny run (5 warm-up + 5 draws, NUTS trees of depth 4 at most) for the example tests")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    n, w = (500, 300) if args.long else (10, 10) if args.smoke else (100, 100)
-    depth = {"max_tree_depth": 5} if args.smoke else {}
+    n, w = (500, 300) if args.long else (5, 5) if args.smoke else (100, 100)
+    depth = {"max_tree_depth": 4} if args.smoke else {}
     regression(n, w, **depth)
     hierarchical(n, w, **depth)
     classification(n, w, **depth)
