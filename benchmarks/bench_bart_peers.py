@@ -28,7 +28,8 @@ inside, as bart_competitors measures it); torchtree first makes a tiny fit in th
 that loading the C++ extension is not timed (``load`` column). ``proc CPU s`` is the whole child
 process (interpreter, imports, data) from ``getrusage(RUSAGE_CHILDREN)``. Before any timing the
 parent makes one torchtree warm-up process, which builds the extension if its cache is stale.
-``--smoke`` runs a tiny grid once (10 trees, a few sweeps, friedman1_1000).
+``--smoke`` runs a tiny grid once (10 trees, a few sweeps, friedman1_1000); torchtree's runs there are made in the
+parent process (the warm-up child runs the worker's code), so their ``proc CPU s`` is the call's alone.
 """
 from __future__ import annotations
 
@@ -114,6 +115,17 @@ def run_child(cmd: list, env: dict) -> tuple:
     except (IndexError, json.JSONDecodeError):
         rec = {"error": f"rc={p.returncode}: {p.stderr.strip()[-800:]}"}
     return rec, cpu, wall
+
+
+def run_inline(case: str, data: str, seed: int, threads: int) -> tuple:
+    """``--smoke``: one torchtree run in this process, as ``run_child`` reports it (the worker's code and its JSON
+    record, without a process of its own: the warm-up child has run that path)."""
+    c0, w0 = time.process_time(), time.perf_counter()
+    try:
+        rec = json.loads(json.dumps(torchtree_worker(case, data, seed, threads, True)))
+    except Exception as exc:  # noqa: BLE001 - a failure is a record, as a failed child's is
+        rec = {"error": f"{type(exc).__name__}: {exc}"[-800:]}
+    return rec, time.process_time() - c0, time.perf_counter() - w0
 
 
 def versions(peer_python: str) -> str:
@@ -243,13 +255,16 @@ def main(argv=None) -> int:
         for data in a.datasets:
             for rep in range(a.repeats):
                 for lib in a.libs:
-                    if lib == "torchtree":
+                    if lib == "torchtree" and a.smoke:  # proc CPU s: this call's
+                        rec, cpu, wall = run_inline(case, data, a.seed, a.threads)
+                    elif lib == "torchtree":
                         cmd = me + ["--worker", "torchtree", "--case", case, "--data", data] + flags
+                        rec, cpu, wall = run_child(cmd, env)
                     else:
                         cmd = ([a.peer_python, str(HERE / "bart_competitors.py"), "--lib", lib, "--data", data,
                                 "--split", "0", "--seed", str(a.seed), "--threads", str(a.threads)]
                                + peer_args(lib, case, a.smoke))
-                    rec, cpu, wall = run_child(cmd, env)
+                        rec, cpu, wall = run_child(cmd, env)
                     rec.update(case=case, data=data, lib=lib, rep=rep, proc_cpu_s=round(cpu, 3),
                                proc_wall_s=round(wall, 3))
                     recs.append(rec)

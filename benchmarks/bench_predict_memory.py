@@ -9,7 +9,7 @@ the call. The N query rows cycle through the 4177 abalone rows.
     python benchmarks/bench_predict_memory.py                      # this checkout
     python benchmarks/bench_predict_memory.py --root /tmp/main     # another checkout's code
     python benchmarks/bench_predict_memory.py --rows 2000,20000 --ops interval
-    python benchmarks/bench_predict_memory.py --smoke --out rows.json   # seconds, for the test-suite
+    python benchmarks/bench_predict_memory.py --smoke --out rows.json   # seconds, for the test-suite (one child)
 
 ``--root`` runs the code of another source tree (e.g. ``git archive main | tar -x -C
 /tmp/main``) on the same posterior file; ``--as-limit`` caps each subprocess's address
@@ -19,6 +19,8 @@ machine. Data: ``data/abalone.csv.gz`` of this repository.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import resource
@@ -66,7 +68,8 @@ def fit(path: str, smoke: bool = False) -> None:
     import torchtree
 
     X, y = _abalone()
-    reg = torchtree.BayesianTreeRegressor(**({"n_particles": 50} if smoke else {})).fit(X[::40], y[::40])
+    reg = torchtree.BayesianTreeRegressor(**({"n_particles": 50, "hyper": "fixed"} if smoke else {})).fit(X[::40],
+                                                                                                         y[::40])
     reg.posterior_.save(path)
     print(f"fitted: {reg.posterior_!r}", flush=True)
 
@@ -96,7 +99,8 @@ def main() -> None:
     ap.add_argument("--ops", default="predict,interval")
     ap.add_argument("--posterior", help="posterior file to use (fitted and written there if absent)")
     ap.add_argument("--as-limit", default="12", help="address-space cap of each case, GiB")
-    ap.add_argument("--smoke", action="store_true", help="tiny run for the test-suite: 200 rows, a 50-particle fit")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny run for the test-suite: 200 rows, a 50-particle fit (no evidence search), one child")
     ap.add_argument("--out", help="also write the rows as a JSON list to this file")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -115,6 +119,16 @@ def main() -> None:
     rows = []
     for op in a.ops.split(","):
         for n in [int(v) for v in a.rows.split(",")]:
+            if a.smoke and rows:
+                # --smoke: the first case runs in a child as in the full run, the others here (their peak RSS is
+                # then this process's, meaningless in a smoke run; a child each would only add torch's import)
+                buf = io.StringIO()
+                with contextlib.redirect_stdout(buf):
+                    child(path, op, n)
+                line = buf.getvalue().strip().splitlines()[-1]
+                print(line, flush=True)
+                rows.append(json.loads(line))
+                continue
             cmd = [sys.executable, os.path.abspath(__file__)] + (["--root", a.root] if a.root else []) + \
                   ["--child", path, op, str(n)]
             p = subprocess.run(cmd, capture_output=True, text=True,

@@ -33,7 +33,8 @@ moved) but not a real cluster's speed-up.
 node ids into a shared node table (``GrowthState.node_uid [N, C]`` int32 + ``n_nodes``), 4 C + 8
 bytes per particle instead of 40 C + 16, so its resampling moves a tenth of the bytes.
 
-Writes a JSON file and prints a table (milliseconds). ``--smoke`` runs tiny sizes on 1 and 2 ranks.
+Writes a JSON file and prints a table (milliseconds). ``--smoke`` runs tiny sizes on 1 and 2 ranks, this process
+being rank 0 (so one rank process is launched in all).
 """
 
 from __future__ import annotations
@@ -151,7 +152,10 @@ def worker(args) -> None:
 
 
 # ----------------------------------------------------------------------------- launcher
-def launch(args, ranks: int, result: Path) -> None:
+def launch(args, ranks: int, result: Path, inline: bool = False) -> None:
+    """Run the ``ranks`` rank processes, rank 0's records written to ``result``. ``inline`` (``--smoke``, gloo):
+    this process is rank 0 and only the other ranks are launched, which saves a process's torch import per world
+    size (a world of one rank launches none)."""
     here = Path(__file__).resolve()
     common = [str(here), "--worker", "--result", str(result), "--backend", args.backend,
               "--repeats", str(args.repeats), "--mem-gb", str(args.mem_gb), "--timeout", str(args.timeout),
@@ -166,10 +170,25 @@ def launch(args, ranks: int, result: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
-    for r in range(ranks):
-        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(ranks),
-                   LOCAL_WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, *common], env=env))
+    rank_env = lambda r: dict(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(ranks),  # noqa: E731
+                              LOCAL_WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    for r in range(1 if inline else 0, ranks):
+        procs.append(subprocess.Popen([sys.executable, *common], env=dict(os.environ, **rank_env(r))))
+    if inline:
+        saved = {k: os.environ.get(k) for k in rank_env(0)}
+        os.environ.update(rank_env(0))
+        try:
+            worker(argparse.Namespace(**dict(vars(args), result=str(result))))
+        except BaseException:
+            for p in procs:  # not left waiting for a rank 0 that has gone
+                p.kill()
+            raise
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     codes = [p.wait() for p in procs]
     if any(codes):
         raise SystemExit(f"ranks failed with exit codes {codes}")
@@ -239,7 +258,7 @@ def main() -> None:
         for k in args.ranks:
             result = Path(tmp) / f"ranks{k}.json"
             t0 = time.perf_counter()
-            launch(args, k, result)
+            launch(args, k, result, inline=args.smoke)
             records += json.loads(result.read_text())
             print(f"[{k} rank(s): {time.perf_counter() - t0:.1f} s]", file=sys.stderr)
     meta = dict(
