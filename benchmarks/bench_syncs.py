@@ -112,7 +112,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     # --smoke: every row of the report at a size whose counting (a Python hook on every torch call) stays short
-    n = 100 if a.smoke else a.rows
+    n = 40 if a.smoke else a.rows
     small = a.smoke
     mcmc_its = 8 if small else 200
 
