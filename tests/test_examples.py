@@ -64,13 +64,19 @@ def test_examples_are_discovered():
             re.compile(rx)  # malformed expectations fail here, not as a confusing mismatch
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", SMOKE, ids=[p.stem for p in SMOKE])
-def test_example_smoke(path, tmp_path):
+def _script_env() -> dict:
+    """The environment every script here runs in: one for all, so that each is forked from the one zygote server
+    (a request whose import-time variables differ from the server's runs as a fresh interpreter)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("OMP_NUM_THREADS", "1")
-    r = _zygote.run([str(path), "--smoke"], cwd=tmp_path, env=env, timeout=TIMEOUT)
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SMOKE, ids=[p.stem for p in SMOKE])
+def test_example_smoke(path, tmp_path):
+    r = _zygote.run([str(path), "--smoke"], cwd=tmp_path, env=_script_env(), timeout=TIMEOUT)
     assert r.returncode == 0, f"{path.name} exited {r.returncode}\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}"
     lines = r.stdout.splitlines()
     for rx in _expectations(path):
@@ -126,7 +132,7 @@ def test_bench_threads_estimators_mode(tmp_path):
 
     out = tmp_path / "rows.json"
     r = _zygote.run([str(BENCHMARKS / "bench_threads.py"), "--estimators", "smc", "--datasets", "iris", "--threads", "1",
-                     "2", "--json", str(out)], cwd=tmp_path, env=dict(os.environ), timeout=600)
+                     "2", "--json", str(out)], cwd=tmp_path, env=_script_env(), timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = json.loads(out.read_text())["estimators"]
     assert [(row["dataset"], row["method"], row["n_threads"]) for row in rows] == [("iris", "smc", "1"), ("iris", "smc", "2")]
