@@ -26,6 +26,7 @@ Conventions of both tasks:
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict, List, Optional, Protocol, TypeVar, overload, runtime_checkable
 
 import torch
@@ -161,16 +162,21 @@ def _owner(cls: type, name: str) -> Optional[type]:
     return next((c for c in cls.__mro__ if name in vars(c)), None)
 
 
+@functools.lru_cache(maxsize=None)
+def _counts_overridden(cls: type) -> bool:
+    """Whether ``cls`` overrides ``log_marginal`` below the class that defines its ``log_marginal_counts``
+    (once per class: the samplers ask at every growth step)."""
+    counts_cls, marginal_cls = _owner(cls, "log_marginal_counts"), _owner(cls, "log_marginal")
+    return (counts_cls is not None and marginal_cls is not None and marginal_cls is not counts_cls
+            and issubclass(marginal_cls, counts_cls))
+
+
 def counts_hook(likelihood: Any) -> Optional[Callable[..., torch.Tensor]]:
     """``likelihood.log_marginal_counts`` where the samplers may use it instead of ``log_marginal``: present,
     not None, and not inherited from a class whose ``log_marginal`` this class overrides (a subclass that
     changes ``log_marginal`` alone would otherwise be scored by its parent's lookup tables)."""
     fn = getattr(likelihood, "log_marginal_counts", None)
-    if fn is None or not callable(fn):
-        return None
-    counts_cls, marginal_cls = _owner(type(likelihood), "log_marginal_counts"), _owner(type(likelihood), "log_marginal")
-    if counts_cls is not None and marginal_cls is not None and marginal_cls is not counts_cls \
-            and issubclass(marginal_cls, counts_cls):
+    if fn is None or not callable(fn) or _counts_overridden(type(likelihood)):
         return None
     return fn
 
