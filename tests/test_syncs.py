@@ -33,6 +33,24 @@ def test_counts_the_reads_and_nothing_else():
     assert m.total == 9 and sum(m.sites.values()) == 9
 
 
+def test_sites_are_files_of_the_package_whatever_the_checkout_is_called():
+    """A read is credited to the last torchtree source line on the stack (relative to the package), or "?"
+    when no torchtree code made it: by the package's folders, not by "/torchtree/" in a path, which every file
+    of a checkout called torchtree (tests included) has."""
+    import os
+
+    X, y = np.random.default_rng(0).normal(size=(20, 2)), np.arange(20.0)
+    with HostReads(where=True) as m:
+        torch.arange(3.0).tolist()  # this test's own read
+        tt.Data(X, y, task="regression")
+    root = os.path.dirname(os.path.abspath(tt.__file__))
+    sites = {site for _, site in m.sites}
+    assert "?" in sites and len(sites) > 1
+    for site in sites - {"?"}:
+        path = site.rsplit(":", 1)[0]
+        assert not path.startswith("tests/") and os.path.exists(os.path.join(root, path)), site
+
+
 @pytest.mark.parametrize("route", ["copied rows", "in place"])
 def test_threshold_rank_reads_nothing_and_equals_the_stopping_search(route, monkeypatch):
     """Both routes of the search (a copy of each threshold's row of sorted values, searched at once, or

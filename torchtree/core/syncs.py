@@ -25,6 +25,7 @@ dispatcher, less the views and host scalars, which launch no kernel.
 from __future__ import annotations
 
 import collections
+import os
 import traceback
 from typing import Counter, Tuple
 
@@ -99,10 +100,37 @@ class HostReads(TorchFunctionMode):
         if kind:
             self.reads[kind] += 1
             if self.where:
-                frames = [f for f in traceback.extract_stack()[:-1] if "/torchtree/" in f.filename]
-                site = f"{frames[-1].filename.rsplit('/torchtree/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
-                self.sites[(kind, site)] += 1
+                sites = [s for s in map(_package_site, traceback.extract_stack()[:-1]) if s]
+                self.sites[(kind, sites[-1] if sites else "?")] += 1
         return func(*args, **kwargs)
+
+
+def _package_roots() -> Tuple[Tuple[str, str], ...]:
+    """(folder + separator, prefix) of torchtree's own source folders: ``kernels`` and ``distributed`` (which
+    may live beside the package) before the package itself, each as imported and as resolved."""
+    import torchtree
+    import torchtree.distributed
+    import torchtree.kernels
+
+    out = []
+    for mod, prefix in ((torchtree.kernels, "kernels/"), (torchtree.distributed, "distributed/"), (torchtree, "")):
+        folder = os.path.dirname(os.path.abspath(mod.__file__))
+        for f in dict.fromkeys((folder, os.path.realpath(folder))):
+            out.append((f + os.sep, prefix))
+    return tuple(out)
+
+
+def _package_site(frame: traceback.FrameSummary) -> str:
+    """``path:line`` of a frame in torchtree's own source, relative to the package (``model/data.py:12``,
+    ``kernels/segments.py:40``), else ``""``: decided by the source folders, not by a folder's name, which
+    a checkout called ``torchtree`` shares with every file in it."""
+    for folder, prefix in _ROOTS or _ROOTS.extend(_package_roots()) or _ROOTS:
+        if frame.filename.startswith(folder):
+            return f"{prefix}{frame.filename[len(folder):]}:{frame.lineno}"
+    return ""
+
+
+_ROOTS: list = []
 
 
 class DeviceOps(TorchDispatchMode):
