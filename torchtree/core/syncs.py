@@ -108,13 +108,14 @@ class HostReads(TorchFunctionMode):
 def _package_roots() -> Tuple[Tuple[str, str], ...]:
     """(folder + separator, prefix) of torchtree's own source folders: ``kernels`` and ``distributed`` (which
     may live beside the package) before the package itself, each as imported and as resolved."""
-    import torchtree
     import torchtree.distributed
     import torchtree.kernels
 
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this file is package/core/syncs.py
     out = []
-    for mod, prefix in ((torchtree.kernels, "kernels/"), (torchtree.distributed, "distributed/"), (torchtree, "")):
-        folder = os.path.dirname(os.path.abspath(mod.__file__))
+    for folder, prefix in ((os.path.dirname(os.path.abspath(torchtree.kernels.__file__)), "kernels/"),
+                           (os.path.dirname(os.path.abspath(torchtree.distributed.__file__)), "distributed/"),
+                           (package, "")):
         for f in dict.fromkeys((folder, os.path.realpath(folder))):
             out.append((f + os.sep, prefix))
     return tuple(out)
